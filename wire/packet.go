@@ -1,0 +1,204 @@
+package wire
+
+import "encoding/binary"
+
+// Packet is a parsed view of one RoCEv2 UDP payload, BTH through ICRC. The
+// header slices and Payload alias Buf; nothing is copied or allocated.
+type Packet struct {
+	Buf []byte // the whole UDP payload including the ICRC
+	Op  *OpInfo
+	BTH BTH
+
+	// Extended headers; nil when the opcode does not carry them.
+	RETH         RETH
+	AETH         AETH
+	AtomicETH    AtomicETH
+	AtomicAckETH AtomicAckETH
+	ImmDt        ImmDt
+	IETH         IETH
+	DETH         DETH
+
+	Payload []byte // the data, without pad
+	ICRC    uint32 // as transmitted: the last four bytes read little endian
+}
+
+func sub(b []byte, off, n int) []byte {
+	if off == 0 {
+		return nil
+	}
+	return b[off : off+n : off+n]
+}
+
+// Parse checks buf once and points p's fields into it. The checks, in order:
+//
+//   - at least BTH and ICRC (ErrTruncated);
+//   - the opcode is in the table (ErrUnknownOpcode): RC, UC, UD or CNP;
+//   - TVer is 0 (ErrTVer, IBTA 9.2);
+//   - at least the opcode's headers and ICRC (ErrTruncated);
+//   - opcodes without payload (READ request, ACK, atomic ACK, atomic
+//     requests, CNP) have nothing between headers and ICRC (ErrLength),
+//     so their PadCnt must be 0 (ErrPadCnt);
+//   - for opcodes with payload, payload plus pad is a multiple of four,
+//     as every header length is, so the packet is (ErrLength, IBTA 9.2);
+//   - PadCnt is not larger than payload plus pad (ErrPadCnt);
+//   - FIRST and MIDDLE packets carry data (ErrLength). The spec requires
+//     exactly the path MTU there, but the path MTU is the QP's state, not
+//     the packet's; the responder checks it. LAST and ONLY may be empty;
+//   - with maxPayload > 0, the payload is at most maxPayload (ErrTooLong).
+//
+// The ICRC is not checked here, because it needs the IP header: see
+// CheckICRC. Reserved fields are not checked (IBTA: ignored on receive).
+// On error p is left in an unspecified state.
+func (p *Packet) Parse(buf []byte, maxPayload int) error {
+	n := len(buf)
+	if n < BTHLen+ICRCLen {
+		op := Opcode(0)
+		if n > 0 {
+			op = Opcode(buf[0])
+		}
+		return &ParseError{Reason: ReasonTruncated, Opcode: op, Len: n, Want: BTHLen + ICRCLen}
+	}
+	bth := BTH(buf[:BTHLen:BTHLen])
+	op := bth.Opcode()
+	in := &opTable[op]
+	if !in.Valid {
+		return &ParseError{Reason: ReasonUnknownOpcode, Opcode: op, Len: n}
+	}
+	if v := bth.TVer(); v != 0 {
+		return &ParseError{Reason: ReasonTVer, Opcode: op, Len: n, Value: int(v)}
+	}
+	hl := in.HeaderLen
+	if n < hl+ICRCLen {
+		return &ParseError{Reason: ReasonTruncated, Opcode: op, Len: n, Want: hl + ICRCLen}
+	}
+	data := n - hl - ICRCLen // payload + pad
+	pad := bth.PadCnt()
+	if !in.Flags.Has(HasPayload) {
+		if data != 0 {
+			return &ParseError{Reason: ReasonLength, Opcode: op, Len: n, Want: 0, Value: data}
+		}
+		if pad != 0 {
+			return &ParseError{Reason: ReasonPadCnt, Opcode: op, Len: n, Want: data, Value: pad}
+		}
+	} else {
+		if data&3 != 0 {
+			return &ParseError{Reason: ReasonLength, Opcode: op, Len: n, Want: -1, Value: data}
+		}
+		if pad > data {
+			return &ParseError{Reason: ReasonPadCnt, Opcode: op, Len: n, Want: data, Value: pad}
+		}
+		if data-pad == 0 && in.Flags&(First|Middle) != 0 {
+			return &ParseError{Reason: ReasonLength, Opcode: op, Len: n, Want: -1, Value: data}
+		}
+		if maxPayload > 0 && data-pad > maxPayload {
+			return &ParseError{Reason: ReasonTooLong, Opcode: op, Len: n, Want: maxPayload, Value: data - pad}
+		}
+	}
+	*p = Packet{
+		Buf:          buf,
+		Op:           in,
+		BTH:          bth,
+		RETH:         sub(buf, in.RETHOff, RETHLen),
+		AETH:         sub(buf, in.AETHOff, AETHLen),
+		AtomicETH:    sub(buf, in.AtomicETHOff, AtomicETHLen),
+		AtomicAckETH: sub(buf, in.AtomicAckETHOff, AtomicAckETHLen),
+		ImmDt:        sub(buf, in.ImmDtOff, ImmDtLen),
+		IETH:         sub(buf, in.IETHOff, IETHLen),
+		DETH:         sub(buf, in.DETHOff, DETHLen),
+		Payload:      buf[hl : hl+data-pad : hl+data-pad],
+		ICRC:         binary.LittleEndian.Uint32(buf[n-ICRCLen:]),
+	}
+	return nil
+}
+
+// Headers is everything needed to encode one packet's header set. Only the
+// headers the opcode carries (per the table) are used.
+type Headers struct {
+	BTH          BTHFields
+	RETH         RETHFields
+	AETH         AETHFields
+	AtomicETH    AtomicETHFields
+	AtomicAckETH uint64 // original remote data
+	ImmDt        uint32
+	IETH         uint32 // R_Key to invalidate
+	DETH         DETHFields
+}
+
+// Headers decodes the headers present in p; absent ones are zero.
+func (p *Packet) Headers() Headers {
+	var h Headers
+	h.BTH = p.BTH.Fields()
+	if p.RETH != nil {
+		h.RETH = p.RETH.Fields()
+	}
+	if p.AETH != nil {
+		h.AETH = p.AETH.Fields()
+	}
+	if p.AtomicETH != nil {
+		h.AtomicETH = p.AtomicETH.Fields()
+	}
+	if p.AtomicAckETH != nil {
+		h.AtomicAckETH = p.AtomicAckETH.OrigData()
+	}
+	if p.ImmDt != nil {
+		h.ImmDt = p.ImmDt.Imm()
+	}
+	if p.IETH != nil {
+		h.IETH = p.IETH.RKey()
+	}
+	if p.DETH != nil {
+		h.DETH = p.DETH.Fields()
+	}
+	return h
+}
+
+// Len is the header length for h.BTH.Opcode from the table (BTHLen for an
+// unknown opcode).
+func (h *Headers) Len() int { return opTable[h.BTH.Opcode].HeaderLen }
+
+// Encode writes the BTH and the opcode's extended headers into b, which must
+// hold at least Len bytes, and returns Len. It does not touch payload, pad or
+// ICRC; PadCnt is written as h.BTH.PadCnt says (see Finish). For a CNP the
+// 16 reserved bytes are written as zero; the DETH reserved byte likewise.
+func (h *Headers) Encode(b []byte) int {
+	in := &opTable[h.BTH.Opcode]
+	b = b[:in.HeaderLen]
+	BTH(b).Encode(&h.BTH)
+	if o := in.DETHOff; o != 0 {
+		DETH(b[o:]).Encode(&h.DETH)
+	}
+	if o := in.RETHOff; o != 0 {
+		RETH(b[o:]).Encode(&h.RETH)
+	}
+	if o := in.AtomicETHOff; o != 0 {
+		AtomicETH(b[o:]).Encode(&h.AtomicETH)
+	}
+	if o := in.AETHOff; o != 0 {
+		AETH(b[o:]).Encode(&h.AETH)
+	}
+	if o := in.AtomicAckETHOff; o != 0 {
+		AtomicAckETH(b[o:]).SetOrigData(h.AtomicAckETH)
+	}
+	if o := in.ImmDtOff; o != 0 {
+		ImmDt(b[o:]).SetImm(h.ImmDt)
+	}
+	if o := in.IETHOff; o != 0 {
+		IETH(b[o:]).SetRKey(h.IETH)
+	}
+	if in.Transport == TransportCNP {
+		clear(b[BTHLen:])
+	}
+	return in.HeaderLen
+}
+
+// Finish completes a packet whose headers occupy b[:hlen] and whose payload
+// the caller has copied to b[hlen:hlen+payloadLen]: it zeroes the pad bytes,
+// sets the BTH PadCnt and returns the length without ICRC (hlen +
+// payloadLen + pad). Follow it with PutICRC.
+func Finish(b []byte, hlen, payloadLen int) int {
+	pad := PadLen(payloadLen)
+	end := hlen + payloadLen
+	clear(b[end : end+pad])
+	BTH(b).SetPadCnt(pad)
+	return end + pad
+}

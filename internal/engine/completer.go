@@ -1,0 +1,435 @@
+package engine
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/goverbs/goverbs/wire"
+)
+
+// completer consumes ACKs and responses for the send queue (IBTA 9.7.5.1, rxe_comp.c):
+// it retires WQEs in order into the send CQ and owns the retransmission timer, the retry
+// counters and RNR back-off.
+type completer struct {
+	qp           *QP
+	psn          wire.PSN // oldest PSN not yet acknowledged
+	retryLeft    uint8
+	rnrRetryLeft uint8
+
+	// A NAK, a timeout or an implied NAK rewinds the requester once; further signals for
+	// the same PSN before any progress are echoes of the same loss, not new losses.
+	rewound   bool
+	rewoundAt wire.PSN
+
+	rnrWait bool // requester held until the RNR timer fires
+
+	timerMu       sync.Mutex // guards the timers themselves (not the QP state)
+	retrans       *time.Timer
+	retransExpiry time.Time
+	rnr           *time.Timer
+}
+
+func (c *completer) init(qp *QP) { c.qp = qp }
+
+func (c *completer) reset() {
+	qp := c.qp
+	*c = completer{qp: qp, retrans: c.retrans, rnr: c.rnr}
+}
+
+// armRetransmit starts the local ACK timer if it is not running. qp.mu is held.
+func (c *completer) armRetransmit() {
+	d := timeoutDuration(c.qp.attr.Timeout)
+	if d == 0 || !c.retransExpiry.IsZero() {
+		return
+	}
+	c.setRetransmit(d)
+}
+
+// restartRetransmit restarts the timer after progress, or stops it when nothing is
+// outstanding. qp.mu is held.
+func (c *completer) restartRetransmit() {
+	qp := c.qp
+	d := timeoutDuration(qp.attr.Timeout)
+	if d == 0 {
+		return
+	}
+	if qp.sq.head == qp.sq.req && (qp.sq.req == qp.sq.tail || qp.sq.at(qp.sq.req).state == wqePosted) {
+		c.retransExpiry = time.Time{}
+		return
+	}
+	c.setRetransmit(d)
+}
+
+func (c *completer) setRetransmit(d time.Duration) {
+	c.retransExpiry = time.Now().Add(d)
+	c.timerMu.Lock()
+	if c.retrans == nil {
+		c.retrans = time.AfterFunc(d, c.onRetransmitTimer)
+	} else {
+		c.retrans.Reset(d)
+	}
+	c.timerMu.Unlock()
+}
+
+func (c *completer) stopTimers() {
+	c.retransExpiry = time.Time{}
+	c.rnrWait = false
+	c.timerMu.Lock()
+	if c.retrans != nil {
+		c.retrans.Stop()
+	}
+	if c.rnr != nil {
+		c.rnr.Stop()
+	}
+	c.timerMu.Unlock()
+}
+
+// onRetransmitTimer runs when the local ACK timeout may have expired (IBTA 9.7.6.1.3).
+func (c *completer) onRetransmitTimer() {
+	qp := c.qp
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if qp.closed || qp.state != QPStateRTS && qp.state != QPStateSQD || c.retransExpiry.IsZero() {
+		return
+	}
+	if left := time.Until(c.retransExpiry); left > 0 {
+		c.timerMu.Lock()
+		c.retrans.Reset(left) // the deadline moved after this firing was scheduled
+		c.timerMu.Unlock()
+		return
+	}
+	c.retransExpiry = time.Time{}
+	if qp.sq.head == qp.sq.req && qp.sq.req == qp.sq.tail {
+		return
+	}
+	qp.Stats.RetryTimeouts++
+	qp.dev.counters.RetryTimeouts.Add(1)
+	if !c.spendRetry() {
+		return
+	}
+	c.rewound, c.rewoundAt = true, c.psn
+	qp.rewind(c.psn)
+	qp.runRequester()
+	c.armRetransmit()
+}
+
+// spendRetry takes one from retry_cnt, or fails the oldest WQE with RETRY_EXC_ERR when none
+// are left (IBTA 9.7.6.1.3). It reports whether the requester may retry.
+func (c *completer) spendRetry() bool {
+	if c.retryLeft == 0 {
+		c.failHead(WCRetryExcErr, 0)
+		return false
+	}
+	c.retryLeft--
+	return true
+}
+
+// progress records that the responder acknowledged something new.
+func (c *completer) progress(psn wire.PSN) {
+	if psn.After(c.psn) {
+		c.psn = psn
+	}
+	c.retryLeft = c.qp.attr.RetryCnt
+	c.rnrRetryLeft = c.qp.attr.RNRRetry
+	c.rewound = false
+}
+
+// failHead completes the oldest outstanding WQE with st and moves the QP to the error
+// state, flushing everything after it.
+func (c *completer) failHead(st WCStatus, vendor uint32) {
+	qp := c.qp
+	for i := qp.sq.head; i != qp.sq.tail; i++ {
+		w := qp.sq.at(i)
+		if w.state != wqeDone {
+			w.state, w.status, w.vendor = wqeDone, st, vendor
+			break
+		}
+	}
+	qp.toError(noEvent)
+}
+
+// oldest returns the oldest WQE that is not finished and has been (at least partly) sent.
+func (qp *QP) oldest() *sendWQE {
+	for i := qp.sq.head; i != qp.sq.tail; i++ {
+		w := qp.sq.at(i)
+		switch w.state {
+		case wqeDone:
+			continue
+		case wqePosted:
+			return nil
+		}
+		return w
+	}
+	return nil
+}
+
+// complete handles an ACK, NAK, READ response or atomic ACK for this QP. qp.mu is held.
+func (qp *QP) complete(p *wire.Packet) {
+	c := &qp.comp
+	psn := p.BTH.PSN()
+	if !psn.Before(qp.req.high) {
+		qp.dev.counters.GhostResponse.Add(1)
+		return // acknowledges something never sent
+	}
+	info := p.Op
+	var syn wire.Syndrome
+	if p.AETH != nil {
+		syn = p.AETH.Syndrome()
+	}
+	progressed := false
+	switch {
+	case info.Flags.Has(wire.OpRead):
+		progressed = qp.readResponse(p, psn)
+	case info.Flags.Has(wire.HasAtomicAckETH):
+		progressed = qp.atomicAck(p, psn)
+	case syn.Type() == wire.AckTypeACK:
+		progressed = qp.ackThrough(psn)
+	case syn.Type() == wire.AckTypeRNRNAK:
+		progressed = qp.ackThrough(psn.Sub(1))
+		qp.Stats.RNRNakReceived++
+		qp.dev.counters.RNRNakReceived.Add(1)
+		qp.rnrNak(psn, syn)
+	case syn.Type() == wire.AckTypeNAK:
+		progressed = qp.ackThrough(psn.Sub(1))
+		qp.nak(psn, syn)
+	default:
+		qp.dev.counters.Malformed.Add(1)
+	}
+	qp.retire()
+	if qp.state != QPStateRTS && qp.state != QPStateSQD {
+		return
+	}
+	if progressed {
+		c.restartRetransmit()
+	}
+	qp.runRequester()
+}
+
+// ackThrough completes SEND and WRITE WQEs whose last PSN is at or before psn. A READ or
+// atomic in that range without its response means the response was lost: the ACK is an
+// implied NAK and the requester goes back to it (IBTA 9.7.5.1.3).
+func (qp *QP) ackThrough(psn wire.PSN) bool {
+	c := &qp.comp
+	if psn.Before(c.psn) {
+		return false
+	}
+	progressed := false
+	for i := qp.sq.head; i != qp.sq.tail; i++ {
+		w := qp.sq.at(i)
+		if w.state == wqeDone {
+			continue
+		}
+		if w.state == wqePosted || psn.Before(w.firstPSN) {
+			break
+		}
+		if w.isReadOrAtomic() {
+			qp.impliedNak(w)
+			break
+		}
+		if w.lastPSN().After(psn) {
+			c.progress(psn.Add(1)) // part of a multi-packet message
+			progressed = true
+			break
+		}
+		w.state = wqeDone
+		c.progress(w.lastPSN().Add(1))
+		progressed = true
+	}
+	return progressed
+}
+
+// impliedNak rewinds to the first response of w that has not arrived.
+func (qp *QP) impliedNak(w *sendWQE) {
+	c := &qp.comp
+	at := w.firstPSN.Add(w.got)
+	if c.rewound && c.rewoundAt == at {
+		return
+	}
+	qp.dev.counters.ImpliedNak.Add(1)
+	if !c.spendRetry() {
+		return
+	}
+	c.rewound, c.rewoundAt = true, at
+	qp.rewind(at)
+}
+
+func (qp *QP) readResponse(p *wire.Packet, psn wire.PSN) bool {
+	c := &qp.comp
+	if !qp.ackThrough(psn.Sub(1)) && psn.Before(c.psn) {
+		return false // duplicate response
+	}
+	w := qp.oldest()
+	if w == nil || w.wr.Opcode != WRRDMARead || psn.Before(w.firstPSN) || psn.After(w.lastPSN()) {
+		qp.dev.counters.GhostResponse.Add(1)
+		return false
+	}
+	want := w.firstPSN.Add(w.got)
+	if psn != want {
+		if psn.After(want) { // responses in between were lost
+			qp.impliedNak(w)
+		}
+		return false
+	}
+	// IBTA 9.7.5.1.4: FIRST/MIDDLE responses carry exactly one path MTU, the LAST/ONLY
+	// one the remainder. Anything else is a bad response.
+	off := int(w.got) * qp.mtu
+	rest := w.length - off
+	n := len(p.Payload)
+	fl := p.Op.Flags
+	posOK := (w.got == 0) == (fl.Has(wire.First) || fl.Has(wire.Only))
+	lenOK := n == qp.mtu && (fl.Has(wire.First) || fl.Has(wire.Middle)) && rest > qp.mtu ||
+		n == rest && (fl.Has(wire.Last) || fl.Has(wire.Only))
+	if !posOK || !lenOK {
+		c.failHead(WCBadRespErr, 0)
+		return false
+	}
+	w.local.copyIn(p.Payload, off)
+	w.got++
+	c.progress(psn.Add(1))
+	if fl.Has(wire.Last) || fl.Has(wire.Only) {
+		w.state = wqeDone
+		qp.req.outstandingRdAtom--
+		c.progress(w.lastPSN().Add(1))
+	}
+	return true
+}
+
+func (qp *QP) atomicAck(p *wire.Packet, psn wire.PSN) bool {
+	c := &qp.comp
+	if !qp.ackThrough(psn.Sub(1)) && psn.Before(c.psn) {
+		return false
+	}
+	w := qp.oldest()
+	if w == nil || w.firstPSN != psn || (w.wr.Opcode != WRAtomicCmpAndSwp && w.wr.Opcode != WRAtomicFetchAdd) {
+		qp.dev.counters.GhostResponse.Add(1)
+		return false
+	}
+	// The original value lands in the local buffer in host byte order, as on an RNIC.
+	var v [8]byte
+	binary.NativeEndian.PutUint64(v[:], p.AtomicAckETH.OrigData())
+	w.local.copyIn(v[:], 0)
+	w.state = wqeDone
+	qp.req.outstandingRdAtom--
+	c.progress(psn.Add(1))
+	return true
+}
+
+// rnrNak backs off for the time the responder asked for, then resends from psn
+// (IBTA 9.7.5.2.8). rnr_retry 7 means retry for ever.
+func (qp *QP) rnrNak(psn wire.PSN, syn wire.Syndrome) {
+	c := &qp.comp
+	if qp.oldest() == nil {
+		return
+	}
+	if c.rnrRetryLeft == 0 {
+		c.failHead(WCRNRRetryExcErr, uint32(syn))
+		return
+	}
+	if c.rnrRetryLeft != 7 {
+		c.rnrRetryLeft--
+	}
+	qp.rewind(psn)
+	c.rnrWait = true
+	c.retransExpiry = time.Time{}
+	d := wire.RNRTimerDuration(syn.RNRTimer())
+	c.timerMu.Lock()
+	if c.rnr == nil {
+		c.rnr = time.AfterFunc(d, c.onRNRTimer)
+	} else {
+		c.rnr.Reset(d)
+	}
+	c.timerMu.Unlock()
+}
+
+func (c *completer) onRNRTimer() {
+	qp := c.qp
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if qp.closed || !c.rnrWait {
+		return
+	}
+	c.rnrWait = false
+	qp.runRequester()
+}
+
+// nak handles a NAK for psn (IBTA 9.7.5.2, table 44).
+func (qp *QP) nak(psn wire.PSN, syn wire.Syndrome) {
+	c := &qp.comp
+	code := syn.NAKCode()
+	if code == wire.NAKPSNSeqError {
+		qp.Stats.SeqNakReceived++
+		qp.dev.counters.SeqNakReceived.Add(1)
+		if qp.oldest() == nil || c.rewound && c.rewoundAt == psn {
+			return
+		}
+		if !c.spendRetry() {
+			return
+		}
+		c.rewound, c.rewoundAt = true, psn
+		qp.rewind(psn)
+		return
+	}
+	st := WCRemOpErr
+	switch code {
+	case wire.NAKInvalidRequest:
+		st = WCRemInvReqErr
+	case wire.NAKRemoteAccessError:
+		st = WCRemAccessErr
+	case wire.NAKRemoteOperationalError:
+		st = WCRemOpErr
+	case wire.NAKInvalidRDRequest:
+		st = WCRemInvRdReqErr
+	}
+	if qp.oldest() == nil {
+		return
+	}
+	c.failHead(st, uint32(syn))
+}
+
+// retire moves finished WQEs from the head of the send queue to the CQ, in order
+// (IBTA 10.8.5: completions are returned in the order work was posted).
+func (qp *QP) retire() {
+	for qp.sq.head != qp.sq.tail {
+		w := qp.sq.at(qp.sq.head)
+		if w.state != wqeDone {
+			return
+		}
+		qp.retireOne(w)
+		qp.sq.head++
+		if qp.sq.req < qp.sq.head {
+			qp.sq.req = qp.sq.head
+		}
+	}
+}
+
+var wcOpcodeOf = [...]WCOpcode{
+	WRRDMAWrite: WCRDMAWrite, WRRDMAWriteWithImm: WCRDMAWrite, WRSend: WCSend,
+	WRSendWithImm: WCSend, WRRDMARead: WCRDMARead, WRAtomicCmpAndSwp: WCCompSwap,
+	WRAtomicFetchAdd: WCFetchAdd, WRLocalInv: WCLocalInv, WRBindMW: WCBindMW, WRSendWithInv: WCSend,
+}
+
+func (qp *QP) retireOne(w *sendWQE) {
+	if w.status == WCSuccess && !qp.sigAll && w.wr.Flags&SendSignaled == 0 {
+		return
+	}
+	wc := WC{ID: w.wr.ID, Status: w.status, Opcode: wcOpcodeOf[w.wr.Opcode], QPN: qp.qpn, VendorErr: w.vendor}
+	if w.status == WCSuccess {
+		switch w.wr.Opcode {
+		case WRRDMARead:
+			wc.ByteLen = uint32(w.length)
+		case WRAtomicCmpAndSwp, WRAtomicFetchAdd:
+			wc.ByteLen = 8
+		}
+	}
+	qp.sendCQ.push(&wc, false)
+}
+
+func netipFromAH(ah *AH, port uint16) netip.AddrPort {
+	a := ah.Addr
+	if !a.IsValid() {
+		a = GIDToAddr(ah.DGID)
+	}
+	return netip.AddrPortFrom(a, port)
+}

@@ -1,0 +1,179 @@
+package engine
+
+import (
+	"errors"
+	"sync"
+)
+
+var (
+	ErrCQOverflow = errors.New("completion queue overrun: completions were lost")
+	ErrCQClosed   = errors.New("completion queue is closed")
+	ErrCQBusy     = errors.New("completion queue is still used by a queue pair")
+	ErrCQSize     = errors.New("invalid completion queue size")
+)
+
+// MaxCQE is the largest CQ depth the device accepts (rxe advertises 32767).
+const MaxCQE = 1<<15 - 1
+
+// CQ is a completion queue: a ring of work completions written by the engine and read by
+// Poll. A full CQ is an overrun (IBTA 11.4.2.1): the CQ goes to the error state, Poll
+// reports ErrCQOverflow, and an async CQ-error event is raised; nothing blocks.
+type CQ struct {
+	dev  *Device
+	mu   sync.Mutex
+	ring []WC
+	head int // oldest completion
+	n    int // completions in the ring
+
+	overflow bool
+	closed   bool
+	refs     int // QPs using it
+
+	// Completion events (ibv_req_notify_cq): armed says which completion fires handler.
+	armed   cqArm
+	handler func()
+}
+
+type cqArm uint8
+
+const (
+	cqDisarmed cqArm = iota
+	cqArmNext
+	cqArmSolicited
+)
+
+// CreateCQ creates a completion queue that holds at least depth completions.
+func (d *Device) CreateCQ(depth int) (*CQ, error) {
+	if d.closed.Load() {
+		return nil, ErrDeviceClosed
+	}
+	if depth < 1 || depth > MaxCQE {
+		return nil, ErrCQSize
+	}
+	return &CQ{dev: d, ring: make([]WC, depth)}, nil
+}
+
+// Depth returns the number of completions the CQ holds.
+func (cq *CQ) Depth() int {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	return len(cq.ring)
+}
+
+// Poll copies up to len(out) completions, oldest first, and returns how many.
+func (cq *CQ) Poll(out []WC) (int, error) {
+	cq.mu.Lock()
+	if cq.closed {
+		cq.mu.Unlock()
+		return 0, ErrCQClosed
+	}
+	k := 0
+	for k < len(out) && cq.n > 0 {
+		out[k] = cq.ring[cq.head]
+		cq.head++
+		if cq.head == len(cq.ring) {
+			cq.head = 0
+		}
+		cq.n--
+		k++
+	}
+	overflow := cq.overflow
+	cq.mu.Unlock()
+	if k == 0 && overflow {
+		return 0, ErrCQOverflow
+	}
+	return k, nil
+}
+
+// Resize changes the ring size, keeping the completions in it (ibv_resize_cq).
+func (cq *CQ) Resize(depth int) error {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if depth < 1 || depth > MaxCQE || depth < cq.n {
+		return ErrCQSize
+	}
+	ring := make([]WC, depth)
+	for i := 0; i < cq.n; i++ {
+		ring[i] = cq.ring[(cq.head+i)%len(cq.ring)]
+	}
+	cq.ring, cq.head = ring, 0
+	return nil
+}
+
+// SetHandler installs the function called (without the CQ lock) when an armed CQ gets a
+// completion. It must not block.
+func (cq *CQ) SetHandler(f func()) {
+	cq.mu.Lock()
+	cq.handler = f
+	cq.mu.Unlock()
+}
+
+// RequestNotify arms the CQ for one event: on the next completion, or only on the next
+// solicited or error completion (IBTA 11.4.2.2).
+func (cq *CQ) RequestNotify(solicitedOnly bool) error {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if cq.closed {
+		return ErrCQClosed
+	}
+	if solicitedOnly {
+		if cq.armed != cqArmNext {
+			cq.armed = cqArmSolicited
+		}
+	} else {
+		cq.armed = cqArmNext
+	}
+	return nil
+}
+
+// push appends a completion. solicited marks a receive completion of a message with the
+// solicited-event bit, which fires a solicited-only arm; errors fire it too.
+func (cq *CQ) push(wc *WC, solicited bool) {
+	cq.mu.Lock()
+	if cq.closed {
+		cq.mu.Unlock()
+		return
+	}
+	if cq.n == len(cq.ring) {
+		first := !cq.overflow
+		cq.overflow = true
+		cq.mu.Unlock()
+		cq.dev.counters.CQOverflows.Add(1)
+		if first {
+			cq.dev.raise(AsyncEvent{Type: EventCQErr, CQ: cq})
+		}
+		return
+	}
+	tail := cq.head + cq.n
+	if tail >= len(cq.ring) {
+		tail -= len(cq.ring)
+	}
+	cq.ring[tail] = *wc
+	cq.n++
+	var fire func()
+	if cq.armed == cqArmNext || (cq.armed == cqArmSolicited && (solicited || wc.Status != WCSuccess)) {
+		cq.armed = cqDisarmed
+		fire = cq.handler
+	}
+	cq.mu.Unlock()
+	if fire != nil {
+		fire()
+	}
+}
+
+// Close destroys the CQ; it fails while a QP still uses it (ibv_destroy_cq: EBUSY).
+func (cq *CQ) Close() error {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if cq.refs > 0 {
+		return ErrCQBusy
+	}
+	cq.closed = true
+	return nil
+}
+
+func (cq *CQ) ref(delta int) {
+	cq.mu.Lock()
+	cq.refs += delta
+	cq.mu.Unlock()
+}

@@ -1,0 +1,179 @@
+package engine
+
+import (
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"github.com/goverbs/goverbs/netio"
+	"github.com/goverbs/goverbs/wire"
+)
+
+var (
+	ErrDeviceClosed = errors.New("device is closed")
+	ErrNoConn       = errors.New("device needs a bound datagram connection")
+)
+
+// Limits the software device advertises and enforces. They follow Linux rxe's defaults
+// (see shared FACTS.md) so that programs tuned for rxe behave the same here.
+const (
+	MaxQP          = 1 << 16
+	MaxQPWR        = 1 << 14
+	MaxSGE         = 32
+	MaxInline      = 512
+	MaxRdAtomic    = 128
+	MaxMsgSize     = 1 << 23 // 8 MiB, port max_msg_sz
+	MaxUnackedPSNs = 128     // requester window, as rxe
+	maxPktsPerAck  = 64      // AckReq at least this often in a long message
+	firstQPN       = 0x11    // QP0/QP1 are special (IBTA 10.2.4.1); rxe starts at 17 too
+)
+
+// Config describes a software device.
+type Config struct {
+	Name string
+	// Conn is the bound datagram socket the device sends and receives on. The device owns
+	// it from now on and closes it in Close.
+	Conn netio.Conn
+	// PeerPort is the UDP destination port of RoCEv2 peers (wire.UDPPort if zero).
+	PeerPort uint16
+	// MTU is the port's active MTU (wire.ActiveMTU of the interface).
+	MTU    wire.MTU
+	Logger *slog.Logger
+}
+
+// Device is one software RDMA device bound to one IP address.
+type Device struct {
+	name     string
+	conn     netio.Conn
+	local    netip.AddrPort
+	gid      [16]byte
+	peerPort uint16
+	mtu      wire.MTU
+	log      *slog.Logger
+
+	closed    atomic.Bool
+	pdHandles atomic.Uint32
+	keys      keyTable
+
+	qpMu    sync.RWMutex
+	qps     map[uint32]*QP
+	nextQPN uint32
+
+	events chan AsyncEvent
+
+	counters Counters
+	txPool   sync.Pool
+	rxDone   chan struct{}
+
+	// Receive-loop state, touched only by the receive goroutine.
+	rxPkt    wire.Packet
+	ackQueue []*QP
+}
+
+// New starts a device on cfg.Conn.
+func New(cfg Config) (*Device, error) {
+	if cfg.Conn == nil {
+		return nil, ErrNoConn
+	}
+	d := &Device{
+		name:     cfg.Name,
+		conn:     cfg.Conn,
+		local:    cfg.Conn.LocalAddr(),
+		peerPort: cfg.PeerPort,
+		mtu:      cfg.MTU,
+		log:      cfg.Logger,
+		qps:      make(map[uint32]*QP),
+		nextQPN:  firstQPN,
+		events:   make(chan AsyncEvent, 256),
+		rxDone:   make(chan struct{}),
+	}
+	if d.peerPort == 0 {
+		d.peerPort = wire.UDPPort
+	}
+	if !d.mtu.Valid() {
+		d.mtu = wire.MTU1024
+	}
+	if d.log == nil {
+		d.log = slog.New(slog.DiscardHandler)
+	}
+	d.gid = AddrToGID(d.local.Addr())
+	d.txPool.New = func() any { return newTxBatch(d.conn.Caps().BatchSize) }
+	go d.rxLoop()
+	d.raise(AsyncEvent{Type: EventPortActive, Port: 1})
+	return d, nil
+}
+
+// Name returns the device name.
+func (d *Device) Name() string { return d.name }
+
+// GID returns the device's RoCEv2 GID (index 0): its IP address, IPv4 mapped into IPv6.
+func (d *Device) GID() [16]byte { return d.gid }
+
+// LocalAddr returns the UDP address the device is bound to.
+func (d *Device) LocalAddr() netip.AddrPort { return d.local }
+
+// ActiveMTU returns the port's active MTU.
+func (d *Device) ActiveMTU() wire.MTU { return d.mtu }
+
+// Conn returns the device's datagram connection (for capabilities).
+func (d *Device) Conn() netio.Conn { return d.conn }
+
+// Counters returns the device's counters.
+func (d *Device) Counters() *Counters { return &d.counters }
+
+// Events returns the channel of asynchronous events (ibv_get_async_event). It is
+// buffered; events that find it full are counted in Counters.EventsLost.
+func (d *Device) Events() <-chan AsyncEvent { return d.events }
+
+// Close stops the device: every QP goes to the error state (flushing its work), the socket
+// is closed and the receive loop ends.
+func (d *Device) Close() error {
+	if d.closed.Swap(true) {
+		return nil
+	}
+	d.qpMu.RLock()
+	qps := make([]*QP, 0, len(d.qps))
+	for _, qp := range d.qps {
+		qps = append(qps, qp)
+	}
+	d.qpMu.RUnlock()
+	for _, qp := range qps {
+		qp.Close()
+	}
+	err := d.conn.Close()
+	<-d.rxDone
+	return err
+}
+
+// AddrToGID returns the RoCEv2 GID of an IP address (Annex A17.8: IPv4-mapped for IPv4).
+func AddrToGID(a netip.Addr) [16]byte {
+	if a.Is4() {
+		a = netip.AddrFrom16(a.As16())
+	}
+	return a.As16()
+}
+
+// GIDToAddr returns the IP address a GID stands for (IPv4 unmapped).
+func GIDToAddr(g [16]byte) netip.Addr {
+	return netip.AddrFrom16(g).Unmap()
+}
+
+func (d *Device) lookupQP(qpn uint32) *QP {
+	d.qpMu.RLock()
+	qp := d.qps[qpn]
+	d.qpMu.RUnlock()
+	return qp
+}
+
+func (d *Device) raise(ev AsyncEvent) {
+	select {
+	case d.events <- ev:
+	default:
+		d.counters.EventsLost.Add(1)
+	}
+}
+
+func isClosed(err error) bool { return errors.Is(err, net.ErrClosed) }

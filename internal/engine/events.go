@@ -1,0 +1,64 @@
+package engine
+
+import "sync/atomic"
+
+// EventType follows enum ibv_event_type.
+type EventType uint8
+
+const (
+	EventCQErr            EventType = 0
+	EventQPFatal          EventType = 1
+	EventQPReqErr         EventType = 2
+	EventQPAccessErr      EventType = 3
+	EventCommEst          EventType = 4
+	EventSQDrained        EventType = 5
+	EventDeviceFatal      EventType = 8
+	EventPortActive       EventType = 9
+	EventPortErr          EventType = 10
+	EventSRQErr           EventType = 14
+	EventSRQLimitReached  EventType = 15
+	EventQPLastWQEReached EventType = 16
+)
+
+// AsyncEvent is one asynchronous event (struct ibv_async_event).
+type AsyncEvent struct {
+	Type EventType
+	QP   *QP
+	CQ   *CQ
+	SRQ  *SRQ
+	Port uint8
+}
+
+// Counters are the device's statistics, in the spirit of `rdma statistic` for rxe. Every
+// dropped packet is counted under the reason it was dropped for.
+type Counters struct {
+	TxPackets, TxBytes atomic.Uint64
+	RxPackets, RxBytes atomic.Uint64
+
+	Retransmits      atomic.Uint64 // packets sent again by go-back-N
+	RetryTimeouts    atomic.Uint64 // retransmission timer expiries
+	RNRNakSent       atomic.Uint64
+	RNRNakReceived   atomic.Uint64
+	SeqNakSent       atomic.Uint64
+	SeqNakReceived   atomic.Uint64
+	DuplicateRequest atomic.Uint64
+	ImpliedNak       atomic.Uint64 // a later ACK or response showed a READ/atomic response was lost
+
+	ICRCErrors    atomic.Uint64 // dropped: no IPv4 ID or checksum makes the ICRC match
+	ICRCRecovered atomic.Uint64 // verified after solving for a peer's non-zero IPv4 Identification
+	Malformed     atomic.Uint64 // dropped: wire.Packet.Parse refused it
+	BadPKey       atomic.Uint64
+	NoQP          atomic.Uint64 // dropped: no such destination QP
+	BadQPState    atomic.Uint64 // dropped: QP not in a state that accepts the packet
+	BadTransport  atomic.Uint64 // dropped: opcode of another transport than the QP's
+	BadAddress    atomic.Uint64 // dropped: source/destination do not match the QP's path
+	BadQKey       atomic.Uint64
+	OutOfSequence atomic.Uint64 // dropped: UC/RC packet not at the expected PSN
+	GhostResponse atomic.Uint64 // dropped: response or ACK for nothing outstanding
+	AccessErrors  atomic.Uint64 // remote requests refused for key, bounds or rights
+	NoRecvWQE     atomic.Uint64 // dropped: UD/UC message with no receive WQE posted
+	CNPReceived   atomic.Uint64
+	CQOverflows   atomic.Uint64
+	SendErrors    atomic.Uint64 // the socket refused a datagram
+	EventsLost    atomic.Uint64
+}

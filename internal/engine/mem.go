@@ -1,0 +1,249 @@
+package engine
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+// Memory keys (IBTA 10.6.3): the upper 24 bits index the device's key table, the low 8
+// bits are a variable "key" part that changes every time a slot is reused, so a stale key
+// held by a peer never reaches a new registration by accident.
+const (
+	maxRegions   = 1 << 16
+	keyIndexBits = 8
+)
+
+var (
+	ErrPDClosed     = errors.New("protection domain is closed")
+	ErrPDBusy       = errors.New("protection domain still has resources")
+	ErrTooManyMRs   = errors.New("memory key table is full")
+	ErrEmptyRegion  = errors.New("memory region is empty")
+	ErrInvalidFlags = errors.New("invalid access flags: remote write or atomic needs local write (IBTA 10.6.3.1)")
+)
+
+// PD is a protection domain: regions and queue pairs must share one to be used together.
+type PD struct {
+	dev    *Device
+	handle uint32
+	refs   atomic.Int32 // MRs and QPs that belong to it
+	closed atomic.Bool
+}
+
+// region is what a memory key names: a memory region, or (later) a memory window bound
+// inside one. Remote and local accesses both resolve keys to a region and then to a slice
+// of its buffer; nothing outside buf is ever reachable through a key.
+type region struct {
+	pd     *PD
+	buf    []byte
+	va     uint64 // virtual address of buf[0], as ibv_reg_mr reports it
+	key    uint32
+	access Access
+	valid  atomic.Bool
+	window bool // a memory window: invalidated by LOCAL_INV or SEND_WITH_INV
+}
+
+// MR is a registered memory region.
+type MR struct {
+	region
+	dev *Device
+}
+
+// LKey and RKey return the region's keys. As in Linux rxe both are the same value.
+func (m *MR) LKey() uint32   { return m.key }
+func (m *MR) RKey() uint32   { return m.key }
+func (m *MR) Addr() uint64   { return m.va }
+func (m *MR) Buf() []byte    { return m.buf }
+func (m *MR) Access() Access { return m.access }
+
+// keyTable maps memory keys to regions with a lock-free lookup on the data path.
+type keyTable struct {
+	mu    sync.Mutex
+	slots [maxRegions]atomic.Pointer[region]
+	gen   [maxRegions]uint8
+	next  uint32
+	inUse int
+}
+
+func (t *keyTable) add(r *region) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.inUse >= maxRegions-1 {
+		return ErrTooManyMRs
+	}
+	// Slot 0 is never used so that key 0 (a common uninitialised value) never resolves.
+	for {
+		t.next++
+		if t.next >= maxRegions {
+			t.next = 1
+		}
+		if t.slots[t.next].Load() == nil {
+			break
+		}
+	}
+	idx := t.next
+	t.gen[idx]++
+	r.key = idx<<keyIndexBits | uint32(t.gen[idx])
+	r.valid.Store(true)
+	t.slots[idx].Store(r)
+	t.inUse++
+	return nil
+}
+
+func (t *keyTable) remove(r *region) {
+	r.valid.Store(false)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	idx := r.key >> keyIndexBits
+	if t.slots[idx].Load() == r {
+		t.slots[idx].Store(nil)
+		t.inUse--
+	}
+}
+
+// lookup returns the valid region named by key, or nil.
+func (t *keyTable) lookup(key uint32) *region {
+	idx := key >> keyIndexBits
+	if idx == 0 || idx >= maxRegions {
+		return nil
+	}
+	r := t.slots[idx].Load()
+	if r == nil || r.key != key || !r.valid.Load() {
+		return nil
+	}
+	return r
+}
+
+// AllocPD allocates a protection domain.
+func (d *Device) AllocPD() (*PD, error) {
+	if d.closed.Load() {
+		return nil, ErrDeviceClosed
+	}
+	return &PD{dev: d, handle: d.pdHandles.Add(1)}, nil
+}
+
+// Close deallocates the PD; like ibv_dealloc_pd it fails while resources still use it.
+func (pd *PD) Close() error {
+	if pd.refs.Load() != 0 {
+		return ErrPDBusy
+	}
+	pd.closed.Store(true)
+	return nil
+}
+
+// RegMR registers buf. The region's address is buf's virtual address, which is what the
+// peer puts in a RETH (as with ibv_reg_mr).
+func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
+	if pd.closed.Load() {
+		return nil, ErrPDClosed
+	}
+	if len(buf) == 0 {
+		return nil, ErrEmptyRegion
+	}
+	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {
+		return nil, ErrInvalidFlags
+	}
+	mr := &MR{dev: pd.dev}
+	mr.pd = pd
+	mr.buf = buf
+	mr.va = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
+	mr.access = access
+	if err := pd.dev.keys.add(&mr.region); err != nil {
+		return nil, err
+	}
+	pd.refs.Add(1)
+	return mr, nil
+}
+
+// Close deregisters the region. Its keys stop resolving at once: a request that arrives
+// afterwards is refused with a remote access error.
+func (m *MR) Close() error {
+	if !m.valid.Load() {
+		return nil
+	}
+	m.dev.keys.remove(&m.region)
+	m.pd.refs.Add(-1)
+	return nil
+}
+
+// span returns the part of r covering [va, va+n) if r belongs to pd and grants need.
+func (r *region) span(pd *PD, va uint64, n uint32, need Access) ([]byte, bool) {
+	if r.pd != pd || r.access&need != need {
+		return nil, false
+	}
+	if va < r.va {
+		return nil, false
+	}
+	off := va - r.va
+	if off > uint64(len(r.buf)) || uint64(n) > uint64(len(r.buf))-off {
+		return nil, false
+	}
+	return r.buf[off : off+uint64(n) : off+uint64(n)], true
+}
+
+// sgl is a scatter/gather list resolved to byte slices.
+type sgl struct {
+	segs  [][]byte
+	total int
+}
+
+// resolveSGL checks every SGE against the key table (lkey, PD, bounds, and local write
+// when the engine is going to write into it) and records the slices. IBTA 10.7.2.2.
+func (d *Device) resolveSGL(pd *PD, in []SGE, write bool, out *sgl) bool {
+	out.segs = out.segs[:0]
+	out.total = 0
+	need := Access(0)
+	if write {
+		need = AccessLocalWrite
+	}
+	for _, s := range in {
+		if s.Length == 0 {
+			continue
+		}
+		r := d.keys.lookup(s.LKey)
+		if r == nil {
+			return false
+		}
+		b, ok := r.span(pd, s.Addr, s.Length, need)
+		if !ok {
+			return false
+		}
+		out.segs = append(out.segs, b)
+		out.total += len(b)
+	}
+	return true
+}
+
+// copyOut gathers len(dst) bytes starting at byte offset off of the list into dst.
+func (l *sgl) copyOut(dst []byte, off int) {
+	for _, s := range l.segs {
+		if off >= len(s) {
+			off -= len(s)
+			continue
+		}
+		n := copy(dst, s[off:])
+		dst = dst[n:]
+		off = 0
+		if len(dst) == 0 {
+			return
+		}
+	}
+}
+
+// copyIn scatters src into the list starting at byte offset off. The caller has checked
+// that off+len(src) fits.
+func (l *sgl) copyIn(src []byte, off int) {
+	for _, s := range l.segs {
+		if off >= len(s) {
+			off -= len(s)
+			continue
+		}
+		n := copy(s[off:], src)
+		src = src[n:]
+		off = 0
+		if len(src) == 0 {
+			return
+		}
+	}
+}

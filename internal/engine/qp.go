@@ -1,0 +1,633 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/goverbs/goverbs/wire"
+)
+
+var (
+	ErrQPState        = errors.New("QP state does not allow this")
+	ErrQPClosed       = errors.New("QP is closed")
+	ErrSendQueueFull  = errors.New("send queue is full")
+	ErrRecvQueueFull  = errors.New("receive queue is full")
+	ErrTooManySGE     = errors.New("too many scatter/gather elements")
+	ErrInlineTooLarge = errors.New("inline data larger than the QP's max_inline_data")
+	ErrBadOpcode      = errors.New("work request opcode not supported on this QP type")
+	ErrMsgTooLarge    = errors.New("message larger than the port's max_msg_sz")
+	ErrQPCap          = errors.New("QP capabilities exceed the device limits")
+	ErrTooManyQPs     = errors.New("too many queue pairs")
+	ErrNoCQ           = errors.New("QP needs a send and a receive completion queue")
+	ErrUDTooLarge     = errors.New("UD message larger than the path MTU")
+	ErrNoAH           = errors.New("UD work request needs an address handle")
+)
+
+// QPInit is what a QP is created with (struct ibv_qp_init_attr).
+type QPInit struct {
+	Type   QPType
+	SendCQ *CQ
+	RecvCQ *CQ
+	SRQ    *SRQ
+	Cap    QPCap
+	SigAll bool
+}
+
+// wqeState is where a send WQE is in its life (rxe's wqe_state).
+type wqeState uint8
+
+const (
+	wqePosted  wqeState = iota // not yet looked at by the requester
+	wqeSending                 // PSNs assigned, some packets not (re)sent yet
+	wqeSent                    // every packet sent, awaiting ACK/response (RC)
+	wqeDone                    // finished, with status; the completer retires it in order
+)
+
+// sendWQE is one send-queue slot: the work request (copied at post time into storage the
+// slot owns, so posting does not allocate) and its transport progress.
+type sendWQE struct {
+	wr       SendWR
+	sgeStore []SGE
+	inline   []byte // inline payload copied at post time
+	local    sgl    // SGL resolved to memory
+	length   int
+
+	state    wqeState
+	firstPSN wire.PSN
+	npkts    uint32 // PSNs the message occupies (READ: response packets)
+	next     uint32 // requester: next packet to send
+	got      uint32 // completer: READ responses placed so far
+	status   WCStatus
+	vendor   uint32
+}
+
+func (w *sendWQE) lastPSN() wire.PSN { return w.firstPSN.Add(w.npkts - 1) }
+
+func (w *sendWQE) isReadOrAtomic() bool {
+	switch w.wr.Opcode {
+	case WRRDMARead, WRAtomicCmpAndSwp, WRAtomicFetchAdd:
+		return true
+	}
+	return false
+}
+
+// sendQueue is a ring of WQEs with three cursors, all counting up without wrapping:
+// head (oldest not retired), req (next the requester works on), tail (next free).
+type sendQueue struct {
+	wqes            []sendWQE
+	head, req, tail uint64
+}
+
+func (q *sendQueue) at(i uint64) *sendWQE { return &q.wqes[i%uint64(len(q.wqes))] }
+
+type recvWQE struct {
+	id       uint64
+	sgeStore []SGE
+	local    sgl
+}
+
+// recvQueue is a ring of receive WQEs.
+type recvQueue struct {
+	wqes       []recvWQE
+	head, tail uint64
+}
+
+func (q *recvQueue) at(i uint64) *recvWQE { return &q.wqes[i%uint64(len(q.wqes))] }
+
+// QP is a queue pair.
+type QP struct {
+	dev    *Device
+	pd     *PD
+	qpn    uint32
+	typ    QPType
+	sendCQ *CQ
+	recvCQ *CQ
+	srq    *SRQ
+	sigAll bool
+	cap    QPCap
+
+	mu     sync.Mutex
+	state  QPState
+	closed bool
+	attr   QPAttr
+	remote netip.AddrPort // RC/UC: the peer, from the AH
+	mtu    int            // path MTU in bytes
+
+	sq     sendQueue
+	rq     recvQueue
+	srqWQE recvWQE // the SRQ WQE the responder holds (copied out of the SRQ)
+	req    requester
+	resp   responder
+	comp   completer
+
+	Stats QPCounters
+}
+
+// QPCounters are per-QP statistics.
+type QPCounters struct {
+	TxPackets, RxPackets uint64
+	Retransmits          uint64
+	RetryTimeouts        uint64
+	RNRNakSent           uint64
+	RNRNakReceived       uint64
+	SeqNakSent           uint64
+	SeqNakReceived       uint64
+	DuplicateRequests    uint64
+}
+
+// CreateQP creates a queue pair in the RESET state.
+func (d *Device) CreateQP(pd *PD, init QPInit) (*QP, error) {
+	if d.closed.Load() {
+		return nil, ErrDeviceClosed
+	}
+	if pd.closed.Load() {
+		return nil, ErrPDClosed
+	}
+	switch init.Type {
+	case QPTypeRC, QPTypeUC, QPTypeUD:
+	default:
+		return nil, fmt.Errorf("QP type %d: %w", init.Type, ErrBadOpcode)
+	}
+	if init.SendCQ == nil || init.RecvCQ == nil {
+		return nil, ErrNoCQ
+	}
+	c := init.Cap
+	if c.MaxSendWR > MaxQPWR || c.MaxRecvWR > MaxQPWR || c.MaxSendSGE > MaxSGE ||
+		c.MaxRecvSGE > MaxSGE || c.MaxInline > MaxInline {
+		return nil, ErrQPCap
+	}
+	if c.MaxSendWR == 0 {
+		c.MaxSendWR = 1
+	}
+	if c.MaxRecvWR == 0 {
+		c.MaxRecvWR = 1
+	}
+	if c.MaxSendSGE == 0 {
+		c.MaxSendSGE = 1
+	}
+	if c.MaxRecvSGE == 0 {
+		c.MaxRecvSGE = 1
+	}
+	qp := &QP{
+		dev: d, pd: pd, typ: init.Type, sendCQ: init.SendCQ, recvCQ: init.RecvCQ,
+		srq: init.SRQ, sigAll: init.SigAll, cap: c, state: QPStateReset,
+	}
+	qp.sq.wqes = make([]sendWQE, c.MaxSendWR)
+	sges := make([]SGE, int(c.MaxSendWR*c.MaxSendSGE))
+	segs := make([][]byte, int(c.MaxSendWR*c.MaxSendSGE))
+	var inl []byte
+	if c.MaxInline > 0 {
+		inl = make([]byte, int(c.MaxSendWR*c.MaxInline))
+	}
+	for i := range qp.sq.wqes {
+		w := &qp.sq.wqes[i]
+		k, n := i*int(c.MaxSendSGE), int(c.MaxSendSGE)
+		w.sgeStore = sges[k : k : k+n]
+		w.local.segs = segs[k : k : k+n]
+		if inl != nil {
+			k, n := i*int(c.MaxInline), int(c.MaxInline)
+			w.inline = inl[k : k : k+n]
+		}
+	}
+	if init.SRQ == nil {
+		qp.rq.wqes = make([]recvWQE, c.MaxRecvWR)
+		rsges := make([]SGE, int(c.MaxRecvWR*c.MaxRecvSGE))
+		rsegs := make([][]byte, int(c.MaxRecvWR*c.MaxRecvSGE))
+		for i := range qp.rq.wqes {
+			k, n := i*int(c.MaxRecvSGE), int(c.MaxRecvSGE)
+			qp.rq.wqes[i].sgeStore = rsges[k : k : k+n]
+			qp.rq.wqes[i].local.segs = rsegs[k : k : k+n]
+		}
+	} else {
+		qp.cap.MaxRecvWR, qp.cap.MaxRecvSGE = 0, 0
+		qp.srqWQE.sgeStore = make([]SGE, 0, init.SRQ.maxSGE)
+		qp.srqWQE.local.segs = make([][]byte, 0, init.SRQ.maxSGE)
+	}
+	qp.comp.init(qp)
+
+	d.qpMu.Lock()
+	if len(d.qps) >= MaxQP {
+		d.qpMu.Unlock()
+		return nil, ErrTooManyQPs
+	}
+	for {
+		n := d.nextQPN
+		d.nextQPN++
+		if d.nextQPN > wire.PSNMask {
+			d.nextQPN = firstQPN
+		}
+		if _, used := d.qps[n]; !used {
+			qp.qpn = n
+			break
+		}
+	}
+	d.qps[qp.qpn] = qp
+	d.qpMu.Unlock()
+
+	pd.refs.Add(1)
+	init.SendCQ.ref(1)
+	if init.RecvCQ != init.SendCQ {
+		init.RecvCQ.ref(1)
+	}
+	if init.SRQ != nil {
+		init.SRQ.ref(1)
+	}
+	return qp, nil
+}
+
+// QPN returns the queue pair number.
+func (qp *QP) QPN() uint32 { return qp.qpn }
+
+// Type returns the QP's transport type.
+func (qp *QP) Type() QPType { return qp.typ }
+
+// State returns the QP's current state.
+func (qp *QP) State() QPState {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	return qp.state
+}
+
+// Query returns the QP's attributes as last set, with its current state and capabilities.
+func (qp *QP) Query() QPAttr {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	a := qp.attr
+	a.State, a.CurState = qp.state, qp.state
+	a.Cap = qp.cap
+	return a
+}
+
+// Counters returns a snapshot of the per-QP statistics.
+func (qp *QP) Counters() QPCounters {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	return qp.Stats
+}
+
+// Modify applies attr as selected by mask. The caller (the verbs layer) has checked the
+// transition and the required and optional attributes against IBTA table 91 (11.2.4.2).
+func (qp *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if qp.closed {
+		return ErrQPClosed
+	}
+	if mask&QPAttrAccessFlags != 0 {
+		qp.attr.AccessFlags = attr.AccessFlags
+	}
+	if mask&QPAttrPKeyIndex != 0 {
+		qp.attr.PKeyIndex = attr.PKeyIndex
+	}
+	if mask&QPAttrPort != 0 {
+		qp.attr.Port = attr.Port
+	}
+	if mask&QPAttrQKey != 0 {
+		qp.attr.QKey = attr.QKey
+	}
+	if mask&QPAttrAV != 0 {
+		qp.attr.AH = attr.AH
+		a := attr.AH.Addr
+		if !a.IsValid() {
+			a = GIDToAddr(attr.AH.DGID)
+		}
+		qp.attr.AH.Addr = a
+		qp.attr.AH.DGID = AddrToGID(a)
+		qp.remote = netip.AddrPortFrom(a, qp.dev.peerPort)
+	}
+	if mask&QPAttrPathMTU != 0 {
+		qp.attr.PathMTU = attr.PathMTU
+		m := attr.PathMTU
+		if m > qp.dev.mtu {
+			m = qp.dev.mtu // a path never exceeds the port's active MTU
+		}
+		qp.mtu = m.Bytes()
+	}
+	if mask&QPAttrDestQPN != 0 {
+		qp.attr.DestQPN = attr.DestQPN & wire.PSNMask
+	}
+	if mask&QPAttrRQPSN != 0 {
+		qp.attr.RQPSN = attr.RQPSN & wire.PSNMask
+		qp.resp.psn = qp.attr.RQPSN
+	}
+	if mask&QPAttrMinRNRTimer != 0 {
+		qp.attr.MinRNRTimer = attr.MinRNRTimer & 31
+	}
+	if mask&QPAttrMaxDestRdAtomic != 0 {
+		qp.attr.MaxDestRdAtomic = attr.MaxDestRdAtomic
+		n := int(attr.MaxDestRdAtomic)
+		if n < 1 {
+			n = 1
+		}
+		qp.resp.res = make([]rdAtomicRes, n)
+	}
+	if mask&QPAttrSQPSN != 0 {
+		qp.attr.SQPSN = attr.SQPSN & wire.PSNMask
+		qp.req.psn = qp.attr.SQPSN
+		qp.req.high = qp.attr.SQPSN
+		qp.comp.psn = qp.attr.SQPSN
+	}
+	if mask&QPAttrTimeout != 0 {
+		qp.attr.Timeout = attr.Timeout & 31
+	}
+	if mask&QPAttrRetryCnt != 0 {
+		qp.attr.RetryCnt = attr.RetryCnt & 7
+		qp.comp.retryLeft = qp.attr.RetryCnt
+	}
+	if mask&QPAttrRNRRetry != 0 {
+		qp.attr.RNRRetry = attr.RNRRetry & 7
+		qp.comp.rnrRetryLeft = qp.attr.RNRRetry
+	}
+	if mask&QPAttrMaxQPRdAtomic != 0 {
+		qp.attr.MaxRdAtomic = attr.MaxRdAtomic
+	}
+	if mask&QPAttrState != 0 {
+		qp.setState(attr.State)
+	}
+	return nil
+}
+
+// setState moves the QP; qp.mu is held.
+func (qp *QP) setState(s QPState) {
+	prev := qp.state
+	qp.state = s
+	switch s {
+	case QPStateReset:
+		qp.reset()
+	case QPStateRTR:
+		if qp.mtu == 0 {
+			qp.mtu = qp.dev.mtu.Bytes()
+		}
+		if qp.resp.res == nil {
+			qp.resp.res = make([]rdAtomicRes, 1)
+		}
+	case QPStateRTS:
+		if qp.typ == QPTypeUD && qp.mtu == 0 {
+			qp.mtu = qp.dev.mtu.Bytes()
+		}
+		if prev == QPStateSQD || prev == QPStateSQE {
+			qp.runRequester()
+		}
+	case QPStateErr:
+		if prev != QPStateErr {
+			qp.flush()
+		}
+	}
+}
+
+// reset returns the QP to its just-created condition, discarding all work without
+// completions (IBTA 10.3.1: the transition to Reset removes every WQE).
+func (qp *QP) reset() {
+	qp.comp.stopTimers()
+	qp.sq.head, qp.sq.req, qp.sq.tail = 0, 0, 0
+	qp.rq.head, qp.rq.tail = 0, 0
+	qp.req = requester{}
+	qp.resp = responder{}
+	qp.comp.reset()
+	qp.attr = QPAttr{}
+	qp.mtu = 0
+	qp.remote = netip.AddrPort{}
+}
+
+// toError moves the QP to the error state on a transport or local error and raises ev.
+func (qp *QP) toError(ev EventType) {
+	if qp.state == QPStateErr {
+		return
+	}
+	qp.state = QPStateErr
+	qp.flush()
+	if ev != 0xff {
+		qp.dev.raise(AsyncEvent{Type: ev, QP: qp})
+	}
+}
+
+const noEvent EventType = 0xff
+
+// flush completes every outstanding WQE (IBTA 10.3.1 Error state): those already finished
+// keep their status, the rest complete with WR_FLUSH_ERR. qp.mu is held.
+func (qp *QP) flush() {
+	qp.comp.stopTimers()
+	for qp.sq.head != qp.sq.tail {
+		w := qp.sq.at(qp.sq.head)
+		if w.state != wqeDone {
+			w.status = WCWRFlushErr
+			w.state = wqeDone
+		}
+		qp.retireOne(w)
+		qp.sq.head++
+	}
+	qp.sq.req = qp.sq.head
+	for qp.rq.head != qp.rq.tail {
+		r := qp.rq.at(qp.rq.head)
+		wc := WC{ID: r.id, Status: WCWRFlushErr, Opcode: WCRecv, QPN: qp.qpn}
+		qp.recvCQ.push(&wc, false)
+		qp.rq.head++
+	}
+	if qp.resp.recv != nil {
+		qp.resp.recv = nil
+	}
+}
+
+// Close destroys the QP. Outstanding work is dropped without completions, as with
+// ibv_destroy_qp; packets that arrive for it afterwards are counted and dropped.
+func (qp *QP) Close() error {
+	qp.mu.Lock()
+	if qp.closed {
+		qp.mu.Unlock()
+		return nil
+	}
+	qp.closed = true
+	qp.state = QPStateErr
+	qp.comp.stopTimers()
+	qp.mu.Unlock()
+
+	d := qp.dev
+	d.qpMu.Lock()
+	delete(d.qps, qp.qpn)
+	d.qpMu.Unlock()
+	qp.pd.refs.Add(-1)
+	qp.sendCQ.ref(-1)
+	if qp.recvCQ != qp.sendCQ {
+		qp.recvCQ.ref(-1)
+	}
+	if qp.srq != nil {
+		qp.srq.ref(-1)
+	}
+	return nil
+}
+
+// PostError says which work request of a batch was refused (ibv_post_send's bad_wr).
+type PostError struct {
+	Index int
+	Err   error
+}
+
+func (e *PostError) Error() string { return fmt.Sprintf("work request %d: %v", e.Index, e.Err) }
+func (e *PostError) Unwrap() error { return e.Err }
+
+// PostSend queues work requests on the send queue and runs the requester at once in the
+// caller's goroutine (run to completion: the first packets leave before PostSend returns).
+func (qp *QP) PostSend(wrs []SendWR) error {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if qp.closed {
+		return ErrQPClosed
+	}
+	switch qp.state {
+	case QPStateRTS, QPStateSQD, QPStateSQE, QPStateErr:
+	default:
+		return ErrQPState
+	}
+	for i := range wrs {
+		if err := qp.enqueueSend(&wrs[i]); err != nil {
+			qp.kickSend()
+			return &PostError{Index: i, Err: err}
+		}
+	}
+	qp.kickSend()
+	return nil
+}
+
+func (qp *QP) kickSend() {
+	if qp.state == QPStateErr {
+		qp.flush()
+		return
+	}
+	qp.runRequester()
+}
+
+func (qp *QP) enqueueSend(wr *SendWR) error {
+	if qp.sq.tail-qp.sq.head >= uint64(len(qp.sq.wqes)) {
+		return ErrSendQueueFull
+	}
+	if !opAllowed(qp.typ, wr.Opcode) {
+		return ErrBadOpcode
+	}
+	if len(wr.SGL) > int(qp.cap.MaxSendSGE) {
+		return ErrTooManySGE
+	}
+	var total uint64
+	for _, s := range wr.SGL {
+		total += uint64(s.Length)
+	}
+	if total > MaxMsgSize {
+		return ErrMsgTooLarge
+	}
+	if qp.typ == QPTypeUD {
+		if wr.AH == nil {
+			return ErrNoAH
+		}
+		if qp.mtu > 0 && total > uint64(qp.mtu) {
+			return ErrUDTooLarge
+		}
+	}
+	inline := wr.Flags&SendInline != 0 && (wr.Opcode == WRSend || wr.Opcode == WRSendWithImm ||
+		wr.Opcode == WRSendWithInv || wr.Opcode == WRRDMAWrite || wr.Opcode == WRRDMAWriteWithImm)
+	if inline && total > uint64(qp.cap.MaxInline) {
+		return ErrInlineTooLarge
+	}
+	w := qp.sq.at(qp.sq.tail)
+	w.wr = *wr
+	w.wr.SGL = append(w.sgeStore[:0], wr.SGL...)
+	w.length = int(total)
+	w.state = wqePosted
+	w.status = WCSuccess
+	w.vendor = 0
+	w.next = 0
+	w.local.segs = w.local.segs[:0]
+	w.local.total = 0
+	if inline {
+		// Inline data is copied now: the caller may reuse its buffer as soon as PostSend
+		// returns, and no lkey is needed (IBV_SEND_INLINE).
+		w.inline = w.inline[:0]
+		ok := true
+		for _, s := range wr.SGL {
+			r := qp.dev.keys.lookup(s.LKey)
+			if r == nil {
+				ok = false
+				break
+			}
+			b, in := r.span(r.pd, s.Addr, s.Length, 0)
+			if !in {
+				ok = false
+				break
+			}
+			w.inline = append(w.inline, b...)
+		}
+		if !ok {
+			return errInlineKey
+		}
+		w.wr.Flags |= SendInline
+	} else {
+		w.wr.Flags &^= SendInline
+	}
+	qp.sq.tail++
+	return nil
+}
+
+var errInlineKey = errors.New("inline SGE does not name registered memory")
+
+func opAllowed(t QPType, op WROpcode) bool {
+	switch t {
+	case QPTypeRC:
+		switch op {
+		case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRRDMARead,
+			WRAtomicCmpAndSwp, WRAtomicFetchAdd, WRLocalInv, WRSendWithInv:
+			return true
+		}
+	case QPTypeUC:
+		switch op {
+		case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRLocalInv:
+			return true
+		}
+	case QPTypeUD:
+		return op == WRSend || op == WRSendWithImm
+	}
+	return false
+}
+
+// PostRecv queues receive work requests.
+func (qp *QP) PostRecv(wrs []RecvWR) error {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if qp.closed {
+		return ErrQPClosed
+	}
+	if qp.srq != nil {
+		return ErrQPState
+	}
+	if qp.state == QPStateReset {
+		return ErrQPState
+	}
+	for i := range wrs {
+		wr := &wrs[i]
+		if qp.rq.tail-qp.rq.head >= uint64(len(qp.rq.wqes)) {
+			return &PostError{Index: i, Err: ErrRecvQueueFull}
+		}
+		if len(wr.SGL) > int(qp.cap.MaxRecvSGE) {
+			return &PostError{Index: i, Err: ErrTooManySGE}
+		}
+		r := qp.rq.at(qp.rq.tail)
+		r.id = wr.ID
+		r.sgeStore = append(r.sgeStore[:0], wr.SGL...)
+		r.local.segs = r.local.segs[:0]
+		r.local.total = -1 // resolved when a message lands in it
+		qp.rq.tail++
+	}
+	if qp.state == QPStateErr {
+		qp.flush()
+	}
+	return nil
+}
+
+// timeoutDuration is the local ACK timeout: 4.096 µs × 2^timeout (IBTA 9.7.6.1.3);
+// 0 means no timer.
+func timeoutDuration(t uint8) time.Duration {
+	if t == 0 {
+		return 0
+	}
+	return time.Duration(4096<<t) * time.Nanosecond
+}

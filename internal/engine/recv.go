@@ -1,0 +1,170 @@
+package engine
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/goverbs/goverbs/netio"
+	"github.com/goverbs/goverbs/wire"
+)
+
+// rxBufSize is a receive buffer: a whole GRO run when the socket coalesces, otherwise the
+// largest RoCEv2 packet with room to spare (a longer datagram is truncated and then fails
+// its length or ICRC check, which is what it deserves).
+func rxBufSize(c netio.Caps) int {
+	if c.GRO {
+		return 1 << 16
+	}
+	return 2 * txBufSize
+}
+
+// rxLoop is the device's receive path: it reads batches and processes each packet to
+// completion (responder or completer) before reading the next batch, then sends the ACKs
+// the batch earned, one per QP.
+func (d *Device) rxLoop() {
+	defer close(d.rxDone)
+	caps := d.conn.Caps()
+	batch := caps.BatchSize
+	if batch < 1 {
+		batch = 1
+	}
+	if batch > 64 {
+		batch = 64
+	}
+	msgs := make([]netio.Message, batch)
+	size := rxBufSize(caps)
+	for i := range msgs {
+		msgs[i].Buf = make([]byte, size)
+	}
+	for {
+		for i := range msgs {
+			msgs[i].Buf = msgs[i].Buf[:cap(msgs[i].Buf)]
+		}
+		n, err := d.conn.ReadBatch(msgs)
+		if err != nil {
+			if isClosed(err) || d.closed.Load() {
+				return
+			}
+			d.log.Debug("receive error", "dev", d.name, "err", err)
+			time.Sleep(time.Millisecond) // a persistent socket error must not spin a core
+			continue
+		}
+		for i := range msgs[:n] {
+			m := &msgs[i]
+			b := m.Buf[:m.N]
+			if m.SegSize > 0 {
+				for len(b) > 0 {
+					k := min(m.SegSize, len(b))
+					d.input(b[:k], m.Addr)
+					b = b[k:]
+				}
+			} else {
+				d.input(b, m.Addr)
+			}
+		}
+		d.flushAcks()
+	}
+}
+
+func (d *Device) flushAcks() {
+	for i, qp := range d.ackQueue {
+		qp.mu.Lock()
+		qp.flushAck()
+		qp.mu.Unlock()
+		d.ackQueue[i] = nil
+	}
+	d.ackQueue = d.ackQueue[:0]
+}
+
+// input checks one datagram and routes it (IBTA 9.6 and Annex A17.4: the receive checks of
+// a RoCEv2 port, in the order Linux rxe applies them).
+func (d *Device) input(b []byte, from netip.AddrPort) {
+	d.counters.RxPackets.Add(1)
+	d.counters.RxBytes.Add(uint64(len(b)))
+	p := &d.rxPkt
+	if err := p.Parse(b, wire.MTU4096.Bytes()); err != nil {
+		d.counters.Malformed.Add(1)
+		d.log.Debug("malformed packet", "dev", d.name, "from", from, "err", err)
+		return
+	}
+	ip := wire.IPHeader{
+		Src: from.Addr(), Dst: d.local.Addr(), SrcPort: from.Port(), DstPort: d.local.Port(), DF: true,
+	}
+	if !wire.CheckICRC(&ip, b) {
+		// goverbs peers send Identification 0; others (Linux rxe) number their packets,
+		// and a UDP socket cannot see the number. Solve for it: if no Identification
+		// makes the ICRC match, the packet is corrupt. See docs/DESIGN.md.
+		if !ip.Src.Unmap().Is4() {
+			d.counters.ICRCErrors.Add(1)
+			return
+		}
+		if _, _, ok := wire.RecoverIPv4ID(&ip, b); !ok {
+			d.counters.ICRCErrors.Add(1)
+			return
+		}
+		d.counters.ICRCRecovered.Add(1)
+	}
+	// P_Key: the default partition, full (0xFFFF) or limited (0x7FFF) member (IBTA 10.9.3).
+	if pk := p.BTH.PKey(); pk&0x7fff != 0x7fff {
+		d.counters.BadPKey.Add(1)
+		return
+	}
+	if p.Op.Transport == wire.TransportCNP {
+		d.counters.CNPReceived.Add(1)
+		return
+	}
+	qp := d.lookupQP(p.BTH.DestQP())
+	if qp == nil {
+		d.counters.NoQP.Add(1)
+		return
+	}
+	qp.mu.Lock()
+	qp.receive(p, from)
+	qp.mu.Unlock()
+}
+
+var transportOf = [...]wire.Transport{QPTypeRC: wire.TransportRC, QPTypeUC: wire.TransportUC, QPTypeUD: wire.TransportUD}
+
+// receive applies the per-QP checks and hands the packet to the responder or completer.
+// qp.mu is held.
+func (qp *QP) receive(p *wire.Packet, from netip.AddrPort) {
+	d := qp.dev
+	if qp.closed {
+		d.counters.NoQP.Add(1)
+		return
+	}
+	if p.Op.Transport != transportOf[qp.typ] {
+		d.counters.BadTransport.Add(1)
+		return
+	}
+	// State (IBTA 10.3.1): requests need RTR or later; responses need RTS or SQD.
+	req := p.Op.Flags.Has(wire.Request)
+	switch qp.state {
+	case QPStateRTR:
+		if !req {
+			d.counters.BadQPState.Add(1)
+			return
+		}
+	case QPStateRTS, QPStateSQD, QPStateSQE:
+	default:
+		d.counters.BadQPState.Add(1)
+		return
+	}
+	if qp.typ != QPTypeUD && from.Addr().Unmap() != qp.remote.Addr().Unmap() {
+		d.counters.BadAddress.Add(1) // a connected QP talks only to its peer's GID
+		return
+	}
+	qp.Stats.RxPackets++
+	switch qp.typ {
+	case QPTypeRC:
+		if req {
+			qp.respond(p)
+		} else {
+			qp.complete(p)
+		}
+	case QPTypeUC:
+		qp.respondUC(p)
+	case QPTypeUD:
+		qp.respondUD(p, from)
+	}
+}

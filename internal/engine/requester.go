@@ -1,0 +1,339 @@
+package engine
+
+import (
+	"github.com/goverbs/goverbs/wire"
+)
+
+// requester is the send side of a QP: it turns WQEs into packets (IBTA 9.5, rxe_req.c).
+type requester struct {
+	psn               wire.PSN // next PSN to send
+	high              wire.PSN // one past the highest PSN ever sent: below it is a retransmission
+	noAckPkts         int      // packets sent since the last one with AckReq
+	outstandingRdAtom int      // READ/atomic requests sent and not yet answered
+}
+
+// Opcodes by position in a message (IBTA 9.4, table 36), for SEND and RDMA WRITE on RC and
+// UC. Index: [only, first, middle, last] then the variant.
+type msgOpcodes struct {
+	first, middle, last, lastImm, lastInv, only, onlyImm, onlyInv wire.Opcode
+}
+
+var (
+	rcSend  = msgOpcodes{wire.RCSendFirst, wire.RCSendMiddle, wire.RCSendLast, wire.RCSendLastImm, wire.RCSendLastInv, wire.RCSendOnly, wire.RCSendOnlyImm, wire.RCSendOnlyInv}
+	rcWrite = msgOpcodes{wire.RCWriteFirst, wire.RCWriteMiddle, wire.RCWriteLast, wire.RCWriteLastImm, 0, wire.RCWriteOnly, wire.RCWriteOnlyImm, 0}
+	ucSend  = msgOpcodes{wire.UCSendFirst, wire.UCSendMiddle, wire.UCSendLast, wire.UCSendLastImm, 0, wire.UCSendOnly, wire.UCSendOnlyImm, 0}
+	ucWrite = msgOpcodes{wire.UCWriteFirst, wire.UCWriteMiddle, wire.UCWriteLast, wire.UCWriteLastImm, 0, wire.UCWriteOnly, wire.UCWriteOnlyImm, 0}
+)
+
+// opcodeFor picks the opcode of packet k of n of w.
+func (qp *QP) opcodeFor(w *sendWQE, k, n uint32) wire.Opcode {
+	if qp.typ == QPTypeUD {
+		if w.wr.Opcode == WRSendWithImm {
+			return wire.UDSendOnlyImm
+		}
+		return wire.UDSendOnly
+	}
+	var t *msgOpcodes
+	write := w.wr.Opcode == WRRDMAWrite || w.wr.Opcode == WRRDMAWriteWithImm
+	switch {
+	case qp.typ == QPTypeRC && write:
+		t = &rcWrite
+	case qp.typ == QPTypeRC:
+		t = &rcSend
+	case write:
+		t = &ucWrite
+	default:
+		t = &ucSend
+	}
+	imm := w.wr.Opcode == WRSendWithImm || w.wr.Opcode == WRRDMAWriteWithImm
+	inv := w.wr.Opcode == WRSendWithInv
+	switch {
+	case n == 1 && imm:
+		return t.onlyImm
+	case n == 1 && inv:
+		return t.onlyInv
+	case n == 1:
+		return t.only
+	case k == 0:
+		return t.first
+	case k < n-1:
+		return t.middle
+	case imm:
+		return t.lastImm
+	case inv:
+		return t.lastInv
+	}
+	return t.last
+}
+
+// runRequester sends what the send queue and the window allow. qp.mu is held.
+func (qp *QP) runRequester() {
+	if qp.state != QPStateRTS || qp.comp.rnrWait {
+		return
+	}
+	var tx *txBatch
+	sentAny := false
+	for qp.sq.req != qp.sq.tail {
+		w := qp.sq.at(qp.sq.req)
+		if w.state == wqeDone { // acknowledged while waiting to be resent
+			qp.sq.req++
+			continue
+		}
+		if w.state == wqePosted {
+			if !qp.startWQE(w) {
+				break
+			}
+			if w.state == wqeDone { // local operation or local error
+				qp.sq.req++
+				if qp.state == QPStateErr {
+					break
+				}
+				continue
+			}
+		}
+		if qp.typ == QPTypeRC && qp.req.psn.Diff(qp.comp.psn) >= MaxUnackedPSNs {
+			break // window full: the completer kicks us when ACKs arrive
+		}
+		if tx == nil {
+			tx = qp.dev.getTx()
+		}
+		qp.sendPackets(w, tx)
+		sentAny = true
+		if w.state == wqeSending {
+			break // stopped by the window
+		}
+		qp.sq.req++
+	}
+	if tx != nil {
+		qp.dev.putTx(tx)
+	}
+	switch {
+	case qp.typ != QPTypeRC:
+		qp.retire() // UC and UD complete as soon as the packets are on the wire
+	case sentAny:
+		qp.comp.armRetransmit()
+	}
+}
+
+// startWQE assigns PSNs to a WQE the first time the requester reaches it and resolves its
+// local memory. It returns false when the WQE must wait (fence, rd_atomic limit).
+func (qp *QP) startWQE(w *sendWQE) bool {
+	if w.wr.Flags&SendFence != 0 && qp.req.outstandingRdAtom > 0 {
+		return false // IBTA 10.8.3.3: wait until earlier READs and atomics complete
+	}
+	if w.isReadOrAtomic() {
+		max := int(qp.attr.MaxRdAtomic)
+		if max < 1 {
+			max = 1
+		}
+		if qp.req.outstandingRdAtom >= max {
+			return false
+		}
+	}
+	switch w.wr.Opcode {
+	case WRLocalInv:
+		if !qp.dev.invalidate(qp.pd, w.wr.Imm) {
+			qp.localError(w, WCLocProtErr)
+			return true
+		}
+		w.state = wqeDone
+		return true
+	}
+	if w.wr.Flags&SendInline == 0 {
+		write := w.isReadOrAtomic() // READ and atomics write into local memory
+		if !qp.dev.resolveSGL(qp.pd, w.wr.SGL, write, &w.local) {
+			qp.localError(w, WCLocProtErr)
+			return true
+		}
+	}
+	if (w.wr.Opcode == WRAtomicCmpAndSwp || w.wr.Opcode == WRAtomicFetchAdd) && w.length != 8 {
+		qp.localError(w, WCLocLenErr)
+		return true
+	}
+	switch {
+	case w.wr.Opcode == WRAtomicCmpAndSwp || w.wr.Opcode == WRAtomicFetchAdd:
+		w.npkts = 1
+	case qp.typ == QPTypeUD:
+		w.npkts = 1
+	default:
+		w.npkts = uint32((w.length + qp.mtu - 1) / qp.mtu)
+		if w.npkts == 0 {
+			w.npkts = 1
+		}
+	}
+	w.firstPSN = qp.req.psn
+	w.next, w.got = 0, 0
+	w.state = wqeSending
+	return true
+}
+
+// localError completes w with a local error and moves the QP to the error state
+// (IBTA 10.8.3.1: local work queue errors are fatal to the QP).
+func (qp *QP) localError(w *sendWQE, st WCStatus) {
+	w.status = st
+	w.state = wqeDone
+	qp.sq.req++
+	qp.toError(EventQPReqErr)
+	qp.sq.req = qp.sq.head
+}
+
+// sendPackets sends w's remaining packets as the window allows.
+func (qp *QP) sendPackets(w *sendWQE, tx *txBatch) {
+	if w.wr.Opcode == WRRDMARead || w.wr.Opcode == WRAtomicCmpAndSwp || w.wr.Opcode == WRAtomicFetchAdd {
+		qp.sendReadAtomic(w, tx)
+		return
+	}
+	dst := qp.remote
+	if qp.typ == QPTypeUD {
+		dst = netipFromAH(w.wr.AH, qp.dev.peerPort)
+	}
+	for w.next < w.npkts {
+		if qp.typ == QPTypeRC && qp.req.psn.Diff(qp.comp.psn) >= MaxUnackedPSNs {
+			return
+		}
+		k := w.next
+		op := qp.opcodeFor(w, k, w.npkts)
+		info := op.Info()
+		off := int(k) * qp.mtu
+		n := w.length - off
+		if n > qp.mtu {
+			n = qp.mtu
+		}
+		if n < 0 {
+			n = 0
+		}
+		psn := w.firstPSN.Add(k)
+		h := wire.Headers{BTH: wire.BTHFields{Opcode: op, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn}}
+		last := k == w.npkts-1
+		if last && w.wr.Flags&SendSolicited != 0 {
+			h.BTH.SE = true
+		}
+		if qp.typ == QPTypeRC {
+			qp.req.noAckPkts++
+			if last || qp.req.noAckPkts >= maxPktsPerAck {
+				h.BTH.AckReq = true
+				qp.req.noAckPkts = 0
+			}
+		}
+		if info.Flags.Has(wire.HasRETH) {
+			h.RETH = wire.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALen: uint32(w.length)}
+		}
+		if info.Flags.Has(wire.HasImmDt) {
+			h.ImmDt = w.wr.Imm
+		}
+		if info.Flags.Has(wire.HasIETH) {
+			h.IETH = w.wr.Imm
+		}
+		if info.Flags.Has(wire.HasDETH) {
+			h.BTH.DestQP = w.wr.RemoteQPN
+			qkey := w.wr.RemoteQKey
+			if qkey&0x80000000 != 0 {
+				qkey = qp.attr.QKey // IBTA 10.2.5: a Q_Key with the high bit set means "use the QP's"
+			}
+			h.DETH = wire.DETHFields{QKey: qkey, SrcQP: qp.qpn}
+		}
+		buf := qp.dev.nextBuf(tx)
+		hlen := h.Encode(buf)
+		if w.wr.Flags&SendInline != 0 {
+			copy(buf[hlen:hlen+n], w.inline[off:])
+		} else {
+			w.local.copyOut(buf[hlen:hlen+n], off)
+		}
+		qp.dev.commit(tx, hlen, n, dst)
+		qp.sentPSN(psn, psn.Add(1))
+		w.next++
+	}
+	w.state = wqeSent
+	if qp.typ != QPTypeRC {
+		w.state = wqeDone
+	}
+}
+
+// sendReadAtomic sends a READ request (for the responses not yet received) or an atomic
+// request. Either occupies its whole PSN range at once.
+func (qp *QP) sendReadAtomic(w *sendWQE, tx *txBatch) {
+	if qp.req.psn.Diff(qp.comp.psn) >= MaxUnackedPSNs {
+		return
+	}
+	psn := w.firstPSN.Add(w.next)
+	h := wire.Headers{BTH: wire.BTHFields{PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn, AckReq: true}}
+	if w.wr.Opcode == WRRDMARead {
+		off := int(w.next) * qp.mtu
+		h.BTH.Opcode = wire.RCReadRequest
+		h.RETH = wire.RETHFields{VA: w.wr.RemoteAddr + uint64(off), RKey: w.wr.RKey, DMALen: uint32(w.length - off)}
+	} else {
+		h.BTH.Opcode = wire.RCCompareSwap
+		if w.wr.Opcode == WRAtomicFetchAdd {
+			h.BTH.Opcode = wire.RCFetchAdd
+		}
+		h.AtomicETH = wire.AtomicETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, SwapAdd: w.wr.CompareAdd, Compare: 0}
+		if w.wr.Opcode == WRAtomicCmpAndSwp {
+			h.AtomicETH.SwapAdd = w.wr.Swap
+			h.AtomicETH.Compare = w.wr.CompareAdd
+		}
+	}
+	buf := qp.dev.nextBuf(tx)
+	hlen := h.Encode(buf)
+	qp.dev.commit(tx, hlen, 0, qp.remote)
+	qp.sentPSN(psn, w.lastPSN().Add(1))
+	qp.req.noAckPkts = 0
+	qp.req.outstandingRdAtom++
+	w.state = wqeSent
+}
+
+// sentPSN accounts for a packet with PSN psn whose successor PSN is next.
+func (qp *QP) sentPSN(psn, next wire.PSN) {
+	qp.Stats.TxPackets++
+	if psn.Before(qp.req.high) {
+		qp.Stats.Retransmits++
+		qp.dev.counters.Retransmits.Add(1)
+	}
+	qp.req.psn = next
+	if next.After(qp.req.high) {
+		qp.req.high = next
+	}
+}
+
+// rewind makes the requester resend from psn: go-back-N (IBTA 9.7.5.1.3). Every WQE from
+// the one holding psn onwards is sent again; earlier ones stay acknowledged. psn lies in
+// [comp.psn, req.high]: callers get it from a NAK, a timeout or an implied NAK.
+func (qp *QP) rewind(psn wire.PSN) {
+	end := qp.sq.req
+	if end != qp.sq.tail && qp.sq.at(end).state == wqeSending {
+		end++ // the WQE the window stopped in the middle of
+	}
+	i := qp.sq.head
+	for ; i != end; i++ {
+		if w := qp.sq.at(i); w.state != wqeDone && !w.lastPSN().Before(psn) {
+			break
+		}
+	}
+	if i == end {
+		return // nothing sent at or after psn is outstanding
+	}
+	rd := 0
+	for j := qp.sq.head; j != i; j++ {
+		if w := qp.sq.at(j); w.state != wqeDone && w.isReadOrAtomic() {
+			rd++
+		}
+	}
+	qp.req.outstandingRdAtom = rd
+	for j := i; j != end; j++ {
+		w := qp.sq.at(j)
+		if w.state == wqeDone {
+			continue
+		}
+		w.state = wqeSending
+		w.next = 0
+		if j == i && psn.After(w.firstPSN) {
+			w.next = uint32(psn.Diff(w.firstPSN))
+		}
+		if w.wr.Opcode == WRRDMARead && w.got > w.next {
+			w.next = w.got // responses already placed stay placed; ask for the rest only
+		}
+	}
+	qp.sq.req = i
+	w := qp.sq.at(i)
+	qp.req.psn = w.firstPSN.Add(w.next)
+	qp.req.noAckPkts = 0
+}

@@ -1,0 +1,468 @@
+package engine
+
+import (
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/goverbs/goverbs/wire"
+)
+
+// responder is the receive side of a QP (IBTA 9.7.4 and 9.8; rxe_resp.c). It checks each
+// inbound request in the spec's order, executes it against local memory, and answers.
+type responder struct {
+	psn wire.PSN // expected PSN
+	msn uint32   // messages completed (24 bits, carried in every AETH)
+
+	// The message in progress (multi-packet SEND or WRITE).
+	inMsg    msgKind
+	recv     *recvWQE // receive WQE the SEND (or WRITE with immediate) lands in
+	recvID   uint64
+	recvOff  int
+	write    []byte // the RDMA WRITE target, checked once on FIRST/ONLY
+	writeOff int
+	writeLen int
+
+	nakSent bool // a PSN sequence NAK was sent for psn; send no more until it arrives
+
+	// Coalesced ACK (rxe sends one per AckReq; goverbs sends one per receive batch).
+	ackPending bool
+	ackPSN     wire.PSN
+	ackQueued  bool
+
+	res     []rdAtomicRes // saved READ and atomic requests, for duplicates (IBTA 9.7.5.1.5)
+	resNext int
+
+	// UC: the message being dropped after a lost packet, until the next FIRST/ONLY.
+	ucDropping bool
+}
+
+type msgKind uint8
+
+const (
+	msgNone msgKind = iota
+	msgSend
+	msgWrite
+)
+
+// rdAtomicRes is a responder resource: what a READ or atomic request asked, kept so that a
+// duplicate is answered again from memory (READ) or from the saved result (atomic: never
+// executed twice).
+type rdAtomicRes struct {
+	valid    bool
+	atomic   bool
+	firstPSN wire.PSN
+	lastPSN  wire.PSN
+	orig     uint64
+}
+
+// respond handles an RC request packet. qp.mu is held.
+func (qp *QP) respond(p *wire.Packet) {
+	r := &qp.resp
+	psn := p.BTH.PSN()
+	switch d := psn.Diff(r.psn); {
+	case d > 0:
+		// Packets in between were lost: one PSN sequence NAK, then silence until the
+		// expected PSN arrives (IBTA 9.7.5.1.2, C9-103).
+		qp.dev.counters.OutOfSequence.Add(1)
+		if !r.nakSent {
+			r.nakSent = true
+			qp.Stats.SeqNakSent++
+			qp.dev.counters.SeqNakSent.Add(1)
+			qp.sendAck(wire.NAKSyndrome(wire.NAKPSNSeqError), r.psn)
+		}
+		return
+	case d < 0:
+		qp.duplicate(p, psn)
+		return
+	}
+	r.nakSent = false
+	fl := p.Op.Flags
+
+	// Opcode sequence (IBTA 9.7.4.1.4, C9-78): a MIDDLE or LAST continues the message in
+	// progress; a FIRST/ONLY/READ/atomic must not interrupt one.
+	cont := fl.Has(wire.Middle) || fl.Has(wire.Last)
+	switch {
+	case cont && fl.Has(wire.OpSend) && r.inMsg != msgSend,
+		cont && fl.Has(wire.OpWrite) && r.inMsg != msgWrite,
+		!cont && r.inMsg != msgNone:
+		qp.respError(wire.NAKInvalidRequest, WCRemInvReqErr, psn, EventQPReqErr)
+		return
+	}
+	// The QP must allow the operation (IBTA 9.7.4.1.3, qp_access_flags).
+	switch {
+	case fl.Has(wire.OpWrite) && qp.attr.AccessFlags&AccessRemoteWrite == 0,
+		fl.Has(wire.OpRead) && qp.attr.AccessFlags&AccessRemoteRead == 0,
+		fl.Has(wire.OpAtomic) && qp.attr.AccessFlags&AccessRemoteAtomic == 0:
+		qp.respError(wire.NAKInvalidRequest, WCRemInvReqErr, psn, EventQPReqErr)
+		return
+	}
+	// Payload length (IBTA 9.7.4.1.6, C9-82): FIRST and MIDDLE carry exactly one path MTU.
+	n := len(p.Payload)
+	if (fl.Has(wire.First) || fl.Has(wire.Middle)) && n != qp.mtu || n > qp.mtu {
+		qp.respError(wire.NAKInvalidRequest, WCRemInvReqErr, psn, EventQPReqErr)
+		return
+	}
+
+	switch {
+	case fl.Has(wire.OpSend):
+		if !qp.recvSend(p, psn) {
+			return
+		}
+	case fl.Has(wire.OpWrite):
+		if !qp.recvWrite(p, psn) {
+			return
+		}
+	case fl.Has(wire.OpRead):
+		qp.recvRead(p, psn, false)
+		return
+	case fl.Has(wire.OpAtomic):
+		qp.recvAtomic(p, psn)
+		return
+	}
+	r.psn = psn.Add(1)
+	if fl.Has(wire.Last) || fl.Has(wire.Only) {
+		r.msn = (r.msn + 1) & wire.PSNMask
+	}
+	if p.BTH.AckReq() {
+		qp.queueAck(psn)
+	}
+}
+
+// takeRecv gives the responder a receive WQE for a new message, or reports RNR.
+func (qp *QP) takeRecv() bool {
+	r := &qp.resp
+	if qp.srq != nil {
+		wqe := &qp.srqWQE
+		if !qp.srq.take(wqe) {
+			return false
+		}
+		r.recv = wqe
+		r.recvID = wqe.id
+		return true
+	}
+	if qp.rq.head == qp.rq.tail {
+		return false
+	}
+	r.recv = qp.rq.at(qp.rq.head)
+	r.recvID = r.recv.id
+	qp.rq.head++
+	return true
+}
+
+// recvSend places a SEND packet into the current receive WQE.
+func (qp *QP) recvSend(p *wire.Packet, psn wire.PSN) bool {
+	r := &qp.resp
+	fl := p.Op.Flags
+	if fl.Has(wire.First) || fl.Has(wire.Only) {
+		if r.recv == nil && !qp.takeRecv() { // UC may still hold the WQE of a lost message
+			qp.rnr(psn)
+			return false
+		}
+		r.recvOff = 0
+		if !qp.resolveRecv(r.recv) {
+			qp.respError(wire.NAKRemoteOperationalError, WCLocProtErr, psn, EventQPFatal)
+			return false
+		}
+		r.inMsg = msgSend
+	}
+	if r.recvOff+len(p.Payload) > r.recv.local.total {
+		qp.respError(wire.NAKInvalidRequest, WCLocLenErr, psn, EventQPReqErr)
+		return false
+	}
+	r.recv.local.copyIn(p.Payload, r.recvOff)
+	r.recvOff += len(p.Payload)
+	if fl.Has(wire.Last) || fl.Has(wire.Only) {
+		wc := WC{ID: r.recvID, Opcode: WCRecv, ByteLen: uint32(r.recvOff), QPN: qp.qpn, SrcQP: qp.attr.DestQPN}
+		if p.ImmDt != nil {
+			wc.Flags |= WCWithImm
+			wc.Imm = p.ImmDt.Imm()
+		}
+		if p.IETH != nil {
+			// SEND with Invalidate (IBTA 10.6.6.2, o10-36): the named rkey is invalidated
+			// before the completion is returned.
+			rkey := p.IETH.RKey()
+			if !qp.dev.invalidate(qp.pd, rkey) {
+				qp.respError(wire.NAKRemoteOperationalError, WCLocQPOpErr, psn, EventQPFatal)
+				return false
+			}
+			wc.Flags |= WCWithInv
+			wc.Imm = rkey
+		}
+		r.inMsg = msgNone
+		r.recv = nil
+		qp.recvCQ.push(&wc, p.BTH.SE())
+	}
+	return true
+}
+
+// resolveRecv resolves a receive WQE's scatter list, which needs local write access.
+func (qp *QP) resolveRecv(w *recvWQE) bool {
+	return qp.dev.resolveSGL(qp.pd, w.sgeStore, true, &w.local)
+}
+
+// recvWrite places an RDMA WRITE packet.
+func (qp *QP) recvWrite(p *wire.Packet, psn wire.PSN) bool {
+	r := &qp.resp
+	fl := p.Op.Flags
+	if fl.Has(wire.First) || fl.Has(wire.Only) {
+		va, rkey, n := p.RETH.VA(), p.RETH.RKey(), p.RETH.DMALen()
+		if n > MaxMsgSize {
+			qp.respError(wire.NAKInvalidRequest, WCRemInvReqErr, psn, EventQPReqErr)
+			return false
+		}
+		r.write = nil
+		if n > 0 { // a zero-length WRITE checks no key (IBTA 9.7.4.1.5, C9-88)
+			b, ok := qp.remoteSpan(rkey, va, n, AccessRemoteWrite)
+			if !ok {
+				qp.respError(wire.NAKRemoteAccessError, WCRemAccessErr, psn, EventQPAccessErr)
+				return false
+			}
+			r.write = b
+		}
+		r.writeOff, r.writeLen = 0, int(n)
+		r.inMsg = msgWrite
+	}
+	if r.writeOff+len(p.Payload) > r.writeLen ||
+		(fl.Has(wire.Last) || fl.Has(wire.Only)) && r.writeOff+len(p.Payload) != r.writeLen {
+		// The packets must add up to the RETH's DMA length exactly (C9-91).
+		qp.respError(wire.NAKInvalidRequest, WCRemInvReqErr, psn, EventQPReqErr)
+		return false
+	}
+	if fl.Has(wire.HasImmDt) && r.recv == nil && !qp.takeRecv() {
+		// WRITE with immediate consumes a receive WQE on its last packet; none: RNR.
+		qp.rnr(psn)
+		return false
+	}
+	copy(r.write[r.writeOff:], p.Payload)
+	r.writeOff += len(p.Payload)
+	if fl.Has(wire.Last) || fl.Has(wire.Only) {
+		r.inMsg = msgNone
+		if fl.Has(wire.HasImmDt) {
+			wc := WC{ID: r.recvID, Opcode: WCRecvRDMAWithImm, ByteLen: uint32(r.writeLen), QPN: qp.qpn,
+				SrcQP: qp.attr.DestQPN, Flags: WCWithImm, Imm: p.ImmDt.Imm()}
+			r.recv = nil
+			qp.recvCQ.push(&wc, p.BTH.SE())
+		}
+		r.write = nil
+	}
+	return true
+}
+
+// remoteSpan checks an rkey, range and right for a remote request (IBTA 9.7.4.1.5 and
+// 10.6.3.3): the key names a valid region or window of this QP's PD that grants need and
+// covers [va, va+n).
+func (qp *QP) remoteSpan(rkey uint32, va uint64, n uint32, need Access) ([]byte, bool) {
+	reg := qp.dev.keys.lookup(rkey)
+	if reg == nil {
+		qp.dev.counters.AccessErrors.Add(1)
+		return nil, false
+	}
+	b, ok := reg.span(qp.pd, va, n, need)
+	if !ok {
+		qp.dev.counters.AccessErrors.Add(1)
+	}
+	return b, ok
+}
+
+// recvRead executes a READ request: it saves a responder resource and sends the
+// responses. dup says the request was seen before and its resource already exists.
+func (qp *QP) recvRead(p *wire.Packet, psn wire.PSN, dup bool) {
+	r := &qp.resp
+	va, rkey, n := p.RETH.VA(), p.RETH.RKey(), p.RETH.DMALen()
+	if n > MaxMsgSize {
+		qp.respError(wire.NAKInvalidRequest, WCRemInvReqErr, psn, EventQPReqErr)
+		return
+	}
+	var src []byte
+	if n > 0 {
+		b, ok := qp.remoteSpan(rkey, va, n, AccessRemoteRead)
+		if !ok {
+			if !dup {
+				qp.respError(wire.NAKRemoteAccessError, WCRemAccessErr, psn, EventQPAccessErr)
+			}
+			return
+		}
+		src = b
+	}
+	npkts := (int(n) + qp.mtu - 1) / qp.mtu
+	if npkts == 0 {
+		npkts = 1
+	}
+	if !dup {
+		res := &r.res[r.resNext]
+		r.resNext = (r.resNext + 1) % len(r.res)
+		*res = rdAtomicRes{valid: true, firstPSN: psn, lastPSN: psn.Add(uint32(npkts - 1))}
+		r.psn = psn.Add(uint32(npkts))
+		r.msn = (r.msn + 1) & wire.PSNMask
+	}
+	tx := qp.dev.getTx()
+	for k := 0; k < npkts; k++ {
+		op := wire.RCReadResponseMiddle
+		switch {
+		case npkts == 1:
+			op = wire.RCReadResponseOnly
+		case k == 0:
+			op = wire.RCReadResponseFirst
+		case k == npkts-1:
+			op = wire.RCReadResponseLast
+		}
+		h := wire.Headers{BTH: wire.BTHFields{Opcode: op, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn.Add(uint32(k))}}
+		h.AETH = wire.AETHFields{Syndrome: wire.ACKSyndrome(wire.CreditsInvalid), MSN: r.msn}
+		off := k * qp.mtu
+		m := len(src) - off
+		if m > qp.mtu {
+			m = qp.mtu
+		}
+		buf := qp.dev.nextBuf(tx)
+		hlen := h.Encode(buf)
+		copy(buf[hlen:hlen+m], src[off:])
+		qp.dev.commit(tx, hlen, m, qp.remote)
+		qp.Stats.TxPackets++
+	}
+	qp.dev.putTx(tx)
+}
+
+// recvAtomic executes an atomic request once and answers with the original value.
+func (qp *QP) recvAtomic(p *wire.Packet, psn wire.PSN) {
+	r := &qp.resp
+	a := p.AtomicETH
+	va := a.VA()
+	if va&7 != 0 {
+		// Atomics must be naturally aligned (IBTA 9.4.5, C9-40); rxe answers Invalid Request.
+		qp.respError(wire.NAKInvalidRequest, WCRemInvReqErr, psn, EventQPReqErr)
+		return
+	}
+	b, ok := qp.remoteSpan(a.RKey(), va, 8, AccessRemoteAtomic)
+	if !ok {
+		qp.respError(wire.NAKRemoteAccessError, WCRemAccessErr, psn, EventQPAccessErr)
+		return
+	}
+	// The target is 8-byte aligned in the address space (va&7 == 0 and va maps 1:1 onto
+	// the registered slice), so the hardware atomics apply: atomics from every QP of every
+	// device in this process to the same word are serialised by the CPU.
+	word := (*uint64)(unsafe.Pointer(unsafe.SliceData(b)))
+	var orig uint64
+	if p.BTH.Opcode() == wire.RCFetchAdd {
+		orig = atomic.AddUint64(word, a.SwapAdd()) - a.SwapAdd()
+	} else {
+		for {
+			orig = atomic.LoadUint64(word)
+			if orig != a.Compare() || atomic.CompareAndSwapUint64(word, orig, a.SwapAdd()) {
+				break
+			}
+		}
+	}
+	res := &r.res[r.resNext]
+	r.resNext = (r.resNext + 1) % len(r.res)
+	*res = rdAtomicRes{valid: true, atomic: true, firstPSN: psn, lastPSN: psn, orig: orig}
+	r.psn = psn.Add(1)
+	r.msn = (r.msn + 1) & wire.PSNMask
+	qp.sendAtomicAck(psn, orig)
+}
+
+func (qp *QP) sendAtomicAck(psn wire.PSN, orig uint64) {
+	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAtomicAck, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn}}
+	h.AETH = wire.AETHFields{Syndrome: wire.ACKSyndrome(wire.CreditsInvalid), MSN: qp.resp.msn}
+	h.AtomicAckETH = orig
+	tx := qp.dev.getTx()
+	buf := qp.dev.nextBuf(tx)
+	hlen := h.Encode(buf)
+	qp.dev.commit(tx, hlen, 0, qp.remote)
+	qp.dev.putTx(tx)
+}
+
+// duplicate answers a request whose PSN is older than expected (IBTA 9.7.5.1.5): SEND and
+// WRITE are acknowledged again without executing, READ is answered again from memory,
+// an atomic gets its saved result.
+func (qp *QP) duplicate(p *wire.Packet, psn wire.PSN) {
+	r := &qp.resp
+	qp.Stats.DuplicateRequests++
+	qp.dev.counters.DuplicateRequest.Add(1)
+	fl := p.Op.Flags
+	switch {
+	case fl.Has(wire.OpRead):
+		for i := range r.res {
+			res := &r.res[i]
+			if res.valid && !res.atomic && !psn.Before(res.firstPSN) && !psn.After(res.lastPSN) {
+				qp.recvRead(p, psn, true)
+				return
+			}
+		}
+	case fl.Has(wire.OpAtomic):
+		for i := range r.res {
+			res := &r.res[i]
+			if res.valid && res.atomic && res.firstPSN == psn {
+				qp.sendAtomicAck(psn, res.orig)
+				return
+			}
+		}
+	default:
+		if p.BTH.AckReq() {
+			qp.queueAck(r.psn.Sub(1))
+		}
+	}
+}
+
+// rnr answers a SEND (or WRITE with immediate) that finds no receive WQE: RNR NAK with
+// the QP's min_rnr_timer; the PSN does not advance, the requester resends later.
+func (qp *QP) rnr(psn wire.PSN) {
+	if qp.typ == QPTypeUC {
+		qp.ucDrop(psn) // UC has no RNR NAK: the message is lost
+		return
+	}
+	qp.Stats.RNRNakSent++
+	qp.dev.counters.RNRNakSent.Add(1)
+	qp.sendAck(wire.RNRNAKSyndrome(qp.attr.MinRNRTimer), psn)
+}
+
+// respError handles a class C (or B) responder error: NAK with the code, complete the
+// receive WQE in progress (if any) with st, and move the QP to the error state.
+func (qp *QP) respError(code wire.NAKCode, st WCStatus, psn wire.PSN, ev EventType) {
+	r := &qp.resp
+	if qp.typ == QPTypeUC {
+		qp.ucDrop(psn)
+		return
+	}
+	qp.sendAck(wire.NAKSyndrome(code), psn)
+	if r.recv != nil {
+		wc := WC{ID: r.recvID, Status: st, Opcode: WCRecv, QPN: qp.qpn, SrcQP: qp.attr.DestQPN}
+		r.recv = nil
+		qp.recvCQ.push(&wc, false)
+	}
+	r.inMsg = msgNone
+	qp.toError(ev)
+}
+
+// queueAck asks for an ACK of psn at the end of the receive batch; several requests in
+// one batch are answered by one ACK of the newest.
+func (qp *QP) queueAck(psn wire.PSN) {
+	r := &qp.resp
+	r.ackPending = true
+	r.ackPSN = psn
+	if !r.ackQueued {
+		r.ackQueued = true
+		qp.dev.ackQueue = append(qp.dev.ackQueue, qp)
+	}
+}
+
+// flushAck sends the coalesced ACK. qp.mu is held.
+func (qp *QP) flushAck() {
+	r := &qp.resp
+	r.ackQueued = false
+	if !r.ackPending || qp.closed {
+		return
+	}
+	r.ackPending = false
+	qp.sendAck(wire.ACKSyndrome(wire.CreditsInvalid), r.ackPSN)
+}
+
+// sendAck sends an ACK or NAK with the given syndrome for psn right away.
+func (qp *QP) sendAck(syn wire.Syndrome, psn wire.PSN) {
+	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAck, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn}}
+	h.AETH = wire.AETHFields{Syndrome: syn, MSN: qp.resp.msn}
+	tx := qp.dev.getTx()
+	buf := qp.dev.nextBuf(tx)
+	hlen := h.Encode(buf)
+	qp.dev.commit(tx, hlen, 0, qp.remote)
+	qp.dev.putTx(tx)
+}

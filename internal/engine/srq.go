@@ -1,0 +1,132 @@
+package engine
+
+import (
+	"errors"
+	"sync"
+)
+
+var ErrSRQLimit = errors.New("SRQ limit must be below max_wr")
+
+// SRQ is a shared receive queue: one pool of receive WQEs for many QPs (IBTA 10.2.9).
+type SRQ struct {
+	dev    *Device
+	pd     *PD
+	maxSGE int
+
+	mu         sync.Mutex
+	wqes       []recvWQE
+	head, tail uint64
+	limit      uint32 // srq_limit; 0 = not armed
+	refs       int
+	closed     bool
+}
+
+// CreateSRQ creates a shared receive queue of maxWR WQEs of up to maxSGE elements each.
+func (d *Device) CreateSRQ(pd *PD, maxWR, maxSGE int) (*SRQ, error) {
+	if d.closed.Load() {
+		return nil, ErrDeviceClosed
+	}
+	if maxWR < 1 || maxWR > MaxQPWR || maxSGE > MaxSGE {
+		return nil, ErrQPCap
+	}
+	if maxSGE < 1 {
+		maxSGE = 1
+	}
+	s := &SRQ{dev: d, pd: pd, maxSGE: maxSGE, wqes: make([]recvWQE, maxWR)}
+	sges := make([]SGE, maxWR*maxSGE)
+	for i := range s.wqes {
+		s.wqes[i].sgeStore = sges[i*maxSGE : i*maxSGE : (i+1)*maxSGE]
+	}
+	pd.refs.Add(1)
+	return s, nil
+}
+
+// PostRecv adds receive WQEs to the pool.
+func (s *SRQ) PostRecv(wrs []RecvWR) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrQPClosed
+	}
+	for i := range wrs {
+		if s.tail-s.head >= uint64(len(s.wqes)) {
+			return &PostError{Index: i, Err: ErrRecvQueueFull}
+		}
+		if len(wrs[i].SGL) > s.maxSGE {
+			return &PostError{Index: i, Err: ErrTooManySGE}
+		}
+		w := &s.wqes[s.tail%uint64(len(s.wqes))]
+		w.id = wrs[i].ID
+		w.sgeStore = append(w.sgeStore[:0], wrs[i].SGL...)
+		s.tail++
+	}
+	return nil
+}
+
+// Arm sets srq_limit: when fewer than limit WQEs remain, one SRQ_LIMIT_REACHED event is
+// raised and the limit disarms (IBTA 10.2.9.1, 11.5.2.2). 0 disarms.
+func (s *SRQ) Arm(limit uint32) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if limit >= uint32(len(s.wqes)) {
+		return ErrSRQLimit
+	}
+	s.limit = limit
+	return nil
+}
+
+// Query returns the SRQ's size, its element limit and the armed limit.
+func (s *SRQ) Query() (maxWR, maxSGE int, limit uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.wqes), s.maxSGE, s.limit
+}
+
+// Len returns the number of posted WQEs not yet consumed.
+func (s *SRQ) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return int(s.tail - s.head)
+}
+
+// take moves the oldest WQE into dst (owned by the consuming QP).
+func (s *SRQ) take(dst *recvWQE) bool {
+	s.mu.Lock()
+	if s.head == s.tail {
+		s.mu.Unlock()
+		return false
+	}
+	w := &s.wqes[s.head%uint64(len(s.wqes))]
+	dst.id = w.id
+	dst.sgeStore = append(dst.sgeStore[:0], w.sgeStore...)
+	s.head++
+	fire := s.limit > 0 && s.tail-s.head < uint64(s.limit)
+	if fire {
+		s.limit = 0
+	}
+	s.mu.Unlock()
+	if fire {
+		s.dev.raise(AsyncEvent{Type: EventSRQLimitReached, SRQ: s})
+	}
+	return true
+}
+
+// Close destroys the SRQ; it fails while QPs use it.
+func (s *SRQ) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.refs > 0 {
+		return ErrCQBusy
+	}
+	if !s.closed {
+		s.closed = true
+		s.pd.refs.Add(-1)
+	}
+	return nil
+}
+
+func (s *SRQ) ref(delta int) {
+	s.mu.Lock()
+	s.refs += delta
+	s.mu.Unlock()
+}

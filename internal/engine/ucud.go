@@ -1,0 +1,126 @@
+package engine
+
+import (
+	"net/netip"
+
+	"github.com/goverbs/goverbs/wire"
+)
+
+// respondUC handles a UC request (IBTA 9.8.2, 9.9.2): no ACKs, no retransmission. A
+// packet at an unexpected PSN means part of a message was lost: the message in progress is
+// abandoned and the responder resynchronises on the next FIRST or ONLY. qp.mu is held.
+func (qp *QP) respondUC(p *wire.Packet) {
+	r := &qp.resp
+	psn := p.BTH.PSN()
+	fl := p.Op.Flags
+	start := fl.Has(wire.First) || fl.Has(wire.Only)
+	if psn != r.psn || r.ucDropping {
+		if psn != r.psn {
+			qp.dev.counters.OutOfSequence.Add(1)
+		}
+		r.psn = psn.Add(1)
+		if !start {
+			r.ucDropping = true
+			r.inMsg = msgNone
+			return
+		}
+		r.ucDropping = false
+		r.inMsg = msgNone // the half-received message is discarded; its WQE is reused
+	}
+	if start && r.inMsg != msgNone {
+		r.inMsg = msgNone // a FIRST/ONLY at the right PSN also ends a lost message's tail
+	}
+	cont := fl.Has(wire.Middle) || fl.Has(wire.Last)
+	if cont && (fl.Has(wire.OpSend) && r.inMsg != msgSend || fl.Has(wire.OpWrite) && r.inMsg != msgWrite) ||
+		fl.Has(wire.OpWrite) && qp.attr.AccessFlags&AccessRemoteWrite == 0 ||
+		(fl.Has(wire.First) || fl.Has(wire.Middle)) && len(p.Payload) != qp.mtu || len(p.Payload) > qp.mtu {
+		qp.ucDrop(psn)
+		return
+	}
+	r.psn = psn.Add(1)
+	switch {
+	case fl.Has(wire.OpSend):
+		qp.recvSend(p, psn)
+	case fl.Has(wire.OpWrite):
+		qp.recvWrite(p, psn)
+	}
+}
+
+// ucDrop abandons the UC message in progress: UC reports responder errors to nobody, the
+// message simply does not arrive (IBTA 9.9.2.1). The receive WQE stays for the next one.
+func (qp *QP) ucDrop(psn wire.PSN) {
+	r := &qp.resp
+	r.psn = psn.Add(1)
+	r.ucDropping = true
+	r.inMsg = msgNone
+}
+
+// respondUD delivers a UD SEND (IBTA 9.8.4, 11.4.1.2 for the GRH area). qp.mu is held.
+func (qp *QP) respondUD(p *wire.Packet, from netip.AddrPort) {
+	d := qp.dev
+	if p.DETH.QKey() != qp.attr.QKey {
+		d.counters.BadQKey.Add(1) // IBTA 10.2.5, C10-15: a Q_Key mismatch is silently dropped
+		return
+	}
+	if len(p.Payload) > qp.mtu {
+		d.counters.Malformed.Add(1)
+		return
+	}
+	r := &qp.resp
+	if !qp.takeRecv() {
+		d.counters.NoRecvWQE.Add(1) // UD has no RNR NAK: the datagram is dropped
+		return
+	}
+	w := r.recv
+	r.recv = nil
+	if !qp.resolveRecv(w) {
+		wc := WC{ID: r.recvID, Status: WCLocProtErr, Opcode: WCRecv, QPN: qp.qpn}
+		qp.recvCQ.push(&wc, false)
+		qp.toError(EventQPFatal)
+		return
+	}
+	n := len(p.Payload)
+	wc := WC{ID: r.recvID, Opcode: WCRecv, QPN: qp.qpn, SrcQP: p.DETH.SrcQP(), Flags: WCWithGRH}
+	if grhLen+n > w.local.total {
+		wc.Status = WCLocLenErr
+		qp.recvCQ.push(&wc, false)
+		return
+	}
+	var grh [grhLen]byte
+	qp.fillGRH(&grh, from, len(p.Buf))
+	w.local.copyIn(grh[:], 0)
+	w.local.copyIn(p.Payload, grhLen)
+	wc.ByteLen = uint32(grhLen + n)
+	if p.ImmDt != nil {
+		wc.Flags |= WCWithImm
+		wc.Imm = p.ImmDt.Imm()
+	}
+	qp.recvCQ.push(&wc, p.BTH.SE())
+}
+
+// grhLen is the GRH area at the start of every UD receive buffer (IBTA 11.4.1.2).
+const grhLen = 40
+
+// fillGRH writes the GRH area as Linux rxe does for RoCEv2: for IPv4 the 20-byte IPv4
+// header in its last 20 bytes (the first 20 are zero), for IPv6 the IPv6 header.
+func (qp *QP) fillGRH(grh *[grhLen]byte, from netip.AddrPort, udpPayload int) {
+	ip := wire.IPHeader{Src: from.Addr(), Dst: qp.dev.local.Addr(), SrcPort: from.Port(), DstPort: qp.dev.local.Port(), DF: true}
+	var hdr [48]byte
+	b := wire.AppendIPUDP(hdr[:0], &ip, udpPayload)
+	if from.Addr().Unmap().Is4() {
+		copy(grh[20:], b[:20])
+	} else {
+		copy(grh[:], b[:40])
+	}
+}
+
+// invalidate implements LOCAL_INV and SEND_WITH_INV on a memory window of pd
+// (IBTA 10.6.6.2). Ordinary memory regions cannot be invalidated.
+func (d *Device) invalidate(pd *PD, rkey uint32) bool {
+	reg := d.keys.lookup(rkey)
+	if reg == nil || reg.pd != pd || !reg.window {
+		return false
+	}
+	reg.valid.Store(false)
+	return true
+}

@@ -32,6 +32,9 @@ type CQ struct {
 	// Completion events (ibv_req_notify_cq): armed says which completion fires handler.
 	armed   cqArm
 	handler func()
+
+	// Owner is the provider-level object wrapping this CQ (for async events).
+	Owner any
 }
 
 type cqArm uint8

@@ -67,6 +67,7 @@ type Device struct {
 	counters Counters
 	txPool   sync.Pool
 	rxDone   chan struct{}
+	done     chan struct{}
 
 	// Receive-loop state, touched only by the receive goroutine.
 	rxPkt    wire.Packet
@@ -89,6 +90,7 @@ func New(cfg Config) (*Device, error) {
 		nextQPN:  firstQPN,
 		events:   make(chan AsyncEvent, 256),
 		rxDone:   make(chan struct{}),
+		done:     make(chan struct{}),
 	}
 	if d.peerPort == 0 {
 		d.peerPort = wire.UDPPort
@@ -145,8 +147,12 @@ func (d *Device) Close() error {
 	}
 	err := d.conn.Close()
 	<-d.rxDone
+	close(d.done)
 	return err
 }
+
+// Done is closed when the device has closed.
+func (d *Device) Done() <-chan struct{} { return d.done }
 
 // AddrToGID returns the RoCEv2 GID of an IP address (Annex A17.8: IPv4-mapped for IPv4).
 func AddrToGID(a netip.Addr) [16]byte {

@@ -62,3 +62,37 @@ type Counters struct {
 	SendErrors    atomic.Uint64 // the socket refused a datagram
 	EventsLost    atomic.Uint64
 }
+
+// Each calls f for every counter with its name, in a fixed order. The names follow
+// `rdma statistic` for rxe where rxe has the counter.
+func (c *Counters) Each(f func(name string, v uint64)) {
+	f("sent_pkts", c.TxPackets.Load())
+	f("sent_bytes", c.TxBytes.Load())
+	f("rcvd_pkts", c.RxPackets.Load())
+	f("rcvd_bytes", c.RxBytes.Load())
+	f("retransmits", c.Retransmits.Load())
+	f("retry_timeouts", c.RetryTimeouts.Load())
+	f("send_rnr_nak", c.RNRNakSent.Load())
+	f("rcvd_rnr_nak", c.RNRNakReceived.Load())
+	f("out_of_seq_nak_sent", c.SeqNakSent.Load())
+	f("rcvd_seq_err", c.SeqNakReceived.Load())
+	f("duplicate_request", c.DuplicateRequest.Load())
+	f("implied_nak", c.ImpliedNak.Load())
+	f("rcvd_icrc_err", c.ICRCErrors.Load())
+	f("icrc_ipid_recovered", c.ICRCRecovered.Load())
+	f("malformed_drop", c.Malformed.Load())
+	f("bad_pkey_drop", c.BadPKey.Load())
+	f("no_qp_drop", c.NoQP.Load())
+	f("bad_qp_state_drop", c.BadQPState.Load())
+	f("bad_transport_drop", c.BadTransport.Load())
+	f("bad_address_drop", c.BadAddress.Load())
+	f("bad_qkey_drop", c.BadQKey.Load())
+	f("out_of_sequence", c.OutOfSequence.Load())
+	f("ghost_response_drop", c.GhostResponse.Load())
+	f("remote_access_err", c.AccessErrors.Load())
+	f("no_recv_wqe_drop", c.NoRecvWQE.Load())
+	f("rcvd_cnp", c.CNPReceived.Load())
+	f("cq_overflow", c.CQOverflows.Load())
+	f("send_err", c.SendErrors.Load())
+	f("async_events_lost", c.EventsLost.Load())
+}

@@ -124,6 +124,9 @@ type QP struct {
 	comp   completer
 
 	Stats QPCounters
+
+	// Owner is the provider-level object wrapping this QP (for async events).
+	Owner any
 }
 
 // QPCounters are per-QP statistics.

@@ -41,6 +41,7 @@ func (d *Device) rxLoop() {
 			msgs[i].Buf = msgs[i].Buf[:cap(msgs[i].Buf)]
 		}
 		n, err := d.conn.ReadBatch(msgs)
+		raceAcquireWire()
 		if err != nil {
 			if isClosed(err) || d.closed.Load() {
 				return

@@ -19,6 +19,9 @@ type SRQ struct {
 	limit      uint32 // srq_limit; 0 = not armed
 	refs       int
 	closed     bool
+
+	// Owner is the provider-level object wrapping this SRQ (for async events).
+	Owner any
 }
 
 // CreateSRQ creates a shared receive queue of maxWR WQEs of up to maxSGE elements each.

@@ -69,6 +69,7 @@ func (d *Device) commit(b *txBatch, hlen, payloadLen int, dst netip.AddrPort) {
 
 func (d *Device) flushTx(b *txBatch) {
 	msgs := b.msgs[:b.n]
+	raceReleaseWire()
 	for len(msgs) > 0 {
 		n, err := d.conn.WriteBatch(msgs)
 		for i := 0; i < n; i++ {

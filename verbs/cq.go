@@ -1,0 +1,133 @@
+package verbs
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+)
+
+// ErrCQOverflow reports that a CQ overran: completions were lost (IBTA 11.4.2.1).
+var ErrCQOverflow = errors.New("verbs: completion queue overrun")
+
+// CQ is a completion queue (struct ibv_cq).
+type CQ struct {
+	dev     *Device
+	impl    cqImpl
+	channel *CompChannel
+	events  atomic.Uint32 // events delivered, for AckEvents
+	acked   atomic.Uint32
+}
+
+// CreateCQ creates a completion queue of at least depth entries (ibv_create_cq).
+// With a channel, RequestNotify arms it to report completions there.
+func (d *Device) CreateCQ(depth int, channel *CompChannel) (*CQ, error) {
+	impl, err := d.impl.createCQ(depth)
+	if err != nil {
+		return nil, err
+	}
+	cq := &CQ{dev: d, impl: impl, channel: channel}
+	if channel != nil {
+		impl.setHandler(func() { channel.signal(cq) })
+	}
+	d.track(nil, cq, nil, true)
+	return cq, nil
+}
+
+// Poll fills wcs with up to len(wcs) completions, oldest first, and returns how many
+// (ibv_poll_cq). It never blocks and does not allocate. After an overrun it returns
+// ErrCQOverflow once the CQ is empty.
+func (cq *CQ) Poll(wcs []WC) (int, error) {
+	n, err := cq.impl.poll(wcs)
+	if err != nil && n == 0 {
+		return 0, err
+	}
+	return n, nil
+}
+
+// Depth returns the number of completions the CQ holds.
+func (cq *CQ) Depth() int { return cq.impl.depth() }
+
+// Resize changes the CQ's depth, keeping its completions (ibv_resize_cq).
+func (cq *CQ) Resize(depth int) error { return cq.impl.resize(depth) }
+
+// RequestNotify arms the CQ: its channel gets one event at the next completion, or with
+// solicitedOnly at the next solicited or error completion (ibv_req_notify_cq).
+func (cq *CQ) RequestNotify(solicitedOnly bool) error { return cq.impl.requestNotify(solicitedOnly) }
+
+// AckEvents acknowledges n events received from the channel for this CQ
+// (ibv_ack_cq_events). Close waits for nothing here, but the count is kept for parity.
+func (cq *CQ) AckEvents(n int) { cq.acked.Add(uint32(n)) }
+
+// Close destroys the CQ; it fails while a QP uses it.
+func (cq *CQ) Close() error {
+	if err := cq.impl.close(); err != nil {
+		return err
+	}
+	cq.dev.track(nil, cq, nil, false)
+	return nil
+}
+
+// CompChannel is a completion event channel (struct ibv_comp_channel): armed CQs report
+// their next completion here and a consumer blocks in Wait instead of polling.
+type CompChannel struct {
+	mu     sync.Mutex
+	ready  []*CQ
+	wake   chan struct{}
+	done   chan struct{}
+	closed bool
+}
+
+// CreateCompChannel creates a completion channel (ibv_create_comp_channel).
+func (d *Device) CreateCompChannel() *CompChannel {
+	return &CompChannel{wake: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+// signal is called by the provider (never blocking) when an armed CQ fires.
+func (c *CompChannel) signal(cq *CQ) {
+	c.mu.Lock()
+	c.ready = append(c.ready, cq)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Wait blocks until an armed CQ of this channel has a completion, and returns that CQ
+// (ibv_get_cq_event). It returns ctx.Err() when ctx ends first, and ErrClosed after Close.
+func (c *CompChannel) Wait(ctx context.Context) (*CQ, error) {
+	for {
+		c.mu.Lock()
+		if len(c.ready) > 0 {
+			cq := c.ready[0]
+			copy(c.ready, c.ready[1:])
+			c.ready = c.ready[:len(c.ready)-1]
+			c.mu.Unlock()
+			cq.events.Add(1)
+			return cq, nil
+		}
+		closed := c.closed
+		c.mu.Unlock()
+		if closed {
+			return nil, ErrClosed
+		}
+		select {
+		case <-c.wake:
+		case <-c.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Close destroys the channel; blocked Wait calls return ErrClosed.
+func (c *CompChannel) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.closed {
+		c.closed = true
+		close(c.done)
+	}
+	return nil
+}

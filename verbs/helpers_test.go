@@ -1,0 +1,166 @@
+package verbs
+
+import (
+	"net/netip"
+	"reflect"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/goverbs/goverbs/internal/engine"
+)
+
+// host is one software device with a PD and CQs, the way a test builds a "machine".
+type host struct {
+	dev    *Device
+	pd     *PD
+	cq     *CQ
+	rcq    *CQ
+	gid    GID
+	closed bool
+}
+
+func newHost(t testing.TB, addr string) *host {
+	t.Helper()
+	return newHostCfg(t, SoftConfig{Addr: netip.MustParseAddr(addr)})
+}
+
+func newHostCfg(t testing.TB, cfg SoftConfig) *host {
+	t.Helper()
+	dev, err := OpenSoft(cfg)
+	if err != nil {
+		t.Fatalf("OpenSoft %v: %v", cfg.Addr, err)
+	}
+	h := &host{dev: dev}
+	t.Cleanup(func() { dev.Close() })
+	if h.pd, err = dev.AllocPD(); err != nil {
+		t.Fatal(err)
+	}
+	if h.cq, err = dev.CreateCQ(4096, nil); err != nil {
+		t.Fatal(err)
+	}
+	if h.rcq, err = dev.CreateCQ(4096, nil); err != nil {
+		t.Fatal(err)
+	}
+	if h.gid, err = dev.QueryGID(1, 0); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func (h *host) qp(t testing.TB, typ QPType) *QP {
+	t.Helper()
+	qp, err := h.pd.CreateQP(QPInitAttr{
+		Type: typ, SendCQ: h.cq, RecvCQ: h.rcq,
+		Cap: QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInline: 256},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return qp
+}
+
+func (h *host) mr(t testing.TB, n int, access Access) *MR {
+	t.Helper()
+	mr, err := h.pd.RegMR(make([]byte, n), access)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mr
+}
+
+const allAccess = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
+
+// rcParams are the rc_pingpong defaults (FACTS.md), with a short timeout for tests.
+type rcParams struct {
+	mtu                   MTU
+	timeout, retry, rnr   uint8
+	minRNR                uint8
+	rdAtomic, destRdAtom  uint8
+	access                Access
+}
+
+func defaultRC() rcParams {
+	return rcParams{mtu: MTU1024, timeout: 10, retry: 7, rnr: 7, minRNR: 1, rdAtomic: 16, destRdAtom: 16, access: allAccess}
+}
+
+// connect brings a QP from RESET to RTS towards (gid, qpn), like rc_pingpong.
+func connect(t testing.TB, qp *QP, p rcParams, gid GID, remoteQPN, rq, sq uint32) {
+	t.Helper()
+	if err := qp.Modify(&QPAttr{State: QPStateInit, Port: 1, AccessFlags: p.access},
+		QPAttrState|QPAttrPKeyIndex|QPAttrPort|QPAttrAccessFlags); err != nil {
+		t.Fatal("INIT:", err)
+	}
+	rtr := &QPAttr{State: QPStateRTR, PathMTU: p.mtu, DestQPN: remoteQPN, RQPSN: rq,
+		MaxDestRdAtomic: p.destRdAtom, MinRNRTimer: p.minRNR, AH: AHAttr{DGID: gid, Port: 1, HopLimit: 64}}
+	mask := QPAttrState | QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN
+	if qp.Type() == QPTypeRC {
+		mask |= QPAttrMaxDestRdAtomic | QPAttrMinRNRTimer
+	}
+	if err := qp.Modify(rtr, mask); err != nil {
+		t.Fatal("RTR:", err)
+	}
+	rts := &QPAttr{State: QPStateRTS, SQPSN: sq, Timeout: p.timeout, RetryCnt: p.retry, RNRRetry: p.rnr, MaxRdAtomic: p.rdAtomic}
+	mask = QPAttrState | QPAttrSQPSN
+	if qp.Type() == QPTypeRC {
+		mask |= QPAttrTimeout | QPAttrRetryCnt | QPAttrRNRRetry | QPAttrMaxQPRdAtomic
+	}
+	if err := qp.Modify(rts, mask); err != nil {
+		t.Fatal("RTS:", err)
+	}
+}
+
+// pair is two connected QPs on two hosts.
+type pair struct {
+	a, b   *host
+	qa, qb *QP
+}
+
+func newPair(t testing.TB, a, b *host, typ QPType, p rcParams) *pair {
+	t.Helper()
+	qa, qb := a.qp(t, typ), b.qp(t, typ)
+	connect(t, qa, p, b.gid, qb.QPN(), 0x100, 0xabc000)
+	connect(t, qb, p, a.gid, qa.QPN(), 0xabc000, 0x100)
+	return &pair{a: a, b: b, qa: qa, qb: qb}
+}
+
+// waitWC polls cq until n completions arrived or the deadline passes.
+func waitWC(t testing.TB, cq *CQ, n int, within time.Duration) []WC {
+	t.Helper()
+	out := make([]WC, 0, n)
+	buf := make([]WC, 64)
+	deadline := time.Now().Add(within)
+	for len(out) < n {
+		k, err := cq.Poll(buf[:min(len(buf), n-len(out))])
+		if err != nil {
+			t.Fatalf("poll: %v", err)
+		}
+		out = append(out, buf[:k]...)
+		if k == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("got %d of %d completions within %v: %+v", len(out), n, within, out)
+			}
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
+	return out
+}
+
+func TestLayoutsMatch(t *testing.T) {
+	// soft.go hands []WC, []SGE, []RecvWR and []SendWR to the engine without copying;
+	// that is only sound while the layouts agree field by field.
+	pairs := [][2]any{{WC{}, engine.WC{}}, {SGE{}, engine.SGE{}}, {RecvWR{}, engine.RecvWR{}}, {SendWR{}, engine.SendWR{}}}
+	for _, p := range pairs {
+		a, b := reflect.TypeOf(p[0]), reflect.TypeOf(p[1])
+		if a.Size() != b.Size() || a.NumField() != b.NumField() {
+			t.Fatalf("%v and %v differ in size or field count", a, b)
+		}
+		for i := 0; i < a.NumField(); i++ {
+			fa, fb := a.Field(i), b.Field(i)
+			if fa.Name != fb.Name || fa.Offset != fb.Offset || fa.Type.Size() != fb.Type.Size() || fa.Type.Kind() != fb.Type.Kind() {
+				t.Errorf("%v.%s and %v.%s differ", a, fa.Name, b, fb.Name)
+			}
+		}
+	}
+	_ = unsafe.Sizeof(0)
+}

@@ -1,0 +1,136 @@
+package verbs
+
+import (
+	"fmt"
+	"net/netip"
+)
+
+// PD is a protection domain (struct ibv_pd): memory regions, address handles and QPs
+// work together only within one PD.
+type PD struct {
+	dev  *Device
+	impl pdImpl
+}
+
+// Device returns the device the PD belongs to.
+func (pd *PD) Device() *Device { return pd.dev }
+
+// Close deallocates the PD. It fails while MRs, QPs or SRQs still use it.
+func (pd *PD) Close() error { return pd.impl.close() }
+
+// MR is a registered memory region (struct ibv_mr). The region is buf as passed to
+// RegMR; Addr is buf's virtual address, which a peer uses in RDMA and atomic requests.
+type MR struct {
+	pd     *PD
+	impl   mrImpl
+	buf    []byte
+	access Access
+}
+
+// RegMR registers buf for access (ibv_reg_mr). buf may be any Go byte slice, or
+// caller-owned memory such as an mmap'd area (see Mmap). The memory must stay untouched
+// by the garbage collector's moves: Go's heap does not move objects, so any slice works.
+// Remote write and remote atomic need local write (IBTA 10.6.3.1).
+func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
+	impl, err := pd.impl.regMR(buf, access)
+	if err != nil {
+		return nil, fmt.Errorf("verbs: register memory region: %w", err)
+	}
+	return &MR{pd: pd, impl: impl, buf: buf, access: access}, nil
+}
+
+// Close deregisters the region (ibv_dereg_mr); its keys stop working at once.
+func (mr *MR) Close() error { return mr.impl.close() }
+
+// LKey is the local key, for SGEs.
+func (mr *MR) LKey() uint32 { l, _ := mr.impl.keys(); return l }
+
+// RKey is the remote key a peer puts in RDMA and atomic requests.
+func (mr *MR) RKey() uint32 { _, r := mr.impl.keys(); return r }
+
+// Addr is the region's start address.
+func (mr *MR) Addr() uint64 { return mr.impl.addr() }
+
+// Buf is the registered memory.
+func (mr *MR) Buf() []byte { return mr.buf }
+
+// Len is the region's length in bytes.
+func (mr *MR) Len() int { return len(mr.buf) }
+
+// Access returns the region's access rights.
+func (mr *MR) Access() Access { return mr.access }
+
+// SGE returns the scatter/gather element for n bytes at offset off of the region.
+func (mr *MR) SGE(off, n int) SGE {
+	if off < 0 || n < 0 || off+n > len(mr.buf) {
+		panic(fmt.Sprintf("verbs: SGE [%d, %d) outside a %d-byte region", off, off+n, len(mr.buf)))
+	}
+	return SGE{Addr: mr.Addr() + uint64(off), Length: uint32(n), LKey: mr.LKey()}
+}
+
+// AddrOf returns the address of byte off of the region, for a peer's RemoteAddr.
+func (mr *MR) AddrOf(off int) uint64 { return mr.Addr() + uint64(off) }
+
+// AH is an address handle (struct ibv_ah): the destination of UD sends.
+type AH struct {
+	pd   *PD
+	attr AHAttr
+	impl ahImpl
+}
+
+// CreateAH creates an address handle (ibv_create_ah).
+func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
+	if attr.DGID.IsZero() {
+		return nil, fmt.Errorf("%w: address handle needs a destination GID", ErrInvalidAttr)
+	}
+	impl, err := pd.impl.createAH(&attr)
+	if err != nil {
+		return nil, err
+	}
+	return &AH{pd: pd, attr: attr, impl: impl}, nil
+}
+
+// Attr returns the address handle's attributes.
+func (ah *AH) Attr() AHAttr { return ah.attr }
+
+// Close destroys the address handle.
+func (ah *AH) Close() error { return nil }
+
+// GRHLen is the size of the GRH area at the start of every UD receive buffer
+// (IBTA 11.4.1.2). For RoCEv2 over IPv4 its last 20 bytes hold the IPv4 header.
+const GRHLen = 40
+
+// AHAttrFromWC builds the address vector that answers a UD receive completion, from the
+// GRH area at the start of the receive buffer (ibv_init_ah_from_wc).
+func AHAttrFromWC(wc *WC, grh []byte, port uint8) (AHAttr, error) {
+	if wc.Flags&WCWithGRH == 0 || len(grh) < GRHLen {
+		return AHAttr{}, fmt.Errorf("%w: completion has no GRH", ErrInvalidAttr)
+	}
+	var a AHAttr
+	a.Port = port
+	a.HopLimit = 64
+	if grh[20]>>4 == 4 { // IPv4 header in the last 20 bytes (RoCEv2 over IPv4)
+		var ip [4]byte
+		copy(ip[:], grh[20+12:20+16])
+		a.DGID = GIDFromAddr(netip.AddrFrom4(ip))
+		a.TrafficClass = grh[20+1]
+		return a, nil
+	}
+	if grh[0]>>4 == 6 {
+		copy(a.DGID[:], grh[8:24]) // the source address of the IPv6 header
+		a.TrafficClass = grh[0]<<4 | grh[1]>>4
+		a.FlowLabel = uint32(grh[1]&15)<<16 | uint32(grh[2])<<8 | uint32(grh[3])
+		return a, nil
+	}
+	return AHAttr{}, fmt.Errorf("%w: GRH area holds no IP header", ErrInvalidAttr)
+}
+
+// CreateAHFromWC creates the address handle that answers a UD receive
+// (ibv_create_ah_from_wc).
+func (pd *PD) CreateAHFromWC(wc *WC, grh []byte, port uint8) (*AH, error) {
+	a, err := AHAttrFromWC(wc, grh, port)
+	if err != nil {
+		return nil, err
+	}
+	return pd.CreateAH(a)
+}

@@ -14,6 +14,11 @@ var (
 	ErrIPFragment  = errors.New("wire: IP fragment")
 	ErrNotUDP      = errors.New("wire: not a UDP datagram")
 	ErrUDPLength   = errors.New("wire: UDP length inconsistent with IP length")
+	// ErrMappedAddr: an IPv6 packet with an IPv4-mapped address. Such
+	// addresses must not appear on the wire (RFC 4291 2.5.5.2, RFC 5156
+	// 2.2), and IPHeader reads them as IPv4, so the ICRC would be
+	// computed over the wrong pseudo-header.
+	ErrMappedAddr = errors.New("wire: IPv4-mapped address in an IPv6 header")
 )
 
 // AppendIPUDP appends a real IPv4 (20 bytes) or IPv6 (40 bytes) header and a
@@ -107,7 +112,8 @@ func checksumFold(s uint32) uint16 {
 // ParseIPUDP reads an IPv4 or IPv6 header and a UDP header from the start of
 // a raw IP datagram and returns them with the UDP payload (aliasing b).
 // Trailing bytes beyond the IP length (Ethernet padding) are ignored. IPv4
-// options, fragments and IPv6 extension headers are rejected: RoCEv2 never
+// options, fragments, IPv6 extension headers and IPv4-mapped addresses in
+// an IPv6 header are rejected: RoCEv2 never
 // uses them and the ICRC could not be computed from an IPHeader. Header
 // checksums are not verified (a capture on the sending host often holds a
 // checksum the NIC has yet to fill in).
@@ -159,6 +165,9 @@ func ParseIPUDP(b []byte) (IPHeader, []byte, error) {
 		ip.TTL = b[7]
 		ip.Src = netip.AddrFrom16([16]byte(b[8:24]))
 		ip.Dst = netip.AddrFrom16([16]byte(b[24:40]))
+		if ip.Src.Is4In6() || ip.Dst.Is4In6() {
+			return IPHeader{}, nil, ErrMappedAddr
+		}
 		udp = b[ipv6HeaderLen : ipv6HeaderLen+pl]
 	default:
 		return ip, nil, ErrIPVersion

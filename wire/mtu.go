@@ -46,9 +46,9 @@ func MTUFromBytes(n int) (MTU, bool) {
 	return 0, false
 }
 
-// roceOverhead is what rxe subtracts from the interface MTU: IPv6 header
-// (40, the larger family), UDP (8), BTH (12), the largest extended headers
-// it budgets (16) and ICRC (4) = 80.
+// roceOverhead is the header allowance rxe subtracts from the interface MTU
+// (its RXE_MAX_HDR_LENGTH) before rounding down to an IB MTU; it leaves room
+// for IP, UDP, BTH, extended headers and ICRC.
 const roceOverhead = 80
 
 // ActiveMTU is the IB MTU Linux rxe advertises for an interface MTU: the

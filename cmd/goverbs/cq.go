@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// stallTimeout bounds how long a tool waits for a completion before it decides the
+// peer has gone away (rdma-core's tools wait forever; a hang helps nobody).
+const stallTimeout = 10 * time.Second
+
+var errStall = fmt.Errorf("no completion for %v: the peer stopped answering", stallTimeout)
+
+// cqWaiter polls a CQ, spinning briefly and then sleeping on a completion channel, so
+// that two busy sides on a small machine do not starve the devices' receive loops.
+type cqWaiter struct {
+	cq     *verbs.CQ
+	ch     *verbs.CompChannel
+	buf    []verbs.WC
+	events bool // -e: always sleep on the channel, never spin
+	spin   int
+}
+
+func newCQ(dev *verbs.Device, depth int, events bool) (*cqWaiter, error) {
+	ch := dev.CreateCompChannel()
+	cq, err := dev.CreateCQ(depth, ch)
+	if err != nil {
+		ch.Close()
+		return nil, fmt.Errorf("couldn't create CQ of depth %d: %v", depth, err)
+	}
+	return &cqWaiter{cq: cq, ch: ch, buf: make([]verbs.WC, 64), events: events, spin: 200}, nil
+}
+
+func (w *cqWaiter) close() {
+	w.cq.Close()
+	w.ch.Close()
+}
+
+// tryPoll returns what the CQ holds now, possibly nothing.
+func (w *cqWaiter) tryPoll() ([]verbs.WC, error) {
+	n, err := w.cq.Poll(w.buf)
+	if err != nil {
+		return nil, fmt.Errorf("poll CQ: %v", err)
+	}
+	return w.buf[:n], nil
+}
+
+// wait returns at least one completion, or errStall.
+func (w *cqWaiter) wait() ([]verbs.WC, error) {
+	spins := 0
+	for {
+		wcs, err := w.tryPoll()
+		if err != nil || len(wcs) > 0 {
+			return wcs, err
+		}
+		if !w.events && spins < w.spin {
+			spins++
+			continue
+		}
+		if err := w.cq.RequestNotify(false); err != nil {
+			return nil, fmt.Errorf("couldn't request CQ notification: %v", err)
+		}
+		if wcs, err := w.tryPoll(); err != nil || len(wcs) > 0 {
+			return wcs, err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), stallTimeout)
+		_, err = w.ch.Wait(ctx)
+		cancel()
+		if errors.Is(err, context.DeadlineExceeded) {
+			if wcs, err := w.tryPoll(); err != nil || len(wcs) > 0 {
+				return wcs, err
+			}
+			return nil, errStall
+		}
+		if err != nil {
+			return nil, err
+		}
+		spins = 0
+	}
+}
+
+// wcError describes a failed completion as the rdma-core examples do.
+func wcError(wc *verbs.WC) error {
+	return fmt.Errorf("failed status %s (%d) for wr_id %d", wc.Status, wc.Status, wc.ID)
+}

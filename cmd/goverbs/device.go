@@ -1,0 +1,177 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"syscall"
+
+	"github.com/goverbs/goverbs/pcap"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// devOpts selects and configures the local software device.
+type devOpts struct {
+	dev    string // -d: device name
+	ibPort int    // -i: port number (1)
+	gidIdx int    // -g / -x: GID index
+	bind   string // --bind: the device's IP address
+	pcap   string // --pcap: capture file
+}
+
+// register adds the device flags; gidShort/gidLong are -g/--gid-idx for the ping-pongs
+// and -x/--gid-index for perftest.
+func (o *devOpts) register(fs *flagSet, gidShort, gidLong string) {
+	fs.stringVar(&o.dev, "d", "ib-dev", "", "use IB device `DEV` (default first device found)")
+	fs.intVar(&o.ibPort, "i", "ib-port", 1, "use `PORT` of IB device")
+	fs.intVar(&o.gidIdx, gidShort, gidLong, 0, "local port GID `INDEX`")
+	fs.stringVar(&o.bind, "", "bind", "", "run the software device on IP `ADDR` (each process on a host needs its own)")
+	fs.stringVar(&o.pcap, "", "pcap", "", "record the packets this side sends and receives to pcap `FILE`")
+}
+
+// endpoint is an opened local device with the port facts the tools print and exchange.
+type endpoint struct {
+	dev  *verbs.Device
+	rec  *pcap.Writer
+	port verbs.PortAttr
+	gid  verbs.GID
+	addr netip.Addr
+}
+
+func (e *endpoint) close() {
+	e.dev.Close()
+	if e.rec != nil {
+		e.rec.Close()
+	}
+}
+
+// openEndpoint opens the device that o names: a new software device on --bind's address,
+// or one of verbs.Devices (sw0 on 127.0.0.1 unless GOVERBS_DEVICES says otherwise).
+func openEndpoint(o devOpts) (*endpoint, error) {
+	if o.ibPort != 1 {
+		return nil, fmt.Errorf("invalid IB port %d: software devices have one port, 1", o.ibPort)
+	}
+	if o.gidIdx < 0 {
+		return nil, fmt.Errorf("invalid GID index %d", o.gidIdx)
+	}
+	cfg := verbs.SoftConfig{Name: o.dev}
+	if o.bind != "" {
+		a, err := netip.ParseAddr(o.bind)
+		if err != nil {
+			return nil, fmt.Errorf("invalid --bind address %q: not an IP address", o.bind)
+		}
+		cfg.Addr = a.Unmap()
+	} else {
+		info, err := findDevice(o.dev)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Name = info.Name
+		if o.pcap == "" {
+			dev, err := verbs.Open(info.Name)
+			if err != nil {
+				return nil, openErr(info.Name, err)
+			}
+			return finishEndpoint(dev, nil, o)
+		}
+		// verbs.Open cannot take a Recorder: learn the listed device's address from its
+		// GID and open the same device again through OpenSoft with the recorder.
+		dev, err := verbs.Open(info.Name)
+		if err != nil {
+			return nil, openErr(info.Name, err)
+		}
+		gid, err := dev.QueryGID(1, 0)
+		dev.Close()
+		if err != nil {
+			return nil, err
+		}
+		cfg.Addr = gid.Addr()
+	}
+	if o.pcap != "" {
+		w, err := pcap.Create(o.pcap)
+		if err != nil {
+			return nil, fmt.Errorf("pcap: %w", err)
+		}
+		cfg.Recorder = w
+		dev, err := verbs.OpenSoft(cfg)
+		if err != nil {
+			w.Close()
+			return nil, openErr(cfg.Addr.String(), err)
+		}
+		return finishEndpoint(dev, w, o)
+	}
+	dev, err := verbs.OpenSoft(cfg)
+	if err != nil {
+		return nil, openErr(cfg.Addr.String(), err)
+	}
+	return finishEndpoint(dev, nil, o)
+}
+
+func finishEndpoint(dev *verbs.Device, rec *pcap.Writer, o devOpts) (*endpoint, error) {
+	e := &endpoint{dev: dev, rec: rec}
+	var err error
+	if e.port, err = dev.QueryPort(uint8(o.ibPort)); err != nil {
+		e.close()
+		return nil, fmt.Errorf("invalid IB port %d", o.ibPort)
+	}
+	tbl, _ := dev.GIDTable(uint8(o.ibPort))
+	if e.gid, err = dev.QueryGID(uint8(o.ibPort), o.gidIdx); err != nil {
+		e.close()
+		return nil, fmt.Errorf("invalid GID index %d: the GID table of %s has %d entr%s", o.gidIdx, dev.Name(), len(tbl), plural(len(tbl), "y", "ies"))
+	}
+	e.addr = e.gid.Addr()
+	return e, nil
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+func findDevice(name string) (verbs.DeviceInfo, error) {
+	list, err := verbs.Devices()
+	if err != nil {
+		return verbs.DeviceInfo{}, err
+	}
+	if len(list) == 0 {
+		return verbs.DeviceInfo{}, errors.New("no RDMA devices found")
+	}
+	var names []string
+	for _, d := range list {
+		if name == "" || d.Name == name {
+			return d, nil
+		}
+		names = append(names, d.Name)
+	}
+	return verbs.DeviceInfo{}, fmt.Errorf("IB device %s not found (devices: %s)", name, strings.Join(names, ", "))
+}
+
+func openErr(what string, err error) error {
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("open device on %s: UDP port 4791 is in use there (another goverbs or rxe?); choose another address with --bind", what)
+	}
+	if errors.Is(err, syscall.EADDRNOTAVAIL) {
+		return fmt.Errorf("open device on %s: no local interface has this address", what)
+	}
+	return fmt.Errorf("open device: %v", err)
+}
+
+// parseMTU maps an MTU in bytes (-m) to the enum.
+func parseMTU(n int) (verbs.MTU, error) {
+	switch n {
+	case 256:
+		return verbs.MTU256, nil
+	case 512:
+		return verbs.MTU512, nil
+	case 1024:
+		return verbs.MTU1024, nil
+	case 2048:
+		return verbs.MTU2048, nil
+	case 4096:
+		return verbs.MTU4096, nil
+	}
+	return 0, fmt.Errorf("invalid MTU %d: must be 256, 512, 1024, 2048 or 4096", n)
+}

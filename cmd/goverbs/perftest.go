@@ -1,5 +1,20 @@
 package main
 
+import (
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// The perftest-style benchmarks: ib_{send,write,read,atomic}_{bw,lat} with perftest's
+// main flags, its header and its result tables.
+
 type perfTest int
 
 const (
@@ -9,6 +24,567 @@ const (
 	testAtomic
 )
 
+func (t perfTest) verb() string { return [...]string{"send", "write", "read", "atomic"}[t] }
+
+func (t perfTest) title(lat bool) string {
+	s := [...]string{"Send", "RDMA_Write", "RDMA_Read", "Atomic FETCH_AND_ADD"}[t]
+	if lat {
+		return s + " Latency Test"
+	}
+	return s + " BW Test"
+}
+
 func perfCmd(t perfTest, lat bool) func([]string) error {
-	return func(args []string) error { return nil }
+	return func(args []string) error { return runPerf(t, lat, args) }
+}
+
+type perfOpts struct {
+	dev      devOpts
+	port     int
+	size     int
+	iters    int
+	all      bool
+	duration int
+	numQP    int
+	conn     string
+	mtu      int
+	txDepth  int
+	rxDepth  int
+	inline   int
+	outs     int
+	cqMod    int
+	bidir    bool
+	gbits    bool
+	json     bool
+	loopback bool
+	cpuFreq  bool
+}
+
+func (t perfTest) name(lat bool) string {
+	if lat {
+		return t.verb() + "_lat"
+	}
+	return t.verb() + "_bw"
+}
+
+func runPerf(t perfTest, lat bool, args []string) error {
+	name := t.name(lat)
+	fs := newFlagSet(name)
+	var o perfOpts
+	o.dev.register(fs, "x", "gid-index")
+	defSize, defIters, defTx, defInline := 65536, 1000, 128, 0
+	if lat {
+		defSize, defTx, defInline = 2, 1, 236
+	}
+	if t == testAtomic {
+		defSize = 8
+	}
+	if t == testWrite && !lat {
+		defIters = 5000
+	}
+	if t == testRead || t == testAtomic {
+		defInline = 0
+	}
+	fs.intVar(&o.port, "p", "port", defaultTCPPt, "listen on/connect to TCP `PORT`")
+	fs.intVar(&o.size, "s", "size", defSize, "`SIZE` of message to exchange")
+	fs.intVar(&o.iters, "n", "iters", defIters, "`NUMBER` of exchanges")
+	fs.boolVar(&o.all, "a", "all", "run sizes from 2 till 2^23")
+	fs.intVar(&o.duration, "D", "duration", 0, "run the test for `SECONDS` (instead of -n)")
+	fs.intVar(&o.numQP, "q", "qp", 1, "`NUMBER` of QPs")
+	fs.stringVar(&o.conn, "c", "connection", "RC", "connection `TYPE` RC, UC or UD")
+	fs.intVar(&o.mtu, "m", "mtu", 0, "path `MTU` in bytes (default: the port's active MTU)")
+	fs.intVar(&o.txDepth, "t", "tx-depth", defTx, "`SIZE` of the send queue")
+	fs.intVar(&o.rxDepth, "r", "rx-depth", 512, "`SIZE` of the receive queue (send tests)")
+	fs.intVar(&o.inline, "I", "inline_size", defInline, "max `SIZE` of a message sent inline")
+	fs.intVar(&o.outs, "o", "outs", 16, "`NUMBER` of outstanding reads/atomics")
+	fs.intVar(&o.cqMod, "Q", "cq-mod", 100, "generate a completion every `NUMBER` work requests")
+	fs.boolVar(&o.bidir, "b", "bidirectional", "measure bidirectional bandwidth")
+	fs.boolVar(&o.gbits, "", "report_gbits", "report bandwidth in Gb/sec")
+	fs.boolVar(&o.cpuFreq, "F", "CPU-freq", "do not fail on CPU frequency warnings (ignored)")
+	fs.boolVar(&o.json, "", "json", "print one JSON object per result row")
+	fs.boolVar(&o.loopback, "", "loopback", "run server and client in this process over two software devices")
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	server, err := oneArg(name, pos)
+	if err != nil {
+		return err
+	}
+	if err := o.check(t, lat); err != nil {
+		return err
+	}
+	out := &printer{w: os.Stdout, json: o.json, gbits: o.gbits}
+	if o.loopback {
+		if server != "" {
+			return fmt.Errorf("--loopback runs both sides itself: give no server address")
+		}
+		return runLoopback(t, lat, o, out)
+	}
+	ep, err := openEndpoint(o.dev)
+	if err != nil {
+		return err
+	}
+	defer ep.close()
+	s := &perfSide{t: t, lat: lat, o: o, ep: ep, out: out}
+	if server == "" {
+		l, err := listen(ep.addr, o.port)
+		if err != nil {
+			return err
+		}
+		out.textf("\n************************************\n* Waiting for client to connect... *\n************************************\n")
+		c, err := accept(l)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		return s.serve(c)
+	}
+	c, err := dial(server, o.port)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return s.client(c)
+}
+
+func (o *perfOpts) check(t perfTest, lat bool) error {
+	o.conn = strings.ToUpper(o.conn)
+	switch o.conn {
+	case "RC":
+	case "UC":
+		if t == testRead || t == testAtomic {
+			return fmt.Errorf("connection type UC does not support %s: use RC", strings.ToUpper(t.verb()))
+		}
+	case "UD":
+		if t != testSend {
+			return fmt.Errorf("connection type UD supports only send tests: use RC")
+		}
+	default:
+		return fmt.Errorf("invalid connection type %q: must be RC, UC or UD", o.conn)
+	}
+	if o.size < 1 || o.size > 1<<23 {
+		return fmt.Errorf("invalid size %d: must be 1..8388608 bytes", o.size)
+	}
+	if t == testAtomic && o.size != 8 {
+		return fmt.Errorf("invalid size %d: atomic operations are 8 bytes", o.size)
+	}
+	if o.iters < 1 {
+		return fmt.Errorf("invalid iteration count %d", o.iters)
+	}
+	if o.duration < 0 {
+		return fmt.Errorf("invalid duration %d", o.duration)
+	}
+	if o.duration > 0 && (o.all || lat) {
+		return fmt.Errorf("-D works with bandwidth tests of one size only (not with -a or latency tests)")
+	}
+	if o.numQP < 1 || o.numQP > 256 {
+		return fmt.Errorf("invalid number of QPs %d: must be 1..256", o.numQP)
+	}
+	if lat && o.numQP != 1 {
+		return fmt.Errorf("latency tests use one QP")
+	}
+	if o.mtu != 0 {
+		if _, err := parseMTU(o.mtu); err != nil {
+			return err
+		}
+	}
+	if o.txDepth < 1 || o.txDepth > 16384 {
+		return fmt.Errorf("invalid tx depth %d", o.txDepth)
+	}
+	if o.rxDepth < 1 || o.rxDepth > 16384 {
+		return fmt.Errorf("invalid rx depth %d", o.rxDepth)
+	}
+	if o.inline < 0 || o.inline > 512 {
+		return fmt.Errorf("invalid inline size %d: the device supports up to 512 bytes", o.inline)
+	}
+	if o.outs < 1 || o.outs > 128 {
+		return fmt.Errorf("invalid number of outstanding reads %d: must be 1..128", o.outs)
+	}
+	if o.cqMod < 1 {
+		return fmt.Errorf("invalid CQ moderation %d", o.cqMod)
+	}
+	if o.bidir {
+		return fmt.Errorf("-b (bidirectional) is not supported yet")
+	}
+	return nil
+}
+
+// sizes are the message sizes of the run: -s, or 2..2^23 with -a.
+func (p perfParams) sizes(t perfTest) []int {
+	if !p.all || t == testAtomic {
+		return []int{p.size}
+	}
+	var out []int
+	for s := 2; s <= 1<<23; s *= 2 {
+		out = append(out, s)
+	}
+	return out
+}
+
+func (p perfParams) maxSize(t perfTest) int {
+	s := p.sizes(t)
+	return s[len(s)-1]
+}
+
+// runLoopback runs the server on one software device and the client on another, in
+// this process, and prints the client's results.
+func runLoopback(t perfTest, lat bool, o perfOpts, out *printer) error {
+	a := netip.MustParseAddr("127.0.0.2")
+	if o.dev.bind != "" {
+		var err error
+		if a, err = netip.ParseAddr(o.dev.bind); err != nil {
+			return fmt.Errorf("invalid --bind address %q: not an IP address", o.dev.bind)
+		}
+	}
+	b := a.Next()
+	so, co := o, o
+	so.dev.bind, co.dev.bind = a.String(), b.String()
+	so.dev.pcap = "" // the client's capture sees both directions
+	sep, err := openEndpoint(so.dev)
+	if err != nil {
+		return err
+	}
+	defer sep.close()
+	cep, err := openEndpoint(co.dev)
+	if err != nil {
+		return err
+	}
+	defer cep.close()
+	l, err := net.Listen("tcp", netip.AddrPortFrom(a, 0).String())
+	if err != nil {
+		return fmt.Errorf("listen for the exchange: %v", err)
+	}
+	srv := &perfSide{t: t, lat: lat, o: so, ep: sep, out: &printer{w: io.Discard, json: true}}
+	errc := make(chan error, 1)
+	go func() {
+		c, err := accept(l)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer c.Close()
+		errc <- srv.serve(c)
+	}()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		l.Close()
+		return fmt.Errorf("connect to the loopback server: %v", err)
+	}
+	defer c.Close()
+	cli := &perfSide{t: t, lat: lat, o: co, ep: cep, out: out}
+	if err := cli.client(c); err != nil {
+		return err
+	}
+	if err := <-errc; err != nil {
+		return fmt.Errorf("loopback server: %v", err)
+	}
+	return nil
+}
+
+// perfSide is one side of a perf test and its verbs resources.
+type perfSide struct {
+	t      perfTest
+	lat    bool
+	o      perfOpts
+	p      perfParams
+	ep     *endpoint
+	out    *printer
+	pd     *verbs.PD
+	mr     *verbs.MR
+	scq    *cqWaiter
+	rcq    *cqWaiter
+	qps    []*verbs.QP
+	ah     []*verbs.AH
+	index  map[uint32]int
+	slot   int // bytes per QP in the buffer: receive area, then send area
+	half   int
+	local  []perfDest
+	remote []perfDest
+	mtu    verbs.MTU
+}
+
+func (s *perfSide) params() perfParams {
+	return perfParams{test: s.t.name(s.lat), conn: s.o.conn, qps: s.o.numQP, size: s.o.size, iters: s.o.iters,
+		all: s.o.all, duration: s.o.duration, mtu: s.o.mtu}
+}
+
+func (s *perfSide) qpType() verbs.QPType {
+	switch s.p.conn {
+	case "UC":
+		return verbs.QPTypeUC
+	case "UD":
+		return verbs.QPTypeUD
+	}
+	return verbs.QPTypeRC
+}
+
+// setup creates the PD, buffer, CQs and QPs (in INIT) for parameters s.p.
+func (s *perfSide) setup() error {
+	active := s.ep.port.ActiveMTU
+	s.mtu = active
+	if s.p.mtu != 0 {
+		m, err := parseMTU(s.p.mtu)
+		if err != nil {
+			return err
+		}
+		if m > active {
+			return fmt.Errorf("MTU %d is larger than the port's active MTU %d", s.p.mtu, active.Bytes())
+		}
+		s.mtu = m
+	}
+	if s.p.conn == "UD" && s.p.maxSize(s.t) > s.mtu.Bytes() {
+		return fmt.Errorf("size %d is larger than the MTU %d: UD messages are one packet", s.p.maxSize(s.t), s.mtu.Bytes())
+	}
+	dev := s.ep.dev
+	var err error
+	if s.pd, err = dev.AllocPD(); err != nil {
+		return fmt.Errorf("couldn't allocate PD: %v", err)
+	}
+	s.half = (s.p.maxSize(s.t) + verbs.GRHLen + 63) &^ 63
+	s.slot = 2 * s.half
+	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+	if s.mr, err = s.pd.RegMR(make([]byte, s.slot*s.p.qps), access); err != nil {
+		return fmt.Errorf("couldn't register MR: %v", err)
+	}
+	sq := s.o.txDepth
+	if s.lat {
+		sq = 64
+	}
+	if s.scq, err = newCQ(dev, sq*s.p.qps+1, false); err != nil {
+		return err
+	}
+	if s.rcq, err = newCQ(dev, s.o.rxDepth*s.p.qps+1, false); err != nil {
+		return err
+	}
+	s.index = make(map[uint32]int)
+	for i := 0; i < s.p.qps; i++ {
+		qp, err := s.pd.CreateQP(verbs.QPInitAttr{Type: s.qpType(), SendCQ: s.scq.cq, RecvCQ: s.rcq.cq,
+			Cap: verbs.QPCap{MaxSendWR: uint32(sq), MaxRecvWR: uint32(s.o.rxDepth), MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: uint32(s.o.inline)}})
+		if err != nil {
+			return fmt.Errorf("couldn't create %v QP: %v", s.qpType(), err)
+		}
+		s.qps = append(s.qps, qp)
+		s.index[qp.QPN()] = i
+		init := &verbs.QPAttr{State: verbs.QPStateInit, Port: uint8(s.o.dev.ibPort), AccessFlags: access}
+		mask := verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort
+		if s.p.conn == "UD" {
+			init.QKey = udQKey
+			mask |= verbs.QPAttrQKey
+		} else {
+			mask |= verbs.QPAttrAccessFlags
+		}
+		if err := qp.Modify(init, mask); err != nil {
+			return fmt.Errorf("failed to modify QP to INIT: %v", err)
+		}
+		s.local = append(s.local, perfDest{outReads: s.o.outs, qpn: qp.QPN(), psn: rand.Uint32() & 0xffffff,
+			rkey: s.mr.RKey(), vaddr: s.mr.AddrOf(i * s.slot), gid: s.ep.gid})
+	}
+	if s.t == testSend {
+		for i := range s.qps {
+			for k := 0; k < s.o.rxDepth; k++ {
+				if err := s.postRecv(i); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (s *perfSide) close() {
+	for _, qp := range s.qps {
+		qp.Close()
+	}
+	for _, c := range []*cqWaiter{s.scq, s.rcq} {
+		if c != nil {
+			c.close()
+		}
+	}
+	if s.mr != nil {
+		s.mr.Close()
+	}
+	if s.pd != nil {
+		s.pd.Close()
+	}
+}
+
+func (s *perfSide) postRecv(i int) error {
+	n := s.p.maxSize(s.t)
+	if s.p.conn == "UD" {
+		n += verbs.GRHLen
+	}
+	if err := s.qps[i].PostRecv(verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{s.mr.SGE(i*s.slot, n)}}); err != nil {
+		return fmt.Errorf("couldn't post receive: %v", err)
+	}
+	return nil
+}
+
+// rts brings every QP to RTS towards its remote.
+func (s *perfSide) rts() error {
+	for i, qp := range s.qps {
+		r, l := s.remote[i], s.local[i]
+		av := verbs.AHAttr{DGID: r.gid, SGIDIndex: uint8(s.o.dev.gidIdx), HopLimit: 64, Port: uint8(s.o.dev.ibPort)}
+		switch s.p.conn {
+		case "UD":
+			if err := qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTR}, verbs.QPAttrState); err != nil {
+				return fmt.Errorf("failed to modify QP to RTR: %v", err)
+			}
+			if err := qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: l.psn}, verbs.QPAttrState|verbs.QPAttrSQPSN); err != nil {
+				return fmt.Errorf("failed to modify QP to RTS: %v", err)
+			}
+			ah, err := s.pd.CreateAH(av)
+			if err != nil {
+				return fmt.Errorf("failed to create AH: %v", err)
+			}
+			s.ah = append(s.ah, ah)
+			continue
+		case "UC":
+			if err := qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: s.mtu, DestQPN: r.qpn, RQPSN: r.psn, AH: av},
+				verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN); err != nil {
+				return fmt.Errorf("failed to modify QP to RTR: %v", err)
+			}
+			if err := qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: l.psn}, verbs.QPAttrState|verbs.QPAttrSQPSN); err != nil {
+				return fmt.Errorf("failed to modify QP to RTS: %v", err)
+			}
+			continue
+		}
+		outs := uint8(min(s.o.outs, r.outReads))
+		if err := qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: s.mtu, DestQPN: r.qpn, RQPSN: r.psn, AH: av,
+			MaxDestRdAtomic: outs, MinRNRTimer: 12},
+			verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
+				verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
+			return fmt.Errorf("failed to modify QP to RTR: %v", err)
+		}
+		if err := qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: l.psn, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: outs},
+			verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|verbs.QPAttrMaxQPRdAtomic); err != nil {
+			return fmt.Errorf("failed to modify QP to RTS: %v", err)
+		}
+	}
+	return nil
+}
+
+// printHeader prints perftest's banner and the address lines.
+func (s *perfSide) printHeader() {
+	o := s.out
+	srq := "OFF"
+	o.textf("%s\n", resultLine)
+	o.textf("                    %s\n", s.t.title(s.lat))
+	o.textf(" Dual-port       : OFF\t\tDevice         : %s\n", s.ep.dev.Name())
+	o.textf(" Number of qps   : %d\t\tTransport type : IB\n", s.p.qps)
+	o.textf(" Connection type : %s\t\tUsing SRQ      : %s\n", s.p.conn, srq)
+	o.textf(" TX depth        : %d\n", s.o.txDepth)
+	if !s.lat {
+		o.textf(" CQ Moderation   : %d\n", min(s.o.cqMod, s.o.txDepth))
+	}
+	o.textf(" Mtu             : %d[B]\n", s.mtu.Bytes())
+	o.textf(" Link type       : Ethernet\n")
+	o.textf(" GID index       : %d\n", s.o.dev.gidIdx)
+	if s.t == testRead || s.t == testAtomic {
+		o.textf(" Outstand reads  : %d\n", s.o.outs)
+	}
+	o.textf(" Max inline data : %d[B]\n", s.o.inline)
+	o.textf(" rdma_cm QPs\t : OFF\n")
+	o.textf(" Data ex. method : Ethernet\n")
+	o.textf("%s\n", resultLine)
+	line := func(which string, d perfDest) {
+		out := ""
+		if s.t == testRead || s.t == testAtomic {
+			out = fmt.Sprintf(" OUT 0x%02x", d.outReads)
+		}
+		o.textf(" %s address: LID %04x QPN 0x%04x PSN 0x%06x%s RKey 0x%06x VAddr 0x%014x\n", which, d.lid, d.qpn, d.psn, out, d.rkey, d.vaddr)
+		o.textf(" GID: %s\n", gidDecimal(d.gid))
+	}
+	for i := range s.local {
+		line("local", s.local[i])
+	}
+	for i := range s.remote {
+		line("remote", s.remote[i])
+	}
+	o.textf("%s\n", resultLine)
+	if s.lat {
+		o.latHeader()
+	} else {
+		o.bwHeader()
+	}
+}
+
+func (s *perfSide) client(c net.Conn) error {
+	s.p = s.params()
+	if err := s.setup(); err != nil {
+		return err
+	}
+	defer s.close()
+	if err := writeAll(c, s.p.header(), "parameters"); err != nil {
+		return err
+	}
+	if err := writePerfDests(c, s.local); err != nil {
+		return err
+	}
+	if _, err := readPerfHeader(c); err != nil {
+		return err
+	}
+	var err error
+	if s.remote, err = readPerfDests(c, s.p.qps); err != nil {
+		return err
+	}
+	if err := s.rts(); err != nil {
+		return err
+	}
+	s.printHeader()
+	sent, err := s.runClient()
+	if err != nil {
+		return err
+	}
+	if err := writeDone(c, sent); err != nil {
+		return err
+	}
+	if _, err := readDone(c); err != nil {
+		return err
+	}
+	s.out.textf("%s\n", resultLine)
+	return nil
+}
+
+func (s *perfSide) serve(c net.Conn) error {
+	want := s.params()
+	p, err := readPerfHeader(c)
+	if err != nil {
+		return err
+	}
+	if p.test != want.test {
+		return fmt.Errorf("the client runs %s but this server runs %s", p.test, want.test)
+	}
+	if p.conn != want.conn {
+		return fmt.Errorf("the client uses connection type %s but this server %s (-c)", p.conn, want.conn)
+	}
+	if p.mtu == 0 {
+		p.mtu = want.mtu
+	}
+	s.p = p // the client's sizes, iterations and QP count rule
+	if err := s.setup(); err != nil {
+		return err
+	}
+	defer s.close()
+	if s.remote, err = readPerfDests(c, s.p.qps); err != nil {
+		return err
+	}
+	if err := s.rts(); err != nil {
+		return err
+	}
+	if err := writeAll(c, s.p.header(), "parameters"); err != nil {
+		return err
+	}
+	if err := writePerfDests(c, s.local); err != nil {
+		return err
+	}
+	s.printHeader()
+	if err := s.runServer(c); err != nil {
+		return err
+	}
+	if err := writeDone(c, 0); err != nil {
+		return err
+	}
+	s.out.textf("%s\n", resultLine)
+	return nil
 }

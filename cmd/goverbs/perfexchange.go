@@ -1,0 +1,167 @@
+package main
+
+import (
+	"bytes"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// The perf tools' out-of-band exchange, in the spirit of perftest's Ethernet exchange:
+// a header naming the test and its parameters, then one record per QP with LID, the
+// outstanding-reads count, QPN, PSN, RKey, VAddr and GID. The client sends first; the
+// server checks the header, adopts the client's sizes and answers with its own.
+
+const (
+	perfMagic     = "GOVERBS-PERF/1 "
+	perfHeaderLen = 256
+	perfRecordLen = 96
+)
+
+// perfParams are the parameters both sides must agree on.
+type perfParams struct {
+	test     string // e.g. "write_bw"
+	conn     string // RC, UC, UD
+	qps      int
+	size     int
+	iters    int
+	all      bool
+	duration int
+	mtu      int
+}
+
+func (p perfParams) header() []byte {
+	s := fmt.Sprintf("%s%s conn=%s qps=%d size=%d iters=%d all=%t dur=%d mtu=%d",
+		perfMagic, p.test, p.conn, p.qps, p.size, p.iters, p.all, p.duration, p.mtu)
+	b := make([]byte, perfHeaderLen)
+	copy(b, s)
+	return b
+}
+
+var errForeignPerfPeer = fmt.Errorf("the peer does not speak the goverbs perftest exchange (a real perftest or an rdma-core ping-pong?)")
+
+func readPerfHeader(c net.Conn) (perfParams, error) {
+	b := make([]byte, perfHeaderLen)
+	if err := readFull(c, b[:len(perfMagic)], "the peer's parameters"); err != nil {
+		return perfParams{}, err
+	}
+	if string(b[:len(perfMagic)]) != perfMagic {
+		return perfParams{}, errForeignPerfPeer
+	}
+	if err := readFull(c, b[len(perfMagic):], "the peer's parameters"); err != nil {
+		return perfParams{}, err
+	}
+	text := string(bytes.TrimRight(b[len(perfMagic):], "\x00"))
+	f := strings.Fields(text)
+	if len(f) == 0 {
+		return perfParams{}, errForeignPerfPeer
+	}
+	p := perfParams{test: f[0]}
+	for _, kv := range f[1:] {
+		k, v, _ := strings.Cut(kv, "=")
+		n, _ := strconv.Atoi(v)
+		switch k {
+		case "conn":
+			p.conn = v
+		case "qps":
+			p.qps = n
+		case "size":
+			p.size = n
+		case "iters":
+			p.iters = n
+		case "all":
+			p.all = v == "true"
+		case "dur":
+			p.duration = n
+		case "mtu":
+			p.mtu = n
+		}
+	}
+	if p.qps < 1 || p.qps > 256 || p.size < 0 || p.iters < 0 {
+		return perfParams{}, fmt.Errorf("the peer sent invalid parameters: %q", text)
+	}
+	return p, nil
+}
+
+// perfDest is one QP's facts for the peer.
+type perfDest struct {
+	lid      uint16
+	outReads int
+	qpn, psn uint32
+	rkey     uint32
+	vaddr    uint64
+	gid      verbs.GID
+}
+
+func (d perfDest) record() []byte {
+	s := fmt.Sprintf("%04x:%04x:%06x:%06x:%08x:%016x:%s", d.lid, d.outReads, d.qpn, d.psn, d.rkey, d.vaddr, hex.EncodeToString(d.gid[:]))
+	b := make([]byte, perfRecordLen)
+	copy(b, s)
+	return b
+}
+
+func readPerfDests(c net.Conn, n int) ([]perfDest, error) {
+	out := make([]perfDest, n)
+	b := make([]byte, perfRecordLen)
+	for i := range out {
+		if err := readFull(c, b, "the peer's QP address"); err != nil {
+			return nil, err
+		}
+		f := strings.Split(string(bytes.TrimRight(b, "\x00")), ":")
+		if len(f) != 7 {
+			return nil, errForeignPerfPeer
+		}
+		var v [6]uint64
+		for j := 0; j < 6; j++ {
+			x, err := strconv.ParseUint(f[j], 16, 64)
+			if err != nil {
+				return nil, errForeignPerfPeer
+			}
+			v[j] = x
+		}
+		d := perfDest{lid: uint16(v[0]), outReads: int(v[1]), qpn: uint32(v[2]), psn: uint32(v[3]), rkey: uint32(v[4]), vaddr: v[5]}
+		if _, err := hex.Decode(d.gid[:], []byte(f[6])); err != nil || len(f[6]) != 32 {
+			return nil, errForeignPerfPeer
+		}
+		out[i] = d
+	}
+	return out, nil
+}
+
+func writePerfDests(c net.Conn, ds []perfDest) error {
+	var b []byte
+	for _, d := range ds {
+		b = append(b, d.record()...)
+	}
+	return writeAll(c, b, "local QP addresses")
+}
+
+// The end of a run: the client sends "DONE <messages sent>\n" padded to 32 bytes, the
+// server answers with the same word so neither side closes its QPs under the other.
+const doneLen = 32
+
+func writeDone(c net.Conn, sent int) error {
+	b := make([]byte, doneLen)
+	copy(b, fmt.Sprintf("DONE %d", sent))
+	return writeAll(c, b, "done")
+}
+
+func readDone(c net.Conn) (int, error) {
+	b := make([]byte, doneLen)
+	c.SetReadDeadline(time.Time{}) // the run may be long; a dead client closes the connection
+	if _, err := io.ReadFull(c, b); err != nil {
+		return 0, fmt.Errorf("the client went away before the end of the test: %v", err)
+	}
+	s := string(bytes.TrimRight(b, "\x00"))
+	n, err := strconv.Atoi(strings.TrimPrefix(s, "DONE "))
+	if !strings.HasPrefix(s, "DONE ") || err != nil {
+		return 0, errForeignPerfPeer
+	}
+	return n, nil
+}

@@ -81,7 +81,7 @@ type rcParams struct {
 }
 
 func defaultRC() rcParams {
-	return rcParams{mtu: MTU1024, timeout: 10, retry: 7, rnr: 7, minRNR: 1, rdAtomic: 16, destRdAtom: 16, access: allAccess}
+	return rcParams{mtu: MTU1024, timeout: 14, retry: 7, rnr: 7, minRNR: 1, rdAtomic: 16, destRdAtom: 16, access: allAccess}
 }
 
 // connect brings a QP from RESET to RTS towards (gid, qpn), like rc_pingpong.

@@ -16,7 +16,7 @@ func fill(b []byte, seed uint64) {
 }
 
 func TestRCSendWriteReadOverUDP(t *testing.T) {
-	a, b := newHost(t, "127.0.0.2"), newHost(t, "127.0.0.3")
+	a, b := newHost(t, "127.10.0.2"), newHost(t, "127.10.0.3")
 	p := newPair(t, a, b, QPTypeRC, defaultRC())
 	const mtu = 1024
 	sizes := []int{0, 1, mtu - 1, mtu, mtu + 1, 1 << 20}
@@ -74,7 +74,7 @@ func TestRCSendWriteReadOverUDP(t *testing.T) {
 }
 
 func TestRCAtomics(t *testing.T) {
-	a, b := newHost(t, "127.0.0.2"), newHost(t, "127.0.0.3")
+	a, b := newHost(t, "127.10.0.2"), newHost(t, "127.10.0.3")
 	p := newPair(t, a, b, QPTypeRC, defaultRC())
 	target := b.mr(t, 64, allAccess)
 	binary.NativeEndian.PutUint64(target.Buf()[8:], 100)

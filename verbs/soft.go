@@ -439,3 +439,11 @@ func (s *softSRQ) query() SRQAttr {
 	w, sge, lim := s.srq.Query()
 	return SRQAttr{MaxWR: uint32(w), MaxSGE: uint32(sge), SRQLimit: lim}
 }
+
+// debugString describes a software QP's transport state (tests and logs).
+func (qp *QP) debugString() string {
+	if s, ok := qp.impl.(*softQP); ok {
+		return s.qp.DebugString()
+	}
+	return ""
+}

@@ -257,8 +257,10 @@ func (qp *QP) impliedNak(w *sendWQE) {
 
 func (qp *QP) readResponse(p *wire.Packet, psn wire.PSN) bool {
 	c := &qp.comp
+
 	if !qp.ackThrough(psn.Sub(1)) && psn.Before(c.psn) {
-		return false // duplicate response
+		qp.dev.counters.DuplicateResponse.Add(1)
+		return false
 	}
 	w := qp.oldest()
 	if w == nil || w.wr.Opcode != WRRDMARead || psn.Before(w.firstPSN) || psn.After(w.lastPSN()) {
@@ -269,26 +271,28 @@ func (qp *QP) readResponse(p *wire.Packet, psn wire.PSN) bool {
 	if psn != want {
 		if psn.After(want) { // responses in between were lost
 			qp.impliedNak(w)
+		} else {
+			qp.dev.counters.DuplicateResponse.Add(1)
 		}
 		return false
 	}
 	// IBTA 9.7.5.1.4: FIRST/MIDDLE responses carry exactly one path MTU, the LAST/ONLY
-	// one the remainder. Anything else is a bad response.
+	// one the remainder. Anything else is a bad response. FIRST and MIDDLE are not told
+	// apart: after a retried READ, the old stream's MIDDLE and the new stream's FIRST for
+	// the same PSN carry the same bytes and either may arrive first.
 	off := int(w.got) * qp.mtu
 	rest := w.length - off
 	n := len(p.Payload)
 	fl := p.Op.Flags
-	posOK := (w.got == 0) == (fl.Has(wire.First) || fl.Has(wire.Only))
-	lenOK := n == qp.mtu && (fl.Has(wire.First) || fl.Has(wire.Middle)) && rest > qp.mtu ||
-		n == rest && (fl.Has(wire.Last) || fl.Has(wire.Only))
-	if !posOK || !lenOK {
+	last := fl.Has(wire.Last) || fl.Has(wire.Only)
+	if last && n != rest || !last && (n != qp.mtu || rest <= qp.mtu) {
 		c.failHead(WCBadRespErr, 0)
 		return false
 	}
 	w.local.copyIn(p.Payload, off)
 	w.got++
 	c.progress(psn.Add(1))
-	if fl.Has(wire.Last) || fl.Has(wire.Only) {
+	if last {
 		w.state = wqeDone
 		qp.req.outstandingRdAtom--
 		c.progress(w.lastPSN().Add(1))

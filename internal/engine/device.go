@@ -66,6 +66,7 @@ type Device struct {
 
 	counters Counters
 	txPool   sync.Pool
+	sender   sender
 	rxDone   chan struct{}
 	done     chan struct{}
 
@@ -103,6 +104,8 @@ func New(cfg Config) (*Device, error) {
 	}
 	d.gid = AddrToGID(d.local.Addr())
 	d.txPool.New = func() any { return newTxBatch(d.conn.Caps().BatchSize) }
+	d.sender.init()
+	go d.sender.run()
 	go d.rxLoop()
 	d.raise(AsyncEvent{Type: EventPortActive, Port: 1})
 	return d, nil
@@ -147,6 +150,8 @@ func (d *Device) Close() error {
 	}
 	err := d.conn.Close()
 	<-d.rxDone
+	close(d.sender.stop)
+	<-d.sender.done
 	close(d.done)
 	return err
 }

@@ -35,14 +35,15 @@ type Counters struct {
 	TxPackets, TxBytes atomic.Uint64
 	RxPackets, RxBytes atomic.Uint64
 
-	Retransmits      atomic.Uint64 // packets sent again by go-back-N
-	RetryTimeouts    atomic.Uint64 // retransmission timer expiries
-	RNRNakSent       atomic.Uint64
-	RNRNakReceived   atomic.Uint64
-	SeqNakSent       atomic.Uint64
-	SeqNakReceived   atomic.Uint64
-	DuplicateRequest atomic.Uint64
-	ImpliedNak       atomic.Uint64 // a later ACK or response showed a READ/atomic response was lost
+	Retransmits       atomic.Uint64 // packets sent again by go-back-N
+	RetryTimeouts     atomic.Uint64 // retransmission timer expiries
+	RNRNakSent        atomic.Uint64
+	RNRNakReceived    atomic.Uint64
+	SeqNakSent        atomic.Uint64
+	SeqNakReceived    atomic.Uint64
+	DuplicateRequest  atomic.Uint64
+	ImpliedNak        atomic.Uint64
+	DuplicateResponse atomic.Uint64 // READ responses and ACKs for PSNs already acknowledged // a later ACK or response showed a READ/atomic response was lost
 
 	ICRCErrors    atomic.Uint64 // dropped: no IPv4 ID or checksum makes the ICRC match
 	ICRCRecovered atomic.Uint64 // verified after solving for a peer's non-zero IPv4 Identification
@@ -78,6 +79,7 @@ func (c *Counters) Each(f func(name string, v uint64)) {
 	f("rcvd_seq_err", c.SeqNakReceived.Load())
 	f("duplicate_request", c.DuplicateRequest.Load())
 	f("implied_nak", c.ImpliedNak.Load())
+	f("duplicate_response", c.DuplicateResponse.Load())
 	f("rcvd_icrc_err", c.ICRCErrors.Load())
 	f("icrc_ipid_recovered", c.ICRCRecovered.Load())
 	f("malformed_drop", c.Malformed.Load())

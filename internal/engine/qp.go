@@ -634,3 +634,17 @@ func timeoutDuration(t uint8) time.Duration {
 	}
 	return time.Duration(4096<<t) * time.Nanosecond
 }
+
+// DebugString describes the QP's transport state, for logs and failing tests.
+func (qp *QP) DebugString() string {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	s := fmt.Sprintf("qp %#x state %d: sq head=%d req=%d tail=%d req.psn=%#x high=%#x comp.psn=%#x retry=%d rnr=%d rdAtom=%d resp.psn=%#x queue=%d",
+		qp.qpn, qp.state, qp.sq.head, qp.sq.req, qp.sq.tail, uint32(qp.req.psn), uint32(qp.req.high), uint32(qp.comp.psn),
+		qp.comp.retryLeft, qp.comp.rnrRetryLeft, qp.req.outstandingRdAtom, uint32(qp.resp.psn), len(qp.resp.out.items)-qp.resp.out.head)
+	for i := qp.sq.head; i != qp.sq.tail; i++ {
+		w := qp.sq.at(i)
+		s += fmt.Sprintf("\n  wqe %d op=%d state=%d first=%#x npkts=%d next=%d got=%d status=%d", i, w.wr.Opcode, w.state, uint32(w.firstPSN), w.npkts, w.next, w.got, w.status)
+	}
+	return s
+}

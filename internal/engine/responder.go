@@ -32,6 +32,8 @@ type responder struct {
 	res     []rdAtomicRes // saved READ and atomic requests, for duplicates (IBTA 9.7.5.1.5)
 	resNext int
 
+	out respQueue // READ responses, atomic ACKs, ACKs and NAKs, in PSN order
+
 	// UC: the message being dropped after a lost packet, until the next FIRST/ONLY.
 	ucDropping bool
 }
@@ -264,8 +266,10 @@ func (qp *QP) remoteSpan(rkey uint32, va uint64, n uint32, need Access) ([]byte,
 	return b, ok
 }
 
-// recvRead executes a READ request: it saves a responder resource and sends the
-// responses. dup says the request was seen before and its resource already exists.
+// recvRead executes a READ request: it saves a responder resource and queues the
+// responses. dup says the request repeats one already executed (its PSN is old): the
+// responses are sent again from memory, from the PSN asked for, and a stream of the
+// same READ still in the queue restarts there instead of being sent twice.
 func (qp *QP) recvRead(p *wire.Packet, psn wire.PSN, dup bool) {
 	r := &qp.resp
 	va, rkey, n := p.RETH.VA(), p.RETH.RKey(), p.RETH.DMALen()
@@ -284,42 +288,31 @@ func (qp *QP) recvRead(p *wire.Packet, psn wire.PSN, dup bool) {
 		}
 		src = b
 	}
-	npkts := (int(n) + qp.mtu - 1) / qp.mtu
+	npkts := uint32((int(n) + qp.mtu - 1) / qp.mtu)
 	if npkts == 0 {
 		npkts = 1
 	}
 	if !dup {
 		res := &r.res[r.resNext]
 		r.resNext = (r.resNext + 1) % len(r.res)
-		*res = rdAtomicRes{valid: true, firstPSN: psn, lastPSN: psn.Add(uint32(npkts - 1))}
-		r.psn = psn.Add(uint32(npkts))
+		*res = rdAtomicRes{valid: true, firstPSN: psn, lastPSN: psn.Add(npkts - 1)}
+		r.psn = psn.Add(npkts)
 		r.msn = (r.msn + 1) & wire.PSNMask
-	}
-	tx := qp.dev.getTx()
-	for k := 0; k < npkts; k++ {
-		op := wire.RCReadResponseMiddle
-		switch {
-		case npkts == 1:
-			op = wire.RCReadResponseOnly
-		case k == 0:
-			op = wire.RCReadResponseFirst
-		case k == npkts-1:
-			op = wire.RCReadResponseLast
+	} else {
+		q := &r.out
+		for i := q.head; i < len(q.items); i++ {
+			it := &q.items[i]
+			if it.kind == respRead && !psn.Before(it.first) && psn.Before(it.first.Add(it.npkts)) {
+				// Restart the stream still being sent at the PSN asked for; the
+				// retried request describes exactly the remaining memory.
+				it.first, it.npkts, it.psn, it.src = psn, npkts, psn, src
+				qp.flushResponses()
+				return
+			}
 		}
-		h := wire.Headers{BTH: wire.BTHFields{Opcode: op, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn.Add(uint32(k))}}
-		h.AETH = wire.AETHFields{Syndrome: wire.ACKSyndrome(wire.CreditsInvalid), MSN: r.msn}
-		off := k * qp.mtu
-		m := len(src) - off
-		if m > qp.mtu {
-			m = qp.mtu
-		}
-		buf := qp.dev.nextBuf(tx)
-		hlen := h.Encode(buf)
-		copy(buf[hlen:hlen+m], src[off:])
-		qp.dev.commit(tx, hlen, m, qp.remote)
-		qp.Stats.TxPackets++
 	}
-	qp.dev.putTx(tx)
+	r.out.push(respItem{kind: respRead, first: psn, npkts: npkts, psn: psn, src: src})
+	qp.flushResponses()
 }
 
 // recvAtomic executes an atomic request once and answers with the original value.
@@ -361,14 +354,8 @@ func (qp *QP) recvAtomic(p *wire.Packet, psn wire.PSN) {
 }
 
 func (qp *QP) sendAtomicAck(psn wire.PSN, orig uint64) {
-	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAtomicAck, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn}}
-	h.AETH = wire.AETHFields{Syndrome: wire.ACKSyndrome(wire.CreditsInvalid), MSN: qp.resp.msn}
-	h.AtomicAckETH = orig
-	tx := qp.dev.getTx()
-	buf := qp.dev.nextBuf(tx)
-	hlen := h.Encode(buf)
-	qp.dev.commit(tx, hlen, 0, qp.remote)
-	qp.dev.putTx(tx)
+	qp.resp.out.push(respItem{kind: respAtomicAck, psn: psn, orig: orig})
+	qp.flushResponses()
 }
 
 // duplicate answers a request whose PSN is older than expected (IBTA 9.7.5.1.5): SEND and
@@ -456,13 +443,8 @@ func (qp *QP) flushAck() {
 	qp.sendAck(wire.ACKSyndrome(wire.CreditsInvalid), r.ackPSN)
 }
 
-// sendAck sends an ACK or NAK with the given syndrome for psn right away.
+// sendAck sends an ACK or NAK for psn now, behind any responses still queued.
 func (qp *QP) sendAck(syn wire.Syndrome, psn wire.PSN) {
-	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAck, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn}}
-	h.AETH = wire.AETHFields{Syndrome: syn, MSN: qp.resp.msn}
-	tx := qp.dev.getTx()
-	buf := qp.dev.nextBuf(tx)
-	hlen := h.Encode(buf)
-	qp.dev.commit(tx, hlen, 0, qp.remote)
-	qp.dev.putTx(tx)
+	qp.queueAckItem(syn, psn)
+	qp.flushResponses()
 }

@@ -1,0 +1,206 @@
+package engine
+
+import (
+	"sync"
+
+	"github.com/goverbs/goverbs/wire"
+)
+
+// The responder's outgoing packets (READ responses, atomic ACKs, ACKs and NAKs) leave in
+// PSN order through one queue per QP. Order matters: an ACK that overtakes a READ's
+// responses tells the requester those responses were lost (an implied NAK). A long READ is
+// sent in bursts so that one request cannot hold the receive loop for a whole megabyte;
+// what a burst leaves is sent by the device's sender goroutine, as rxe's responder task
+// would. A repeated READ restarts the stream in place instead of queueing a second copy.
+
+// respBurst is how many packets one pass sends for a QP before yielding.
+const respBurst = 64
+
+type respKind uint8
+
+const (
+	respAck respKind = iota
+	respRead
+	respAtomicAck
+)
+
+type respItem struct {
+	kind respKind
+	psn  wire.PSN      // ACK/NAK/atomic: its PSN; READ: the next response to send
+	syn  wire.Syndrome // ACK/NAK
+	orig uint64        // atomic ACK
+
+	// READ: the request's first PSN, its response count, and the memory of the
+	// responses from psn on.
+	first wire.PSN
+	npkts uint32
+	src   []byte
+}
+
+type respQueue struct {
+	items  []respItem
+	head   int
+	queued bool // on the device's sender list
+}
+
+func (q *respQueue) empty() bool { return q.head == len(q.items) }
+
+func (q *respQueue) push(it respItem) {
+	if q.head > 0 && q.head == len(q.items) {
+		q.items, q.head = q.items[:0], 0
+	}
+	q.items = append(q.items, it)
+}
+
+// queueAckItem queues an ACK or NAK. Consecutive plain ACKs collapse into the newest.
+func (qp *QP) queueAckItem(syn wire.Syndrome, psn wire.PSN) {
+	q := &qp.resp.out
+	if n := len(q.items); n > q.head && q.items[n-1].kind == respAck &&
+		q.items[n-1].syn.Type() == wire.AckTypeACK && syn.Type() == wire.AckTypeACK {
+		q.items[n-1].psn = psn
+		return
+	}
+	q.push(respItem{kind: respAck, syn: syn, psn: psn})
+}
+
+// pump sends up to budget packets from the response queue. It reports whether work is
+// left. qp.mu is held.
+func (qp *QP) pump(budget int) bool {
+	q := &qp.resp.out
+	if q.empty() {
+		return false
+	}
+	tx := qp.dev.getTx()
+	for !q.empty() && budget > 0 {
+		it := &q.items[q.head]
+		switch it.kind {
+		case respAck:
+			qp.buildAck(tx, it.syn, it.psn)
+			budget--
+			q.head++
+		case respAtomicAck:
+			qp.buildAtomicAck(tx, it.psn, it.orig)
+			budget--
+			q.head++
+		case respRead:
+			for budget > 0 {
+				qp.buildReadResponse(tx, it)
+				budget--
+				if it.psn == it.first.Add(it.npkts) {
+					q.head++
+					break
+				}
+			}
+		}
+	}
+	qp.dev.putTx(tx)
+	return !q.empty()
+}
+
+// flushResponses sends what the queue holds, a burst now and the rest later from the
+// device's sender. qp.mu is held.
+func (qp *QP) flushResponses() {
+	if qp.pump(respBurst) && !qp.resp.out.queued {
+		qp.resp.out.queued = true
+		qp.dev.sender.add(qp)
+	}
+}
+
+func (qp *QP) buildReadResponse(tx *txBatch, it *respItem) {
+	k := uint32(it.psn.Diff(it.first))
+	op := wire.RCReadResponseMiddle
+	switch {
+	case it.npkts == 1:
+		op = wire.RCReadResponseOnly
+	case k == 0:
+		op = wire.RCReadResponseFirst
+	case k == it.npkts-1:
+		op = wire.RCReadResponseLast
+	}
+	h := wire.Headers{BTH: wire.BTHFields{Opcode: op, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: it.psn}}
+	h.AETH = wire.AETHFields{Syndrome: wire.ACKSyndrome(wire.CreditsInvalid), MSN: qp.resp.msn}
+	m := min(len(it.src), qp.mtu)
+	buf := qp.dev.nextBuf(tx)
+	hlen := h.Encode(buf)
+	copy(buf[hlen:hlen+m], it.src)
+	qp.dev.commit(tx, hlen, m, qp.remote)
+	qp.Stats.TxPackets++
+	it.src = it.src[m:]
+	it.psn = it.psn.Add(1)
+}
+
+func (qp *QP) buildAtomicAck(tx *txBatch, psn wire.PSN, orig uint64) {
+	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAtomicAck, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn}}
+	h.AETH = wire.AETHFields{Syndrome: wire.ACKSyndrome(wire.CreditsInvalid), MSN: qp.resp.msn}
+	h.AtomicAckETH = orig
+	buf := qp.dev.nextBuf(tx)
+	qp.dev.commit(tx, h.Encode(buf), 0, qp.remote)
+	qp.Stats.TxPackets++
+}
+
+func (qp *QP) buildAck(tx *txBatch, syn wire.Syndrome, psn wire.PSN) {
+	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAck, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn}}
+	h.AETH = wire.AETHFields{Syndrome: syn, MSN: qp.resp.msn}
+	buf := qp.dev.nextBuf(tx)
+	qp.dev.commit(tx, h.Encode(buf), 0, qp.remote)
+	qp.Stats.TxPackets++
+}
+
+// sender is a device's goroutine that finishes what response bursts left.
+type sender struct {
+	mu   sync.Mutex
+	qps  []*QP
+	wake chan struct{}
+	stop chan struct{}
+	done chan struct{}
+}
+
+func (s *sender) init() {
+	s.wake = make(chan struct{}, 1)
+	s.stop = make(chan struct{})
+	s.done = make(chan struct{})
+}
+
+func (s *sender) add(qp *QP) {
+	s.mu.Lock()
+	s.qps = append(s.qps, qp)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *sender) run() {
+	defer close(s.done)
+	var work []*QP
+	for {
+		select {
+		case <-s.wake:
+		case <-s.stop:
+			return
+		}
+		for {
+			s.mu.Lock()
+			work, s.qps = s.qps, work[:0]
+			s.mu.Unlock()
+			if len(work) == 0 {
+				break
+			}
+			for i, qp := range work {
+				qp.mu.Lock()
+				if qp.closed || qp.state == QPStateReset {
+					qp.resp.out.queued = false
+				} else if qp.pump(respBurst) {
+					s.mu.Lock()
+					s.qps = append(s.qps, qp) // more to send: round-robin with other QPs
+					s.mu.Unlock()
+				} else {
+					qp.resp.out.queued = false
+				}
+				qp.mu.Unlock()
+				work[i] = nil
+			}
+		}
+	}
+}

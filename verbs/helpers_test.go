@@ -73,11 +73,11 @@ const allAccess = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | Acce
 
 // rcParams are the rc_pingpong defaults (FACTS.md), with a short timeout for tests.
 type rcParams struct {
-	mtu                   MTU
-	timeout, retry, rnr   uint8
-	minRNR                uint8
-	rdAtomic, destRdAtom  uint8
-	access                Access
+	mtu                  MTU
+	timeout, retry, rnr  uint8
+	minRNR               uint8
+	rdAtomic, destRdAtom uint8
+	access               Access
 }
 
 func defaultRC() rcParams {

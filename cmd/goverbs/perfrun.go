@@ -168,7 +168,11 @@ func (s *perfSide) bwClient(size int) (bwRow, int, error) {
 	for i := range posted {
 		sent += completed[i]
 	}
-	return bwStats(size, marks, duration), sent, nil
+	row := bwStats(size, marks, duration)
+	if !duration {
+		row.Iterations = iters // perftest reports the iterations per QP
+	}
+	return row, sent, nil
 }
 
 // bwSendServer receives the client's messages, reposting receives, and reports the

@@ -38,7 +38,15 @@ func (d *Device) CreateCQ(depth int, channel *CompChannel) (*CQ, error) {
 // (ibv_poll_cq). It never blocks and does not allocate. After an overrun it returns
 // ErrCQOverflow once the CQ is empty.
 func (cq *CQ) Poll(wcs []WC) (int, error) {
-	n, err := cq.impl.poll(wcs)
+	var n int
+	var err error
+	if s, ok := cq.impl.(*softCQ); ok { // direct call: wcs does not escape
+		n, err = s.poll(wcs)
+	} else {
+		tmp := make([]WC, len(wcs)) // another provider: a copy keeps wcs from escaping
+		n, err = cq.impl.poll(tmp)
+		copy(wcs, tmp[:n])
+	}
 	if err != nil && n == 0 {
 		return 0, err
 	}

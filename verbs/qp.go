@@ -93,10 +93,22 @@ func (qp *QP) Query() QPAttr { return qp.impl.query() }
 
 // PostSend posts send work requests (ibv_post_send). On error, *PostError says which
 // request was refused; the ones before it were posted. It does not allocate.
-func (qp *QP) PostSend(wrs ...SendWR) error { return qp.impl.postSend(wrs) }
+func (qp *QP) PostSend(wrs ...SendWR) error {
+	// A direct call where the provider is known lets the compiler see that wrs does not
+	// escape, so a variadic call allocates nothing; the interface call would.
+	if s, ok := qp.impl.(*softQP); ok {
+		return s.postSend(wrs)
+	}
+	return qp.impl.postSend(append([]SendWR(nil), wrs...))
+}
 
 // PostRecv posts receive work requests (ibv_post_recv).
-func (qp *QP) PostRecv(wrs ...RecvWR) error { return qp.impl.postRecv(wrs) }
+func (qp *QP) PostRecv(wrs ...RecvWR) error {
+	if s, ok := qp.impl.(*softQP); ok {
+		return s.postRecv(wrs)
+	}
+	return qp.impl.postRecv(append([]RecvWR(nil), wrs...))
+}
 
 // Counters returns the QP's statistics.
 func (qp *QP) Counters() QPCounters { return qp.impl.counters() }

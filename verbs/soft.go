@@ -414,6 +414,9 @@ func (q *softQP) postRecv(wrs []RecvWR) error {
 }
 
 func mapPostErr(err error, base int) error {
+	if err == nil {
+		return nil
+	}
 	var pe *engine.PostError
 	if errors.As(err, &pe) {
 		return &PostError{Index: base + pe.Index, Err: pe.Err}

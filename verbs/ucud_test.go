@@ -1,0 +1,331 @@
+package verbs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+)
+
+func TestUCSendAndWrite(t *testing.T) {
+	a, b := newHost(t, "127.10.0.2"), newHost(t, "127.10.0.3")
+	p := newPair(t, a, b, QPTypeUC, defaultRC())
+	src, dst := a.mr(t, 8192, allAccess), b.mr(t, 8192, allAccess)
+	fill(src.Buf(), 42)
+	p.qb.PostRecv(RecvWR{ID: 1, SGL: []SGE{dst.SGE(0, 8192)}})
+	if err := p.qa.PostSend(SendWR{ID: 2, Opcode: WRSendWithImm, Imm: 0xfeed, Flags: SendSignaled, SGL: []SGE{src.SGE(0, 3000)}}); err != nil {
+		t.Fatal(err)
+	}
+	expectStatus(t, a.cq, 2, WCSuccess)
+	wc := expectStatus(t, b.rcq, 1, WCSuccess)
+	if wc.ByteLen != 3000 || wc.Flags&WCWithImm == 0 || wc.Imm != 0xfeed || !bytes.Equal(dst.Buf()[:3000], src.Buf()[:3000]) {
+		t.Fatalf("UC SEND: %+v", wc)
+	}
+	clear(dst.Buf())
+	// UC completes locally when the packets leave; WRITE with immediate gives the
+	// receiver a completion to learn the data has landed.
+	p.qb.PostRecv(RecvWR{ID: 5})
+	if err := p.qa.PostSend(SendWR{ID: 3, Opcode: WRRDMAWriteWithImm, Imm: 9, Flags: SendSignaled, SGL: []SGE{src.SGE(0, 5000)},
+		RemoteAddr: dst.Addr(), RKey: dst.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+	expectStatus(t, a.cq, 3, WCSuccess)
+	wc = expectStatus(t, b.rcq, 5, WCSuccess)
+	if wc.Opcode != WCRecvRDMAWithImm || wc.Imm != 9 || wc.ByteLen != 5000 || !bytes.Equal(dst.Buf()[:5000], src.Buf()[:5000]) {
+		t.Fatalf("UC WRITE_WITH_IMM: %+v", wc)
+	}
+	// READ and atomics are not UC operations.
+	err := p.qa.PostSend(SendWR{ID: 4, Opcode: WRRDMARead, SGL: []SGE{src.SGE(0, 8)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()})
+	var pe *PostError
+	if !errors.As(err, &pe) {
+		t.Fatalf("UC READ posted: %v", err)
+	}
+}
+
+// udQP creates a UD QP and brings it to RTS with the Q_Key.
+func udQP(t *testing.T, h *host, qkey uint32) *QP {
+	qp := h.qp(t, QPTypeUD)
+	must := func(err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(qp.Modify(&QPAttr{State: QPStateInit, Port: 1, QKey: qkey}, QPAttrState|QPAttrPKeyIndex|QPAttrPort|QPAttrQKey))
+	must(qp.Modify(&QPAttr{State: QPStateRTR}, QPAttrState))
+	must(qp.Modify(&QPAttr{State: QPStateRTS, SQPSN: 0x55}, QPAttrState|QPAttrSQPSN))
+	return qp
+}
+
+func testUD(t *testing.T, addrA, addrB string) {
+	a, b := newHost(t, addrA), newHost(t, addrB)
+	const qkey = 0x11111111
+	qa, qb := udQP(t, a, qkey), udQP(t, b, qkey)
+	src, dst := a.mr(t, 4096, allAccess), b.mr(t, 4096+GRHLen, allAccess)
+	fill(src.Buf(), 7)
+	ah, err := a.pd.CreateAH(AHAttr{DGID: b.gid, Port: 1, HopLimit: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qb.PostRecv(RecvWR{ID: 1, SGL: []SGE{dst.SGE(0, dst.Len())}})
+	if err := qa.PostSend(SendWR{ID: 9, Opcode: WRSendWithImm, Imm: 77, Flags: SendSignaled, SGL: []SGE{src.SGE(0, 1000)},
+		AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: qkey}); err != nil {
+		t.Fatal(err)
+	}
+	expectStatus(t, a.cq, 9, WCSuccess)
+	wc := expectStatus(t, b.rcq, 1, WCSuccess)
+	if wc.ByteLen != GRHLen+1000 || wc.SrcQP != qa.QPN() || wc.Flags&WCWithGRH == 0 || wc.Imm != 77 {
+		t.Fatalf("UD completion %+v", wc)
+	}
+	if !bytes.Equal(dst.Buf()[GRHLen:GRHLen+1000], src.Buf()[:1000]) {
+		t.Fatal("UD payload differs")
+	}
+	grh := dst.Buf()[:GRHLen]
+	srcAddr := netip.MustParseAddr(addrA)
+	if srcAddr.Is4() {
+		// rxe's layout: the IPv4 header in the last 20 bytes, zeros before it.
+		if !bytes.Equal(grh[:20], make([]byte, 20)) || grh[20] != 0x45 || grh[20+9] != 17 {
+			t.Fatalf("GRH area % x", grh)
+		}
+		if got := netip.AddrFrom4([4]byte(grh[32:36])); got != srcAddr {
+			t.Fatalf("GRH source %v, want %v", got, srcAddr)
+		}
+	} else if grh[0]>>4 != 6 || netip.AddrFrom16([16]byte(grh[8:24])) != srcAddr || grh[6] != 17 {
+		t.Fatalf("GRH area % x", grh)
+	}
+	// Answer through an AH made from the completion, as ud_pingpong does.
+	back, err := b.pd.CreateAHFromWC(&wc, grh, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Attr().DGID != a.gid {
+		t.Fatalf("AH from WC points at %v, want %v", back.Attr().DGID, a.gid)
+	}
+	rsrc := b.mr(t, 64, allAccess)
+	rdst := a.mr(t, 64+GRHLen, allAccess)
+	qa.PostRecv(RecvWR{ID: 3, SGL: []SGE{rdst.SGE(0, rdst.Len())}})
+	qb.PostSend(SendWR{ID: 4, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{rsrc.SGE(0, 10)}, AH: back, RemoteQPN: wc.SrcQP, RemoteQKey: qkey})
+	expectStatus(t, a.rcq, 3, WCSuccess)
+
+	// A wrong Q_Key is dropped and counted; nothing completes.
+	before := b.dev.Counters().Get("bad_qkey_drop")
+	qb.PostRecv(RecvWR{ID: 5, SGL: []SGE{dst.SGE(0, dst.Len())}})
+	qa.PostSend(SendWR{ID: 10, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{src.SGE(0, 8)}, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: qkey + 1})
+	expectStatus(t, a.cq, 10, WCSuccess)
+	deadline := time.Now().Add(5 * time.Second)
+	for b.dev.Counters().Get("bad_qkey_drop") == before {
+		if time.Now().After(deadline) {
+			t.Fatal("wrong Q_Key was not counted")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if n, _ := b.rcq.Poll(make([]WC, 1)); n != 0 {
+		t.Fatal("a datagram with a wrong Q_Key completed")
+	}
+	// A message larger than the path MTU is refused at post time.
+	big := a.mr(t, 8192, allAccess)
+	err = qa.PostSend(SendWR{ID: 11, Opcode: WRSend, SGL: []SGE{big.SGE(0, 8192)}, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: qkey})
+	if err == nil {
+		t.Fatal("UD message larger than the MTU was accepted")
+	}
+}
+
+func TestUDIPv4(t *testing.T) { testUD(t, "127.10.0.2", "127.10.0.3") }
+
+func TestUDIPv6(t *testing.T) {
+	// Two IPv6 loopback-style addresses: ::1 and one this test adds to lo.
+	if os.Geteuid() != 0 {
+		t.Skip("adding a second IPv6 address to lo needs root")
+	}
+	const extra = "fd00:6f76:6572::2"
+	if out, err := exec.Command("ip", "-6", "addr", "add", extra+"/128", "dev", "lo", "nodad").CombinedOutput(); err != nil {
+		t.Skipf("ip -6 addr add: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "-6", "addr", "del", extra+"/128", "dev", "lo").Run() })
+	testUD(t, "::1", extra)
+}
+
+func TestSRQSixteenQPs(t *testing.T) {
+	a, b := newHost(t, "127.10.0.2"), newHost(t, "127.10.0.3")
+	srq, err := b.pd.CreateSRQ(SRQAttr{MaxWR: 64, MaxSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const nqp, per = 16, 8
+	buf := b.mr(t, 64*nqp*per, allAccess)
+	for i := 0; i < 64 && i < nqp*per; i++ {
+		srq.PostRecv(RecvWR{ID: uint64(i), SGL: []SGE{buf.SGE(64*i, 64)}})
+	}
+	events := b.dev.Events()
+	if err := srq.Arm(8); err != nil {
+		t.Fatal(err)
+	}
+	src := a.mr(t, 64, allAccess)
+	var qas []*QP
+	for i := 0; i < nqp; i++ {
+		qa := a.qp(t, QPTypeRC)
+		qb, err := b.pd.CreateQP(QPInitAttr{Type: QPTypeRC, SendCQ: b.cq, RecvCQ: b.rcq, SRQ: srq,
+			Cap: QPCap{MaxSendWR: 8, MaxSendSGE: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		connect(t, qa, defaultRC(), b.gid, qb.QPN(), 1, 2)
+		connect(t, qb, defaultRC(), a.gid, qa.QPN(), 2, 1)
+		qas = append(qas, qa)
+	}
+	posted := 64
+	got := map[uint32]int{}
+	for round := 0; round < per; round++ {
+		for i, qa := range qas {
+			copy(src.Buf(), []byte{byte(i)})
+			if err := qa.PostSend(SendWR{ID: uint64(i), Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{src.SGE(0, 16)}}); err != nil {
+				t.Fatal(err)
+			}
+			expectStatus(t, a.cq, uint64(i), WCSuccess)
+		}
+		for _, wc := range waitWC(t, b.rcq, nqp, 5*time.Second) {
+			if wc.Status != WCSuccess || wc.ByteLen != 16 {
+				t.Fatalf("SRQ completion %+v", wc)
+			}
+			got[wc.QPN]++
+			if posted < nqp*per {
+				srq.PostRecv(RecvWR{ID: uint64(posted), SGL: []SGE{buf.SGE(64*posted, 64)}})
+				posted++
+			}
+		}
+	}
+	if len(got) != nqp {
+		t.Fatalf("completions came from %d QPs, want %d", len(got), nqp)
+	}
+	// The limit (8) was crossed once after arming: exactly one event.
+	n := 0
+	timeout := time.After(200 * time.Millisecond)
+loop:
+	for {
+		select {
+		case ev := <-events:
+			if ev.Type == EventSRQLimitReached {
+				if ev.SRQ != srq {
+					t.Fatalf("event for another SRQ: %+v", ev)
+				}
+				n++
+			}
+		case <-timeout:
+			break loop
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d SRQ limit events, want 1", n)
+	}
+}
+
+func TestEmptySRQAnswersRNR(t *testing.T) {
+	a, b := newHost(t, "127.10.0.2"), newHost(t, "127.10.0.3")
+	srq, _ := b.pd.CreateSRQ(SRQAttr{MaxWR: 4, MaxSGE: 1})
+	qa := a.qp(t, QPTypeRC)
+	qb, _ := b.pd.CreateQP(QPInitAttr{Type: QPTypeRC, SendCQ: b.cq, RecvCQ: b.rcq, SRQ: srq, Cap: QPCap{MaxSendWR: 4, MaxSendSGE: 1}})
+	connect(t, qa, defaultRC(), b.gid, qb.QPN(), 1, 2)
+	connect(t, qb, defaultRC(), a.gid, qa.QPN(), 2, 1)
+	src, dst := a.mr(t, 16, allAccess), b.mr(t, 16, allAccess)
+	qa.PostSend(SendWR{ID: 1, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{src.SGE(0, 8)}})
+	time.Sleep(20 * time.Millisecond)
+	srq.PostRecv(RecvWR{ID: 2, SGL: []SGE{dst.SGE(0, 16)}})
+	expectStatus(t, a.cq, 1, WCSuccess)
+	expectStatus(t, b.rcq, 2, WCSuccess)
+	if b.dev.Counters().Get("send_rnr_nak") == 0 {
+		t.Fatal("an empty SRQ did not answer with RNR NAK")
+	}
+}
+
+func TestCompletionChannelWakesAndCancels(t *testing.T) {
+	a, b := newHost(t, "127.10.0.2"), newHost(t, "127.10.0.3")
+	ch := b.dev.CreateCompChannel()
+	rcq, _ := b.dev.CreateCQ(16, ch)
+	qa := a.qp(t, QPTypeRC)
+	qb, _ := b.pd.CreateQP(QPInitAttr{Type: QPTypeRC, SendCQ: b.cq, RecvCQ: rcq, Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	connect(t, qa, defaultRC(), b.gid, qb.QPN(), 1, 2)
+	connect(t, qb, defaultRC(), a.gid, qa.QPN(), 2, 1)
+	src, dst := a.mr(t, 16, allAccess), b.mr(t, 16, allAccess)
+	for i := 0; i < 5; i++ {
+		qb.PostRecv(RecvWR{ID: uint64(i), SGL: []SGE{dst.SGE(0, 16)}})
+	}
+	woke := make(chan uint64, 5)
+	go func() {
+		wcs := make([]WC, 1)
+		for i := 0; i < 5; i++ {
+			if err := rcq.RequestNotify(false); err != nil {
+				t.Error(err)
+				return
+			}
+			if n, _ := rcq.Poll(wcs); n == 1 { // arrived before the arm
+				woke <- wcs[0].ID
+				continue
+			}
+			cq, err := ch.Wait(context.Background())
+			if err != nil || cq != rcq {
+				t.Errorf("Wait: %v %v", cq, err)
+				return
+			}
+			cq.AckEvents(1)
+			if n, _ := rcq.Poll(wcs); n == 1 {
+				woke <- wcs[0].ID
+			}
+		}
+	}()
+	for i := 0; i < 5; i++ {
+		qa.PostSend(SendWR{ID: uint64(i), Opcode: WRSend, SGL: []SGE{src.SGE(0, 8)}})
+		select {
+		case id := <-woke:
+			if id != uint64(i) {
+				t.Fatalf("woke for %d, want %d", id, i)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("consumer did not wake for completion %d", i)
+		}
+	}
+	// A cancelled context unblocks a waiter with no completion coming.
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	rcq.RequestNotify(false)
+	go func() { _, err := ch.Wait(ctx); errc <- err }()
+	time.Sleep(10 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Wait returned %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("cancel did not unblock Wait")
+	}
+}
+
+func TestCQOverflowIsAnErrorNotAHang(t *testing.T) {
+	a, b := newHost(t, "127.10.0.2"), newHost(t, "127.10.0.3")
+	small, _ := b.dev.CreateCQ(2, nil)
+	qa := a.qp(t, QPTypeRC)
+	qb, _ := b.pd.CreateQP(QPInitAttr{Type: QPTypeRC, SendCQ: b.cq, RecvCQ: small, Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	connect(t, qa, defaultRC(), b.gid, qb.QPN(), 1, 2)
+	connect(t, qb, defaultRC(), a.gid, qa.QPN(), 2, 1)
+	src, dst := a.mr(t, 16, allAccess), b.mr(t, 16, allAccess)
+	for i := 0; i < 4; i++ {
+		qb.PostRecv(RecvWR{ID: uint64(i), SGL: []SGE{dst.SGE(0, 16)}})
+		qa.PostSend(SendWR{ID: uint64(i), Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{src.SGE(0, 8)}})
+	}
+	waitWC(t, a.cq, 4, 5*time.Second)
+	wcs := make([]WC, 8)
+	n, err := small.Poll(wcs)
+	if n != 2 || err != nil {
+		t.Fatalf("first poll: %d %v", n, err)
+	}
+	if _, err := small.Poll(wcs); !errors.Is(err, ErrCQOverflow) {
+		t.Fatalf("overrun CQ polled with %v", err)
+	}
+	if err := small.Resize(1); err == nil {
+		// resizing below the held count is refused, above is fine
+		t.Log("resize to 1 accepted on an empty CQ")
+	}
+}

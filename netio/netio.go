@@ -1,0 +1,190 @@
+// Package netio moves RoCEv2 datagrams between the software device and the network.
+//
+// One small interface, [Conn], carries batches of datagrams into and out of
+// caller-owned buffers. [ListenUDP] is the real backend: a UDP socket (port
+// 4791 for RoCEv2) using recvmmsg/sendmmsg and, when the kernel accepts them,
+// UDP GSO on send and UDP GRO on receive. [Tee] records every datagram that
+// crosses a Conn, and package simnet provides an in-memory network for tests.
+//
+// # Concurrency
+//
+// ReadBatch may be called by one goroutine at a time (the receive loop) and
+// WriteBatch by any number of goroutines; the two may run concurrently with
+// each other. Each direction has its own scratch space (message headers,
+// socket addresses, control buffers) held in the Conn and reused, so that a
+// steady-state call allocates nothing. LocalAddr, Caps and Close may be called
+// at any time.
+//
+// # IPv4 Identification
+//
+// The RoCEv2 ICRC covers the IPv4 Identification field. On Linux an
+// unconnected UDP socket with IP_MTU_DISCOVER=IP_PMTUDISC_DO sends every
+// datagram with DF set and Identification 0; ListenUDP sets that, and reports
+// it as Caps.IPv4IDZero. Datagrams sent with UDP GSO are the exception: the
+// kernel numbers the segments of one GSO send 0, 1, 2, … (see [GSOSegmentID]).
+package netio
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+)
+
+// Message is one datagram, or with SegSize a run of datagrams of SegSize
+// bytes each (the last may be shorter) for GSO/GRO.
+type Message struct {
+	// Buf holds the data. Read: filled from Buf[0], up to len(Buf).
+	// Write: Buf[:N] is sent.
+	Buf []byte
+	// N is the number of valid bytes in Buf.
+	N int
+	// Addr is the sender on read and the destination on write.
+	Addr netip.AddrPort
+	// SegSize on read is >0 when GRO coalesced several datagrams of this
+	// size into Buf[:N] (the last may be shorter). On write, >0 asks for the
+	// run Buf[:N] to be sent as datagrams of SegSize bytes: with GSO when
+	// Caps().GSO, otherwise WriteBatch splits it itself.
+	SegSize int
+}
+
+// Segments calls f for every datagram in m: Buf[:N] itself when SegSize is 0
+// (or N <= SegSize), otherwise each SegSize-long piece of it. It stops early
+// if f returns false.
+func (m *Message) Segments(f func(i int, seg []byte) bool) {
+	b := m.Buf[:m.N]
+	if m.SegSize <= 0 || m.N <= m.SegSize {
+		f(0, b)
+		return
+	}
+	for i := 0; len(b) > 0; i++ {
+		s := min(m.SegSize, len(b))
+		if !f(i, b[:s]) {
+			return
+		}
+		b = b[s:]
+	}
+}
+
+// NumSegments is the number of datagrams m carries.
+func (m *Message) NumSegments() int {
+	if m.SegSize <= 0 || m.N <= m.SegSize {
+		return 1
+	}
+	return (m.N + m.SegSize - 1) / m.SegSize
+}
+
+// Caps describes what a Conn can do and what the kernel accepted.
+type Caps struct {
+	// BatchSize is the number of messages per ReadBatch/WriteBatch call
+	// worth passing (one syscall's worth).
+	BatchSize int
+	// GSO: UDP segmentation offload on send was accepted (and has not been
+	// turned off since because the kernel refused a GSO send).
+	GSO bool
+	// GRO: UDP generic receive offload is on. ReadBatch may then return
+	// several datagrams coalesced in one Message (SegSize > 0); give it
+	// buffers of at least MaxGROSize bytes (see ReadBatch on Conn).
+	GRO bool
+	// MaxSegments is the largest number of datagrams per GSO send.
+	MaxSegments int
+	// RecvBuf and SendBuf are the socket buffer sizes actually in force,
+	// as getsockopt reports them (Linux reports twice the requested size).
+	RecvBuf, SendBuf int
+	// IPv4IDZero: IPv4 datagrams leave with DF set and Identification 0
+	// (what the ICRC is computed for). GSO segments after the first are
+	// numbered upwards; see GSOSegmentID.
+	IPv4IDZero bool
+}
+
+// MaxGROSize is the receive buffer size that holds any GRO-coalesced run.
+const MaxGROSize = 65536
+
+// Conn is a batched datagram socket.
+type Conn interface {
+	// ReadBatch blocks until at least one datagram has arrived and fills
+	// msgs[:n]. After Close it returns an error satisfying
+	// errors.Is(err, net.ErrClosed). One goroutine at a time.
+	ReadBatch(msgs []Message) (n int, err error)
+	// WriteBatch sends msgs[:n]. A datagram the kernel refuses (for one
+	// destination: unreachable, too big, refused) is skipped and the rest
+	// are still sent; the first such failure is returned as a *SendError
+	// with n == len(msgs). n < len(msgs) only when the Conn itself failed
+	// (for example it was closed). Safe for concurrent use.
+	WriteBatch(msgs []Message) (n int, err error)
+	// LocalAddr is the bound address (with the port chosen if it was 0).
+	LocalAddr() netip.AddrPort
+	// Caps reports the capabilities in force now.
+	Caps() Caps
+	// Close closes the Conn and unblocks ReadBatch.
+	Close() error
+}
+
+// UDPOptions tunes ListenUDP.
+type UDPOptions struct {
+	// RecvBuf and SendBuf are the wanted socket buffer sizes; 0 means
+	// 8 MiB for receive and 4 MiB for send. ListenUDP tries
+	// SO_RCVBUFFORCE/SO_SNDBUFFORCE (needs CAP_NET_ADMIN) and falls back to
+	// SO_RCVBUF/SO_SNDBUF (capped by net.core.rmem_max/wmem_max). It never
+	// fails because of buffer sizes; Caps reports what is in force.
+	RecvBuf, SendBuf int
+	// DisableGSO and DisableGRO turn the offloads off even if available.
+	DisableGSO, DisableGRO bool
+	// BusyPoll makes ReadBatch spin on non-blocking recvmmsg instead of
+	// sleeping in the netpoller: lowest latency, burns a core. Close still
+	// unblocks it.
+	BusyPoll bool
+	// ReusePort sets SO_REUSEPORT before binding.
+	ReusePort bool
+}
+
+const (
+	defaultRecvBuf = 8 << 20
+	defaultSendBuf = 4 << 20
+)
+
+// SendError reports a datagram that WriteBatch skipped because the kernel
+// refused it. Other datagrams of the same batch were still sent.
+type SendError struct {
+	Index   int            // index of the (first) failing message in msgs
+	Addr    netip.AddrPort // its destination
+	Err     error          // the kernel's error, e.g. syscall.EMSGSIZE
+	Skipped int            // datagrams skipped in the whole batch
+}
+
+func (e *SendError) Error() string {
+	return fmt.Sprintf("netio: send to %v (message %d): %v (%d datagrams skipped)", e.Addr, e.Index, e.Err, e.Skipped)
+}
+
+func (e *SendError) Unwrap() error { return e.Err }
+
+// ErrAddressFamily is the error for a destination the socket's address family
+// cannot reach (IPv6 from an IPv4 socket or the reverse).
+var ErrAddressFamily = errors.New("netio: destination address family does not match the socket")
+
+// GSOSegmentID is the IPv4 Identification the kernel gives segment i of a GSO
+// send whose first segment carries first (0 from a socket with DF set): it
+// numbers segments upwards, wrapping at 16 bits. Measured on Linux 6.18 by
+// capture; see TestIPv4Identification.
+func GSOSegmentID(first uint16, i int) uint16 { return first + uint16(i) }
+
+// Recorder receives a copy of every datagram crossing a Tee'd Conn.
+// pcap.Writer implements it. ipID is the IPv4 Identification the datagram
+// carries (0 on IPv6).
+type Recorder interface {
+	Record(t time.Time, src, dst netip.AddrPort, ipID uint16, udpPayload []byte) error
+}
+
+// errClosed is returned by the portable and simulated conns after Close.
+var errClosed = net.ErrClosed
+
+// maxGSOBytes is the most UDP payload one GSO send carries: it fits the
+// IPv4 and IPv6 length limits with room for headers.
+const maxGSOBytes = 65535 - 48
+
+// gsoRunSegments is how many segments of size segSize one GSO send carries
+// at most; a longer run is sent as several GSO sends, each numbered from 0.
+func gsoRunSegments(segSize, maxSegments int) int {
+	return max(1, min(maxSegments, maxGSOBytes/segSize))
+}

@@ -1,0 +1,91 @@
+package netio
+
+import (
+	"log"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// Tee returns a Conn that behaves like c and hands a copy of every datagram
+// read or written to r: GRO-coalesced reads and GSO writes are recorded one
+// segment at a time. Written datagrams are recorded after the kernel took
+// them (a datagram skipped with a SendError is still recorded; the Recorder
+// sees what was attempted). Record calls are serialized, so r need not be
+// safe for concurrent use, and get the datagram's bytes only for the duration
+// of the call.
+//
+// The Identification recorded for a read is 0: a UDP socket cannot see the
+// sender's. For a write it is 0, or for segment i of a GSO send
+// GSOSegmentID(0, i). IPv6 datagrams get 0.
+//
+// Errors from Record do not affect traffic. The first one is logged (package
+// log) and kept; RecordErr on the returned Conn reports it. Recording
+// continues after an error.
+func Tee(c Conn, r Recorder) Conn {
+	return &teeConn{Conn: c, r: r}
+}
+
+type teeConn struct {
+	Conn
+	r     Recorder
+	mu    sync.Mutex
+	first error
+}
+
+// RecordErr returns the first error the Recorder returned, if any.
+func (t *teeConn) RecordErr() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.first
+}
+
+func (t *teeConn) ReadBatch(msgs []Message) (int, error) {
+	n, err := t.Conn.ReadBatch(msgs)
+	if n > 0 {
+		now := time.Now()
+		local := t.Conn.LocalAddr()
+		t.mu.Lock()
+		for i := range msgs[:n] {
+			t.record(now, &msgs[i], msgs[i].Addr, local, 0)
+		}
+		t.mu.Unlock()
+	}
+	return n, err
+}
+
+func (t *teeConn) WriteBatch(msgs []Message) (int, error) {
+	n, err := t.Conn.WriteBatch(msgs)
+	if n > 0 {
+		now := time.Now()
+		local := t.Conn.LocalAddr()
+		caps := t.Conn.Caps()
+		t.mu.Lock()
+		for i := range msgs[:n] {
+			run := 0
+			if caps.GSO && msgs[i].SegSize > 0 {
+				run = gsoRunSegments(msgs[i].SegSize, caps.MaxSegments)
+			}
+			t.record(now, &msgs[i], local, msgs[i].Addr, run)
+		}
+		t.mu.Unlock()
+	}
+	return n, err
+}
+
+// record splits m into datagrams; run > 0 numbers them as GSO segments
+// (restarting every run segments, one GSO send each). Called with t.mu held.
+func (t *teeConn) record(now time.Time, m *Message, src, dst netip.AddrPort, run int) {
+	v4 := dst.Addr().Unmap().Is4()
+	m.Segments(func(i int, seg []byte) bool {
+		var id uint16
+		if v4 && run > 1 {
+			id = GSOSegmentID(0, i%run)
+		}
+		if err := t.r.Record(now, src, dst, id, seg); err != nil && t.first == nil {
+			t.first = err
+			log.Printf("netio: tee: record: %v (later record errors are not logged)", err)
+		}
+		return true
+	})
+}

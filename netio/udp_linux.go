@@ -1,0 +1,593 @@
+//go:build linux
+
+package netio
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+const (
+	batchSize      = 64 // mmsghdrs per recvmmsg/sendmmsg
+	maxGSOSegments = 64 // UDP_MAX_SEGMENTS on older kernels; safe everywhere
+	cmsgSpace      = 24 // one cmsg with an int or uint16: CmsgSpace(4) == 16 on 64-bit, 12 on 32-bit; room to spare
+)
+
+// udpConn is the Linux backend: recvmmsg/sendmmsg on a non-blocking socket
+// driven through syscall.RawConn, so the netpoller wakes readers and Close
+// unblocks them.
+type udpConn struct {
+	pc    *net.UDPConn
+	rc    syscall.RawConn
+	v6    bool
+	local netip.AddrPort
+	busy  bool
+
+	gso     atomic.Bool
+	gro     atomic.Bool
+	rcvBuf  int
+	sndBuf  int
+	closed  atomic.Bool
+	closeMu sync.Once
+
+	rmu sync.Mutex // guards r (ReadBatch is meant for one goroutine; this makes misuse safe)
+	r   recvScratch
+
+	wmu sync.Mutex // guards w: WriteBatch may be called concurrently
+	w   sendScratch
+}
+
+type recvScratch struct {
+	hdrs  [batchSize]unix.Mmsghdr
+	iovs  [batchSize]unix.Iovec
+	names [batchSize]unix.RawSockaddrInet6
+	oob   [batchSize][cmsgSpace]byte
+	msgs  []Message // the caller's slice during a call
+	k     int       // headers in use
+	n     int       // result
+	errno syscall.Errno
+	fn    func(fd uintptr) bool
+}
+
+type sendScratch struct {
+	hdrs  [batchSize]unix.Mmsghdr
+	iovs  [batchSize]unix.Iovec
+	names [batchSize]unix.RawSockaddrInet6
+	oob   [batchSize][cmsgSpace]byte
+	owner [batchSize]int32 // message index of each header
+	off   [batchSize]int32 // byte offset of each header's data in its message
+	segs  [batchSize]int32 // datagrams carried by each header (GSO run or 1)
+	gso   [batchSize]bool  // header carries a UDP_SEGMENT cmsg
+	k     int              // headers filled
+	i     int              // next header to send
+	fn    func(fd uintptr) bool
+	errno syscall.Errno // error for header i when fn stops early
+}
+
+// ListenUDP binds addr and returns a Conn. An IPv4 (or IPv4-mapped) address
+// gives an AF_INET socket; an IPv6 one an IPV6_V6ONLY AF_INET6 socket. Path
+// MTU discovery is set to "do" (DF set, never fragment locally), which on an
+// unconnected socket also makes IPv4 Identification 0.
+func ListenUDP(addr netip.AddrPort, opts UDPOptions) (Conn, error) {
+	ip := addr.Addr()
+	network := "udp6"
+	if ip.Is4() || ip.Is4In6() {
+		network = "udp4"
+		addr = netip.AddrPortFrom(ip.Unmap(), addr.Port())
+	} else if !ip.IsValid() {
+		return nil, fmt.Errorf("netio: listen: invalid address %v", addr)
+	}
+	c := &udpConn{v6: network == "udp6", busy: opts.BusyPoll}
+	recvWant, sendWant := opts.RecvBuf, opts.SendBuf
+	if recvWant <= 0 {
+		recvWant = defaultRecvBuf
+	}
+	if sendWant <= 0 {
+		sendWant = defaultSendBuf
+	}
+	lc := net.ListenConfig{Control: func(_, _ string, raw syscall.RawConn) error {
+		var serr error
+		err := raw.Control(func(fd uintptr) {
+			s := int(fd)
+			if opts.ReusePort {
+				if e := unix.SetsockoptInt(s, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); e != nil {
+					serr = fmt.Errorf("SO_REUSEPORT: %w", e)
+					return
+				}
+			}
+			if c.v6 {
+				serr = unix.SetsockoptInt(s, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO)
+			} else {
+				serr = unix.SetsockoptInt(s, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
+			}
+			if serr != nil {
+				serr = fmt.Errorf("MTU_DISCOVER: %w", serr)
+				return
+			}
+			c.rcvBuf = setBuf(s, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, recvWant)
+			c.sndBuf = setBuf(s, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, sendWant)
+		})
+		if err != nil {
+			return err
+		}
+		return serr
+	}}
+	pc, err := lc.ListenPacket(context.Background(), network, net.UDPAddrFromAddrPort(addr).String())
+	if err != nil {
+		return nil, fmt.Errorf("netio: listen %v: %w", addr, err)
+	}
+	c.pc = pc.(*net.UDPConn)
+	c.local = c.pc.LocalAddr().(*net.UDPAddr).AddrPort()
+	if !c.v6 {
+		c.local = netip.AddrPortFrom(c.local.Addr().Unmap(), c.local.Port())
+	}
+	if c.rc, err = c.pc.SyscallConn(); err != nil {
+		c.pc.Close()
+		return nil, fmt.Errorf("netio: listen %v: %w", addr, err)
+	}
+	c.probeOffload(opts)
+	c.r.fn = c.recvFn
+	if c.busy {
+		c.r.fn = c.recvBusyFn
+	}
+	c.w.fn = c.sendFn
+	return c, nil
+}
+
+// setBuf sets a socket buffer size, privileged option first, and returns the
+// size in force. Failures are not errors: the default stays.
+func setBuf(s, force, plain, want int) int {
+	if unix.SetsockoptInt(s, unix.SOL_SOCKET, force, want) != nil {
+		_ = unix.SetsockoptInt(s, unix.SOL_SOCKET, plain, want)
+	}
+	got, _ := unix.GetsockoptInt(s, unix.SOL_SOCKET, plain)
+	return got
+}
+
+// probeOffload asks the kernel for UDP GSO (getsockopt UDP_SEGMENT works
+// where the kernel knows it) and turns on UDP GRO.
+func (c *udpConn) probeOffload(opts UDPOptions) {
+	_ = c.rc.Control(func(fd uintptr) {
+		s := int(fd)
+		if !opts.DisableGSO {
+			if _, err := unix.GetsockoptInt(s, unix.IPPROTO_UDP, unix.UDP_SEGMENT); err == nil {
+				c.gso.Store(true)
+			}
+		}
+		if !opts.DisableGRO {
+			if err := unix.SetsockoptInt(s, unix.IPPROTO_UDP, unix.UDP_GRO, 1); err == nil {
+				c.gro.Store(true)
+			}
+		}
+	})
+}
+
+func (c *udpConn) LocalAddr() netip.AddrPort { return c.local }
+
+func (c *udpConn) Caps() Caps {
+	return Caps{
+		BatchSize:   batchSize,
+		GSO:         c.gso.Load(),
+		GRO:         c.gro.Load(),
+		MaxSegments: maxGSOSegments,
+		RecvBuf:     c.rcvBuf,
+		SendBuf:     c.sndBuf,
+		IPv4IDZero:  !c.v6,
+	}
+}
+
+func (c *udpConn) Close() error {
+	if c.closed.Swap(true) {
+		return net.ErrClosed
+	}
+	return c.pc.Close()
+}
+
+// ---- receive ----
+
+// ReadBatch reads up to min(len(msgs), 64) datagrams with one recvmmsg.
+// With Caps().GRO a Message may hold a coalesced run (SegSize > 0); buffers
+// should then be MaxGROSize bytes. If a run did not fit, the kernel truncated
+// it: ReadBatch keeps the whole segments that fit and drops the rest; the
+// first time a buffer shorter than MaxGROSize is seen, GRO is switched off on
+// the socket so later runs are not coalesced at all.
+func (c *udpConn) ReadBatch(msgs []Message) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	r := &c.r
+	k := min(len(msgs), batchSize)
+	smallBuf := false
+	for j := range k {
+		b := msgs[j].Buf
+		if len(b) < MaxGROSize {
+			smallBuf = true
+		}
+		iov := &r.iovs[j]
+		if len(b) > 0 {
+			iov.Base = &b[0]
+		} else {
+			iov.Base = nil
+		}
+		iov.SetLen(len(b))
+		h := &r.hdrs[j].Hdr
+		h.Name = (*byte)(unsafe.Pointer(&r.names[j]))
+		h.Namelen = unix.SizeofSockaddrInet6
+		h.Iov = iov
+		h.SetIovlen(1)
+		h.Control = &r.oob[j][0]
+		h.SetControllen(cmsgSpace)
+		h.Flags = 0
+		r.hdrs[j].Len = 0
+	}
+	r.msgs, r.k, r.n, r.errno = msgs, k, 0, 0
+	var err error
+	for {
+		err = c.rc.Read(r.fn)
+		if err != nil || r.n > 0 || r.errno != 0 {
+			break
+		}
+		// Busy-poll found nothing: spin again unless closed.
+		if c.closed.Load() {
+			err = net.ErrClosed
+			break
+		}
+		runtime.Gosched()
+	}
+	for j := range k { // do not keep the caller's buffers reachable
+		r.iovs[j].Base = nil
+	}
+	r.msgs = nil
+	if smallBuf && c.gro.Load() {
+		// After the read, so that a run already coalesced still carries its
+		// UDP_GRO cmsg (the kernel adds it only while GRO is on).
+		c.disableGRO()
+	}
+	if err != nil {
+		return 0, c.readErr(err)
+	}
+	if r.n == 0 {
+		return 0, c.readErr(r.errno)
+	}
+	return r.n, nil
+}
+
+func (c *udpConn) readErr(err error) error {
+	if c.closed.Load() || errors.Is(err, net.ErrClosed) {
+		return fmt.Errorf("netio: read %v: %w", c.local, net.ErrClosed)
+	}
+	return fmt.Errorf("netio: read %v: %w", c.local, err)
+}
+
+func (c *udpConn) disableGRO() {
+	_ = c.rc.Control(func(fd uintptr) {
+		_ = unix.SetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_GRO, 0)
+	})
+	c.gro.Store(false)
+}
+
+// recvFn is the netpoller path: false on EAGAIN makes RawConn.Read wait.
+func (c *udpConn) recvFn(fd uintptr) bool {
+	for {
+		n, errno := recvmmsg(fd, c.r.hdrs[:c.r.k])
+		switch errno {
+		case 0:
+			c.finishRecv(n)
+			return true
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		default:
+			c.r.errno = errno
+			return true
+		}
+	}
+}
+
+// recvBusyFn spins on non-blocking recvmmsg for a while, then returns so that
+// Close (which waits for RawConn.Read to return) can make progress.
+func (c *udpConn) recvBusyFn(fd uintptr) bool {
+	for range 4096 {
+		n, errno := recvmmsg(fd, c.r.hdrs[:c.r.k])
+		switch errno {
+		case 0:
+			c.finishRecv(n)
+			return true
+		case unix.EINTR, unix.EAGAIN:
+			if c.closed.Load() {
+				return true
+			}
+			continue
+		default:
+			c.r.errno = errno
+			return true
+		}
+	}
+	return true
+}
+
+func (c *udpConn) finishRecv(n int) {
+	r := &c.r
+	for j := range n {
+		h := &r.hdrs[j]
+		m := &r.msgs[j]
+		m.N = int(h.Len)
+		m.SegSize = 0
+		m.Addr = sockaddrToAddrPort(&r.names[j], !c.v6)
+		if h.Hdr.Controllen > 0 {
+			m.SegSize = groSize(r.oob[j][:h.Hdr.Controllen])
+		}
+		if m.N > len(m.Buf) {
+			m.N = len(m.Buf)
+		}
+		if h.Hdr.Flags&unix.MSG_TRUNC != 0 && m.SegSize > 0 {
+			// Keep the whole segments the kernel managed to copy.
+			m.N -= m.N % m.SegSize
+		}
+		if m.SegSize >= m.N {
+			m.SegSize = 0
+		}
+	}
+	r.n = n
+}
+
+// groSize parses a UDP_GRO control message (an int: the segment size).
+func groSize(oob []byte) int {
+	for len(oob) >= unix.SizeofCmsghdr {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+		l := int(h.Len)
+		if l < unix.SizeofCmsghdr || l > len(oob) {
+			return 0
+		}
+		if h.Level == unix.IPPROTO_UDP && h.Type == unix.UDP_GRO && l >= unix.CmsgLen(4) {
+			return int(*(*int32)(unsafe.Pointer(&oob[unix.CmsgLen(0)])))
+		}
+		oob = oob[min(len(oob), unix.CmsgSpace(l-unix.CmsgLen(0))):]
+	}
+	return 0
+}
+
+func recvmmsg(fd uintptr, hs []unix.Mmsghdr) (int, syscall.Errno) {
+	n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&hs[0])), uintptr(len(hs)), unix.MSG_DONTWAIT, 0, 0)
+	return int(n), e
+}
+
+func sendmmsg(fd uintptr, hs []unix.Mmsghdr) (int, syscall.Errno) {
+	n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&hs[0])), uintptr(len(hs)), unix.MSG_DONTWAIT, 0, 0)
+	return int(n), e
+}
+
+func sockaddrToAddrPort(sa *unix.RawSockaddrInet6, v4 bool) netip.AddrPort {
+	switch sa.Family {
+	case unix.AF_INET:
+		s4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
+		p := (*[2]byte)(unsafe.Pointer(&s4.Port))
+		return netip.AddrPortFrom(netip.AddrFrom4(s4.Addr), uint16(p[0])<<8|uint16(p[1]))
+	case unix.AF_INET6:
+		p := (*[2]byte)(unsafe.Pointer(&sa.Port))
+		a := netip.AddrFrom16(sa.Addr)
+		if v4 {
+			a = a.Unmap()
+		} else if sa.Scope_id != 0 && a.IsLinkLocalUnicast() {
+			a = a.WithZone(strconv.Itoa(int(sa.Scope_id))) // allocates; link-local only
+		}
+		return netip.AddrPortFrom(a, uint16(p[0])<<8|uint16(p[1]))
+	}
+	return netip.AddrPort{}
+}
+
+// putSockaddr encodes ap for the socket's family; it reports false when the
+// family cannot be reached from this socket.
+func (c *udpConn) putSockaddr(sa *unix.RawSockaddrInet6, ap netip.AddrPort) (uint32, bool) {
+	a := ap.Addr()
+	port := ap.Port()
+	if !c.v6 {
+		if !a.Is4() && !a.Is4In6() {
+			return 0, false
+		}
+		s4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
+		s4.Family = unix.AF_INET
+		p := (*[2]byte)(unsafe.Pointer(&s4.Port))
+		p[0], p[1] = byte(port>>8), byte(port)
+		s4.Addr = a.Unmap().As4()
+		s4.Zero = [8]byte{}
+		return unix.SizeofSockaddrInet4, true
+	}
+	if !a.Is6() || a.Is4In6() {
+		return 0, false // IPV6_V6ONLY
+	}
+	sa.Family = unix.AF_INET6
+	p := (*[2]byte)(unsafe.Pointer(&sa.Port))
+	p[0], p[1] = byte(port>>8), byte(port)
+	sa.Flowinfo = 0
+	sa.Addr = a.As16()
+	sa.Scope_id = 0
+	if z := a.Zone(); z != "" {
+		if id, err := strconv.Atoi(z); err == nil {
+			sa.Scope_id = uint32(id)
+		} else if ifi, err := net.InterfaceByName(z); err == nil {
+			sa.Scope_id = uint32(ifi.Index)
+		}
+	}
+	return unix.SizeofSockaddrInet6, true
+}
+
+// ---- send ----
+
+// WriteBatch sends every message: a run with SegSize > 0 goes out as one GSO
+// send per up to 64 segments when Caps().GSO, otherwise as separate
+// datagrams. Datagrams the kernel refuses are skipped (see SendError). If a
+// GSO send is refused (EIO, EINVAL, …) the run is resent as separate
+// datagrams, and if those are accepted GSO is switched off for the Conn.
+func (c *udpConn) WriteBatch(msgs []Message) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	w := &c.w
+	var first *SendError
+	skipped := 0
+	fail := func(mi int, err error) {
+		skipped++
+		if first == nil || mi < first.Index {
+			first = &SendError{Index: mi, Addr: msgs[mi].Addr, Err: err}
+		}
+	}
+	mi, off := 0, 0
+	split := -1 // message index being resent without GSO after a refused GSO send
+	splitProbe := false
+	for mi < len(msgs) {
+		// Fill headers from (mi, off).
+		w.k, w.i = 0, 0
+		for w.k < batchSize && mi < len(msgs) {
+			m := &msgs[mi]
+			namelen, ok := c.putSockaddr(&w.names[w.k], m.Addr)
+			if !ok {
+				fail(mi, ErrAddressFamily)
+				mi, off = mi+1, 0
+				continue
+			}
+			data := m.Buf[:m.N]
+			rest := data[off:]
+			size, segs, gso := len(rest), 1, false
+			if ss := m.SegSize; ss > 0 && len(rest) > ss {
+				if c.gso.Load() && split != mi {
+					segs = min(gsoRunSegments(ss, maxGSOSegments), (len(rest)+ss-1)/ss)
+					if segs > 1 {
+						size = min(len(rest), segs*ss)
+						gso = true
+					} else {
+						size, segs = ss, 1
+					}
+				} else {
+					size = ss
+				}
+			}
+			k := w.k
+			iov := &w.iovs[k]
+			if size > 0 {
+				iov.Base = &rest[0]
+			} else {
+				iov.Base = nil
+			}
+			iov.SetLen(size)
+			h := &w.hdrs[k].Hdr
+			h.Name = (*byte)(unsafe.Pointer(&w.names[k]))
+			h.Namelen = namelen
+			h.Iov = iov
+			h.SetIovlen(1)
+			h.Flags = 0
+			if gso {
+				putSegmentCmsg(w.oob[k][:], uint16(m.SegSize))
+				h.Control = &w.oob[k][0]
+				h.SetControllen(unix.CmsgSpace(2))
+			} else {
+				h.Control = nil
+				h.SetControllen(0)
+			}
+			w.owner[k], w.off[k], w.segs[k], w.gso[k] = int32(mi), int32(off), int32(segs), gso
+			w.k++
+			off += size
+			if off >= len(data) {
+				mi, off = mi+1, 0
+			}
+		}
+		if w.k == 0 {
+			break
+		}
+		// Send headers [i, k); stop at the first error to classify it.
+		for w.i < w.k {
+			w.errno = 0
+			if err := c.rc.Write(w.fn); err != nil {
+				c.clearSend()
+				if first != nil {
+					first.Skipped = skipped
+				}
+				if c.closed.Load() || errors.Is(err, net.ErrClosed) {
+					err = net.ErrClosed
+				}
+				return int(w.owner[w.i]), fmt.Errorf("netio: write %v: %w", c.local, err)
+			}
+			if w.errno == 0 {
+				break
+			}
+			h := w.i
+			owner := int(w.owner[h])
+			if w.gso[h] && gsoRefused(w.errno) {
+				// Resend this message from this header on, without GSO.
+				split, splitProbe = owner, true
+				mi, off = owner, int(w.off[h])
+				w.k = h
+				break
+			}
+			if splitProbe && owner == split {
+				splitProbe = false // split resend failed too: the datagram, not GSO, is the problem
+			}
+			fail(owner, w.errno)
+			w.i++
+		}
+		if splitProbe && w.i > 0 && int(w.owner[0]) == split {
+			// A split resend of a refused GSO run went through: GSO is broken here.
+			c.gso.Store(false)
+			splitProbe = false
+		}
+	}
+	c.clearSend()
+	if first != nil {
+		first.Skipped = skipped
+		return len(msgs), first
+	}
+	return len(msgs), nil
+}
+
+func (c *udpConn) clearSend() {
+	for j := range c.w.k {
+		c.w.iovs[j].Base = nil
+	}
+}
+
+// sendFn sends headers [i, k) and advances i; it stops with errno set at the
+// first header the kernel refuses, and returns false (wait) on EAGAIN.
+func (c *udpConn) sendFn(fd uintptr) bool {
+	w := &c.w
+	for w.i < w.k {
+		n, errno := sendmmsg(fd, w.hdrs[w.i:w.k])
+		switch errno {
+		case 0:
+			w.i += n
+		case unix.EINTR:
+		case unix.EAGAIN:
+			return false
+		default:
+			w.errno = errno
+			return true
+		}
+	}
+	return true
+}
+
+// gsoRefused reports whether a GSO send failed because of GSO itself
+// (no checksum offload: EIO; size/segment limits: EINVAL; old kernels).
+func gsoRefused(e syscall.Errno) bool {
+	return e == unix.EIO || e == unix.EINVAL || e == unix.ENOPROTOOPT || e == unix.EOPNOTSUPP
+}
+
+func putSegmentCmsg(b []byte, size uint16) {
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+	h.Level = unix.IPPROTO_UDP
+	h.Type = unix.UDP_SEGMENT
+	h.SetLen(unix.CmsgLen(2))
+	*(*uint16)(unsafe.Pointer(&b[unix.CmsgLen(0)])) = size
+}

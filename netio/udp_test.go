@@ -1,0 +1,328 @@
+package netio
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+)
+
+func listen(t testing.TB, addr string, opts UDPOptions) Conn {
+	t.Helper()
+	c, err := ListenUDP(netip.MustParseAddrPort(addr), opts)
+	if err != nil {
+		if ap := netip.MustParseAddrPort(addr); ap.Addr().Is6() {
+			t.Skipf("no IPv6 loopback: %v", err)
+		}
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func newMsgs(n, size int) []Message {
+	ms := make([]Message, n)
+	for i := range ms {
+		ms[i].Buf = make([]byte, size)
+	}
+	return ms
+}
+
+// fill writes a recognisable pattern: datagram number then its bytes.
+func pattern(b []byte, seq int) {
+	for i := range b {
+		b[i] = byte(seq*7 + i)
+	}
+	if len(b) >= 2 {
+		b[0], b[1] = byte(seq>>8), byte(seq)
+	}
+}
+
+// readN reads datagrams until want have arrived (splitting GRO runs) or the
+// deadline passes, and returns them as separate byte slices.
+func readN(t testing.TB, c Conn, want int, timeout time.Duration) (got [][]byte, from []netip.AddrPort) {
+	t.Helper()
+	ms := newMsgs(8, MaxGROSize)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for len(got) < want {
+			n, err := c.ReadBatch(ms)
+			if err != nil {
+				return
+			}
+			for i := range ms[:n] {
+				ms[i].Segments(func(_ int, seg []byte) bool {
+					got = append(got, bytes.Clone(seg))
+					from = append(from, ms[i].Addr)
+					return true
+				})
+			}
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		c.Close()
+		<-done
+		t.Fatalf("got %d datagrams, want %d", len(got), want)
+	}
+	return got, from
+}
+
+func TestLoopbackBatch(t *testing.T) {
+	for _, tc := range []struct{ name, a, b string }{
+		{"ipv4", "127.0.0.2:0", "127.0.0.3:0"},
+		{"ipv6", "[::1]:0", "[::1]:0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := listen(t, tc.a, UDPOptions{})
+			b := listen(t, tc.b, UDPOptions{DisableGRO: true})
+			const count = 100
+			ms := newMsgs(count, 1400)
+			for i := range ms {
+				ms[i].N = 100 + i
+				ms[i].Addr = b.LocalAddr()
+				pattern(ms[i].Buf[:ms[i].N], i)
+			}
+			n, err := a.WriteBatch(ms)
+			if n != count || err != nil {
+				t.Fatalf("WriteBatch = %d, %v", n, err)
+			}
+			got, from := readN(t, b, count, 5*time.Second)
+			for i, g := range got {
+				if !bytes.Equal(g, ms[i].Buf[:ms[i].N]) {
+					t.Fatalf("datagram %d: got %d bytes %x…, want %d", i, len(g), g[:4], ms[i].N)
+				}
+				if from[i] != a.LocalAddr() {
+					t.Fatalf("from %v, want %v", from[i], a.LocalAddr())
+				}
+			}
+		})
+	}
+}
+
+// TestGSOSplit sends runs with SegSize and checks that a receiver without GRO
+// gets separate datagrams of the right sizes, with GSO on and off.
+func TestGSOSplit(t *testing.T) {
+	for _, disable := range []bool{false, true} {
+		t.Run(fmt.Sprintf("DisableGSO=%v", disable), func(t *testing.T) {
+			a := listen(t, "127.0.0.2:0", UDPOptions{DisableGSO: disable})
+			b := listen(t, "127.0.0.3:0", UDPOptions{DisableGRO: true})
+			if disable && a.Caps().GSO {
+				t.Fatal("GSO on although disabled")
+			}
+			// 200 segments of 1000 bytes + a 123-byte tail: more than one GSO send.
+			const seg, segs = 1000, 200
+			buf := make([]byte, seg*segs+123)
+			for i := 0; i*seg < len(buf); i++ {
+				pattern(buf[i*seg:min(len(buf), (i+1)*seg)], i)
+			}
+			ms := []Message{
+				{Buf: buf, N: len(buf), Addr: b.LocalAddr(), SegSize: seg},
+				{Buf: []byte("single"), N: 6, Addr: b.LocalAddr()},
+			}
+			if n, err := a.WriteBatch(ms); n != 2 || err != nil {
+				t.Fatalf("WriteBatch = %d, %v", n, err)
+			}
+			got, _ := readN(t, b, segs+2, 5*time.Second)
+			for i := range segs + 1 {
+				want := buf[i*seg : min(len(buf), (i+1)*seg)]
+				if !bytes.Equal(got[i], want) {
+					t.Fatalf("segment %d: %d bytes, want %d", i, len(got[i]), len(want))
+				}
+			}
+			if string(got[segs+1]) != "single" {
+				t.Fatalf("last datagram %q", got[segs+1])
+			}
+		})
+	}
+}
+
+// TestGRO sends GSO runs to a receiver with GRO and checks that coalesced
+// messages split back into the sent datagrams.
+func TestGRO(t *testing.T) {
+	a := listen(t, "127.0.0.2:0", UDPOptions{})
+	b := listen(t, "127.0.0.3:0", UDPOptions{})
+	if !b.Caps().GRO {
+		t.Skip("no UDP GRO")
+	}
+	const seg, segs = 1400, 40
+	buf := make([]byte, seg*segs-7)
+	for i := 0; i*seg < len(buf); i++ {
+		pattern(buf[i*seg:min(len(buf), (i+1)*seg)], i)
+	}
+	if _, err := a.WriteBatch([]Message{{Buf: buf, N: len(buf), Addr: b.LocalAddr(), SegSize: seg}}); err != nil {
+		t.Fatal(err)
+	}
+	ms := newMsgs(4, MaxGROSize)
+	var got [][]byte
+	coalesced := false
+	for len(got) < segs {
+		n, err := b.ReadBatch(ms)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range ms[:n] {
+			if ms[i].SegSize > 0 {
+				coalesced = true
+				if ms[i].SegSize != seg {
+					t.Fatalf("SegSize %d, want %d", ms[i].SegSize, seg)
+				}
+			}
+			ms[i].Segments(func(_ int, s []byte) bool { got = append(got, bytes.Clone(s)); return true })
+		}
+	}
+	for i := range got {
+		if !bytes.Equal(got[i], buf[i*seg:min(len(buf), (i+1)*seg)]) {
+			t.Fatalf("segment %d differs", i)
+		}
+	}
+	t.Logf("GSO=%v coalesced=%v", a.Caps().GSO, coalesced)
+	if a.Caps().GSO && !coalesced {
+		t.Error("GSO send to a GRO receiver was not coalesced")
+	}
+}
+
+// TestGROSmallBuffers: a run coalesced before the reader showed its buffer
+// size is cut to the whole segments that fit; the small buffers then turn GRO
+// off so later runs arrive as separate datagrams.
+func TestGROSmallBuffers(t *testing.T) {
+	a := listen(t, "127.0.0.2:0", UDPOptions{})
+	b := listen(t, "127.0.0.3:0", UDPOptions{})
+	if !a.Caps().GSO || !b.Caps().GRO {
+		t.Skip("needs GSO and GRO")
+	}
+	const seg, segs = 1000, 10
+	buf := make([]byte, seg*segs)
+	send := func() {
+		if _, err := a.WriteBatch([]Message{{Buf: buf, N: len(buf), Addr: b.LocalAddr(), SegSize: seg}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send()
+	ms := newMsgs(8, 2500)
+	n, err := b.ReadBatch(ms)
+	if err != nil || n != 1 || ms[0].N != 2*seg || ms[0].SegSize != seg {
+		t.Fatalf("truncated run: n=%d err=%v N=%d SegSize=%d", n, err, ms[0].N, ms[0].SegSize)
+	}
+	if b.Caps().GRO {
+		t.Fatal("GRO still on after a read with small buffers")
+	}
+	send()
+	for total := 0; total < seg*segs; {
+		n, err := b.ReadBatch(ms)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range ms[:n] {
+			if ms[i].N != seg || ms[i].SegSize != 0 {
+				t.Fatalf("N=%d SegSize=%d", ms[i].N, ms[i].SegSize)
+			}
+			total += ms[i].N
+		}
+	}
+}
+
+func TestCloseUnblocksRead(t *testing.T) {
+	for _, busy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("BusyPoll=%v", busy), func(t *testing.T) {
+			c, err := ListenUDP(netip.MustParseAddrPort("127.0.0.2:0"), UDPOptions{BusyPoll: busy})
+			if err != nil {
+				t.Fatal(err)
+			}
+			errc := make(chan error, 1)
+			go func() {
+				_, err := c.ReadBatch(newMsgs(4, 2048))
+				errc <- err
+			}()
+			time.Sleep(50 * time.Millisecond)
+			if err := c.Close(); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-errc:
+				if !errors.Is(err, net.ErrClosed) {
+					t.Fatalf("ReadBatch after Close: %v", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("Close did not unblock ReadBatch")
+			}
+			if _, err := c.ReadBatch(newMsgs(1, 10)); !errors.Is(err, net.ErrClosed) {
+				t.Fatalf("second ReadBatch: %v", err)
+			}
+			if _, err := c.WriteBatch([]Message{{Buf: []byte("x"), N: 1, Addr: c.LocalAddr()}}); !errors.Is(err, net.ErrClosed) {
+				t.Fatalf("WriteBatch after Close: %v", err)
+			}
+		})
+	}
+}
+
+func TestBusyPollRead(t *testing.T) {
+	a := listen(t, "127.0.0.2:0", UDPOptions{})
+	b := listen(t, "127.0.0.3:0", UDPOptions{BusyPoll: true})
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		a.WriteBatch([]Message{{Buf: []byte("hello"), N: 5, Addr: b.LocalAddr()}})
+	}()
+	got, _ := readN(t, b, 1, 5*time.Second)
+	if string(got[0]) != "hello" {
+		t.Fatalf("%q", got[0])
+	}
+}
+
+// TestWriteErrorsSkipped: datagrams the kernel refuses are skipped, the
+// others still go out, and the first failure is reported.
+func TestWriteErrorsSkipped(t *testing.T) {
+	a := listen(t, "127.0.0.2:0", UDPOptions{})
+	b := listen(t, "127.0.0.3:0", UDPOptions{DisableGRO: true})
+	big := make([]byte, 70000) // larger than any UDP datagram: EMSGSIZE
+	ms := []Message{
+		{Buf: []byte("one"), N: 3, Addr: b.LocalAddr()},
+		{Buf: big, N: len(big), Addr: b.LocalAddr()},
+		{Buf: []byte("v6"), N: 2, Addr: netip.MustParseAddrPort("[::1]:4791")},
+		{Buf: []byte("two"), N: 3, Addr: b.LocalAddr()},
+	}
+	n, err := a.WriteBatch(ms)
+	var se *SendError
+	if n != len(ms) || !errors.As(err, &se) {
+		t.Fatalf("WriteBatch = %d, %v", n, err)
+	}
+	if se.Index != 1 || se.Skipped != 2 {
+		t.Errorf("SendError %+v", se)
+	}
+	got, _ := readN(t, b, 2, 5*time.Second)
+	if string(got[0]) != "one" || string(got[1]) != "two" {
+		t.Fatalf("got %q", got)
+	}
+}
+
+func TestConcurrentWriters(t *testing.T) {
+	a := listen(t, "127.0.0.2:0", UDPOptions{})
+	b := listen(t, "127.0.0.3:0", UDPOptions{RecvBuf: 32 << 20})
+	const writers, per = 4, 200
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			ms := newMsgs(10, 64)
+			for i := 0; i < per; i += len(ms) {
+				for j := range ms {
+					ms[j].N, ms[j].Addr = 8, b.LocalAddr()
+					pattern(ms[j].Buf[:8], w*1000+i+j)
+				}
+				if _, err := a.WriteBatch(ms); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	got, _ := readN(t, b, writers*per, 5*time.Second)
+	wg.Wait()
+	if len(got) != writers*per {
+		t.Fatal(len(got))
+	}
+}

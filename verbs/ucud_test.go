@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -145,7 +146,32 @@ func TestUDIPv6(t *testing.T) {
 		t.Skipf("ip -6 addr add: %v %s", err, out)
 	}
 	t.Cleanup(func() { exec.Command("ip", "-6", "addr", "del", extra+"/128", "dev", "lo").Run() })
+	waitAddrUp(t, extra)
 	testUD(t, "::1", extra)
+}
+
+// waitAddrUp waits until a datagram from ::1 reaches a freshly added address: UD does not
+// retransmit, so the test must not start before the address delivers.
+func waitAddrUp(t *testing.T, addr string) {
+	dst, err := net.ListenPacket("udp6", "["+addr+"]:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	src, err := net.ListenPacket("udp6", "[::1]:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	buf := make([]byte, 8)
+	for i := 0; i < 100; i++ {
+		src.WriteTo([]byte("up"), dst.LocalAddr())
+		dst.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+		if _, _, err := dst.ReadFrom(buf); err == nil {
+			return
+		}
+	}
+	t.Fatalf("%s never delivered a datagram", addr)
 }
 
 func TestSRQSixteenQPs(t *testing.T) {

@@ -8,7 +8,8 @@
 //
 // # Concurrency
 //
-// ReadBatch may be called by one goroutine at a time (the receive loop) and
+// ReadBatch is meant for one goroutine at a time (the receive loop; a second
+// concurrent caller waits on a mutex rather than corrupting anything), and
 // WriteBatch by any number of goroutines; the two may run concurrently with
 // each other. Each direction has its own scratch space (message headers,
 // socket addresses, control buffers) held in the Conn and reused, so that a
@@ -20,8 +21,23 @@
 // The RoCEv2 ICRC covers the IPv4 Identification field. On Linux an
 // unconnected UDP socket with IP_MTU_DISCOVER=IP_PMTUDISC_DO sends every
 // datagram with DF set and Identification 0; ListenUDP sets that, and reports
-// it as Caps.IPv4IDZero. Datagrams sent with UDP GSO are the exception: the
-// kernel numbers the segments of one GSO send 0, 1, 2, … (see [GSOSegmentID]).
+// it as Caps.IPv4IDZero. Measured by capture on Linux 6.18
+// (TestIPv4Identification, TestGSOSegmentIdentification):
+//
+//   - ListenUDP datagrams: DF set, Identification 0.
+//   - A default socket (IP_PMTUDISC_WANT): DF set as well, but Identification
+//     from the kernel's hashed counter, incrementing — an ICRC computed for 0
+//     is wrong.
+//   - A GSO send segmented in software (a device without UDP segmentation
+//     offload): DF set on every segment, Identification 0, 1, 2, … counting
+//     from 0 for each GSO send (see [GSOSegmentID]). Loopback passes the GSO
+//     packet whole (one datagram, Identification 0) and the receiving socket
+//     segments it. A NIC that segments in hardware numbers segments itself
+//     (not measured here).
+//
+// So a sender that wants every datagram to carry Identification 0 must not
+// use GSO, or must compute the ICRC of segment i of a run for
+// Identification GSOSegmentID(0, i).
 package netio
 
 import (
@@ -85,7 +101,8 @@ type Caps struct {
 	GSO bool
 	// GRO: UDP generic receive offload is on. ReadBatch may then return
 	// several datagrams coalesced in one Message (SegSize > 0); give it
-	// buffers of at least MaxGROSize bytes (see ReadBatch on Conn).
+	// buffers of at least MaxGROSize bytes. The UDP backend turns GRO off
+	// (and this false) the first time ReadBatch gets a smaller buffer.
 	GRO bool
 	// MaxSegments is the largest number of datagrams per GSO send.
 	MaxSegments int
@@ -147,7 +164,7 @@ const (
 // SendError reports a datagram that WriteBatch skipped because the kernel
 // refused it. Other datagrams of the same batch were still sent.
 type SendError struct {
-	Index   int            // index of the (first) failing message in msgs
+	Index   int            // lowest index in msgs of a message that lost a datagram
 	Addr    netip.AddrPort // its destination
 	Err     error          // the kernel's error, e.g. syscall.EMSGSIZE
 	Skipped int            // datagrams skipped in the whole batch
@@ -163,10 +180,12 @@ func (e *SendError) Unwrap() error { return e.Err }
 // cannot reach (IPv6 from an IPv4 socket or the reverse).
 var ErrAddressFamily = errors.New("netio: destination address family does not match the socket")
 
-// GSOSegmentID is the IPv4 Identification the kernel gives segment i of a GSO
-// send whose first segment carries first (0 from a socket with DF set): it
-// numbers segments upwards, wrapping at 16 bits. Measured on Linux 6.18 by
-// capture; see TestIPv4Identification.
+// GSOSegmentID is the IPv4 Identification the kernel gives segment i of one
+// GSO send whose first segment carries first (0 from ListenUDP): it numbers
+// segments upwards, wrapping at 16 bits. Measured on Linux 6.18 by capture
+// (TestGSOSegmentIdentification). A Message longer than one GSO send holds
+// (64 segments, at most 65487 bytes) goes out as several sends, each numbered
+// from 0 again.
 func GSOSegmentID(first uint16, i int) uint16 { return first + uint16(i) }
 
 // Recorder receives a copy of every datagram crossing a Tee'd Conn.

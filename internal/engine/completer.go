@@ -19,7 +19,7 @@ type completer struct {
 	rnrRetryLeft uint8
 
 	// A NAK, a timeout or an implied NAK rewinds the requester once; further signals for
-	// the same PSN before any progress are echoes of the same loss, not new losses.
+	// that PSN or a later one before any progress are echoes of the same loss.
 	rewound   bool
 	rewoundAt wire.PSN
 
@@ -106,7 +106,7 @@ func (c *completer) onRetransmitTimer() {
 	}
 	qp.Stats.RetryTimeouts++
 	qp.dev.counters.RetryTimeouts.Add(1)
-	if !c.spendRetry() {
+	if !c.spendRetry("timeout") {
 		return
 	}
 	c.rewound, c.rewoundAt = true, c.psn
@@ -117,7 +117,10 @@ func (c *completer) onRetransmitTimer() {
 
 // spendRetry takes one from retry_cnt, or fails the oldest WQE with RETRY_EXC_ERR when none
 // are left (IBTA 9.7.6.1.3). It reports whether the requester may retry.
-func (c *completer) spendRetry() bool {
+func (c *completer) spendRetry(why string) bool {
+	if qp := c.qp; qp.dev.debug {
+		qp.dev.log.Debug("retry", "qp", qp.qpn, "why", why, "comp.psn", uint32(c.psn), "left", c.retryLeft)
+	}
 	if c.retryLeft == 0 {
 		c.failHead(WCRetryExcErr, 0)
 		return false
@@ -186,6 +189,10 @@ func (qp *QP) complete(p *wire.Packet) {
 		progressed = qp.atomicAck(p, psn)
 	case syn.Type() == wire.AckTypeACK:
 		progressed = qp.ackThrough(psn)
+	case syn.Type() != wire.AckTypeACK && psn.Before(c.psn):
+		// A NAK for a PSN already acknowledged is an echo (duplicated or overtaken in the
+		// network): acting on it would resend acknowledged work and spend a retry.
+		qp.dev.counters.DuplicateResponse.Add(1)
 	case syn.Type() == wire.AckTypeRNRNAK:
 		progressed = qp.ackThrough(psn.Sub(1))
 		qp.Stats.RNRNakReceived++
@@ -244,11 +251,11 @@ func (qp *QP) ackThrough(psn wire.PSN) bool {
 func (qp *QP) impliedNak(w *sendWQE) {
 	c := &qp.comp
 	at := w.firstPSN.Add(w.got)
-	if c.rewound && c.rewoundAt == at {
-		return
+	if c.rewound && !c.rewoundAt.After(at) {
+		return // already going back to here or earlier
 	}
 	qp.dev.counters.ImpliedNak.Add(1)
-	if !c.spendRetry() {
+	if !c.spendRetry("implied NAK") {
 		return
 	}
 	c.rewound, c.rewoundAt = true, at
@@ -365,10 +372,12 @@ func (qp *QP) nak(psn wire.PSN, syn wire.Syndrome) {
 	if code == wire.NAKPSNSeqError {
 		qp.Stats.SeqNakReceived++
 		qp.dev.counters.SeqNakReceived.Add(1)
-		if qp.oldest() == nil || c.rewound && c.rewoundAt == psn {
+		if qp.oldest() == nil || c.rewound && !c.rewoundAt.After(psn) {
+			// Already going back to psn or earlier since the last progress (an implied
+			// NAK for a READ before psn, say): this NAK reports the same loss.
 			return
 		}
-		if !c.spendRetry() {
+		if !c.spendRetry("sequence NAK") {
 			return
 		}
 		c.rewound, c.rewoundAt = true, psn

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net"
@@ -53,6 +54,7 @@ type Device struct {
 	peerPort uint16
 	mtu      wire.MTU
 	log      *slog.Logger
+	debug    bool // log protocol events (checked before building a log record)
 
 	closed    atomic.Bool
 	pdHandles atomic.Uint32
@@ -102,6 +104,7 @@ func New(cfg Config) (*Device, error) {
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}
+	d.debug = d.log.Enabled(context.Background(), slog.LevelDebug)
 	d.gid = AddrToGID(d.local.Addr())
 	d.txPool.New = func() any { return newTxBatch(d.conn.Caps().BatchSize) }
 	d.sender.init()

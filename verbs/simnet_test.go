@@ -1,0 +1,191 @@
+package verbs
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/goverbs/goverbs/netio/simnet"
+	"github.com/goverbs/goverbs/wire"
+)
+
+// Transport tests on the deterministic simulated network: seeded loss, reordering,
+// duplication and delay, fake time under testing/synctest. The network is in memory:
+// its addresses never reach a socket.
+
+func simHost(t *testing.T, n *simnet.Network, addr string) *host {
+	t.Helper()
+	c, err := n.Listen(netip.AddrPortFrom(netip.MustParseAddr(addr), wire.UDPPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log *slog.Logger
+	if os.Getenv("GOVERBS_TEST_DEBUG") != "" {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return newHostCfg(t, SoftConfig{Addr: netip.MustParseAddr(addr), Conn: c, MTU: MTU1024, Logger: log})
+}
+
+// mixedStream runs n messages of mixed kinds over one RC connection and checks that each
+// arrives exactly once, in order, byte for byte, and that atomics are exact.
+func mixedStream(t *testing.T, a, b *host, n int, maxSize int, seed uint64) {
+	p := newPair(t, a, b, QPTypeRC, defaultRC())
+	const slots, slotSize, depth = 256, 8192, 16
+	src := a.mr(t, slots*slotSize, allAccess)
+	recvBuf := b.mr(t, slots*slotSize, allAccess) // SEND receive buffers
+	sink := b.mr(t, slots*slotSize, allAccess)    // WRITE targets
+	readSrc := b.mr(t, slots*slotSize, allAccess)
+	fill(readSrc.Buf(), seed)
+	readDst := a.mr(t, slots*slotSize, allAccess)
+	counter := b.mr(t, 8, allAccess)
+	atomRes := a.mr(t, 8*slots, allAccess)
+
+	sizeOf := func(i int) int { return int((uint64(i)*2654435761 + seed) % uint64(maxSize+1)) }
+	pattern := func(buf []byte, i int) {
+		for k := range buf {
+			buf[k] = byte(i*31 + k*7)
+		}
+	}
+	for i := 0; i < 64; i++ {
+		p.qb.PostRecv(RecvWR{ID: uint64(i), SGL: []SGE{recvBuf.SGE((i%slots)*slotSize, slotSize)}})
+	}
+	posted, recvPosted, done := 0, 64, 0
+	wantRecv := 0 // SENDs and WRITE_WITH_IMMs arrive in posting order
+	kinds := make([]int, n)
+	var atomics uint64
+	wcs := make([]WC, 32)
+	deadline := time.Now().Add(time.Duration(n) * 50 * time.Millisecond)
+	for done < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d done by the deadline\n%s", done, n, p.qa.debugString())
+		}
+		// Receiver: each SEND or WRITE_WITH_IMM, in order, with its bytes.
+		k, _ := b.rcq.Poll(wcs)
+		for _, wc := range wcs[:k] {
+			if wc.Status != WCSuccess {
+				t.Fatalf("receive completion %+v\n%s", wc, p.qb.debugString())
+			}
+			for wantRecv < n && kinds[wantRecv]%4 >= 2 {
+				wantRecv++
+			}
+			i := wantRecv
+			wantRecv++
+			size := sizeOf(i)
+			slot := (i % slots) * slotSize
+			want := make([]byte, size)
+			pattern(want, i)
+			switch {
+			case kinds[i]%4 == 0 && (wc.Opcode != WCRecv || int(wc.ByteLen) != size):
+				t.Fatalf("message %d: SEND completion %+v, want %d bytes", i, wc, size)
+			case kinds[i]%4 == 1 && (wc.Opcode != WCRecvRDMAWithImm || wc.Imm != uint32(i) || int(wc.ByteLen) != size):
+				t.Fatalf("message %d: WRITE_WITH_IMM completion %+v, want imm %d", i, wc, i)
+			}
+			got := sink.Buf()[slot : slot+size]
+			if kinds[i]%4 == 0 {
+				got = recvBuf.Buf()[(int(wc.ID)%slots)*slotSize:][:size]
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("message %d (kind %d): bytes differ", i, kinds[i]%4)
+			}
+			if recvPosted < n {
+				p.qb.PostRecv(RecvWR{ID: uint64(recvPosted), SGL: []SGE{recvBuf.SGE((recvPosted%slots)*slotSize, slotSize)}})
+				recvPosted++
+			}
+		}
+		// Requester: completions in posting order; READ data and atomic results checked.
+		k, _ = a.cq.Poll(wcs)
+		for _, wc := range wcs[:k] {
+			i := int(wc.ID)
+			if wc.Status != WCSuccess || i != done {
+				t.Fatalf("send completion %+v, want message %d\n%s", wc, done, p.qa.debugString())
+			}
+			slot := (i % slots) * slotSize
+			switch kinds[i] % 4 {
+			case 2:
+				size := sizeOf(i)
+				if !bytes.Equal(readDst.Buf()[slot:slot+size], readSrc.Buf()[slot:slot+size]) {
+					t.Fatalf("message %d: READ bytes differ", i)
+				}
+			case 3:
+				if got := binary.NativeEndian.Uint64(atomRes.Buf()[8*(i%slots):]); got != atomics {
+					t.Fatalf("message %d: FETCH_AND_ADD returned %d, want %d (executed twice or lost)", i, got, atomics)
+				}
+				atomics++
+			}
+			done++
+		}
+		// Post while the window allows.
+		for posted < n && posted-done < depth {
+			i := posted
+			kinds[i] = int((uint64(i)*0x9e3779b9 + seed) >> 7 % 4)
+			size := sizeOf(i)
+			slot := (i % slots) * slotSize
+			wr := SendWR{ID: uint64(i), Flags: SendSignaled}
+			switch kinds[i] % 4 {
+			case 0:
+				pattern(src.Buf()[slot:slot+size], i)
+				wr.Opcode, wr.SGL = WRSend, []SGE{src.SGE(slot, size)}
+			case 1:
+				pattern(src.Buf()[slot:slot+size], i)
+				wr.Opcode, wr.SGL, wr.Imm = WRRDMAWriteWithImm, []SGE{src.SGE(slot, size)}, uint32(i)
+				wr.RemoteAddr, wr.RKey = sink.AddrOf(slot), sink.RKey()
+			case 2:
+				wr.Opcode, wr.SGL = WRRDMARead, []SGE{readDst.SGE(slot, size)}
+				wr.RemoteAddr, wr.RKey = readSrc.AddrOf(slot), readSrc.RKey()
+			case 3:
+				wr.Opcode, wr.SGL = WRAtomicFetchAdd, []SGE{atomRes.SGE(8*(i%slots), 8)}
+				wr.RemoteAddr, wr.RKey, wr.CompareAdd = counter.Addr(), counter.RKey(), 1
+			}
+			if err := p.qa.PostSend(wr); err != nil {
+				t.Fatal(err)
+			}
+			posted++
+		}
+		if k == 0 {
+			time.Sleep(100 * time.Microsecond) // fake time: lets the network deliver
+		}
+	}
+	if got := binary.NativeEndian.Uint64(counter.Buf()); got != atomics {
+		t.Fatalf("counter %d after %d atomics", got, atomics)
+	}
+}
+
+func TestRCMixedOverLossyNetwork(t *testing.T) {
+	faults := []struct {
+		name string
+		f    simnet.Faults
+	}{
+		{"clean", simnet.Faults{Delay: 20 * time.Microsecond}},
+		{"loss", simnet.Faults{Loss: 0.05, Delay: 20 * time.Microsecond}},
+		{"reorder", simnet.Faults{Reorder: 0.05, ReorderDelay: 200 * time.Microsecond, Delay: 20 * time.Microsecond}},
+		{"duplicate", simnet.Faults{Duplicate: 0.05, Delay: 20 * time.Microsecond}},
+		{"corrupt", simnet.Faults{Corrupt: 0.05, Delay: 20 * time.Microsecond}},
+		{"all", simnet.Faults{Loss: 0.05, Reorder: 0.05, Duplicate: 0.05, ReorderDelay: 200 * time.Microsecond,
+			Delay: 20 * time.Microsecond, Jitter: 10 * time.Microsecond}},
+	}
+	for i, f := range faults {
+		t.Run(f.name, func(t *testing.T) {
+			n := 2000
+			if f.name == "all" {
+				n = 10000
+			}
+			if testing.Short() {
+				n /= 10
+			}
+			synctest.Test(t, func(t *testing.T) {
+				net := simnet.New(uint64(1000+i), f.f)
+				a, b := simHost(t, net, "127.0.100.1"), simHost(t, net, "127.0.100.2")
+				mixedStream(t, a, b, n, 3000, uint64(i))
+				t.Log(fmt.Sprintf("%+v", net.Stats()))
+				a.dev.Close()
+				b.dev.Close()
+			})
+		})
+	}
+}

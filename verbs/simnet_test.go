@@ -189,3 +189,81 @@ func TestRCMixedOverLossyNetwork(t *testing.T) {
 		})
 	}
 }
+
+// dropOnce drops the first datagram whose opcode is op (and, if psnOff >= 0, whose PSN is
+// the first such packet's PSN plus psnOff).
+func dropOnce(n *simnet.Network, op wire.Opcode) *int {
+	dropped := new(int)
+	n.SetFilter(func(src, dst netip.AddrPort, b []byte) simnet.Verdict {
+		if *dropped == 0 && len(b) > 0 && wire.Opcode(b[0]) == op {
+			*dropped++
+			return simnet.Drop
+		}
+		return simnet.Pass
+	})
+	return dropped
+}
+
+func TestRCReadReplayWhenAResponseIsLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := simnet.New(1, simnet.Faults{Delay: 10 * time.Microsecond})
+		a, b := simHost(t, n, "127.0.100.1"), simHost(t, n, "127.0.100.2")
+		p := newPair(t, a, b, QPTypeRC, defaultRC())
+		src, dst := b.mr(t, 8192, allAccess), a.mr(t, 8192, allAccess)
+		fill(src.Buf(), 3)
+		dropped := dropOnce(n, wire.RCReadResponseMiddle)
+		p.qa.PostSend(SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGL: []SGE{dst.SGE(0, 5000)},
+			RemoteAddr: src.Addr(), RKey: src.RKey()})
+		wc := expectStatus(t, a.cq, 1, WCSuccess)
+		if *dropped != 1 || wc.ByteLen != 5000 || !bytes.Equal(dst.Buf()[:5000], src.Buf()[:5000]) {
+			t.Fatalf("dropped %d, completion %+v, data equal %v", *dropped, wc, bytes.Equal(dst.Buf()[:5000], src.Buf()[:5000]))
+		}
+		if b.dev.Counters().Get("duplicate_request") == 0 {
+			t.Fatal("the READ was not asked for again")
+		}
+	})
+}
+
+func TestRCAtomicReplayWhenTheAckIsLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := simnet.New(1, simnet.Faults{Delay: 10 * time.Microsecond})
+		a, b := simHost(t, n, "127.0.100.1"), simHost(t, n, "127.0.100.2")
+		p := newPair(t, a, b, QPTypeRC, defaultRC())
+		counter, res := b.mr(t, 8, allAccess), a.mr(t, 8, allAccess)
+		binary.NativeEndian.PutUint64(counter.Buf(), 40)
+		dropped := dropOnce(n, wire.RCAtomicAck)
+		p.qa.PostSend(SendWR{ID: 1, Opcode: WRAtomicFetchAdd, Flags: SendSignaled, SGL: []SGE{res.SGE(0, 8)},
+			RemoteAddr: counter.Addr(), RKey: counter.RKey(), CompareAdd: 2})
+		expectStatus(t, a.cq, 1, WCSuccess)
+		// The retried request is answered from the saved result: executed once.
+		if *dropped != 1 || binary.NativeEndian.Uint64(res.Buf()) != 40 || binary.NativeEndian.Uint64(counter.Buf()) != 42 {
+			t.Fatalf("dropped %d, returned %d, counter %d", *dropped, binary.NativeEndian.Uint64(res.Buf()), binary.NativeEndian.Uint64(counter.Buf()))
+		}
+		if b.dev.Counters().Get("duplicate_request") != 1 {
+			t.Fatalf("duplicate requests %d, want 1", b.dev.Counters().Get("duplicate_request"))
+		}
+	})
+}
+
+func TestRCRetryExceededTakesTimeoutTimesRetries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := simnet.New(1, simnet.Faults{Delay: 10 * time.Microsecond})
+		a, b := simHost(t, n, "127.0.100.1"), simHost(t, n, "127.0.100.2")
+		params := defaultRC()
+		params.timeout, params.retry = 14, 3 // 67.1 ms per try, 4 tries
+		qa, qb := a.qp(t, QPTypeRC), b.qp(t, QPTypeRC)
+		connect(t, qa, params, b.gid, qb.QPN(), 1, 2)
+		connect(t, qb, params, a.gid, qa.QPN(), 2, 1)
+		n.SetFilter(func(src, dst netip.AddrPort, b []byte) simnet.Verdict { return simnet.Drop }) // the peer is gone
+		src := a.mr(t, 8, allAccess)
+		start := time.Now()
+		qa.PostSend(SendWR{ID: 1, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{src.SGE(0, 8)}},
+			SendWR{ID: 2, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{src.SGE(0, 8)}})
+		expectStatus(t, a.cq, 1, WCRetryExcErr)
+		expectStatus(t, a.cq, 2, WCWRFlushErr)
+		want := 4 * 4096 * time.Nanosecond << 14
+		if el := time.Since(start); el < want || el > want+want/4 {
+			t.Fatalf("retry exceeded after %v, want about %v", el, want)
+		}
+	})
+}

@@ -171,3 +171,38 @@ func TestRCConcurrentFetchAddFromManyQPs(t *testing.T) {
 		t.Fatalf("counter %d, want %d", got, want)
 	}
 }
+
+func TestRCWriteIntoMmapMemoryAndQuery(t *testing.T) {
+	a, b := newHost(t, "127.10.0.2"), newHost(t, "127.10.0.3")
+	p := newPair(t, a, b, QPTypeRC, defaultRC())
+	mem, err := Mmap(1<<20, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer Munmap(mem)
+	dst, err := b.pd.RegMR(mem, allAccess)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	src := a.mr(t, 1<<16, allAccess)
+	fill(src.Buf(), 9)
+	p.qa.PostSend(SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{src.SGE(0, 1<<16)},
+		RemoteAddr: dst.AddrOf(1 << 19), RKey: dst.RKey()})
+	expectStatus(t, a.cq, 1, WCSuccess)
+	if !bytes.Equal(mem[1<<19:1<<19+1<<16], src.Buf()) {
+		t.Fatal("WRITE into mmap'd memory differs")
+	}
+	if hp, err := Mmap(2<<20, true); err == nil {
+		Munmap(hp)
+	} else {
+		t.Logf("huge pages not available here: %v", err)
+	}
+	// Query returns what connect set.
+	at := p.qa.Query()
+	if at.State != QPStateRTS || at.DestQPN != p.qb.QPN() || at.PathMTU != MTU1024 || at.Timeout != 14 ||
+		at.RetryCnt != 7 || at.RNRRetry != 7 || at.SQPSN != 0xabc000 || at.RQPSN != 0x100 || at.AH.DGID != b.gid ||
+		at.AccessFlags != allAccess || at.MaxRdAtomic != 16 || at.Cap.MaxSendWR != 256 {
+		t.Fatalf("Query: %+v", at)
+	}
+}

@@ -1,0 +1,29 @@
+//go:build unix
+
+package verbs
+
+import (
+	"fmt"
+
+	"golang.org/x/sys/unix"
+)
+
+// Mmap allocates size bytes of anonymous memory outside the Go heap, for memory regions
+// the caller owns (the equivalent of registering mmap'd or huge-page memory with
+// ibv_reg_mr). With hugePages the mapping uses MAP_HUGETLB, which needs huge pages
+// reserved in /proc/sys/vm/nr_hugepages; size is then rounded up to the huge page size
+// by the kernel. Release it with Munmap after the MR is closed.
+func Mmap(size int, hugePages bool) ([]byte, error) {
+	flags := unix.MAP_PRIVATE | unix.MAP_ANONYMOUS | unix.MAP_POPULATE
+	if hugePages {
+		flags |= unix.MAP_HUGETLB
+	}
+	b, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, flags)
+	if err != nil {
+		return nil, fmt.Errorf("verbs: mmap %d bytes (huge pages %v): %w", size, hugePages, err)
+	}
+	return b, nil
+}
+
+// Munmap releases memory from Mmap.
+func Munmap(b []byte) error { return unix.Munmap(b) }

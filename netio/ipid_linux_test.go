@@ -4,6 +4,7 @@ package netio
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -198,4 +199,61 @@ func gsoSegmentIDsInNetns(t *testing.T) {
 		}
 	}
 	readN(t, b, 2*segs, 2*time.Second)
+}
+
+// TestGSORefused: in a private netns whose lo has MTU 1500, a GSO send with
+// 2000-byte segments is refused (Linux 6.18 says EMSGSIZE; older kernels
+// EINVAL, which makes WriteBatch resend the run split, to be refused again).
+// All three datagrams are reported as skipped, GSO stays on because GSO was
+// not the problem, and the run after them still arrives.
+func TestGSORefused(t *testing.T) {
+	if os.Getenv("NETIO_GSO_REFUSED_NETNS") == "1" {
+		gsoRefusedInNetns(t)
+		return
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	unshare, err1 := exec.LookPath("unshare")
+	ipcmd, err2 := exec.LookPath("ip")
+	if err1 != nil || err2 != nil {
+		t.Skip("needs unshare and ip")
+	}
+	script := ipcmd + " link set lo up && " + ipcmd + " link set dev lo mtu 1500 && exec \"$0\" -test.run='^TestGSORefused$' -test.v -test.count=1"
+	cmd := exec.Command(unshare, "-n", "sh", "-c", script, os.Args[0])
+	cmd.Env = append(os.Environ(), "NETIO_GSO_REFUSED_NETNS=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("netns run: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+}
+
+func gsoRefusedInNetns(t *testing.T) {
+	a := listen(t, "127.0.0.1:0", UDPOptions{})
+	b := listen(t, "127.0.0.1:0", UDPOptions{DisableGRO: true})
+	if !a.Caps().GSO {
+		t.Skip("no GSO")
+	}
+	big := make([]byte, 3*2000)
+	ok := make([]byte, 3*1000)
+	ms := []Message{
+		{Buf: big, N: len(big), Addr: b.LocalAddr(), SegSize: 2000},
+		{Buf: ok, N: len(ok), Addr: b.LocalAddr(), SegSize: 1000},
+	}
+	n, err := a.WriteBatch(ms)
+	var se *SendError
+	if n != 2 || !errors.As(err, &se) || se.Index != 0 || se.Skipped != 3 {
+		t.Fatalf("WriteBatch = %d, %v", n, err)
+	}
+	t.Logf("refused GSO run: %v; GSO still %v", err, a.Caps().GSO)
+	if !a.Caps().GSO {
+		t.Error("GSO turned off although the split datagrams were refused too")
+	}
+	got, _ := readN(t, b, 3, 2*time.Second)
+	for _, g := range got {
+		if len(g) != 1000 {
+			t.Fatalf("got %d-byte datagram", len(g))
+		}
+	}
 }

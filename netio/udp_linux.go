@@ -439,8 +439,8 @@ func (c *udpConn) WriteBatch(msgs []Message) (int, error) {
 	w := &c.w
 	var first *SendError
 	skipped := 0
-	fail := func(mi int, err error) {
-		skipped++
+	fail := func(mi, datagrams int, err error) {
+		skipped += datagrams
 		if first == nil || mi < first.Index {
 			first = &SendError{Index: mi, Addr: msgs[mi].Addr, Err: err}
 		}
@@ -455,7 +455,7 @@ func (c *udpConn) WriteBatch(msgs []Message) (int, error) {
 			m := &msgs[mi]
 			namelen, ok := c.putSockaddr(&w.names[w.k], m.Addr)
 			if !ok {
-				fail(mi, ErrAddressFamily)
+				fail(mi, msgs[mi].NumSegments(), ErrAddressFamily)
 				mi, off = mi+1, 0
 				continue
 			}
@@ -535,7 +535,7 @@ func (c *udpConn) WriteBatch(msgs []Message) (int, error) {
 			if splitProbe && owner == split {
 				splitProbe = false // split resend failed too: the datagram, not GSO, is the problem
 			}
-			fail(owner, w.errno)
+			fail(owner, int(w.segs[h]), w.errno)
 			w.i++
 		}
 		if splitProbe && w.i > 0 && int(w.owner[0]) == split {

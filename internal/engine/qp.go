@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/goverbs/goverbs/wire"
@@ -114,6 +115,8 @@ type QP struct {
 	closed bool
 	attr   QPAttr
 	remote netip.AddrPort // RC/UC: the peer, from the AH
+
+	peerZeroID atomic.Bool // the peer sends IPv4 Identification 0: verify ICRCs strictly
 	mtu    int            // path MTU in bytes
 
 	sq     sendQueue
@@ -393,6 +396,7 @@ func (qp *QP) reset() {
 	qp.attr = QPAttr{}
 	qp.mtu = 0
 	qp.remote = netip.AddrPort{}
+	qp.peerZeroID.Store(false)
 }
 
 // toError moves the QP to the error state on a transport or local error and raises ev.

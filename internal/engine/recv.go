@@ -46,7 +46,9 @@ func (d *Device) rxLoop() {
 			if isClosed(err) || d.closed.Load() {
 				return
 			}
-			d.log.Debug("receive error", "dev", d.name, "err", err)
+			if d.debug {
+				d.log.Debug("receive error", "dev", d.name, "err", err)
+			}
 			time.Sleep(time.Millisecond) // a persistent socket error must not spin a core
 			continue
 		}
@@ -85,25 +87,15 @@ func (d *Device) input(b []byte, from netip.AddrPort) {
 	p := &d.rxPkt
 	if err := p.Parse(b, wire.MTU4096.Bytes()); err != nil {
 		d.counters.Malformed.Add(1)
-		d.log.Debug("malformed packet", "dev", d.name, "from", from, "err", err)
+		if d.debug {
+			d.log.Debug("malformed packet", "dev", d.name, "from", from, "err", err)
+		}
 		return
 	}
-	ip := wire.IPHeader{
-		Src: from.Addr(), Dst: d.local.Addr(), SrcPort: from.Port(), DstPort: d.local.Port(), DF: true,
-	}
-	if !wire.CheckICRC(&ip, b) {
-		// goverbs peers send Identification 0; others (Linux rxe) number their packets,
-		// and a UDP socket cannot see the number. Solve for it: if no Identification
-		// makes the ICRC match, the packet is corrupt. See docs/DESIGN.md.
-		if !ip.Src.Unmap().Is4() {
-			d.counters.ICRCErrors.Add(1)
-			return
-		}
-		if _, _, ok := wire.RecoverIPv4ID(&ip, b); !ok {
-			d.counters.ICRCErrors.Add(1)
-			return
-		}
-		d.counters.ICRCRecovered.Add(1)
+	qp := d.lookupQP(p.BTH.DestQP())
+	if !d.checkICRC(b, from, qp) {
+		d.counters.ICRCErrors.Add(1)
+		return
 	}
 	// P_Key: the default partition, full (0xFFFF) or limited (0x7FFF) member (IBTA 10.9.3).
 	if pk := p.BTH.PKey(); pk&0x7fff != 0x7fff {
@@ -114,7 +106,6 @@ func (d *Device) input(b []byte, from netip.AddrPort) {
 		d.counters.CNPReceived.Add(1)
 		return
 	}
-	qp := d.lookupQP(p.BTH.DestQP())
 	if qp == nil {
 		d.counters.NoQP.Add(1)
 		return
@@ -122,6 +113,32 @@ func (d *Device) input(b []byte, from netip.AddrPort) {
 	qp.mu.Lock()
 	qp.receive(p, from)
 	qp.mu.Unlock()
+}
+
+// checkICRC verifies the packet's ICRC for the IP header it arrived in (Annex A17.3.3).
+// goverbs peers send IPv4 with DF and Identification 0, so for them the check is strict.
+// Other peers (Linux rxe) number their packets, and a UDP socket cannot see the number:
+// for those the Identification that makes the ICRC match is solved for, and a packet for
+// which none exists is corrupt. Once a QP's peer has been seen to send Identification 0,
+// only strict matches are accepted for that QP, keeping the full 32-bit check.
+func (d *Device) checkICRC(b []byte, from netip.AddrPort, qp *QP) bool {
+	ip := wire.IPHeader{
+		Src: from.Addr(), Dst: d.local.Addr(), SrcPort: from.Port(), DstPort: d.local.Port(), DF: true,
+	}
+	if wire.CheckICRC(&ip, b) {
+		if qp != nil && !qp.peerZeroID.Load() {
+			qp.peerZeroID.Store(true)
+		}
+		return true
+	}
+	if !ip.Src.Unmap().Is4() || qp != nil && qp.peerZeroID.Load() {
+		return false
+	}
+	if _, _, ok := wire.RecoverIPv4ID(&ip, b); !ok {
+		return false
+	}
+	d.counters.ICRCRecovered.Add(1)
+	return true
 }
 
 var transportOf = [...]wire.Transport{QPTypeRC: wire.TransportRC, QPTypeUC: wire.TransportUC, QPTypeUD: wire.TransportUD}

@@ -117,7 +117,7 @@ type QP struct {
 	remote netip.AddrPort // RC/UC: the peer, from the AH
 
 	peerZeroID atomic.Bool // the peer sends IPv4 Identification 0: verify ICRCs strictly
-	mtu    int            // path MTU in bytes
+	mtu        int         // path MTU in bytes
 
 	sq     sendQueue
 	rq     recvQueue

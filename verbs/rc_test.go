@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"math/rand/v2"
 	"testing"
@@ -205,4 +206,77 @@ func TestRCWriteIntoMmapMemoryAndQuery(t *testing.T) {
 		at.AccessFlags != allAccess || at.MaxRdAtomic != 16 || at.Cap.MaxSendWR != 256 {
 		t.Fatalf("Query: %+v", at)
 	}
+}
+
+func TestRCMultiSGEInlineFenceSolicited(t *testing.T) {
+	a, b := newHost(t, "127.10.0.2"), newHost(t, "127.10.0.3")
+	ch := b.dev.CreateCompChannel()
+	rcq, _ := b.dev.CreateCQ(64, ch)
+	qa := a.qp(t, QPTypeRC)
+	qb, err := b.pd.CreateQP(QPInitAttr{Type: QPTypeRC, SendCQ: b.cq, RecvCQ: rcq,
+		Cap: QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 4, MaxRecvSGE: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	connect(t, qa, defaultRC(), b.gid, qb.QPN(), 1, 2)
+	connect(t, qb, defaultRC(), a.gid, qa.QPN(), 2, 1)
+	src, dst := a.mr(t, 8192, allAccess), b.mr(t, 8192, allAccess)
+	fill(src.Buf(), 11)
+
+	// Gather three pieces, scatter into three others: 1000+1500+700 = 3200 bytes.
+	qb.PostRecv(RecvWR{ID: 1, SGL: []SGE{dst.SGE(0, 100), dst.SGE(4096, 3000), dst.SGE(200, 100)}})
+	if err := qa.PostSend(SendWR{ID: 1, Opcode: WRSend, Flags: SendSignaled,
+		SGL: []SGE{src.SGE(0, 1000), src.SGE(2000, 1500), src.SGE(5000, 700)}}); err != nil {
+		t.Fatal(err)
+	}
+	expectStatus(t, a.cq, 1, WCSuccess)
+	wc := expectStatus(t, rcq, 1, WCSuccess)
+	want := append(append(append([]byte{}, src.Buf()[:1000]...), src.Buf()[2000:3500]...), src.Buf()[5000:5700]...)
+	got := append(append(append([]byte{}, dst.Buf()[:100]...), dst.Buf()[4096:7096]...), dst.Buf()[200:300]...)
+	if wc.ByteLen != 3200 || !bytes.Equal(got[:3200], want) {
+		t.Fatalf("multi-SGE SEND: %d bytes, equal %v", wc.ByteLen, bytes.Equal(got[:3200], want))
+	}
+
+	// Inline: the source buffer may change as soon as PostSend returns.
+	copy(src.Buf(), "inline data")
+	qb.PostRecv(RecvWR{ID: 2, SGL: []SGE{dst.SGE(0, 64)}})
+	qa.PostSend(SendWR{ID: 2, Opcode: WRSend, Flags: SendSignaled | SendInline, SGL: []SGE{src.SGE(0, 11)}})
+	copy(src.Buf(), "overwritten")
+	expectStatus(t, a.cq, 2, WCSuccess)
+	wc = expectStatus(t, rcq, 2, WCSuccess)
+	if string(dst.Buf()[:wc.ByteLen]) != "inline data" {
+		t.Fatalf("inline SEND delivered %q", dst.Buf()[:wc.ByteLen])
+	}
+
+	// Fence: a SEND after a READ waits for the READ's data, so the peer can rely on it.
+	back := a.mr(t, 64, allAccess)
+	copy(dst.Buf()[1000:], "remote bytes")
+	qb.PostRecv(RecvWR{ID: 3, SGL: []SGE{dst.SGE(2000, 64)}})
+	qa.PostSend(
+		SendWR{ID: 3, Opcode: WRRDMARead, Flags: SendSignaled, SGL: []SGE{back.SGE(0, 12)}, RemoteAddr: dst.AddrOf(1000), RKey: dst.RKey()},
+		SendWR{ID: 4, Opcode: WRSend, Flags: SendSignaled | SendFence, SGL: []SGE{back.SGE(0, 12)}})
+	expectStatus(t, a.cq, 3, WCSuccess)
+	expectStatus(t, a.cq, 4, WCSuccess)
+	wc = expectStatus(t, rcq, 3, WCSuccess)
+	if string(dst.Buf()[2000:2012]) != "remote bytes" {
+		t.Fatalf("fenced SEND carried %q: it left before the READ completed", dst.Buf()[2000:2012])
+	}
+
+	// Solicited-only notification: an unsolicited SEND does not wake, a solicited one does.
+	rcq.RequestNotify(true)
+	qb.PostRecv(RecvWR{ID: 4, SGL: []SGE{dst.SGE(0, 64)}}, RecvWR{ID: 5, SGL: []SGE{dst.SGE(0, 64)}})
+	qa.PostSend(SendWR{ID: 5, Opcode: WRSend, SGL: []SGE{src.SGE(0, 8)}})
+	expectStatus(t, rcq, 4, WCSuccess)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	if _, err := ch.Wait(ctx); err == nil {
+		t.Fatal("an unsolicited completion woke a solicited-only arm")
+	}
+	cancel()
+	qa.PostSend(SendWR{ID: 6, Opcode: WRSend, Flags: SendSolicited, SGL: []SGE{src.SGE(0, 8)}})
+	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if cq, err := ch.Wait(ctx); err != nil || cq != rcq {
+		t.Fatalf("solicited completion did not wake: %v", err)
+	}
+	expectStatus(t, rcq, 5, WCSuccess)
 }

@@ -29,6 +29,12 @@ type pdImpl interface {
 	createQP(attr *QPInitAttr) (qpImpl, error)
 	createSRQ(attr SRQAttr) (srqImpl, error)
 	createAH(attr *AHAttr) (ahImpl, error)
+	allocMW(t MWType) (mwImpl, error)
+}
+
+type mwImpl interface {
+	close() error
+	rkey() uint32
 }
 
 type mrImpl interface {
@@ -54,6 +60,7 @@ type qpImpl interface {
 	query() QPAttr
 	postSend(wrs []SendWR) error
 	postRecv(wrs []RecvWR) error
+	bindMW(mw mwImpl, id uint64, flags SendFlags, b MWBind) (uint32, error)
 	counters() QPCounters
 }
 

@@ -382,10 +382,11 @@ func (q *softQP) query() QPAttr {
 }
 
 // postSend hands the batch to the engine without copying: SendWR and engine.SendWR have
-// the same layout (TestLayoutsMatch) except the AH pointer's type. The engine reads the
-// AH only on UD QPs, so UD requests are converted one by one into a small stack batch.
+// the same layout (TestLayoutsMatch) except the types behind the AH and Bind pointers.
+// The engine reads the AH only on UD QPs and Bind only in BIND_MW requests, so those are
+// converted one by one into a small stack batch.
 func (q *softQP) postSend(wrs []SendWR) error {
-	if q.qp.Type() != engine.QPTypeUD {
+	if q.qp.Type() != engine.QPTypeUD && !hasBind(wrs) {
 		return mapPostErr(q.qp.PostSend(unsafe.Slice((*engine.SendWR)(unsafe.Pointer(unsafe.SliceData(wrs))), len(wrs))), 0)
 	}
 	var batch [16]engine.SendWR
@@ -400,6 +401,12 @@ func (q *softQP) postSend(wrs []SendWR) error {
 			}
 			if w.AH != nil {
 				batch[i].AH = w.AH.impl.(*engine.AH)
+			}
+			batch[i].RemoteAddr, batch[i].RKey = w.RemoteAddr, w.RKey
+			batch[i].CompareAdd, batch[i].Swap = w.CompareAdd, w.Swap
+			if w.Bind != nil {
+				batch[i].Bind = &engine.BindMW{RKey: w.Bind.RKey}
+				softBind(batch[i].Bind, w.Bind.MW, w.Bind.MWBind)
 			}
 		}
 		if err := q.qp.PostSend(batch[:len(chunk)]); err != nil {
@@ -449,4 +456,49 @@ func (qp *QP) debugString() string {
 		return s.qp.DebugString()
 	}
 	return ""
+}
+
+func hasBind(wrs []SendWR) bool {
+	for i := range wrs {
+		if wrs[i].Bind != nil || wrs[i].Opcode == WRBindMW {
+			return true
+		}
+	}
+	return false
+}
+
+// softBind fills an engine binding from the verbs one.
+func softBind(dst *engine.BindMW, mw *MW, b MWBind) {
+	if mw != nil {
+		if s, ok := mw.impl.(*softMW); ok {
+			dst.MW = s.mw
+		}
+	}
+	if b.MR != nil {
+		if s, ok := b.MR.impl.(softMR); ok {
+			dst.MR = s.mr
+		}
+	}
+	dst.Addr, dst.Length, dst.Access = b.Addr, b.Length, engine.Access(b.Access)
+}
+
+type softMW struct{ mw *engine.MW }
+
+func (m *softMW) close() error { return m.mw.Close() }
+func (m *softMW) rkey() uint32 { return m.mw.RKey() }
+
+func (p *softPD) allocMW(t MWType) (mwImpl, error) {
+	mw, err := p.pd.AllocMW(uint8(t))
+	if err != nil {
+		return nil, err
+	}
+	return &softMW{mw}, nil
+}
+
+func (q *softQP) bindMW(mw mwImpl, id uint64, flags SendFlags, b MWBind) (uint32, error) {
+	var eb engine.BindMW
+	softBind(&eb, nil, b)
+	eb.MW = mw.(*softMW).mw
+	rkey, err := q.qp.BindType1(id, engine.SendFlags(flags), eb)
+	return rkey, mapPostErr(err, 0)
 }

@@ -33,6 +33,8 @@ type SendWR struct {
 	AH         *AH
 	RemoteQPN  uint32
 	RemoteQKey uint32
+	// BIND_MW: the window and its binding.
+	Bind *MWBindWR
 }
 
 // RecvWR is a receive work request (struct ibv_recv_wr).

@@ -41,13 +41,15 @@ type region struct {
 	key    uint32
 	access Access
 	valid  atomic.Bool
-	window bool // a memory window: invalidated by LOCAL_INV or SEND_WITH_INV
+	window bool  // a memory window
+	mwType uint8 // 1 or 2; only type 2 windows are invalidated by LOCAL_INV or SEND_WITH_INV
 }
 
 // MR is a registered memory region.
 type MR struct {
 	region
-	dev *Device
+	dev     *Device
+	windows atomic.Int32 // memory windows bound to it
 }
 
 // LKey and RKey return the region's keys. As in Linux rxe both are the same value.
@@ -161,6 +163,9 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 func (m *MR) Close() error {
 	if !m.valid.Load() {
 		return nil
+	}
+	if m.windows.Load() > 0 {
+		return ErrMRBusy // ibv_dereg_mr: EBUSY while windows are bound
 	}
 	m.dev.keys.remove(&m.region)
 	m.pd.refs.Add(-1)

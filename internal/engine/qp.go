@@ -53,6 +53,7 @@ type sendWQE struct {
 	wr       SendWR
 	sgeStore []SGE
 	inline   []byte // inline payload copied at post time
+	bind     BindMW // BIND_MW: the binding, copied at post time
 	local    sgl    // SGL resolved to memory
 	length   int
 
@@ -536,8 +537,15 @@ func (qp *QP) enqueueSend(wr *SendWR) error {
 	if inline && total > uint64(qp.cap.MaxInline) {
 		return ErrInlineTooLarge
 	}
+	if wr.Opcode == WRBindMW && (wr.Bind == nil || wr.Bind.MW == nil) {
+		return ErrBadOpcode
+	}
 	w := qp.sq.at(qp.sq.tail)
 	w.wr = *wr
+	if wr.Opcode == WRBindMW {
+		w.bind = *wr.Bind
+	}
+	w.wr.Bind = nil // never keep the caller's pointer
 	w.wr.SGL = append(w.sgeStore[:0], wr.SGL...)
 	w.length = int(total)
 	w.state = wqePosted
@@ -582,12 +590,12 @@ func opAllowed(t QPType, op WROpcode) bool {
 	case QPTypeRC:
 		switch op {
 		case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRRDMARead,
-			WRAtomicCmpAndSwp, WRAtomicFetchAdd, WRLocalInv, WRSendWithInv:
+			WRAtomicCmpAndSwp, WRAtomicFetchAdd, WRLocalInv, WRSendWithInv, WRBindMW:
 			return true
 		}
 	case QPTypeUC:
 		switch op {
-		case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRLocalInv:
+		case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRLocalInv, WRBindMW:
 			return true
 		}
 	case QPTypeUD:

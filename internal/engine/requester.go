@@ -107,10 +107,10 @@ func (qp *QP) runRequester() {
 	if tx != nil {
 		qp.dev.putTx(tx)
 	}
-	switch {
-	case qp.typ != QPTypeRC:
-		qp.retire() // UC and UD complete as soon as the packets are on the wire
-	case sentAny:
+	// UC and UD work completes as soon as its packets are on the wire, and local
+	// operations (bind, LOCAL_INV) when they execute, once everything before them has.
+	qp.retire()
+	if sentAny && qp.typ == QPTypeRC {
 		qp.comp.armRetransmit()
 	}
 }
@@ -134,6 +134,14 @@ func (qp *QP) startWQE(w *sendWQE) bool {
 	case WRLocalInv:
 		if !qp.dev.invalidate(qp.pd, w.wr.Imm) {
 			qp.localError(w, WCLocProtErr)
+			return true
+		}
+		w.state = wqeDone
+		return true
+	case WRBindMW:
+		// Binds execute in send-queue order as local operations (IBTA 10.6.7.2.2).
+		if !w.bind.MW.bind(qp.pd, &w.bind) {
+			qp.localError(w, WCMWBindErr)
 			return true
 		}
 		w.state = wqeDone

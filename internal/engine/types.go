@@ -148,6 +148,9 @@ type SendWR struct {
 	AH         *AH
 	RemoteQPN  uint32
 	RemoteQKey uint32
+
+	// BIND_MW only.
+	Bind *BindMW
 }
 
 // RecvWR is one receive work request.

@@ -1,0 +1,160 @@
+package engine
+
+import (
+	"errors"
+	"sync"
+)
+
+var (
+	ErrMWType  = errors.New("memory window type must be 1 or 2")
+	ErrMRBusy  = errors.New("memory region has memory windows bound to it")
+	ErrMWBound = errors.New("memory window is bound")
+)
+
+// MW is a memory window (IBTA 10.6.7): a remotely accessible view of part of a memory
+// region, with its own rkey, bound and unbound through a QP's send queue. Type 1 windows
+// are bound with a bind call and stay until rebound; type 2 windows are bound with a
+// BIND_MW work request and revoked by LOCAL_INV or a peer's SEND_WITH_INV.
+//
+// The window's key-table slot always holds its current binding as an immutable region;
+// binding stores a new region, so the receive path never sees a half-made binding.
+type MW struct {
+	dev *Device
+	pd  *PD
+	typ uint8
+	idx uint32
+
+	mu     sync.Mutex
+	cur    *region // the slot's current content (a placeholder when unbound)
+	mr     *MR     // the region it is bound to, if any
+	closed bool
+}
+
+// BindMW describes a binding (struct ibv_mw_bind_info, plus the new rkey for type 2).
+type BindMW struct {
+	MW     *MW
+	MR     *MR
+	Addr   uint64
+	Length uint64
+	Access Access
+	RKey   uint32 // type 2: the new rkey (same index, new 8-bit key); type 1: set by the engine
+}
+
+// AllocMW allocates an unbound memory window (ibv_alloc_mw).
+func (pd *PD) AllocMW(typ uint8) (*MW, error) {
+	if pd.closed.Load() {
+		return nil, ErrPDClosed
+	}
+	if typ != 1 && typ != 2 {
+		return nil, ErrMWType
+	}
+	mw := &MW{dev: pd.dev, pd: pd, typ: typ}
+	placeholder := &region{pd: pd, window: true, mwType: typ}
+	if err := pd.dev.keys.add(placeholder); err != nil {
+		return nil, err
+	}
+	placeholder.valid.Store(false) // unbound: the key names nothing yet
+	mw.idx = placeholder.key >> keyIndexBits
+	mw.cur = placeholder
+	pd.refs.Add(1)
+	return mw, nil
+}
+
+// RKey returns the window's current rkey.
+func (mw *MW) RKey() uint32 {
+	mw.mu.Lock()
+	defer mw.mu.Unlock()
+	return mw.cur.key
+}
+
+// Type returns 1 or 2.
+func (mw *MW) Type() uint8 { return mw.typ }
+
+// Close deallocates the window; its rkey stops working at once (ibv_dealloc_mw).
+func (mw *MW) Close() error {
+	mw.mu.Lock()
+	defer mw.mu.Unlock()
+	if mw.closed {
+		return nil
+	}
+	mw.closed = true
+	mw.cur.valid.Store(false)
+	mw.dev.keys.remove(mw.cur)
+	if mw.mr != nil {
+		mw.mr.windows.Add(-1)
+		mw.mr = nil
+	}
+	mw.pd.refs.Add(-1)
+	return nil
+}
+
+// bind executes a bind for a QP of pd (IBTA 10.6.7.2). It returns false for a binding
+// the spec forbids, which completes with MW_BIND_ERR.
+func (mw *MW) bind(pd *PD, b *BindMW) bool {
+	mw.mu.Lock()
+	defer mw.mu.Unlock()
+	if mw.closed || mw.pd != pd {
+		return false
+	}
+	if mw.typ == 2 && mw.cur.valid.Load() {
+		return false // a type 2 window is rebound only after invalidation (C10-...: MW must be free)
+	}
+	if b.RKey>>keyIndexBits != mw.idx {
+		return false // only the 8-bit key may change
+	}
+	if b.Length == 0 && mw.typ == 1 { // unbind
+		mw.replace(&region{pd: pd, window: true, mwType: mw.typ, key: b.RKey}, nil, false)
+		return true
+	}
+	mr := b.MR
+	if mr == nil || !mr.valid.Load() || mr.pd != pd || mr.access&AccessMWBind == 0 {
+		return false
+	}
+	if b.Access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && mr.access&AccessLocalWrite == 0 {
+		return false
+	}
+	if b.Addr < mr.va || b.Length > uint64(len(mr.buf)) || b.Addr-mr.va > uint64(len(mr.buf))-b.Length {
+		return false
+	}
+	off := b.Addr - mr.va
+	r := &region{
+		pd: pd, buf: mr.buf[off : off+b.Length : off+b.Length], va: b.Addr, key: b.RKey,
+		access: b.Access & (AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic),
+		window: true, mwType: mw.typ,
+	}
+	mw.replace(r, mr, true)
+	return true
+}
+
+// replace installs r as the window's binding. mw.mu is held.
+func (mw *MW) replace(r *region, mr *MR, valid bool) {
+	old := mw.cur
+	old.valid.Store(false)
+	r.valid.Store(valid)
+	mw.dev.keys.slots[mw.idx].Store(r)
+	mw.cur = r
+	if mw.mr != nil {
+		mw.mr.windows.Add(-1)
+	}
+	mw.mr = mr
+	if mr != nil {
+		mr.windows.Add(1)
+	}
+}
+
+// NextRKey returns key with its 8-bit key part incremented (ibv_inc_rkey).
+func NextRKey(key uint32) uint32 { return key&^0xff | (key+1)&0xff }
+
+// BindType1 posts the bind of a type 1 window on qp's send queue (ibv_bind_mw) and
+// returns the rkey the window will have.
+func (qp *QP) BindType1(id uint64, flags SendFlags, b BindMW) (uint32, error) {
+	if b.MW == nil || b.MW.typ != 1 {
+		return 0, ErrMWType
+	}
+	b.RKey = NextRKey(b.MW.RKey())
+	wr := SendWR{ID: id, Opcode: WRBindMW, Flags: flags, Bind: &b}
+	if err := qp.PostSend([]SendWR{wr}); err != nil {
+		return 0, err
+	}
+	return b.RKey, nil
+}

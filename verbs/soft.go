@@ -218,7 +218,9 @@ func (s *softDevice) createCQ(depth int) (cqImpl, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &softCQ{cq: cq}, nil
+	c := &softCQ{cq: cq}
+	cq.Owner = c
+	return c, nil
 }
 
 func (s *softDevice) events() <-chan asyncEvent {
@@ -327,7 +329,7 @@ func (c *softCQ) resize(n int) error {
 	return nil
 }
 func (c *softCQ) requestNotify(s bool) error { return c.cq.RequestNotify(s) }
-func (c *softCQ) setHandler(f func())        { c.cq.Owner = c; c.cq.SetHandler(f) }
+func (c *softCQ) setHandler(f func())        { c.cq.SetHandler(f) }
 
 // poll hands the user's slice to the engine as is: verbs.WC and engine.WC have the same
 // layout (checked by TestLayoutsMatch), so polling copies each completion once.

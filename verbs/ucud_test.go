@@ -355,3 +355,37 @@ func TestCQOverflowIsAnErrorNotAHang(t *testing.T) {
 		t.Log("resize to 1 accepted on an empty CQ")
 	}
 }
+
+func TestRCIPv6(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("adding a second IPv6 address to lo needs root")
+	}
+	const extra = "fd00:6f76:6572::3"
+	if out, err := exec.Command("ip", "-6", "addr", "add", extra+"/128", "dev", "lo", "nodad").CombinedOutput(); err != nil {
+		t.Skipf("ip -6 addr add: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "-6", "addr", "del", extra+"/128", "dev", "lo").Run() })
+	waitAddrUp(t, extra)
+	a, b := newHost(t, "::1"), newHost(t, extra)
+	if a.gid.Addr() != netip.MustParseAddr("::1") {
+		t.Fatalf("IPv6 GID %v", a.gid)
+	}
+	p := newPair(t, a, b, QPTypeRC, defaultRC())
+	src, dst := a.mr(t, 8192, allAccess), b.mr(t, 8192, allAccess)
+	fill(src.Buf(), 6)
+	p.qb.PostRecv(RecvWR{ID: 1, SGL: []SGE{dst.SGE(0, 8192)}})
+	p.qa.PostSend(
+		SendWR{ID: 1, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{src.SGE(0, 3000)}},
+		SendWR{ID: 2, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{src.SGE(0, 5000)}, RemoteAddr: dst.AddrOf(3000), RKey: dst.RKey()},
+		SendWR{ID: 3, Opcode: WRRDMARead, Flags: SendSignaled, SGL: []SGE{src.SGE(0, 5000)}, RemoteAddr: dst.AddrOf(3000), RKey: dst.RKey()},
+		SendWR{ID: 4, Opcode: WRAtomicFetchAdd, Flags: SendSignaled, SGL: []SGE{src.SGE(8000, 8)}, RemoteAddr: dst.AddrOf(8184), RKey: dst.RKey(), CompareAdd: 1})
+	for _, wc := range waitWC(t, a.cq, 4, 5*time.Second) {
+		if wc.Status != WCSuccess {
+			t.Fatalf("completion %+v", wc)
+		}
+	}
+	expectStatus(t, b.rcq, 1, WCSuccess)
+	if !bytes.Equal(dst.Buf()[:3000], src.Buf()[:3000]) || !bytes.Equal(dst.Buf()[3000:8000], src.Buf()[:5000]) {
+		t.Fatal("IPv6 RC data differs")
+	}
+}

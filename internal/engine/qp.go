@@ -118,6 +118,7 @@ type QP struct {
 	remote netip.AddrPort // RC/UC: the peer, from the AH
 
 	peerZeroID atomic.Bool // the peer sends IPv4 Identification 0: verify ICRCs strictly
+	commEst    bool        // EventCommEst raised
 	mtu        int         // path MTU in bytes
 
 	sq     sendQueue
@@ -361,6 +362,9 @@ func (qp *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 func (qp *QP) setState(s QPState) {
 	prev := qp.state
 	qp.state = s
+	if s == QPStateErr && prev != QPStateErr {
+		qp.lastWQEReached()
+	}
 	switch s {
 	case QPStateReset:
 		qp.reset()
@@ -398,6 +402,7 @@ func (qp *QP) reset() {
 	qp.mtu = 0
 	qp.remote = netip.AddrPort{}
 	qp.peerZeroID.Store(false)
+	qp.commEst = false
 }
 
 // toError moves the QP to the error state on a transport or local error and raises ev.
@@ -409,6 +414,16 @@ func (qp *QP) toError(ev EventType) {
 	qp.flush()
 	if ev != 0xff {
 		qp.dev.raise(AsyncEvent{Type: ev, QP: qp})
+	}
+	qp.lastWQEReached()
+}
+
+// lastWQEReached tells the owner of a QP attached to an SRQ that the QP, now in the error
+// state, will take no more WQEs from the SRQ (IBTA 11.6.3.4 and 10.3.1.2), so it may be
+// destroyed without losing receives.
+func (qp *QP) lastWQEReached() {
+	if qp.srq != nil {
+		qp.dev.raise(AsyncEvent{Type: EventQPLastWQEReached, QP: qp})
 	}
 }
 

@@ -173,6 +173,12 @@ func (qp *QP) receive(p *wire.Packet, from netip.AddrPort) {
 		return
 	}
 	qp.Stats.RxPackets++
+	if qp.state == QPStateRTR && !qp.commEst {
+		// The first packet received in RTR: communication established (IBTA 11.6.3.1),
+		// the cue for a passive side to move to RTS.
+		qp.commEst = true
+		d.raise(AsyncEvent{Type: EventCommEst, QP: qp})
+	}
 	switch qp.typ {
 	case QPTypeRC:
 		if req {

@@ -297,8 +297,14 @@ func (c *ppCtx) localDests() []dest {
 	return out
 }
 
-func printDest(which string, d dest) {
-	fmt.Printf("  %s LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", which, d.lid, d.qpn, d.psn, gidText(d.gid))
+// printDest prints one address line as the rdma-core examples do. ud_pingpong's local line
+// has "PSN 0x...: GID" (a colon, not a comma); every other line has a comma.
+func (c *ppCtx) printDest(which string, d dest) {
+	sep := ","
+	if c.kind == ppUD && which == "local address: " {
+		sep = ":"
+	}
+	fmt.Printf("  %s LID 0x%04x, QPN 0x%06x, PSN 0x%06x%s GID %s\n", which, d.lid, d.qpn, d.psn, sep, gidText(d.gid))
 }
 
 // connect runs the exchange and brings every QP to RTS towards its peer.
@@ -312,7 +318,7 @@ func (c *ppCtx) connect(server string) error {
 			return err
 		}
 		for i := range c.qps {
-			printDest("local address: ", local[i])
+			c.printDest("local address: ", local[i])
 		}
 		if conn, err = accept(l); err != nil {
 			return err
@@ -329,7 +335,7 @@ func (c *ppCtx) connect(server string) error {
 		}
 	} else {
 		for i := range c.qps {
-			printDest("local address: ", local[i])
+			c.printDest("local address: ", local[i])
 		}
 		if conn, err = dial(server, c.o.port); err != nil {
 			return err
@@ -340,7 +346,7 @@ func (c *ppCtx) connect(server string) error {
 		}
 	}
 	for i := range c.qps {
-		printDest("remote address:", c.remote[i])
+		c.printDest("remote address:", c.remote[i])
 	}
 	if server != "" {
 		return c.rts(local)

@@ -47,7 +47,14 @@ func (t *teeConn) ReadBatch(msgs []Message) (int, error) {
 		local := t.Conn.LocalAddr()
 		t.mu.Lock()
 		for i := range msgs[:n] {
-			t.record(now, &msgs[i], msgs[i].Addr, local, 0)
+			// The sender's Identification is invisible to a UDP socket. A GRO run is
+			// recorded as a goverbs GSO sender numbers it (0, 1, 2, …), a lone datagram
+			// with 0: right for goverbs peers, a guess for others.
+			run := 0
+			if msgs[i].SegSize > 0 {
+				run = 1 << 16
+			}
+			t.record(now, &msgs[i], msgs[i].Addr, local, run)
 		}
 		t.mu.Unlock()
 	}

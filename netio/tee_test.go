@@ -63,7 +63,8 @@ func TestTee(t *testing.T) {
 		t.Fatalf("read: %+v", rb.recs)
 	}
 	for i, r := range rb.recs {
-		if r.src != a.LocalAddr() || r.dst != b.LocalAddr() || r.id != 0 || r.n != wantW[i].n {
+		// A GRO run is recorded numbered as the GSO sender numbered it; a lone datagram 0.
+		if r.src != a.LocalAddr() || r.dst != b.LocalAddr() || r.id != 0 && r.id != wantW[i].id || r.n != wantW[i].n {
 			t.Errorf("read %d: %+v", i, r)
 		}
 	}

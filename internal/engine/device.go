@@ -106,7 +106,7 @@ func New(cfg Config) (*Device, error) {
 	}
 	d.debug = d.log.Enabled(context.Background(), slog.LevelDebug)
 	d.gid = AddrToGID(d.local.Addr())
-	d.txPool.New = func() any { return newTxBatch(d.conn.Caps().BatchSize) }
+	d.txPool.New = func() any { return newTxBatch(d.conn.Caps()) }
 	d.sender.init()
 	go d.sender.run()
 	go d.rxLoop()

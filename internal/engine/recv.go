@@ -56,13 +56,13 @@ func (d *Device) rxLoop() {
 			m := &msgs[i]
 			b := m.Buf[:m.N]
 			if m.SegSize > 0 {
-				for len(b) > 0 {
+				for seg := 0; len(b) > 0; seg++ {
 					k := min(m.SegSize, len(b))
-					d.input(b[:k], m.Addr)
+					d.input(b[:k], m.Addr, seg)
 					b = b[k:]
 				}
 			} else {
-				d.input(b, m.Addr)
+				d.input(b, m.Addr, 0)
 			}
 		}
 		d.flushAcks()
@@ -81,7 +81,10 @@ func (d *Device) flushAcks() {
 
 // input checks one datagram and routes it (IBTA 9.6 and Annex A17.4: the receive checks of
 // a RoCEv2 port, in the order Linux rxe applies them).
-func (d *Device) input(b []byte, from netip.AddrPort) {
+//
+// seg is the packet's position in a GRO run (0 for a lone datagram): a run coalesced from a
+// goverbs GSO send carries IPv4 Identifications numbered from 0, which the ICRC covers.
+func (d *Device) input(b []byte, from netip.AddrPort, seg int) {
 	d.counters.RxPackets.Add(1)
 	d.counters.RxBytes.Add(uint64(len(b)))
 	p := &d.rxPkt
@@ -93,7 +96,7 @@ func (d *Device) input(b []byte, from netip.AddrPort) {
 		return
 	}
 	qp := d.lookupQP(p.BTH.DestQP())
-	if !d.checkICRC(b, from, qp) {
+	if !d.checkICRC(b, from, qp, seg) {
 		d.counters.ICRCErrors.Add(1)
 		return
 	}
@@ -116,14 +119,22 @@ func (d *Device) input(b []byte, from netip.AddrPort) {
 }
 
 // checkICRC verifies the packet's ICRC for the IP header it arrived in (Annex A17.3.3).
-// goverbs peers send IPv4 with DF and Identification 0, so for them the check is strict.
-// Other peers (Linux rxe) number their packets, and a UDP socket cannot see the number:
-// for those the Identification that makes the ICRC match is solved for, and a packet for
-// which none exists is corrupt. Once a QP's peer has been seen to send Identification 0,
-// only strict matches are accepted for that QP, keeping the full 32-bit check.
-func (d *Device) checkICRC(b []byte, from netip.AddrPort, qp *QP) bool {
+// goverbs peers send IPv4 with DF and Identification 0, or, in a GSO run, the segment's
+// number (0…63): for them the check is strict. Other peers (Linux rxe) number their
+// packets freely, and a UDP socket cannot see the number: for those the Identification
+// that makes the ICRC match is solved for, and a packet for which none exists is corrupt.
+// Once a QP's peer has verified strictly, only Identifications a goverbs peer can send
+// are accepted for that QP, which keeps a corrupted packet's chance of passing near 2^-25.
+func (d *Device) checkICRC(b []byte, from netip.AddrPort, qp *QP, seg int) bool {
 	ip := wire.IPHeader{
 		Src: from.Addr(), Dst: d.local.Addr(), SrcPort: from.Port(), DstPort: d.local.Port(), DF: true,
+	}
+	if seg > 0 && seg < maxGSOSegments {
+		ip.ID = netio.GSOSegmentID(0, seg)
+		if wire.CheckICRC(&ip, b) {
+			return true
+		}
+		ip.ID = 0
 	}
 	if wire.CheckICRC(&ip, b) {
 		if qp != nil && !qp.peerZeroID.Load() {
@@ -131,15 +142,19 @@ func (d *Device) checkICRC(b []byte, from netip.AddrPort, qp *QP) bool {
 		}
 		return true
 	}
-	if !ip.Src.Unmap().Is4() || qp != nil && qp.peerZeroID.Load() {
+	if !ip.Src.Unmap().Is4() {
 		return false
 	}
-	if _, _, ok := wire.RecoverIPv4ID(&ip, b); !ok {
+	id, df, ok := wire.RecoverIPv4ID(&ip, b)
+	if !ok || qp != nil && qp.peerZeroID.Load() && (!df || id >= maxGSOSegments) {
 		return false
 	}
 	d.counters.ICRCRecovered.Add(1)
 	return true
 }
+
+// maxGSOSegments bounds the Identifications a goverbs sender uses (netio: 64 per send).
+const maxGSOSegments = 64
 
 var transportOf = [...]wire.Transport{QPTypeRC: wire.TransportRC, QPTypeUC: wire.TransportUC, QPTypeUD: wire.TransportUD}
 

@@ -120,7 +120,7 @@ func (qp *QP) buildReadResponse(tx *txBatch, it *respItem) {
 	h := wire.Headers{BTH: wire.BTHFields{Opcode: op, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: it.psn}}
 	h.AETH = wire.AETHFields{Syndrome: wire.ACKSyndrome(wire.CreditsInvalid), MSN: qp.resp.msn}
 	m := min(len(it.src), qp.mtu)
-	buf := qp.dev.nextBuf(tx)
+	buf := qp.dev.nextBuf(tx, qp.remote, wireLen(h.Len(), m))
 	hlen := h.Encode(buf)
 	copy(buf[hlen:hlen+m], it.src)
 	qp.dev.commit(tx, hlen, m, qp.remote)
@@ -133,7 +133,7 @@ func (qp *QP) buildAtomicAck(tx *txBatch, psn wire.PSN, orig uint64) {
 	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAtomicAck, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn}}
 	h.AETH = wire.AETHFields{Syndrome: wire.ACKSyndrome(wire.CreditsInvalid), MSN: qp.resp.msn}
 	h.AtomicAckETH = orig
-	buf := qp.dev.nextBuf(tx)
+	buf := qp.dev.nextBuf(tx, qp.remote, wireLen(h.Len(), 0))
 	qp.dev.commit(tx, h.Encode(buf), 0, qp.remote)
 	qp.Stats.TxPackets++
 }
@@ -141,7 +141,7 @@ func (qp *QP) buildAtomicAck(tx *txBatch, psn wire.PSN, orig uint64) {
 func (qp *QP) buildAck(tx *txBatch, syn wire.Syndrome, psn wire.PSN) {
 	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAck, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn}}
 	h.AETH = wire.AETHFields{Syndrome: syn, MSN: qp.resp.msn}
-	buf := qp.dev.nextBuf(tx)
+	buf := qp.dev.nextBuf(tx, qp.remote, wireLen(h.Len(), 0))
 	qp.dev.commit(tx, h.Encode(buf), 0, qp.remote)
 	qp.Stats.TxPackets++
 }

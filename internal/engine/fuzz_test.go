@@ -1,0 +1,727 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"unsafe"
+
+	"github.com/goverbs/goverbs/netio"
+	"github.com/goverbs/goverbs/wire"
+)
+
+// The fuzzed responder (issue 6): arbitrary datagrams, and mutations of valid packets of
+// every opcode, go through a device's real receive loop while it has RC, UC and UD QPs
+// with posted receives and outstanding requests of its own, and memory regions of every
+// kind of right laid out in one arena with guard zones between them. After every input:
+//
+//   - nothing panicked;
+//   - guard zones, unregistered memory, regions without remote-modify rights and the
+//     region of another PD are unchanged, byte for byte;
+//   - a region with remote write or atomic rights changed only inside the ranges named by
+//     delivered WRITE FIRST/ONLY and atomic requests carrying its rkey, in bounds, with the
+//     right it grants;
+//   - completions are plausible (a SEND never reports more bytes than its WQE holds).
+//
+// Datagrams enter through a netio.Conn whose ReadBatch hands the receive loop one batch at
+// a time and returns only when the loop comes back for the next, so each check runs after
+// the device has finished with the input. Addresses are simnet-style (127.0.200.x) and
+// never reach a socket.
+
+// feedConn is a netio.Conn fed by the test. The receive loop parks in ReadBatch; a ready
+// signal says it has finished the previous batch (and sent that batch's ACKs).
+type feedConn struct {
+	local netip.AddrPort
+	in    chan []netio.Message
+	ready chan struct{}
+	done  chan struct{}
+	once  sync.Once
+
+	mu   sync.Mutex
+	sent int
+	last [][]byte // the most recent datagrams the device sent (bounded)
+}
+
+func newFeedConn(local netip.AddrPort) *feedConn {
+	return &feedConn{local: local, in: make(chan []netio.Message), ready: make(chan struct{}), done: make(chan struct{})}
+}
+
+func (c *feedConn) ReadBatch(msgs []netio.Message) (int, error) {
+	select {
+	case c.ready <- struct{}{}:
+	case <-c.done:
+		return 0, net.ErrClosed
+	}
+	select {
+	case b := <-c.in:
+		n := 0
+		for _, m := range b {
+			if n == len(msgs) {
+				break
+			}
+			msgs[n].N = copy(msgs[n].Buf, m.Buf[:m.N])
+			msgs[n].Addr = m.Addr
+			msgs[n].SegSize = m.SegSize
+			n++
+		}
+		return n, nil
+	case <-c.done:
+		return 0, net.ErrClosed
+	}
+}
+
+func (c *feedConn) WriteBatch(msgs []netio.Message) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range msgs {
+		c.sent++
+		if len(c.last) < 64 {
+			c.last = append(c.last, bytes.Clone(msgs[i].Buf[:msgs[i].N]))
+		}
+	}
+	return len(msgs), nil
+}
+
+func (c *feedConn) LocalAddr() netip.AddrPort { return c.local }
+func (c *feedConn) Caps() netio.Caps          { return netio.Caps{BatchSize: 8, IPv4IDZero: true} }
+func (c *feedConn) Close() error {
+	c.once.Do(func() { close(c.done) })
+	return nil
+}
+
+// deliver hands msgs to the receive loop, at most max per batch, and returns when the
+// loop has processed them all. The caller has consumed the loop's first ready signal.
+func (c *feedConn) deliver(msgs []netio.Message, max int) {
+	for len(msgs) > 0 {
+		k := min(max, len(msgs))
+		c.in <- msgs[:k]
+		<-c.ready
+		msgs = msgs[k:]
+	}
+}
+
+var (
+	fuzzLocal = netip.MustParseAddrPort("127.0.200.1:4791")
+	fuzzPeer  = netip.MustParseAddrPort("127.0.200.2:4791")
+	fuzzOther = netip.MustParseAddrPort("127.0.200.3:4791")
+	fuzzPort2 = netip.MustParseAddrPort("127.0.200.2:50000")
+	fuzzV6    = netip.MustParseAddrPort("[fd00::2]:4791")
+)
+
+const (
+	fuzzGuard    = 128
+	fuzzPeerQPN  = 0x99
+	fuzzQKey     = 0x11111111
+	fuzzSQPSN    = 0x100
+	fuzzRecvSize = 1024
+)
+
+// memSpan is one part of the arena.
+type memSpan struct {
+	name   string
+	off, n int
+	mr     *MR // nil: unregistered
+	// scratch: local landing memory (receive buffers, the device's own READ and atomic
+	// results) that inputs may legitimately overwrite anywhere.
+	scratch bool
+}
+
+type fuzzRig struct {
+	dev      *Device
+	conn     *feedConn
+	pd, pd2  *PD
+	cq, rcq  *CQ
+	rc, uc   *QP
+	ud       *QP
+	arena    []byte
+	pattern  []byte
+	spans    []memSpan
+	remote   []*MR // the regions a relocated packet may aim at: W, R, A, O
+	recvOff  int
+	sinkOff  int
+	srcOff   int
+	wcs      []WC
+	nextSeed uint64
+}
+
+var (
+	rigOnce sync.Once
+	rigMu   sync.Mutex
+	theRig  *fuzzRig
+	rigErr  error
+)
+
+// getRig returns the process's rig, building it on first use. Inputs run one at a time.
+func getRig(t testing.TB) *fuzzRig {
+	rigOnce.Do(func() { theRig, rigErr = newFuzzRig() })
+	if rigErr != nil {
+		t.Fatal(rigErr)
+	}
+	return theRig
+}
+
+func newFuzzRig() (*fuzzRig, error) {
+	conn := newFeedConn(fuzzLocal)
+	dev, err := New(Config{Name: "fuzz", Conn: conn, MTU: wire.MTU1024})
+	if err != nil {
+		return nil, err
+	}
+	<-conn.ready
+	r := &fuzzRig{dev: dev, conn: conn, wcs: make([]WC, 64)}
+	if r.pd, err = dev.AllocPD(); err != nil {
+		return nil, err
+	}
+	if r.pd2, err = dev.AllocPD(); err != nil {
+		return nil, err
+	}
+	layout := []struct {
+		name    string
+		n       int
+		pd      *PD
+		access  Access
+		reg     bool
+		scratch bool
+	}{
+		{"W (all remote rights)", 4096, r.pd, AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic, true, false},
+		{"R (remote read only)", 1024, r.pd, AccessLocalWrite | AccessRemoteRead, true, false},
+		{"A (remote atomic only)", 1024, r.pd, AccessLocalWrite | AccessRemoteAtomic, true, false},
+		{"N (local only)", 1024, r.pd, AccessLocalWrite, true, false},
+		{"O (all rights, other PD)", 1024, r.pd2, AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic, true, false},
+		{"receive buffers", 10 * fuzzRecvSize, r.pd, AccessLocalWrite, true, true},
+		{"READ/atomic sink", 4096, r.pd, AccessLocalWrite, true, true},
+		{"send source", 2048, r.pd, 0, true, false},
+		{"unregistered", 1024, nil, 0, false, false},
+	}
+	size := fuzzGuard
+	for _, l := range layout {
+		size += l.n + fuzzGuard
+	}
+	r.arena = make([]byte, size)
+	for i := range r.arena {
+		r.arena[i] = byte(i*7 + i>>8 + 1)
+	}
+	off := fuzzGuard
+	for _, l := range layout {
+		s := memSpan{name: l.name, off: off, n: l.n, scratch: l.scratch}
+		if l.reg {
+			mr, err := l.pd.RegMR(r.arena[off:off+l.n:off+l.n], l.access)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", l.name, err)
+			}
+			s.mr = mr
+		}
+		r.spans = append(r.spans, s)
+		off += l.n + fuzzGuard
+	}
+	r.pattern = bytes.Clone(r.arena)
+	r.remote = []*MR{r.spans[0].mr, r.spans[1].mr, r.spans[2].mr, r.spans[4].mr}
+	r.recvOff, r.sinkOff, r.srcOff = r.spans[5].off, r.spans[6].off, r.spans[7].off
+	if r.cq, err = dev.CreateCQ(MaxCQE); err != nil {
+		return nil, err
+	}
+	if r.rcq, err = dev.CreateCQ(MaxCQE); err != nil {
+		return nil, err
+	}
+	mk := func(typ QPType) (*QP, error) {
+		return dev.CreateQP(r.pd, QPInit{Type: typ, SendCQ: r.cq, RecvCQ: r.rcq,
+			Cap: QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInline: 64}})
+	}
+	if r.rc, err = mk(QPTypeRC); err != nil {
+		return nil, err
+	}
+	if r.uc, err = mk(QPTypeUC); err != nil {
+		return nil, err
+	}
+	if r.ud, err = mk(QPTypeUD); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *fuzzRig) recvSGE(k int) SGE {
+	return SGE{Addr: r.spans[5].mr.Addr() + uint64(k*fuzzRecvSize), Length: fuzzRecvSize, LKey: r.spans[5].mr.LKey()}
+}
+
+func (r *fuzzRig) sinkSGE(off, n int) SGE {
+	return SGE{Addr: r.spans[6].mr.Addr() + uint64(off), Length: uint32(n), LKey: r.spans[6].mr.LKey()}
+}
+
+func (r *fuzzRig) srcSGE(n int) SGE {
+	return SGE{Addr: r.spans[7].mr.Addr(), Length: uint32(n), LKey: r.spans[7].mr.LKey()}
+}
+
+// reset brings every QP back to a known state (RESET, then up again), restores the
+// arena, drains the CQs and posts the same receives and outstanding requests each time,
+// so that an input means the same thing whenever it runs.
+func (r *fuzzRig) reset(t testing.TB) {
+	for _, qp := range []*QP{r.rc, r.uc, r.ud} {
+		must(t, qp.Modify(&QPAttr{State: QPStateReset}, QPAttrState))
+	}
+	// Nothing touches the arena now: the receive loop is parked, QPs in RESET send nothing.
+	copy(r.arena, r.pattern)
+	for _, cq := range []*CQ{r.cq, r.rcq} {
+		for {
+			n, err := cq.Poll(r.wcs)
+			if err != nil {
+				t.Fatalf("CQ: %v", err)
+			}
+			if n == 0 {
+				break
+			}
+		}
+	}
+	for drained := false; !drained; {
+		select {
+		case <-r.dev.Events():
+		default:
+			drained = true
+		}
+	}
+	all := AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
+	peerAH := AH{Addr: fuzzPeer.Addr(), DGID: AddrToGID(fuzzPeer.Addr()), Port: 1}
+	for _, qp := range []*QP{r.rc, r.uc} {
+		must(t, qp.Modify(&QPAttr{State: QPStateInit, Port: 1, AccessFlags: all}, QPAttrState|QPAttrPort|QPAttrPKeyIndex|QPAttrAccessFlags))
+		must(t, qp.Modify(&QPAttr{State: QPStateRTR, AH: peerAH, PathMTU: wire.MTU1024, DestQPN: fuzzPeerQPN, RQPSN: 0,
+			MaxDestRdAtomic: 4, MinRNRTimer: 1},
+			QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer))
+		// Timeout 0: no retransmission timer, so nothing happens between inputs.
+		must(t, qp.Modify(&QPAttr{State: QPStateRTS, SQPSN: fuzzSQPSN, Timeout: 0, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
+			QPAttrState|QPAttrSQPSN|QPAttrTimeout|QPAttrRetryCnt|QPAttrRNRRetry|QPAttrMaxQPRdAtomic))
+	}
+	must(t, r.ud.Modify(&QPAttr{State: QPStateInit, Port: 1, QKey: fuzzQKey}, QPAttrState|QPAttrPort|QPAttrPKeyIndex|QPAttrQKey))
+	must(t, r.ud.Modify(&QPAttr{State: QPStateRTR}, QPAttrState))
+	must(t, r.ud.Modify(&QPAttr{State: QPStateRTS, SQPSN: 0}, QPAttrState|QPAttrSQPSN))
+
+	// Receives: RC 4, UC 3, UD 3 buffers of 1 KiB each.
+	for k := 0; k < 10; k++ {
+		qp := r.rc
+		switch {
+		case k >= 7:
+			qp = r.ud
+		case k >= 4:
+			qp = r.uc
+		}
+		must(t, qp.PostRecv([]RecvWR{{ID: uint64(k), SGL: []SGE{r.recvSGE(k)}}}))
+	}
+	// The RC QP's own outstanding work, so that ACKs, NAKs, READ responses and atomic
+	// ACKs have something to complete: SEND (PSN 0x100), WRITE of two packets
+	// (0x101–0x102), READ of two packets into the sink (0x103–0x104), FETCH_AND_ADD into
+	// the sink (0x105).
+	must(t, r.rc.PostSend([]SendWR{
+		{ID: 100, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{r.srcSGE(8)}},
+		{ID: 101, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{r.srcSGE(1500)}, RemoteAddr: 0x10000, RKey: 0x4242},
+		{ID: 102, Opcode: WRRDMARead, Flags: SendSignaled, SGL: []SGE{r.sinkSGE(0, 2048)}, RemoteAddr: 0x20000, RKey: 0x4343},
+		{ID: 103, Opcode: WRAtomicFetchAdd, Flags: SendSignaled, SGL: []SGE{r.sinkSGE(2048, 8)}, RemoteAddr: 0x30000, RKey: 0x4444, CompareAdd: 1},
+	}))
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Input encoding. An input is a sequence of records: a control byte, a big-endian 16-bit
+// length, and that many bytes of datagram (UDP payload: BTH through ICRC). Control bits:
+//
+//	0x01  recompute the ICRC for the source address (after the patches below)
+//	0x06  source: 0 the RC/UC QPs' peer, 1 the peer's address on another port,
+//	      2 another address, 3 an IPv6 address
+//	0x08  relocate: the RETH or AtomicETH VA is an offset from region (ctl>>4)&3's
+//	      start (W, R, A, O)
+//	0x30  that region
+//	0x40  aim: DestQP (mod 3) picks the RC, UC or UD QP
+//	0x80  key: the RETH/AtomicETH/IETH rkey is XORed with that region's rkey
+//
+// so that a mutated valid packet keeps reaching deep into the responder (a right ICRC, a
+// live QP, a key and address that mean something in this process) while the fuzzer
+// varies everything else, and raw bytes (control 0) still test the outer checks.
+const (
+	ctlFixICRC  = 0x01
+	ctlSrcShift = 1
+	ctlRelocate = 0x08
+	ctlRegShift = 4
+	ctlAim      = 0x40
+	ctlKey      = 0x80
+	maxRecords  = 32
+	maxDatagram = 1 << 11
+)
+
+// datagram is one decoded, patched input record.
+type datagram struct {
+	from netip.AddrPort
+	b    []byte
+}
+
+func (r *fuzzRig) decode(data []byte) []datagram {
+	var out []datagram
+	for len(data) >= 3 && len(out) < maxRecords {
+		ctl := data[0]
+		n := int(binary.BigEndian.Uint16(data[1:3])) % maxDatagram
+		data = data[3:]
+		n = min(n, len(data))
+		b := bytes.Clone(data[:n])
+		data = data[n:]
+		from := [...]netip.AddrPort{fuzzPeer, fuzzPort2, fuzzOther, fuzzV6}[ctl>>ctlSrcShift&3]
+		reg := r.remote[ctl>>ctlRegShift&3]
+		if len(b) >= wire.BTHLen {
+			in := wire.Opcode(b[0]).Info()
+			if ctl&ctlAim != 0 {
+				qps := [...]*QP{r.rc, r.uc, r.ud}
+				wire.BTH(b).SetDestQP(qps[wire.BTH(b).DestQP()%3].QPN())
+			}
+			if ctl&(ctlRelocate|ctlKey) != 0 {
+				vaOff, keyOff := -1, -1
+				switch {
+				case in.RETHOff != 0 && len(b) >= in.RETHOff+wire.RETHLen:
+					vaOff, keyOff = in.RETHOff, in.RETHOff+8
+				case in.AtomicETHOff != 0 && len(b) >= in.AtomicETHOff+wire.AtomicETHLen:
+					vaOff, keyOff = in.AtomicETHOff, in.AtomicETHOff+8
+				case in.IETHOff != 0 && len(b) >= in.IETHOff+wire.IETHLen:
+					keyOff = in.IETHOff
+				}
+				if ctl&ctlRelocate != 0 && vaOff >= 0 {
+					binary.BigEndian.PutUint64(b[vaOff:], binary.BigEndian.Uint64(b[vaOff:])+reg.Addr())
+				}
+				if ctl&ctlKey != 0 && keyOff >= 0 {
+					binary.BigEndian.PutUint32(b[keyOff:], binary.BigEndian.Uint32(b[keyOff:])^reg.RKey())
+				}
+			}
+		}
+		if ctl&ctlFixICRC != 0 && len(b) >= wire.ICRCLen {
+			ip := wire.IPHeader{Src: from.Addr(), Dst: fuzzLocal.Addr(), SrcPort: from.Port(), DstPort: fuzzLocal.Port(), DF: true}
+			wire.PutICRC(&ip, b, len(b)-wire.ICRCLen)
+		}
+		out = append(out, datagram{from: from, b: b})
+	}
+	return out
+}
+
+// span is a byte range [lo, hi) of the arena.
+type span struct{ lo, hi int }
+
+// allowed returns the arena ranges the delivered datagrams may legitimately modify in
+// regions that grant remote write or atomic access: the target of each WRITE FIRST/ONLY or
+// atomic request with that region's rkey, inside the region, with the right. It
+// over-approximates (PSN, QP state and opcode sequence are not modelled), which only
+// makes the check weaker, never wrong.
+func (r *fuzzRig) allowed(dgs []datagram) []span {
+	var out []span
+	base := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(r.arena))))
+	for _, d := range dgs {
+		var p wire.Packet
+		if p.Parse(d.b, 0) != nil || !p.Op.Flags.Has(wire.Request) {
+			continue
+		}
+		var va, n uint64
+		var key uint32
+		var need Access
+		switch {
+		case p.RETH != nil && p.Op.Flags.Has(wire.OpWrite):
+			va, n, key, need = p.RETH.VA(), uint64(p.RETH.DMALen()), p.RETH.RKey(), AccessRemoteWrite
+		case p.AtomicETH != nil:
+			va, n, key, need = p.AtomicETH.VA(), 8, p.AtomicETH.RKey(), AccessRemoteAtomic
+		default:
+			continue
+		}
+		for _, s := range r.spans {
+			if s.mr == nil || s.mr.RKey() != key || s.mr.pd != r.pd || s.mr.Access()&need == 0 {
+				continue
+			}
+			start := s.mr.Addr()
+			if va < start || va-start > uint64(s.n) || n > uint64(s.n)-(va-start) {
+				continue
+			}
+			lo := int(va - base)
+			out = append(out, span{lo, lo + int(n)})
+		}
+	}
+	return out
+}
+
+// check fails the test on any change of the arena the rules forbid, or an implausible
+// completion.
+func (r *fuzzRig) check(t testing.TB, dgs []datagram) {
+	t.Helper()
+	if v := r.violation(dgs); v != "" {
+		t.Fatalf("%s; input:\n%s", v, describe(dgs))
+	}
+}
+
+func (r *fuzzRig) violation(dgs []datagram) string {
+	ok := r.allowed(dgs)
+	in := func(i int) bool {
+		for _, s := range ok {
+			if i >= s.lo && i < s.hi {
+				return true
+			}
+		}
+		return false
+	}
+	where := func(i int) (string, bool) {
+		for _, s := range r.spans {
+			if i >= s.off && i < s.off+s.n {
+				return s.name, s.scratch
+			}
+		}
+		return "guard", false
+	}
+	for i := range r.arena {
+		if r.arena[i] == r.pattern[i] {
+			continue
+		}
+		name, scratch := where(i)
+		if scratch || in(i) {
+			continue
+		}
+		return fmt.Sprintf("arena byte %d (%s) changed from %#x to %#x; permitted ranges %v", i, name, r.pattern[i], r.arena[i], ok)
+	}
+	for _, cq := range []*CQ{r.cq, r.rcq} {
+		for {
+			n, err := cq.Poll(r.wcs)
+			if err != nil {
+				return fmt.Sprintf("CQ: %v", err)
+			}
+			if n == 0 {
+				break
+			}
+			for _, wc := range r.wcs[:n] {
+				// (A WRITE with immediate reports the WRITE's length, placed in the region.)
+				if wc.Status == WCSuccess && wc.Opcode == WCRecv && wc.ByteLen > fuzzRecvSize {
+					return fmt.Sprintf("receive completion reports %d bytes into a %d-byte buffer: %+v", wc.ByteLen, fuzzRecvSize, wc)
+				}
+			}
+		}
+	}
+	return ""
+}
+
+func describe(dgs []datagram) string {
+	var s string
+	for _, d := range dgs {
+		op := "short"
+		if len(d.b) > 0 {
+			op = wire.Opcode(d.b[0]).String()
+		}
+		s += fmt.Sprintf("  from %v %s % x\n", d.from, op, d.b[:min(len(d.b), 48)])
+	}
+	return s
+}
+
+// run is one fuzz input, start to finish.
+func (r *fuzzRig) run(t testing.TB, data []byte) {
+	rigMu.Lock()
+	defer rigMu.Unlock()
+	r.reset(t)
+	dgs := r.decode(data)
+	msgs := make([]netio.Message, len(dgs))
+	for i, d := range dgs {
+		msgs[i] = netio.Message{Buf: d.b, N: len(d.b), Addr: d.from}
+	}
+	r.conn.deliver(msgs, 4)
+	// Quiesce: RESET stops the sender goroutine from reading memory for this QP's READ
+	// responses; the state lock orders its last accesses before the check.
+	r.check(t, dgs)
+}
+
+// Seeds: valid packets of every opcode, each as one record, plus conversations.
+
+type seedRec struct {
+	ctl     byte
+	h       wire.Headers
+	payload []byte
+	raw     []byte // instead of h and payload
+}
+
+func encodeSeed(recs ...seedRec) []byte {
+	var out []byte
+	for _, rc := range recs {
+		b := rc.raw
+		if b == nil {
+			b = make([]byte, rc.h.Len()+len(rc.payload)+8)
+			hl := rc.h.Encode(b)
+			copy(b[hl:], rc.payload)
+			n := wire.Finish(b, hl, len(rc.payload))
+			b = b[:n+wire.ICRCLen] // ICRC filled in by ctlFixICRC
+		}
+		out = append(out, rc.ctl, byte(len(b)>>8), byte(len(b)))
+		out = append(out, b...)
+	}
+	return out
+}
+
+// aim is the control byte of a record sent from the peer with a right ICRC to the QP its
+// DestQP names (0 RC, 1 UC, 2 UD), relocated to region reg with its key when rel.
+func aim(reg byte, rel bool) byte {
+	c := byte(ctlFixICRC | ctlAim)
+	if rel {
+		c |= ctlRelocate | ctlKey | reg<<ctlRegShift
+	}
+	return c
+}
+
+func bth(op wire.Opcode, qp uint32, psn wire.PSN) wire.BTHFields {
+	return wire.BTHFields{Opcode: op, PKey: 0xffff, DestQP: qp, PSN: psn, AckReq: true}
+}
+
+func fuzzSeeds() [][]byte {
+	pl := func(n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(0xa0 + i)
+		}
+		return b
+	}
+	mtu := 1024
+	reth := func(off uint64, n uint32) wire.RETHFields { return wire.RETHFields{VA: off, DMALen: n} }
+	rc, uc, ud := uint32(0), uint32(1), uint32(2)
+	var seeds [][]byte
+	one := func(recs ...seedRec) { seeds = append(seeds, encodeSeed(recs...)) }
+
+	// RC requests, each alone and valid.
+	one(seedRec{ctl: aim(0, false), h: wire.Headers{BTH: bth(wire.RCSendOnly, rc, 0)}, payload: pl(100)})
+	one(seedRec{ctl: aim(0, false), h: wire.Headers{BTH: bth(wire.RCSendOnlyImm, rc, 0), ImmDt: 7}, payload: pl(3)})
+	one(seedRec{ctl: aim(0, true), h: wire.Headers{BTH: bth(wire.RCSendOnlyInv, rc, 0), IETH: 0}, payload: pl(8)})
+	one(seedRec{ctl: aim(0, true), h: wire.Headers{BTH: bth(wire.RCWriteOnly, rc, 0), RETH: reth(64, 200)}, payload: pl(200)})
+	one(seedRec{ctl: aim(0, true), h: wire.Headers{BTH: bth(wire.RCWriteOnlyImm, rc, 0), RETH: reth(0, 16), ImmDt: 9}, payload: pl(16)})
+	one(seedRec{ctl: aim(0, true), h: wire.Headers{BTH: bth(wire.RCReadRequest, rc, 0), RETH: reth(0, 3000)}})
+	one(seedRec{ctl: aim(1, true), h: wire.Headers{BTH: bth(wire.RCReadRequest, rc, 0), RETH: reth(8, 64)}})
+	one(seedRec{ctl: aim(0, true), h: wire.Headers{BTH: bth(wire.RCFetchAdd, rc, 0), AtomicETH: wire.AtomicETHFields{VA: 8, SwapAdd: 5}}})
+	one(seedRec{ctl: aim(2, true), h: wire.Headers{BTH: bth(wire.RCCompareSwap, rc, 0), AtomicETH: wire.AtomicETHFields{VA: 16, SwapAdd: 5, Compare: 0}}})
+	// A WRITE to the read-only region and an atomic on another PD's region: access errors.
+	one(seedRec{ctl: aim(1, true), h: wire.Headers{BTH: bth(wire.RCWriteOnly, rc, 0), RETH: reth(0, 8)}, payload: pl(8)})
+	one(seedRec{ctl: aim(3, true), h: wire.Headers{BTH: bth(wire.RCFetchAdd, rc, 0), AtomicETH: wire.AtomicETHFields{VA: 0, SwapAdd: 1}}})
+	// A multi-packet SEND and WRITE, with their middles.
+	one(seedRec{ctl: aim(0, false), h: wire.Headers{BTH: bth(wire.RCSendFirst, rc, 0)}, payload: pl(mtu)},
+		seedRec{ctl: aim(0, false), h: wire.Headers{BTH: bth(wire.RCSendMiddle, rc, 1)}, payload: pl(mtu)},
+		seedRec{ctl: aim(0, false), h: wire.Headers{BTH: bth(wire.RCSendLast, rc, 2)}, payload: pl(10)})
+	one(seedRec{ctl: aim(0, false), h: wire.Headers{BTH: bth(wire.RCSendFirst, rc, 0)}, payload: pl(mtu)},
+		seedRec{ctl: aim(0, false), h: wire.Headers{BTH: bth(wire.RCSendLastImm, rc, 1), ImmDt: 1}, payload: pl(4)},
+		seedRec{ctl: aim(0, false), h: wire.Headers{BTH: bth(wire.RCSendFirst, rc, 2)}, payload: pl(mtu)},
+		seedRec{ctl: aim(0, true), h: wire.Headers{BTH: bth(wire.RCSendLastInv, rc, 3)}, payload: pl(4)})
+	one(seedRec{ctl: aim(0, true), h: wire.Headers{BTH: bth(wire.RCWriteFirst, rc, 0), RETH: reth(100, uint32(2*mtu+50))}, payload: pl(mtu)},
+		seedRec{ctl: aim(0, false), h: wire.Headers{BTH: bth(wire.RCWriteMiddle, rc, 1)}, payload: pl(mtu)},
+		seedRec{ctl: aim(0, false), h: wire.Headers{BTH: bth(wire.RCWriteLast, rc, 2)}, payload: pl(50)})
+	one(seedRec{ctl: aim(0, true), h: wire.Headers{BTH: bth(wire.RCWriteFirst, rc, 0), RETH: reth(0, uint32(mtu+4))}, payload: pl(mtu)},
+		seedRec{ctl: aim(0, false), h: wire.Headers{BTH: bth(wire.RCWriteLastImm, rc, 1), ImmDt: 3}, payload: pl(4)})
+	// Duplicates: a WRITE, READ and atomic repeated (answered again, never re-executed).
+	w := seedRec{ctl: aim(0, true), h: wire.Headers{BTH: bth(wire.RCWriteOnly, rc, 0), RETH: reth(0, 8)}, payload: pl(8)}
+	rd := seedRec{ctl: aim(0, true), h: wire.Headers{BTH: bth(wire.RCReadRequest, rc, 1), RETH: reth(0, 2048)}}
+	at := seedRec{ctl: aim(0, true), h: wire.Headers{BTH: bth(wire.RCFetchAdd, rc, 3), AtomicETH: wire.AtomicETHFields{VA: 0, SwapAdd: 1}}}
+	one(w, rd, at, w, rd, at)
+	// Out of sequence (a PSN sequence NAK), then the gap filled.
+	one(seedRec{ctl: aim(0, false), h: wire.Headers{BTH: bth(wire.RCSendOnly, rc, 5)}, payload: pl(4)},
+		seedRec{ctl: aim(0, false), h: wire.Headers{BTH: bth(wire.RCSendOnly, rc, 0)}, payload: pl(4)})
+
+	// Responses to the RC QP's own requests (SEND 0x100, WRITE 0x101–2, READ 0x103–4,
+	// FETCH_AND_ADD 0x105).
+	ack := func(psn wire.PSN, syn wire.Syndrome) seedRec {
+		return seedRec{ctl: aim(0, false), h: wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAck, PKey: 0xffff, PSN: psn},
+			AETH: wire.AETHFields{Syndrome: syn, MSN: 1}}}
+	}
+	okSyn := wire.ACKSyndrome(wire.CreditsInvalid)
+	readResp := func(op wire.Opcode, psn wire.PSN, n int) seedRec {
+		return seedRec{ctl: aim(0, false), h: wire.Headers{BTH: wire.BTHFields{Opcode: op, PKey: 0xffff, PSN: psn},
+			AETH: wire.AETHFields{Syndrome: okSyn, MSN: 3}}, payload: pl(n)}
+	}
+	atomicAck := seedRec{ctl: aim(0, false), h: wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAtomicAck, PKey: 0xffff, PSN: 0x105},
+		AETH: wire.AETHFields{Syndrome: okSyn, MSN: 4}, AtomicAckETH: 41}}
+	one(ack(0x102, okSyn), readResp(wire.RCReadResponseFirst, 0x103, mtu), readResp(wire.RCReadResponseLast, 0x104, mtu), atomicAck)
+	one(ack(0x100, okSyn), readResp(wire.RCReadResponseMiddle, 0x103, mtu), readResp(wire.RCReadResponseOnly, 0x104, 4))
+	one(ack(0x101, wire.NAKSyndrome(wire.NAKPSNSeqError)))
+	one(ack(0x100, wire.RNRNAKSyndrome(1)))
+	one(ack(0x100, wire.NAKSyndrome(wire.NAKRemoteAccessError)))
+	one(ack(0x105, okSyn)) // an ACK past a READ: implied NAK
+	one(ack(0x200, okSyn)) // a ghost
+
+	// UC.
+	one(seedRec{ctl: aim(0, false), h: wire.Headers{BTH: bth(wire.UCSendOnly, uc, 0)}, payload: pl(30)})
+	one(seedRec{ctl: aim(0, false), h: wire.Headers{BTH: bth(wire.UCSendOnlyImm, uc, 0), ImmDt: 2}, payload: pl(30)})
+	one(seedRec{ctl: aim(0, false), h: wire.Headers{BTH: bth(wire.UCSendFirst, uc, 0)}, payload: pl(mtu)},
+		seedRec{ctl: aim(0, false), h: wire.Headers{BTH: bth(wire.UCSendMiddle, uc, 1)}, payload: pl(mtu)},
+		seedRec{ctl: aim(0, false), h: wire.Headers{BTH: bth(wire.UCSendLast, uc, 2)}, payload: pl(4)},
+		seedRec{ctl: aim(0, false), h: wire.Headers{BTH: bth(wire.UCSendFirst, uc, 3)}, payload: pl(mtu)},
+		seedRec{ctl: aim(0, false), h: wire.Headers{BTH: bth(wire.UCSendLastImm, uc, 4), ImmDt: 5}, payload: pl(4)})
+	one(seedRec{ctl: aim(0, true), h: wire.Headers{BTH: bth(wire.UCWriteOnly, uc, 0), RETH: reth(500, 20)}, payload: pl(20)})
+	one(seedRec{ctl: aim(0, true), h: wire.Headers{BTH: bth(wire.UCWriteOnlyImm, uc, 0), RETH: reth(0, 4), ImmDt: 1}, payload: pl(4)})
+	one(seedRec{ctl: aim(0, true), h: wire.Headers{BTH: bth(wire.UCWriteFirst, uc, 0), RETH: reth(0, uint32(2*mtu+8))}, payload: pl(mtu)},
+		seedRec{ctl: aim(0, false), h: wire.Headers{BTH: bth(wire.UCWriteMiddle, uc, 1)}, payload: pl(mtu)},
+		seedRec{ctl: aim(0, false), h: wire.Headers{BTH: bth(wire.UCWriteLast, uc, 2)}, payload: pl(8)},
+		seedRec{ctl: aim(0, true), h: wire.Headers{BTH: bth(wire.UCWriteFirst, uc, 3), RETH: reth(0, uint32(mtu+8))}, payload: pl(mtu)},
+		seedRec{ctl: aim(0, false), h: wire.Headers{BTH: bth(wire.UCWriteLastImm, uc, 4), ImmDt: 6}, payload: pl(8)})
+
+	// UD, from anywhere.
+	deth := wire.DETHFields{QKey: fuzzQKey, SrcQP: 0x1234}
+	one(seedRec{ctl: aim(0, false), h: wire.Headers{BTH: bth(wire.UDSendOnly, ud, 0), DETH: deth}, payload: pl(256)})
+	one(seedRec{ctl: aim(0, false) | 2<<ctlSrcShift, h: wire.Headers{BTH: bth(wire.UDSendOnlyImm, ud, 0), DETH: deth, ImmDt: 4}, payload: pl(mtu)})
+	one(seedRec{ctl: aim(0, false) | 3<<ctlSrcShift, h: wire.Headers{BTH: bth(wire.UDSendOnly, ud, 0), DETH: deth}, payload: pl(12)})
+
+	// CNP, and raw bytes for the outer checks.
+	one(seedRec{ctl: ctlFixICRC, h: wire.Headers{BTH: wire.BTHFields{Opcode: wire.CNP, PKey: 0xffff, DestQP: 0x11}}})
+	one(seedRec{raw: []byte{0x04, 0, 0xff, 0xff}})
+	one(seedRec{raw: make([]byte, 64)})
+	one(seedRec{ctl: ctlFixICRC | ctlAim, raw: []byte{0x0a, 0x40, 0xff, 0xff, 0, 0, 0, 0, 0x80, 0, 0, 0, 1, 2, 3, 4}})
+	return seeds
+}
+
+func FuzzResponder(f *testing.F) {
+	for _, s := range fuzzSeeds() {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		getRig(t).run(t, data)
+	})
+}
+
+// TestFuzzSeedsReachTheResponder makes sure the seeds do what they are for: the valid
+// requests execute (memory changes where they aim, completions appear), so that the fuzzer
+// starts deep in the responder rather than at the ICRC check.
+func TestFuzzSeedsReachTheResponder(t *testing.T) {
+	r := getRig(t)
+	before := snapshotCounters(r.dev)
+	for _, s := range fuzzSeeds() {
+		r.run(t, s)
+	}
+	after := snapshotCounters(r.dev)
+	for _, name := range []string{"duplicate_request", "out_of_seq_nak_sent", "remote_access_err", "rcvd_rnr_nak",
+		"implied_nak", "ghost_response_drop", "rcvd_cnp", "malformed_drop", "rcvd_icrc_err"} {
+		if after[name] == before[name] {
+			t.Errorf("no seed moved %s", name)
+		}
+	}
+	for _, name := range []string{"bad_pkey_drop", "bad_address_drop"} {
+		if after[name] != before[name] {
+			t.Errorf("a seed was dropped: %s rose by %d", name, after[name]-before[name])
+		}
+	}
+	// One WRITE seed, checked for effect.
+	rigMu.Lock()
+	defer rigMu.Unlock()
+	r.reset(t)
+	data := encodeSeed(seedRec{ctl: aim(0, true), h: wire.Headers{BTH: bth(wire.RCWriteOnly, 0, 0),
+		RETH: wire.RETHFields{VA: 64, DMALen: 4}}, payload: []byte{1, 2, 3, 4}})
+	dgs := r.decode(data)
+	r.conn.deliver([]netio.Message{{Buf: dgs[0].b, N: len(dgs[0].b), Addr: dgs[0].from}}, 1)
+	w := r.spans[0]
+	if !bytes.Equal(r.arena[w.off+64:w.off+68], []byte{1, 2, 3, 4}) {
+		t.Fatalf("the WRITE seed did not land: % x", r.arena[w.off+60:w.off+72])
+	}
+	// The oracle sees the write as permitted with the packet, and as a violation without.
+	if v := r.violation(dgs); v != "" {
+		t.Fatal(v)
+	}
+	if v := r.violation(nil); v == "" {
+		t.Fatal("the oracle missed a WRITE nobody asked for")
+	}
+}
+
+func snapshotCounters(d *Device) map[string]uint64 {
+	m := map[string]uint64{}
+	d.Counters().Each(func(name string, v uint64) { m[name] = v })
+	return m
+}

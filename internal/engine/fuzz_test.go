@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/goverbs/goverbs/netio"
@@ -130,22 +132,33 @@ type memSpan struct {
 	scratch bool
 }
 
+// arena is memory of every kind in one buffer, guard zones between the parts.
+type arena struct {
+	mem     []byte
+	pattern []byte
+	spans   []memSpan
+	pd      *PD   // the PD of the QPs that packets reach
+	remote  []*MR // the regions a relocated packet may aim at: W, R, A, O
+}
+
+// codec turns fuzz input into datagrams for one device (see the input encoding below).
+type codec struct {
+	local  netip.AddrPort    // the device
+	srcs   [4]netip.AddrPort // the source selected by the control bits
+	qps    [3]*QP            // RC, UC, UD targets
+	remote []*MR             // W, R, A, O
+}
+
 type fuzzRig struct {
-	dev      *Device
-	conn     *feedConn
-	pd, pd2  *PD
-	cq, rcq  *CQ
-	rc, uc   *QP
-	ud       *QP
-	arena    []byte
-	pattern  []byte
-	spans    []memSpan
-	remote   []*MR // the regions a relocated packet may aim at: W, R, A, O
-	recvOff  int
-	sinkOff  int
-	srcOff   int
-	wcs      []WC
-	nextSeed uint64
+	dev     *Device
+	conn    *feedConn
+	pd, pd2 *PD
+	cq, rcq *CQ
+	rc, uc  *QP
+	ud      *QP
+	arena
+	codec
+	wcs []WC
 }
 
 var (
@@ -178,48 +191,11 @@ func newFuzzRig() (*fuzzRig, error) {
 	if r.pd2, err = dev.AllocPD(); err != nil {
 		return nil, err
 	}
-	layout := []struct {
-		name    string
-		n       int
-		pd      *PD
-		access  Access
-		reg     bool
-		scratch bool
-	}{
-		{"W (all remote rights)", 4096, r.pd, AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic, true, false},
-		{"R (remote read only)", 1024, r.pd, AccessLocalWrite | AccessRemoteRead, true, false},
-		{"A (remote atomic only)", 1024, r.pd, AccessLocalWrite | AccessRemoteAtomic, true, false},
-		{"N (local only)", 1024, r.pd, AccessLocalWrite, true, false},
-		{"O (all rights, other PD)", 1024, r.pd2, AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic, true, false},
-		{"receive buffers", 10 * fuzzRecvSize, r.pd, AccessLocalWrite, true, true},
-		{"READ/atomic sink", 4096, r.pd, AccessLocalWrite, true, true},
-		{"send source", 2048, r.pd, 0, true, false},
-		{"unregistered", 1024, nil, 0, false, false},
+	a, err := newArena(r.pd, r.pd2)
+	if err != nil {
+		return nil, err
 	}
-	size := fuzzGuard
-	for _, l := range layout {
-		size += l.n + fuzzGuard
-	}
-	r.arena = make([]byte, size)
-	for i := range r.arena {
-		r.arena[i] = byte(i*7 + i>>8 + 1)
-	}
-	off := fuzzGuard
-	for _, l := range layout {
-		s := memSpan{name: l.name, off: off, n: l.n, scratch: l.scratch}
-		if l.reg {
-			mr, err := l.pd.RegMR(r.arena[off:off+l.n:off+l.n], l.access)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", l.name, err)
-			}
-			s.mr = mr
-		}
-		r.spans = append(r.spans, s)
-		off += l.n + fuzzGuard
-	}
-	r.pattern = bytes.Clone(r.arena)
-	r.remote = []*MR{r.spans[0].mr, r.spans[1].mr, r.spans[2].mr, r.spans[4].mr}
-	r.recvOff, r.sinkOff, r.srcOff = r.spans[5].off, r.spans[6].off, r.spans[7].off
+	r.arena = *a
 	if r.cq, err = dev.CreateCQ(MaxCQE); err != nil {
 		return nil, err
 	}
@@ -239,19 +215,70 @@ func newFuzzRig() (*fuzzRig, error) {
 	if r.ud, err = mk(QPTypeUD); err != nil {
 		return nil, err
 	}
+	r.codec = codec{local: fuzzLocal, srcs: [4]netip.AddrPort{fuzzPeer, fuzzPort2, fuzzOther, fuzzV6},
+		qps: [3]*QP{r.rc, r.uc, r.ud}, remote: r.arena.remote}
 	return r, nil
 }
 
-func (r *fuzzRig) recvSGE(k int) SGE {
-	return SGE{Addr: r.spans[5].mr.Addr() + uint64(k*fuzzRecvSize), Length: fuzzRecvSize, LKey: r.spans[5].mr.LKey()}
+// newArena lays out and registers the regions: W (every remote right), R (remote read),
+// A (remote atomic), N (local only), O (every right, but in pd2), receive buffers, a sink
+// for the device's own READ and atomic results, a send source, and unregistered memory.
+func newArena(pd, pd2 *PD) (*arena, error) {
+	all := AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
+	layout := []struct {
+		name    string
+		n       int
+		pd      *PD
+		access  Access
+		reg     bool
+		scratch bool
+	}{
+		{"W (all remote rights)", 4096, pd, all, true, false},
+		{"R (remote read only)", 1024, pd, AccessLocalWrite | AccessRemoteRead, true, false},
+		{"A (remote atomic only)", 1024, pd, AccessLocalWrite | AccessRemoteAtomic, true, false},
+		{"N (local only)", 1024, pd, AccessLocalWrite, true, false},
+		{"O (all rights, other PD)", 1024, pd2, all, true, false},
+		{"receive buffers", 10 * fuzzRecvSize, pd, AccessLocalWrite, true, true},
+		{"READ/atomic sink", 4096, pd, AccessLocalWrite, true, true},
+		{"send source", 2048, pd, 0, true, false},
+		{"unregistered", 1024, nil, 0, false, false},
+	}
+	size := fuzzGuard
+	for _, l := range layout {
+		size += l.n + fuzzGuard
+	}
+	a := &arena{mem: make([]byte, size), pd: pd}
+	for i := range a.mem {
+		a.mem[i] = byte(i*7 + i>>8 + 1)
+	}
+	off := fuzzGuard
+	for _, l := range layout {
+		s := memSpan{name: l.name, off: off, n: l.n, scratch: l.scratch}
+		if l.reg {
+			mr, err := l.pd.RegMR(a.mem[off:off+l.n:off+l.n], l.access)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", l.name, err)
+			}
+			s.mr = mr
+		}
+		a.spans = append(a.spans, s)
+		off += l.n + fuzzGuard
+	}
+	a.pattern = bytes.Clone(a.mem)
+	a.remote = []*MR{a.spans[0].mr, a.spans[1].mr, a.spans[2].mr, a.spans[4].mr}
+	return a, nil
 }
 
-func (r *fuzzRig) sinkSGE(off, n int) SGE {
-	return SGE{Addr: r.spans[6].mr.Addr() + uint64(off), Length: uint32(n), LKey: r.spans[6].mr.LKey()}
+func (a *arena) recvSGE(k int) SGE {
+	return SGE{Addr: a.spans[5].mr.Addr() + uint64(k*fuzzRecvSize), Length: fuzzRecvSize, LKey: a.spans[5].mr.LKey()}
 }
 
-func (r *fuzzRig) srcSGE(n int) SGE {
-	return SGE{Addr: r.spans[7].mr.Addr(), Length: uint32(n), LKey: r.spans[7].mr.LKey()}
+func (a *arena) sinkSGE(off, n int) SGE {
+	return SGE{Addr: a.spans[6].mr.Addr() + uint64(off), Length: uint32(n), LKey: a.spans[6].mr.LKey()}
+}
+
+func (a *arena) srcSGE(n int) SGE {
+	return SGE{Addr: a.spans[7].mr.Addr(), Length: uint32(n), LKey: a.spans[7].mr.LKey()}
 }
 
 // reset brings every QP back to a known state (RESET, then up again), restores the
@@ -262,7 +289,7 @@ func (r *fuzzRig) reset(t testing.TB) {
 		must(t, qp.Modify(&QPAttr{State: QPStateReset}, QPAttrState))
 	}
 	// Nothing touches the arena now: the receive loop is parked, QPs in RESET send nothing.
-	copy(r.arena, r.pattern)
+	copy(r.mem, r.pattern)
 	for _, cq := range []*CQ{r.cq, r.rcq} {
 		for {
 			n, err := cq.Poll(r.wcs)
@@ -358,7 +385,7 @@ type datagram struct {
 	b    []byte
 }
 
-func (r *fuzzRig) decode(data []byte) []datagram {
+func (c *codec) decode(data []byte) []datagram {
 	var out []datagram
 	for len(data) >= 3 && len(out) < maxRecords {
 		ctl := data[0]
@@ -367,13 +394,12 @@ func (r *fuzzRig) decode(data []byte) []datagram {
 		n = min(n, len(data))
 		b := bytes.Clone(data[:n])
 		data = data[n:]
-		from := [...]netip.AddrPort{fuzzPeer, fuzzPort2, fuzzOther, fuzzV6}[ctl>>ctlSrcShift&3]
-		reg := r.remote[ctl>>ctlRegShift&3]
+		from := c.srcs[ctl>>ctlSrcShift&3]
+		reg := c.remote[ctl>>ctlRegShift&3]
 		if len(b) >= wire.BTHLen {
 			in := wire.Opcode(b[0]).Info()
 			if ctl&ctlAim != 0 {
-				qps := [...]*QP{r.rc, r.uc, r.ud}
-				wire.BTH(b).SetDestQP(qps[wire.BTH(b).DestQP()%3].QPN())
+				wire.BTH(b).SetDestQP(c.qps[wire.BTH(b).DestQP()%3].QPN())
 			}
 			if ctl&(ctlRelocate|ctlKey) != 0 {
 				vaOff, keyOff := -1, -1
@@ -394,7 +420,7 @@ func (r *fuzzRig) decode(data []byte) []datagram {
 			}
 		}
 		if ctl&ctlFixICRC != 0 && len(b) >= wire.ICRCLen {
-			ip := wire.IPHeader{Src: from.Addr(), Dst: fuzzLocal.Addr(), SrcPort: from.Port(), DstPort: fuzzLocal.Port(), DF: true}
+			ip := wire.IPHeader{Src: from.Addr(), Dst: c.local.Addr(), SrcPort: from.Port(), DstPort: c.local.Port(), DF: true}
 			wire.PutICRC(&ip, b, len(b)-wire.ICRCLen)
 		}
 		out = append(out, datagram{from: from, b: b})
@@ -410,9 +436,9 @@ type span struct{ lo, hi int }
 // atomic request with that region's rkey, inside the region, with the right. It
 // over-approximates (PSN, QP state and opcode sequence are not modelled), which only
 // makes the check weaker, never wrong.
-func (r *fuzzRig) allowed(dgs []datagram) []span {
+func (r *arena) allowed(dgs []datagram) []span {
 	var out []span
-	base := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(r.arena))))
+	base := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(r.mem))))
 	for _, d := range dgs {
 		var p wire.Packet
 		if p.Parse(d.b, 0) != nil || !p.Op.Flags.Has(wire.Request) {
@@ -448,12 +474,19 @@ func (r *fuzzRig) allowed(dgs []datagram) []span {
 // completion.
 func (r *fuzzRig) check(t testing.TB, dgs []datagram) {
 	t.Helper()
-	if v := r.violation(dgs); v != "" {
+	v := r.violation(dgs)
+	for _, cq := range []*CQ{r.cq, r.rcq} {
+		if v == "" {
+			v = badCompletion(cq, r.wcs)
+		}
+	}
+	if v != "" {
 		t.Fatalf("%s; input:\n%s", v, describe(dgs))
 	}
 }
 
-func (r *fuzzRig) violation(dgs []datagram) string {
+// violation describes the first forbidden change of the arena, or returns "".
+func (r *arena) violation(dgs []datagram) string {
 	ok := r.allowed(dgs)
 	in := func(i int) bool {
 		for _, s := range ok {
@@ -471,34 +504,36 @@ func (r *fuzzRig) violation(dgs []datagram) string {
 		}
 		return "guard", false
 	}
-	for i := range r.arena {
-		if r.arena[i] == r.pattern[i] {
+	for i := range r.mem {
+		if r.mem[i] == r.pattern[i] {
 			continue
 		}
 		name, scratch := where(i)
 		if scratch || in(i) {
 			continue
 		}
-		return fmt.Sprintf("arena byte %d (%s) changed from %#x to %#x; permitted ranges %v", i, name, r.pattern[i], r.arena[i], ok)
+		return fmt.Sprintf("arena byte %d (%s) changed from %#x to %#x; permitted ranges %v", i, name, r.pattern[i], r.mem[i], ok)
 	}
-	for _, cq := range []*CQ{r.cq, r.rcq} {
-		for {
-			n, err := cq.Poll(r.wcs)
-			if err != nil {
-				return fmt.Sprintf("CQ: %v", err)
-			}
-			if n == 0 {
-				break
-			}
-			for _, wc := range r.wcs[:n] {
-				// (A WRITE with immediate reports the WRITE's length, placed in the region.)
-				if wc.Status == WCSuccess && wc.Opcode == WCRecv && wc.ByteLen > fuzzRecvSize {
-					return fmt.Sprintf("receive completion reports %d bytes into a %d-byte buffer: %+v", wc.ByteLen, fuzzRecvSize, wc)
-				}
+	return ""
+}
+
+// badCompletion polls cq dry and describes the first implausible completion, or returns "".
+func badCompletion(cq *CQ, wcs []WC) string {
+	for {
+		n, err := cq.Poll(wcs)
+		if err != nil {
+			return fmt.Sprintf("CQ: %v", err)
+		}
+		if n == 0 {
+			return ""
+		}
+		for _, wc := range wcs[:n] {
+			// (A WRITE with immediate reports the WRITE's length, placed in the region.)
+			if wc.Status == WCSuccess && wc.Opcode == WCRecv && wc.ByteLen > fuzzRecvSize {
+				return fmt.Sprintf("receive completion reports %d bytes into a %d-byte buffer: %+v", wc.ByteLen, fuzzRecvSize, wc)
 			}
 		}
 	}
-	return ""
 }
 
 func describe(dgs []datagram) string {
@@ -517,6 +552,14 @@ func describe(dgs []datagram) string {
 func (r *fuzzRig) run(t testing.TB, data []byte) {
 	rigMu.Lock()
 	defer rigMu.Unlock()
+	// A wedged receive loop or QP lock would stall the fuzzer silently: fail loudly instead,
+	// with every goroutine's stack and the input.
+	watchdog := time.AfterFunc(10*time.Second, func() {
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		panic(fmt.Sprintf("input not finished after 10 s (wedged?):\n%s\n%s", describe(r.decode(data)), buf))
+	})
+	defer watchdog.Stop()
 	r.reset(t)
 	dgs := r.decode(data)
 	msgs := make([]netio.Message, len(dgs))
@@ -708,8 +751,8 @@ func TestFuzzSeedsReachTheResponder(t *testing.T) {
 	dgs := r.decode(data)
 	r.conn.deliver([]netio.Message{{Buf: dgs[0].b, N: len(dgs[0].b), Addr: dgs[0].from}}, 1)
 	w := r.spans[0]
-	if !bytes.Equal(r.arena[w.off+64:w.off+68], []byte{1, 2, 3, 4}) {
-		t.Fatalf("the WRITE seed did not land: % x", r.arena[w.off+60:w.off+72])
+	if !bytes.Equal(r.mem[w.off+64:w.off+68], []byte{1, 2, 3, 4}) {
+		t.Fatalf("the WRITE seed did not land: % x", r.mem[w.off+60:w.off+72])
 	}
 	// The oracle sees the write as permitted with the packet, and as a violation without.
 	if v := r.violation(dgs); v != "" {

@@ -1,0 +1,314 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/goverbs/goverbs/netio"
+	"github.com/goverbs/goverbs/wire"
+)
+
+// TestHostileDatagramsOverUDP throws a few thousand random and mutated datagrams over real
+// UDP at a device whose QPs are live — an RC QP connected to a real peer device and a UD
+// QP — partly from the RC peer's own IP address (another port), so that they pass the
+// address check. Afterwards: guard zones, unregistered memory and regions without the
+// right are unchanged, the region with every right changed only where a delivered request
+// with its key aimed; the RC connection either still works or has failed cleanly (a
+// completion, no hang); and a new connection between the same devices moves data exactly.
+//
+// Addresses 127.30.0.2x only.
+func TestHostileDatagramsOverUDP(t *testing.T) {
+	const (
+		addrA    = "127.30.0.21" // the RC peer
+		addrB    = "127.30.0.22" // the device under attack
+		addrEvil = "127.30.0.23"
+		total    = 3000
+	)
+	if testing.Short() {
+		t.Skip("real UDP storm")
+	}
+	open := func(addr string) *Device {
+		c, err := netio.ListenUDP(netip.AddrPortFrom(netip.MustParseAddr(addr), wire.UDPPort), netio.UDPOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := New(Config{Name: addr, Conn: c, MTU: wire.MTU1024})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		return d
+	}
+	devA, devB := open(addrA), open(addrB)
+	pdA, _ := devA.AllocPD()
+	pdB, _ := devB.AllocPD()
+	pdB2, _ := devB.AllocPD()
+	ar, err := newArena(pdB, pdB2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cqA, _ := devA.CreateCQ(4096)
+	cqB, _ := devB.CreateCQ(4096)
+	qpCap := QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 2, MaxRecvSGE: 2}
+	mkQP := func(d *Device, pd *PD, cq *CQ, typ QPType) *QP {
+		qp, err := d.CreateQP(pd, QPInit{Type: typ, SendCQ: cq, RecvCQ: cq, Cap: qpCap})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return qp
+	}
+	qa, qb := mkQP(devA, pdA, cqA, QPTypeRC), mkQP(devB, pdB, cqB, QPTypeRC)
+	uc := mkQP(devB, pdB, cqB, QPTypeUC)
+	ud := mkQP(devB, pdB, cqB, QPTypeUD)
+	// PSNs start at 0 on both sides, so the mutated seeds (PSN 0, 1, 2 …) hit the RC
+	// responder's expected PSN: the storm can and does interfere with the connection.
+	rcUp(t, qa, netip.MustParseAddr(addrB), qb.QPN(), 0, 0)
+	rcUp(t, qb, netip.MustParseAddr(addrA), qa.QPN(), 0, 0)
+	rcUp(t, uc, netip.MustParseAddr(addrA), 0x99, 0, 0)
+	udUp(t, ud, fuzzQKey)
+	postRecvs := func(qp *QP) {
+		for k := 0; k < 10; k++ {
+			if qp == [...]*QP{qb, qb, qb, qb, uc, uc, uc, ud, ud, ud}[k] {
+				must(t, qp.PostRecv([]RecvWR{{ID: uint64(k), SGL: []SGE{ar.recvSGE(k)}}}))
+			}
+		}
+	}
+	postRecvs(qb)
+	postRecvs(uc)
+	postRecvs(ud)
+	// revive brings a QP the storm has moved to the error state up again (its receives
+	// reposted), so that the storm keeps reaching live responders rather than the state
+	// check.
+	revived := 0
+	revive := func() {
+		for _, qp := range []*QP{qb, uc, ud} {
+			if qp.State() != QPStateErr {
+				continue
+			}
+			revived++
+			must(t, qp.Modify(&QPAttr{State: QPStateReset}, QPAttrState))
+			switch qp {
+			case qb:
+				rcUp(t, qb, netip.MustParseAddr(addrA), qa.QPN(), 0, 0)
+			case uc:
+				rcUp(t, uc, netip.MustParseAddr(addrA), 0x99, 0, 0)
+			default:
+				udUp(t, ud, fuzzQKey)
+			}
+			postRecvs(qp)
+		}
+	}
+
+	listen := func(addr string) netio.Conn {
+		c, err := netio.ListenUDP(netip.AddrPortFrom(netip.MustParseAddr(addr), 0), netio.UDPOptions{DisableGSO: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	spoof, evil := listen(addrA), listen(addrEvil) // spoof: the RC peer's IP, another port
+	cd := codec{local: devB.LocalAddr(), srcs: [4]netip.AddrPort{spoof.LocalAddr(), spoof.LocalAddr(), evil.LocalAddr(), evil.LocalAddr()},
+		qps: [3]*QP{qb, uc, ud}, remote: ar.remote}
+
+	rng := rand.New(rand.NewPCG(6, 6))
+	seeds := fuzzSeeds()
+	var sent []datagram
+	batch := make([]netio.Message, 0, 16)
+	flush := func(c netio.Conn) {
+		if len(batch) > 0 {
+			c.WriteBatch(batch) // refused datagrams are just lost
+			batch = batch[:0]
+		}
+	}
+	for len(sent) < total {
+		var dgs []datagram
+		if rng.IntN(8) == 0 {
+			// Pure noise with a sometimes-right ICRC.
+			b := make([]byte, rng.IntN(1200))
+			for i := range b {
+				b[i] = byte(rng.Uint32())
+			}
+			dgs = cd.decode(append([]byte{byte(rng.IntN(256)), byte(len(b) >> 8), byte(len(b))}, b...))
+		} else {
+			dgs = cd.decode(mutate(rng, seeds[rng.IntN(len(seeds))]))
+		}
+		for _, d := range dgs {
+			c := spoof
+			if d.from == evil.LocalAddr() {
+				c = evil
+			}
+			batch = append(batch, netio.Message{Buf: d.b, N: len(d.b), Addr: devB.LocalAddr()})
+			flush(c)
+			sent = append(sent, d)
+		}
+		if len(sent)%32 < len(dgs) {
+			time.Sleep(200 * time.Microsecond) // let the receive loop keep up
+			revive()
+		}
+	}
+
+	// Fence: a fresh UD QP, and one datagram for it from the evil socket. The device reads
+	// its socket in order, so once the datagram completes every storm datagram before it
+	// has been processed — and the completion (through the CQ's lock) orders the device's
+	// memory writes before the checks below.
+	fence := mkQP(devB, pdB, cqB, QPTypeUD)
+	udUp(t, fence, 0x5a5a)
+	fenceBuf := make([]byte, 1024)
+	fenceMR, _ := pdB.RegMR(fenceBuf, AccessLocalWrite)
+	must(t, fence.PostRecv([]RecvWR{{ID: 0xfe, SGL: []SGE{{Addr: fenceMR.Addr(), Length: 1024, LKey: fenceMR.LKey()}}}}))
+	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.UDSendOnly, PKey: 0xffff, DestQP: fence.QPN()},
+		DETH: wire.DETHFields{QKey: 0x5a5a, SrcQP: 1}}
+	pkt := make([]byte, 64)
+	n := wire.Finish(pkt, h.Encode(pkt), 4)
+	ip := wire.IPHeader{Src: evil.LocalAddr().Addr(), Dst: devB.LocalAddr().Addr(), SrcPort: evil.LocalAddr().Port(), DstPort: wire.UDPPort, DF: true}
+	wire.PutICRC(&ip, pkt, n)
+	wcs := make([]WC, 64)
+	deadline := time.Now().Add(10 * time.Second)
+	fenced := false
+	for !fenced {
+		if time.Now().After(deadline) {
+			t.Fatalf("the device never processed the fence datagram (wedged?)\n%s", qb.DebugString())
+		}
+		evil.WriteBatch([]netio.Message{{Buf: pkt, N: n + wire.ICRCLen, Addr: devB.LocalAddr()}})
+		for end := time.Now().Add(100 * time.Millisecond); time.Now().Before(end) && !fenced; {
+			k, _ := cqB.Poll(wcs)
+			for _, wc := range wcs[:k] {
+				if wc.ID == 0xfe && wc.QPN == fence.QPN() {
+					fenced = true
+				}
+			}
+			if k == 0 {
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}
+	for _, qp := range []*QP{qb, uc, ud} {
+		qp.State() // and every QP's lock, for the memory of requests in flight
+	}
+	if v := ar.violation(sent); v != "" {
+		t.Fatalf("after %d hostile datagrams: %s", len(sent), v)
+	}
+	cs := map[string]uint64{}
+	devB.Counters().Each(func(name string, v uint64) {
+		if v != 0 {
+			cs[name] = v
+		}
+	})
+	t.Logf("%d datagrams sent, QPs revived %d times; device counters: %v; RC QP %v", len(sent), revived, cs, qb.State())
+	if cs["rcvd_pkts"] < total/2 {
+		t.Fatalf("only %d of %d datagrams arrived", cs["rcvd_pkts"], total)
+	}
+
+	// The connection the storm hit: a SEND either completes or fails, never hangs.
+	srcA := make([]byte, 4096)
+	for i := range srcA {
+		srcA[i] = byte(i * 13)
+	}
+	mrA, _ := pdA.RegMR(srcA, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead)
+	recvB := make([]byte, 4096)
+	mrB, _ := pdB.RegMR(recvB, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic)
+	qb.PostRecv([]RecvWR{{ID: 500, SGL: []SGE{{Addr: mrB.Addr(), Length: 4096, LKey: mrB.LKey()}}}})
+	if err := qa.PostSend([]SendWR{{ID: 501, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{{Addr: mrA.Addr(), Length: 100, LKey: mrA.LKey()}}}}); err != nil {
+		t.Fatal(err)
+	}
+	wc := waitFor(t, cqA, 501, 10*time.Second)
+	t.Logf("old connection after the storm: %v (QP A %v, QP B %v)", wc.Status, qa.State(), qb.State())
+
+	// A new connection between the same two devices works, byte for byte.
+	qa2, qb2 := mkQP(devA, pdA, cqA, QPTypeRC), mkQP(devB, pdB, cqB, QPTypeRC)
+	rcUp(t, qa2, netip.MustParseAddr(addrB), qb2.QPN(), 0x777, 0x333)
+	rcUp(t, qb2, netip.MustParseAddr(addrA), qa2.QPN(), 0x333, 0x777)
+	clear(recvB)
+	readBack := make([]byte, 4096)
+	mrRB, _ := pdA.RegMR(readBack, AccessLocalWrite)
+	res := make([]byte, 8)
+	mrRes, _ := pdA.RegMR(res, AccessLocalWrite)
+	binary.NativeEndian.PutUint64(recvB[4088:], 40)
+	must(t, qa2.PostSend([]SendWR{
+		{ID: 1, Opcode: WRRDMAWrite, SGL: []SGE{{Addr: mrA.Addr(), Length: 3000, LKey: mrA.LKey()}}, RemoteAddr: mrB.Addr(), RKey: mrB.RKey()},
+		{ID: 2, Opcode: WRRDMARead, SGL: []SGE{{Addr: mrRB.Addr(), Length: 3000, LKey: mrRB.LKey()}}, RemoteAddr: mrB.Addr(), RKey: mrB.RKey()},
+		{ID: 3, Opcode: WRAtomicFetchAdd, Flags: SendSignaled, SGL: []SGE{{Addr: mrRes.Addr(), Length: 8, LKey: mrRes.LKey()}},
+			RemoteAddr: mrB.Addr() + 4088, RKey: mrB.RKey(), CompareAdd: 2},
+	}))
+	if wc := waitFor(t, cqA, 3, 10*time.Second); wc.Status != WCSuccess {
+		t.Fatalf("new connection after the storm: %+v\n%s", wc, qa2.DebugString())
+	}
+	if !bytes.Equal(readBack[:3000], srcA[:3000]) || !bytes.Equal(recvB[:3000], srcA[:3000]) {
+		t.Fatal("new connection: data differs")
+	}
+	if binary.NativeEndian.Uint64(res) != 40 || binary.NativeEndian.Uint64(recvB[4088:]) != 42 {
+		t.Fatalf("new connection: FETCH_AND_ADD returned %d, left %d", binary.NativeEndian.Uint64(res), binary.NativeEndian.Uint64(recvB[4088:]))
+	}
+}
+
+// waitFor polls cq until the completion of wr id arrives (others are discarded).
+func waitFor(t *testing.T, cq *CQ, id uint64, within time.Duration) WC {
+	t.Helper()
+	wcs := make([]WC, 16)
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		n, _ := cq.Poll(wcs)
+		for _, wc := range wcs[:n] {
+			if wc.ID == id {
+				return wc
+			}
+		}
+		if n == 0 {
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	t.Fatalf("no completion for wr %d within %v", id, within)
+	return WC{}
+}
+
+// rcUp brings an RC or UC QP from RESET to RTS towards peer.
+func rcUp(t testing.TB, qp *QP, peer netip.Addr, destQPN uint32, rq, sq wire.PSN) {
+	t.Helper()
+	all := AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
+	must(t, qp.Modify(&QPAttr{State: QPStateInit, Port: 1, AccessFlags: all}, QPAttrState|QPAttrPort|QPAttrPKeyIndex|QPAttrAccessFlags))
+	must(t, qp.Modify(&QPAttr{State: QPStateRTR, AH: AH{Addr: peer, DGID: AddrToGID(peer), Port: 1}, PathMTU: wire.MTU1024,
+		DestQPN: destQPN, RQPSN: rq, MaxDestRdAtomic: 16, MinRNRTimer: 1},
+		QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer))
+	must(t, qp.Modify(&QPAttr{State: QPStateRTS, SQPSN: sq, Timeout: 10, RetryCnt: 3, RNRRetry: 3, MaxRdAtomic: 16},
+		QPAttrState|QPAttrSQPSN|QPAttrTimeout|QPAttrRetryCnt|QPAttrRNRRetry|QPAttrMaxQPRdAtomic))
+}
+
+func udUp(t testing.TB, qp *QP, qkey uint32) {
+	t.Helper()
+	must(t, qp.Modify(&QPAttr{State: QPStateInit, Port: 1, QKey: qkey}, QPAttrState|QPAttrPort|QPAttrPKeyIndex|QPAttrQKey))
+	must(t, qp.Modify(&QPAttr{State: QPStateRTR}, QPAttrState))
+	must(t, qp.Modify(&QPAttr{State: QPStateRTS}, QPAttrState|QPAttrSQPSN))
+}
+
+// mutate applies a few random edits to a seed input: bit flips, byte overwrites,
+// truncation, a control byte changed, a record repeated.
+func mutate(rng *rand.Rand, seed []byte) []byte {
+	b := bytes.Clone(seed)
+	for range 1 + rng.IntN(4) {
+		if len(b) == 0 {
+			break
+		}
+		i := rng.IntN(len(b))
+		switch rng.IntN(6) {
+		case 0, 1:
+			b[i] ^= 1 << rng.IntN(8)
+		case 2:
+			b[i] = byte(rng.Uint32())
+		case 3:
+			b = b[:i]
+		case 4:
+			b = append(b, b[:min(len(b), 1+rng.IntN(64))]...)
+		case 5:
+			// Aim at a field that matters more often: the BTH of the first record.
+			if len(b) > 3+wire.BTHLen {
+				b[3+rng.IntN(wire.BTHLen)] = byte(rng.Uint32())
+			}
+		}
+	}
+	return b
+}

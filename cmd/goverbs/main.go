@@ -41,6 +41,7 @@ var commands = map[string]command{
 	"write_lat":    {"RDMA WRITE latency (ib_write_lat)", perfCmd(testWrite, true)},
 	"read_lat":     {"RDMA READ latency (ib_read_lat)", perfCmd(testRead, true)},
 	"atomic_lat":   {"atomic FETCH_AND_ADD latency (ib_atomic_lat)", perfCmd(testAtomic, true)},
+	"soak":         {"long verified RC stream over a simulated faulty network", runSoak},
 }
 
 func usage(w io.Writer) {

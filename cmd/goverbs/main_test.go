@@ -216,15 +216,18 @@ func pingpong(t *testing.T, kind string, extra ...string) (result, result) {
 func TestPingpongs(t *testing.T) {
 	for _, kind := range []string{"rc", "uc", "ud", "srq"} {
 		t.Run(kind, func(t *testing.T) {
-			extra := []string{}
+			extra := []string{"-c"}
 			if kind == "srq" {
-				extra = []string{"-q", "4"}
+				extra = append(extra, "-q", "4")
 			}
 			srv, cli := pingpong(t, kind, extra...)
 			for who, r := range map[string]result{"server": srv, "client": cli} {
 				mustSucceed(t, kind+" "+who, r)
 				mustContain(t, kind+" "+who, r.stdout, "  local address:  LID 0x0000, QPN 0x", "  remote address: LID 0x0000, QPN 0x",
 					", GID ::ffff:127.0.", " bytes in ", " Mbit/sec\n", "100 iters in ", " usec/iter\n")
+				if strings.Contains(r.stdout, "invalid data") {
+					t.Errorf("%s %s: -c found invalid data:\n%s", kind, who, r.stdout)
+				}
 				if kind == "ud" { // rdma-core's ud_pingpong prints "PSN 0x...: GID" on its local line
 					mustContain(t, kind+" "+who, r.stdout, ": GID ::ffff:127.0.")
 				}
@@ -246,6 +249,20 @@ func TestRCPingpongOptions(t *testing.T) {
 	if strings.Contains(srv.stdout, "invalid data") {
 		t.Errorf("server found invalid data:\n%s", srv.stdout)
 	}
+}
+
+// TestPingpongChkPattern: -c follows rdma-core (0 in the first byte of every page, written by
+// the client), so a server with -c and a client without it reports every page.
+func TestPingpongChkPattern(t *testing.T) {
+	a, b := addrPair()
+	port := freePort(t, a)
+	common := []string{"-p", port, "-g", "0", "-n", "10", "-s", "10000"}
+	srv := startServer(t, "local address:", append([]string{"rc_pingpong", "--bind", a, "-c"}, common...)...)
+	cli := runBin(t, 30*time.Second, append(append([]string{"rc_pingpong", "--bind", b}, common...), a)...)
+	sr := srv.wait(t)
+	mustSucceed(t, "server", sr)
+	mustSucceed(t, "client", cli)
+	mustContain(t, "server", sr.stdout, "invalid data in page 0\n", "invalid data in page 1\n", "invalid data in page 2\n")
 }
 
 func TestPcap(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
 	"time"
 
 	"github.com/goverbs/goverbs/verbs"
@@ -88,9 +89,7 @@ func runPingpong(k ppKind, args []string) error {
 	} else {
 		o.numQP = 1
 	}
-	if k == ppRC {
-		fs.boolVar(&o.chk, "c", "chk", "validate received buffer")
-	}
+	fs.boolVar(&o.chk, "c", "chk", "validate received buffer")
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -163,6 +162,53 @@ func (c *ppCtx) qpType() verbs.QPType {
 	return verbs.QPTypeRC
 }
 
+// The buffer's contents follow rdma-core's examples, so that -c works against them in
+// either role: rc, uc and ud fill it with 0x7b, srq with 0. With -c the client writes 0 to
+// the first byte of every page of the message before its first send, and the server checks
+// at the end that the last message it received has them (rdma-core checks only those bytes;
+// goverbs also checks that the rest is the fill byte, which holds for both kinds of client).
+
+func (c *ppCtx) fillByte() byte {
+	if c.kind == ppSRQ {
+		return 0
+	}
+	return 0x7b
+}
+
+// payloadOff is where the message starts in the buffer: behind the GRH area for UD.
+func (c *ppCtx) payloadOff() int {
+	if c.kind == ppUD {
+		return verbs.GRHLen
+	}
+	return 0
+}
+
+// markPages writes the -c pattern into the message (the client does this before sending).
+func (c *ppCtx) markPages() {
+	buf, off := c.mr.Buf(), c.payloadOff()
+	for i := 0; i < c.o.size; i += os.Getpagesize() {
+		buf[off+i] = 0
+	}
+}
+
+// checkPages prints rdma-core's "invalid data in page N" for every page of the received
+// message that does not hold the -c pattern.
+func (c *ppCtx) checkPages() {
+	buf, off, page := c.mr.Buf(), c.payloadOff(), os.Getpagesize()
+	for i := 0; i < c.o.size; i += page {
+		for j := i; j < min(i+page, c.o.size); j++ {
+			want := c.fillByte()
+			if j == i {
+				want = 0
+			}
+			if buf[off+j] != want {
+				fmt.Printf("invalid data in page %d\n", i/page)
+				break
+			}
+		}
+	}
+}
+
 // bufLen is the registered buffer: UD receives land behind a 40-byte GRH area.
 func (c *ppCtx) bufLen() int {
 	if c.kind == ppUD {
@@ -178,10 +224,8 @@ func (c *ppCtx) init() error {
 		return fmt.Errorf("couldn't allocate PD: %v", err)
 	}
 	buf := make([]byte, c.bufLen())
-	if c.o.chk {
-		for i := range buf {
-			buf[i] = byte(i)
-		}
+	for i := range buf {
+		buf[i] = c.fillByte()
 	}
 	if c.mr, err = c.pd.RegMR(buf, verbs.AccessLocalWrite); err != nil {
 		return fmt.Errorf("couldn't register MR: %v", err)
@@ -410,6 +454,9 @@ func (c *ppCtx) loop(client bool) error {
 	iters := c.o.iters
 	scnt, rcnt := 0, 0
 	if client {
+		if c.o.chk {
+			c.markPages()
+		}
 		for i := range c.qps {
 			if err := c.postSend(i); err != nil {
 				return err
@@ -469,15 +516,7 @@ func (c *ppCtx) loop(client bool) error {
 	fmt.Printf("%d bytes in %.2f seconds = %.2f Mbit/sec\n", bytes, usec/1e6, float64(bytes)*8/usec)
 	fmt.Printf("%d iters in %.2f seconds = %.2f usec/iter\n", iters, usec/1e6, usec/float64(iters))
 	if c.o.chk && !client {
-		buf := c.mr.Buf()
-		for i := 0; i < c.o.size; i += 4096 {
-			for j := i; j < min(i+4096, c.o.size); j++ {
-				if buf[j] != byte(j) {
-					fmt.Printf("invalid data in page %d\n", i/4096)
-					break
-				}
-			}
-		}
+		c.checkPages()
 	}
 	return nil
 }

@@ -11,7 +11,7 @@ func TestSoakCommand(t *testing.T) {
 	if r.code != 0 || strings.Count(r.stdout, "verified:") != 8 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}
-	for _, want := range []string{"== soak loss", "retransmits=", "rcvd_icrc_err=", "duplicate_request="} {
+	for _, want := range []string{"== soak loss", "link soakA/1 sent_pkts ", " retransmits ", " rcvd_icrc_err ", " duplicate_request "} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, r.stdout)
 		}

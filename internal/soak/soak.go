@@ -93,14 +93,15 @@ func (r *Result) Format() string {
 		r.QPA.TxPackets, r.QPA.RxPackets, r.QPA.Retransmits, r.QPA.RetryTimeouts, r.QPA.SeqNakReceived, r.QPA.RNRNakReceived)
 	fmt.Fprintf(&b, "QP responder  tx %d rx %d seq-NAK sent %d RNR-NAK sent %d duplicates %d\n",
 		r.QPB.TxPackets, r.QPB.RxPackets, r.QPB.SeqNakSent, r.QPB.RNRNakSent, r.QPB.DuplicateRequests)
+	// Device counters in the layout of `rdma statistic show` (zeros left out).
 	for _, side := range []struct {
 		name string
 		c    verbs.Counters
-	}{{"device A", r.A}, {"device B", r.B}} {
-		fmt.Fprintf(&b, "%-13s", side.name)
+	}{{"soakA", r.A}, {"soakB", r.B}} {
+		fmt.Fprintf(&b, "link %s/1", side.name)
 		for _, c := range side.c {
 			if c.Value != 0 {
-				fmt.Fprintf(&b, " %s=%d", c.Name, c.Value)
+				fmt.Fprintf(&b, " %s %d", c.Name, c.Value)
 			}
 		}
 		fmt.Fprintln(&b)

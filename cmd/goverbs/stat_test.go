@@ -1,0 +1,47 @@
+package main
+
+import (
+	"bytes"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/goverbs/goverbs/verbs"
+)
+
+func TestPrintStats(t *testing.T) {
+	dev, err := verbs.OpenSoft(verbs.SoftConfig{Name: "st0", Addr: netip.MustParseAddr("127.30.0.51")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd, _ := dev.AllocPD()
+	cq, _ := dev.CreateCQ(16, nil)
+	qp, err := pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev.Close()
+	var all, nz, q bytes.Buffer
+	printStats(&all, dev, false)
+	printStats(&nz, dev, true)
+	printQPStats(&q, qp)
+	line := all.String()
+	if !strings.HasPrefix(line, "link st0/1 sent_pkts 0 sent_bytes 0 rcvd_pkts 0 ") || !strings.Contains(line, " rcvd_icrc_err 0 ") ||
+		strings.Count(line, "\n") != 1 {
+		t.Fatalf("all counters: %q", line)
+	}
+	if nz.String() != "link st0/1\n" {
+		t.Fatalf("nonzero counters of an idle device: %q", nz.String())
+	}
+	if !strings.HasPrefix(q.String(), "qp 0x11 tx_pkts 0 rx_pkts 0 retransmits 0 ") {
+		t.Fatalf("QP counters: %q", q.String())
+	}
+	t.Setenv(envStats, "1")
+	if !statsWanted(false) {
+		t.Fatal("GOVERBS_STATS=1 not honoured")
+	}
+	t.Setenv(envStats, "0")
+	if statsWanted(false) || !statsWanted(true) {
+		t.Fatal("statsWanted")
+	}
+}

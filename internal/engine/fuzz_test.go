@@ -137,16 +137,34 @@ type arena struct {
 	mem     []byte
 	pattern []byte
 	spans   []memSpan
-	pd      *PD   // the PD of the QPs that packets reach
-	remote  []*MR // the regions a relocated packet may aim at: W, R, A, O
+	pd      *PD      // the PD of the QPs that packets reach
+	remote  []target // what a relocated packet may aim at: W, R, A, O, then the windows' bank
+	windows []*fuzzWindow
 }
+
+// target is something an rkey names: a memory region or a memory window.
+type target interface {
+	Addr() uint64
+	RKey() uint32
+}
+
+// fuzzWindow is a memory window bound over part of region M.
+type fuzzWindow struct {
+	mw     *MW
+	va     uint64
+	n      int
+	access Access
+}
+
+func (w *fuzzWindow) Addr() uint64 { return w.va }
+func (w *fuzzWindow) RKey() uint32 { return w.mw.RKey() }
 
 // codec turns fuzz input into datagrams for one device (see the input encoding below).
 type codec struct {
 	local  netip.AddrPort    // the device
 	srcs   [4]netip.AddrPort // the source selected by the control bits
 	qps    [3]*QP            // RC, UC, UD targets
-	remote []*MR             // W, R, A, O
+	remote []target          // W, R, A, O; with the rkey field's top bit: window 1, window 2, M, W
 }
 
 type fuzzRig struct {
@@ -202,10 +220,7 @@ func newFuzzRig() (*fuzzRig, error) {
 	if r.rcq, err = dev.CreateCQ(MaxCQE); err != nil {
 		return nil, err
 	}
-	mk := func(typ QPType) (*QP, error) {
-		return dev.CreateQP(r.pd, QPInit{Type: typ, SendCQ: r.cq, RecvCQ: r.rcq,
-			Cap: QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInline: 64}})
-	}
+	mk := r.newQP
 	if r.rc, err = mk(QPTypeRC); err != nil {
 		return nil, err
 	}
@@ -215,14 +230,57 @@ func newFuzzRig() (*fuzzRig, error) {
 	if r.ud, err = mk(QPTypeUD); err != nil {
 		return nil, err
 	}
+	// Two windows over M: type 1 on [256, 768) with every remote right, type 2 on
+	// [1024, 1536) with write and atomic (a peer's SEND_WITH_INV can revoke it; reset
+	// binds it again).
+	m := r.spans[8].mr
+	for _, w := range []*fuzzWindow{
+		{va: m.Addr() + 256, n: 512, access: AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic},
+		{va: m.Addr() + 1024, n: 512, access: AccessRemoteWrite | AccessRemoteAtomic},
+	} {
+		if w.mw, err = r.pd.AllocMW(uint8(len(r.windows) + 1)); err != nil {
+			return nil, err
+		}
+		r.windows = append(r.windows, w)
+	}
+	r.arena.remote = append(r.arena.remote, r.windows[0], r.windows[1], m, r.spans[0].mr)
 	r.codec = codec{local: fuzzLocal, srcs: [4]netip.AddrPort{fuzzPeer, fuzzPort2, fuzzOther, fuzzV6},
 		qps: [3]*QP{r.rc, r.uc, r.ud}, remote: r.arena.remote}
 	return r, nil
 }
 
+func (r *fuzzRig) newQP(typ QPType) (*QP, error) {
+	return r.dev.CreateQP(r.pd, QPInit{Type: typ, SendCQ: r.cq, RecvCQ: r.rcq,
+		Cap: QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInline: 64}})
+}
+
+// bindWindows binds each window that is not bound (the type 1 window once, the type 2
+// window again after a SEND_WITH_INV revoked it), through the RC QP's send queue, where
+// binds execute at once as local operations.
+func (r *fuzzRig) bindWindows(t testing.TB) {
+	m := r.spans[8].mr
+	for i, w := range r.windows {
+		w.mw.mu.Lock()
+		bound := w.mw.cur.valid.Load()
+		w.mw.mu.Unlock()
+		if bound {
+			continue
+		}
+		b := &BindMW{MW: w.mw, MR: m, Addr: w.va, Length: uint64(w.n), Access: w.access, RKey: NextRKey(w.mw.RKey())}
+		must(t, r.rc.PostSend([]SendWR{{ID: uint64(1000 + i), Opcode: WRBindMW, Bind: b}}))
+		w.mw.mu.Lock()
+		bound = w.mw.cur.valid.Load()
+		w.mw.mu.Unlock()
+		if !bound {
+			t.Fatalf("window %d did not bind", i+1)
+		}
+	}
+}
+
 // newArena lays out and registers the regions: W (every remote right), R (remote read),
 // A (remote atomic), N (local only), O (every right, but in pd2), receive buffers, a sink
-// for the device's own READ and atomic results, a send source, and unregistered memory.
+// for the device's own READ and atomic results, a send source, M (no remote rights of its
+// own: only windows bound over it grant any), and unregistered memory.
 func newArena(pd, pd2 *PD) (*arena, error) {
 	all := AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
 	layout := []struct {
@@ -241,6 +299,7 @@ func newArena(pd, pd2 *PD) (*arena, error) {
 		{"receive buffers", 10 * fuzzRecvSize, pd, AccessLocalWrite, true, true},
 		{"READ/atomic sink", 4096, pd, AccessLocalWrite, true, true},
 		{"send source", 2048, pd, 0, true, false},
+		{"M (windows only)", 2048, pd, AccessLocalWrite | AccessMWBind, true, false},
 		{"unregistered", 1024, nil, 0, false, false},
 	}
 	size := fuzzGuard
@@ -265,7 +324,7 @@ func newArena(pd, pd2 *PD) (*arena, error) {
 		off += l.n + fuzzGuard
 	}
 	a.pattern = bytes.Clone(a.mem)
-	a.remote = []*MR{a.spans[0].mr, a.spans[1].mr, a.spans[2].mr, a.spans[4].mr}
+	a.remote = []target{a.spans[0].mr, a.spans[1].mr, a.spans[2].mr, a.spans[4].mr}
 	return a, nil
 }
 
@@ -285,6 +344,17 @@ func (a *arena) srcSGE(n int) SGE {
 // arena, drains the CQs and posts the same receives and outstanding requests each time,
 // so that an input means the same thing whenever it runs.
 func (r *fuzzRig) reset(t testing.TB) {
+	// An RC QP whose RNR timer may be firing is replaced rather than reset: resetting it
+	// races with the timer (ENGINE BUG, TestResetRacesRNRTimer).
+	r.rc.mu.Lock()
+	armed := r.rc.comp.rnr != nil
+	r.rc.mu.Unlock()
+	if armed {
+		r.rc.Close()
+		qp, err := r.newQP(QPTypeRC)
+		must(t, err)
+		r.rc, r.codec.qps[0] = qp, qp
+	}
 	for _, qp := range []*QP{r.rc, r.uc, r.ud} {
 		must(t, qp.Modify(&QPAttr{State: QPStateReset}, QPAttrState))
 	}
@@ -323,6 +393,7 @@ func (r *fuzzRig) reset(t testing.TB) {
 	must(t, r.ud.Modify(&QPAttr{State: QPStateRTR}, QPAttrState))
 	must(t, r.ud.Modify(&QPAttr{State: QPStateRTS, SQPSN: 0}, QPAttrState|QPAttrSQPSN))
 
+	r.bindWindows(t)
 	// Receives: RC 4, UC 3, UD 3 buffers of 1 KiB each.
 	for k := 0; k < 10; k++ {
 		qp := r.rc
@@ -395,7 +466,7 @@ func (c *codec) decode(data []byte) []datagram {
 		b := bytes.Clone(data[:n])
 		data = data[n:]
 		from := c.srcs[ctl>>ctlSrcShift&3]
-		reg := c.remote[ctl>>ctlRegShift&3]
+		sel := int(ctl >> ctlRegShift & 3)
 		if len(b) >= wire.BTHLen {
 			in := wire.Opcode(b[0]).Info()
 			if ctl&ctlAim != 0 {
@@ -411,6 +482,12 @@ func (c *codec) decode(data []byte) []datagram {
 				case in.IETHOff != 0 && len(b) >= in.IETHOff+wire.IETHLen:
 					keyOff = in.IETHOff
 				}
+				// The rkey field's top bit selects the second bank (the windows).
+				if keyOff >= 0 && b[keyOff]&0x80 != 0 && len(c.remote) > 4 {
+					sel += 4
+					b[keyOff] &^= 0x80
+				}
+				reg := c.remote[sel]
 				if ctl&ctlRelocate != 0 && vaOff >= 0 {
 					binary.BigEndian.PutUint64(b[vaOff:], binary.BigEndian.Uint64(b[vaOff:])+reg.Addr())
 				}
@@ -461,6 +538,13 @@ func (r *arena) allowed(dgs []datagram) []span {
 			}
 			start := s.mr.Addr()
 			if va < start || va-start > uint64(s.n) || n > uint64(s.n)-(va-start) {
+				continue
+			}
+			lo := int(va - base)
+			out = append(out, span{lo, lo + int(n)})
+		}
+		for _, w := range r.windows {
+			if w.RKey() != key || w.access&need == 0 || va < w.va || va-w.va > uint64(w.n) || n > uint64(w.n)-(va-w.va) {
 				continue
 			}
 			lo := int(va - base)
@@ -639,6 +723,25 @@ func fuzzSeeds() [][]byte {
 	// A WRITE to the read-only region and an atomic on another PD's region: access errors.
 	one(seedRec{ctl: aim(1, true), h: wire.Headers{BTH: bth(wire.RCWriteOnly, rc, 0), RETH: reth(0, 8)}, payload: pl(8)})
 	one(seedRec{ctl: aim(3, true), h: wire.Headers{BTH: bth(wire.RCFetchAdd, rc, 0), AtomicETH: wire.AtomicETHFields{VA: 0, SwapAdd: 1}}})
+	// Through the windows (the rkey's top bit selects the window bank): a WRITE into the
+	// type 1 window, an atomic on the type 2 window, then the peer revokes the type 2
+	// window with SEND_WITH_INV and a WRITE through it must fail.
+	win := func(h wire.Headers) wire.Headers {
+		switch {
+		case h.RETH.DMALen > 0 || h.BTH.Opcode == wire.RCWriteOnly:
+			h.RETH.RKey = 0x80000000
+		case h.BTH.Opcode == wire.RCFetchAdd:
+			h.AtomicETH.RKey = 0x80000000
+		default:
+			h.IETH = 0x80000000
+		}
+		return h
+	}
+	one(seedRec{ctl: aim(0, true), h: win(wire.Headers{BTH: bth(wire.RCWriteOnly, rc, 0), RETH: reth(16, 64)}), payload: pl(64)})
+	one(seedRec{ctl: aim(1, true), h: win(wire.Headers{BTH: bth(wire.RCFetchAdd, rc, 0), AtomicETH: wire.AtomicETHFields{VA: 8, SwapAdd: 9}})},
+		seedRec{ctl: aim(1, true), h: win(wire.Headers{BTH: bth(wire.RCSendOnlyInv, rc, 1)}), payload: pl(4)},
+		seedRec{ctl: aim(1, true), h: win(wire.Headers{BTH: bth(wire.RCWriteOnly, rc, 2), RETH: reth(0, 8)}), payload: pl(8)})
+	one(seedRec{ctl: aim(2, true), h: win(wire.Headers{BTH: bth(wire.RCWriteOnly, rc, 0), RETH: reth(300, 8)}), payload: pl(8)}) // M itself: refused
 	// A multi-packet SEND and WRITE, with their middles.
 	one(seedRec{ctl: aim(0, false), h: wire.Headers{BTH: bth(wire.RCSendFirst, rc, 0)}, payload: pl(mtu)},
 		seedRec{ctl: aim(0, false), h: wire.Headers{BTH: bth(wire.RCSendMiddle, rc, 1)}, payload: pl(mtu)},

@@ -1,0 +1,53 @@
+package engine
+
+import (
+	"net/netip"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/goverbs/goverbs/netio"
+	"github.com/goverbs/goverbs/wire"
+)
+
+// TestResetRacesRNRTimer: moving a QP to RESET while its RNR timer fires. completer.reset
+// rewrites the whole completer (`*c = completer{qp: qp, retrans: c.retrans, rnr: c.rnr}`,
+// which also zeroes timerMu) under qp.mu, while the timer's goroutine reads c.qp in
+// onRNRTimer (and onRetransmitTimer) before it takes qp.mu: a data race, and a mutex
+// overwritten while another goroutine may be about to use it. Only -race sees it.
+func TestResetRacesRNRTimer(t *testing.T) {
+	if os.Getenv("GOVERBS_ENGINE_BUGS") == "" {
+		t.Skip("ENGINE BUG: completer.reset (Modify to RESET) overwrites the completer, timerMu included, " +
+			"while a firing RNR or retransmit timer reads c.qp without qp.mu (completer.go onRNRTimer/onRetransmitTimer): " +
+			"data race. Reproduce: GOVERBS_ENGINE_BUGS=1 go test -race ./internal/engine -run TestResetRacesRNRTimer")
+	}
+	conn := newFeedConn(netip.MustParseAddrPort("127.0.200.11:4791"))
+	dev, err := New(Config{Name: "race", Conn: conn, MTU: wire.MTU1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	<-conn.ready
+	pd, _ := dev.AllocPD()
+	cq, _ := dev.CreateCQ(1024)
+	qp, err := dev.CreateQP(pd, QPInit{Type: QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := fuzzPeer
+	src, _ := pd.RegMR(make([]byte, 64), AccessLocalWrite)
+	for i := 0; i < 300; i++ {
+		must(t, qp.Modify(&QPAttr{State: QPStateReset}, QPAttrState))
+		rcUp(t, qp, peer.Addr(), fuzzPeerQPN, 0, 0x100)
+		must(t, qp.PostSend([]SendWR{{ID: 1, Opcode: WRSend, SGL: []SGE{{Addr: src.Addr(), Length: 8, LKey: src.LKey()}}}}))
+		// RNR NAK with timer 1 (0.01 ms): the timer fires almost at once.
+		h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAck, PKey: 0xffff, DestQP: qp.QPN(), PSN: 0x100},
+			AETH: wire.AETHFields{Syndrome: wire.RNRNAKSyndrome(1)}}
+		b := make([]byte, 64)
+		n := h.Encode(b)
+		ip := wire.IPHeader{Src: peer.Addr(), Dst: conn.local.Addr(), SrcPort: peer.Port(), DstPort: conn.local.Port(), DF: true}
+		wire.PutICRC(&ip, b, n)
+		conn.deliver([]netio.Message{{Buf: b[:n+4], N: n + 4, Addr: peer}}, 1)
+		time.Sleep(time.Duration(i%20) * time.Microsecond)
+	}
+}

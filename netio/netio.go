@@ -188,6 +188,18 @@ var ErrAddressFamily = errors.New("netio: destination address family does not ma
 // from 0 again.
 func GSOSegmentID(first uint16, i int) uint16 { return first + uint16(i) }
 
+// Poller is implemented by Conns that can be read without blocking, for busy polling
+// (the UDP backend on Linux, and a Tee over one). A device in busy-poll mode reads the
+// socket from the application's own CQ polls, as a DPDK poll-mode driver does, and keeps
+// one goroutine parked in WaitReadable for traffic nobody polls for.
+type Poller interface {
+	// PollBatch reads what is queued now, without waiting: 0 when nothing is.
+	PollBatch(msgs []Message) (int, error)
+	// WaitReadable blocks until a datagram is queued or the Conn closes, without
+	// reading it.
+	WaitReadable() error
+}
+
 // Recorder receives a copy of every datagram crossing a Tee'd Conn.
 // pcap.Writer implements it. ipID is the IPv4 Identification the datagram
 // carries (0 on IPv6).

@@ -1,6 +1,7 @@
 package netio
 
 import (
+	"errors"
 	"log"
 	"net/netip"
 	"sync"
@@ -43,22 +44,59 @@ func (t *teeConn) RecordErr() error {
 func (t *teeConn) ReadBatch(msgs []Message) (int, error) {
 	n, err := t.Conn.ReadBatch(msgs)
 	if n > 0 {
-		now := time.Now()
-		local := t.Conn.LocalAddr()
-		t.mu.Lock()
-		for i := range msgs[:n] {
-			// The sender's Identification is invisible to a UDP socket. A GRO run is
-			// recorded as a goverbs GSO sender numbers it (0, 1, 2, …), a lone datagram
-			// with 0: right for goverbs peers, a guess for others.
-			run := 0
-			if msgs[i].SegSize > 0 {
-				run = 1 << 16
-			}
-			t.record(now, &msgs[i], msgs[i].Addr, local, run)
-		}
-		t.mu.Unlock()
+		t.recordReads(msgs[:n])
 	}
 	return n, err
+}
+
+func (t *teeConn) recordReads(msgs []Message) {
+	now := time.Now()
+	local := t.Conn.LocalAddr()
+	t.mu.Lock()
+	for i := range msgs {
+		// The sender's Identification is invisible to a UDP socket. A GRO run is
+		// recorded as a goverbs GSO sender numbers it (0, 1, 2, …), a lone datagram
+		// with 0: right for goverbs peers, a guess for others.
+		run := 0
+		if msgs[i].SegSize > 0 {
+			run = 1 << 16
+		}
+		t.record(now, &msgs[i], msgs[i].Addr, local, run)
+	}
+	t.mu.Unlock()
+}
+
+// PollBatch and WaitReadable pass through to a Poller underneath (see AsPoller).
+
+// AsPoller returns c as a Poller if it can poll, looking through Tees.
+func AsPoller(c Conn) (Poller, bool) {
+	if t, ok := c.(*teeConn); ok {
+		if _, ok := AsPoller(t.Conn); !ok {
+			return nil, false
+		}
+		return t, true
+	}
+	p, ok := c.(Poller)
+	return p, ok
+}
+func (t *teeConn) PollBatch(msgs []Message) (int, error) {
+	p, ok := t.Conn.(Poller)
+	if !ok {
+		return 0, errors.ErrUnsupported
+	}
+	n, err := p.PollBatch(msgs)
+	if n > 0 {
+		t.recordReads(msgs[:n])
+	}
+	return n, err
+}
+
+func (t *teeConn) WaitReadable() error {
+	p, ok := t.Conn.(Poller)
+	if !ok {
+		return errors.ErrUnsupported
+	}
+	return p.WaitReadable()
 }
 
 func (t *teeConn) WriteBatch(msgs []Message) (int, error) {

@@ -41,6 +41,12 @@ type udpConn struct {
 	closed  atomic.Bool
 	closeMu sync.Once
 
+	// Busy-poll waiting (WaitReadable): a private epoll set with the socket and an eventfd.
+	waitMu     sync.Mutex
+	waiting    int
+	epfd, evfd int // 0: not made yet; -1: released
+	waitErr    error
+
 	rmu sync.Mutex // guards r (ReadBatch is meant for one goroutine; this makes misuse safe)
 	r   recvScratch
 
@@ -191,6 +197,15 @@ func (c *udpConn) Close() error {
 	if c.closed.Swap(true) {
 		return net.ErrClosed
 	}
+	c.waitMu.Lock()
+	if c.waiting > 0 {
+		var one [8]byte
+		one[0] = 1
+		unix.Write(c.evfd, one[:]) // wake the waiter; it sees closed and releases the set
+	} else {
+		c.closeWait()
+	}
+	c.waitMu.Unlock()
 	return c.pc.Close()
 }
 
@@ -203,6 +218,118 @@ func (c *udpConn) Close() error {
 // first time a buffer shorter than MaxGROSize is seen, GRO is switched off on
 // the socket so later runs are not coalesced at all.
 func (c *udpConn) ReadBatch(msgs []Message) (int, error) {
+	return c.read(msgs, c.r.fn, true)
+}
+
+// PollBatch reads what is queued now without waiting; 0 means nothing was (Poller).
+func (c *udpConn) PollBatch(msgs []Message) (int, error) {
+	return c.read(msgs, c.recvOnceFn, false)
+}
+
+// WaitReadable blocks until a datagram is queued, without reading it (Poller). It waits
+// in epoll_wait on a private level-triggered epoll set rather than in Go's netpoller:
+// RawConn.Read would hold the socket's read lock while parked and so block every
+// PollBatch behind it. The set also holds an eventfd that Close writes to.
+func (c *udpConn) WaitReadable() error {
+	c.waitMu.Lock()
+	if c.closed.Load() {
+		c.waitMu.Unlock()
+		return c.readErr(net.ErrClosed)
+	}
+	if c.epfd == 0 && c.waitErr == nil {
+		c.initWait()
+	}
+	if c.waitErr != nil {
+		c.waitMu.Unlock()
+		return c.waitErr
+	}
+	c.waiting++
+	c.waitMu.Unlock()
+	defer func() {
+		c.waitMu.Lock()
+		c.waiting--
+		if c.closed.Load() && c.waiting == 0 {
+			c.closeWait()
+		}
+		c.waitMu.Unlock()
+	}()
+	var ev [2]unix.EpollEvent
+	for {
+		n, err := unix.EpollWait(c.epfd, ev[:], -1)
+		if c.closed.Load() {
+			return c.readErr(net.ErrClosed)
+		}
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return c.readErr(err)
+		}
+		for _, e := range ev[:n] {
+			if e.Fd != int32(c.evfd) {
+				return nil
+			}
+		}
+	}
+}
+
+// closeWait releases the epoll set and eventfd. c.waitMu is held, no waiter is inside.
+func (c *udpConn) closeWait() {
+	if c.epfd > 0 {
+		unix.Close(c.epfd)
+		unix.Close(c.evfd)
+		c.epfd, c.evfd = -1, -1
+	}
+}
+
+func (c *udpConn) initWait() {
+	var sock int
+	if err := c.rc.Control(func(fd uintptr) { sock = int(fd) }); err != nil {
+		c.waitErr = err
+		return
+	}
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		c.waitErr = fmt.Errorf("netio: epoll: %w", err)
+		return
+	}
+	evfd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(epfd)
+		c.waitErr = fmt.Errorf("netio: eventfd: %w", err)
+		return
+	}
+	for _, fd := range []int{sock, evfd} {
+		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
+		if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+			unix.Close(epfd)
+			unix.Close(evfd)
+			c.waitErr = fmt.Errorf("netio: epoll_ctl: %w", err)
+			return
+		}
+	}
+	c.epfd, c.evfd = epfd, evfd
+}
+
+// recvOnceFn makes one non-blocking recvmmsg attempt.
+func (c *udpConn) recvOnceFn(fd uintptr) bool {
+	for {
+		n, errno := recvmmsg(fd, c.r.hdrs[:c.r.k])
+		switch errno {
+		case 0:
+			c.finishRecv(n)
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+		default:
+			c.r.errno = errno
+		}
+		return true
+	}
+}
+
+// read runs one receive with fn; wait says to keep trying until something arrives.
+func (c *udpConn) read(msgs []Message, fn func(fd uintptr) bool, wait bool) (int, error) {
 	if len(msgs) == 0 {
 		return 0, nil
 	}
@@ -236,8 +363,8 @@ func (c *udpConn) ReadBatch(msgs []Message) (int, error) {
 	r.msgs, r.k, r.n, r.errno = msgs, k, 0, 0
 	var err error
 	for {
-		err = c.rc.Read(r.fn)
-		if err != nil || r.n > 0 || r.errno != 0 {
+		err = c.rc.Read(fn)
+		if err != nil || r.n > 0 || r.errno != 0 || !wait {
 			break
 		}
 		// Busy-poll found nothing: spin again unless closed.
@@ -259,8 +386,11 @@ func (c *udpConn) ReadBatch(msgs []Message) (int, error) {
 	if err != nil {
 		return 0, c.readErr(err)
 	}
-	if r.n == 0 {
+	if r.n == 0 && r.errno != 0 {
 		return 0, c.readErr(r.errno)
+	}
+	if r.n == 0 && wait {
+		return 0, c.readErr(net.ErrClosed)
 	}
 	return r.n, nil
 }

@@ -4,7 +4,10 @@ import (
 	"context"
 	"io"
 	"net"
+	"net/netip"
 	"testing"
+
+	"github.com/goverbs/goverbs/netio"
 )
 
 // Benchmarks of the RC data path between two software devices on loopback, each beside
@@ -212,6 +215,116 @@ func BenchmarkUDPPingPong8(b *testing.B) {
 		pa.WriteTo(buf[:8], dst)
 		if _, _, err := pa.ReadFrom(buf); err != nil {
 			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2/1000, "us-one-way")
+}
+
+// busyHost opens a host whose device runs in busy-poll mode.
+func busyHost(b testing.TB, addr string) *host {
+	return newHostCfg(b, SoftConfig{Addr: netip.MustParseAddr(addr), BusyPoll: true})
+}
+
+// spin polls cq until it returns a completion; in busy-poll mode each empty poll reads
+// the socket itself.
+func spin(b testing.TB, cq *CQ, wcs []WC) {
+	for {
+		k, err := cq.Poll(wcs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if k > 0 {
+			if wcs[0].Status != WCSuccess {
+				b.Fatalf("completion %+v", wcs[0])
+			}
+			return
+		}
+	}
+}
+
+func BenchmarkRCSendPingPong8BusyPoll(b *testing.B) {
+	a, c := busyHost(b, "127.10.0.2"), busyHost(b, "127.10.0.3")
+	qa, qc := qpWith(b, a, a.cq, a.rcq), qpWith(b, c, c.cq, c.rcq)
+	connectedPair(b, a, c, qa, qc)
+	ma, mc := a.mr(b, 64, allAccess), c.mr(b, 64, allAccess)
+	recvA, recvC := RecvWR{ID: 1, SGL: []SGE{ma.SGE(0, 64)}}, RecvWR{ID: 2, SGL: []SGE{mc.SGE(0, 64)}}
+	for i := 0; i < 16; i++ {
+		qa.PostRecv(recvA)
+		qc.PostRecv(recvC)
+	}
+	ping := SendWR{Opcode: WRSend, Flags: SendInline, SGL: []SGE{ma.SGE(0, 8)}}
+	pong := SendWR{Opcode: WRSend, Flags: SendInline, SGL: []SGE{mc.SGE(0, 8)}}
+	stop := make(chan struct{})
+	go func() {
+		wcs := make([]WC, 1)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if k, _ := c.rcq.Poll(wcs); k > 0 {
+				qc.PostRecv(recvC)
+				qc.PostSend(pong)
+			}
+		}
+	}()
+	defer close(stop)
+	wcs := make([]WC, 1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		qa.PostSend(ping)
+		spin(b, a.rcq, wcs)
+		qa.PostRecv(recvA)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2/1000, "us-one-way")
+}
+
+// BenchmarkUDPPingPong8BusyPoll is the busy-poll baseline: both sides spin on a
+// non-blocking receive of the same socket layer the devices use.
+func BenchmarkUDPPingPong8BusyPoll(b *testing.B) {
+	open := func(addr string) (netio.Conn, netio.Poller) {
+		c, err := netio.ListenUDP(netip.MustParseAddrPort(addr), netio.UDPOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		p, _ := netio.AsPoller(c)
+		return c, p
+	}
+	ca, pa := open("127.10.0.2:0")
+	cc, pc := open("127.10.0.3:0")
+	defer ca.Close()
+	defer cc.Close()
+	stop := make(chan struct{})
+	go func() {
+		msgs := []netio.Message{{Buf: make([]byte, 1<<16)}}
+		out := make([]netio.Message, 1)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if n, _ := pc.PollBatch(msgs); n > 0 {
+				out[0] = netio.Message{Buf: msgs[0].Buf, N: msgs[0].N, Addr: msgs[0].Addr}
+				cc.WriteBatch(out)
+			}
+		}
+	}()
+	defer close(stop)
+	msgs := []netio.Message{{Buf: make([]byte, 1<<16)}}
+	ping := []netio.Message{{Buf: make([]byte, 8), N: 8, Addr: cc.LocalAddr()}}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ca.WriteBatch(ping)
+		for {
+			if n, _ := pa.PollBatch(msgs); n > 0 {
+				break
+			}
 		}
 	}
 	b.StopTimer()

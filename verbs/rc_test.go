@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"math/rand/v2"
+	"net/netip"
 	"testing"
 	"time"
 )
@@ -279,4 +280,26 @@ func TestRCMultiSGEInlineFenceSolicited(t *testing.T) {
 		t.Fatalf("solicited completion did not wake: %v", err)
 	}
 	expectStatus(t, rcq, 5, WCSuccess)
+}
+
+func TestBusyPollDevices(t *testing.T) {
+	// Busy-poll devices: the poller drives the receive path, and a passive target that
+	// never polls is still served (one-sided WRITE and READ).
+	a := newHostCfg(t, SoftConfig{Addr: netip.MustParseAddr("127.10.0.2"), BusyPoll: true})
+	b := newHostCfg(t, SoftConfig{Addr: netip.MustParseAddr("127.10.0.3"), BusyPoll: true})
+	p := newPair(t, a, b, QPTypeRC, defaultRC())
+	src, dst := a.mr(t, 1<<16, allAccess), b.mr(t, 1<<16, allAccess)
+	fill(src.Buf(), 12)
+	for i := 0; i < 50; i++ {
+		p.qa.PostSend(SendWR{ID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{src.SGE(0, 1<<16)},
+			RemoteAddr: dst.Addr(), RKey: dst.RKey()})
+		expectStatus(t, a.cq, uint64(i), WCSuccess)
+	}
+	if !bytes.Equal(dst.Buf(), src.Buf()) {
+		t.Fatal("WRITE to a passive busy-poll target differs")
+	}
+	p.qb.PostRecv(RecvWR{ID: 1, SGL: []SGE{dst.SGE(0, 64)}})
+	p.qa.PostSend(SendWR{ID: 99, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{src.SGE(0, 64)}})
+	expectStatus(t, a.cq, 99, WCSuccess)
+	expectStatus(t, b.rcq, 1, WCSuccess)
 }

@@ -28,8 +28,10 @@ type SoftConfig struct {
 	// MTU is the port's active MTU. Zero derives it from the interface MTU as Linux rxe
 	// does (interface MTU − 80, rounded down to an IB MTU: 4096 on loopback).
 	MTU MTU
-	// BusyPoll makes the receive path spin on the socket instead of sleeping in the
-	// netpoller: lowest latency, one core busy per device.
+	// BusyPoll makes CQ polls read the socket themselves when the CQ is empty, the way
+	// a DPDK poll-mode driver runs in the application's thread: a program spinning on
+	// CQ.Poll sees packets without a goroutine hand-off. Traffic nobody polls for (a
+	// passive WRITE target) is still served by a goroutine parked in the netpoller.
 	BusyPoll bool
 	// Conn, when set, is used instead of opening a UDP socket (for example a simulated
 	// network from netio/simnet, or a netio.Tee recording to pcap). The device owns it.
@@ -140,7 +142,7 @@ func (softProvider) open(info DeviceInfo) (deviceImpl, error) {
 		if !cfg.Addr.IsValid() {
 			return nil, fmt.Errorf("verbs: software device %s has no address", cfg.Name)
 		}
-		c, err := netio.ListenUDP(netip.AddrPortFrom(cfg.Addr, port), netio.UDPOptions{BusyPoll: cfg.BusyPoll})
+		c, err := netio.ListenUDP(netip.AddrPortFrom(cfg.Addr, port), netio.UDPOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("verbs: open %s on %s: %w", cfg.Name, netip.AddrPortFrom(cfg.Addr, port), err)
 		}
@@ -158,7 +160,7 @@ func (softProvider) open(info DeviceInfo) (deviceImpl, error) {
 	if log == nil && os.Getenv("GOVERBS_DEBUG") != "" {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	d, err := engine.New(engine.Config{Name: cfg.Name, Conn: conn, PeerPort: port, MTU: mtu, Logger: log})
+	d, err := engine.New(engine.Config{Name: cfg.Name, Conn: conn, PeerPort: port, MTU: mtu, Logger: log, BusyPoll: cfg.BusyPoll})
 	if err != nil {
 		conn.Close()
 		return nil, err

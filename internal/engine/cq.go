@@ -65,6 +65,14 @@ func (cq *CQ) Depth() int {
 
 // Poll copies up to len(out) completions, oldest first, and returns how many.
 func (cq *CQ) Poll(out []WC) (int, error) {
+	if cq.dev.poller != nil {
+		cq.mu.Lock()
+		empty := cq.n == 0
+		cq.mu.Unlock()
+		if empty {
+			cq.dev.PollRx() // busy-poll mode: the poller drives the device
+		}
+	}
 	cq.mu.Lock()
 	if cq.closed {
 		cq.mu.Unlock()

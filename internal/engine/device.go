@@ -43,6 +43,9 @@ type Config struct {
 	// MTU is the port's active MTU (wire.ActiveMTU of the interface).
 	MTU    wire.MTU
 	Logger *slog.Logger
+	// BusyPoll makes CQ polls read the socket themselves when the CQ is empty (the
+	// Conn must be a netio.Poller; otherwise the device stays in the default mode).
+	BusyPoll bool
 }
 
 // Device is one software RDMA device bound to one IP address.
@@ -72,7 +75,11 @@ type Device struct {
 	rxDone   chan struct{}
 	done     chan struct{}
 
-	// Receive-loop state, touched only by the receive goroutine.
+	// Receive state: owned by the receive goroutine, or in busy-poll mode by whoever
+	// holds rxMu.
+	rxMu     sync.Mutex
+	poller   netio.Poller // busy-poll mode
+	rxMsgs   []netio.Message
 	rxPkt    wire.Packet
 	ackQueue []*QP
 }
@@ -105,6 +112,10 @@ func New(cfg Config) (*Device, error) {
 		d.log = slog.New(slog.DiscardHandler)
 	}
 	d.debug = d.log.Enabled(context.Background(), slog.LevelDebug)
+	if p, ok := netio.AsPoller(d.conn); ok && cfg.BusyPoll {
+		d.poller = p
+	}
+	d.rxMsgs = newRxMsgs(d.conn.Caps())
 	d.gid = AddrToGID(d.local.Addr())
 	d.txPool.New = func() any { return newTxBatch(d.conn.Caps()) }
 	d.sender.init()
@@ -125,6 +136,9 @@ func (d *Device) LocalAddr() netip.AddrPort { return d.local }
 
 // ActiveMTU returns the port's active MTU.
 func (d *Device) ActiveMTU() wire.MTU { return d.mtu }
+
+// BusyPoll reports whether the device is in busy-poll mode.
+func (d *Device) BusyPoll() bool { return d.poller != nil }
 
 // Conn returns the device's datagram connection (for capabilities).
 func (d *Device) Conn() netio.Conn { return d.conn }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"net/netip"
+	"runtime"
 	"time"
 
 	"github.com/goverbs/goverbs/netio"
@@ -18,29 +19,27 @@ func rxBufSize(c netio.Caps) int {
 	return 2 * txBufSize
 }
 
-// rxLoop is the device's receive path: it reads batches and processes each packet to
-// completion (responder or completer) before reading the next batch, then sends the ACKs
-// the batch earned, one per QP.
-func (d *Device) rxLoop() {
-	defer close(d.rxDone)
-	caps := d.conn.Caps()
-	batch := caps.BatchSize
-	if batch < 1 {
-		batch = 1
-	}
-	if batch > 64 {
-		batch = 64
-	}
-	msgs := make([]netio.Message, batch)
+// newRxMsgs allocates the receive batch.
+func newRxMsgs(caps netio.Caps) []netio.Message {
+	msgs := make([]netio.Message, min(max(caps.BatchSize, 1), 64))
 	size := rxBufSize(caps)
 	for i := range msgs {
 		msgs[i].Buf = make([]byte, size)
 	}
+	return msgs
+}
+
+// rxLoop is the device's receive path in the default mode: it sleeps in the netpoller
+// until a batch arrives and processes each packet to completion (responder or completer)
+// before reading the next batch, then sends the ACKs the batch earned, one per QP.
+func (d *Device) rxLoop() {
+	defer close(d.rxDone)
+	if d.poller != nil {
+		d.busyLoop()
+		return
+	}
 	for {
-		for i := range msgs {
-			msgs[i].Buf = msgs[i].Buf[:cap(msgs[i].Buf)]
-		}
-		n, err := d.conn.ReadBatch(msgs)
+		n, err := d.conn.ReadBatch(d.resetRx())
 		raceAcquireWire()
 		if err != nil {
 			if isClosed(err) || d.closed.Load() {
@@ -52,21 +51,66 @@ func (d *Device) rxLoop() {
 			time.Sleep(time.Millisecond) // a persistent socket error must not spin a core
 			continue
 		}
-		for i := range msgs[:n] {
-			m := &msgs[i]
-			b := m.Buf[:m.N]
-			if m.SegSize > 0 {
-				for seg := 0; len(b) > 0; seg++ {
-					k := min(m.SegSize, len(b))
-					d.input(b[:k], m.Addr, seg)
-					b = b[k:]
-				}
-			} else {
-				d.input(b, m.Addr, 0)
-			}
-		}
-		d.flushAcks()
+		d.processRx(n)
 	}
+}
+
+// busyLoop serves a busy-poll device: the application's CQ polls read the socket
+// themselves (PollRx); this goroutine only parks until traffic arrives that nobody is
+// polling for, such as one-sided WRITEs to a passive target.
+func (d *Device) busyLoop() {
+	for {
+		if err := d.poller.WaitReadable(); err != nil {
+			if isClosed(err) || d.closed.Load() {
+				return
+			}
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		if !d.PollRx() {
+			runtime.Gosched() // a CQ poller is at it; let it finish
+		}
+	}
+}
+
+// PollRx reads and processes what the socket holds now, if no one else is doing so.
+// It reports whether it ran. Busy-poll devices call it from CQ polls.
+func (d *Device) PollRx() bool {
+	if !d.rxMu.TryLock() {
+		return false
+	}
+	n, err := d.poller.PollBatch(d.resetRx())
+	raceAcquireWire()
+	if err == nil && n > 0 {
+		d.processRx(n)
+	}
+	d.rxMu.Unlock()
+	return true
+}
+
+func (d *Device) resetRx() []netio.Message {
+	for i := range d.rxMsgs {
+		d.rxMsgs[i].Buf = d.rxMsgs[i].Buf[:cap(d.rxMsgs[i].Buf)]
+	}
+	return d.rxMsgs
+}
+
+// processRx runs the first n messages of the receive batch through the device.
+func (d *Device) processRx(n int) {
+	for i := range d.rxMsgs[:n] {
+		m := &d.rxMsgs[i]
+		b := m.Buf[:m.N]
+		if m.SegSize > 0 {
+			for seg := 0; len(b) > 0; seg++ {
+				k := min(m.SegSize, len(b))
+				d.input(b[:k], m.Addr, seg)
+				b = b[k:]
+			}
+		} else {
+			d.input(b, m.Addr, 0)
+		}
+	}
+	d.flushAcks()
 }
 
 func (d *Device) flushAcks() {

@@ -24,8 +24,9 @@ func skipDeregBug(t *testing.T) {
 		t.Skip("ENGINE BUG: MR.Close does not stop a request already in progress: the responder keeps the " +
 			"slice it resolved at a WRITE's FIRST packet (responder.go recvWrite, r.write) and a READ's response " +
 			"stream (respItem.src, same pattern, not demonstrated), so after Close returns the rest of an 8 MiB WRITE " +
-			"(7 MB here) lands in the deregistered memory and completes successfully, and with Mmap'd memory unmapped " +
-			"after Close the process dies with SIGSEGV in recvWrite. Reproduce: " +
+			"(7 MB here) lands in the deregistered memory and completes successfully; a WRITE through a type 2 window " +
+			"keeps landing after LOCAL_INV revoked it; and with Mmap'd memory unmapped after Close the process dies " +
+			"with SIGSEGV in recvWrite. Reproduce: " +
 			"GOVERBS_ENGINE_BUGS=1 go test ./verbs -run TestDeregisterDuringTransfer -v")
 	}
 }
@@ -80,6 +81,49 @@ func TestDeregisterDuringTransfer(t *testing.T) {
 			if touched > 0 || wc.Status == WCSuccess {
 				t.Errorf("WRITE after MR.Close: completion %v, %d bytes of the deregistered memory written", wc.Status, touched)
 			}
+			a.dev.Close()
+			b.dev.Close()
+		})
+	})
+	t.Run("WRITE through a window invalidated mid-way", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			const n = 8 << 20
+			a, b, p := derefHosts(t)
+			local := a.mr(t, n, allAccess)
+			buf := make([]byte, n)
+			mr, err := b.pd.RegMR(buf, allAccess|AccessMWBind)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mw, err := b.pd.AllocMW(MWType2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rkey := IncRKey(mw.RKey())
+			p.qb.PostSend(SendWR{ID: 7, Opcode: WRBindMW, Flags: SendSignaled, Bind: &MWBindWR{MW: mw, RKey: rkey,
+				MWBind: MWBind{MR: mr, Addr: mr.Addr(), Length: n, Access: AccessRemoteWrite}}})
+			expectStatus(t, b.cq, 7, WCSuccess)
+			if err := p.qa.PostSend(SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{local.SGE(0, n)},
+				RemoteAddr: mr.Addr(), RKey: rkey}); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(20 * time.Millisecond)
+			p.qb.PostSend(SendWR{ID: 8, Opcode: WRLocalInv, Flags: SendSignaled, Imm: rkey})
+			expectStatus(t, b.cq, 8, WCSuccess)
+			for i := range buf {
+				buf[i] = 0xee
+			}
+			wc := waitWC(t, a.cq, 1, 10*time.Second)[0]
+			touched := 0
+			for _, x := range buf {
+				if x != 0xee {
+					touched++
+				}
+			}
+			if touched > 0 || wc.Status == WCSuccess {
+				t.Errorf("WRITE after LOCAL_INV of its window: completion %v, %d bytes written through the revoked window", wc.Status, touched)
+			}
+			mw.Close()
 			a.dev.Close()
 			b.dev.Close()
 		})

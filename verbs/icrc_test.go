@@ -12,15 +12,16 @@ import (
 // TestICRCPolicy sends hand-built UD packets from a plain UDP socket, the way a foreign
 // RoCEv2 peer would, and checks the receive-side ICRC policy (docs/DESIGN.md): a packet
 // whose ICRC was computed for a non-zero IPv4 Identification is accepted by solving for
-// it, a corrupt one is dropped and counted, and once the QP's peer is known to send
-// Identification 0 only strict matches pass.
+// it, a corrupt one is dropped and counted, and once a QP's peer has shown itself a
+// goverbs peer only the Identifications goverbs sends pass.
 func TestICRCPolicy(t *testing.T) {
 	b := newHost(t, "127.10.0.3")
 	qb := udQP(t, b, 0x1234)
 	buf := b.mr(t, 4096, allAccess)
-	for i := 0; i < 4; i++ {
+	for i := 0; i < 8; i++ {
 		qb.PostRecv(RecvWR{ID: uint64(i), SGL: []SGE{buf.SGE(0, 4096)}})
 	}
+	qp := qb
 	conn, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.10.0.2:0")))
 	if err != nil {
 		t.Fatal(err)
@@ -29,7 +30,7 @@ func TestICRCPolicy(t *testing.T) {
 	srcAP := conn.LocalAddr().(*net.UDPAddr).AddrPort()
 	dst := netip.AddrPortFrom(netip.MustParseAddr("127.10.0.3"), wire.UDPPort)
 	send := func(id uint16, df, corrupt bool) {
-		h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.UDSendOnly, PKey: 0xffff, DestQP: qb.QPN(), PSN: 1},
+		h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.UDSendOnly, PKey: 0xffff, DestQP: qp.QPN(), PSN: 1},
 			DETH: wire.DETHFields{QKey: 0x1234, SrcQP: 0x99}}
 		pkt := make([]byte, 256)
 		hl := h.Encode(pkt)
@@ -54,14 +55,28 @@ func TestICRCPolicy(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	send(4242, false, false) // like Linux rxe: numbered, no DF
-	expectStatus(t, b.rcq, 0, WCSuccess)
-	waitCounter("icrc_ipid_recovered", 1)
+	// Like Linux rxe: a counter, with DF, passing through 0 (the wrap that once made a
+	// QP refuse its peer for good): every one verifies by solving for the number.
+	ids := []uint16{65534, 65535, 0, 1, 2, 100, 101}
+	for i, id := range ids {
+		send(id, true, false)
+		expectStatus(t, b.rcq, uint64(i), WCSuccess)
+	}
+	waitCounter("icrc_ipid_recovered", uint64(len(ids)-1)) // ID 0 verifies directly
 	send(4243, true, true) // corrupt: no Identification explains it
 	waitCounter("rcvd_icrc_err", 1)
-	send(0, true, false) // a goverbs-style packet: strict
-	expectStatus(t, b.rcq, 1, WCSuccess)
-	send(4244, false, false) // now only strict matches pass for this QP
+
+	// A second QP whose peer sends only goverbs-style packets becomes strict.
+	qc := udQP(t, b, 0x1234)
+	qp = qc
+	for i := 0; i < 140; i++ {
+		qc.PostRecv(RecvWR{ID: uint64(1000 + i), SGL: []SGE{buf.SGE(0, 4096)}})
+	}
+	for i := 0; i < 130; i++ {
+		send(0, true, false)
+		expectStatus(t, b.rcq, uint64(1000+i), WCSuccess)
+	}
+	send(4244, true, false) // a numbered packet to a strict QP: refused
 	waitCounter("rcvd_icrc_err", 2)
 	if n, _ := b.rcq.Poll(make([]WC, 1)); n != 0 {
 		t.Fatal("a corrupt or unverifiable packet completed")

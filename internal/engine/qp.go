@@ -117,7 +117,10 @@ type QP struct {
 	attr   QPAttr
 	remote netip.AddrPort // RC/UC: the peer, from the AH
 
-	peerZeroID atomic.Bool // the peer sends IPv4 Identification 0: verify ICRCs strictly
+	// ICRC strictness (recv.go checkICRC): goverbs-style packets seen in a row, and
+	// whether the peer ever sent another kind.
+	icrcRun     atomic.Uint32
+	icrcForeign atomic.Bool
 	commEst    bool        // EventCommEst raised
 	mtu        int         // path MTU in bytes
 
@@ -401,7 +404,8 @@ func (qp *QP) reset() {
 	qp.attr = QPAttr{}
 	qp.mtu = 0
 	qp.remote = netip.AddrPort{}
-	qp.peerZeroID.Store(false)
+	qp.icrcRun.Store(0)
+	qp.icrcForeign.Store(false)
 	qp.commEst = false
 }
 

@@ -164,11 +164,13 @@ func (d *Device) input(b []byte, from netip.AddrPort, seg int) {
 
 // checkICRC verifies the packet's ICRC for the IP header it arrived in (Annex A17.3.3).
 // goverbs peers send IPv4 with DF and Identification 0, or, in a GSO run, the segment's
-// number (0…63): for them the check is strict. Other peers (Linux rxe) number their
-// packets freely, and a UDP socket cannot see the number: for those the Identification
-// that makes the ICRC match is solved for, and a packet for which none exists is corrupt.
-// Once a QP's peer has verified strictly, only Identifications a goverbs peer can send
-// are accepted for that QP, which keeps a corrupted packet's chance of passing near 2^-25.
+// number (0…63). Other peers (Linux rxe) number their packets with a counter, and a UDP
+// socket cannot see the number: for those the Identification that makes the ICRC match
+// is solved for, and a packet for which none exists is corrupt (a 2^-15 chance of a
+// corrupted packet passing). A QP whose peer has sent strictSafeRun packets in a row with
+// goverbs-style Identifications and never another kind is held to those: a corrupted
+// packet then passes with a chance near 2^-25. A counting peer can never qualify: its
+// counter leaves 0…63 within 64 packets (it does pass through 0 every 65536).
 func (d *Device) checkICRC(b []byte, from netip.AddrPort, qp *QP, seg int) bool {
 	ip := wire.IPHeader{
 		Src: from.Addr(), Dst: d.local.Addr(), SrcPort: from.Port(), DstPort: d.local.Port(), DF: true,
@@ -176,25 +178,50 @@ func (d *Device) checkICRC(b []byte, from netip.AddrPort, qp *QP, seg int) bool 
 	if seg > 0 && seg < maxGSOSegments {
 		ip.ID = netio.GSOSegmentID(0, seg)
 		if wire.CheckICRC(&ip, b) {
+			qp.sawGoverbsID()
 			return true
 		}
 		ip.ID = 0
 	}
 	if wire.CheckICRC(&ip, b) {
-		if qp != nil && !qp.peerZeroID.Load() {
-			qp.peerZeroID.Store(true)
-		}
+		qp.sawGoverbsID()
 		return true
 	}
 	if !ip.Src.Unmap().Is4() {
 		return false
 	}
 	id, df, ok := wire.RecoverIPv4ID(&ip, b)
-	if !ok || qp != nil && qp.peerZeroID.Load() && (!df || id >= maxGSOSegments) {
+	if !ok {
 		return false
+	}
+	goverbsStyle := df && id < maxGSOSegments
+	if qp != nil {
+		if !goverbsStyle {
+			if qp.strictICRC() {
+				return false
+			}
+			qp.icrcForeign.Store(true)
+		} else {
+			qp.sawGoverbsID()
+		}
 	}
 	d.counters.ICRCRecovered.Add(1)
 	return true
+}
+
+// strictSafeRun is how many goverbs-style packets in a row make a QP verify strictly.
+const strictSafeRun = 2 * maxGSOSegments
+
+// sawGoverbsID counts a packet whose Identification a goverbs peer would use.
+func (qp *QP) sawGoverbsID() {
+	if qp != nil && qp.icrcRun.Load() < strictSafeRun {
+		qp.icrcRun.Add(1)
+	}
+}
+
+// strictICRC reports whether the QP's peer is known to be a goverbs peer.
+func (qp *QP) strictICRC() bool {
+	return !qp.icrcForeign.Load() && qp.icrcRun.Load() >= strictSafeRun
 }
 
 // maxGSOSegments bounds the Identifications a goverbs sender uses (netio: 64 per send).

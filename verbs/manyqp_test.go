@@ -110,6 +110,7 @@ func BenchmarkManyQPsWrite64K(b *testing.B) {
 	big := a.mr(b, 64<<10, allAccess)
 	tgt := c.mr(b, 64<<10, allAccess)
 	wcs := make([]WC, 64)
+	wr := SendWR{Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{big.SGE(0, 64<<10)}, RemoteAddr: tgt.Addr(), RKey: tgt.RKey()}
 	b.SetBytes(64 << 10)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -122,8 +123,7 @@ func BenchmarkManyQPsWrite64K(b *testing.B) {
 				runtime.Gosched()
 			}
 		}
-		if err := m.qa[i%n].PostSend(SendWR{Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{big.SGE(0, 64<<10)},
-			RemoteAddr: tgt.Addr(), RKey: tgt.RKey()}); err != nil {
+		if err := m.qa[i%n].PostSend(wr); err != nil {
 			b.Fatal(err)
 		}
 		inflight++

@@ -45,6 +45,15 @@ type DeviceInfo struct {
 	soft      *SoftConfig // for the software provider
 }
 
+// SoftConfig returns the configuration of a software device, so that a program can open
+// a listed device with options of its own (a Recorder, busy polling) through OpenSoft.
+func (i DeviceInfo) SoftConfig() (SoftConfig, bool) {
+	if i.soft == nil {
+		return SoftConfig{}, false
+	}
+	return *i.soft, true
+}
+
 // GIDEntry is one entry of a port's GID table.
 type GIDEntry struct {
 	Index int

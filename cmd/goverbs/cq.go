@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/goverbs/goverbs/verbs"
@@ -25,14 +26,20 @@ type cqWaiter struct {
 	spin   int
 }
 
-func newCQ(dev *verbs.Device, depth int, events bool) (*cqWaiter, error) {
+// newCQ creates a CQ with its channel. With busy (--busy-poll) wait never sleeps: every
+// poll of an empty CQ reads the device's socket itself.
+func newCQ(dev *verbs.Device, depth int, events, busy bool) (*cqWaiter, error) {
 	ch := dev.CreateCompChannel()
 	cq, err := dev.CreateCQ(depth, ch)
 	if err != nil {
 		ch.Close()
 		return nil, fmt.Errorf("couldn't create CQ of depth %d: %v", depth, err)
 	}
-	return &cqWaiter{cq: cq, ch: ch, buf: make([]verbs.WC, 64), events: events, spin: 200}, nil
+	w := &cqWaiter{cq: cq, ch: ch, buf: make([]verbs.WC, 64), events: events, spin: 200}
+	if busy && !events {
+		w.spin = math.MaxInt
+	}
+	return w, nil
 }
 
 func (w *cqWaiter) close() {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"strings"
 	"syscall"
 
@@ -18,6 +19,7 @@ type devOpts struct {
 	gidIdx int    // -g / -x: GID index
 	bind   string // --bind: the device's IP address
 	pcap   string // --pcap: capture file
+	busy   bool   // --busy-poll: the device in busy-poll mode, CQs polled without sleeping
 }
 
 // register adds the device flags; gidShort/gidLong are -g/--gid-idx for the ping-pongs
@@ -28,10 +30,12 @@ func (o *devOpts) register(fs *flagSet, gidShort, gidLong string) {
 	fs.intVar(&o.gidIdx, gidShort, gidLong, 0, "local port GID `INDEX`")
 	fs.stringVar(&o.bind, "", "bind", "", "run the software device on IP `ADDR` (each process on a host needs its own)")
 	fs.stringVar(&o.pcap, "", "pcap", "", "record the packets this side sends and receives to pcap `FILE`")
+	fs.boolVar(&o.busy, "", "busy-poll", "busy-poll: CQ polls drive the device and never sleep (lowest latency, burns a core)")
 }
 
 // endpoint is an opened local device with the port facts the tools print and exchange.
 type endpoint struct {
+	busy bool // busy-poll mode: CQ waits spin instead of sleeping
 	dev  *verbs.Device
 	rec  *pcap.Writer
 	port verbs.PortAttr
@@ -40,6 +44,9 @@ type endpoint struct {
 }
 
 func (e *endpoint) close() {
+	if statsWanted(false) {
+		printStats(os.Stderr, e.dev, true)
+	}
 	e.dev.Close()
 	if e.rec != nil {
 		e.rec.Close()
@@ -55,7 +62,7 @@ func openEndpoint(o devOpts) (*endpoint, error) {
 	if o.gidIdx < 0 {
 		return nil, fmt.Errorf("invalid GID index %d", o.gidIdx)
 	}
-	cfg := verbs.SoftConfig{Name: o.dev}
+	cfg := verbs.SoftConfig{Name: o.dev, BusyPoll: o.busy}
 	if o.bind != "" {
 		a, err := netip.ParseAddr(o.bind)
 		if err != nil {
@@ -67,26 +74,12 @@ func openEndpoint(o devOpts) (*endpoint, error) {
 		if err != nil {
 			return nil, err
 		}
-		cfg.Name = info.Name
-		if o.pcap == "" {
-			dev, err := verbs.Open(info.Name)
-			if err != nil {
-				return nil, openErr(info.Name, err)
-			}
-			return finishEndpoint(dev, nil, o)
+		soft, ok := info.SoftConfig()
+		if !ok {
+			return nil, fmt.Errorf("device %s is not a software device", info.Name)
 		}
-		// verbs.Open cannot take a Recorder: learn the listed device's address from its
-		// GID and open the same device again through OpenSoft with the recorder.
-		dev, err := verbs.Open(info.Name)
-		if err != nil {
-			return nil, openErr(info.Name, err)
-		}
-		gid, err := dev.QueryGID(1, 0)
-		dev.Close()
-		if err != nil {
-			return nil, err
-		}
-		cfg.Addr = gid.Addr()
+		soft.BusyPoll = o.busy
+		cfg = soft
 	}
 	if o.pcap != "" {
 		w, err := pcap.Create(o.pcap)
@@ -109,7 +102,7 @@ func openEndpoint(o devOpts) (*endpoint, error) {
 }
 
 func finishEndpoint(dev *verbs.Device, rec *pcap.Writer, o devOpts) (*endpoint, error) {
-	e := &endpoint{dev: dev, rec: rec}
+	e := &endpoint{dev: dev, rec: rec, busy: o.busy}
 	var err error
 	if e.port, err = dev.QueryPort(uint8(o.ibPort)); err != nil {
 		e.close()

@@ -351,10 +351,10 @@ func (s *perfSide) setup() error {
 	if s.lat {
 		sq = 64
 	}
-	if s.scq, err = newCQ(dev, sq*s.p.qps+1, false); err != nil {
+	if s.scq, err = newCQ(dev, sq*s.p.qps+1, false, s.ep.busy); err != nil {
 		return err
 	}
-	if s.rcq, err = newCQ(dev, s.o.rxDepth*s.p.qps+1, false); err != nil {
+	if s.rcq, err = newCQ(dev, s.o.rxDepth*s.p.qps+1, false, s.ep.busy); err != nil {
 		return err
 	}
 	s.index = make(map[uint32]int)

@@ -230,7 +230,7 @@ func (c *ppCtx) init() error {
 	if c.mr, err = c.pd.RegMR(buf, verbs.AccessLocalWrite); err != nil {
 		return fmt.Errorf("couldn't register MR: %v", err)
 	}
-	if c.cq, err = newCQ(dev, c.o.rxDepth+c.o.numQP, c.o.events); err != nil {
+	if c.cq, err = newCQ(dev, c.o.rxDepth+c.o.numQP, c.o.events, c.o.dev.busy); err != nil {
 		return err
 	}
 	if c.kind == ppSRQ {

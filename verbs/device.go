@@ -73,6 +73,7 @@ type Device struct {
 	srqs   map[srqImpl]*SRQ
 	evOnce sync.Once
 	evs    chan AsyncEvent
+	done   chan struct{} // closed by Close
 }
 
 // Devices lists the devices that can be opened (ibv_get_device_list). Without any
@@ -102,7 +103,7 @@ func openInfo(info DeviceInfo) (*Device, error) {
 		return nil, err
 	}
 	return &Device{
-		info: info, impl: impl,
+		info: info, impl: impl, done: make(chan struct{}),
 		qps: make(map[qpImpl]*QP), cqs: make(map[cqImpl]*CQ), srqs: make(map[srqImpl]*SRQ),
 	}, nil
 }
@@ -121,6 +122,7 @@ func (d *Device) Close() error {
 		return nil
 	}
 	d.closed = true
+	close(d.done)
 	d.mu.Unlock()
 	return d.impl.close()
 }
@@ -188,7 +190,11 @@ func (d *Device) Events() <-chan AsyncEvent {
 		go func() {
 			defer close(d.evs)
 			for ev := range d.impl.events() {
-				d.evs <- d.mapEvent(ev)
+				select {
+				case d.evs <- d.mapEvent(ev):
+				case <-d.done: // nobody is reading; do not outlive the device
+					return
+				}
 			}
 		}()
 	})

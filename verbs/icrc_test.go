@@ -63,7 +63,7 @@ func TestICRCPolicy(t *testing.T) {
 		expectStatus(t, b.rcq, uint64(i), WCSuccess)
 	}
 	waitCounter("icrc_ipid_recovered", uint64(len(ids)-1)) // ID 0 verifies directly
-	send(4243, true, true) // corrupt: no Identification explains it
+	send(4243, true, true)                                 // corrupt: no Identification explains it
 	waitCounter("rcvd_icrc_err", 1)
 
 	// A second QP whose peer sends only goverbs-style packets becomes strict.

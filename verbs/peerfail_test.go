@@ -562,12 +562,6 @@ func TestCloseWhileTrafficRuns(t *testing.T) {
 // stopped reading it must still be able to close the device without leaving goroutines
 // behind, however many events were raised.
 func TestCloseWithUndrainedEvents(t *testing.T) {
-	if os.Getenv("GOVERBS_ENGINE_BUGS") == "" {
-		t.Skip("ENGINE BUG: Device.Close leaks the two event-forwarding goroutines when the program " +
-			"called Events() and stopped reading: verbs/device.go Events (blocked in `d.evs <- d.mapEvent(ev)`) " +
-			"and soft.go softDevice.events (blocked in `out <- a`, which does not select on Done). " +
-			"Reproduce: GOVERBS_ENGINE_BUGS=1 go test ./verbs -run TestCloseWithUndrainedEvents")
-	}
 	leaks := checkGoroutines(t)
 	func() {
 		a := newHost(t, "127.30.0.43")

@@ -242,7 +242,11 @@ func (s *softDevice) events() <-chan asyncEvent {
 				if ev.SRQ != nil {
 					a.srq = softSRQOf(ev.SRQ)
 				}
-				out <- a
+				select {
+				case out <- a:
+				case <-s.d.Done():
+					return
+				}
 			case <-s.d.Done():
 				return
 			}

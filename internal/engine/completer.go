@@ -33,9 +33,14 @@ type completer struct {
 
 func (c *completer) init(qp *QP) { c.qp = qp }
 
+// reset clears the transport state field by field: the timers, their mutex and the QP
+// link stay, because a timer callback may be reading them right now (it then finds
+// nothing to do under qp.mu).
 func (c *completer) reset() {
-	qp := c.qp
-	*c = completer{qp: qp, retrans: c.retrans, rnr: c.rnr}
+	c.psn, c.retryLeft, c.rnrRetryLeft = 0, 0, 0
+	c.rewound, c.rewoundAt = false, 0
+	c.rnrWait = false
+	c.retransExpiry = time.Time{}
 }
 
 // armRetransmit starts the local ACK timer if it is not running. qp.mu is held.
@@ -296,7 +301,10 @@ func (qp *QP) readResponse(p *wire.Packet, psn wire.PSN) bool {
 		c.failHead(WCBadRespErr, 0)
 		return false
 	}
-	w.local.copyIn(p.Payload, off)
+	if !w.local.copyIn(p.Payload, off) {
+		c.failHead(WCLocProtErr, 0) // the landing buffer was deregistered meanwhile
+		return false
+	}
 	w.got++
 	c.progress(psn.Add(1))
 	if last {
@@ -320,7 +328,10 @@ func (qp *QP) atomicAck(p *wire.Packet, psn wire.PSN) bool {
 	// The original value lands in the local buffer in host byte order, as on an RNIC.
 	var v [8]byte
 	binary.NativeEndian.PutUint64(v[:], p.AtomicAckETH.OrigData())
-	w.local.copyIn(v[:], 0)
+	if !w.local.copyIn(v[:], 0) {
+		c.failHead(WCLocProtErr, 0)
+		return false
+	}
 	w.state = wqeDone
 	qp.req.outstandingRdAtom--
 	c.progress(psn.Add(1))

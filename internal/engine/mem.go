@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -43,6 +44,35 @@ type region struct {
 	valid  atomic.Bool
 	window bool  // a memory window
 	mwType uint8 // 1 or 2; only type 2 windows are invalidated by LOCAL_INV or SEND_WITH_INV
+
+	// use counts accesses in progress. Every copy into or out of the region happens
+	// between acquire and release, and invalidation (deregistration, LOCAL_INV, unbind)
+	// waits for use to drain, so when MR.Close returns no packet can touch the memory
+	// again: the caller may unmap it.
+	use atomic.Int32
+}
+
+// acquire pins the region for one access, or reports that it is no longer valid.
+// Go's atomics are sequentially consistent, so an acquire either sees the invalidation
+// or is waited for by it.
+func (r *region) acquire() bool {
+	r.use.Add(1)
+	if !r.valid.Load() {
+		r.use.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (r *region) release() { r.use.Add(-1) }
+
+// invalidate stops all further access and waits for accesses in progress to finish.
+// They are single packet copies, which take no lock, so the wait is short.
+func (r *region) invalidate() {
+	r.valid.Store(false)
+	for r.use.Load() != 0 {
+		runtime.Gosched()
+	}
 }
 
 // MR is a registered memory region.
@@ -94,7 +124,7 @@ func (t *keyTable) add(r *region) error {
 }
 
 func (t *keyTable) remove(r *region) {
-	r.valid.Store(false)
+	r.invalidate()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	idx := r.key >> keyIndexBits
@@ -187,16 +217,37 @@ func (r *region) span(pd *PD, va uint64, n uint32, need Access) ([]byte, bool) {
 	return r.buf[off : off+uint64(n) : off+uint64(n)], true
 }
 
-// sgl is a scatter/gather list resolved to byte slices.
+// sgl is a scatter/gather list resolved to byte slices, with the regions they lie in.
 type sgl struct {
 	segs  [][]byte
+	regs  []*region
 	total int
+}
+
+// acquire pins every region of the list for one packet's copy (see region.acquire).
+func (l *sgl) acquire() bool {
+	for i, r := range l.regs {
+		if !r.acquire() {
+			for _, q := range l.regs[:i] {
+				q.release()
+			}
+			return false
+		}
+	}
+	return true
+}
+
+func (l *sgl) release() {
+	for _, r := range l.regs {
+		r.release()
+	}
 }
 
 // resolveSGL checks every SGE against the key table (lkey, PD, bounds, and local write
 // when the engine is going to write into it) and records the slices. IBTA 10.7.2.2.
 func (d *Device) resolveSGL(pd *PD, in []SGE, write bool, out *sgl) bool {
 	out.segs = out.segs[:0]
+	out.regs = out.regs[:0]
 	out.total = 0
 	need := Access(0)
 	if write {
@@ -215,13 +266,19 @@ func (d *Device) resolveSGL(pd *PD, in []SGE, write bool, out *sgl) bool {
 			return false
 		}
 		out.segs = append(out.segs, b)
+		out.regs = append(out.regs, r)
 		out.total += len(b)
 	}
 	return true
 }
 
-// copyOut gathers len(dst) bytes starting at byte offset off of the list into dst.
-func (l *sgl) copyOut(dst []byte, off int) {
+// copyOut gathers len(dst) bytes starting at byte offset off of the list into dst. It
+// reports false, copying nothing, when a region has been invalidated.
+func (l *sgl) copyOut(dst []byte, off int) bool {
+	if !l.acquire() {
+		return false
+	}
+	defer l.release()
 	for _, s := range l.segs {
 		if off >= len(s) {
 			off -= len(s)
@@ -231,14 +288,20 @@ func (l *sgl) copyOut(dst []byte, off int) {
 		dst = dst[n:]
 		off = 0
 		if len(dst) == 0 {
-			return
+			return true
 		}
 	}
+	return true
 }
 
 // copyIn scatters src into the list starting at byte offset off. The caller has checked
-// that off+len(src) fits.
-func (l *sgl) copyIn(src []byte, off int) {
+// that off+len(src) fits. It reports false, copying nothing, when a region has been
+// invalidated.
+func (l *sgl) copyIn(src []byte, off int) bool {
+	if !l.acquire() {
+		return false
+	}
+	defer l.release()
 	for _, s := range l.segs {
 		if off >= len(s) {
 			off -= len(s)
@@ -248,7 +311,8 @@ func (l *sgl) copyIn(src []byte, off int) {
 		src = src[n:]
 		off = 0
 		if len(src) == 0 {
-			return
+			return true
 		}
 	}
+	return true
 }

@@ -78,8 +78,7 @@ func (mw *MW) Close() error {
 		return nil
 	}
 	mw.closed = true
-	mw.cur.valid.Store(false)
-	mw.dev.keys.remove(mw.cur)
+	mw.dev.keys.remove(mw.cur) // invalidates and waits for accesses in progress
 	if mw.mr != nil {
 		mw.mr.windows.Add(-1)
 		mw.mr = nil
@@ -129,7 +128,7 @@ func (mw *MW) bind(pd *PD, b *BindMW) bool {
 // replace installs r as the window's binding. mw.mu is held.
 func (mw *MW) replace(r *region, mr *MR, valid bool) {
 	old := mw.cur
-	old.valid.Store(false)
+	old.invalidate()
 	r.valid.Store(valid)
 	mw.dev.keys.slots[mw.idx].Store(r)
 	mw.cur = r

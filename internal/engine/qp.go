@@ -121,8 +121,8 @@ type QP struct {
 	// whether the peer ever sent another kind.
 	icrcRun     atomic.Uint32
 	icrcForeign atomic.Bool
-	commEst    bool        // EventCommEst raised
-	mtu        int         // path MTU in bytes
+	commEst     bool // EventCommEst raised
+	mtu         int  // path MTU in bytes
 
 	sq     sendQueue
 	rq     recvQueue
@@ -189,6 +189,7 @@ func (d *Device) CreateQP(pd *PD, init QPInit) (*QP, error) {
 	qp.sq.wqes = make([]sendWQE, c.MaxSendWR)
 	sges := make([]SGE, int(c.MaxSendWR*c.MaxSendSGE))
 	segs := make([][]byte, int(c.MaxSendWR*c.MaxSendSGE))
+	regs := make([]*region, int(c.MaxSendWR*c.MaxSendSGE))
 	var inl []byte
 	if c.MaxInline > 0 {
 		inl = make([]byte, int(c.MaxSendWR*c.MaxInline))
@@ -198,6 +199,7 @@ func (d *Device) CreateQP(pd *PD, init QPInit) (*QP, error) {
 		k, n := i*int(c.MaxSendSGE), int(c.MaxSendSGE)
 		w.sgeStore = sges[k : k : k+n]
 		w.local.segs = segs[k : k : k+n]
+		w.local.regs = regs[k : k : k+n]
 		if inl != nil {
 			k, n := i*int(c.MaxInline), int(c.MaxInline)
 			w.inline = inl[k : k : k+n]
@@ -207,15 +209,18 @@ func (d *Device) CreateQP(pd *PD, init QPInit) (*QP, error) {
 		qp.rq.wqes = make([]recvWQE, c.MaxRecvWR)
 		rsges := make([]SGE, int(c.MaxRecvWR*c.MaxRecvSGE))
 		rsegs := make([][]byte, int(c.MaxRecvWR*c.MaxRecvSGE))
+		rregs := make([]*region, int(c.MaxRecvWR*c.MaxRecvSGE))
 		for i := range qp.rq.wqes {
 			k, n := i*int(c.MaxRecvSGE), int(c.MaxRecvSGE)
 			qp.rq.wqes[i].sgeStore = rsges[k : k : k+n]
 			qp.rq.wqes[i].local.segs = rsegs[k : k : k+n]
+			qp.rq.wqes[i].local.regs = rregs[k : k : k+n]
 		}
 	} else {
 		qp.cap.MaxRecvWR, qp.cap.MaxRecvSGE = 0, 0
 		qp.srqWQE.sgeStore = make([]SGE, 0, init.SRQ.maxSGE)
 		qp.srqWQE.local.segs = make([][]byte, 0, init.SRQ.maxSGE)
+		qp.srqWQE.local.regs = make([]*region, 0, init.SRQ.maxSGE)
 	}
 	qp.comp.init(qp)
 
@@ -572,6 +577,7 @@ func (qp *QP) enqueueSend(wr *SendWR) error {
 	w.vendor = 0
 	w.next = 0
 	w.local.segs = w.local.segs[:0]
+	w.local.regs = w.local.regs[:0]
 	w.local.total = 0
 	if inline {
 		// Inline data is copied now: the caller may reuse its buffer as soon as PostSend
@@ -585,11 +591,12 @@ func (qp *QP) enqueueSend(wr *SendWR) error {
 				break
 			}
 			b, in := r.span(r.pd, s.Addr, s.Length, 0)
-			if !in {
+			if !in || !r.acquire() {
 				ok = false
 				break
 			}
 			w.inline = append(w.inline, b...)
+			r.release()
 		}
 		if !ok {
 			return errInlineKey
@@ -648,6 +655,7 @@ func (qp *QP) PostRecv(wrs []RecvWR) error {
 		r.id = wr.ID
 		r.sgeStore = append(r.sgeStore[:0], wr.SGL...)
 		r.local.segs = r.local.segs[:0]
+		r.local.regs = r.local.regs[:0]
 		r.local.total = -1 // resolved when a message lands in it
 		qp.rq.tail++
 	}

@@ -97,7 +97,10 @@ func (qp *QP) runRequester() {
 		if tx == nil {
 			tx = qp.dev.getTx()
 		}
-		qp.sendPackets(w, tx)
+		if !qp.sendPackets(w, tx) {
+			qp.localError(w, WCLocProtErr) // its memory was deregistered meanwhile
+			break
+		}
 		sentAny = true
 		if w.state == wqeSending {
 			break // stopped by the window
@@ -185,11 +188,12 @@ func (qp *QP) localError(w *sendWQE, st WCStatus) {
 	qp.sq.req = qp.sq.head
 }
 
-// sendPackets sends w's remaining packets as the window allows.
-func (qp *QP) sendPackets(w *sendWQE, tx *txBatch) {
+// sendPackets sends w's remaining packets as the window allows. It reports false when
+// w's memory is no longer registered.
+func (qp *QP) sendPackets(w *sendWQE, tx *txBatch) bool {
 	if w.wr.Opcode == WRRDMARead || w.wr.Opcode == WRAtomicCmpAndSwp || w.wr.Opcode == WRAtomicFetchAdd {
 		qp.sendReadAtomic(w, tx)
-		return
+		return true
 	}
 	dst := qp.remote
 	if qp.typ == QPTypeUD {
@@ -197,7 +201,7 @@ func (qp *QP) sendPackets(w *sendWQE, tx *txBatch) {
 	}
 	for w.next < w.npkts {
 		if qp.typ == QPTypeRC && qp.req.psn.Diff(qp.comp.psn) >= MaxUnackedPSNs {
-			return
+			return true
 		}
 		k := w.next
 		op := qp.opcodeFor(w, k, w.npkts)
@@ -244,8 +248,8 @@ func (qp *QP) sendPackets(w *sendWQE, tx *txBatch) {
 		hlen := h.Encode(buf)
 		if w.wr.Flags&SendInline != 0 {
 			copy(buf[hlen:hlen+n], w.inline[off:])
-		} else {
-			w.local.copyOut(buf[hlen:hlen+n], off)
+		} else if !w.local.copyOut(buf[hlen:hlen+n], off) {
+			return false
 		}
 		qp.dev.commit(tx, hlen, n, dst)
 		qp.sentPSN(psn, psn.Add(1))
@@ -255,6 +259,7 @@ func (qp *QP) sendPackets(w *sendWQE, tx *txBatch) {
 	if qp.typ != QPTypeRC {
 		w.state = wqeDone
 	}
+	return true
 }
 
 // sendReadAtomic sends a READ request (for the responses not yet received) or an atomic

@@ -18,7 +18,8 @@ type responder struct {
 	recv     *recvWQE // receive WQE the SEND (or WRITE with immediate) lands in
 	recvID   uint64
 	recvOff  int
-	write    []byte // the RDMA WRITE target, checked once on FIRST/ONLY
+	write    []byte  // the RDMA WRITE target, checked on FIRST/ONLY
+	writeReg *region // its region, pinned for each packet's copy (it may be invalidated mid-message)
 	writeOff int
 	writeLen int
 
@@ -171,7 +172,10 @@ func (qp *QP) recvSend(p *wire.Packet, psn wire.PSN) bool {
 		qp.respError(wire.NAKInvalidRequest, WCLocLenErr, psn, EventQPReqErr)
 		return false
 	}
-	r.recv.local.copyIn(p.Payload, r.recvOff)
+	if !r.recv.local.copyIn(p.Payload, r.recvOff) {
+		qp.respError(wire.NAKRemoteOperationalError, WCLocProtErr, psn, EventQPFatal)
+		return false
+	}
 	r.recvOff += len(p.Payload)
 	if fl.Has(wire.Last) || fl.Has(wire.Only) {
 		wc := WC{ID: r.recvID, Opcode: WCRecv, ByteLen: uint32(r.recvOff), QPN: qp.qpn, SrcQP: qp.attr.DestQPN}
@@ -212,14 +216,14 @@ func (qp *QP) recvWrite(p *wire.Packet, psn wire.PSN) bool {
 			qp.respError(wire.NAKInvalidRequest, WCRemInvReqErr, psn, EventQPReqErr)
 			return false
 		}
-		r.write = nil
+		r.write, r.writeReg = nil, nil
 		if n > 0 { // a zero-length WRITE checks no key (IBTA 9.7.4.1.5, C9-88)
-			b, ok := qp.remoteSpan(rkey, va, n, AccessRemoteWrite)
+			b, reg, ok := qp.remoteSpan(rkey, va, n, AccessRemoteWrite)
 			if !ok {
 				qp.respError(wire.NAKRemoteAccessError, WCRemAccessErr, psn, EventQPAccessErr)
 				return false
 			}
-			r.write = b
+			r.write, r.writeReg = b, reg
 		}
 		r.writeOff, r.writeLen = 0, int(n)
 		r.inMsg = msgWrite
@@ -235,7 +239,17 @@ func (qp *QP) recvWrite(p *wire.Packet, psn wire.PSN) bool {
 		qp.rnr(psn)
 		return false
 	}
-	copy(r.write[r.writeOff:], p.Payload)
+	if len(p.Payload) > 0 {
+		// The region may have been deregistered (or the window invalidated) since the
+		// FIRST packet: each packet pins it, and one that finds it gone is an access error.
+		if !r.writeReg.acquire() {
+			qp.dev.counters.AccessErrors.Add(1)
+			qp.respError(wire.NAKRemoteAccessError, WCRemAccessErr, psn, EventQPAccessErr)
+			return false
+		}
+		copy(r.write[r.writeOff:], p.Payload)
+		r.writeReg.release()
+	}
 	r.writeOff += len(p.Payload)
 	if fl.Has(wire.Last) || fl.Has(wire.Only) {
 		r.inMsg = msgNone
@@ -245,7 +259,7 @@ func (qp *QP) recvWrite(p *wire.Packet, psn wire.PSN) bool {
 			r.recv = nil
 			qp.recvCQ.push(&wc, p.BTH.SE())
 		}
-		r.write = nil
+		r.write, r.writeReg = nil, nil
 	}
 	return true
 }
@@ -253,17 +267,17 @@ func (qp *QP) recvWrite(p *wire.Packet, psn wire.PSN) bool {
 // remoteSpan checks an rkey, range and right for a remote request (IBTA 9.7.4.1.5 and
 // 10.6.3.3): the key names a valid region or window of this QP's PD that grants need and
 // covers [va, va+n).
-func (qp *QP) remoteSpan(rkey uint32, va uint64, n uint32, need Access) ([]byte, bool) {
+func (qp *QP) remoteSpan(rkey uint32, va uint64, n uint32, need Access) ([]byte, *region, bool) {
 	reg := qp.dev.keys.lookup(rkey)
 	if reg == nil {
 		qp.dev.counters.AccessErrors.Add(1)
-		return nil, false
+		return nil, nil, false
 	}
 	b, ok := reg.span(qp.pd, va, n, need)
 	if !ok {
 		qp.dev.counters.AccessErrors.Add(1)
 	}
-	return b, ok
+	return b, reg, ok
 }
 
 // recvRead executes a READ request: it saves a responder resource and queues the
@@ -278,15 +292,15 @@ func (qp *QP) recvRead(p *wire.Packet, psn wire.PSN, dup bool) {
 		return
 	}
 	var src []byte
+	var reg *region
 	if n > 0 {
-		b, ok := qp.remoteSpan(rkey, va, n, AccessRemoteRead)
+		b, rg, ok := qp.remoteSpan(rkey, va, n, AccessRemoteRead)
 		if !ok {
-			if !dup {
-				qp.respError(wire.NAKRemoteAccessError, WCRemAccessErr, psn, EventQPAccessErr)
-			}
+			// A repeated READ whose key has gone since is refused like a new one.
+			qp.respError(wire.NAKRemoteAccessError, WCRemAccessErr, psn, EventQPAccessErr)
 			return
 		}
-		src = b
+		src, reg = b, rg
 	}
 	npkts := uint32((int(n) + qp.mtu - 1) / qp.mtu)
 	if npkts == 0 {
@@ -305,13 +319,13 @@ func (qp *QP) recvRead(p *wire.Packet, psn wire.PSN, dup bool) {
 			if it.kind == respRead && !psn.Before(it.first) && psn.Before(it.first.Add(it.npkts)) {
 				// Restart the stream still being sent at the PSN asked for; the
 				// retried request describes exactly the remaining memory.
-				it.first, it.npkts, it.psn, it.src = psn, npkts, psn, src
+				it.first, it.npkts, it.psn, it.src, it.reg = psn, npkts, psn, src, reg
 				qp.flushResponses()
 				return
 			}
 		}
 	}
-	r.out.push(respItem{kind: respRead, first: psn, npkts: npkts, psn: psn, src: src})
+	r.out.push(respItem{kind: respRead, first: psn, npkts: npkts, psn: psn, src: src, reg: reg})
 	qp.flushResponses()
 }
 
@@ -325,11 +339,12 @@ func (qp *QP) recvAtomic(p *wire.Packet, psn wire.PSN) {
 		qp.respError(wire.NAKInvalidRequest, WCRemInvReqErr, psn, EventQPReqErr)
 		return
 	}
-	b, ok := qp.remoteSpan(a.RKey(), va, 8, AccessRemoteAtomic)
-	if !ok {
+	b, reg, ok := qp.remoteSpan(a.RKey(), va, 8, AccessRemoteAtomic)
+	if !ok || !reg.acquire() {
 		qp.respError(wire.NAKRemoteAccessError, WCRemAccessErr, psn, EventQPAccessErr)
 		return
 	}
+	defer reg.release()
 	// The target is 8-byte aligned in the address space (va&7 == 0 and va maps 1:1 onto
 	// the registered slice), so the hardware atomics apply: atomics from every QP of every
 	// device in this process to the same word are serialised by the CPU.

@@ -35,6 +35,7 @@ type respItem struct {
 	first wire.PSN
 	npkts uint32
 	src   []byte
+	reg   *region // pinned for each response's copy; nil for a zero-length READ
 }
 
 type respQueue struct {
@@ -71,6 +72,7 @@ func (qp *QP) pump(budget int) bool {
 		return false
 	}
 	tx := qp.dev.getTx()
+	failed := false
 	for !q.empty() && budget > 0 {
 		it := &q.items[q.head]
 		switch it.kind {
@@ -84,7 +86,14 @@ func (qp *QP) pump(budget int) bool {
 			q.head++
 		case respRead:
 			for budget > 0 {
-				qp.buildReadResponse(tx, it)
+				if !qp.buildReadResponse(tx, it) {
+					// The memory was deregistered mid-stream: the rest of the READ is a
+					// remote access error (and the QP's end, as for any such error).
+					it.kind, it.syn = respAck, wire.NAKSyndrome(wire.NAKRemoteAccessError)
+					qp.dev.counters.AccessErrors.Add(1)
+					failed = true
+					break
+				}
 				budget--
 				if it.psn == it.first.Add(it.npkts) {
 					q.head++
@@ -94,6 +103,9 @@ func (qp *QP) pump(budget int) bool {
 		}
 	}
 	qp.dev.putTx(tx)
+	if failed && qp.state != QPStateErr {
+		qp.toError(EventQPAccessErr)
+	}
 	return !q.empty()
 }
 
@@ -106,7 +118,7 @@ func (qp *QP) flushResponses() {
 	}
 }
 
-func (qp *QP) buildReadResponse(tx *txBatch, it *respItem) {
+func (qp *QP) buildReadResponse(tx *txBatch, it *respItem) bool {
 	k := uint32(it.psn.Diff(it.first))
 	op := wire.RCReadResponseMiddle
 	switch {
@@ -120,13 +132,20 @@ func (qp *QP) buildReadResponse(tx *txBatch, it *respItem) {
 	h := wire.Headers{BTH: wire.BTHFields{Opcode: op, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: it.psn}}
 	h.AETH = wire.AETHFields{Syndrome: wire.ACKSyndrome(wire.CreditsInvalid), MSN: qp.resp.msn}
 	m := min(len(it.src), qp.mtu)
+	if m > 0 && !it.reg.acquire() {
+		return false
+	}
 	buf := qp.dev.nextBuf(tx, qp.remote, wireLen(h.Len(), m))
 	hlen := h.Encode(buf)
 	copy(buf[hlen:hlen+m], it.src)
+	if m > 0 {
+		it.reg.release()
+	}
 	qp.dev.commit(tx, hlen, m, qp.remote)
 	qp.Stats.TxPackets++
 	it.src = it.src[m:]
 	it.psn = it.psn.Add(1)
+	return true
 }
 
 func (qp *QP) buildAtomicAck(tx *txBatch, psn wire.PSN, orig uint64) {

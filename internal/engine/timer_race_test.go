@@ -2,7 +2,6 @@ package engine
 
 import (
 	"net/netip"
-	"os"
 	"testing"
 	"time"
 
@@ -16,11 +15,6 @@ import (
 // onRNRTimer (and onRetransmitTimer) before it takes qp.mu: a data race, and a mutex
 // overwritten while another goroutine may be about to use it. Only -race sees it.
 func TestResetRacesRNRTimer(t *testing.T) {
-	if os.Getenv("GOVERBS_ENGINE_BUGS") == "" {
-		t.Skip("ENGINE BUG: completer.reset (Modify to RESET) overwrites the completer, timerMu included, " +
-			"while a firing RNR or retransmit timer reads c.qp without qp.mu (completer.go onRNRTimer/onRetransmitTimer): " +
-			"data race. Reproduce: GOVERBS_ENGINE_BUGS=1 go test -race ./internal/engine -run TestResetRacesRNRTimer")
-	}
 	conn := newFeedConn(netip.MustParseAddrPort("127.0.200.11:4791"))
 	dev, err := New(Config{Name: "race", Conn: conn, MTU: wire.MTU1024})
 	if err != nil {

@@ -88,8 +88,12 @@ func (qp *QP) respondUD(p *wire.Packet, from netip.AddrPort) {
 	}
 	var grh [grhLen]byte
 	qp.fillGRH(&grh, from, len(p.Buf))
-	w.local.copyIn(grh[:], 0)
-	w.local.copyIn(p.Payload, grhLen)
+	if !w.local.copyIn(grh[:], 0) || !w.local.copyIn(p.Payload, grhLen) {
+		wc.Status = WCLocProtErr
+		qp.recvCQ.push(&wc, false)
+		qp.toError(EventQPFatal)
+		return
+	}
 	wc.ByteLen = uint32(grhLen + n)
 	if p.ImmDt != nil {
 		wc.Flags |= WCWithImm
@@ -122,6 +126,6 @@ func (d *Device) invalidate(pd *PD, rkey uint32) bool {
 	if reg == nil || reg.pd != pd || !reg.window || reg.mwType != 2 {
 		return false
 	}
-	reg.valid.Store(false)
+	reg.invalidate()
 	return true
 }

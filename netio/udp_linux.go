@@ -44,6 +44,7 @@ type udpConn struct {
 	// Busy-poll waiting (WaitReadable): a private epoll set with the socket and an eventfd.
 	waitMu     sync.Mutex
 	waiting    int
+	waitEv     [2]unix.EpollEvent
 	epfd, evfd int // 0: not made yet; -1: released
 	waitErr    error
 
@@ -55,15 +56,16 @@ type udpConn struct {
 }
 
 type recvScratch struct {
-	hdrs  [batchSize]unix.Mmsghdr
-	iovs  [batchSize]unix.Iovec
-	names [batchSize]unix.RawSockaddrInet6
-	oob   [batchSize][cmsgSpace]byte
-	msgs  []Message // the caller's slice during a call
-	k     int       // headers in use
-	n     int       // result
-	errno syscall.Errno
-	fn    func(fd uintptr) bool
+	hdrs   [batchSize]unix.Mmsghdr
+	iovs   [batchSize]unix.Iovec
+	names  [batchSize]unix.RawSockaddrInet6
+	oob    [batchSize][cmsgSpace]byte
+	msgs   []Message // the caller's slice during a call
+	k      int       // headers in use
+	n      int       // result
+	errno  syscall.Errno
+	fn     func(fd uintptr) bool
+	onceFn func(fd uintptr) bool // PollBatch: made once, a method value per call would allocate
 }
 
 type sendScratch struct {
@@ -144,6 +146,7 @@ func ListenUDP(addr netip.AddrPort, opts UDPOptions) (Conn, error) {
 	}
 	c.probeOffload(opts)
 	c.r.fn = c.recvFn
+	c.r.onceFn = c.recvOnceFn
 	if c.busy {
 		c.r.fn = c.recvBusyFn
 	}
@@ -223,7 +226,7 @@ func (c *udpConn) ReadBatch(msgs []Message) (int, error) {
 
 // PollBatch reads what is queued now without waiting; 0 means nothing was (Poller).
 func (c *udpConn) PollBatch(msgs []Message) (int, error) {
-	return c.read(msgs, c.recvOnceFn, false)
+	return c.read(msgs, c.r.onceFn, false)
 }
 
 // WaitReadable blocks until a datagram is queued, without reading it (Poller). It waits
@@ -253,9 +256,9 @@ func (c *udpConn) WaitReadable() error {
 		}
 		c.waitMu.Unlock()
 	}()
-	var ev [2]unix.EpollEvent
+	ev := c.waitEv[:]
 	for {
-		n, err := unix.EpollWait(c.epfd, ev[:], -1)
+		n, err := unix.EpollWait(c.epfd, ev, -1)
 		if c.closed.Load() {
 			return c.readErr(net.ErrClosed)
 		}
@@ -265,7 +268,7 @@ func (c *udpConn) WaitReadable() error {
 		if err != nil {
 			return c.readErr(err)
 		}
-		for _, e := range ev[:n] {
+		for _, e := range ev[:max(n, 0)] {
 			if e.Fd != int32(c.evfd) {
 				return nil
 			}

@@ -79,6 +79,7 @@ type Device struct {
 	// holds rxMu.
 	rxMu     sync.Mutex
 	poller   netio.Poller // busy-poll mode
+	lastPoll atomic.Int64 // nanotime of the last CQ-driven poll (busy-poll mode)
 	rxMsgs   []netio.Message
 	rxPkt    wire.Packet
 	ackQueue []*QP

@@ -67,25 +67,57 @@ func (d *Device) busyLoop() {
 			time.Sleep(time.Millisecond)
 			continue
 		}
-		if !d.PollRx() {
-			runtime.Gosched() // a CQ poller is at it; let it finish
+		// A program spinning on its CQs drives the device itself; competing with it
+		// for the socket would only cost both a core. Step back while one is active.
+		if time.Duration(nanotime()-d.lastPoll.Load()) < busyIdle {
+			time.Sleep(busyIdle)
+			if time.Duration(nanotime()-d.lastPoll.Load()) >= busyIdle && d.rxMu.TryLock() {
+				d.flushAcks() // the poller went quiet, perhaps with ACKs owed
+				d.rxMu.Unlock()
+			}
+			continue
 		}
+		if !d.rxMu.TryLock() {
+			runtime.Gosched()
+			continue
+		}
+		d.pollLocked()
+		d.rxMu.Unlock()
 	}
 }
+
+// busyIdle is how recently a CQ poll must have run for the background goroutine to
+// leave the socket to it.
+const busyIdle = 200 * time.Microsecond
+
+var monoStart = time.Now()
+
+func nanotime() int64 { return int64(time.Since(monoStart)) }
 
 // PollRx reads and processes what the socket holds now, if no one else is doing so.
 // It reports whether it ran. Busy-poll devices call it from CQ polls.
 func (d *Device) PollRx() bool {
+	d.lastPoll.Store(nanotime())
 	if !d.rxMu.TryLock() {
 		return false
 	}
+	d.pollLocked()
+	d.rxMu.Unlock()
+	return true
+}
+
+// pollLocked reads and processes one batch; d.rxMu is held. The ACKs a batch earns are
+// sent at the start of the next poll rather than at its end: the poller is the
+// application thread, and an ACK's syscall should not stand between a packet and the
+// completion the application is spinning for. A poller that stops polling leaves them
+// to the background goroutine (busyLoop), at most busyIdle later.
+func (d *Device) pollLocked() {
+	d.flushAcks()
 	n, err := d.poller.PollBatch(d.resetRx())
 	raceAcquireWire()
 	if err == nil && n > 0 {
-		d.processRx(n)
+		d.inputBatch(n)
 	}
-	d.rxMu.Unlock()
-	return true
 }
 
 func (d *Device) resetRx() []netio.Message {
@@ -95,8 +127,14 @@ func (d *Device) resetRx() []netio.Message {
 	return d.rxMsgs
 }
 
-// processRx runs the first n messages of the receive batch through the device.
+// processRx runs the first n messages of the receive batch through the device and sends
+// the ACKs they earned.
 func (d *Device) processRx(n int) {
+	d.inputBatch(n)
+	d.flushAcks()
+}
+
+func (d *Device) inputBatch(n int) {
 	for i := range d.rxMsgs[:n] {
 		m := &d.rxMsgs[i]
 		b := m.Buf[:m.N]
@@ -110,7 +148,6 @@ func (d *Device) processRx(n int) {
 			d.input(b, m.Addr, 0)
 		}
 	}
-	d.flushAcks()
 }
 
 func (d *Device) flushAcks() {

@@ -108,6 +108,7 @@ func (qp *QP) runRequester() {
 		qp.sq.req++
 	}
 	if tx != nil {
+		qp.ackAlong(tx) // after the requests: the peer is waiting for those
 		qp.dev.putTx(tx)
 	}
 	// UC and UD work completes as soon as its packets are on the wire, and local
@@ -115,6 +116,17 @@ func (qp *QP) runRequester() {
 	qp.retire()
 	if sentAny && qp.typ == QPTypeRC {
 		qp.comp.armRetransmit()
+	}
+}
+
+// ackAlong puts an ACK this QP owes its peer into the batch its requests are about to
+// leave in, when nothing else is queued ahead of it: one syscall then carries both (a
+// busy-poll device owes ACKs until its next poll; see pollLocked).
+func (qp *QP) ackAlong(tx *txBatch) {
+	r := &qp.resp
+	if r.ackPending && r.out.empty() {
+		r.ackPending = false
+		qp.buildAck(tx, wire.ACKSyndrome(wire.CreditsInvalid), r.ackPSN)
 	}
 }
 

@@ -342,6 +342,10 @@ func (qp *QP) atomicAck(p *wire.Packet, psn wire.PSN) bool {
 // (IBTA 9.7.5.2.8). rnr_retry 7 means retry for ever.
 func (qp *QP) rnrNak(psn wire.PSN, syn wire.Syndrome) {
 	c := &qp.comp
+	if qp.dev.debug {
+		qp.dev.log.Debug("RNR NAK received", "dev", qp.dev.name, "qp", qp.qpn, "psn", uint32(psn),
+			"wait", wire.RNRTimerDuration(syn.RNRTimer()), "rnr_retry_left", c.rnrRetryLeft)
+	}
 	if qp.oldest() == nil {
 		return
 	}
@@ -379,6 +383,9 @@ func (c *completer) onRNRTimer() {
 // nak handles a NAK for psn (IBTA 9.7.5.2, table 44).
 func (qp *QP) nak(psn wire.PSN, syn wire.Syndrome) {
 	c := &qp.comp
+	if qp.dev.debug {
+		qp.dev.log.Debug("NAK received", "dev", qp.dev.name, "qp", qp.qpn, "psn", uint32(psn), "syndrome", syn)
+	}
 	code := syn.NAKCode()
 	if code == wire.NAKPSNSeqError {
 		qp.Stats.SeqNakReceived++

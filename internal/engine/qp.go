@@ -370,6 +370,9 @@ func (qp *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 func (qp *QP) setState(s QPState) {
 	prev := qp.state
 	qp.state = s
+	if qp.dev.debug {
+		qp.dev.log.Debug("qp state", "dev", qp.dev.name, "qp", qp.qpn, "from", prev, "to", s)
+	}
 	if s == QPStateErr && prev != QPStateErr {
 		qp.lastWQEReached()
 	}
@@ -418,6 +421,9 @@ func (qp *QP) reset() {
 func (qp *QP) toError(ev EventType) {
 	if qp.state == QPStateErr {
 		return
+	}
+	if qp.dev.debug {
+		qp.dev.log.Debug("qp error", "dev", qp.dev.name, "qp", qp.qpn, "from", qp.state, "event", ev)
 	}
 	qp.state = QPStateErr
 	qp.flush()

@@ -68,6 +68,9 @@ func (qp *QP) respond(p *wire.Packet) {
 		// expected PSN arrives (IBTA 9.7.5.1.2, C9-103).
 		qp.dev.counters.OutOfSequence.Add(1)
 		if !r.nakSent {
+			if qp.dev.debug {
+				qp.dev.log.Debug("sequence NAK sent", "dev", qp.dev.name, "qp", qp.qpn, "got", uint32(psn), "expected", uint32(r.psn))
+			}
 			r.nakSent = true
 			qp.Stats.SeqNakSent++
 			qp.dev.counters.SeqNakSent.Add(1)
@@ -421,6 +424,9 @@ func (qp *QP) rnr(psn wire.PSN) {
 // receive WQE in progress (if any) with st, and move the QP to the error state.
 func (qp *QP) respError(code wire.NAKCode, st WCStatus, psn wire.PSN, ev EventType) {
 	r := &qp.resp
+	if qp.dev.debug {
+		qp.dev.log.Debug("responder error", "dev", qp.dev.name, "qp", qp.qpn, "psn", uint32(psn), "nak", code, "status", st)
+	}
 	if qp.typ == QPTypeUC {
 		qp.ucDrop(psn)
 		return

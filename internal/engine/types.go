@@ -240,3 +240,12 @@ type QPAttr struct {
 	MaxRdAtomic     uint8
 	MaxDestRdAtomic uint8
 }
+
+var qpStateNames = [...]string{"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"}
+
+func (s QPState) String() string {
+	if int(s) < len(qpStateNames) {
+		return qpStateNames[s]
+	}
+	return "QPState(?)"
+}

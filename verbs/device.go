@@ -158,6 +158,18 @@ func (d *Device) QueryGID(port uint8, index int) (GID, error) {
 	return t[index].GID, nil
 }
 
+// Progress drives a busy-poll device's receive path once: it reads and processes what the
+// socket holds. A program that waits for remote writes by watching memory, instead of
+// polling a CQ, calls it in its wait loop, as a DPDK application calls its poll-mode
+// driver. On other devices it does nothing. It reports whether the device is busy-poll.
+func (d *Device) Progress() bool {
+	if s, ok := d.impl.(*softDevice); ok && s.d.BusyPoll() {
+		s.d.PollRx()
+		return true
+	}
+	return false
+}
+
 // Counters returns the device's statistics.
 func (d *Device) Counters() Counters { return d.impl.counters() }
 

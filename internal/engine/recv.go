@@ -67,27 +67,26 @@ func (d *Device) busyLoop() {
 			time.Sleep(time.Millisecond)
 			continue
 		}
-		// A program spinning on its CQs drives the device itself; competing with it
-		// for the socket would only cost both a core. Step back while one is active.
+		// A program spinning on its CQs drives the device itself, and cheaper, in its
+		// own thread: give it a moment to take the packet. One that waits some other way
+		// (watching memory for a WRITE, say) still gets it from here a moment later.
 		if time.Duration(nanotime()-d.lastPoll.Load()) < busyIdle {
-			time.Sleep(busyIdle)
-			if time.Duration(nanotime()-d.lastPoll.Load()) >= busyIdle && d.rxMu.TryLock() {
-				d.flushAcks() // the poller went quiet, perhaps with ACKs owed
-				d.rxMu.Unlock()
+			for i := 0; i < 16; i++ {
+				runtime.Gosched()
 			}
-			continue
 		}
 		if !d.rxMu.TryLock() {
 			runtime.Gosched()
 			continue
 		}
 		d.pollLocked()
+		d.flushAcks() // no application thread to spare here: answer at once
 		d.rxMu.Unlock()
 	}
 }
 
 // busyIdle is how recently a CQ poll must have run for the background goroutine to
-// leave the socket to it.
+// defer to it.
 const busyIdle = 200 * time.Microsecond
 
 var monoStart = time.Now()

@@ -402,17 +402,31 @@ func (s *perfSide) drainSends(outstanding *int, keep int) error {
 func (s *perfSide) waitByte(buf []byte, off int, v byte) error {
 	word := (*uint32)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(buf)), off&^3))
 	shift := uint(off&3) * 8
-	deadline := time.Now().Add(stallTimeout)
+	start := time.Now()
 	for spins := 0; ; spins++ {
 		if byte(atomic.LoadUint32(word)>>shift) == v {
 			return nil
 		}
-		s.ep.dev.Progress()
-		if spins > 200 {
-			if time.Now().After(deadline) {
-				return errStall
-			}
-			runtime.Gosched() // time.Sleep(1µs) sleeps tens of µs: yield instead
+		if s.ep.dev.Progress() {
+			continue // busy-poll: this loop drives the device
+		}
+		if spins%64 != 63 {
+			continue
+		}
+		// Spin a while (a reply usually comes within microseconds), yielding so the
+		// device's goroutine can run; then sleep, so that two processes on a small
+		// machine do not take every core from the kernel threads that deliver packets.
+		el := time.Since(start)
+		if el > stallTimeout {
+			return errStall
+		}
+		if el < spinBudget {
+			runtime.Gosched()
+		} else {
+			time.Sleep(time.Microsecond)
 		}
 	}
 }
+
+// spinBudget is how long a latency test spins before it sleeps between checks.
+const spinBudget = 50 * time.Microsecond

@@ -121,8 +121,10 @@ type QP struct {
 	// whether the peer ever sent another kind.
 	icrcRun     atomic.Uint32
 	icrcForeign atomic.Bool
-	commEst     bool // EventCommEst raised
-	mtu         int  // path MTU in bytes
+	commEst     bool  // EventCommEst raised
+	lastPost    int64 // nanotime at which the last PostSend returned (doorbell batching)
+	txQueued    bool  // on the sender's list to run the requester (doorbell batching)
+	mtu         int   // path MTU in bytes
 
 	sq     sendQueue
 	rq     recvQueue
@@ -525,9 +527,25 @@ func (qp *QP) PostSend(wrs []SendWR) error {
 			return &PostError{Index: i, Err: err}
 		}
 	}
-	qp.kickSend()
+	// Doorbell batching: a post that follows the previous one within streamGap is part
+	// of a stream, and the device's sender goroutine sends it, together with whatever
+	// else is posted meanwhile, in as few syscalls as GSO allows. An isolated post (a
+	// ping-pong, a request) still leaves before PostSend returns.
+	streaming := nanotime()-qp.lastPost < int64(streamGap)
+	if streaming && qp.state == QPStateRTS && qp.dev.poller == nil {
+		if !qp.txQueued {
+			qp.txQueued = true
+			qp.dev.sender.add(qp)
+		}
+	} else {
+		qp.kickSend()
+	}
+	qp.lastPost = nanotime() // the gap that counts is from the end of this post
 	return nil
 }
+
+// streamGap is how soon after the previous post a post counts as part of a stream.
+const streamGap = 3 * time.Microsecond
 
 func (qp *QP) kickSend() {
 	if qp.state == QPStateErr {

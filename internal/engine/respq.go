@@ -165,7 +165,8 @@ func (qp *QP) buildAck(tx *txBatch, syn wire.Syndrome, psn wire.PSN) {
 	qp.Stats.TxPackets++
 }
 
-// sender is a device's goroutine that finishes what response bursts left.
+// sender is a device's goroutine that finishes what response bursts left, and sends the
+// posts PostSend batched (see PostSend).
 type sender struct {
 	mu   sync.Mutex
 	qps  []*QP
@@ -208,14 +209,25 @@ func (s *sender) run() {
 			}
 			for i, qp := range work {
 				qp.mu.Lock()
-				if qp.closed || qp.state == QPStateReset {
-					qp.resp.out.queued = false
-				} else if qp.pump(respBurst) {
+				more := false
+				switch {
+				case qp.closed || qp.state == QPStateReset:
+					qp.resp.out.queued, qp.txQueued = false, false
+				default:
+					if qp.resp.out.queued {
+						if more = qp.pump(respBurst); !more {
+							qp.resp.out.queued = false
+						}
+					}
+					if qp.txQueued { // posts batched by PostSend (doorbell batching)
+						qp.txQueued = false
+						qp.kickSend()
+					}
+				}
+				if more {
 					s.mu.Lock()
 					s.qps = append(s.qps, qp) // more to send: round-robin with other QPs
 					s.mu.Unlock()
-				} else {
-					qp.resp.out.queued = false
 				}
 				qp.mu.Unlock()
 				work[i] = nil

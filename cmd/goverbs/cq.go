@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"time"
 
 	"github.com/goverbs/goverbs/verbs"
@@ -35,7 +36,7 @@ func newCQ(dev *verbs.Device, depth int, events, busy bool) (*cqWaiter, error) {
 		ch.Close()
 		return nil, fmt.Errorf("couldn't create CQ of depth %d: %v", depth, err)
 	}
-	w := &cqWaiter{cq: cq, ch: ch, buf: make([]verbs.WC, 64), events: events, spin: 200}
+	w := &cqWaiter{cq: cq, ch: ch, buf: make([]verbs.WC, 64), events: events, spin: 1 << 30}
 	if busy && !events {
 		w.spin = math.MaxInt
 	}
@@ -56,9 +57,12 @@ func (w *cqWaiter) tryPoll() ([]verbs.WC, error) {
 	return w.buf[:n], nil
 }
 
-// wait returns at least one completion, or errStall.
+// wait returns at least one completion, or errStall. Unless -e asked for events only,
+// it first spins (yielding) for spinBudget, since a completion usually comes within
+// microseconds and a channel wake-up costs more than that.
 func (w *cqWaiter) wait() ([]verbs.WC, error) {
 	spins := 0
+	var start time.Time
 	for {
 		wcs, err := w.tryPoll()
 		if err != nil || len(wcs) > 0 {
@@ -66,6 +70,14 @@ func (w *cqWaiter) wait() ([]verbs.WC, error) {
 		}
 		if !w.events && spins < w.spin {
 			spins++
+			if spins%64 == 0 {
+				if start.IsZero() {
+					start = time.Now()
+				} else if time.Since(start) > spinBudget && w.spin != math.MaxInt {
+					spins = w.spin // budget spent: sleep on the channel
+				}
+				runtime.Gosched()
+			}
 			continue
 		}
 		if err := w.cq.RequestNotify(false); err != nil {

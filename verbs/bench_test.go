@@ -76,17 +76,9 @@ func connectedPair(b testing.TB, a, c *host, qa, qc *QP) {
 	connect(b, qc, p, a.gid, qa.QPN(), 0xabc000, 0x100)
 }
 
-func BenchmarkRCWrite64K(b *testing.B) {
-	const size, depth, signalEvery = 64 << 10, 32, 8
-	a, c := newHost(b, "127.10.0.2"), newHost(b, "127.10.0.3")
-	w := newCQWaiter(b, a.dev, 256)
-	qa, qc := qpWith(b, a, w.cq, a.rcq), qpWith(b, c, c.cq, c.rcq)
-	connectedPair(b, a, c, qa, qc)
-	src, dst := a.mr(b, size, allAccess), c.mr(b, size, allAccess)
-	wr := SendWR{Opcode: WRRDMAWrite, SGL: []SGE{src.SGE(0, size)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}
-	b.SetBytes(size)
-	b.ReportAllocs()
-	b.ResetTimer()
+// streamWrites posts b.N copies of wr keeping up to depth outstanding, every
+// signalEvery-th signaled (the last one always), and waits for the last completion.
+func streamWrites(b *testing.B, qa *QP, w *cqWaiter, wr SendWR, depth, signalEvery int) {
 	inflight := 0
 	for i := 0; i < b.N; i++ {
 		wr.Flags = 0
@@ -104,6 +96,20 @@ func BenchmarkRCWrite64K(b *testing.B) {
 	for inflight > 0 {
 		inflight -= len(w.poll(b)) * signalEvery
 	}
+}
+
+func BenchmarkRCWrite64K(b *testing.B) {
+	const size, depth, signalEvery = 64 << 10, 32, 8
+	a, c := newHost(b, "127.10.0.2"), newHost(b, "127.10.0.3")
+	w := newCQWaiter(b, a.dev, 256)
+	qa, qc := qpWith(b, a, w.cq, a.rcq), qpWith(b, c, c.cq, c.rcq)
+	connectedPair(b, a, c, qa, qc)
+	src, dst := a.mr(b, size, allAccess), c.mr(b, size, allAccess)
+	wr := SendWR{Opcode: WRRDMAWrite, SGL: []SGE{src.SGE(0, size)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}
+	b.SetBytes(size)
+	b.ReportAllocs()
+	b.ResetTimer()
+	streamWrites(b, qa, w, wr, depth, signalEvery)
 }
 
 func BenchmarkTCPStream64K(b *testing.B) {
@@ -343,23 +349,7 @@ func BenchmarkRCWrite8Rate(b *testing.B) {
 	wr := SendWR{Opcode: WRRDMAWrite, SGL: []SGE{src.SGE(0, 8)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}
 	b.ReportAllocs()
 	b.ResetTimer()
-	inflight := 0
-	for i := 0; i < b.N; i++ {
-		wr.Flags = 0
-		if i%signalEvery == signalEvery-1 || i == b.N-1 {
-			wr.Flags = SendSignaled
-		}
-		for inflight >= depth {
-			inflight -= len(w.poll(b)) * signalEvery
-		}
-		if err := qa.PostSend(wr); err != nil {
-			b.Fatal(err)
-		}
-		inflight++
-	}
-	for inflight > 0 {
-		inflight -= len(w.poll(b)) * signalEvery
-	}
+	streamWrites(b, qa, w, wr, depth, signalEvery)
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds()/1e6, "Mmsg/s")
 }

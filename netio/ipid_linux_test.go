@@ -149,18 +149,7 @@ func TestGSOSegmentIdentification(t *testing.T) {
 		gsoSegmentIDsInNetns(t)
 		return
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
-	unshare, err1 := exec.LookPath("unshare")
-	ipcmd, err2 := exec.LookPath("ip")
-	if err1 != nil || err2 != nil {
-		t.Skip("needs unshare and ip")
-	}
-	script := ipcmd + " link set lo up && " + ipcmd + " link set dev lo gso_max_segs 1 && exec \"$0\" -test.run='^TestGSOSegmentIdentification$' -test.v -test.count=1"
-	cmd := exec.Command(unshare, "-n", "sh", "-c", script, os.Args[0])
-	cmd.Env = append(os.Environ(), "NETIO_GSO_NETNS=1")
-	out, err := cmd.CombinedOutput()
+	out, err := rerunInNetns(t, "TestGSOSegmentIdentification", "NETIO_GSO_NETNS", "gso_max_segs 1")
 	if err != nil {
 		if strings.Contains(string(out), "SKIP") || strings.Contains(string(out), "Operation not permitted") {
 			t.Skipf("netns: %v\n%s", err, out)
@@ -172,6 +161,26 @@ func TestGSOSegmentIdentification(t *testing.T) {
 			t.Log(strings.TrimSpace(l))
 		}
 	}
+}
+
+// rerunInNetns runs test again in a private network namespace (skipping when not root or
+// without unshare and ip) whose lo is up and set with "ip link set dev lo LOSETUP"; env=1
+// tells the inner run it is inside. Only that namespace's loopback is touched.
+func rerunInNetns(t *testing.T, test, env, loSetup string) ([]byte, error) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	unshare, err1 := exec.LookPath("unshare")
+	ipcmd, err2 := exec.LookPath("ip")
+	if err1 != nil || err2 != nil {
+		t.Skip("needs unshare and ip")
+	}
+	script := ipcmd + " link set lo up && " + ipcmd + " link set dev lo " + loSetup +
+		" && exec \"$0\" -test.run='^" + test + "$' -test.v -test.count=1"
+	cmd := exec.Command(unshare, "-n", "sh", "-c", script, os.Args[0])
+	cmd.Env = append(os.Environ(), env+"=1")
+	return cmd.CombinedOutput()
 }
 
 func gsoSegmentIDsInNetns(t *testing.T) {
@@ -211,18 +220,7 @@ func TestGSORefused(t *testing.T) {
 		gsoRefusedInNetns(t)
 		return
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
-	unshare, err1 := exec.LookPath("unshare")
-	ipcmd, err2 := exec.LookPath("ip")
-	if err1 != nil || err2 != nil {
-		t.Skip("needs unshare and ip")
-	}
-	script := ipcmd + " link set lo up && " + ipcmd + " link set dev lo mtu 1500 && exec \"$0\" -test.run='^TestGSORefused$' -test.v -test.count=1"
-	cmd := exec.Command(unshare, "-n", "sh", "-c", script, os.Args[0])
-	cmd.Env = append(os.Environ(), "NETIO_GSO_REFUSED_NETNS=1")
-	out, err := cmd.CombinedOutput()
+	out, err := rerunInNetns(t, "TestGSORefused", "NETIO_GSO_REFUSED_NETNS", "mtu 1500")
 	if err != nil {
 		t.Fatalf("netns run: %v\n%s", err, out)
 	}

@@ -43,7 +43,6 @@ package netio
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"time"
 )
@@ -206,9 +205,6 @@ type Poller interface {
 type Recorder interface {
 	Record(t time.Time, src, dst netip.AddrPort, ipID uint16, udpPayload []byte) error
 }
-
-// errClosed is returned by the portable and simulated conns after Close.
-var errClosed = net.ErrClosed
 
 // maxGSOBytes is the most UDP payload one GSO send carries: it fits the
 // IPv4 and IPv6 length limits with room for headers.

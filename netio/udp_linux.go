@@ -34,12 +34,11 @@ type udpConn struct {
 	local netip.AddrPort
 	busy  bool
 
-	gso     atomic.Bool
-	gro     atomic.Bool
-	rcvBuf  int
-	sndBuf  int
-	closed  atomic.Bool
-	closeMu sync.Once
+	gso    atomic.Bool
+	gro    atomic.Bool
+	rcvBuf int
+	sndBuf int
+	closed atomic.Bool
 
 	// Busy-poll waiting (WaitReadable): a private epoll set with the socket and an eventfd.
 	waitMu     sync.Mutex

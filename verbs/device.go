@@ -80,7 +80,7 @@ type Device struct {
 // configuration there is one software RoCEv2 device on loopback; see SoftConfig and the
 // GOVERBS_DEVICES environment variable.
 func Devices() ([]DeviceInfo, error) {
-	return softProvider{}.devicesErr()
+	return softProvider{}.devices()
 }
 
 // Open opens the named device; "" opens the first one (ibv_open_device).
@@ -162,13 +162,7 @@ func (d *Device) QueryGID(port uint8, index int) (GID, error) {
 // socket holds. A program that waits for remote writes by watching memory, instead of
 // polling a CQ, calls it in its wait loop, as a DPDK application calls its poll-mode
 // driver. On other devices it does nothing. It reports whether the device is busy-poll.
-func (d *Device) Progress() bool {
-	if s, ok := d.impl.(*softDevice); ok && s.d.BusyPoll() {
-		s.d.PollRx()
-		return true
-	}
-	return false
-}
+func (d *Device) Progress() bool { return d.impl.progress() }
 
 // Counters returns the device's statistics.
 func (d *Device) Counters() Counters { return d.impl.counters() }

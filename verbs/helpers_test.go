@@ -5,7 +5,6 @@ import (
 	"reflect"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/goverbs/goverbs/internal/engine"
 )
@@ -162,5 +161,4 @@ func TestLayoutsMatch(t *testing.T) {
 			}
 		}
 	}
-	_ = unsafe.Sizeof(0)
 }

@@ -8,7 +8,7 @@ package verbs
 // does only what its device does.
 
 type provider interface {
-	devices() []DeviceInfo
+	devices() ([]DeviceInfo, error)
 	open(info DeviceInfo) (deviceImpl, error)
 }
 
@@ -21,6 +21,7 @@ type deviceImpl interface {
 	createCQ(depth int) (cqImpl, error)
 	events() <-chan asyncEvent
 	counters() Counters
+	progress() bool
 }
 
 type pdImpl interface {

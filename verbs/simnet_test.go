@@ -3,7 +3,6 @@ package verbs
 import (
 	"bytes"
 	"encoding/binary"
-	"fmt"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -182,7 +181,7 @@ func TestRCMixedOverLossyNetwork(t *testing.T) {
 				net := simnet.New(uint64(1000+i), f.f)
 				a, b := simHost(t, net, "127.0.100.1"), simHost(t, net, "127.0.100.2")
 				mixedStream(t, a, b, n, 3000, uint64(i))
-				t.Log(fmt.Sprintf("%+v", net.Stats()))
+				t.Logf("%+v", net.Stats())
 				a.dev.Close()
 				b.dev.Close()
 			})

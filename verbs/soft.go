@@ -67,9 +67,7 @@ func softInfo(cfg SoftConfig) DeviceInfo {
 
 type softProvider struct{}
 
-func (softProvider) devices() []DeviceInfo { l, _ := softProvider{}.devicesErr(); return l }
-
-func (softProvider) devicesErr() ([]DeviceInfo, error) {
+func (softProvider) devices() ([]DeviceInfo, error) {
 	spec := os.Getenv(EnvDevices)
 	if spec == "" {
 		return []DeviceInfo{softInfo(SoftConfig{Name: "sw0", Addr: netip.MustParseAddr("127.0.0.1")})}, nil
@@ -171,10 +169,17 @@ func (softProvider) open(info DeviceInfo) (deviceImpl, error) {
 type softDevice struct {
 	d    *engine.Device
 	guid uint64
-	evs  chan asyncEvent
 }
 
 func (s *softDevice) close() error { return s.d.Close() }
+
+func (s *softDevice) progress() bool {
+	if !s.d.BusyPoll() {
+		return false
+	}
+	s.d.PollRx()
+	return true
+}
 
 func (s *softDevice) query() DeviceAttr {
 	return DeviceAttr{

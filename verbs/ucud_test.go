@@ -350,10 +350,6 @@ func TestCQOverflowIsAnErrorNotAHang(t *testing.T) {
 	if _, err := small.Poll(wcs); !errors.Is(err, ErrCQOverflow) {
 		t.Fatalf("overrun CQ polled with %v", err)
 	}
-	if err := small.Resize(1); err == nil {
-		// resizing below the held count is refused, above is fine
-		t.Log("resize to 1 accepted on an empty CQ")
-	}
 }
 
 func TestRCIPv6(t *testing.T) {

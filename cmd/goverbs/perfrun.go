@@ -354,20 +354,18 @@ func (s *perfSide) latServer(size int) (latRow, error) {
 
 // waitRecv waits for one receive completion and reposts the receive.
 func (s *perfSide) waitRecv() error {
-	for {
-		wcs, err := s.rcq.wait()
-		if err != nil {
-			return err
-		}
-		if len(wcs) > 1 {
-			return fmt.Errorf("unexpected: %d receives at once in a ping-pong", len(wcs))
-		}
-		wc := &wcs[0]
-		if wc.Status != verbs.WCSuccess {
-			return wcError(wc)
-		}
-		return s.postRecv(int(wc.ID))
+	wcs, err := s.rcq.wait()
+	if err != nil {
+		return err
 	}
+	if len(wcs) > 1 {
+		return fmt.Errorf("unexpected: %d receives at once in a ping-pong", len(wcs))
+	}
+	wc := &wcs[0]
+	if wc.Status != verbs.WCSuccess {
+		return wcError(wc)
+	}
+	return s.postRecv(int(wc.ID))
 }
 
 // drainSends polls send completions until at most keep are outstanding.

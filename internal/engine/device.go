@@ -141,9 +141,6 @@ func (d *Device) ActiveMTU() wire.MTU { return d.mtu }
 // BusyPoll reports whether the device is in busy-poll mode.
 func (d *Device) BusyPoll() bool { return d.poller != nil }
 
-// Conn returns the device's datagram connection (for capabilities).
-func (d *Device) Conn() netio.Conn { return d.conn }
-
 // Counters returns the device's counters.
 func (d *Device) Counters() *Counters { return &d.counters }
 

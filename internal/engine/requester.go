@@ -13,7 +13,7 @@ type requester struct {
 }
 
 // Opcodes by position in a message (IBTA 9.4, table 36), for SEND and RDMA WRITE on RC and
-// UC. Index: [only, first, middle, last] then the variant.
+// UC; 0 where a variant does not exist (RDMA WRITE has no invalidate, UC no invalidate).
 type msgOpcodes struct {
 	first, middle, last, lastImm, lastInv, only, onlyImm, onlyInv wire.Opcode
 }

@@ -83,28 +83,7 @@ func (qp *QP) respond(p *wire.Packet) {
 	}
 	r.nakSent = false
 	fl := p.Op.Flags
-
-	// Opcode sequence (IBTA 9.7.4.1.4, C9-78): a MIDDLE or LAST continues the message in
-	// progress; a FIRST/ONLY/READ/atomic must not interrupt one.
-	cont := fl.Has(wire.Middle) || fl.Has(wire.Last)
-	switch {
-	case cont && fl.Has(wire.OpSend) && r.inMsg != msgSend,
-		cont && fl.Has(wire.OpWrite) && r.inMsg != msgWrite,
-		!cont && r.inMsg != msgNone:
-		qp.respError(wire.NAKInvalidRequest, WCRemInvReqErr, psn, EventQPReqErr)
-		return
-	}
-	// The QP must allow the operation (IBTA 9.7.4.1.3, qp_access_flags).
-	switch {
-	case fl.Has(wire.OpWrite) && qp.attr.AccessFlags&AccessRemoteWrite == 0,
-		fl.Has(wire.OpRead) && qp.attr.AccessFlags&AccessRemoteRead == 0,
-		fl.Has(wire.OpAtomic) && qp.attr.AccessFlags&AccessRemoteAtomic == 0:
-		qp.respError(wire.NAKInvalidRequest, WCRemInvReqErr, psn, EventQPReqErr)
-		return
-	}
-	// Payload length (IBTA 9.7.4.1.6, C9-82): FIRST and MIDDLE carry exactly one path MTU.
-	n := len(p.Payload)
-	if (fl.Has(wire.First) || fl.Has(wire.Middle)) && n != qp.mtu || n > qp.mtu {
+	if !qp.requestValid(p) {
 		qp.respError(wire.NAKInvalidRequest, WCRemInvReqErr, psn, EventQPReqErr)
 		return
 	}
@@ -132,6 +111,31 @@ func (qp *QP) respond(p *wire.Packet) {
 	if p.BTH.AckReq() {
 		qp.queueAck(psn)
 	}
+}
+
+// requestValid applies the checks of a request at the expected PSN that do not depend on
+// memory keys: the opcode sequence (IBTA 9.7.4.1.4, C9-78: a MIDDLE or LAST continues the
+// message in progress, anything else must not interrupt one), the QP's remote access
+// rights (9.7.4.1.3) and the payload length (9.7.4.1.6, C9-82: FIRST and MIDDLE carry
+// exactly one path MTU). RC answers a failure with an invalid-request NAK; UC drops the
+// message.
+func (qp *QP) requestValid(p *wire.Packet) bool {
+	r := &qp.resp
+	fl := p.Op.Flags
+	cont := fl.Has(wire.Middle) || fl.Has(wire.Last)
+	n := len(p.Payload)
+	switch {
+	case cont && fl.Has(wire.OpSend) && r.inMsg != msgSend,
+		cont && fl.Has(wire.OpWrite) && r.inMsg != msgWrite,
+		!cont && r.inMsg != msgNone,
+		fl.Has(wire.OpWrite) && qp.attr.AccessFlags&AccessRemoteWrite == 0,
+		fl.Has(wire.OpRead) && qp.attr.AccessFlags&AccessRemoteRead == 0,
+		fl.Has(wire.OpAtomic) && qp.attr.AccessFlags&AccessRemoteAtomic == 0,
+		(fl.Has(wire.First) || fl.Has(wire.Middle)) && n != qp.mtu,
+		n > qp.mtu:
+		return false
+	}
+	return true
 }
 
 // takeRecv gives the responder a receive WQE for a new message, or reports RNR.

@@ -27,13 +27,10 @@ func (qp *QP) respondUC(p *wire.Packet) {
 		r.ucDropping = false
 		r.inMsg = msgNone // the half-received message is discarded; its WQE is reused
 	}
-	if start && r.inMsg != msgNone {
+	if start {
 		r.inMsg = msgNone // a FIRST/ONLY at the right PSN also ends a lost message's tail
 	}
-	cont := fl.Has(wire.Middle) || fl.Has(wire.Last)
-	if cont && (fl.Has(wire.OpSend) && r.inMsg != msgSend || fl.Has(wire.OpWrite) && r.inMsg != msgWrite) ||
-		fl.Has(wire.OpWrite) && qp.attr.AccessFlags&AccessRemoteWrite == 0 ||
-		(fl.Has(wire.First) || fl.Has(wire.Middle)) && len(p.Payload) != qp.mtu || len(p.Payload) > qp.mtu {
+	if !qp.requestValid(p) {
 		qp.ucDrop(psn)
 		return
 	}

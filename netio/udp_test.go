@@ -326,3 +326,75 @@ func TestConcurrentWriters(t *testing.T) {
 		t.Fatal(len(got))
 	}
 }
+
+// TestBusyPollSocket: a busy-poll Conn is a socket outside Go's netpoller (spinFD). It
+// must bind like any other (a kernel-chosen port, IPv4 and IPv6), carry GSO runs both
+// ways, report readability through WaitReadable, and let Close unblock a waiter.
+func TestBusyPollSocket(t *testing.T) {
+	for _, tc := range []struct{ name, a, b string }{
+		{"ipv4", "127.0.0.2:0", "127.0.0.3:0"},
+		{"ipv6", "[::1]:0", "[::1]:0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			busy := listen(t, tc.a, UDPOptions{BusyPoll: true})
+			plain := listen(t, tc.b, UDPOptions{})
+			if busy.LocalAddr().Port() == 0 || busy.LocalAddr().Addr() != netip.MustParseAddrPort(tc.a).Addr() {
+				t.Fatalf("LocalAddr %v", busy.LocalAddr())
+			}
+			p, ok := AsPoller(busy)
+			if !ok {
+				t.Fatal("busy-poll Conn is not a Poller")
+			}
+			if n, err := p.PollBatch(newMsgs(4, MaxGROSize)); n != 0 || err != nil {
+				t.Fatalf("PollBatch on an idle socket = %d, %v", n, err)
+			}
+			// A GSO run of 8 datagrams each way.
+			const segs, size = 8, 1000
+			run := make([]byte, segs*size)
+			for i := range segs {
+				pattern(run[i*size:(i+1)*size], i)
+			}
+			if _, err := plain.WriteBatch([]Message{{Buf: run, N: len(run), SegSize: size, Addr: busy.LocalAddr()}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.WaitReadable(); err != nil {
+				t.Fatal(err)
+			}
+			got, from := readN(t, busy, segs, 5*time.Second)
+			for i, g := range got {
+				if !bytes.Equal(g, run[i*size:(i+1)*size]) || from[i] != plain.LocalAddr() {
+					t.Fatalf("datagram %d from %v differs", i, from[i])
+				}
+			}
+			if _, err := busy.WriteBatch([]Message{{Buf: run, N: len(run), SegSize: size, Addr: plain.LocalAddr()}}); err != nil {
+				t.Fatal(err)
+			}
+			got, _ = readN(t, plain, segs, 5*time.Second)
+			for i, g := range got {
+				if !bytes.Equal(g, run[i*size:(i+1)*size]) {
+					t.Fatalf("datagram %d differs on the way back", i)
+				}
+			}
+			errc := make(chan error, 1)
+			go func() { errc <- p.WaitReadable() }()
+			time.Sleep(20 * time.Millisecond)
+			if err := busy.Close(); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-errc:
+				if !errors.Is(err, net.ErrClosed) {
+					t.Fatalf("WaitReadable after Close: %v", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("Close did not unblock WaitReadable")
+			}
+			if _, err := p.PollBatch(newMsgs(1, 10)); !errors.Is(err, net.ErrClosed) {
+				t.Fatalf("PollBatch after Close: %v", err)
+			}
+			if err := busy.Close(); !errors.Is(err, net.ErrClosed) {
+				t.Fatalf("second Close: %v", err)
+			}
+		})
+	}
+}

@@ -140,7 +140,7 @@ func (softProvider) open(info DeviceInfo) (deviceImpl, error) {
 		if !cfg.Addr.IsValid() {
 			return nil, fmt.Errorf("verbs: software device %s has no address", cfg.Name)
 		}
-		c, err := netio.ListenUDP(netip.AddrPortFrom(cfg.Addr, port), netio.UDPOptions{})
+		c, err := netio.ListenUDP(netip.AddrPortFrom(cfg.Addr, port), netio.UDPOptions{BusyPoll: cfg.BusyPoll})
 		if err != nil {
 			return nil, fmt.Errorf("verbs: open %s on %s: %w", cfg.Name, netip.AddrPortFrom(cfg.Addr, port), err)
 		}

@@ -107,7 +107,7 @@ func udpLat(bind, server string, size, iters int, busy bool) error {
 	if server != "" {
 		lport++
 	}
-	c, err := netio.ListenUDP(netip.AddrPortFrom(netip.MustParseAddr(bind), lport), netio.UDPOptions{})
+	c, err := netio.ListenUDP(netip.AddrPortFrom(netip.MustParseAddr(bind), lport), netio.UDPOptions{BusyPoll: busy})
 	if err != nil {
 		return err
 	}

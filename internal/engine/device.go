@@ -83,6 +83,10 @@ type Device struct {
 	rxMsgs   []netio.Message
 	rxPkt    wire.Packet
 	ackQueue []*QP
+	// Busy-poll ACK deferral (pollLocked): the last poll found nothing; polls an owed ACK
+	// has waited.
+	pollIdle bool
+	ackAge   int
 }
 
 // New starts a device on cfg.Conn.

@@ -60,6 +60,16 @@ func (d *Device) rxLoop() {
 // polling for, such as one-sided WRITEs to a passive target.
 func (d *Device) busyLoop() {
 	for {
+		// While the application polls, stay out of its way: a goroutine woken by every
+		// packet takes the core from the thread that is spinning for that packet (on a
+		// small machine, one core per process). Check back when polls might have stopped.
+		if idle := time.Duration(nanotime() - d.lastPoll.Load()); idle < busyIdle {
+			time.Sleep(busyIdle - idle)
+			if d.closed.Load() {
+				return
+			}
+			continue
+		}
 		if err := d.poller.WaitReadable(); err != nil {
 			if isClosed(err) || d.closed.Load() {
 				return
@@ -67,13 +77,8 @@ func (d *Device) busyLoop() {
 			time.Sleep(time.Millisecond)
 			continue
 		}
-		// A program spinning on its CQs drives the device itself, and cheaper, in its
-		// own thread: give it a moment to take the packet. One that waits some other way
-		// (watching memory for a WRITE, say) still gets it from here a moment later.
 		if time.Duration(nanotime()-d.lastPoll.Load()) < busyIdle {
-			for i := 0; i < 16; i++ {
-				runtime.Gosched()
-			}
+			continue // a poller is back: it takes the packet
 		}
 		if !d.rxMu.TryLock() {
 			runtime.Gosched()
@@ -105,15 +110,26 @@ func (d *Device) PollRx() bool {
 	return true
 }
 
-// pollLocked reads and processes one batch; d.rxMu is held. The ACKs a batch earns are
-// sent at the start of the next poll rather than at its end: the poller is the
-// application thread, and an ACK's syscall should not stand between a packet and the
-// completion the application is spinning for. A poller that stops polling leaves them
-// to the background goroutine (busyLoop), at most busyIdle later.
+// pollLocked reads and processes one batch; d.rxMu is held.
+//
+// The poller is the application's thread, so ACKs wait: an ACK's send is a syscall, and
+// it should stand neither between a packet and the completion the application spins for
+// nor between that completion and the application's next post. An owed ACK leaves with
+// the QP's next requests (ackAlong), which a ping-pong posts at once; otherwise at a
+// poll that follows an empty one (the application is idle, waiting), or after two polls
+// at most while traffic keeps arriving. A poller that stops polling leaves them to the
+// background goroutine (busyLoop), at most busyIdle later.
 func (d *Device) pollLocked() {
-	d.flushAcks()
+	if len(d.ackQueue) > 0 {
+		if d.pollIdle || d.ackAge >= 2 {
+			d.flushAcks()
+		} else {
+			d.ackAge++
+		}
+	}
 	n, err := d.poller.PollBatch(d.resetRx())
 	raceAcquireWire()
+	d.pollIdle = n == 0
 	if err == nil && n > 0 {
 		d.inputBatch(n)
 	}
@@ -157,6 +173,7 @@ func (d *Device) flushAcks() {
 		d.ackQueue[i] = nil
 	}
 	d.ackQueue = d.ackQueue[:0]
+	d.ackAge = 0
 }
 
 // input checks one datagram and routes it (IBTA 9.6 and Annex A17.4: the receive checks of

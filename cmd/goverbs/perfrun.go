@@ -271,13 +271,15 @@ func (s *perfSide) latClient(size int) (latRow, error) {
 				return latRow{}, fmt.Errorf("couldn't post send: %v", err)
 			}
 			outstanding++
+			// Reap send completions while the reply is on its way, as perftest does
+			// after each post, not between the reply and the next post.
+			if err := s.drainSends(&outstanding, 32); err != nil {
+				return latRow{}, err
+			}
 			if err := s.waitRecv(); err != nil {
 				return latRow{}, err
 			}
 			samples = append(samples, time.Since(t0))
-			if err := s.drainSends(&outstanding, 32); err != nil {
-				return latRow{}, err
-			}
 		}
 		return latStats(size, iters, samples, 2), s.drainSends(&outstanding, 0)
 	case testWrite:
@@ -290,13 +292,13 @@ func (s *perfSide) latClient(size int) (latRow, error) {
 				return latRow{}, fmt.Errorf("couldn't post write: %v", err)
 			}
 			outstanding++
+			if err := s.drainSends(&outstanding, 32); err != nil {
+				return latRow{}, err
+			}
 			if err := s.waitByte(buf, size-1, v); err != nil {
 				return latRow{}, err
 			}
 			samples = append(samples, time.Since(t0))
-			if err := s.drainSends(&outstanding, 32); err != nil {
-				return latRow{}, err
-			}
 		}
 		return latStats(size, iters, samples, 2), s.drainSends(&outstanding, 0)
 	}

@@ -194,9 +194,10 @@ func GSOSegmentID(first uint16, i int) uint16 { return first + uint16(i) }
 type Poller interface {
 	// PollBatch reads what is queued now, without waiting: 0 when nothing is.
 	PollBatch(msgs []Message) (int, error)
-	// WaitReadable blocks until a datagram is queued or the Conn closes, without
-	// reading it.
-	WaitReadable() error
+	// WaitReadable blocks until a datagram is queued, the timeout passes (a negative
+	// timeout never does) or the Conn closes, without reading anything. It reports
+	// whether a datagram is queued.
+	WaitReadable(timeout time.Duration) (bool, error)
 }
 
 // Recorder receives a copy of every datagram crossing a Tee'd Conn.

@@ -91,12 +91,12 @@ func (t *teeConn) PollBatch(msgs []Message) (int, error) {
 	return n, err
 }
 
-func (t *teeConn) WaitReadable() error {
+func (t *teeConn) WaitReadable(timeout time.Duration) (bool, error) {
 	p, ok := t.Conn.(Poller)
 	if !ok {
-		return errors.ErrUnsupported
+		return false, errors.ErrUnsupported
 	}
-	return p.WaitReadable()
+	return p.WaitReadable(timeout)
 }
 
 func (t *teeConn) WriteBatch(msgs []Message) (int, error) {

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -55,11 +56,16 @@ type udpConn struct {
 	w   sendScratch
 }
 
+// recvScratch is the receive side's kernel-facing state. The headers' fixed fields
+// (name, iovec and control pointers) are set once (initRecv); each iovec keeps pointing
+// at the buffer of the last call until a call passes another.
 type recvScratch struct {
 	hdrs   [batchSize]unix.Mmsghdr
 	iovs   [batchSize]unix.Iovec
 	names  [batchSize]unix.RawSockaddrInet6
 	oob    [batchSize][cmsgSpace]byte
+	iovLen [batchSize]int
+	dirty  int       // leading headers the kernel wrote in the last call
 	msgs   []Message // the caller's slice during a call
 	k      int       // headers in use
 	n      int       // result
@@ -131,6 +137,7 @@ func ListenUDP(addr netip.AddrPort, opts UDPOptions) (Conn, error) {
 		return nil, fmt.Errorf("netio: listen %v: %w", addr, err)
 	}
 	c.probeOffload(opts)
+	c.initRecv()
 	c.r.fn = c.recvFn
 	c.r.onceFn = c.recvOnceFn
 	if c.busy {
@@ -138,6 +145,19 @@ func ListenUDP(addr netip.AddrPort, opts UDPOptions) (Conn, error) {
 	}
 	c.w.fn = c.sendFn
 	return c, nil
+}
+
+func (c *udpConn) initRecv() {
+	r := &c.r
+	for j := range r.hdrs {
+		h := &r.hdrs[j].Hdr
+		h.Name = (*byte)(unsafe.Pointer(&r.names[j]))
+		h.Namelen = unix.SizeofSockaddrInet6
+		h.Iov = &r.iovs[j]
+		h.SetIovlen(1)
+		h.Control = &r.oob[j][0]
+		h.SetControllen(cmsgSpace)
+	}
 }
 
 // listenNetpoll opens the socket through package net: Go's netpoller wakes a reader
@@ -294,22 +314,22 @@ func (c *udpConn) PollBatch(msgs []Message) (int, error) {
 	return c.read(msgs, c.r.onceFn, false)
 }
 
-// WaitReadable blocks until a datagram is queued, without reading it (Poller). It waits
-// in epoll_wait on a private level-triggered epoll set rather than in Go's netpoller:
-// RawConn.Read would hold the socket's read lock while parked and so block every
-// PollBatch behind it. The set also holds an eventfd that Close writes to.
-func (c *udpConn) WaitReadable() error {
+// WaitReadable blocks until a datagram is queued or the timeout passes (Poller). It
+// waits in epoll_wait on a private level-triggered epoll set rather than in Go's
+// netpoller: RawConn.Read would hold the socket's read lock while parked and so block
+// every PollBatch behind it. The set also holds an eventfd that Close writes to.
+func (c *udpConn) WaitReadable(timeout time.Duration) (bool, error) {
 	c.waitMu.Lock()
 	if c.closed.Load() {
 		c.waitMu.Unlock()
-		return c.readErr(net.ErrClosed)
+		return false, c.readErr(net.ErrClosed)
 	}
 	if c.epfd == 0 && c.waitErr == nil {
 		c.initWait()
 	}
 	if c.waitErr != nil {
 		c.waitMu.Unlock()
-		return c.waitErr
+		return false, c.waitErr
 	}
 	c.waiting++
 	c.waitMu.Unlock()
@@ -321,21 +341,28 @@ func (c *udpConn) WaitReadable() error {
 		}
 		c.waitMu.Unlock()
 	}()
+	ms := -1
+	if timeout >= 0 {
+		ms = int((timeout + time.Millisecond - 1) / time.Millisecond)
+	}
 	ev := c.waitEv[:]
 	for {
-		n, err := unix.EpollWait(c.epfd, ev, -1)
+		n, err := unix.EpollWait(c.epfd, ev, ms)
 		if c.closed.Load() {
-			return c.readErr(net.ErrClosed)
+			return false, c.readErr(net.ErrClosed)
 		}
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
-			return c.readErr(err)
+			return false, c.readErr(err)
 		}
-		for _, e := range ev[:max(n, 0)] {
+		if n == 0 {
+			return false, nil // timed out
+		}
+		for _, e := range ev[:n] {
 			if e.Fd != int32(c.evfd) {
-				return nil
+				return true, nil
 			}
 		}
 	}
@@ -406,28 +433,32 @@ func (c *udpConn) read(msgs []Message, fn func(fd uintptr) bool, wait bool) (int
 	r := &c.r
 	k := min(len(msgs), batchSize)
 	smallBuf := false
+	// Headers stay prepared between calls (a busy poller calls this in a tight loop and
+	// mostly finds nothing): only the entries the kernel wrote last time are reset, and
+	// only buffers that changed are pointed at again.
 	for j := range k {
 		b := msgs[j].Buf
 		if len(b) < MaxGROSize {
 			smallBuf = true
 		}
-		iov := &r.iovs[j]
+		var base *byte
 		if len(b) > 0 {
-			iov.Base = &b[0]
-		} else {
-			iov.Base = nil
+			base = &b[0]
 		}
-		iov.SetLen(len(b))
-		h := &r.hdrs[j].Hdr
-		h.Name = (*byte)(unsafe.Pointer(&r.names[j]))
-		h.Namelen = unix.SizeofSockaddrInet6
-		h.Iov = iov
-		h.SetIovlen(1)
-		h.Control = &r.oob[j][0]
-		h.SetControllen(cmsgSpace)
-		h.Flags = 0
-		r.hdrs[j].Len = 0
+		if iov := &r.iovs[j]; iov.Base != base || r.iovLen[j] != len(b) {
+			iov.Base = base
+			iov.SetLen(len(b))
+			r.iovLen[j] = len(b)
+		}
 	}
+	for j := range min(r.dirty, batchSize) {
+		h := &r.hdrs[j]
+		h.Hdr.Namelen = unix.SizeofSockaddrInet6
+		h.Hdr.SetControllen(cmsgSpace)
+		h.Hdr.Flags = 0
+		h.Len = 0
+	}
+	r.dirty = 0
 	r.msgs, r.k, r.n, r.errno = msgs, k, 0, 0
 	var err error
 	for {
@@ -442,8 +473,9 @@ func (c *udpConn) read(msgs []Message, fn func(fd uintptr) bool, wait bool) (int
 		}
 		runtime.Gosched()
 	}
-	for j := range k { // do not keep the caller's buffers reachable
-		r.iovs[j].Base = nil
+	r.dirty = r.n
+	if r.errno != 0 {
+		r.dirty = k
 	}
 	r.msgs = nil
 	if smallBuf && c.gro.Load() {

@@ -348,6 +348,9 @@ func TestBusyPollSocket(t *testing.T) {
 			if n, err := p.PollBatch(newMsgs(4, MaxGROSize)); n != 0 || err != nil {
 				t.Fatalf("PollBatch on an idle socket = %d, %v", n, err)
 			}
+			if ready, err := p.WaitReadable(5 * time.Millisecond); ready || err != nil {
+				t.Fatalf("WaitReadable on an idle socket = %v, %v", ready, err)
+			}
 			// A GSO run of 8 datagrams each way.
 			const segs, size = 8, 1000
 			run := make([]byte, segs*size)
@@ -357,8 +360,8 @@ func TestBusyPollSocket(t *testing.T) {
 			if _, err := plain.WriteBatch([]Message{{Buf: run, N: len(run), SegSize: size, Addr: busy.LocalAddr()}}); err != nil {
 				t.Fatal(err)
 			}
-			if err := p.WaitReadable(); err != nil {
-				t.Fatal(err)
+			if ready, err := p.WaitReadable(-1); !ready || err != nil {
+				t.Fatalf("WaitReadable = %v, %v", ready, err)
 			}
 			got, from := readN(t, busy, segs, 5*time.Second)
 			for i, g := range got {
@@ -376,7 +379,10 @@ func TestBusyPollSocket(t *testing.T) {
 				}
 			}
 			errc := make(chan error, 1)
-			go func() { errc <- p.WaitReadable() }()
+			go func() {
+				_, err := p.WaitReadable(-1)
+				errc <- err
+			}()
 			time.Sleep(20 * time.Millisecond)
 			if err := busy.Close(); err != nil {
 				t.Fatal(err)

@@ -303,3 +303,32 @@ func TestBusyPollDevices(t *testing.T) {
 	expectStatus(t, a.cq, 99, WCSuccess)
 	expectStatus(t, b.rcq, 1, WCSuccess)
 }
+
+// TestBusyPollAckAfterPollingStops: a busy-poll device defers the ACKs its pollers earn
+// (so that a ping-pong sends them with its next request). When the application takes a
+// completion and stops polling, the ACK must still leave, from the background goroutine,
+// long before the peer's retransmit timer (4 s here) would force the question.
+func TestBusyPollAckAfterPollingStops(t *testing.T) {
+	a := newHost(t, "127.10.0.2")
+	b := newHostCfg(t, SoftConfig{Addr: netip.MustParseAddr("127.10.0.3"), BusyPoll: true})
+	params := defaultRC()
+	params.timeout = 20 // 4.096 us * 2^20: about 4.3 s
+	p := newPair(t, a, b, QPTypeRC, params)
+	src, dst := a.mr(t, 64, allAccess), b.mr(t, 64, allAccess)
+	for i := range 5 {
+		p.qb.PostRecv(RecvWR{ID: uint64(i), SGL: []SGE{dst.SGE(0, 64)}})
+		p.qa.PostSend(SendWR{ID: uint64(i), Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{src.SGE(0, 64)}})
+		expectStatus(t, b.rcq, uint64(i), WCSuccess) // b polls until the SEND lands, then stops
+		start := time.Now()
+		wc := waitWC(t, a.cq, 1, time.Second)[0]
+		if wc.ID != uint64(i) || wc.Status != WCSuccess {
+			t.Fatalf("send completion %+v", wc)
+		}
+		if el := time.Since(start); el > 500*time.Millisecond {
+			t.Fatalf("ACK took %v after the poller stopped", el)
+		}
+	}
+	if n := p.qa.Counters().Retransmits; n != 0 {
+		t.Fatalf("%d retransmissions: the ACK came from a retry, not from the idle poller", n)
+	}
+}

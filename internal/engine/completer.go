@@ -27,6 +27,7 @@ type completer struct {
 
 	timerMu       sync.Mutex // guards the timers themselves (not the QP state)
 	retrans       *time.Timer
+	timerDue      time.Time // when retrans fires; zero when it is not pending
 	retransExpiry time.Time
 	rnr           *time.Timer
 }
@@ -67,13 +68,19 @@ func (c *completer) restartRetransmit() {
 	c.setRetransmit(d)
 }
 
+// setRetransmit moves the deadline to d from now. The runtime timer is touched only
+// when it is not pending or would fire too late: a firing before the deadline re-arms
+// itself for the rest (onRetransmitTimer). A ping-pong moves the deadline on every
+// message, and a Reset each time costs a timer-heap update in the hot path.
 func (c *completer) setRetransmit(d time.Duration) {
 	c.retransExpiry = time.Now().Add(d)
 	c.timerMu.Lock()
 	if c.retrans == nil {
 		c.retrans = time.AfterFunc(d, c.onRetransmitTimer)
-	} else {
+		c.timerDue = c.retransExpiry
+	} else if c.timerDue.IsZero() || c.timerDue.After(c.retransExpiry) {
 		c.retrans.Reset(d)
+		c.timerDue = c.retransExpiry
 	}
 	c.timerMu.Unlock()
 }
@@ -84,6 +91,7 @@ func (c *completer) stopTimers() {
 	c.timerMu.Lock()
 	if c.retrans != nil {
 		c.retrans.Stop()
+		c.timerDue = time.Time{}
 	}
 	if c.rnr != nil {
 		c.rnr.Stop()
@@ -96,12 +104,16 @@ func (c *completer) onRetransmitTimer() {
 	qp := c.qp
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
+	c.timerMu.Lock()
+	c.timerDue = time.Time{}
+	c.timerMu.Unlock()
 	if qp.closed || qp.state != QPStateRTS && qp.state != QPStateSQD || c.retransExpiry.IsZero() {
 		return
 	}
 	if left := time.Until(c.retransExpiry); left > 0 {
 		c.timerMu.Lock()
 		c.retrans.Reset(left) // the deadline moved after this firing was scheduled
+		c.timerDue = c.retransExpiry
 		c.timerMu.Unlock()
 		return
 	}

@@ -78,8 +78,8 @@ type Device struct {
 	// Receive state: owned by the receive goroutine, or in busy-poll mode by whoever
 	// holds rxMu.
 	rxMu     sync.Mutex
-	poller   netio.Poller // busy-poll mode
-	lastPoll atomic.Int64 // nanotime of the last CQ-driven poll (busy-poll mode)
+	poller   netio.Poller  // busy-poll mode
+	polls    atomic.Uint32 // CQ-driven polls so far (busy-poll mode; busyLoop watches it)
 	rxMsgs   []netio.Message
 	rxPkt    wire.Packet
 	ackQueue []*QP

@@ -531,8 +531,12 @@ func (qp *QP) PostSend(wrs []SendWR) error {
 	// of a stream, and the device's sender goroutine sends it, together with whatever
 	// else is posted meanwhile, in as few syscalls as GSO allows. An isolated post (a
 	// ping-pong, a request) still leaves before PostSend returns.
-	streaming := nanotime()-qp.lastPost < int64(streamGap)
-	if streaming && qp.state == QPStateRTS && qp.dev.poller == nil {
+	// A busy-poll device sends inline always: its application thread is the fast path.
+	if qp.dev.poller != nil {
+		qp.kickSend()
+		return nil
+	}
+	if nanotime()-qp.lastPost < int64(streamGap) && qp.state == QPStateRTS {
 		if !qp.txQueued {
 			qp.txQueued = true
 			qp.dev.sender.add(qp)

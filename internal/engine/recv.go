@@ -39,7 +39,7 @@ func (d *Device) rxLoop() {
 		return
 	}
 	for {
-		n, err := d.conn.ReadBatch(d.resetRx())
+		n, err := d.conn.ReadBatch(d.rxMsgs)
 		raceAcquireWire()
 		if err != nil {
 			if isClosed(err) || d.closed.Load() {
@@ -59,26 +59,34 @@ func (d *Device) rxLoop() {
 // themselves (PollRx); this goroutine only parks until traffic arrives that nobody is
 // polling for, such as one-sided WRITEs to a passive target.
 func (d *Device) busyLoop() {
+	seen := d.polls.Load()
 	for {
+		if d.closed.Load() {
+			return
+		}
 		// While the application polls, stay out of its way: a goroutine woken by every
 		// packet takes the core from the thread that is spinning for that packet (on a
-		// small machine, one core per process). Check back when polls might have stopped.
-		if idle := time.Duration(nanotime() - d.lastPoll.Load()); idle < busyIdle {
-			time.Sleep(busyIdle - idle)
-			if d.closed.Load() {
-				return
-			}
+		// small machine, one core per process). Look again a while later.
+		if n := d.polls.Load(); n != seen {
+			seen = n
+			time.Sleep(busyIdle)
 			continue
 		}
-		if err := d.poller.WaitReadable(); err != nil {
+		// No poll for a while: the ACKs the pollers left owing are this goroutine's.
+		if d.rxMu.TryLock() {
+			d.flushAcks()
+			d.rxMu.Unlock()
+		}
+		ready, err := d.poller.WaitReadable(busyIdle)
+		if err != nil {
 			if isClosed(err) || d.closed.Load() {
 				return
 			}
 			time.Sleep(time.Millisecond)
 			continue
 		}
-		if time.Duration(nanotime()-d.lastPoll.Load()) < busyIdle {
-			continue // a poller is back: it takes the packet
+		if !ready || d.polls.Load() != seen {
+			continue // nothing came, or a poller is back and takes it
 		}
 		if !d.rxMu.TryLock() {
 			runtime.Gosched()
@@ -90,9 +98,9 @@ func (d *Device) busyLoop() {
 	}
 }
 
-// busyIdle is how recently a CQ poll must have run for the background goroutine to
-// defer to it.
-const busyIdle = 200 * time.Microsecond
+// busyIdle is how long the background goroutine leaves a busy-poll device to its
+// pollers once it has seen them poll.
+const busyIdle = time.Millisecond
 
 var monoStart = time.Now()
 
@@ -101,7 +109,7 @@ func nanotime() int64 { return int64(time.Since(monoStart)) }
 // PollRx reads and processes what the socket holds now, if no one else is doing so.
 // It reports whether it ran. Busy-poll devices call it from CQ polls.
 func (d *Device) PollRx() bool {
-	d.lastPoll.Store(nanotime())
+	d.polls.Add(1)
 	if !d.rxMu.TryLock() {
 		return false
 	}
@@ -127,19 +135,12 @@ func (d *Device) pollLocked() {
 			d.ackAge++
 		}
 	}
-	n, err := d.poller.PollBatch(d.resetRx())
+	n, err := d.poller.PollBatch(d.rxMsgs)
 	raceAcquireWire()
 	d.pollIdle = n == 0
 	if err == nil && n > 0 {
 		d.inputBatch(n)
 	}
-}
-
-func (d *Device) resetRx() []netio.Message {
-	for i := range d.rxMsgs {
-		d.rxMsgs[i].Buf = d.rxMsgs[i].Buf[:cap(d.rxMsgs[i].Buf)]
-	}
-	return d.rxMsgs
 }
 
 // processRx runs the first n messages of the receive batch through the device and sends

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -115,6 +116,60 @@ func TestRCSessionCapture(t *testing.T) {
 	for i, l := range lines {
 		if !strings.Contains(l, "udp:infiniband") || strings.Contains(strings.ToLower(l), "malformed") {
 			t.Errorf("packet %d: %s", i+1, l)
+		}
+	}
+}
+
+// ackReqRecorder notes, for every RC request the device sends, whether it asks for an
+// ACK.
+type ackReqRecorder struct {
+	mu   sync.Mutex
+	reqs []bool
+}
+
+func (r *ackReqRecorder) Record(_ time.Time, src, _ netip.AddrPort, _ uint16, b []byte) error {
+	var p wire.Packet
+	if p.Parse(b, wire.MTU4096.Bytes()) != nil || p.Op.Flags.Has(wire.OpAck) {
+		return nil
+	}
+	r.mu.Lock()
+	r.reqs = append(r.reqs, p.BTH.AckReq())
+	r.mu.Unlock()
+	return nil
+}
+
+// TestAckReqPlacement: the requester asks for ACKs where a completion or its window
+// needs one (IBTA 9.7.5.1 leaves the choice to it): on the last packet of a signaled
+// message or of the last message queued, and every 64 packets in between, not on every
+// message of an unsignaled stream.
+func TestAckReqPlacement(t *testing.T) {
+	rec := &ackReqRecorder{}
+	a := newHostCfg(t, SoftConfig{Addr: netip.MustParseAddr("127.10.0.2"), Recorder: rec})
+	b := newHost(t, "127.10.0.3")
+	params := defaultRC()
+	params.mtu = MTU4096
+	p := newPair(t, a, b, QPTypeRC, params)
+	src, dst := a.mr(t, 8192, allAccess), b.mr(t, 8192, allAccess)
+	// 40 unsignaled two-packet WRITEs, then a signaled one: 82 packets, posted at once.
+	wrs := make([]SendWR, 41)
+	for i := range wrs {
+		wrs[i] = SendWR{ID: uint64(i), Opcode: WRRDMAWrite, SGL: []SGE{src.SGE(0, 8192)},
+			RemoteAddr: dst.Addr(), RKey: dst.RKey()}
+	}
+	wrs[40].Flags = SendSignaled
+	if err := p.qa.PostSend(wrs...); err != nil {
+		t.Fatal(err)
+	}
+	expectStatus(t, a.cq, 40, WCSuccess)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.reqs) != 82 {
+		t.Fatalf("%d requests on the wire, want 82 (no retransmissions)", len(rec.reqs))
+	}
+	for i, ack := range rec.reqs {
+		want := i == 63 || i == 81 // the 64th packet, and the signaled last message's last
+		if ack != want {
+			t.Errorf("request %d: AckReq %v, want %v", i, ack, want)
 		}
 	}
 }

@@ -119,6 +119,16 @@ func (qp *QP) runRequester() {
 	}
 }
 
+// wantsAck reports whether the last packet of w asks for an ACK (IBTA 9.7.5.1: the
+// requester chooses where to set AckReq). A message that completes visibly (signaled, or
+// on a sig-all QP) or that ends what is queued now asks, so that nobody waits for a
+// completion or a retransmit timer; a message in the middle of an unsignaled stream
+// leaves it to the packet count, so the peer's ACKs (and the wake-ups they cost here)
+// come every maxPktsPerAck packets instead of every message.
+func (qp *QP) wantsAck(w *sendWQE) bool {
+	return qp.sigAll || w.wr.Flags&SendSignaled != 0 || qp.sq.req+1 == qp.sq.tail
+}
+
 // ackAlong puts an ACK this QP owes its peer into the batch its requests are about to
 // leave in, when nothing else is queued ahead of it: one syscall then carries both (a
 // busy-poll device owes ACKs until its next poll; see pollLocked).
@@ -234,7 +244,7 @@ func (qp *QP) sendPackets(w *sendWQE, tx *txBatch) bool {
 		}
 		if qp.typ == QPTypeRC {
 			qp.req.noAckPkts++
-			if last || qp.req.noAckPkts >= maxPktsPerAck {
+			if last && qp.wantsAck(w) || qp.req.noAckPkts >= maxPktsPerAck {
 				h.BTH.AckReq = true
 				qp.req.noAckPkts = 0
 			}

@@ -266,7 +266,7 @@ func (qp *QP) sendPackets(w *sendWQE, tx *txBatch) bool {
 			}
 			h.DETH = wire.DETHFields{QKey: qkey, SrcQP: qp.qpn}
 		}
-		buf := qp.dev.nextBuf(tx, dst, wireLen(info.HeaderLen, n))
+		buf := qp.dev.nextBuf(tx, dst, wireLen(info.HeaderLen, n), true)
 		hlen := h.Encode(buf)
 		if w.wr.Flags&SendInline != 0 {
 			copy(buf[hlen:hlen+n], w.inline[off:])
@@ -307,7 +307,7 @@ func (qp *QP) sendReadAtomic(w *sendWQE, tx *txBatch) {
 			h.AtomicETH.Compare = w.wr.CompareAdd
 		}
 	}
-	buf := qp.dev.nextBuf(tx, qp.remote, wireLen(h.Len(), 0))
+	buf := qp.dev.nextBuf(tx, qp.remote, wireLen(h.Len(), 0), true)
 	hlen := h.Encode(buf)
 	qp.dev.commit(tx, hlen, 0, qp.remote)
 	qp.sentPSN(psn, w.lastPSN().Add(1))

@@ -147,9 +147,10 @@ type UDPOptions struct {
 	RecvBuf, SendBuf int
 	// DisableGSO and DisableGRO turn the offloads off even if available.
 	DisableGSO, DisableGRO bool
-	// BusyPoll makes ReadBatch spin on non-blocking recvmmsg instead of
-	// sleeping in the netpoller: lowest latency, burns a core. Close still
-	// unblocks it.
+	// BusyPoll opens the socket outside Go's netpoller (on Linux): ReadBatch
+	// spins on non-blocking recvmmsg instead of sleeping, PollBatch and
+	// WaitReadable serve pollers. Lowest latency, burns a core. Close still
+	// unblocks a reader.
 	BusyPoll bool
 	// ReusePort sets SO_REUSEPORT before binding.
 	ReusePort bool

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -34,7 +33,6 @@ type udpConn struct {
 	rc    syscall.RawConn
 	v6    bool
 	local netip.AddrPort
-	busy  bool
 
 	gso    atomic.Bool
 	gro    atomic.Bool
@@ -102,7 +100,7 @@ func ListenUDP(addr netip.AddrPort, opts UDPOptions) (Conn, error) {
 	} else if !ip.IsValid() {
 		return nil, fmt.Errorf("netio: listen: invalid address %v", addr)
 	}
-	c := &udpConn{v6: network == "udp6", busy: opts.BusyPoll}
+	c := &udpConn{v6: network == "udp6"}
 	recvWant, sendWant := opts.RecvBuf, opts.SendBuf
 	if recvWant <= 0 {
 		recvWant = defaultRecvBuf
@@ -140,9 +138,6 @@ func ListenUDP(addr netip.AddrPort, opts UDPOptions) (Conn, error) {
 	c.initRecv()
 	c.r.fn = c.recvFn
 	c.r.onceFn = c.recvOnceFn
-	if c.busy {
-		c.r.fn = c.recvBusyFn
-	}
 	c.w.fn = c.sendFn
 	return c, nil
 }
@@ -306,12 +301,12 @@ func (c *udpConn) Close() error {
 // first time a buffer shorter than MaxGROSize is seen, GRO is switched off on
 // the socket so later runs are not coalesced at all.
 func (c *udpConn) ReadBatch(msgs []Message) (int, error) {
-	return c.read(msgs, c.r.fn, true)
+	return c.read(msgs, c.r.fn)
 }
 
 // PollBatch reads what is queued now without waiting; 0 means nothing was (Poller).
 func (c *udpConn) PollBatch(msgs []Message) (int, error) {
-	return c.read(msgs, c.r.onceFn, false)
+	return c.read(msgs, c.r.onceFn)
 }
 
 // WaitReadable blocks until a datagram is queued or the timeout passes (Poller). It
@@ -406,25 +401,15 @@ func (c *udpConn) initWait() {
 	c.epfd, c.evfd = epfd, evfd
 }
 
-// recvOnceFn makes one non-blocking recvmmsg attempt.
+// recvOnceFn makes one non-blocking recvmmsg attempt: recvFn, but an empty socket ends
+// the call instead of waiting.
 func (c *udpConn) recvOnceFn(fd uintptr) bool {
-	for {
-		n, errno := recvmmsg(fd, c.r.hdrs[:c.r.k])
-		switch errno {
-		case 0:
-			c.finishRecv(n)
-		case unix.EINTR:
-			continue
-		case unix.EAGAIN:
-		default:
-			c.r.errno = errno
-		}
-		return true
-	}
+	c.recvFn(fd)
+	return true
 }
 
-// read runs one receive with fn; wait says to keep trying until something arrives.
-func (c *udpConn) read(msgs []Message, fn func(fd uintptr) bool, wait bool) (int, error) {
+// read runs one receive with fn (recvFn waits for a datagram, recvOnceFn does not).
+func (c *udpConn) read(msgs []Message, fn func(fd uintptr) bool) (int, error) {
 	if len(msgs) == 0 {
 		return 0, nil
 	}
@@ -460,19 +445,7 @@ func (c *udpConn) read(msgs []Message, fn func(fd uintptr) bool, wait bool) (int
 	}
 	r.dirty = 0
 	r.msgs, r.k, r.n, r.errno = msgs, k, 0, 0
-	var err error
-	for {
-		err = c.rc.Read(fn)
-		if err != nil || r.n > 0 || r.errno != 0 || !wait {
-			break
-		}
-		// Busy-poll found nothing: spin again unless closed.
-		if c.closed.Load() {
-			err = net.ErrClosed
-			break
-		}
-		runtime.Gosched()
-	}
+	err := c.rc.Read(fn)
 	r.dirty = r.n
 	if r.errno != 0 {
 		r.dirty = k
@@ -488,9 +461,6 @@ func (c *udpConn) read(msgs []Message, fn func(fd uintptr) bool, wait bool) (int
 	}
 	if r.n == 0 && r.errno != 0 {
 		return 0, c.readErr(r.errno)
-	}
-	if r.n == 0 && wait {
-		return 0, c.readErr(net.ErrClosed)
 	}
 	return r.n, nil
 }
@@ -509,7 +479,8 @@ func (c *udpConn) disableGRO() {
 	c.gro.Store(false)
 }
 
-// recvFn is the netpoller path: false on EAGAIN makes RawConn.Read wait.
+// recvFn reads what is queued. It returns false on EAGAIN, which makes RawConn.Read
+// wait: in the netpoller, or spinning on a busy-poll socket (spinFD).
 func (c *udpConn) recvFn(fd uintptr) bool {
 	for {
 		n, errno := recvmmsg(fd, c.r.hdrs[:c.r.k])
@@ -526,28 +497,6 @@ func (c *udpConn) recvFn(fd uintptr) bool {
 			return true
 		}
 	}
-}
-
-// recvBusyFn spins on non-blocking recvmmsg for a while, then returns so that
-// Close (which waits for RawConn.Read to return) can make progress.
-func (c *udpConn) recvBusyFn(fd uintptr) bool {
-	for range 4096 {
-		n, errno := recvmmsg(fd, c.r.hdrs[:c.r.k])
-		switch errno {
-		case 0:
-			c.finishRecv(n)
-			return true
-		case unix.EINTR, unix.EAGAIN:
-			if c.closed.Load() {
-				return true
-			}
-			continue
-		default:
-			c.r.errno = errno
-			return true
-		}
-	}
-	return true
 }
 
 func (c *udpConn) finishRecv(n int) {

@@ -551,6 +551,11 @@ func (qp *QP) PostSend(wrs []SendWR) error {
 // streamGap is how soon after the previous post a post counts as part of a stream.
 const streamGap = 3 * time.Microsecond
 
+var monoStart = time.Now()
+
+// nanotime is a monotonic clock reading for the doorbell-batching gap.
+func nanotime() int64 { return int64(time.Since(monoStart)) }
+
 func (qp *QP) kickSend() {
 	if qp.state == QPStateErr {
 		qp.flush()

@@ -102,10 +102,6 @@ func (d *Device) busyLoop() {
 // pollers once it has seen them poll.
 const busyIdle = time.Millisecond
 
-var monoStart = time.Now()
-
-func nanotime() int64 { return int64(time.Since(monoStart)) }
-
 // PollRx reads and processes what the socket holds now, if no one else is doing so.
 // It reports whether it ran. Busy-poll devices call it from CQ polls.
 func (d *Device) PollRx() bool {
@@ -126,7 +122,7 @@ func (d *Device) PollRx() bool {
 // the QP's next requests (ackAlong), which a ping-pong posts at once; otherwise at a
 // poll that follows an empty one (the application is idle, waiting), or after two polls
 // at most while traffic keeps arriving. A poller that stops polling leaves them to the
-// background goroutine (busyLoop), at most busyIdle later.
+// background goroutine (busyLoop), within two busyIdle periods.
 func (d *Device) pollLocked() {
 	if len(d.ackQueue) > 0 {
 		if d.pollIdle || d.ackAge >= 2 {

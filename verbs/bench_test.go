@@ -148,20 +148,34 @@ func BenchmarkTCPStream64K(b *testing.B) {
 	}
 }
 
+// pingPong is an RC pair set up for an 8-byte SEND ping-pong: receives posted on both
+// sides, and the two unsignaled inline sends (the send CQs stay empty, as in
+// ibv_rc_pingpong's fast path).
+type pingPong struct {
+	qa, qc       *QP
+	recvA, recvC RecvWR
+	ping, pong   SendWR
+}
+
+func newPingPong(b testing.TB, a, c *host, rcqA, rcqC *CQ) *pingPong {
+	p := &pingPong{qa: qpWith(b, a, a.cq, rcqA), qc: qpWith(b, c, c.cq, rcqC)}
+	connectedPair(b, a, c, p.qa, p.qc)
+	ma, mc := a.mr(b, 64, allAccess), c.mr(b, 64, allAccess)
+	p.recvA, p.recvC = RecvWR{ID: 1, SGL: []SGE{ma.SGE(0, 64)}}, RecvWR{ID: 2, SGL: []SGE{mc.SGE(0, 64)}}
+	for i := 0; i < 16; i++ {
+		p.qa.PostRecv(p.recvA)
+		p.qc.PostRecv(p.recvC)
+	}
+	p.ping = SendWR{Opcode: WRSend, Flags: SendInline, SGL: []SGE{ma.SGE(0, 8)}}
+	p.pong = SendWR{Opcode: WRSend, Flags: SendInline, SGL: []SGE{mc.SGE(0, 8)}}
+	return p
+}
+
 func BenchmarkRCSendPingPong8(b *testing.B) {
 	a, c := newHost(b, "127.10.0.2"), newHost(b, "127.10.0.3")
 	wa, wc := newCQWaiter(b, a.dev, 64), newCQWaiter(b, c.dev, 64)
-	qa, qc := qpWith(b, a, a.cq, wa.cq), qpWith(b, c, c.cq, wc.cq)
-	connectedPair(b, a, c, qa, qc)
-	ma, mc := a.mr(b, 64, allAccess), c.mr(b, 64, allAccess)
-	recvA, recvC := RecvWR{ID: 1, SGL: []SGE{ma.SGE(0, 64)}}, RecvWR{ID: 2, SGL: []SGE{mc.SGE(0, 64)}}
-	for i := 0; i < 16; i++ {
-		qa.PostRecv(recvA)
-		qc.PostRecv(recvC)
-	}
-	// Unsignaled inline sends: the send CQs stay empty, as in ibv_rc_pingpong's fast path.
-	ping := SendWR{Opcode: WRSend, Flags: SendInline, SGL: []SGE{ma.SGE(0, 8)}}
-	pong := SendWR{Opcode: WRSend, Flags: SendInline, SGL: []SGE{mc.SGE(0, 8)}}
+	pp := newPingPong(b, a, c, wa.cq, wc.cq)
+	qa, qc, recvA, recvC, ping, pong := pp.qa, pp.qc, pp.recvA, pp.recvC, pp.ping, pp.pong
 	stop := make(chan struct{})
 	go func() { // the far side answers every ping
 		for {
@@ -251,16 +265,8 @@ func spin(b testing.TB, cq *CQ, wcs []WC) {
 
 func BenchmarkRCSendPingPong8BusyPoll(b *testing.B) {
 	a, c := busyHost(b, "127.10.0.2"), busyHost(b, "127.10.0.3")
-	qa, qc := qpWith(b, a, a.cq, a.rcq), qpWith(b, c, c.cq, c.rcq)
-	connectedPair(b, a, c, qa, qc)
-	ma, mc := a.mr(b, 64, allAccess), c.mr(b, 64, allAccess)
-	recvA, recvC := RecvWR{ID: 1, SGL: []SGE{ma.SGE(0, 64)}}, RecvWR{ID: 2, SGL: []SGE{mc.SGE(0, 64)}}
-	for i := 0; i < 16; i++ {
-		qa.PostRecv(recvA)
-		qc.PostRecv(recvC)
-	}
-	ping := SendWR{Opcode: WRSend, Flags: SendInline, SGL: []SGE{ma.SGE(0, 8)}}
-	pong := SendWR{Opcode: WRSend, Flags: SendInline, SGL: []SGE{mc.SGE(0, 8)}}
+	pp := newPingPong(b, a, c, a.rcq, c.rcq)
+	qa, qc, recvA, recvC, ping, pong := pp.qa, pp.qc, pp.recvA, pp.recvC, pp.ping, pp.pong
 	stop := make(chan struct{})
 	go func() {
 		wcs := make([]WC, 1)
@@ -293,7 +299,7 @@ func BenchmarkRCSendPingPong8BusyPoll(b *testing.B) {
 // non-blocking receive of the same socket layer the devices use.
 func BenchmarkUDPPingPong8BusyPoll(b *testing.B) {
 	open := func(addr string) (netio.Conn, netio.Poller) {
-		c, err := netio.ListenUDP(netip.MustParseAddrPort(addr), netio.UDPOptions{})
+		c, err := netio.ListenUDP(netip.MustParseAddrPort(addr), netio.UDPOptions{BusyPoll: true})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -89,7 +89,7 @@ func (c *feedConn) WriteBatch(msgs []netio.Message) (int, error) {
 }
 
 func (c *feedConn) LocalAddr() netip.AddrPort { return c.local }
-func (c *feedConn) Caps() netio.Caps          { return netio.Caps{BatchSize: 8, IPv4IDZero: true} }
+func (c *feedConn) Caps() netio.Caps           { return netio.Caps{BatchSize: 8, IPv4IDZero: true} }
 func (c *feedConn) Close() error {
 	c.once.Do(func() { close(c.done) })
 	return nil
@@ -256,7 +256,7 @@ func (r *fuzzRig) newQP(typ QPType) (*QP, error) {
 
 // bindWindows binds each window that is not bound (the type 1 window once, the type 2
 // window again after a SEND_WITH_INV revoked it), through the RC QP's send queue, where
-// binds execute at once as local operations.
+// binds execute as local operations.
 func (r *fuzzRig) bindWindows(t testing.TB) {
 	m := r.spans[8].mr
 	for i, w := range r.windows {
@@ -268,11 +268,19 @@ func (r *fuzzRig) bindWindows(t testing.TB) {
 		}
 		b := &BindMW{MW: w.mw, MR: m, Addr: w.va, Length: uint64(w.n), Access: w.access, RKey: NextRKey(w.mw.RKey())}
 		must(t, r.rc.PostSend([]SendWR{{ID: uint64(1000 + i), Opcode: WRBindMW, Bind: b}}))
-		w.mw.mu.Lock()
-		bound = w.mw.cur.valid.Load()
-		w.mw.mu.Unlock()
-		if !bound {
-			t.Fatalf("window %d did not bind", i+1)
+		// A post right after another may be left to the device's sender goroutine
+		// (doorbell batching), so the bind happens soon rather than inside PostSend.
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			w.mw.mu.Lock()
+			bound = w.mw.cur.valid.Load()
+			w.mw.mu.Unlock()
+			if bound {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("window %d did not bind", i+1)
+			}
+			time.Sleep(10 * time.Microsecond)
 		}
 	}
 }

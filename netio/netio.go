@@ -129,8 +129,14 @@ type Conn interface {
 	// with n == len(msgs). n < len(msgs) only when the Conn itself failed
 	// (for example it was closed). Safe for concurrent use.
 	WriteBatch(msgs []Message) (n int, err error)
-	// LocalAddr is the bound address (with the port chosen if it was 0).
+	// LocalAddr is the bound address (with the port chosen if it was 0):
+	// where datagrams are received.
 	LocalAddr() netip.AddrPort
+	// SourceAddr is where sent datagrams come from: LocalAddr's IP address,
+	// and its port or another. RoCEv2 lets the sender choose the UDP source
+	// port (IBTA Annex A17: it carries flow entropy; replies go to port
+	// 4791), and the ICRC covers it, so a sender computes the ICRC with this.
+	SourceAddr() netip.AddrPort
 	// Caps reports the capabilities in force now.
 	Caps() Caps
 	// Close closes the Conn and unblocks ReadBatch.

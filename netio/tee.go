@@ -103,7 +103,7 @@ func (t *teeConn) WriteBatch(msgs []Message) (int, error) {
 	n, err := t.Conn.WriteBatch(msgs)
 	if n > 0 {
 		now := time.Now()
-		local := t.Conn.LocalAddr()
+		src := t.Conn.SourceAddr()
 		caps := t.Conn.Caps()
 		t.mu.Lock()
 		for i := range msgs[:n] {
@@ -111,7 +111,7 @@ func (t *teeConn) WriteBatch(msgs []Message) (int, error) {
 			if caps.GSO && msgs[i].SegSize > 0 {
 				run = gsoRunSegments(msgs[i].SegSize, caps.MaxSegments)
 			}
-			t.record(now, &msgs[i], local, msgs[i].Addr, run)
+			t.record(now, &msgs[i], src, msgs[i].Addr, run)
 		}
 		t.mu.Unlock()
 	}

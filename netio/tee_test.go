@@ -45,7 +45,8 @@ func TestTee(t *testing.T) {
 	if len(got) != 5 {
 		t.Fatal(len(got))
 	}
-	wantW := []recorded{{a.LocalAddr(), b.LocalAddr(), 0, seg}, {a.LocalAddr(), b.LocalAddr(), 1, seg}, {a.LocalAddr(), b.LocalAddr(), 2, seg}, {a.LocalAddr(), b.LocalAddr(), 3, 10}, {a.LocalAddr(), b.LocalAddr(), 0, 5}}
+	src := a.SourceAddr() // the send socket
+	wantW := []recorded{{src, b.LocalAddr(), 0, seg}, {src, b.LocalAddr(), 1, seg}, {src, b.LocalAddr(), 2, seg}, {src, b.LocalAddr(), 3, 10}, {src, b.LocalAddr(), 0, 5}}
 	if !a.Caps().GSO {
 		for i := range wantW {
 			wantW[i].id = 0
@@ -64,7 +65,7 @@ func TestTee(t *testing.T) {
 	}
 	for i, r := range rb.recs {
 		// A GRO run is recorded numbered as the GSO sender numbered it; a lone datagram 0.
-		if r.src != a.LocalAddr() || r.dst != b.LocalAddr() || r.id != 0 && r.id != wantW[i].id || r.n != wantW[i].n {
+		if r.src != src || r.dst != b.LocalAddr() || r.id != 0 && r.id != wantW[i].id || r.n != wantW[i].n {
 			t.Errorf("read %d: %+v", i, r)
 		}
 	}
@@ -77,7 +78,7 @@ func TestTee(t *testing.T) {
 	if err := ta.(interface{ RecordErr() error }).RecordErr(); err != ra.err {
 		t.Fatalf("RecordErr = %v", err)
 	}
-	if ta.LocalAddr() != a.LocalAddr() || ta.Caps() != a.Caps() {
-		t.Fatal("Tee changed LocalAddr/Caps")
+	if ta.LocalAddr() != a.LocalAddr() || ta.SourceAddr() != src || ta.Caps() != a.Caps() {
+		t.Fatal("Tee changed LocalAddr/SourceAddr/Caps")
 	}
 }

@@ -61,6 +61,9 @@ func ListenUDP(addr netip.AddrPort, opts UDPOptions) (Conn, error) {
 
 func (c *udpConn) LocalAddr() netip.AddrPort { return c.local }
 
+// SourceAddr is LocalAddr: this backend sends from its one socket.
+func (c *udpConn) SourceAddr() netip.AddrPort { return c.local }
+
 func (c *udpConn) Caps() Caps {
 	return Caps{BatchSize: 1, MaxSegments: 1, RecvBuf: c.rcvBuf, SendBuf: c.sndBuf}
 }

@@ -98,8 +98,8 @@ func TestLoopbackBatch(t *testing.T) {
 				if !bytes.Equal(g, ms[i].Buf[:ms[i].N]) {
 					t.Fatalf("datagram %d: got %d bytes %x…, want %d", i, len(g), g[:4], ms[i].N)
 				}
-				if from[i] != a.LocalAddr() {
-					t.Fatalf("from %v, want %v", from[i], a.LocalAddr())
+				if from[i] != a.SourceAddr() {
+					t.Fatalf("from %v, want %v", from[i], a.SourceAddr())
 				}
 			}
 		})
@@ -365,7 +365,7 @@ func TestBusyPollSocket(t *testing.T) {
 			}
 			got, from := readN(t, busy, segs, 5*time.Second)
 			for i, g := range got {
-				if !bytes.Equal(g, run[i*size:(i+1)*size]) || from[i] != plain.LocalAddr() {
+				if !bytes.Equal(g, run[i*size:(i+1)*size]) || from[i] != plain.SourceAddr() {
 					t.Fatalf("datagram %d from %v differs", i, from[i])
 				}
 			}

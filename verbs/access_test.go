@@ -341,7 +341,7 @@ func (r *rawPeer) send(h wire.Headers, payload []byte) {
 	hl := h.Encode(pkt)
 	copy(pkt[hl:], payload)
 	n := wire.Finish(pkt, hl, len(payload))
-	src := r.conn.LocalAddr()
+	src := r.conn.SourceAddr()
 	ip := wire.IPHeader{Src: src.Addr(), Dst: r.dst.Addr(), SrcPort: src.Port(), DstPort: r.dst.Port(), DF: true}
 	wire.PutICRC(&ip, pkt, n)
 	msgs := []netio.Message{{Buf: pkt, N: n + wire.ICRCLen, Addr: r.dst}}

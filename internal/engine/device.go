@@ -52,7 +52,8 @@ type Config struct {
 type Device struct {
 	name     string
 	conn     netio.Conn
-	local    netip.AddrPort
+	local    netip.AddrPort // where packets arrive (port 4791)
+	src      netip.AddrPort // where they leave from: the ICRC covers its port
 	gid      [16]byte
 	peerPort uint16
 	mtu      wire.MTU
@@ -98,6 +99,7 @@ func New(cfg Config) (*Device, error) {
 		name:     cfg.Name,
 		conn:     cfg.Conn,
 		local:    cfg.Conn.LocalAddr(),
+		src:      cfg.Conn.SourceAddr(),
 		peerPort: cfg.PeerPort,
 		mtu:      cfg.MTU,
 		log:      cfg.Logger,

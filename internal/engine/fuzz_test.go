@@ -88,7 +88,8 @@ func (c *feedConn) WriteBatch(msgs []netio.Message) (int, error) {
 	return len(msgs), nil
 }
 
-func (c *feedConn) LocalAddr() netip.AddrPort { return c.local }
+func (c *feedConn) LocalAddr() netip.AddrPort  { return c.local }
+func (c *feedConn) SourceAddr() netip.AddrPort { return c.local }
 func (c *feedConn) Caps() netio.Caps           { return netio.Caps{BatchSize: 8, IPv4IDZero: true} }
 func (c *feedConn) Close() error {
 	c.once.Do(func() { close(c.done) })

@@ -112,7 +112,7 @@ func TestHostileDatagramsOverUDP(t *testing.T) {
 		return c
 	}
 	spoof, evil := listen(addrA), listen(addrEvil) // spoof: the RC peer's IP, another port
-	cd := codec{local: devB.LocalAddr(), srcs: [4]netip.AddrPort{spoof.LocalAddr(), spoof.LocalAddr(), evil.LocalAddr(), evil.LocalAddr()},
+	cd := codec{local: devB.LocalAddr(), srcs: [4]netip.AddrPort{spoof.SourceAddr(), spoof.SourceAddr(), evil.SourceAddr(), evil.SourceAddr()},
 		qps: [3]*QP{qb, uc, ud}, remote: ar.remote}
 
 	rng := rand.New(rand.NewPCG(6, 6))
@@ -139,7 +139,7 @@ func TestHostileDatagramsOverUDP(t *testing.T) {
 		}
 		for _, d := range dgs {
 			c := spoof
-			if d.from == evil.LocalAddr() {
+			if d.from == evil.SourceAddr() {
 				c = evil
 			}
 			batch = append(batch, netio.Message{Buf: d.b, N: len(d.b), Addr: devB.LocalAddr()})
@@ -165,7 +165,7 @@ func TestHostileDatagramsOverUDP(t *testing.T) {
 		DETH: wire.DETHFields{QKey: 0x5a5a, SrcQP: 1}}
 	pkt := make([]byte, 64)
 	n := wire.Finish(pkt, h.Encode(pkt), 4)
-	ip := wire.IPHeader{Src: evil.LocalAddr().Addr(), Dst: devB.LocalAddr().Addr(), SrcPort: evil.LocalAddr().Port(), DstPort: wire.UDPPort, DF: true}
+	ip := wire.IPHeader{Src: evil.SourceAddr().Addr(), Dst: devB.LocalAddr().Addr(), SrcPort: evil.SourceAddr().Port(), DstPort: wire.UDPPort, DF: true}
 	wire.PutICRC(&ip, pkt, n)
 	wcs := make([]WC, 64)
 	deadline := time.Now().Add(10 * time.Second)

@@ -104,8 +104,8 @@ func (d *Device) commit(b *txBatch, hlen, payloadLen int, dst netip.AddrPort) {
 	}
 	n := wire.Finish(pkt, hlen, payloadLen)
 	ip := wire.IPHeader{
-		Src: d.local.Addr(), Dst: dst.Addr(),
-		SrcPort: d.local.Port(), DstPort: dst.Port(),
+		Src: d.src.Addr(), Dst: dst.Addr(),
+		SrcPort: d.src.Port(), DstPort: dst.Port(),
 		DF: true, ID: netio.GSOSegmentID(0, seg),
 	}
 	wire.PutICRC(&ip, pkt, n)

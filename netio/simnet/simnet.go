@@ -348,6 +348,9 @@ type conn struct {
 
 func (c *conn) LocalAddr() netip.AddrPort { return c.addr }
 
+// SourceAddr is LocalAddr: a simulated host sends from the address it listens on.
+func (c *conn) SourceAddr() netip.AddrPort { return c.addr }
+
 func (c *conn) Caps() netio.Caps {
 	c.net.mu.Lock()
 	limit := c.net.queueLimit

@@ -62,13 +62,36 @@ type Message struct {
 	// run Buf[:N] to be sent as datagrams of SegSize bytes: with GSO when
 	// Caps().GSO, otherwise WriteBatch splits it itself.
 	SegSize int
+	// Iov, on write only, gathers the data from several slices instead of
+	// Buf: when it is non-nil the message is their concatenation, N bytes in
+	// all, and Buf is not used. At most MaxIov slices. The kernel copies
+	// from them during WriteBatch, so a sender can put headers in a buffer
+	// of its own and point at payload where it lies, without copying it
+	// first.
+	Iov [][]byte
+}
+
+// MaxIov is the most slices one Message may gather (Linux's UIO_MAXIOV).
+const MaxIov = 1024
+
+// data returns m's bytes in one slice: Buf[:N], or Iov gathered into a new one.
+func (m *Message) data() []byte {
+	if m.Iov == nil {
+		return m.Buf[:m.N]
+	}
+	b := make([]byte, 0, m.N)
+	for _, v := range m.Iov {
+		b = append(b, v...)
+	}
+	return b
 }
 
 // Segments calls f for every datagram in m: Buf[:N] itself when SegSize is 0
 // (or N <= SegSize), otherwise each SegSize-long piece of it. It stops early
-// if f returns false.
+// if f returns false. A message that gathers (Iov) is copied into one new
+// slice first.
 func (m *Message) Segments(f func(i int, seg []byte) bool) {
-	b := m.Buf[:m.N]
+	b := m.data()
 	if m.SegSize <= 0 || m.N <= m.SegSize {
 		f(0, b)
 		return
@@ -185,6 +208,9 @@ func (e *SendError) Unwrap() error { return e.Err }
 // ErrAddressFamily is the error for a destination the socket's address family
 // cannot reach (IPv6 from an IPv4 socket or the reverse).
 var ErrAddressFamily = errors.New("netio: destination address family does not match the socket")
+
+// ErrTooManyIov is the error for a Message that gathers from more than MaxIov slices.
+var ErrTooManyIov = errors.New("netio: message gathers from more than MaxIov slices")
 
 // GSOSegmentID is the IPv4 Identification the kernel gives segment i of one
 // GSO send whose first segment carries first (0 from ListenUDP): it numbers

@@ -84,7 +84,8 @@ type recvScratch struct {
 
 type sendScratch struct {
 	hdrs  [batchSize]unix.Mmsghdr
-	iovs  [batchSize]unix.Iovec
+	iovs  [2 * MaxIov]unix.Iovec // the headers' iovecs, in order
+	niov  int                    // iovecs in use
 	names [batchSize]unix.RawSockaddrInet6
 	oob   [batchSize][cmsgSpace]byte
 	owner [batchSize]int32 // message index of each header
@@ -685,22 +686,30 @@ func (c *udpConn) WriteBatch(msgs []Message) (int, error) {
 	for mi < len(msgs) {
 		// Fill headers from (mi, off).
 		w.k, w.i = 0, 0
+		w.niov = 0
 		for w.k < batchSize && mi < len(msgs) {
 			m := &msgs[mi]
+			if len(m.Iov) > MaxIov {
+				fail(mi, msgs[mi].NumSegments(), ErrTooManyIov)
+				mi, off = mi+1, 0
+				continue
+			}
+			if w.niov+max(len(m.Iov), 1) > len(w.iovs) {
+				break // send these first
+			}
 			namelen, ok := c.putSockaddr(&w.names[w.k], m.Addr)
 			if !ok {
 				fail(mi, msgs[mi].NumSegments(), ErrAddressFamily)
 				mi, off = mi+1, 0
 				continue
 			}
-			data := m.Buf[:m.N]
-			rest := data[off:]
-			size, segs, gso := len(rest), 1, false
-			if ss := m.SegSize; ss > 0 && len(rest) > ss {
+			rest := m.N - off
+			size, segs, gso := rest, 1, false
+			if ss := m.SegSize; ss > 0 && rest > ss {
 				if c.gso.Load() && split != mi {
-					segs = min(gsoRunSegments(ss, maxGSOSegments), (len(rest)+ss-1)/ss)
+					segs = min(gsoRunSegments(ss, maxGSOSegments), (rest+ss-1)/ss)
 					if segs > 1 {
-						size = min(len(rest), segs*ss)
+						size = min(rest, segs*ss)
 						gso = true
 					} else {
 						size, segs = ss, 1
@@ -710,18 +719,13 @@ func (c *udpConn) WriteBatch(msgs []Message) (int, error) {
 				}
 			}
 			k := w.k
-			iov := &w.iovs[k]
-			if size > 0 {
-				iov.Base = &rest[0]
-			} else {
-				iov.Base = nil
-			}
-			iov.SetLen(size)
+			first := w.niov
+			w.fillIov(m, off, size)
 			h := &w.hdrs[k].Hdr
 			h.Name = (*byte)(unsafe.Pointer(&w.names[k]))
 			h.Namelen = namelen
-			h.Iov = iov
-			h.SetIovlen(1)
+			h.Iov = &w.iovs[first]
+			h.SetIovlen(w.niov - first)
 			h.Flags = 0
 			if gso {
 				putSegmentCmsg(w.oob[k][:], uint16(m.SegSize))
@@ -734,7 +738,7 @@ func (c *udpConn) WriteBatch(msgs []Message) (int, error) {
 			w.owner[k], w.off[k], w.segs[k], w.gso[k] = int32(mi), int32(off), int32(segs), gso
 			w.k++
 			off += size
-			if off >= len(data) {
+			if off >= m.N {
 				mi, off = mi+1, 0
 			}
 		}
@@ -787,8 +791,43 @@ func (c *udpConn) WriteBatch(msgs []Message) (int, error) {
 }
 
 func (c *udpConn) clearSend() {
-	for j := range c.w.k {
+	for j := range c.w.niov {
 		c.w.iovs[j].Base = nil
+	}
+	c.w.niov = 0
+}
+
+// fillIov appends the iovecs for bytes [off, off+size) of m: one for Buf, or the
+// pieces of the Iov slices that cover the range.
+func (w *sendScratch) fillIov(m *Message, off, size int) {
+	put := func(b []byte) {
+		v := &w.iovs[w.niov]
+		v.Base = nil
+		if len(b) > 0 {
+			v.Base = &b[0]
+		}
+		v.SetLen(len(b))
+		w.niov++
+	}
+	if m.Iov == nil {
+		put(m.Buf[off : off+size])
+		return
+	}
+	start := w.niov
+	for _, v := range m.Iov {
+		if size == 0 {
+			break
+		}
+		if off >= len(v) {
+			off -= len(v)
+			continue
+		}
+		n := min(len(v)-off, size)
+		put(v[off : off+n])
+		off, size = 0, size-n
+	}
+	if w.niov == start {
+		put(nil) // an empty datagram still needs its header
 	}
 }
 

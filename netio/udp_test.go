@@ -404,3 +404,50 @@ func TestBusyPollSocket(t *testing.T) {
 		})
 	}
 }
+
+// TestGatherIov: a Message that gathers its data from Iov slices arrives as if it had
+// been one buffer, whether WriteBatch sends its run with GSO or splits it into datagrams,
+// and whatever the slices' boundaries are relative to the segments'.
+func TestGatherIov(t *testing.T) {
+	for _, noGSO := range []bool{false, true} {
+		t.Run(fmt.Sprintf("DisableGSO=%v", noGSO), func(t *testing.T) {
+			a := listen(t, "127.0.0.2:0", UDPOptions{DisableGSO: noGSO})
+			b := listen(t, "127.0.0.3:0", UDPOptions{})
+			const segs, size = 6, 1000
+			run := make([]byte, segs*size)
+			for i := range segs {
+				pattern(run[i*size:(i+1)*size], i)
+			}
+			// Pieces that straddle segment boundaries, one byte long, and empty.
+			var iov [][]byte
+			for _, cut := range []int{7, 1000, 1001, 1001, 2500, 2500, 5999, 6000} {
+				prev := 0
+				for _, v := range iov {
+					prev += len(v)
+				}
+				iov = append(iov, run[prev:cut])
+			}
+			single := [][]byte{[]byte("gat"), nil, []byte("her")}
+			tooMany := make([][]byte, MaxIov+1)
+			ms := []Message{
+				{Iov: iov, N: len(run), SegSize: size, Addr: b.LocalAddr()},
+				{Iov: tooMany, N: 0, Addr: b.LocalAddr()},
+				{Iov: single, N: 6, Addr: b.LocalAddr()},
+			}
+			n, err := a.WriteBatch(ms)
+			var se *SendError
+			if n != len(ms) || !errors.As(err, &se) || se.Index != 1 || !errors.Is(se.Err, ErrTooManyIov) {
+				t.Fatalf("WriteBatch = %d, %v; want the Iov-overflowing message refused", n, err)
+			}
+			got, _ := readN(t, b, segs+1, 5*time.Second)
+			for i := range segs {
+				if !bytes.Equal(got[i], run[i*size:(i+1)*size]) {
+					t.Fatalf("segment %d differs (%d bytes)", i, len(got[i]))
+				}
+			}
+			if string(got[segs]) != "gather" {
+				t.Fatalf("gathered datagram %q", got[segs])
+			}
+		})
+	}
+}

@@ -55,7 +55,9 @@ type Message struct {
 	Buf []byte
 	// N is the number of valid bytes in Buf.
 	N int
-	// Addr is the sender on read and the destination on write.
+	// Addr is the sender on read and the destination on write. A sender
+	// may send from another port than it listens on (ListenUDP does; see
+	// SourceAddr): answer at its listening port, as RoCEv2 answers 4791.
 	Addr netip.AddrPort
 	// SegSize on read is >0 when GRO coalesced several datagrams of this
 	// size into Buf[:N] (the last may be shorter). On write, >0 asks for the

@@ -321,7 +321,8 @@ func BenchmarkUDPPingPong8BusyPoll(b *testing.B) {
 			default:
 			}
 			if n, _ := pc.PollBatch(msgs); n > 0 {
-				out[0] = netio.Message{Buf: msgs[0].Buf, N: msgs[0].N, Addr: msgs[0].Addr}
+				// To ca's receive socket: its datagrams come from its send socket.
+				out[0] = netio.Message{Buf: msgs[0].Buf, N: msgs[0].N, Addr: ca.LocalAddr()}
 				cc.WriteBatch(out)
 			}
 		}

@@ -131,7 +131,8 @@ func udpLat(bind, server string, size, iters int, busy bool) error {
 			if _, err := recv(); err != nil {
 				return err
 			}
-			out[0].Addr = in[0].Addr
+			// The client listens on port+1; its datagrams come from its send socket.
+			out[0].Addr = netip.AddrPortFrom(in[0].Addr.Addr(), port+1)
 			if _, err := c.WriteBatch(out); err != nil {
 				return err
 			}

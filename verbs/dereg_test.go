@@ -115,40 +115,56 @@ func TestDeregisterDuringTransfer(t *testing.T) {
 			b.dev.Close()
 		})
 	})
-	t.Run("WRITE into unmapped memory", func(t *testing.T) {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestDeregisterChild$", "-test.count=1", "-test.v")
-		cmd.Env = append(os.Environ(), derefChildEnv+"=1")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			head := string(out)
-			if i := strings.Index(head, "\ngoroutine "); i > 0 {
-				head = head[:i]
+	// In a child process each: the memory is unmapped, and a touch would kill it.
+	for _, side := range []string{"target", "source"} {
+		t.Run("WRITE with its "+side+" memory unmapped", func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestDeregisterChild$", "-test.count=1", "-test.v")
+			cmd.Env = append(os.Environ(), derefChildEnv+"="+side)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				head := string(out)
+				if i := strings.Index(head, "\ngoroutine "); i > 0 {
+					head = head[:i]
+				}
+				t.Fatalf("the process died (%v) when the MR's memory was unmapped after MR.Close:\n%s", err, head)
 			}
-			t.Fatalf("the process died (%v) when the MR's memory was unmapped after MR.Close:\n%s", err, head)
-		}
-	})
+		})
+	}
 }
 
 // TestDeregisterChild runs in a child process: it unmaps a region's memory right after
-// closing the MR while a WRITE into it is in progress.
+// closing the MR while a WRITE into it ("target") or out of it ("source": the sender
+// gathers payload from registered memory in place, see the engine's txBatch) is in
+// progress.
 func TestDeregisterChild(t *testing.T) {
-	if os.Getenv(derefChildEnv) == "" {
+	side := os.Getenv(derefChildEnv)
+	if side == "" {
 		t.Skip("child process of TestDeregisterDuringTransfer")
 	}
 	synctest.Test(t, func(t *testing.T) {
 		const n = 8 << 20
 		a, b, p := derefHosts(t)
-		local := a.mr(t, n, allAccess)
 		buf, err := Mmap(n, false)
 		if err != nil {
 			t.Fatal(err)
 		}
-		mr, err := b.pd.RegMR(buf, allAccess)
+		var mr, local *MR
+		if side == "source" {
+			local, err = a.pd.RegMR(buf, allAccess)
+			mr = b.mr(t, n, allAccess)
+		} else {
+			local = a.mr(t, n, allAccess)
+			mr, err = b.pd.RegMR(buf, allAccess)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
+		closed := mr
+		if side == "source" {
+			closed = local
+		}
 		startBigOp(t, p, WRRDMAWrite, mr, local)
-		if err := mr.Close(); err != nil {
+		if err := closed.Close(); err != nil {
 			t.Fatal(err)
 		}
 		if err := Munmap(buf); err != nil {
@@ -156,6 +172,9 @@ func TestDeregisterChild(t *testing.T) {
 		}
 		wc := waitWC(t, a.cq, 1, 10*time.Second)[0]
 		t.Logf("WRITE completed with %v", wc.Status)
+		if wc.Status == WCSuccess {
+			t.Errorf("WRITE whose %s MR was closed mid-way completed successfully", side)
+		}
 		a.dev.Close()
 		b.dev.Close()
 	})

@@ -116,9 +116,10 @@ const (
 )
 
 // icrcPseudo fills h with the masked IP, UDP and BTH headers for a packet
-// whose BTH..pad is pkt, and returns how many bytes of h are used.
-func icrcPseudo(h *[ipv6HeaderLen + udpHeaderLen + BTHLen]byte, ip *IPHeader, pkt []byte) int {
-	udpLen := udpHeaderLen + len(pkt) + ICRCLen
+// that starts with pkt and is pktLen bytes long from BTH to pad, and returns
+// how many bytes of h are used.
+func icrcPseudo(h *[ipv6HeaderLen + udpHeaderLen + BTHLen]byte, ip *IPHeader, pkt []byte, pktLen int) int {
+	udpLen := udpHeaderLen + pktLen + ICRCLen
 	var n int
 	if ip.Is4() {
 		// 0x45, TOS (masked), total length, ID, flags, frag 0,
@@ -168,7 +169,7 @@ func icrcPseudo(h *[ipv6HeaderLen + udpHeaderLen + BTHLen]byte, ip *IPHeader, pk
 // from len(pkt)+ICRCLen. One pass, no allocation.
 func ICRC(ip *IPHeader, pkt []byte) uint32 {
 	var h [ipv6HeaderLen + udpHeaderLen + BTHLen]byte
-	n := icrcPseudo(&h, ip, pkt)
+	n := icrcPseudo(&h, ip, pkt, len(pkt))
 	crc := crcRaw(crcSeed, h[:n])
 	if len(pkt) > BTHLen {
 		// crc32.Update inverts on entry and exit; undo the first.
@@ -176,6 +177,31 @@ func ICRC(ip *IPHeader, pkt []byte) uint32 {
 	}
 	return ^crc
 }
+
+// ICRCGather is ICRC for a packet whose bytes are not in one slice: hdr (BTH
+// and extended headers), then each slice of payload, then pad zero bytes. It
+// lets a sender compute the ICRC of payload where it lies in memory. pad is
+// at most 3 (PadLen).
+func ICRCGather(ip *IPHeader, hdr []byte, payload [][]byte, pad int) uint32 {
+	total := len(hdr) + pad
+	for _, p := range payload {
+		total += len(p)
+	}
+	var h [ipv6HeaderLen + udpHeaderLen + BTHLen]byte
+	n := icrcPseudo(&h, ip, hdr, total)
+	crc := ^crcRaw(crcSeed, h[:n]) // crc32.Update's form: inverted on entry and exit
+	if len(hdr) > BTHLen {
+		crc = crc32.Update(crc, crc32.IEEETable, hdr[BTHLen:])
+	}
+	for _, p := range payload {
+		crc = crc32.Update(crc, crc32.IEEETable, p)
+	}
+	return crc32.Update(crc, crc32.IEEETable, zeroPad[:pad])
+}
+
+// zeroPad is the pad bytes' value. Package level: a local array passed to crc32 would
+// escape, an allocation per packet.
+var zeroPad [3]byte
 
 // PutICRC computes the ICRC over pkt[:n] and stores it little endian at
 // pkt[n:n+4].

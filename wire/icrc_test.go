@@ -101,6 +101,34 @@ func TestICRCReference(t *testing.T) {
 	}
 }
 
+// TestICRCGather: the ICRC of a packet in pieces (headers, payload slices cut anywhere,
+// zero pad) equals the ICRC of the same bytes in one slice.
+func TestICRCGather(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for i := range 400 {
+		ip := randIP(r, i%2 == 1)
+		hdr := make([]byte, 12+4*r.IntN(8))
+		payload := make([]byte, r.IntN(600))
+		for _, b := range [][]byte{hdr, payload} {
+			for j := range b {
+				b[j] = byte(r.Uint32())
+			}
+		}
+		pad := r.IntN(4)
+		var pieces [][]byte
+		for rest := payload; len(rest) > 0; {
+			k := min(len(rest), r.IntN(200))
+			pieces = append(pieces, rest[:k]) // empty pieces too
+			rest = rest[k:]
+		}
+		whole := append(append(bytes.Clone(hdr), payload...), make([]byte, pad)...)
+		if got, want := wire.ICRCGather(&ip, hdr, pieces, pad), wire.ICRC(&ip, whole); got != want {
+			t.Fatalf("case %d (hdr %d, payload %d in %d pieces, pad %d): %#x want %#x",
+				i, len(hdr), len(payload), len(pieces), pad, got, want)
+		}
+	}
+}
+
 func TestRecoverIPv4ID(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for i := range 500 {
@@ -155,10 +183,12 @@ func TestAllocs(t *testing.T) {
 	ip := wire.IPHeader{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"), SrcPort: 1, DstPort: wire.UDPPort}
 	b := benchPacket(&ip)
 	var p wire.Packet
+	pieces := [][]byte{b[12:40], b[40:]}
 	n := testing.AllocsPerRun(100, func() {
 		if p.Parse(b, 4096) != nil || !wire.CheckICRC(&ip, b) {
 			t.Fatal("bad")
 		}
+		wire.ICRCGather(&ip, b[:12], pieces, 3)
 		wire.RecoverIPv4ID(&ip, b)
 		h := p.Headers()
 		h.Encode(b)

@@ -82,7 +82,7 @@ func (c *feedConn) WriteBatch(msgs []netio.Message) (int, error) {
 	for i := range msgs {
 		c.sent++
 		if len(c.last) < 64 {
-			c.last = append(c.last, bytes.Clone(msgs[i].Buf[:msgs[i].N]))
+			c.last = append(c.last, gathered(&msgs[i]))
 		}
 	}
 	return len(msgs), nil

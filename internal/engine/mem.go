@@ -272,6 +272,24 @@ func (d *Device) resolveSGL(pd *PD, in []SGE, write bool, out *sgl) bool {
 	return true
 }
 
+// slices appends to out the pieces of the list that hold n bytes from byte offset off.
+// The caller has checked that off+n fits, and pins the regions while the pieces are used.
+func (l *sgl) slices(off, n int, out [][]byte) [][]byte {
+	for _, s := range l.segs {
+		if n == 0 {
+			break
+		}
+		if off >= len(s) {
+			off -= len(s)
+			continue
+		}
+		k := min(len(s)-off, n)
+		out = append(out, s[off:off+k])
+		off, n = 0, n-k
+	}
+	return out
+}
+
 // copyOut gathers len(dst) bytes starting at byte offset off of the list into dst. It
 // reports false, copying nothing, when a region has been invalidated.
 func (l *sgl) copyOut(dst []byte, off int) bool {

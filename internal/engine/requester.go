@@ -266,14 +266,27 @@ func (qp *QP) sendPackets(w *sendWQE, tx *txBatch) bool {
 			}
 			h.DETH = wire.DETHFields{QKey: qkey, SrcQP: qp.qpn}
 		}
-		buf := qp.dev.nextBuf(tx, dst, wireLen(info.HeaderLen, n), true)
-		hlen := h.Encode(buf)
-		if w.wr.Flags&SendInline != 0 {
-			copy(buf[hlen:hlen+n], w.inline[off:])
-		} else if !w.local.copyOut(buf[hlen:hlen+n], off) {
-			return false
+		size := wireLen(info.HeaderLen, n)
+		if w.wr.Flags&SendInline == 0 && n >= gatherMin {
+			// Sent from the registered memory in place (see txBatch).
+			buf := qp.dev.nextBuf(tx, dst, size, true, len(w.local.segs))
+			hlen := h.Encode(buf)
+			if !w.local.acquire() {
+				return false
+			}
+			tx.held = append(tx.held, w.local.regs...)
+			tx.pieces = w.local.slices(off, n, tx.pieces[:0])
+			qp.dev.commitGather(tx, hlen, tx.pieces, n, dst)
+		} else {
+			buf := qp.dev.nextBuf(tx, dst, size, true, 0)
+			hlen := h.Encode(buf)
+			if w.wr.Flags&SendInline != 0 {
+				copy(buf[hlen:hlen+n], w.inline[off:])
+			} else if !w.local.copyOut(buf[hlen:hlen+n], off) {
+				return false
+			}
+			qp.dev.commit(tx, hlen, n, dst)
 		}
-		qp.dev.commit(tx, hlen, n, dst)
 		qp.sentPSN(psn, psn.Add(1))
 		w.next++
 	}
@@ -307,7 +320,7 @@ func (qp *QP) sendReadAtomic(w *sendWQE, tx *txBatch) {
 			h.AtomicETH.Compare = w.wr.CompareAdd
 		}
 	}
-	buf := qp.dev.nextBuf(tx, qp.remote, wireLen(h.Len(), 0), true)
+	buf := qp.dev.nextBuf(tx, qp.remote, wireLen(h.Len(), 0), true, 0)
 	hlen := h.Encode(buf)
 	qp.dev.commit(tx, hlen, 0, qp.remote)
 	qp.sentPSN(psn, w.lastPSN().Add(1))

@@ -135,7 +135,7 @@ func (qp *QP) buildReadResponse(tx *txBatch, it *respItem) bool {
 	if m > 0 && !it.reg.acquire() {
 		return false
 	}
-	buf := qp.dev.nextBuf(tx, qp.remote, wireLen(h.Len(), m), false)
+	buf := qp.dev.nextBuf(tx, qp.remote, wireLen(h.Len(), m), false, 0)
 	hlen := h.Encode(buf)
 	copy(buf[hlen:hlen+m], it.src)
 	if m > 0 {
@@ -152,7 +152,7 @@ func (qp *QP) buildAtomicAck(tx *txBatch, psn wire.PSN, orig uint64) {
 	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAtomicAck, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn}}
 	h.AETH = wire.AETHFields{Syndrome: wire.ACKSyndrome(wire.CreditsInvalid), MSN: qp.resp.msn}
 	h.AtomicAckETH = orig
-	buf := qp.dev.nextBuf(tx, qp.remote, wireLen(h.Len(), 0), false)
+	buf := qp.dev.nextBuf(tx, qp.remote, wireLen(h.Len(), 0), false, 0)
 	qp.dev.commit(tx, h.Encode(buf), 0, qp.remote)
 	qp.Stats.TxPackets++
 }
@@ -160,7 +160,7 @@ func (qp *QP) buildAtomicAck(tx *txBatch, psn wire.PSN, orig uint64) {
 func (qp *QP) buildAck(tx *txBatch, syn wire.Syndrome, psn wire.PSN) {
 	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAck, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn}}
 	h.AETH = wire.AETHFields{Syndrome: syn, MSN: qp.resp.msn}
-	buf := qp.dev.nextBuf(tx, qp.remote, wireLen(h.Len(), 0), false)
+	buf := qp.dev.nextBuf(tx, qp.remote, wireLen(h.Len(), 0), false, 0)
 	qp.dev.commit(tx, h.Encode(buf), 0, qp.remote)
 	qp.Stats.TxPackets++
 }

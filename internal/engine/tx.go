@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/binary"
 	"net/netip"
 
 	"github.com/goverbs/goverbs/netio"
@@ -21,14 +22,27 @@ const gsoRunBytes = 65535 - 48
 // to back in one message as a run that the kernel segments: a 64 KiB RDMA WRITE leaves
 // in two sends instead of sixteen. Batches are pooled per device; the kernel copies the
 // bytes before WriteBatch returns, so the buffers are reused at once.
+//
+// A packet with a large payload from registered memory is gathered rather than copied
+// (commitGather): its headers and its pad and ICRC go into the message's buffer, and the
+// message's Iov points at those and at the payload where it lies, so the kernel's copy
+// is the only one. The regions stay pinned until the batch is sent (held).
 type txBatch struct {
 	msgs   []netio.Message
+	used   []int      // bytes of msgs[i].Buf in use; below N once the message gathers
+	iovs   [][][]byte // msgs[i].Iov's backing array, kept across sends
+	held   []*region  // regions a gathered payload lies in, released after the send
+	pieces [][]byte   // one packet's payload slices (scratch)
 	n      int
 	gso    bool
 	maxSeg int
 	// The packet being built: where nextBuf placed it.
 	appendRun bool // it extends the run in msgs[n-1]
 }
+
+// gatherMin is the smallest payload sent from registered memory in place. Below it a
+// copy is cheaper than the two iovecs (and kernel iterator steps) that gathering adds.
+const gatherMin = 1024
 
 func newTxBatch(c netio.Caps) *txBatch {
 	size := min(max(c.BatchSize, 1), 64)
@@ -39,6 +53,8 @@ func newTxBatch(c netio.Caps) *txBatch {
 		bufSize = gsoRunBytes
 	}
 	b.msgs = make([]netio.Message, size)
+	b.used = make([]int, size)
+	b.iovs = make([][][]byte, size)
 	for i := range b.msgs {
 		b.msgs[i].Buf = make([]byte, bufSize)
 	}
@@ -65,14 +81,18 @@ func (d *Device) putTx(b *txBatch) {
 // measured, an ACK folded into the requests' GSO send costs a busy-poll ping-pong more
 // (the peer processes it before returning the request's completion) than a datagram of
 // its own in the same sendmmsg.
-func (d *Device) nextBuf(b *txBatch, dst netip.AddrPort, size int, endRun bool) []byte {
+//
+// pieces is how many payload slices the packet gathers (commitGather), 0 when it is
+// copied; a run never gathers from more than netio.MaxIov slices.
+func (d *Device) nextBuf(b *txBatch, dst netip.AddrPort, size int, endRun bool, pieces int) []byte {
 	if b.gso && b.n > 0 {
 		last := &b.msgs[b.n-1]
 		if last.Addr == dst && last.N%last.SegSize == 0 &&
 			(last.SegSize == size || endRun && size < last.SegSize) &&
-			last.N+size <= gsoRunBytes && last.N/last.SegSize < b.maxSeg {
+			last.N+size <= gsoRunBytes && last.N/last.SegSize < b.maxSeg &&
+			len(last.Iov)+pieces+3 <= netio.MaxIov {
 			b.appendRun = true
-			return last.Buf[last.N:]
+			return last.Buf[b.used[b.n-1]:]
 		}
 	}
 	b.appendRun = false
@@ -89,32 +109,78 @@ func wireLen(hlen, n int) int { return hlen + n + wire.PadLen(n) + wire.ICRCLen 
 // payload bytes after them. It pads, and computes the ICRC for the IP header the packet
 // will travel in: DF set, Identification 0, or the segment's number within a GSO run.
 func (d *Device) commit(b *txBatch, hlen, payloadLen int, dst netip.AddrPort) {
-	var m *netio.Message
-	var pkt []byte
-	seg := 0
-	if b.appendRun {
-		m = &b.msgs[b.n-1]
-		pkt = m.Buf[m.N:]
-		seg = m.N / m.SegSize
-	} else {
-		m = &b.msgs[b.n]
-		pkt = m.Buf
-		m.N, m.SegSize, m.Addr = 0, 0, dst
-		b.n++
-	}
+	i, seg := b.place(dst)
+	m := &b.msgs[i]
+	pkt := m.Buf[b.used[i]:]
 	n := wire.Finish(pkt, hlen, payloadLen)
-	ip := wire.IPHeader{
-		Src: d.src.Addr(), Dst: dst.Addr(),
-		SrcPort: d.src.Port(), DstPort: dst.Port(),
-		DF: true, ID: netio.GSOSegmentID(0, seg),
-	}
+	ip := d.txIP(dst, seg)
 	wire.PutICRC(&ip, pkt, n)
 	size := n + wire.ICRCLen
+	if m.Iov != nil {
+		m.Iov = append(m.Iov, pkt[:size])
+	}
+	b.grow(i, size, size)
+}
+
+// commitGather seals a packet whose hlen header bytes are at nextBuf's position and
+// whose payload is pieces (in registered memory, pinned until the batch is sent): the
+// pad and ICRC go after the headers in the buffer, and the message gathers headers,
+// payload and trailer.
+func (d *Device) commitGather(b *txBatch, hlen int, pieces [][]byte, payloadLen int, dst netip.AddrPort) {
+	i, seg := b.place(dst)
+	m := &b.msgs[i]
+	start := b.used[i]
+	hdr := m.Buf[start : start+hlen]
+	pad := wire.PadLen(payloadLen)
+	wire.BTH(hdr).SetPadCnt(pad)
+	tail := m.Buf[start+hlen : start+hlen+pad+wire.ICRCLen]
+	clear(tail[:pad])
+	ip := d.txIP(dst, seg)
+	binary.LittleEndian.PutUint32(tail[pad:], wire.ICRCGather(&ip, hdr, pieces, pad))
+	if m.Iov == nil {
+		m.Iov = b.iovs[i][:0]
+		if start > 0 {
+			m.Iov = append(m.Iov, m.Buf[:start]) // the run's copied packets so far
+		}
+	}
+	m.Iov = append(m.Iov, hdr)
+	m.Iov = append(m.Iov, pieces...)
+	m.Iov = append(m.Iov, tail)
+	b.grow(i, hlen+payloadLen+pad+wire.ICRCLen, hlen+len(tail))
+}
+
+// place returns the message the packet built at nextBuf's position belongs to, and its
+// segment number in that message's run; a packet that starts a message sets it up.
+func (b *txBatch) place(dst netip.AddrPort) (i, seg int) {
+	if b.appendRun {
+		i = b.n - 1
+		return i, b.msgs[i].N / b.msgs[i].SegSize
+	}
+	i = b.n
+	b.msgs[i].N, b.msgs[i].SegSize, b.msgs[i].Addr = 0, 0, dst
+	b.used[i] = 0
+	b.n++
+	return i, 0
+}
+
+// grow accounts for a packet of size wire bytes, bufBytes of them in the buffer.
+func (b *txBatch) grow(i, size, bufBytes int) {
+	m := &b.msgs[i]
 	if !b.appendRun {
 		m.SegSize = size // a run of one; it may grow
 	}
 	m.N += size
+	b.used[i] += bufBytes
 	b.appendRun = false
+}
+
+// txIP is the IP header a packet to dst travels in, as segment seg of a GSO send.
+func (d *Device) txIP(dst netip.AddrPort, seg int) wire.IPHeader {
+	return wire.IPHeader{
+		Src: d.src.Addr(), Dst: dst.Addr(),
+		SrcPort: d.src.Port(), DstPort: dst.Port(),
+		DF: true, ID: netio.GSOSegmentID(0, seg),
+	}
 }
 
 func (d *Device) flushTx(b *txBatch) {
@@ -147,6 +213,18 @@ func (d *Device) flushTx(b *txBatch) {
 			n = 1
 		}
 		msgs = msgs[min(n, len(msgs)):]
+	}
+	for _, r := range b.held {
+		r.release()
+	}
+	clear(b.held) // no pointers into registered memory outlive the send
+	b.held = b.held[:0]
+	for i := range b.msgs[:b.n] {
+		if m := &b.msgs[i]; m.Iov != nil {
+			clear(m.Iov)
+			b.iovs[i] = m.Iov[:0]
+			m.Iov = nil
+		}
 	}
 	b.n = 0
 	b.appendRun = false

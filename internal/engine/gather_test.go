@@ -1,0 +1,148 @@
+package engine
+
+import (
+	"bytes"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/goverbs/goverbs/netio"
+	"github.com/goverbs/goverbs/wire"
+)
+
+// gathered returns m's bytes in one new slice: Buf[:N], or its Iov concatenated.
+func gathered(m *netio.Message) []byte {
+	if m.Iov == nil {
+		return bytes.Clone(m.Buf[:m.N])
+	}
+	var b []byte
+	for _, v := range m.Iov {
+		b = append(b, v...)
+	}
+	return b
+}
+
+// gateConn is a Conn whose WriteBatch blocks until the test opens the gate, as a slow
+// kernel copy would, and keeps what it was given, read at the moment it is sent.
+type gateConn struct {
+	local   netip.AddrPort
+	entered chan struct{} // WriteBatch was called
+	gate    chan struct{}
+	sent    chan []byte
+	done    chan struct{}
+}
+
+func (c *gateConn) ReadBatch([]netio.Message) (int, error) { <-c.done; return 0, net.ErrClosed }
+func (c *gateConn) WriteBatch(msgs []netio.Message) (int, error) {
+	for i := range msgs {
+		b := gathered(&msgs[i])
+		select {
+		case c.entered <- struct{}{}:
+		default:
+		}
+		<-c.gate
+		c.sent <- b
+	}
+	return len(msgs), nil
+}
+func (c *gateConn) LocalAddr() netip.AddrPort  { return c.local }
+func (c *gateConn) SourceAddr() netip.AddrPort { return c.local }
+func (c *gateConn) Caps() netio.Caps           { return netio.Caps{BatchSize: 8, IPv4IDZero: true} }
+func (c *gateConn) Close() error               { close(c.done); return nil }
+
+// TestGatherPinsMemory: a WRITE's payload is sent from its registered memory in place
+// (txBatch.commitGather), so the memory must stay registered until the send has taken
+// it. MR.Close (ibv_dereg_mr) waits for a send in progress; after it returns, the
+// memory may be unmapped, and no later packet reads it. The packets carry the payload
+// and an ICRC that verifies.
+func TestGatherPinsMemory(t *testing.T) {
+	conn := &gateConn{local: fuzzLocal, entered: make(chan struct{}, 1), gate: make(chan struct{}), sent: make(chan []byte, 16), done: make(chan struct{})}
+	dev, err := New(Config{Name: "gather", Conn: conn, MTU: wire.MTU4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	pd, err := dev.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := dev.CreateCQ(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qp, err := dev.CreateQP(pd, QPInit{Type: QPTypeRC, SendCQ: cq, RecvCQ: cq,
+		Cap: QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peerAH := AH{Addr: fuzzPeer.Addr(), DGID: AddrToGID(fuzzPeer.Addr()), Port: 1}
+	must(t, qp.Modify(&QPAttr{State: QPStateInit, Port: 1}, QPAttrState|QPAttrPort|QPAttrPKeyIndex|QPAttrAccessFlags))
+	must(t, qp.Modify(&QPAttr{State: QPStateRTR, AH: peerAH, PathMTU: wire.MTU4096, DestQPN: fuzzPeerQPN, MaxDestRdAtomic: 1},
+		QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer))
+	must(t, qp.Modify(&QPAttr{State: QPStateRTS, Timeout: 0, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
+		QPAttrState|QPAttrSQPSN|QPAttrTimeout|QPAttrRetryCnt|QPAttrRNRRetry|QPAttrMaxQPRdAtomic))
+
+	// Two regions, the message split across them at an odd offset, so that packets
+	// gather from both and the last one is padded.
+	bufA, bufB := make([]byte, 5000), make([]byte, 4000)
+	for i := range bufA {
+		bufA[i] = byte(i * 7)
+	}
+	for i := range bufB {
+		bufB[i] = byte(i*11 + 3)
+	}
+	mrA, err := pd.RegMR(bufA, AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mrB, err := pd.RegMR(bufB, AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const lenA, lenB = 5000, 3001
+	want := append(append([]byte(nil), bufA[:lenA]...), bufB[:lenB]...)
+	posted := make(chan error, 1)
+	go func() {
+		posted <- qp.PostSend([]SendWR{{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled,
+			SGL:        []SGE{{Addr: mrA.Addr(), Length: lenA, LKey: mrA.LKey()}, {Addr: mrB.Addr(), Length: lenB, LKey: mrB.LKey()}},
+			RemoteAddr: 0x1000, RKey: 0x1234}})
+	}()
+	<-conn.entered // the send is now blocked in WriteBatch, holding the payload's regions
+	closed := make(chan error, 1)
+	go func() { closed <- mrB.Close() }()
+	select {
+	case err := <-closed:
+		close(conn.gate) // let the send finish, so the device can close
+		t.Fatalf("MR.Close returned (%v) while a send was gathering from it", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(conn.gate)
+	if err := <-posted; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("MR.Close still waiting after the send finished")
+	}
+	var got []byte
+	ip := wire.IPHeader{Src: fuzzLocal.Addr(), Dst: fuzzPeer.Addr(), SrcPort: fuzzLocal.Port(), DstPort: wire.UDPPort, DF: true}
+	for range 2 {
+		pkt := <-conn.sent
+		var p wire.Packet
+		if err := p.Parse(pkt, wire.MTU4096.Bytes()); err != nil {
+			t.Fatal(err)
+		}
+		if !wire.CheckICRC(&ip, pkt) {
+			t.Fatalf("packet PSN %#x: ICRC does not verify", uint32(p.BTH.PSN()))
+		}
+		got = append(got, p.Payload...)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("payload differs: %d bytes, want %d", len(got), len(want))
+	}
+}

@@ -346,7 +346,7 @@ func (c *softCQ) setHandler(f func())        { c.cq.SetHandler(f) }
 // layout (checked by TestLayoutsMatch), so polling copies each completion once.
 func (c *softCQ) poll(wcs []WC) (int, error) {
 	n, err := c.cq.Poll(unsafe.Slice((*engine.WC)(unsafe.Pointer(unsafe.SliceData(wcs))), len(wcs)))
-	if errors.Is(err, engine.ErrCQOverflow) {
+	if err != nil && errors.Is(err, engine.ErrCQOverflow) { // nil first: this runs in spin loops
 		err = ErrCQOverflow
 	}
 	return n, err

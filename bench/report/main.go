@@ -4,8 +4,9 @@
 //
 //	report -dir RESULTS [-svg FILE]
 //
-// RESULTS holds one file per run, named after the run (write_bw.json, tcp_bw.json, ...),
-// and optionally sweep_write_bw.json and sweep_tcp_bw.json with one row per size.
+// RESULTS holds one file per test, named after it (write_bw.json, tcp_bw.json, ...), with
+// one row per round; the table compares medians over the rounds. Optionally
+// sweep_*.json files hold one row per message size for the plot.
 package main
 
 import (
@@ -60,33 +61,42 @@ func main() {
 	dir := flag.String("dir", ".", "directory of result files")
 	svg := flag.String("svg", "", "write the size sweep plot here")
 	flag.Parse()
-	first := func(name string) (row, bool) {
+	// median returns the median of key over the test's rounds, and how many there were.
+	median := func(name, key string) (float64, int) {
 		rows, err := load(filepath.Join(*dir, name+".json"))
 		if err != nil || len(rows) == 0 {
-			return nil, false
+			return 0, 0
 		}
-		return rows[len(rows)-1], true
+		v := make([]float64, len(rows))
+		for i, r := range rows {
+			v[i] = r[key]
+		}
+		sort.Float64s(v)
+		if len(v)%2 == 1 {
+			return v[len(v)/2], len(v)
+		}
+		return (v[len(v)/2-1] + v[len(v)/2]) / 2, len(v)
 	}
-	fmt.Println("| measurement | goverbs | baseline | ratio |")
-	fmt.Println("|---|---|---|---|")
+	fmt.Println("| measurement | goverbs | baseline | ratio | rounds |")
+	fmt.Println("|---|---|---|---|---|")
 	for _, c := range comparisons {
-		g, ok := first(c.run)
-		if !ok {
+		g, n := median(c.run, c.key)
+		if n == 0 {
 			continue
 		}
 		if c.base == "" {
-			fmt.Printf("| %s | %.3f | | |\n", c.what, g[c.key])
+			fmt.Printf("| %s | %.3f | | | %d |\n", c.what, g, n)
 			continue
 		}
-		b, ok := first(c.base)
-		if !ok {
+		b, nb := median(c.base, c.key)
+		if nb == 0 {
 			continue
 		}
 		unit := "MiB/s"
 		if strings.HasSuffix(c.key, "_us") {
 			unit = "µs"
 		}
-		fmt.Printf("| %s | %.1f %s | %.1f %s | %.2f× |\n", c.what, g[c.key], unit, b[c.key], unit, g[c.key]/b[c.key])
+		fmt.Printf("| %s | %.1f %s | %.1f %s | %.2f× | %d |\n", c.what, g, unit, b, unit, g/b, min(n, nb))
 	}
 	if *svg != "" {
 		if err := plot(*dir, *svg); err != nil {

@@ -23,7 +23,7 @@ import (
 //     socket. Measured on a 2-core machine during an 8-byte busy-poll ping-pong: 60k
 //     context switches/s instead of 8k, and each wake-up may preempt the very thread that
 //     spins for the packet. A busy-poll Conn is read by polling (PollBatch) and waited
-//     for in a private epoll set (WaitReadable), so it needs nothing from the netpoller.
+//     for in poll(2) (WaitReadable), so it needs nothing from the netpoller.
 //   - The send socket of every Conn (see udpConn). A socket in any epoll set with
 //     EPOLLOUT (the netpoller asks for it on every descriptor) runs the epoll callback
 //     each time the kernel frees one of its sent datagrams, and wakes the runtime's

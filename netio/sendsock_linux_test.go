@@ -4,6 +4,9 @@ package netio
 
 import (
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,5 +46,43 @@ func TestSendSocket(t *testing.T) {
 				t.Fatalf("send socket holds %d bytes (%v), want nothing", queued, qerr)
 			}
 		})
+	}
+}
+
+// TestNoEpollRegistration: a busy-poll Conn's receive socket and every Conn's send socket
+// stay out of every epoll set, also after WaitReadable has waited (it waits in poll(2)). A
+// socket in an epoll set makes every datagram delivered to it, or freed after sending,
+// run the set's callback inside the sender's system call.
+func TestNoEpollRegistration(t *testing.T) {
+	busy := listen(t, "127.0.0.2:0", UDPOptions{BusyPoll: true})
+	plain := listen(t, "127.0.0.3:0", UDPOptions{})
+	p, _ := AsPoller(busy)
+	if ready, err := p.WaitReadable(time.Millisecond); ready || err != nil {
+		t.Fatalf("WaitReadable on an idle socket = %v, %v", ready, err)
+	}
+	fds := map[int]string{
+		busy.(*udpConn).rfd.fd:  "busy-poll receive socket",
+		busy.(*udpConn).snd.fd:  "busy-poll send socket",
+		plain.(*udpConn).snd.fd: "send socket",
+	}
+	ents, err := os.ReadDir("/proc/self/fdinfo")
+	if err != nil {
+		t.Skip("no /proc/self/fdinfo:", err)
+	}
+	for _, e := range ents {
+		b, err := os.ReadFile("/proc/self/fdinfo/" + e.Name())
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			// An epoll set lists each registered descriptor as "tfd:  N events: ...".
+			f := strings.Fields(line)
+			if len(f) < 2 || f[0] != "tfd:" {
+				continue
+			}
+			if n, err := strconv.Atoi(f[1]); err == nil && fds[n] != "" {
+				t.Errorf("the %s (fd %d) is registered in epoll set fd %s", fds[n], n, e.Name())
+			}
+		}
 	}
 }

@@ -50,12 +50,17 @@ type udpConn struct {
 	sndBuf int
 	closed atomic.Bool
 
-	// Busy-poll waiting (WaitReadable): a private epoll set with the socket and an eventfd.
-	waitMu     sync.Mutex
-	waiting    int
-	waitEv     [2]unix.EpollEvent
-	epfd, evfd int // 0: not made yet; -1: released
-	waitErr    error
+	// Busy-poll waiting (WaitReadable): poll(2) on the socket and an eventfd Close writes.
+	waitOne sync.Mutex // one waiter at a time: the fields from waitFn on are its
+	waitMu  sync.Mutex // guards waiting, evfd, waitErr against Close
+	waiting int
+	evfd    int // 0: not made yet; -1: released
+	waitErr error
+	waitFn  func(fd uintptr) // made once: a closure per wait would allocate
+	waitMs  int              // waitFn's timeout
+	waitN   int              // waitFn's results
+	waitRd  bool
+	waitE   error
 
 	rmu sync.Mutex // guards r (ReadBatch is meant for one goroutine; this makes misuse safe)
 	r   recvScratch
@@ -327,7 +332,7 @@ func (c *udpConn) Close() error {
 	if c.waiting > 0 {
 		var one [8]byte
 		one[0] = 1
-		unix.Write(c.evfd, one[:]) // wake the waiter; it sees closed and releases the set
+		unix.Write(c.evfd, one[:]) // wake the waiter; it sees closed and releases the eventfd
 	} else {
 		c.closeWait()
 	}
@@ -361,23 +366,29 @@ func (c *udpConn) PollBatch(msgs []Message) (int, error) {
 }
 
 // WaitReadable blocks until a datagram is queued or the timeout passes (Poller). It
-// waits in epoll_wait on a private level-triggered epoll set rather than in Go's
-// netpoller: RawConn.Read would hold the socket's read lock while parked and so block
-// every PollBatch behind it. The set also holds an eventfd that Close writes to.
+// waits in poll(2) on the socket and an eventfd that Close writes to, not in Go's
+// netpoller (RawConn.Read would hold the socket's read lock while parked and so block
+// every PollBatch behind it), and not in an epoll set either: a socket in an epoll set
+// runs the set's callback for every datagram delivered to it, in the sender's send call,
+// even while nobody waits. Measured in an 8-byte busy-poll ping-pong, two processes:
+// 5.05 -> 4.91 us one-way. poll(2) hooks into the socket only for the wait itself.
+// Only one waiter at a time is expected (the device's background goroutine).
 func (c *udpConn) WaitReadable(timeout time.Duration) (bool, error) {
+	c.waitOne.Lock()
+	defer c.waitOne.Unlock()
 	c.waitMu.Lock()
 	if c.closed.Load() {
 		c.waitMu.Unlock()
 		return false, c.readErr(net.ErrClosed)
 	}
-	if c.epfd == 0 && c.waitErr == nil {
+	if c.evfd == 0 && c.waitErr == nil {
 		c.initWait()
 	}
 	if c.waitErr != nil {
 		c.waitMu.Unlock()
 		return false, c.waitErr
 	}
-	c.waiting++
+	c.waiting++ // from here Close wakes us through the eventfd instead of closing it
 	c.waitMu.Unlock()
 	defer func() {
 		c.waitMu.Lock()
@@ -387,69 +398,52 @@ func (c *udpConn) WaitReadable(timeout time.Duration) (bool, error) {
 		}
 		c.waitMu.Unlock()
 	}()
-	ms := -1
+	c.waitMs = -1
 	if timeout >= 0 {
-		ms = int((timeout + time.Millisecond - 1) / time.Millisecond)
+		c.waitMs = int((timeout + time.Millisecond - 1) / time.Millisecond)
 	}
-	ev := c.waitEv[:]
 	for {
-		n, err := unix.EpollWait(c.epfd, ev, ms)
-		if c.closed.Load() {
+		err := c.rc.Control(c.waitFn)
+		if c.closed.Load() || err != nil {
 			return false, c.readErr(net.ErrClosed)
 		}
-		if err == unix.EINTR {
+		switch {
+		case c.waitE == unix.EINTR:
 			continue
-		}
-		if err != nil {
-			return false, c.readErr(err)
-		}
-		if n == 0 {
+		case c.waitE != nil:
+			return false, c.readErr(c.waitE)
+		case c.waitN == 0:
 			return false, nil // timed out
+		case c.waitRd:
+			return true, nil
 		}
-		for _, e := range ev[:n] {
-			if e.Fd != int32(c.evfd) {
-				return true, nil
-			}
-		}
+		// Only the eventfd, and not closed: cannot happen (only Close writes it).
 	}
 }
 
-// closeWait releases the epoll set and eventfd. c.waitMu is held, no waiter is inside.
+// waitOnce is waitFn: one poll(2) of the socket and the eventfd.
+func (c *udpConn) waitOnce(fd uintptr) {
+	fds := [2]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(c.evfd), Events: unix.POLLIN}}
+	c.waitN, c.waitE = unix.Poll(fds[:], c.waitMs)
+	c.waitRd = fds[0].Revents != 0
+}
+
+// closeWait releases the eventfd. c.waitMu is held, no waiter is inside.
 func (c *udpConn) closeWait() {
-	if c.epfd > 0 {
-		unix.Close(c.epfd)
+	if c.evfd > 0 {
 		unix.Close(c.evfd)
-		c.epfd, c.evfd = -1, -1
+		c.evfd = -1
 	}
 }
 
 func (c *udpConn) initWait() {
-	var sock int
-	if err := c.rc.Control(func(fd uintptr) { sock = int(fd) }); err != nil {
-		c.waitErr = err
-		return
-	}
-	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
-	if err != nil {
-		c.waitErr = fmt.Errorf("netio: epoll: %w", err)
-		return
-	}
 	evfd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
-		unix.Close(epfd)
 		c.waitErr = fmt.Errorf("netio: eventfd: %w", err)
 		return
 	}
-	for _, fd := range []int{sock, evfd} {
-		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
-		if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
-			unix.Close(epfd)
-			unix.Close(evfd)
-			c.waitErr = fmt.Errorf("netio: epoll_ctl: %w", err)
-			return
-		}
-	}
-	c.epfd, c.evfd = epfd, evfd
+	c.evfd = evfd
+	c.waitFn = c.waitOnce
 }
 
 // recvOnceFn makes one non-blocking recvmmsg attempt: recvFn, but an empty socket ends

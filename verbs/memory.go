@@ -3,6 +3,7 @@
 package verbs
 
 import (
+	"errors"
 	"fmt"
 
 	"golang.org/x/sys/unix"
@@ -12,11 +13,15 @@ import (
 // the caller owns (the equivalent of registering mmap'd or huge-page memory with
 // ibv_reg_mr). With hugePages the mapping uses MAP_HUGETLB, which needs huge pages
 // reserved in /proc/sys/vm/nr_hugepages; size is then rounded up to the huge page size
-// by the kernel. Release it with Munmap after the MR is closed.
+// by the kernel (Linux only; elsewhere hugePages is an error). Release it with Munmap
+// after the MR is closed.
 func Mmap(size int, hugePages bool) ([]byte, error) {
-	flags := unix.MAP_PRIVATE | unix.MAP_ANONYMOUS | unix.MAP_POPULATE
+	flags := unix.MAP_PRIVATE | unix.MAP_ANON | mapPopulate
 	if hugePages {
-		flags |= unix.MAP_HUGETLB
+		if mapHugeTLB == 0 {
+			return nil, fmt.Errorf("verbs: mmap with huge pages: %w", errors.ErrUnsupported)
+		}
+		flags |= mapHugeTLB
 	}
 	b, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, flags)
 	if err != nil {

@@ -44,6 +44,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"time"
 )
 
@@ -133,6 +134,11 @@ type Caps struct {
 	// RecvBuf and SendBuf are the socket buffer sizes actually in force,
 	// as getsockopt reports them (Linux reports twice the requested size).
 	RecvBuf, SendBuf int
+	// RecvBufWanted and SendBufWanted are what RecvBuf and SendBuf would be
+	// had the kernel granted the sizes asked for (UDPOptions or the defaults),
+	// in the same terms (on Linux twice the size asked). See BufferWarning.
+	// 0 when the Conn has no such notion.
+	RecvBufWanted, SendBufWanted int
 	// IPv4IDZero: IPv4 datagrams leave with DF set and Identification 0
 	// (what the ICRC is computed for). GSO segments after the first are
 	// numbered upwards; see GSOSegmentID.
@@ -185,6 +191,25 @@ type UDPOptions struct {
 	BusyPoll bool
 	// ReusePort sets SO_REUSEPORT before binding.
 	ReusePort bool
+}
+
+// BufferWarning explains, in one line for a user, when the kernel gave c's
+// sockets smaller buffers than were asked for, and returns "" when it did
+// not. A small receive buffer drops datagrams in bursts, which RC turns into
+// retransmissions (go-back-N) and the user sees as lost bandwidth.
+func BufferWarning(c Caps) string {
+	var short []string
+	if c.RecvBufWanted > 0 && c.RecvBuf < c.RecvBufWanted {
+		short = append(short, fmt.Sprintf("receive buffer %d KiB of %d KiB wanted (net.core.rmem_max)", c.RecvBuf>>10, c.RecvBufWanted>>10))
+	}
+	if c.SendBufWanted > 0 && c.SendBuf < c.SendBufWanted {
+		short = append(short, fmt.Sprintf("send buffer %d KiB of %d KiB wanted (net.core.wmem_max)", c.SendBuf>>10, c.SendBufWanted>>10))
+	}
+	if len(short) == 0 {
+		return ""
+	}
+	return "netio: the kernel gave smaller socket buffers than asked for: " + strings.Join(short, ", ") +
+		"; bursts may be dropped and retransmitted. Run with CAP_NET_ADMIN (SO_RCVBUFFORCE) or raise the sysctl limits named."
 }
 
 const (

@@ -44,11 +44,12 @@ type udpConn struct {
 	local netip.AddrPort // the receive socket's address
 	src   netip.AddrPort // the send socket's address
 
-	gso    atomic.Bool
-	gro    atomic.Bool
-	rcvBuf int
-	sndBuf int
-	closed atomic.Bool
+	gso              atomic.Bool
+	gro              atomic.Bool
+	rcvBuf           int
+	sndBuf           int
+	rcvWant, sndWant int // what was asked for
+	closed           atomic.Bool
 
 	// Busy-poll waiting (WaitReadable): poll(2) on the socket and an eventfd Close writes.
 	waitOne sync.Mutex // one waiter at a time: the fields from waitFn on are its
@@ -125,6 +126,7 @@ func ListenUDP(addr netip.AddrPort, opts UDPOptions) (Conn, error) {
 	if sendWant <= 0 {
 		sendWant = defaultSendBuf
 	}
+	c.rcvWant, c.sndWant = recvWant, sendWant
 	pmtu := func(s int) error {
 		var err error
 		if c.v6 {
@@ -314,13 +316,15 @@ func (c *udpConn) SourceAddr() netip.AddrPort { return c.src }
 
 func (c *udpConn) Caps() Caps {
 	return Caps{
-		BatchSize:   batchSize,
-		GSO:         c.gso.Load(),
-		GRO:         c.gro.Load(),
-		MaxSegments: maxGSOSegments,
-		RecvBuf:     c.rcvBuf,
-		SendBuf:     c.sndBuf,
-		IPv4IDZero:  !c.v6,
+		BatchSize:     batchSize,
+		GSO:           c.gso.Load(),
+		GRO:           c.gro.Load(),
+		MaxSegments:   maxGSOSegments,
+		RecvBuf:       c.rcvBuf,
+		SendBuf:       c.sndBuf,
+		RecvBufWanted: 2 * c.rcvWant, // in getsockopt's terms, as RecvBuf
+		SendBufWanted: 2 * c.sndWant,
+		IPv4IDZero:    !c.v6,
 	}
 }
 

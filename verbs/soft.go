@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync"
 	"unsafe"
 
 	"github.com/goverbs/goverbs/internal/engine"
@@ -129,6 +130,10 @@ func interfaceMTU(a netip.Addr) int {
 	return 1500
 }
 
+// warnBuffersOnce: the socket-buffer warning is the same for every device of a process
+// (the limits are system-wide), so it is said once.
+var warnBuffersOnce sync.Once
+
 func (softProvider) open(info DeviceInfo) (deviceImpl, error) {
 	cfg := *info.soft
 	port := cfg.Port
@@ -148,6 +153,15 @@ func (softProvider) open(info DeviceInfo) (deviceImpl, error) {
 	}
 	if cfg.Recorder != nil {
 		conn = netio.Tee(conn, cfg.Recorder)
+	}
+	if msg := netio.BufferWarning(conn.Caps()); msg != "" {
+		warnBuffersOnce.Do(func() {
+			l := cfg.Logger
+			if l == nil {
+				l = slog.Default() // a degraded device should not stay silent
+			}
+			l.Warn(msg, "device", cfg.Name)
+		})
 	}
 	addr := conn.LocalAddr().Addr()
 	mtu := cfg.MTU

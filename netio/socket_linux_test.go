@@ -5,6 +5,7 @@ package netio
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -85,4 +86,40 @@ func TestNoEpollRegistration(t *testing.T) {
 			}
 		}
 	}
+}
+
+const bufChildEnv = "NETIO_BUFFER_CHILD"
+
+// TestBufferWarningUnprivileged opens a Conn without CAP_NET_ADMIN (in a user namespace,
+// where SO_RCVBUFFORCE is refused) and checks that BufferWarning speaks exactly when
+// net.core.rmem_max is below the receive buffer ListenUDP asks for.
+func TestBufferWarningUnprivileged(t *testing.T) {
+	if os.Getenv(bufChildEnv) != "" {
+		c := listen(t, "127.0.0.2:0", UDPOptions{})
+		fmt.Printf("warning=%q\n", BufferWarning(c.Caps()))
+		return
+	}
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skip("no unshare(1)")
+	}
+	b, err := os.ReadFile("/proc/sys/net/core/rmem_max")
+	if err != nil {
+		t.Skip(err)
+	}
+	rmemMax, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(unshare, "--user", os.Args[0], "-test.run=^TestBufferWarningUnprivileged$", "-test.count=1")
+	cmd.Env = append(os.Environ(), bufChildEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Skipf("cannot run in a user namespace: %v: %s", err, out)
+	}
+	warned := strings.Contains(string(out), "warning=\"netio:")
+	if want := rmemMax < defaultRecvBuf; warned != want {
+		t.Fatalf("rmem_max %d, ListenUDP wants %d: warned=%v, want %v\n%s", rmemMax, defaultRecvBuf, warned, want, out)
+	}
+	t.Logf("rmem_max %d: warned=%v", rmemMax, warned)
 }

@@ -193,6 +193,31 @@ type UDPOptions struct {
 	ReusePort bool
 }
 
+// bufSizes returns the socket buffer sizes to ask for: the options', or the defaults.
+func (o UDPOptions) bufSizes() (recv, send int) {
+	recv, send = o.RecvBuf, o.SendBuf
+	if recv <= 0 {
+		recv = defaultRecvBuf
+	}
+	if send <= 0 {
+		send = defaultSendBuf
+	}
+	return recv, send
+}
+
+// listenNetwork picks the socket family for addr: "udp4" for an IPv4 or
+// IPv4-mapped address (returned unmapped), "udp6" for IPv6.
+func listenNetwork(addr netip.AddrPort) (string, netip.AddrPort, error) {
+	ip := addr.Addr()
+	switch {
+	case ip.Is4() || ip.Is4In6():
+		return "udp4", netip.AddrPortFrom(ip.Unmap(), addr.Port()), nil
+	case ip.IsValid():
+		return "udp6", addr, nil
+	}
+	return "", addr, fmt.Errorf("netio: listen: invalid address %v", addr)
+}
+
 // BufferWarning explains, in one line for a user, when the kernel gave c's
 // sockets smaller buffers than were asked for, and returns "" when it did
 // not. A small receive buffer drops datagrams in bursts, which RC turns into

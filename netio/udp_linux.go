@@ -110,22 +110,12 @@ type sendScratch struct {
 // unconnected socket also makes IPv4 Identification 0. Datagrams leave from a
 // second, send-only socket on the same IP address (SourceAddr; see udpConn).
 func ListenUDP(addr netip.AddrPort, opts UDPOptions) (Conn, error) {
-	ip := addr.Addr()
-	network := "udp6"
-	if ip.Is4() || ip.Is4In6() {
-		network = "udp4"
-		addr = netip.AddrPortFrom(ip.Unmap(), addr.Port())
-	} else if !ip.IsValid() {
-		return nil, fmt.Errorf("netio: listen: invalid address %v", addr)
+	network, addr, err := listenNetwork(addr)
+	if err != nil {
+		return nil, err
 	}
 	c := &udpConn{v6: network == "udp6"}
-	recvWant, sendWant := opts.RecvBuf, opts.SendBuf
-	if recvWant <= 0 {
-		recvWant = defaultRecvBuf
-	}
-	if sendWant <= 0 {
-		sendWant = defaultSendBuf
-	}
+	recvWant, sendWant := opts.bufSizes()
 	c.rcvWant, c.sndWant = recvWant, sendWant
 	pmtu := func(s int) error {
 		var err error

@@ -26,13 +26,9 @@ type udpConn struct {
 
 // ListenUDP binds addr with the standard library; see the Linux version.
 func ListenUDP(addr netip.AddrPort, opts UDPOptions) (Conn, error) {
-	ip := addr.Addr()
-	network := "udp6"
-	if ip.Is4() || ip.Is4In6() {
-		network = "udp4"
-		addr = netip.AddrPortFrom(ip.Unmap(), addr.Port())
-	} else if !ip.IsValid() {
-		return nil, fmt.Errorf("netio: listen: invalid address %v", addr)
+	network, addr, err := listenNetwork(addr)
+	if err != nil {
+		return nil, err
 	}
 	pc, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(addr))
 	if err != nil {
@@ -43,13 +39,7 @@ func ListenUDP(addr netip.AddrPort, opts UDPOptions) (Conn, error) {
 	if !c.v6 {
 		c.local = netip.AddrPortFrom(c.local.Addr().Unmap(), c.local.Port())
 	}
-	rw, sw := opts.RecvBuf, opts.SendBuf
-	if rw <= 0 {
-		rw = defaultRecvBuf
-	}
-	if sw <= 0 {
-		sw = defaultSendBuf
-	}
+	rw, sw := opts.bufSizes()
 	if pc.SetReadBuffer(rw) == nil {
 		c.rcvBuf = rw
 	}

@@ -138,17 +138,9 @@ func clientExchange(c net.Conn, local []dest) ([]dest, error) {
 			return nil, err
 		}
 	}
-	remote := make([]dest, len(local))
-	buf := make([]byte, ppRecordLen)
-	for i := range remote {
-		if err := readFull(c, buf, "remote address"); err != nil {
-			return nil, err
-		}
-		d, err := parseRecord(buf)
-		if err != nil {
-			return nil, err
-		}
-		remote[i] = d
+	remote, err := readRemote(c, len(local))
+	if err != nil {
+		return nil, err
 	}
 	if err := writeAll(c, []byte("done\x00"), "done"); err != nil {
 		return nil, err
@@ -156,8 +148,8 @@ func clientExchange(c net.Conn, local []dest) ([]dest, error) {
 	return remote, nil
 }
 
-// serverReadRemote reads n client records.
-func serverReadRemote(c net.Conn, n int) ([]dest, error) {
+// readRemote reads n records from the peer.
+func readRemote(c net.Conn, n int) ([]dest, error) {
 	remote := make([]dest, n)
 	buf := make([]byte, ppRecordLen)
 	for i := range remote {

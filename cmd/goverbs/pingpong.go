@@ -368,7 +368,7 @@ func (c *ppCtx) connect(server string) error {
 			return err
 		}
 		defer conn.Close()
-		if c.remote, err = serverReadRemote(conn, len(local)); err != nil {
+		if c.remote, err = readRemote(conn, len(local)); err != nil {
 			return err
 		}
 		if err := c.rts(local); err != nil {

@@ -272,20 +272,23 @@ func (d *Device) resolveSGL(pd *PD, in []SGE, write bool, out *sgl) bool {
 	return true
 }
 
+// at locates byte offset off of the list: segment i, offset o within it (i ==
+// len(segs) past the end).
+func (l *sgl) at(off int) (i, o int) {
+	for i < len(l.segs) && off >= len(l.segs[i]) {
+		off -= len(l.segs[i])
+		i++
+	}
+	return i, off
+}
+
 // slices appends to out the pieces of the list that hold n bytes from byte offset off.
 // The caller has checked that off+n fits, and pins the regions while the pieces are used.
 func (l *sgl) slices(off, n int, out [][]byte) [][]byte {
-	for _, s := range l.segs {
-		if n == 0 {
-			break
-		}
-		if off >= len(s) {
-			off -= len(s)
-			continue
-		}
-		k := min(len(s)-off, n)
-		out = append(out, s[off:off+k])
-		off, n = 0, n-k
+	for i, o := l.at(off); n > 0 && i < len(l.segs); i, o = i+1, 0 {
+		k := min(len(l.segs[i])-o, n)
+		out = append(out, l.segs[i][o:o+k])
+		n -= k
 	}
 	return out
 }
@@ -297,17 +300,8 @@ func (l *sgl) copyOut(dst []byte, off int) bool {
 		return false
 	}
 	defer l.release()
-	for _, s := range l.segs {
-		if off >= len(s) {
-			off -= len(s)
-			continue
-		}
-		n := copy(dst, s[off:])
-		dst = dst[n:]
-		off = 0
-		if len(dst) == 0 {
-			return true
-		}
+	for i, o := l.at(off); len(dst) > 0 && i < len(l.segs); i, o = i+1, 0 {
+		dst = dst[copy(dst, l.segs[i][o:]):]
 	}
 	return true
 }
@@ -320,17 +314,8 @@ func (l *sgl) copyIn(src []byte, off int) bool {
 		return false
 	}
 	defer l.release()
-	for _, s := range l.segs {
-		if off >= len(s) {
-			off -= len(s)
-			continue
-		}
-		n := copy(s[off:], src)
-		src = src[n:]
-		off = 0
-		if len(src) == 0 {
-			return true
-		}
+	for i, o := l.at(off); len(src) > 0 && i < len(l.segs); i, o = i+1, 0 {
+		src = src[copy(l.segs[i][o:], src):]
 	}
 	return true
 }

@@ -167,16 +167,7 @@ func icrcPseudo(h *[ipv6HeaderLen + udpHeaderLen + BTHLen]byte, ip *IPHeader, pk
 // ICRC computes the ICRC of a packet travelling in ip. pkt is BTH through
 // pad, without the four ICRC bytes; the UDP length and IP length are derived
 // from len(pkt)+ICRCLen. One pass, no allocation.
-func ICRC(ip *IPHeader, pkt []byte) uint32 {
-	var h [ipv6HeaderLen + udpHeaderLen + BTHLen]byte
-	n := icrcPseudo(&h, ip, pkt, len(pkt))
-	crc := crcRaw(crcSeed, h[:n])
-	if len(pkt) > BTHLen {
-		// crc32.Update inverts on entry and exit; undo the first.
-		return crc32.Update(^crc, crc32.IEEETable, pkt[BTHLen:])
-	}
-	return ^crc
-}
+func ICRC(ip *IPHeader, pkt []byte) uint32 { return ICRCGather(ip, pkt, nil, 0) }
 
 // ICRCGather is ICRC for a packet whose bytes are not in one slice: hdr (BTH
 // and extended headers), then each slice of payload, then pad zero bytes. It
@@ -196,7 +187,10 @@ func ICRCGather(ip *IPHeader, hdr []byte, payload [][]byte, pad int) uint32 {
 	for _, p := range payload {
 		crc = crc32.Update(crc, crc32.IEEETable, p)
 	}
-	return crc32.Update(crc, crc32.IEEETable, zeroPad[:pad])
+	if pad > 0 {
+		crc = crc32.Update(crc, crc32.IEEETable, zeroPad[:pad])
+	}
+	return crc
 }
 
 // zeroPad is the pad bytes' value. Package level: a local array passed to crc32 would

@@ -102,7 +102,7 @@ func TestICRCReference(t *testing.T) {
 }
 
 // TestICRCGather: the ICRC of a packet in pieces (headers, payload slices cut anywhere,
-// zero pad) equals the ICRC of the same bytes in one slice.
+// zero pad) is the reference ICRC of the same bytes in one slice.
 func TestICRCGather(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for i := range 400 {
@@ -122,7 +122,7 @@ func TestICRCGather(t *testing.T) {
 			rest = rest[k:]
 		}
 		whole := append(append(bytes.Clone(hdr), payload...), make([]byte, pad)...)
-		if got, want := wire.ICRCGather(&ip, hdr, pieces, pad), wire.ICRC(&ip, whole); got != want {
+		if got, want := wire.ICRCGather(&ip, hdr, pieces, pad), naiveICRC(&ip, whole); got != want {
 			t.Fatalf("case %d (hdr %d, payload %d in %d pieces, pad %d): %#x want %#x",
 				i, len(hdr), len(payload), len(pieces), pad, got, want)
 		}

@@ -52,16 +52,10 @@ type udpConn struct {
 	closed           atomic.Bool
 
 	// Busy-poll waiting (WaitReadable): poll(2) on the socket and an eventfd Close writes.
-	waitOne sync.Mutex // one waiter at a time: the fields from waitFn on are its
 	waitMu  sync.Mutex // guards waiting, evfd, waitErr against Close
 	waiting int
 	evfd    int // 0: not made yet; -1: released
 	waitErr error
-	waitFn  func(fd uintptr) // made once: a closure per wait would allocate
-	waitMs  int              // waitFn's timeout
-	waitN   int              // waitFn's results
-	waitRd  bool
-	waitE   error
 
 	rmu sync.Mutex // guards r (ReadBatch is meant for one goroutine; this makes misuse safe)
 	r   recvScratch
@@ -366,10 +360,7 @@ func (c *udpConn) PollBatch(msgs []Message) (int, error) {
 // runs the set's callback for every datagram delivered to it, in the sender's send call,
 // even while nobody waits. Measured in an 8-byte busy-poll ping-pong, two processes:
 // 5.05 -> 4.91 us one-way. poll(2) hooks into the socket only for the wait itself.
-// Only one waiter at a time is expected (the device's background goroutine).
 func (c *udpConn) WaitReadable(timeout time.Duration) (bool, error) {
-	c.waitOne.Lock()
-	defer c.waitOne.Unlock()
 	c.waitMu.Lock()
 	if c.closed.Load() {
 		c.waitMu.Unlock()
@@ -392,34 +383,36 @@ func (c *udpConn) WaitReadable(timeout time.Duration) (bool, error) {
 		}
 		c.waitMu.Unlock()
 	}()
-	c.waitMs = -1
+	ms := -1
 	if timeout >= 0 {
-		c.waitMs = int((timeout + time.Millisecond - 1) / time.Millisecond)
+		ms = int((timeout + time.Millisecond - 1) / time.Millisecond)
 	}
 	for {
-		err := c.rc.Control(c.waitFn)
+		// Idle path (a waiter has seen no traffic for a while): the closure's
+		// allocation does not matter here.
+		var n int
+		var perr error
+		var readable bool
+		err := c.rc.Control(func(fd uintptr) {
+			fds := [2]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(c.evfd), Events: unix.POLLIN}}
+			n, perr = unix.Poll(fds[:], ms)
+			readable = fds[0].Revents != 0
+		})
 		if c.closed.Load() || err != nil {
 			return false, c.readErr(net.ErrClosed)
 		}
 		switch {
-		case c.waitE == unix.EINTR:
+		case perr == unix.EINTR:
 			continue
-		case c.waitE != nil:
-			return false, c.readErr(c.waitE)
-		case c.waitN == 0:
+		case perr != nil:
+			return false, c.readErr(perr)
+		case n == 0:
 			return false, nil // timed out
-		case c.waitRd:
+		case readable:
 			return true, nil
 		}
 		// Only the eventfd, and not closed: cannot happen (only Close writes it).
 	}
-}
-
-// waitOnce is waitFn: one poll(2) of the socket and the eventfd.
-func (c *udpConn) waitOnce(fd uintptr) {
-	fds := [2]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(c.evfd), Events: unix.POLLIN}}
-	c.waitN, c.waitE = unix.Poll(fds[:], c.waitMs)
-	c.waitRd = fds[0].Revents != 0
 }
 
 // closeWait releases the eventfd. c.waitMu is held, no waiter is inside.
@@ -437,7 +430,6 @@ func (c *udpConn) initWait() {
 		return
 	}
 	c.evfd = evfd
-	c.waitFn = c.waitOnce
 }
 
 // recvOnceFn makes one non-blocking recvmmsg attempt: recvFn, but an empty socket ends

@@ -1,6 +1,7 @@
 package verbs
 
 import (
+	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/netio/simnet"
+	"github.com/goverbs/goverbs/wire"
 )
 
 // Deregistering a memory region while a peer's multi-packet request is using it. Once
@@ -22,10 +24,22 @@ const derefChildEnv = "GOVERBS_DEREG_CHILD"
 // derefHosts are two devices on a simulated network with a 1 ms one-way delay, so that
 // an 8 MiB transfer (8192 packets, 128 per round trip) takes about 130 ms of fake time and
 // "in the middle of it" is a definite moment. Call inside synctest.
-func derefHosts(t *testing.T) (a, b *host, p *pair) {
+func derefHosts(t *testing.T) (a, b *host, p *pair) { return derefHostsMTU(t, MTU1024) }
+
+// derefHostsMTU is derefHosts with another MTU.
+func derefHostsMTU(t *testing.T, mtu MTU) (a, b *host, p *pair) {
 	n := simnet.New(1, simnet.Faults{Delay: time.Millisecond})
-	a, b = simHost(t, n, "127.0.200.41"), simHost(t, n, "127.0.200.42")
-	return a, b, newPair(t, a, b, QPTypeRC, defaultRC())
+	host := func(addr string) *host {
+		c, err := n.Listen(netip.AddrPortFrom(netip.MustParseAddr(addr), wire.UDPPort))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return newHostCfg(t, SoftConfig{Addr: netip.MustParseAddr(addr), Conn: c, MTU: mtu})
+	}
+	a, b = host("127.0.200.41"), host("127.0.200.42")
+	params := defaultRC()
+	params.mtu = mtu
+	return a, b, newPair(t, a, b, QPTypeRC, params)
 }
 
 // startBigOp starts a WRITE into (or READ from) all of mr and returns 20 ms (fake) later,
@@ -133,9 +147,10 @@ func TestDeregisterDuringTransfer(t *testing.T) {
 }
 
 // TestDeregisterChild runs in a child process: it unmaps a region's memory right after
-// closing the MR while a WRITE into it ("target") or out of it ("source": the sender
-// gathers payload from registered memory in place, see the engine's txBatch) is in
-// progress.
+// closing the MR while a WRITE into it ("target") or out of it ("source") is in progress.
+// The source case runs at MTU 4096, where the sender sends full packets' payload from
+// registered memory in place (the engine's txBatch): 2048 packets, 16 round trips, so
+// the WRITE is still in progress 20 ms in.
 func TestDeregisterChild(t *testing.T) {
 	side := os.Getenv(derefChildEnv)
 	if side == "" {
@@ -143,7 +158,11 @@ func TestDeregisterChild(t *testing.T) {
 	}
 	synctest.Test(t, func(t *testing.T) {
 		const n = 8 << 20
-		a, b, p := derefHosts(t)
+		mtu := MTU1024
+		if side == "source" {
+			mtu = MTU4096
+		}
+		a, b, p := derefHostsMTU(t, mtu)
 		buf, err := Mmap(n, false)
 		if err != nil {
 			t.Fatal(err)

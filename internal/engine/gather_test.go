@@ -83,9 +83,9 @@ func TestGatherPinsMemory(t *testing.T) {
 	must(t, qp.Modify(&QPAttr{State: QPStateRTS, Timeout: 0, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
 		QPAttrState|QPAttrSQPSN|QPAttrTimeout|QPAttrRetryCnt|QPAttrRNRRetry|QPAttrMaxQPRdAtomic))
 
-	// Two regions, the message split across them at an odd offset, so that packets
-	// gather from both and the last one is padded.
-	bufA, bufB := make([]byte, 5000), make([]byte, 4000)
+	// Two regions, the message split across them so that the first full packet gathers
+	// from both, the second from B alone, and the short padded last one is copied.
+	bufA, bufB := make([]byte, 5000), make([]byte, 7000)
 	for i := range bufA {
 		bufA[i] = byte(i * 7)
 	}
@@ -100,7 +100,7 @@ func TestGatherPinsMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const lenA, lenB = 5000, 3001
+	const lenA, lenB = 3000, 6001 // packets of 4096, 4096 and 809 bytes
 	want := append(append([]byte(nil), bufA[:lenA]...), bufB[:lenB]...)
 	posted := make(chan error, 1)
 	go func() {
@@ -131,7 +131,7 @@ func TestGatherPinsMemory(t *testing.T) {
 	}
 	var got []byte
 	ip := wire.IPHeader{Src: fuzzLocal.Addr(), Dst: fuzzPeer.Addr(), SrcPort: fuzzLocal.Port(), DstPort: wire.UDPPort, DF: true}
-	for range 2 {
+	for range 3 {
 		pkt := <-conn.sent
 		var p wire.Packet
 		if err := p.Parse(pkt, wire.MTU4096.Bytes()); err != nil {

@@ -27,7 +27,8 @@ import (
 //   - The send socket of every Conn (see udpConn). A socket in any epoll set with
 //     EPOLLOUT (the netpoller asks for it on every descriptor) runs the epoll callback
 //     each time the kernel frees one of its sent datagrams, and wakes the runtime's
-//     poller thread for a write readiness nobody waits for: once per sendmmsg.
+//     poller thread, when it sleeps in epoll_pwait, for a write readiness nobody
+//     waits for (profiled: about 5% of a WRITE sender's CPU in sock_wfree).
 //
 // On EAGAIN a busy rawFD spins (yielding); any other waits in poll(2), a short timeout
 // at a time so that Close never waits long for it.

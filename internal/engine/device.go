@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -161,10 +163,7 @@ func (d *Device) Close() error {
 		return nil
 	}
 	d.qpMu.RLock()
-	qps := make([]*QP, 0, len(d.qps))
-	for _, qp := range d.qps {
-		qps = append(qps, qp)
-	}
+	qps := slices.Collect(maps.Values(d.qps))
 	d.qpMu.RUnlock()
 	for _, qp := range qps {
 		qp.Close()

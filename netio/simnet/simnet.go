@@ -16,9 +16,11 @@ import (
 	"container/heap"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -168,10 +170,7 @@ func (n *Network) Listen(addr netip.AddrPort) (netio.Conn, error) {
 // Close closes every Conn and discards datagrams in flight.
 func (n *Network) Close() {
 	n.mu.Lock()
-	conns := make([]*conn, 0, len(n.conns))
-	for _, c := range n.conns {
-		conns = append(conns, c)
-	}
+	conns := slices.Collect(maps.Values(n.conns))
 	n.mu.Unlock()
 	for _, c := range conns {
 		c.Close()

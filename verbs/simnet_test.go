@@ -266,3 +266,56 @@ func TestRCRetryExceededTakesTimeoutTimesRetries(t *testing.T) {
 		}
 	})
 }
+
+// The local ACK timeout counts from the last progress, not from the first send: steady
+// traffic whose every message is acknowledged long before the timeout never times out,
+// however long it runs; once the peer goes silent, the timeout comes after at least one
+// period and, since the timer is not moved per message, at most two.
+func TestRCTimeoutCountsFromLastProgress(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := simnet.New(1, simnet.Faults{Delay: 10 * time.Microsecond})
+		a, b := simHost(t, n, "127.0.100.1"), simHost(t, n, "127.0.100.2")
+		params := defaultRC()
+		params.timeout, params.retry = 10, 0 // 4.19 ms; the first timeout fails the WQE
+		period := 4096 * time.Nanosecond << 10
+		qa, qb := a.qp(t, QPTypeRC), b.qp(t, QPTypeRC)
+		connect(t, qa, params, b.gid, qb.QPN(), 1, 2)
+		connect(t, qb, params, a.gid, qa.QPN(), 2, 1)
+		src, dst := a.mr(t, 8, allAccess), b.mr(t, 8, allAccess)
+		write := SendWR{Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{src.SGE(0, 8)},
+			RemoteAddr: dst.Addr(), RKey: dst.RKey()}
+		// Ten periods of messages every 10 µs, each acknowledged 20 µs later: there is
+		// always one outstanding, so the timer runs throughout.
+		wcs := make([]WC, 16)
+		sent, done := 0, 0
+		for end := time.Now().Add(10 * period); time.Now().Before(end); sent++ {
+			write.ID = uint64(sent)
+			if err := qa.PostSend(write); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(10 * time.Microsecond)
+			k, _ := a.cq.Poll(wcs)
+			for _, wc := range wcs[:k] {
+				if wc.Status != WCSuccess {
+					t.Fatalf("completion %+v after %d sends", wc, sent)
+				}
+			}
+			done += k
+		}
+		for done < sent {
+			expectStatus(t, a.cq, uint64(done), WCSuccess)
+			done++
+		}
+		if got := qa.Counters().RetryTimeouts; got != 0 {
+			t.Fatalf("%d timeouts while every message was acknowledged", got)
+		}
+		n.SetFilter(func(src, dst netip.AddrPort, b []byte) simnet.Verdict { return simnet.Drop })
+		start := time.Now()
+		write.ID = 99
+		qa.PostSend(write)
+		expectStatus(t, a.cq, 99, WCRetryExcErr)
+		if el := time.Since(start); el < period || el > 2*period {
+			t.Fatalf("timed out %v after the last send, want between %v and %v", el, period, 2*period)
+		}
+	})
+}

@@ -25,11 +25,20 @@ type completer struct {
 
 	rnrWait bool // requester held until the RNR timer fires
 
-	timerMu       sync.Mutex // guards the timers themselves (not the QP state)
-	retrans       *time.Timer
-	timerDue      time.Time // when retrans fires; zero when it is not pending
-	retransExpiry time.Time
-	rnr           *time.Timer
+	// The local ACK timer (IBTA 9.7.6.1.3) runs while retransOn. It is never moved on
+	// the hot path: progress only sets retransMoved, and a firing that finds it set
+	// schedules itself once more instead of timing out. A timeout therefore comes
+	// between one and two periods after the last progress; the period is a minimum
+	// (ibv_modify_qp: "the minimum timeout that a QP waits for ACK/NACK"), and a ping-pong
+	// posts and acknowledges a message per round trip without reading the clock.
+	retransOn    bool
+	retransMoved bool
+
+	timerMu      sync.Mutex // guards the timers themselves (not the QP state)
+	retrans      *time.Timer
+	retransArmed bool      // retrans is scheduled and has not run yet
+	retransDue   time.Time // when it is scheduled for: a firing before that is stale
+	rnr          *time.Timer
 }
 
 func (c *completer) init(qp *QP) { c.qp = qp }
@@ -41,16 +50,16 @@ func (c *completer) reset() {
 	c.psn, c.retryLeft, c.rnrRetryLeft = 0, 0, 0
 	c.rewound, c.rewoundAt = false, 0
 	c.rnrWait = false
-	c.retransExpiry = time.Time{}
+	c.retransOn, c.retransMoved = false, false
 }
 
 // armRetransmit starts the local ACK timer if it is not running. qp.mu is held.
 func (c *completer) armRetransmit() {
 	d := timeoutDuration(c.qp.attr.Timeout)
-	if d == 0 || !c.retransExpiry.IsZero() {
+	if d == 0 || c.retransOn {
 		return
 	}
-	c.setRetransmit(d)
+	c.startRetransmit(d)
 }
 
 // restartRetransmit restarts the timer after progress, or stops it when nothing is
@@ -62,36 +71,36 @@ func (c *completer) restartRetransmit() {
 		return
 	}
 	if qp.sq.head == qp.sq.req && (qp.sq.req == qp.sq.tail || qp.sq.at(qp.sq.req).state == wqePosted) {
-		c.retransExpiry = time.Time{}
+		c.retransOn = false // a pending firing finds nothing to do
 		return
 	}
-	c.setRetransmit(d)
+	c.startRetransmit(d)
 }
 
-// setRetransmit moves the deadline to d from now. The runtime timer is touched only
-// when it is not pending or would fire too late: a firing before the deadline re-arms
-// itself for the rest (onRetransmitTimer). A ping-pong moves the deadline on every
-// message, and a Reset each time costs a timer-heap update in the hot path.
-func (c *completer) setRetransmit(d time.Duration) {
-	c.retransExpiry = time.Now().Add(d)
+// startRetransmit (re)starts the timeout period now. The runtime timer is touched only
+// when it is not already scheduled: a scheduled firing sees retransMoved and re-arms.
+func (c *completer) startRetransmit(d time.Duration) {
+	c.retransOn, c.retransMoved = true, true
 	c.timerMu.Lock()
-	if c.retrans == nil {
-		c.retrans = time.AfterFunc(d, c.onRetransmitTimer)
-		c.timerDue = c.retransExpiry
-	} else if c.timerDue.IsZero() || c.timerDue.After(c.retransExpiry) {
-		c.retrans.Reset(d)
-		c.timerDue = c.retransExpiry
+	if !c.retransArmed {
+		c.retransDue = time.Now().Add(d)
+		if c.retrans == nil {
+			c.retrans = time.AfterFunc(d, c.onRetransmitTimer)
+		} else {
+			c.retrans.Reset(d)
+		}
+		c.retransArmed, c.retransMoved = true, false
 	}
 	c.timerMu.Unlock()
 }
 
 func (c *completer) stopTimers() {
-	c.retransExpiry = time.Time{}
+	c.retransOn, c.retransMoved = false, false
 	c.rnrWait = false
 	c.timerMu.Lock()
 	if c.retrans != nil {
 		c.retrans.Stop()
-		c.timerDue = time.Time{}
+		c.retransArmed = false
 	}
 	if c.rnr != nil {
 		c.rnr.Stop()
@@ -105,19 +114,23 @@ func (c *completer) onRetransmitTimer() {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	c.timerMu.Lock()
-	c.timerDue = time.Time{}
-	c.timerMu.Unlock()
-	if qp.closed || qp.state != QPStateRTS && qp.state != QPStateSQD || c.retransExpiry.IsZero() {
-		return
-	}
-	if left := time.Until(c.retransExpiry); left > 0 {
-		c.timerMu.Lock()
-		c.retrans.Reset(left) // the deadline moved after this firing was scheduled
-		c.timerDue = c.retransExpiry
+	if c.retransArmed && time.Now().Before(c.retransDue) {
+		// A firing that was already running when the timer was stopped and scheduled
+		// again: the newer one is still to come.
 		c.timerMu.Unlock()
 		return
 	}
-	c.retransExpiry = time.Time{}
+	c.retransArmed = false
+	c.timerMu.Unlock()
+	if qp.closed || qp.state != QPStateRTS && qp.state != QPStateSQD || !c.retransOn {
+		return
+	}
+	if c.retransMoved {
+		// Progress since this firing was scheduled: a full period from now.
+		c.startRetransmit(timeoutDuration(qp.attr.Timeout))
+		return
+	}
+	c.retransOn = false
 	if qp.sq.head == qp.sq.req && qp.sq.req == qp.sq.tail {
 		return
 	}
@@ -370,7 +383,7 @@ func (qp *QP) rnrNak(psn wire.PSN, syn wire.Syndrome) {
 	}
 	qp.rewind(psn)
 	c.rnrWait = true
-	c.retransExpiry = time.Time{}
+	c.retransOn = false
 	d := wire.RNRTimerDuration(syn.RNRTimer())
 	c.timerMu.Lock()
 	if c.rnr == nil {

@@ -19,11 +19,15 @@ import (
 // and sent least significant byte first, like the Ethernet FCS. The mutable
 // fields are masked because routers may change them.
 //
-// Go's hash/crc32 is fast (SIMD) but its slice argument escapes, so a
-// pseudo-header on the stack would be moved to the heap. The short
-// pseudo-header (IP + UDP + BTH, at most 60 bytes) is therefore run through
-// a small slicing-by-8 implementation here, and only the packet body
-// (already on the heap) goes through hash/crc32.
+// For a small packet the 28 (IPv4) or 48 (IPv6) bytes of IP and UDP header
+// are most of that work, and along one flow only their lengths and the IPv4
+// Identification change. CRC-32 is linear over GF(2), so the header's share
+// splits into a part computed once per flow (ICRCFlow: addresses, ports, DF
+// and the masked fields, with the changing fields zero) and one table lookup
+// per byte of each changing field. Go's hash/crc32 (SIMD for 64 bytes and
+// more) takes the long pieces; short ones, and anything on the stack (whose
+// slice would escape through hash/crc32), go through the slicing-by-8 tables
+// here.
 
 const crcPoly = 0xedb88320 // reflected 0x04C11DB7
 
@@ -52,22 +56,42 @@ func init() {
 		}
 	}
 	crcSeed = crcRaw(0xffffffff, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	initFieldTabs()
 	initRecover()
 }
 
 // crcRaw advances the CRC register (no pre/post inversion) over p.
 func crcRaw(crc uint32, p []byte) uint32 {
 	for len(p) >= 8 {
-		crc ^= binary.LittleEndian.Uint32(p)
-		crc = crcTab[7][byte(crc)] ^ crcTab[6][byte(crc>>8)] ^
-			crcTab[5][byte(crc>>16)] ^ crcTab[4][crc>>24] ^
-			crcTab[3][p[4]] ^ crcTab[2][p[5]] ^ crcTab[1][p[6]] ^ crcTab[0][p[7]]
+		crc = crcWord8(crc, binary.LittleEndian.Uint64(p))
 		p = p[8:]
 	}
 	for _, c := range p {
 		crc = crcTab[0][byte(crc)^c] ^ crc>>8
 	}
 	return crc
+}
+
+// crcWord8 advances the register over eight bytes, w read little endian.
+func crcWord8(crc uint32, w uint64) uint32 {
+	lo, hi := crc^uint32(w), uint32(w>>32)
+	return crcTab[7][byte(lo)] ^ crcTab[6][byte(lo>>8)] ^ crcTab[5][byte(lo>>16)] ^ crcTab[4][lo>>24] ^
+		crcTab[3][byte(hi)] ^ crcTab[2][byte(hi>>8)] ^ crcTab[1][byte(hi>>16)] ^ crcTab[0][hi>>24]
+}
+
+// crcWord4 advances the register over four bytes, w read little endian.
+func crcWord4(crc uint32, w uint32) uint32 {
+	x := crc ^ w
+	return crcTab[3][byte(x)] ^ crcTab[2][byte(x>>8)] ^ crcTab[1][byte(x>>16)] ^ crcTab[0][x>>24]
+}
+
+// crcAppend advances the register over p: hash/crc32 for long p, which works on the
+// inverted register, the tables here for short p.
+func crcAppend(crc uint32, p []byte) uint32 {
+	if len(p) >= 64 {
+		return ^crc32.Update(^crc, crc32.IEEETable, p)
+	}
+	return crcRaw(crc, p)
 }
 
 // IPHeader is the IP and UDP context of a RoCEv2 packet: what the ICRC
@@ -115,24 +139,65 @@ const (
 	ipv4DF        = 0x40 // in byte 6 of the IPv4 header
 )
 
-// icrcPseudo fills h with the masked IP, UDP and BTH headers for a packet
-// that starts with pkt and is pktLen bytes long from BTH to pad, and returns
-// how many bytes of h are used.
-func icrcPseudo(h *[ipv6HeaderLen + udpHeaderLen + BTHLen]byte, ip *IPHeader, pkt []byte, pktLen int) int {
-	udpLen := udpHeaderLen + pktLen + ICRCLen
+// The fields of the IP and UDP headers that change along a flow, as offsets into the
+// pseudo-header's IP+UDP part (ipv4HeaderLen+udpHeaderLen or ipv6HeaderLen+udpHeaderLen
+// bytes). Each table holds the CRC register contribution of one byte value at one
+// offset, carried to the end of that part: crc(T ^ V) = crc(T) ^ crc0(V).
+var (
+	v4LenTab [4][256]uint32 // IPv4 total length (offsets 2, 3), UDP length (24, 25)
+	v4IDTab  [2][256]uint32 // IPv4 Identification (4, 5)
+	v6LenTab [2][256]uint32 // IPv6 payload length (4, 5) and UDP length (44, 45): equal
+)
+
+func initFieldTabs() {
+	const v4, v6 = ipv4HeaderLen + udpHeaderLen, ipv6HeaderLen + udpHeaderLen
+	fill := func(t *[256]uint32, size int, offsets ...int) {
+		var m [v6]byte
+		for bit := range 8 {
+			clear(m[:])
+			for _, o := range offsets {
+				m[o] = 1 << bit
+			}
+			v := crcRaw(0, m[:size])
+			for b := range 256 {
+				if b>>bit&1 != 0 {
+					t[b] ^= v
+				}
+			}
+		}
+	}
+	fill(&v4LenTab[0], v4, 2)
+	fill(&v4LenTab[1], v4, 3)
+	fill(&v4LenTab[2], v4, 24)
+	fill(&v4LenTab[3], v4, 25)
+	fill(&v4IDTab[0], v4, 4)
+	fill(&v4IDTab[1], v4, 5)
+	fill(&v6LenTab[0], v6, 4, 44)
+	fill(&v6LenTab[1], v6, 5, 45)
+}
+
+// ICRCFlow is the share of the ICRC that one direction of one flow fixes: the
+// addresses, the UDP ports and DF, with the masked fields. A sender or receiver that
+// keeps it for its peer computes each packet's ICRC from the packet's own bytes and a
+// few lookups (ICRCFlow.Sum), instead of from a 40- to 60-byte pseudo-header.
+type ICRCFlow struct {
+	base uint32 // CRC register after the IP and UDP headers, lengths and ID zero
+	v6   bool
+}
+
+// NewICRCFlow returns the flow of packets travelling in ip; ip.ID and the masked
+// fields are ignored.
+func NewICRCFlow(ip *IPHeader) ICRCFlow {
+	var h [ipv6HeaderLen + udpHeaderLen]byte
 	var n int
 	if ip.Is4() {
 		// 0x45, TOS (masked), total length, ID, flags, frag 0,
 		// TTL (masked), protocol, checksum (masked), addresses.
 		h[0] = 0x45
 		h[1] = 0xff
-		binary.BigEndian.PutUint16(h[2:], uint16(ipv4HeaderLen+udpLen))
-		binary.BigEndian.PutUint16(h[4:], ip.ID)
-		h[6] = 0
 		if ip.DF {
 			h[6] = ipv4DF
 		}
-		h[7] = 0
 		h[8] = 0xff
 		h[9] = protoUDP
 		h[10], h[11] = 0xff, 0xff
@@ -144,7 +209,6 @@ func icrcPseudo(h *[ipv6HeaderLen + udpHeaderLen + BTHLen]byte, ip *IPHeader, pk
 		// version 6, traffic class and flow label (masked), payload
 		// length, next header, hop limit (masked), addresses.
 		h[0], h[1], h[2], h[3] = 0x6f, 0xff, 0xff, 0xff
-		binary.BigEndian.PutUint16(h[4:], uint16(udpLen))
 		h[6] = protoUDP
 		h[7] = 0xff
 		s, d := addr16(ip.Src), addr16(ip.Dst)
@@ -152,16 +216,54 @@ func icrcPseudo(h *[ipv6HeaderLen + udpHeaderLen + BTHLen]byte, ip *IPHeader, pk
 		copy(h[24:40], d[:])
 		n = ipv6HeaderLen
 	}
+	// Ports, length (a changing field), checksum (masked).
 	binary.BigEndian.PutUint16(h[n:], ip.SrcPort)
 	binary.BigEndian.PutUint16(h[n+2:], ip.DstPort)
-	binary.BigEndian.PutUint16(h[n+4:], uint16(udpLen))
 	h[n+6], h[n+7] = 0xff, 0xff
 	n += udpHeaderLen
-	m := copy(h[n:n+BTHLen], pkt)
-	if m > 4 {
-		h[n+4] = 0xff // resv8a
+	return ICRCFlow{base: crcRaw(crcSeed, h[:n]), v6: n > ipv4HeaderLen+udpHeaderLen}
+}
+
+// Sum is the ICRC of a packet in this flow with IPv4 Identification id (ignored for
+// IPv6), whose bytes are hdr (BTH and extended headers), then each slice of payload,
+// then pad zero bytes (at most 3, PadLen). The payload is read where it lies.
+func (f *ICRCFlow) Sum(id uint16, hdr []byte, payload [][]byte, pad int) uint32 {
+	total := len(hdr) + pad
+	for _, p := range payload {
+		total += len(p)
 	}
-	return n + m
+	udpLen := udpHeaderLen + total + ICRCLen
+	crc := f.base
+	if f.v6 {
+		crc ^= v6LenTab[0][byte(udpLen>>8)] ^ v6LenTab[1][byte(udpLen)]
+	} else {
+		ipLen := ipv4HeaderLen + udpLen
+		crc ^= v4LenTab[0][byte(ipLen>>8)] ^ v4LenTab[1][byte(ipLen)] ^
+			v4LenTab[2][byte(udpLen>>8)] ^ v4LenTab[3][byte(udpLen)]
+		if id != 0 {
+			crc ^= v4IDTab[0][byte(id>>8)] ^ v4IDTab[1][byte(id)]
+		}
+	}
+	if len(hdr) >= BTHLen {
+		// The BTH with resv8a (byte 4) masked.
+		crc = crcWord8(crc, binary.LittleEndian.Uint64(hdr)|0xff<<32)
+		crc = crcWord4(crc, binary.LittleEndian.Uint32(hdr[8:]))
+		crc = crcAppend(crc, hdr[BTHLen:])
+	} else {
+		for i, c := range hdr { // shorter than a BTH: only ever a corrupt packet
+			if i == 4 {
+				c = 0xff
+			}
+			crc = crcTab[0][byte(crc)^c] ^ crc>>8
+		}
+	}
+	for _, p := range payload {
+		crc = crcAppend(crc, p)
+	}
+	if pad > 0 {
+		crc = crcRaw(crc, zeroPad[:pad])
+	}
+	return ^crc
 }
 
 // ICRC computes the ICRC of a packet travelling in ip. pkt is BTH through
@@ -174,27 +276,11 @@ func ICRC(ip *IPHeader, pkt []byte) uint32 { return ICRCGather(ip, pkt, nil, 0) 
 // lets a sender compute the ICRC of payload where it lies in memory. pad is
 // at most 3 (PadLen).
 func ICRCGather(ip *IPHeader, hdr []byte, payload [][]byte, pad int) uint32 {
-	total := len(hdr) + pad
-	for _, p := range payload {
-		total += len(p)
-	}
-	var h [ipv6HeaderLen + udpHeaderLen + BTHLen]byte
-	n := icrcPseudo(&h, ip, hdr, total)
-	crc := ^crcRaw(crcSeed, h[:n]) // crc32.Update's form: inverted on entry and exit
-	if len(hdr) > BTHLen {
-		crc = crc32.Update(crc, crc32.IEEETable, hdr[BTHLen:])
-	}
-	for _, p := range payload {
-		crc = crc32.Update(crc, crc32.IEEETable, p)
-	}
-	if pad > 0 {
-		crc = crc32.Update(crc, crc32.IEEETable, zeroPad[:pad])
-	}
-	return crc
+	f := NewICRCFlow(ip)
+	return f.Sum(ip.ID, hdr, payload, pad)
 }
 
-// zeroPad is the pad bytes' value. Package level: a local array passed to crc32 would
-// escape, an allocation per packet.
+// zeroPad is the pad bytes' value.
 var zeroPad [3]byte
 
 // PutICRC computes the ICRC over pkt[:n] and stores it little endian at

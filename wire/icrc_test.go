@@ -122,9 +122,20 @@ func TestICRCGather(t *testing.T) {
 			rest = rest[k:]
 		}
 		whole := append(append(bytes.Clone(hdr), payload...), make([]byte, pad)...)
-		if got, want := wire.ICRCGather(&ip, hdr, pieces, pad), naiveICRC(&ip, whole); got != want {
+		want := naiveICRC(&ip, whole)
+		if got := wire.ICRCGather(&ip, hdr, pieces, pad); got != want {
 			t.Fatalf("case %d (hdr %d, payload %d in %d pieces, pad %d): %#x want %#x",
 				i, len(hdr), len(payload), len(pieces), pad, got, want)
+		}
+		// A flow kept for the addresses, ports and DF serves any ID and length.
+		flow := wire.NewICRCFlow(&wire.IPHeader{Src: ip.Src, Dst: ip.Dst, SrcPort: ip.SrcPort,
+			DstPort: ip.DstPort, DF: ip.DF, TTL: 1, TOS: 2, FlowLabel: 3})
+		if got := flow.Sum(ip.ID, hdr, pieces, pad); got != want {
+			t.Fatalf("case %d: flow sum %#x want %#x", i, got, want)
+		}
+		ip.ID++
+		if got := flow.Sum(ip.ID, hdr, pieces, pad); !ip.Is4() && got != want || ip.Is4() && got != naiveICRC(&ip, whole) {
+			t.Fatalf("case %d: flow sum for the next ID %#x", i, got)
 		}
 	}
 }
@@ -184,11 +195,13 @@ func TestAllocs(t *testing.T) {
 	b := benchPacket(&ip)
 	var p wire.Packet
 	pieces := [][]byte{b[12:40], b[40:]}
+	flow := wire.NewICRCFlow(&ip)
 	n := testing.AllocsPerRun(100, func() {
 		if p.Parse(b, 4096) != nil || !wire.CheckICRC(&ip, b) {
 			t.Fatal("bad")
 		}
 		wire.ICRCGather(&ip, b[:12], pieces, 3)
+		flow.Sum(7, b[:12], pieces, 3)
 		wire.RecoverIPv4ID(&ip, b)
 		h := p.Headers()
 		h.Encode(b)
@@ -242,7 +255,8 @@ func BenchmarkDecodeCheck(b *testing.B) {
 }
 
 func BenchmarkICRC(b *testing.B) {
-	for _, n := range []int{64, 1024, 4096} {
+	// 4: an ACK (AETH); 8: an 8-byte SEND; then full packets.
+	for _, n := range []int{4, 8, 64, 1024, 4096} {
 		b.Run(strconv.Itoa(n), func(b *testing.B) {
 			ip := wire.IPHeader{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2")}
 			pkt := make([]byte, wire.BTHLen+n)
@@ -250,6 +264,22 @@ func BenchmarkICRC(b *testing.B) {
 			b.SetBytes(int64(len(pkt)))
 			for b.Loop() {
 				wire.ICRC(&ip, pkt)
+			}
+		})
+	}
+}
+
+// BenchmarkICRCFlow is the ICRC as the engine computes it, with the flow's share kept.
+func BenchmarkICRCFlow(b *testing.B) {
+	for _, n := range []int{4, 8, 64, 1024, 4096} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			ip := wire.IPHeader{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"), DF: true}
+			f := wire.NewICRCFlow(&ip)
+			pkt := make([]byte, wire.BTHLen+n)
+			b.ReportAllocs()
+			b.SetBytes(int64(len(pkt)))
+			for b.Loop() {
+				f.Sum(0, pkt, nil, 0)
 			}
 		})
 	}

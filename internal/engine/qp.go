@@ -121,10 +121,15 @@ type QP struct {
 	// whether the peer ever sent another kind.
 	icrcRun     atomic.Uint32
 	icrcForeign atomic.Bool
-	commEst     bool  // EventCommEst raised
-	lastPost    int64 // nanotime at which the last PostSend returned (doorbell batching)
-	txQueued    bool  // on the sender's list to run the requester (doorbell batching)
-	mtu         int   // path MTU in bytes
+	// The ICRC's share for the last peer address a packet came from (rxFlowFrom):
+	// owned by the device's receive path, which is serialized; not reset with the QP,
+	// since it depends on the address alone.
+	rxFlowFrom netip.AddrPort
+	rxFlow     wire.ICRCFlow
+	commEst    bool  // EventCommEst raised
+	lastPost   int64 // nanotime at which the last PostSend returned (doorbell batching)
+	txQueued   bool  // on the sender's list to run the requester (doorbell batching)
+	mtu        int   // path MTU in bytes
 
 	sq     sendQueue
 	rq     recvQueue

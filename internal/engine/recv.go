@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/binary"
 	"net/netip"
 	"runtime"
 	"time"
@@ -222,20 +223,19 @@ func (d *Device) input(b []byte, from netip.AddrPort, seg int) {
 // packet then passes with a chance near 2^-25. A counting peer can never qualify: its
 // counter leaves 0…63 within 64 packets (it does pass through 0 every 65536).
 func (d *Device) checkICRC(b []byte, from netip.AddrPort, qp *QP, seg int) bool {
-	ip := wire.IPHeader{
-		Src: from.Addr(), Dst: d.local.Addr(), SrcPort: from.Port(), DstPort: d.local.Port(), DF: true,
+	n := len(b) - wire.ICRCLen
+	if n < 0 {
+		return false
 	}
-	if seg > 0 && seg < maxGSOSegments {
-		ip.ID = netio.GSOSegmentID(0, seg)
-		if wire.CheckICRC(&ip, b) {
-			qp.sawGoverbsID()
-			return true
-		}
-		ip.ID = 0
-	}
-	if wire.CheckICRC(&ip, b) {
+	icrc := binary.LittleEndian.Uint32(b[n:])
+	f := d.rxFlowFrom(qp, from)
+	if seg > 0 && seg < maxGSOSegments && f.Sum(netio.GSOSegmentID(0, seg), b[:n], nil, 0) == icrc ||
+		f.Sum(0, b[:n], nil, 0) == icrc {
 		qp.sawGoverbsID()
 		return true
+	}
+	ip := wire.IPHeader{
+		Src: from.Addr(), Dst: d.local.Addr(), SrcPort: from.Port(), DstPort: d.local.Port(), DF: true,
 	}
 	if !ip.Src.Unmap().Is4() {
 		return false
@@ -257,6 +257,26 @@ func (d *Device) checkICRC(b []byte, from netip.AddrPort, qp *QP, seg int) bool 
 	}
 	d.counters.ICRCRecovered.Add(1)
 	return true
+}
+
+// rxFlowFrom returns the ICRC's share for packets from a peer, as goverbs peers send
+// them (DF set), kept on the QP they are for: its peer rarely changes. Only the receive
+// path (rxLoop, or the holder of rxMu) calls it.
+func (d *Device) rxFlowFrom(qp *QP, from netip.AddrPort) *wire.ICRCFlow {
+	if qp == nil {
+		f := d.newRxFlow(from)
+		return &f
+	}
+	if from != qp.rxFlowFrom || !from.IsValid() {
+		qp.rxFlowFrom, qp.rxFlow = from, d.newRxFlow(from)
+	}
+	return &qp.rxFlow
+}
+
+func (d *Device) newRxFlow(from netip.AddrPort) wire.ICRCFlow {
+	return wire.NewICRCFlow(&wire.IPHeader{
+		Src: from.Addr(), Dst: d.local.Addr(), SrcPort: from.Port(), DstPort: d.local.Port(), DF: true,
+	})
 }
 
 // strictSafeRun is how many goverbs-style packets in a row make a QP verify strictly.

@@ -38,6 +38,9 @@ type txBatch struct {
 	maxSeg int
 	// The packet being built: where nextBuf placed it.
 	appendRun bool // it extends the run in msgs[n-1]
+	// The ICRC's share for the last destination (a batch mostly goes to one peer).
+	flowDst netip.AddrPort
+	flow    wire.ICRCFlow
 }
 
 // gatherMin is the smallest payload sent from registered memory in place; smaller ones
@@ -116,8 +119,8 @@ func (d *Device) commit(b *txBatch, hlen, payloadLen int, dst netip.AddrPort) {
 	m := &b.msgs[i]
 	pkt := m.Buf[b.used[i]:]
 	n := wire.Finish(pkt, hlen, payloadLen)
-	ip := d.txIP(dst, seg)
-	wire.PutICRC(&ip, pkt, n)
+	f := b.flowTo(d, dst)
+	binary.LittleEndian.PutUint32(pkt[n:], f.Sum(netio.GSOSegmentID(0, seg), pkt[:n], nil, 0))
 	size := n + wire.ICRCLen
 	if m.Iov != nil {
 		m.Iov = append(m.Iov, pkt[:size])
@@ -138,8 +141,8 @@ func (d *Device) commitGather(b *txBatch, hlen int, pieces [][]byte, payloadLen 
 	wire.BTH(hdr).SetPadCnt(pad)
 	tail := m.Buf[start+hlen : start+hlen+pad+wire.ICRCLen]
 	clear(tail[:pad])
-	ip := d.txIP(dst, seg)
-	binary.LittleEndian.PutUint32(tail[pad:], wire.ICRCGather(&ip, hdr, pieces, pad))
+	f := b.flowTo(d, dst)
+	binary.LittleEndian.PutUint32(tail[pad:], f.Sum(netio.GSOSegmentID(0, seg), hdr, pieces, pad))
 	if m.Iov == nil {
 		m.Iov = b.iovs[i][:0]
 		if start > 0 {
@@ -177,13 +180,16 @@ func (b *txBatch) grow(i, size, bufBytes int) {
 	b.appendRun = false
 }
 
-// txIP is the IP header a packet to dst travels in, as segment seg of a GSO send.
-func (d *Device) txIP(dst netip.AddrPort, seg int) wire.IPHeader {
-	return wire.IPHeader{
-		Src: d.src.Addr(), Dst: dst.Addr(),
-		SrcPort: d.src.Port(), DstPort: dst.Port(),
-		DF: true, ID: netio.GSOSegmentID(0, seg),
+// flowTo returns the ICRC's share for packets to dst: the IP header they travel in has
+// DF set, and an Identification of 0 or, as segment seg of a GSO send, seg.
+func (b *txBatch) flowTo(d *Device, dst netip.AddrPort) *wire.ICRCFlow {
+	if dst != b.flowDst || !b.flowDst.IsValid() {
+		b.flowDst = dst
+		b.flow = wire.NewICRCFlow(&wire.IPHeader{
+			Src: d.src.Addr(), Dst: dst.Addr(), SrcPort: d.src.Port(), DstPort: dst.Port(), DF: true,
+		})
 	}
+	return &b.flow
 }
 
 func (d *Device) flushTx(b *txBatch) {

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 )
 
 var (
@@ -24,6 +25,9 @@ type CQ struct {
 	ring []WC
 	head int // oldest completion
 	n    int // completions in the ring
+	// held mirrors n for a busy poller's look before it reads the socket: an empty
+	// poll, the common case in a spin loop, then takes no lock.
+	held atomic.Int32
 
 	overflow bool
 	closed   bool
@@ -65,13 +69,8 @@ func (cq *CQ) Depth() int {
 
 // Poll copies up to len(out) completions, oldest first, and returns how many.
 func (cq *CQ) Poll(out []WC) (int, error) {
-	if cq.dev.poller != nil {
-		cq.mu.Lock()
-		empty := cq.n == 0
-		cq.mu.Unlock()
-		if empty {
-			cq.dev.PollRx() // busy-poll mode: the poller drives the device
-		}
+	if cq.dev.poller != nil && cq.held.Load() == 0 {
+		cq.dev.PollRx() // busy-poll mode: the poller drives the device
 	}
 	cq.mu.Lock()
 	if cq.closed {
@@ -87,6 +86,9 @@ func (cq *CQ) Poll(out []WC) (int, error) {
 		}
 		cq.n--
 		k++
+	}
+	if k > 0 {
+		cq.held.Add(int32(-k))
 	}
 	overflow := cq.overflow
 	cq.mu.Unlock()
@@ -161,6 +163,7 @@ func (cq *CQ) push(wc *WC, solicited bool) {
 	}
 	cq.ring[tail] = *wc
 	cq.n++
+	cq.held.Add(1)
 	var fire func()
 	if cq.armed == cqArmNext || (cq.armed == cqArmSolicited && (solicited || wc.Status != WCSuccess)) {
 		cq.armed = cqDisarmed

@@ -68,6 +68,7 @@ type Device struct {
 
 	qpMu    sync.RWMutex
 	qps     map[uint32]*QP
+	qpGone  atomic.Uint64 // QPs removed from qps so far: invalidates rxQP
 	nextQPN uint32
 
 	events chan AsyncEvent
@@ -86,6 +87,10 @@ type Device struct {
 	rxMsgs   []netio.Message
 	rxPkt    wire.Packet
 	ackQueue []*QP
+	// The QP the last packet was for, valid while qpGone is rxQPGone: a lookup that
+	// takes neither qpMu nor the map when traffic stays on one QP.
+	rxQP     *QP
+	rxQPGone uint64
 	// Busy-poll ACK deferral (pollLocked): the last poll found nothing; polls an owed ACK
 	// has waited.
 	pollIdle bool
@@ -196,6 +201,19 @@ func (d *Device) lookupQP(qpn uint32) *QP {
 	d.qpMu.RLock()
 	qp := d.qps[qpn]
 	d.qpMu.RUnlock()
+	return qp
+}
+
+// rxLookupQP is lookupQP for the receive path, which owns the one-entry cache.
+func (d *Device) rxLookupQP(qpn uint32) *QP {
+	gone := d.qpGone.Load()
+	if qp := d.rxQP; qp != nil && qp.qpn == qpn && d.rxQPGone == gone {
+		return qp
+	}
+	qp := d.lookupQP(qpn)
+	if qp != nil {
+		d.rxQP, d.rxQPGone = qp, gone
+	}
 	return qp
 }
 

@@ -492,6 +492,7 @@ func (qp *QP) Close() error {
 	d := qp.dev
 	d.qpMu.Lock()
 	delete(d.qps, qp.qpn)
+	d.qpGone.Add(1)
 	d.qpMu.Unlock()
 	qp.pd.refs.Add(-1)
 	qp.sendCQ.ref(-1)

@@ -190,7 +190,7 @@ func (d *Device) input(b []byte, from netip.AddrPort, seg int) {
 		}
 		return
 	}
-	qp := d.lookupQP(p.BTH.DestQP())
+	qp := d.rxLookupQP(p.BTH.DestQP())
 	if !d.checkICRC(b, from, qp, seg) {
 		d.counters.ICRCErrors.Add(1)
 		return

@@ -1,0 +1,76 @@
+package engine
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/goverbs/goverbs/netio"
+	"github.com/goverbs/goverbs/wire"
+)
+
+// TestQPNReusedAfterDestroy: the receive path remembers the QP its last packet was for.
+// When that QP is destroyed and its number is given to a new QP, packets for the number
+// reach the new QP, not the destroyed one.
+func TestQPNReusedAfterDestroy(t *testing.T) {
+	open := func(addr string) *Device {
+		c, err := netio.ListenUDP(netip.AddrPortFrom(netip.MustParseAddr(addr), wire.UDPPort), netio.UDPOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := New(Config{Name: addr, Conn: c, MTU: wire.MTU1024})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		return d
+	}
+	const addrA, addrB = "127.30.0.31", "127.30.0.32"
+	devA, devB := open(addrA), open(addrB)
+	pdA, _ := devA.AllocPD()
+	pdB, _ := devB.AllocPD()
+	cqA, _ := devA.CreateCQ(64)
+	cqB, _ := devB.CreateCQ(64)
+	qpCap := QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: 64}
+	mkQP := func(d *Device, pd *PD, cq *CQ) *QP {
+		qp, err := d.CreateQP(pd, QPInit{Type: QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: qpCap})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return qp
+	}
+	src, err := pdA.RegMR(make([]byte, 8), AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, err := pdB.RegMR(make([]byte, 64), AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// exchange sends one SEND from a fresh QP on A to qb and waits for both completions.
+	exchange := func(qb *QP, id uint64) {
+		t.Helper()
+		qa := mkQP(devA, pdA, cqA)
+		rcUp(t, qa, netip.MustParseAddr(addrB), qb.QPN(), 0, 0)
+		rcUp(t, qb, netip.MustParseAddr(addrA), qa.QPN(), 0, 0)
+		must(t, qb.PostRecv([]RecvWR{{ID: id, SGL: []SGE{{Addr: dst.Addr(), Length: 64, LKey: dst.LKey()}}}}))
+		must(t, qa.PostSend([]SendWR{{ID: id, Opcode: WRSend, Flags: SendSignaled,
+			SGL: []SGE{{Addr: src.Addr(), Length: 8, LKey: src.LKey()}}}}))
+		waitFor(t, cqA, id, 5*time.Second)
+		waitFor(t, cqB, id, 5*time.Second)
+	}
+	old := mkQP(devB, pdB, cqB)
+	exchange(old, 1) // the receive path now remembers old
+	qpn := old.QPN()
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	devB.qpMu.Lock()
+	devB.nextQPN = qpn // the number comes round again
+	devB.qpMu.Unlock()
+	reborn := mkQP(devB, pdB, cqB)
+	if reborn.QPN() != qpn {
+		t.Fatalf("new QP got QPN %#x, want %#x again", reborn.QPN(), qpn)
+	}
+	exchange(reborn, 2)
+}

@@ -263,10 +263,17 @@ func (s *perfSide) latClient(size int) (latRow, error) {
 	wr.Flags |= verbs.SendSignaled
 	buf := s.mr.Buf()
 	outstanding := 0
+	// One clock read per iteration: it ends a sample and starts the next (a read costs
+	// tens of nanoseconds here, on the path between the reply and the next post).
+	t0 := time.Now()
+	sample := func() {
+		now := time.Now()
+		samples = append(samples, now.Sub(t0))
+		t0 = now
+	}
 	switch s.t {
 	case testSend:
 		for i := 0; i < iters; i++ {
-			t0 := time.Now()
 			if err := s.qps[0].PostSend(wr); err != nil {
 				return latRow{}, fmt.Errorf("couldn't post send: %v", err)
 			}
@@ -279,14 +286,13 @@ func (s *perfSide) latClient(size int) (latRow, error) {
 			if err := s.waitRecv(); err != nil {
 				return latRow{}, err
 			}
-			samples = append(samples, time.Since(t0))
+			sample()
 		}
 		return latStats(size, iters, samples, 2), s.drainSends(&outstanding, 0)
 	case testWrite:
 		flag := s.half + size - 1
 		for i := 0; i < iters; i++ {
 			v := byte(i + 1)
-			t0 := time.Now()
 			buf[flag] = v
 			if err := s.qps[0].PostSend(wr); err != nil {
 				return latRow{}, fmt.Errorf("couldn't post write: %v", err)
@@ -298,13 +304,12 @@ func (s *perfSide) latClient(size int) (latRow, error) {
 			if err := s.waitByte(buf, size-1, v); err != nil {
 				return latRow{}, err
 			}
-			samples = append(samples, time.Since(t0))
+			sample()
 		}
 		return latStats(size, iters, samples, 2), s.drainSends(&outstanding, 0)
 	}
 	// READ and atomics: the full operation's latency.
 	for i := 0; i < iters; i++ {
-		t0 := time.Now()
 		if err := s.qps[0].PostSend(wr); err != nil {
 			return latRow{}, fmt.Errorf("couldn't post %s: %v", s.t.verb(), err)
 		}
@@ -312,7 +317,7 @@ func (s *perfSide) latClient(size int) (latRow, error) {
 		if err := s.drainSends(&outstanding, 0); err != nil {
 			return latRow{}, err
 		}
-		samples = append(samples, time.Since(t0))
+		sample()
 	}
 	return latStats(size, iters, samples, 1), nil
 }
@@ -336,10 +341,11 @@ func (s *perfSide) latServer(size int) (latRow, error) {
 		} else if err := s.waitByte(buf, size-1, v); err != nil {
 			return latRow{}, err
 		}
+		now := time.Now() // one clock read: it ends a sample and starts the next
 		if i > 0 {
-			samples = append(samples, time.Since(t0))
+			samples = append(samples, now.Sub(t0))
 		}
-		t0 = time.Now()
+		t0 = now
 		if s.t == testWrite {
 			buf[s.half+size-1] = v
 		}

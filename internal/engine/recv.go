@@ -99,6 +99,12 @@ func (d *Device) busyLoop() {
 	}
 }
 
+// busyBatch is how many datagrams (GRO runs, when the socket coalesces) one busy poll
+// reads at most. A poll that finds nothing, the common case in a spin loop, still
+// prepares every header it offers: an empty poll of 64 took 600 ns here, of 8 or 1
+// 545 ns. A poller that finds more polls again at once.
+const busyBatch = 8
+
 // busyIdle is how long the background goroutine leaves a busy-poll device to its
 // pollers once it has seen them poll.
 const busyIdle = time.Millisecond
@@ -132,7 +138,7 @@ func (d *Device) pollLocked() {
 			d.ackAge++
 		}
 	}
-	n, err := d.poller.PollBatch(d.rxMsgs)
+	n, err := d.poller.PollBatch(d.rxMsgs[:min(len(d.rxMsgs), busyBatch)])
 	raceAcquireWire()
 	d.pollIdle = n == 0
 	if err == nil && n > 0 {

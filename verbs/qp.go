@@ -99,7 +99,7 @@ func (qp *QP) PostSend(wrs ...SendWR) error {
 	if s, ok := qp.impl.(*softQP); ok {
 		return s.postSend(wrs)
 	}
-	return qp.impl.postSend(append([]SendWR(nil), wrs...))
+	return qp.impl.postSend(cloneSendWRs(wrs))
 }
 
 // PostRecv posts receive work requests (ibv_post_recv).
@@ -107,7 +107,41 @@ func (qp *QP) PostRecv(wrs ...RecvWR) error {
 	if s, ok := qp.impl.(*softQP); ok {
 		return s.postRecv(wrs)
 	}
-	return qp.impl.postRecv(append([]RecvWR(nil), wrs...))
+	return qp.impl.postRecv(cloneRecvWRs(wrs))
+}
+
+// cloneSendWRs copies wrs for a provider behind the interface, SGLs and bindings
+// included, without ever storing the caller's SGL slices: stored, even in a copy, they
+// would escape, and every SGL a caller writes as a literal would cost an allocation per
+// post with the software provider too. TestPostWithSGLLiteralAllocatesNothing checks.
+func cloneSendWRs(wrs []SendWR) []SendWR {
+	out := make([]SendWR, len(wrs))
+	for i := range wrs {
+		w := &wrs[i]
+		out[i] = SendWR{
+			ID: w.ID, Opcode: w.Opcode, Flags: w.Flags, SGL: append([]SGE(nil), w.SGL...), Imm: w.Imm,
+			RemoteAddr: w.RemoteAddr, RKey: w.RKey, CompareAdd: w.CompareAdd, Swap: w.Swap,
+			RemoteQPN: w.RemoteQPN, RemoteQKey: w.RemoteQKey,
+		}
+		if w.AH != nil { // copied too: storing the caller's pointer would leak the SGLs
+			a := *w.AH
+			out[i].AH = &a
+		}
+		if w.Bind != nil {
+			b := *w.Bind
+			out[i].Bind = &b
+		}
+	}
+	return out
+}
+
+// cloneRecvWRs is cloneSendWRs for receive work requests.
+func cloneRecvWRs(wrs []RecvWR) []RecvWR {
+	out := make([]RecvWR, len(wrs))
+	for i := range wrs {
+		out[i] = RecvWR{ID: wrs[i].ID, SGL: append([]SGE(nil), wrs[i].SGL...)}
+	}
+	return out
 }
 
 // Counters returns the QP's statistics.
@@ -154,7 +188,12 @@ func (pd *PD) CreateSRQ(attr SRQAttr) (*SRQ, error) {
 }
 
 // PostRecv posts receive work requests to the shared pool (ibv_post_srq_recv).
-func (s *SRQ) PostRecv(wrs ...RecvWR) error { return s.impl.postRecv(wrs) }
+func (s *SRQ) PostRecv(wrs ...RecvWR) error {
+	if p, ok := s.impl.(*softSRQ); ok { // a direct call: wrs does not escape (see QP.PostRecv)
+		return p.postRecv(wrs)
+	}
+	return s.impl.postRecv(cloneRecvWRs(wrs))
+}
 
 // Arm sets the SRQ limit: when fewer than limit WQEs remain, one EventSRQLimitReached is
 // raised and the limit disarms (ibv_modify_srq with IBV_SRQ_LIMIT).

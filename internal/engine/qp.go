@@ -52,9 +52,10 @@ const (
 type sendWQE struct {
 	wr       SendWR
 	sgeStore []SGE
-	inline   []byte // inline payload copied at post time
-	bind     BindMW // BIND_MW: the binding, copied at post time
-	local    sgl    // SGL resolved to memory
+	inline   []byte         // inline payload copied at post time
+	bind     BindMW         // BIND_MW: the binding, copied at post time
+	udDst    netip.AddrPort // UD: the destination, from the AH at post time
+	local    sgl            // SGL resolved to memory
 	length   int
 
 	state    wqeState
@@ -560,6 +561,19 @@ func (qp *QP) PostSend(wrs []SendWR) error {
 	return nil
 }
 
+// copyWR returns wr with sgl for its SGL, and no AH or Bind (the WQE keeps the UD
+// destination and the binding by value). No pointer of the caller's is stored, not
+// even to be overwritten next: escape analysis would see the store and move every SGL
+// a caller writes as a literal to the heap, an allocation per post.
+// TestCopyWRKeepsEveryField catches a field added to SendWR and not here.
+func copyWR(wr *SendWR, sgl []SGE) SendWR {
+	return SendWR{
+		ID: wr.ID, Opcode: wr.Opcode, Flags: wr.Flags, SGL: sgl, Imm: wr.Imm,
+		RemoteAddr: wr.RemoteAddr, RKey: wr.RKey, CompareAdd: wr.CompareAdd, Swap: wr.Swap,
+		RemoteQPN: wr.RemoteQPN, RemoteQKey: wr.RemoteQKey,
+	}
+}
+
 // streamGap is how soon after the previous post a post counts as part of a stream.
 const streamGap = 3 * time.Microsecond
 
@@ -610,12 +624,13 @@ func (qp *QP) enqueueSend(wr *SendWR) error {
 		return ErrBadOpcode
 	}
 	w := qp.sq.at(qp.sq.tail)
-	w.wr = *wr
+	w.wr = copyWR(wr, append(w.sgeStore[:0], wr.SGL...))
 	if wr.Opcode == WRBindMW {
 		w.bind = *wr.Bind
 	}
-	w.wr.Bind = nil // never keep the caller's pointer
-	w.wr.SGL = append(w.sgeStore[:0], wr.SGL...)
+	if qp.typ == QPTypeUD {
+		w.udDst = netipFromAH(wr.AH, qp.dev.peerPort)
+	}
 	w.length = int(total)
 	w.state = wqePosted
 	w.status = WCSuccess

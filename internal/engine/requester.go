@@ -219,7 +219,7 @@ func (qp *QP) sendPackets(w *sendWQE, tx *txBatch) bool {
 	}
 	dst := qp.remote
 	if qp.typ == QPTypeUD {
-		dst = netipFromAH(w.wr.AH, qp.dev.peerPort)
+		dst = w.udDst
 	}
 	for w.next < w.npkts {
 		if qp.typ == QPTypeRC && qp.req.psn.Diff(qp.comp.psn) >= MaxUnackedPSNs {

@@ -5,7 +5,9 @@
 //	report -dir RESULTS [-svg FILE]
 //
 // RESULTS holds one file per test, named after it (write_bw.json, tcp_bw.json, ...), with
-// one row per round; the table compares medians over the rounds. Optionally
+// one row per round; the table compares medians over the rounds, and gives the median
+// and range of the ratio taken within each round (the rounds are interleaved, so a slow
+// spell of the machine that slows a test and its baseline alike cancels). Optionally
 // sweep_*.json files hold one row per message size for the plot.
 package main
 
@@ -61,31 +63,53 @@ func main() {
 	dir := flag.String("dir", ".", "directory of result files")
 	svg := flag.String("svg", "", "write the size sweep plot here")
 	flag.Parse()
-	// median returns the median of key over the test's rounds, and how many there were.
-	median := func(name, key string) (float64, int) {
+	// values returns key over the test's rounds, in round order.
+	values := func(name, key string) []float64 {
 		rows, err := load(filepath.Join(*dir, name+".json"))
-		if err != nil || len(rows) == 0 {
-			return 0, 0
+		if err != nil {
+			return nil
 		}
 		v := make([]float64, len(rows))
 		for i, r := range rows {
 			v[i] = r[key]
 		}
-		sort.Float64s(v)
-		if len(v)%2 == 1 {
-			return v[len(v)/2], len(v)
-		}
-		return (v[len(v)/2-1] + v[len(v)/2]) / 2, len(v)
+		return v
 	}
-	fmt.Println("| measurement | goverbs | baseline | ratio | rounds |")
-	fmt.Println("|---|---|---|---|---|")
+	// median returns the median of key over the test's rounds, and how many there were.
+	median := func(name, key string) (float64, int) {
+		v := values(name, key)
+		if len(v) == 0 {
+			return 0, 0
+		}
+		return medianOf(v), len(v)
+	}
+	// perRound returns the ratio of run to base within each round (the rounds are
+	// interleaved, so a slow spell of the machine that slows both cancels out): their
+	// median, smallest and largest.
+	perRound := func(run, base, key string) (med, lo, hi float64) {
+		g, b := values(run, key), values(base, key)
+		var r []float64
+		for i := range min(len(g), len(b)) {
+			if b[i] > 0 {
+				r = append(r, g[i]/b[i])
+			}
+		}
+		if len(r) == 0 {
+			return 0, 0, 0
+		}
+		m := medianOf(r)
+		sort.Float64s(r)
+		return m, r[0], r[len(r)-1]
+	}
+	fmt.Println("| measurement | goverbs | baseline | ratio | per-round ratio: median (range) | rounds |")
+	fmt.Println("|---|---|---|---|---|---|")
 	for _, c := range comparisons {
 		g, n := median(c.run, c.key)
 		if n == 0 {
 			continue
 		}
 		if c.base == "" {
-			fmt.Printf("| %s | %.3f | | | %d |\n", c.what, g, n)
+			fmt.Printf("| %s | %.3f | | | | %d |\n", c.what, g, n)
 			continue
 		}
 		b, nb := median(c.base, c.key)
@@ -96,7 +120,9 @@ func main() {
 		if strings.HasSuffix(c.key, "_us") {
 			unit = "µs"
 		}
-		fmt.Printf("| %s | %.1f %s | %.1f %s | %.2f× | %d |\n", c.what, g, unit, b, unit, g/b, min(n, nb))
+		rm, lo, hi := perRound(c.run, c.base, c.key)
+		fmt.Printf("| %s | %.1f %s | %.1f %s | %.2f× | %.2f× (%.2f–%.2f) | %d |\n",
+			c.what, g, unit, b, unit, g/b, rm, lo, hi, min(n, nb))
 	}
 	if *svg != "" {
 		if err := plot(*dir, *svg); err != nil {
@@ -104,6 +130,16 @@ func main() {
 			os.Exit(1)
 		}
 	}
+}
+
+// medianOf returns the median of v (sorting a copy).
+func medianOf(v []float64) float64 {
+	v = append([]float64(nil), v...)
+	sort.Float64s(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
 }
 
 // plot draws bandwidth (MiB/s) against message size (log2 axis) for each sweep file.

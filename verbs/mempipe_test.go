@@ -187,22 +187,21 @@ func BenchmarkRCSendPingPong8InMemory(b *testing.B) {
 		}
 	}
 	one := wcs[:1]
+	// turn is one side's half: post the message and reap this side's send CQ; the peer
+	// sees the message and reposts its receive.
+	turn := func(q *QP, wr SendWR, out *int, scq, peerRCQ *CQ, peer *QP, peerRecv RecvWR) {
+		if err := q.PostSend(wr); err != nil {
+			b.Fatal(err)
+		}
+		*out++
+		reap(scq, out)
+		spin(b, peerRCQ, one)
+		peer.PostRecv(peerRecv)
+	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if err := pp.qa.PostSend(pp.ping); err != nil {
-			b.Fatal(err)
-		}
-		outA++
-		reap(a.cq, &outA)
-		spin(b, c.rcq, one)
-		pp.qc.PostRecv(pp.recvC)
-		if err := pp.qc.PostSend(pp.pong); err != nil {
-			b.Fatal(err)
-		}
-		outC++
-		reap(c.cq, &outC)
-		spin(b, a.rcq, one)
-		pp.qa.PostRecv(pp.recvA)
+		turn(pp.qa, pp.ping, &outA, a.cq, c.rcq, pp.qc, pp.recvC)
+		turn(pp.qc, pp.pong, &outC, c.cq, a.rcq, pp.qa, pp.recvA)
 	}
 }

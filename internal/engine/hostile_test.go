@@ -31,19 +31,7 @@ func TestHostileDatagramsOverUDP(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real UDP storm")
 	}
-	open := func(addr string) *Device {
-		c, err := netio.ListenUDP(netip.AddrPortFrom(netip.MustParseAddr(addr), wire.UDPPort), netio.UDPOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, err := New(Config{Name: addr, Conn: c, MTU: wire.MTU1024})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { d.Close() })
-		return d
-	}
-	devA, devB := open(addrA), open(addrB)
+	devA, devB := openUDPDevice(t, addrA), openUDPDevice(t, addrB)
 	pdA, _ := devA.AllocPD()
 	pdB, _ := devB.AllocPD()
 	pdB2, _ := devB.AllocPD()
@@ -264,6 +252,22 @@ func waitFor(t *testing.T, cq *CQ, id uint64, within time.Duration) WC {
 	}
 	t.Fatalf("no completion for wr %d within %v", id, within)
 	return WC{}
+}
+
+// openUDPDevice opens a device on a real UDP socket at addr:4791, MTU 1024, closed when
+// the test ends.
+func openUDPDevice(t *testing.T, addr string) *Device {
+	t.Helper()
+	c, err := netio.ListenUDP(netip.AddrPortFrom(netip.MustParseAddr(addr), wire.UDPPort), netio.UDPOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(Config{Name: addr, Conn: c, MTU: wire.MTU1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
 }
 
 // rcUp brings an RC or UC QP from RESET to RTS towards peer.

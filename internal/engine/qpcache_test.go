@@ -4,29 +4,14 @@ import (
 	"net/netip"
 	"testing"
 	"time"
-
-	"github.com/goverbs/goverbs/netio"
-	"github.com/goverbs/goverbs/wire"
 )
 
 // TestQPNReusedAfterDestroy: the receive path remembers the QP its last packet was for.
 // When that QP is destroyed and its number is given to a new QP, packets for the number
 // reach the new QP, not the destroyed one.
 func TestQPNReusedAfterDestroy(t *testing.T) {
-	open := func(addr string) *Device {
-		c, err := netio.ListenUDP(netip.AddrPortFrom(netip.MustParseAddr(addr), wire.UDPPort), netio.UDPOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, err := New(Config{Name: addr, Conn: c, MTU: wire.MTU1024})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { d.Close() })
-		return d
-	}
 	const addrA, addrB = "127.30.0.31", "127.30.0.32"
-	devA, devB := open(addrA), open(addrB)
+	devA, devB := openUDPDevice(t, addrA), openUDPDevice(t, addrB)
 	pdA, _ := devA.AllocPD()
 	pdB, _ := devB.AllocPD()
 	cqA, _ := devA.CreateCQ(64)

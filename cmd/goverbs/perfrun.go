@@ -225,7 +225,9 @@ func (s *perfSide) bwSendServer(c net.Conn) error {
 			if time.Since(lastRx) > stallTimeout && received > 0 && !clientDone {
 				return errStall
 			}
-			time.Sleep(20 * time.Microsecond)
+			if !s.ep.busy { // --busy-poll never sleeps: this poll is what reads the socket
+				time.Sleep(20 * time.Microsecond)
+			}
 			continue
 		}
 		now := time.Now()

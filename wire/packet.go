@@ -50,48 +50,57 @@ func sub(b []byte, off, n int) []byte {
 // CheckICRC. Reserved fields are not checked (IBTA: ignored on receive).
 // On error p is left in an unspecified state.
 func (p *Packet) Parse(buf []byte, maxPayload int) error {
+	if e, ok := p.TryParse(buf, maxPayload); !ok {
+		return &e
+	}
+	return nil
+}
+
+// TryParse is Parse for a receive path that counts and drops what fails: the failure
+// comes back by value, so a flood of malformed packets allocates nothing.
+func (p *Packet) TryParse(buf []byte, maxPayload int) (ParseError, bool) {
 	n := len(buf)
 	if n < BTHLen+ICRCLen {
 		op := Opcode(0)
 		if n > 0 {
 			op = Opcode(buf[0])
 		}
-		return &ParseError{Reason: ReasonTruncated, Opcode: op, Len: n, Want: BTHLen + ICRCLen}
+		return ParseError{Reason: ReasonTruncated, Opcode: op, Len: n, Want: BTHLen + ICRCLen}, false
 	}
 	bth := BTH(buf[:BTHLen:BTHLen])
 	op := bth.Opcode()
 	in := &opTable[op]
 	if !in.Valid {
-		return &ParseError{Reason: ReasonUnknownOpcode, Opcode: op, Len: n}
+		return ParseError{Reason: ReasonUnknownOpcode, Opcode: op, Len: n}, false
 	}
 	if v := bth.TVer(); v != 0 {
-		return &ParseError{Reason: ReasonTVer, Opcode: op, Len: n, Value: int(v)}
+		return ParseError{Reason: ReasonTVer, Opcode: op, Len: n, Value: int(v)}, false
 	}
 	hl := in.HeaderLen
 	if n < hl+ICRCLen {
-		return &ParseError{Reason: ReasonTruncated, Opcode: op, Len: n, Want: hl + ICRCLen}
+		return ParseError{Reason: ReasonTruncated, Opcode: op, Len: n, Want: hl + ICRCLen}, false
 	}
 	data := n - hl - ICRCLen // payload + pad
 	pad := bth.PadCnt()
 	if !in.Flags.Has(HasPayload) {
 		if data != 0 {
-			return &ParseError{Reason: ReasonLength, Opcode: op, Len: n, Want: 0, Value: data}
+			return ParseError{Reason: ReasonLength, Opcode: op, Len: n, Want: 0, Value: data}, false
 		}
 		if pad != 0 {
-			return &ParseError{Reason: ReasonPadCnt, Opcode: op, Len: n, Want: data, Value: pad}
+			return ParseError{Reason: ReasonPadCnt, Opcode: op, Len: n, Want: data, Value: pad}, false
 		}
 	} else {
 		if data&3 != 0 {
-			return &ParseError{Reason: ReasonLength, Opcode: op, Len: n, Want: -1, Value: data}
+			return ParseError{Reason: ReasonLength, Opcode: op, Len: n, Want: -1, Value: data}, false
 		}
 		if pad > data {
-			return &ParseError{Reason: ReasonPadCnt, Opcode: op, Len: n, Want: data, Value: pad}
+			return ParseError{Reason: ReasonPadCnt, Opcode: op, Len: n, Want: data, Value: pad}, false
 		}
 		if data-pad == 0 && in.Flags&(First|Middle) != 0 {
-			return &ParseError{Reason: ReasonLength, Opcode: op, Len: n, Want: -1, Value: data}
+			return ParseError{Reason: ReasonLength, Opcode: op, Len: n, Want: -1, Value: data}, false
 		}
 		if maxPayload > 0 && data-pad > maxPayload {
-			return &ParseError{Reason: ReasonTooLong, Opcode: op, Len: n, Want: maxPayload, Value: data - pad}
+			return ParseError{Reason: ReasonTooLong, Opcode: op, Len: n, Want: maxPayload, Value: data - pad}, false
 		}
 	}
 	// Field by field rather than one composite literal, which is built aside and copied
@@ -107,7 +116,7 @@ func (p *Packet) Parse(buf []byte, maxPayload int) error {
 	p.DETH = sub(buf, in.DETHOff, DETHLen)
 	p.Payload = buf[hl : hl+data-pad : hl+data-pad]
 	p.ICRC = binary.LittleEndian.Uint32(buf[n-ICRCLen:])
-	return nil
+	return ParseError{}, true
 }
 
 // Headers is everything needed to encode one packet's header set. Only the

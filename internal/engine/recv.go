@@ -194,10 +194,10 @@ func (d *Device) input(b []byte, from netip.AddrPort, seg int) {
 	d.counters.RxPackets.Add(1)
 	d.counters.RxBytes.Add(uint64(len(b)))
 	p := &d.rxPkt
-	if err := p.Parse(b, wire.MTU4096.Bytes()); err != nil {
+	if perr, ok := p.TryParse(b, wire.MTU4096.Bytes()); !ok {
 		d.counters.Malformed.Add(1)
 		if d.debug {
-			d.log.Debug("malformed packet", "dev", d.name, "from", from, "err", err)
+			d.logMalformed(from, perr)
 		}
 		return
 	}
@@ -222,6 +222,12 @@ func (d *Device) input(b []byte, from netip.AddrPort, seg int) {
 	qp.mu.Lock()
 	qp.receive(p, from)
 	qp.mu.Unlock()
+}
+
+// logMalformed logs a parse failure (debug only). A function of its own: taking the
+// error's address in input would move it to the heap for every packet.
+func (d *Device) logMalformed(from netip.AddrPort, perr wire.ParseError) {
+	d.log.Debug("malformed packet", "dev", d.name, "from", from, "err", &perr)
 }
 
 // checkICRC verifies the packet's ICRC for the IP header it arrived in (Annex A17.3.3).
@@ -273,15 +279,14 @@ func (d *Device) checkICRC(b []byte, from netip.AddrPort, qp *QP, seg int) bool 
 // rxFlowFrom returns the ICRC's share for packets from a peer, as goverbs peers send
 // them (DF set), kept on the QP they are for: its peer rarely changes. Only the receive
 // path (rxLoop, or the holder of rxMu) calls it.
-func (d *Device) rxFlowFrom(qp *QP, from netip.AddrPort) *wire.ICRCFlow {
+func (d *Device) rxFlowFrom(qp *QP, from netip.AddrPort) wire.ICRCFlow {
 	if qp == nil {
-		f := d.newRxFlow(from)
-		return &f
+		return d.newRxFlow(from)
 	}
 	if from != qp.rxFlowFrom || !from.IsValid() {
 		qp.rxFlowFrom, qp.rxFlow = from, d.newRxFlow(from)
 	}
-	return &qp.rxFlow
+	return qp.rxFlow
 }
 
 func (d *Device) newRxFlow(from netip.AddrPort) wire.ICRCFlow {

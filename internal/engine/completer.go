@@ -26,13 +26,15 @@ type completer struct {
 	rnrWait bool // requester held until the RNR timer fires
 
 	// The local ACK timer (IBTA 9.7.6.1.3) runs while retransOn. It is never moved on
-	// the hot path: progress only sets retransMoved, and a firing that finds it set
-	// schedules itself once more instead of timing out. A timeout therefore comes
-	// between one and two periods after the last progress; the period is a minimum
-	// (ibv_modify_qp: "the minimum timeout that a QP waits for ACK/NACK"), and a ping-pong
-	// posts and acknowledges a message per round trip without reading the clock.
+	// the hot path: progress only sets retransMoved. The runtime timer fires every half
+	// period; a firing that finds the mark clears it and its count, and the second firing
+	// in a row without progress times out. A timeout therefore comes one to one and a
+	// half periods after the last progress; the period is a minimum (ibv_modify_qp: "the
+	// minimum timeout that a QP waits for ACK/NACK"), and a ping-pong posts and
+	// acknowledges a message per round trip without reading the clock.
 	retransOn    bool
 	retransMoved bool
+	retransIdle  int // half periods in a row without progress
 
 	timerMu      sync.Mutex // guards the timers themselves (not the QP state)
 	retrans      *time.Timer
@@ -50,7 +52,7 @@ func (c *completer) reset() {
 	c.psn, c.retryLeft, c.rnrRetryLeft = 0, 0, 0
 	c.rewound, c.rewoundAt = false, 0
 	c.rnrWait = false
-	c.retransOn, c.retransMoved = false, false
+	c.retransOn, c.retransMoved, c.retransIdle = false, false, 0
 }
 
 // armRetransmit starts the local ACK timer if it is not running. qp.mu is held.
@@ -78,24 +80,30 @@ func (c *completer) restartRetransmit() {
 }
 
 // startRetransmit (re)starts the timeout period now. The runtime timer is touched only
-// when it is not already scheduled: a scheduled firing sees retransMoved and re-arms.
+// when it is not already scheduled: a scheduled firing sees retransMoved.
 func (c *completer) startRetransmit(d time.Duration) {
 	c.retransOn, c.retransMoved = true, true
 	c.timerMu.Lock()
 	if !c.retransArmed {
-		c.retransDue = time.Now().Add(d)
-		if c.retrans == nil {
-			c.retrans = time.AfterFunc(d, c.onRetransmitTimer)
-		} else {
-			c.retrans.Reset(d)
-		}
-		c.retransArmed, c.retransMoved = true, false
+		c.scheduleRetransmit(d / 2)
+		c.retransMoved, c.retransIdle = false, 0
 	}
 	c.timerMu.Unlock()
 }
 
+// scheduleRetransmit sets the runtime timer to fire after half; c.timerMu is held.
+func (c *completer) scheduleRetransmit(half time.Duration) {
+	c.retransDue = time.Now().Add(half)
+	if c.retrans == nil {
+		c.retrans = time.AfterFunc(half, c.onRetransmitTimer)
+	} else {
+		c.retrans.Reset(half)
+	}
+	c.retransArmed = true
+}
+
 func (c *completer) stopTimers() {
-	c.retransOn, c.retransMoved = false, false
+	c.retransOn, c.retransMoved, c.retransIdle = false, false, 0
 	c.rnrWait = false
 	c.timerMu.Lock()
 	if c.retrans != nil {
@@ -126,11 +134,17 @@ func (c *completer) onRetransmitTimer() {
 		return
 	}
 	if c.retransMoved {
-		// Progress since this firing was scheduled: a full period from now.
-		c.startRetransmit(timeoutDuration(qp.attr.Timeout))
+		c.retransMoved, c.retransIdle = false, 0 // progress in the last half period
+	} else {
+		c.retransIdle++
+	}
+	if c.retransIdle < 2 {
+		c.timerMu.Lock()
+		c.scheduleRetransmit(timeoutDuration(qp.attr.Timeout) / 2)
+		c.timerMu.Unlock()
 		return
 	}
-	c.retransOn = false
+	c.retransOn, c.retransIdle = false, 0
 	if qp.sq.head == qp.sq.req && qp.sq.req == qp.sq.tail {
 		return
 	}

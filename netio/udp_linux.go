@@ -19,9 +19,9 @@ import (
 )
 
 const (
-	batchSize      = 64 // mmsghdrs per recvmmsg/sendmmsg
-	maxGSOSegments = 64 // UDP_MAX_SEGMENTS on older kernels; safe everywhere
-	cmsgSpace      = 24 // one cmsg with an int or uint16: CmsgSpace(4) == 16 on 64-bit, 12 on 32-bit; room to spare
+	batchSize      = 64                 // mmsghdrs per recvmmsg/sendmmsg
+	maxGSOSegments = 64                 // UDP_MAX_SEGMENTS on older kernels; safe everywhere
+	cmsgSpace      = 24 + traceCmsgRoom // one cmsg with an int or uint16: CmsgSpace(4) == 16 on 64-bit, 12 on 32-bit; room to spare
 )
 
 // udpConn is the Linux backend: recvmmsg/sendmmsg on non-blocking sockets driven
@@ -284,6 +284,7 @@ func (c *udpConn) probeOffload(opts UDPOptions) {
 			}
 		})
 	}
+	_ = c.rc.Control(traceSocket) // receive timestamps, in a goverbs_trace build only
 	if !opts.DisableGRO {
 		_ = c.rc.Control(func(fd uintptr) {
 			if err := unix.SetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_GRO, 1); err == nil {
@@ -477,6 +478,7 @@ func (c *udpConn) read(msgs []Message, fn func(fd uintptr) bool) (int, error) {
 	r.dirty = 0
 	r.msgs, r.k, r.n, r.errno = msgs, k, 0, 0
 	err := c.rc.Read(fn)
+	traceRecv(r.n)
 	r.dirty = r.n
 	if r.errno != 0 {
 		r.dirty = k
@@ -540,6 +542,7 @@ func (c *udpConn) finishRecv(n int) {
 		m.Addr = sockaddrToAddrPort(&r.names[j], !c.v6)
 		if h.Hdr.Controllen > 0 {
 			m.SegSize = groSize(r.oob[j][:h.Hdr.Controllen])
+			traceDatagram(r.oob[j][:h.Hdr.Controllen], m.N)
 		}
 		if m.N > len(m.Buf) {
 			m.N = len(m.Buf)
@@ -649,6 +652,13 @@ func (c *udpConn) putSockaddr(sa *unix.RawSockaddrInet6, ap netip.AddrPort) (uin
 // GSO send is refused (EIO, EINVAL, …) the run is resent as separate
 // datagrams, and if those are accepted GSO is switched off for the Conn.
 func (c *udpConn) WriteBatch(msgs []Message) (int, error) {
+	t := traceSendStart()
+	n, err := c.writeBatch(msgs)
+	traceSendDone(t)
+	return n, err
+}
+
+func (c *udpConn) writeBatch(msgs []Message) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	w := &c.w

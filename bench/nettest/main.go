@@ -49,6 +49,7 @@ func main() {
 	default:
 		err = fmt.Errorf("unknown test %q", os.Args[1])
 	}
+	netio.TraceReport(os.Stderr) // a goverbs_trace build only
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "nettest:", err)
 		os.Exit(1)

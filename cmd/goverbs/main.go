@@ -18,6 +18,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/goverbs/goverbs/netio"
 )
 
 // command is one subcommand: run parses its own flags from args.
@@ -58,7 +60,9 @@ func usage(w io.Writer) {
 }
 
 func main() {
-	os.Exit(run(os.Args[1:]))
+	status := run(os.Args[1:])
+	netio.TraceReport(os.Stderr) // a goverbs_trace build only: where the latency went
+	os.Exit(status)
 }
 
 // run executes one command line and returns the process exit status. Every failure is

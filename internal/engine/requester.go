@@ -76,6 +76,9 @@ func (qp *QP) runRequester() {
 	for qp.sq.req != qp.sq.tail {
 		w := qp.sq.at(qp.sq.req)
 		if w.state == wqeDone { // acknowledged while waiting to be resent
+			if next := w.lastPSN().Add(1); next.After(qp.req.psn) {
+				qp.req.psn = next // what is resent next follows it
+			}
 			qp.sq.req++
 			continue
 		}
@@ -194,7 +197,14 @@ func (qp *QP) startWQE(w *sendWQE) bool {
 			w.npkts = 1
 		}
 	}
-	w.firstPSN = qp.req.psn
+	// A new message takes the PSNs after everything sent so far (req.high), not
+	// req.psn: after a rewind, an ACK can acknowledge what was about to be resent, and
+	// req.psn then still points into PSNs the responder has already executed. A message
+	// given those would be taken for a duplicate there: acknowledged, never delivered.
+	// Every earlier message has been sent in full at least once (the requester starts a
+	// message only after the previous one), so req.high is where this one begins.
+	w.firstPSN = qp.req.high
+	qp.req.psn = qp.req.high
 	w.next, w.got = 0, 0
 	w.state = wqeSending
 	return true

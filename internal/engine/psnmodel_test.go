@@ -1,0 +1,146 @@
+package engine
+
+import (
+	"encoding/binary"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goverbs/goverbs/netio"
+	"github.com/goverbs/goverbs/wire"
+)
+
+// recordConn is a feedConn that keeps every datagram the device sends.
+type recordConn struct {
+	*feedConn
+	mu   sync.Mutex
+	sent [][]byte
+}
+
+func (c *recordConn) WriteBatch(msgs []netio.Message) (int, error) {
+	c.mu.Lock()
+	for i := range msgs {
+		msgs[i].Segments(func(_ int, seg []byte) bool {
+			c.sent = append(c.sent, append([]byte(nil), seg...))
+			return true
+		})
+	}
+	c.mu.Unlock()
+	return len(msgs), nil
+}
+
+func (c *recordConn) take() [][]byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.sent
+	c.sent = nil
+	return s
+}
+
+// TestRequesterNeverReusesAPSN plays a responder that answers in random legal orders:
+// ACKs of anything sent, RNR NAKs and sequence NAKs anywhere in the window, crossing one
+// another and the requester's timers. Whatever it does, a PSN must always carry the same
+// message (a PSN reused for another message is taken for a duplicate by a real responder:
+// acknowledged, never delivered), and every message must complete, in order.
+func TestRequesterNeverReusesAPSN(t *testing.T) {
+	for seed := range uint64(4) {
+		rng := rand.New(rand.NewPCG(seed, 99))
+		conn := &recordConn{feedConn: newFeedConn(fuzzLocal)}
+		dev, err := New(Config{Name: "psnmodel", Conn: conn, MTU: wire.MTU1024})
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-conn.ready
+		pd, _ := dev.AllocPD()
+		cq, _ := dev.CreateCQ(1024)
+		qp, err := dev.CreateQP(pd, QPInit{Type: QPTypeRC, SendCQ: cq, RecvCQ: cq,
+			Cap: QPCap{MaxSendWR: 64, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		all := AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
+		must(t, qp.Modify(&QPAttr{State: QPStateInit, Port: 1, AccessFlags: all}, QPAttrState|QPAttrPort|QPAttrPKeyIndex|QPAttrAccessFlags))
+		must(t, qp.Modify(&QPAttr{State: QPStateRTR, AH: AH{Addr: fuzzPeer.Addr(), DGID: AddrToGID(fuzzPeer.Addr()), Port: 1},
+			PathMTU: wire.MTU1024, DestQPN: fuzzPeerQPN, MaxDestRdAtomic: 16, MinRNRTimer: 1},
+			QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer))
+		must(t, qp.Modify(&QPAttr{State: QPStateRTS, SQPSN: fuzzSQPSN, Timeout: 8, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
+			QPAttrState|QPAttrSQPSN|QPAttrTimeout|QPAttrRetryCnt|QPAttrRNRRetry|QPAttrMaxQPRdAtomic))
+		const msgs = 300
+		mem := make([]byte, 8*msgs)
+		mr, err := pd.RegMR(mem, AccessLocalWrite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		psnMsg := map[wire.PSN]uint64{} // which message each PSN carried
+		high := wire.PSN(fuzzSQPSN)     // the PSN after the highest seen
+		acked := wire.PSN(fuzzSQPSN)    // the PSN after the highest this responder acknowledged
+		check := func() {
+			for _, b := range conn.take() {
+				var p wire.Packet
+				if p.Parse(b, 0) != nil || !p.Op.Flags.Has(wire.OpSend) {
+					t.Fatalf("seed %d: sent something other than a SEND", seed)
+				}
+				psn, m := p.BTH.PSN(), binary.LittleEndian.Uint64(p.Payload)
+				if prev, ok := psnMsg[psn]; ok && prev != m {
+					t.Fatalf("seed %d: PSN %#x carried message %d, now message %d", seed, uint32(psn), prev, m)
+				}
+				psnMsg[psn] = m
+				if !psn.Before(high) {
+					high = psn.Add(1)
+				}
+			}
+		}
+		respond := func(syn wire.Syndrome, psn wire.PSN) {
+			h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAck, PKey: 0xffff, DestQP: qp.QPN(), PSN: psn},
+				AETH: wire.AETHFields{Syndrome: syn}}
+			b := make([]byte, h.Len()+wire.ICRCLen)
+			n := wire.Finish(b, h.Encode(b), 0)
+			ip := wire.IPHeader{Src: fuzzPeer.Addr(), Dst: fuzzLocal.Addr(), SrcPort: fuzzPeer.Port(), DstPort: fuzzLocal.Port(), DF: true}
+			wire.PutICRC(&ip, b, n)
+			conn.deliver([]netio.Message{{Buf: b, N: len(b), Addr: fuzzPeer}}, 1)
+		}
+		posted, completed := 0, 0
+		wcs := make([]WC, 64)
+		poll := func() {
+			k, _ := cq.Poll(wcs)
+			for _, wc := range wcs[:k] {
+				if wc.Status != WCSuccess || wc.ID != uint64(completed) {
+					t.Fatalf("seed %d: completion %+v, want message %d done", seed, wc, completed)
+				}
+				completed++
+			}
+		}
+		for step := 0; completed < msgs; step++ {
+			if step > 20000 {
+				t.Fatalf("seed %d: %d of %d messages completed after %d steps", seed, completed, msgs, step)
+			}
+			for posted < msgs && posted-completed < 32 && rng.IntN(2) == 0 {
+				binary.LittleEndian.PutUint64(mem[8*posted:], uint64(posted))
+				must(t, qp.PostSend([]SendWR{{ID: uint64(posted), Opcode: WRSend, Flags: SendSignaled,
+					SGL: []SGE{{Addr: mr.Addr() + uint64(8*posted), Length: 8, LKey: mr.LKey()}}}}))
+				posted++
+			}
+			time.Sleep(time.Duration(rng.IntN(40)) * time.Microsecond) // let sends and timers run
+			check()
+			if span := high.Diff(acked); span > 0 {
+				at := acked.Add(uint32(rng.IntN(int(span)))) // somewhere in what is outstanding
+				switch rng.IntN(4) {
+				case 0:
+					respond(wire.RNRNAKSyndrome(1+uint8(rng.IntN(3))), at)
+				case 1:
+					respond(wire.NAKSyndrome(wire.NAKPSNSeqError), at)
+				default:
+					respond(wire.ACKSyndrome(wire.CreditsInvalid), at)
+					at = at.Add(1)
+				}
+				if at.After(acked) {
+					acked = at // a NAK for at acknowledges what came before it
+				}
+			}
+			poll()
+			check()
+		}
+		dev.Close()
+	}
+}

@@ -91,15 +91,7 @@ func TestRequesterNeverReusesAPSN(t *testing.T) {
 				}
 			}
 		}
-		respond := func(syn wire.Syndrome, psn wire.PSN) {
-			h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAck, PKey: 0xffff, DestQP: qp.QPN(), PSN: psn},
-				AETH: wire.AETHFields{Syndrome: syn}}
-			b := make([]byte, h.Len()+wire.ICRCLen)
-			n := wire.Finish(b, h.Encode(b), 0)
-			ip := wire.IPHeader{Src: fuzzPeer.Addr(), Dst: fuzzLocal.Addr(), SrcPort: fuzzPeer.Port(), DstPort: fuzzLocal.Port(), DF: true}
-			wire.PutICRC(&ip, b, n)
-			conn.deliver([]netio.Message{{Buf: b, N: len(b), Addr: fuzzPeer}}, 1)
-		}
+		respond := func(syn wire.Syndrome, psn wire.PSN) { deliverAck(conn.feedConn, qp.QPN(), syn, psn) }
 		posted, completed := 0, 0
 		wcs := make([]WC, 64)
 		poll := func() {

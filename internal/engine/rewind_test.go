@@ -57,15 +57,7 @@ func TestNewMessageAfterAckedRewindTakesFreshPSNs(t *testing.T) {
 		send(id)
 		waitSent(int(id) + 1)
 	}
-	respond := func(syn wire.Syndrome, psn wire.PSN) {
-		h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAck, PKey: 0xffff, DestQP: qp.QPN(), PSN: psn},
-			AETH: wire.AETHFields{Syndrome: syn}}
-		b := make([]byte, h.Len()+wire.ICRCLen)
-		n := wire.Finish(b, h.Encode(b), 0)
-		ip := wire.IPHeader{Src: fuzzPeer.Addr(), Dst: fuzzLocal.Addr(), SrcPort: fuzzPeer.Port(), DstPort: fuzzLocal.Port(), DF: true}
-		wire.PutICRC(&ip, b, n)
-		conn.deliver([]netio.Message{{Buf: b, N: len(b), Addr: fuzzPeer}}, 1)
-	}
+	respond := func(syn wire.Syndrome, psn wire.PSN) { deliverAck(conn, qp.QPN(), syn, psn) }
 	respond(wire.RNRNAKSyndrome(20), fuzzSQPSN)                 // go back to 0x100 in 10.24 ms
 	respond(wire.ACKSyndrome(wire.CreditsInvalid), fuzzSQPSN+3) // but all four arrived
 	wcs := make([]WC, 8)
@@ -92,4 +84,16 @@ func TestNewMessageAfterAckedRewindTakesFreshPSNs(t *testing.T) {
 	} else if !p.Op.Flags.Has(wire.OpSend) {
 		t.Fatalf("the last packet sent is %v, want the fifth SEND", p.Op)
 	}
+}
+
+// deliverAck hands the device an ACK or NAK from fuzzPeer for the QP destQP, as a
+// responder would send it, and returns when the device has processed it.
+func deliverAck(conn *feedConn, destQP uint32, syn wire.Syndrome, psn wire.PSN) {
+	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAck, PKey: 0xffff, DestQP: destQP, PSN: psn},
+		AETH: wire.AETHFields{Syndrome: syn}}
+	b := make([]byte, h.Len()+wire.ICRCLen)
+	n := wire.Finish(b, h.Encode(b), 0)
+	ip := wire.IPHeader{Src: fuzzPeer.Addr(), Dst: fuzzLocal.Addr(), SrcPort: fuzzPeer.Port(), DstPort: fuzzLocal.Port(), DF: true}
+	wire.PutICRC(&ip, b, n)
+	conn.deliver([]netio.Message{{Buf: b, N: len(b), Addr: fuzzPeer}}, 1)
 }

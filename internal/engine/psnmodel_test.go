@@ -44,6 +44,16 @@ func (c *recordConn) take() [][]byte {
 // message (a PSN reused for another message is taken for a duplicate by a real responder:
 // acknowledged, never delivered), and every message must complete, in order.
 func TestRequesterNeverReusesAPSN(t *testing.T) {
+	t.Run("sends", func(t *testing.T) { psnModel(t, false) })
+	t.Run("sends and reads", func(t *testing.T) { psnModel(t, true) })
+}
+
+// psnModel runs the model; with reads, every third message is an 8-byte RDMA READ,
+// which this responder answers only once it is the oldest outstanding request (responses
+// leave in PSN order), and an ACK beyond an unanswered READ is the implied NAK the
+// requester must resend it for.
+func psnModel(t *testing.T, reads bool) {
+	const readBase, readKey, readMark = 0x1000, 0x42, 1_000_000
 	for seed := range uint64(4) {
 		rng := rand.New(rand.NewPCG(seed, 99))
 		conn := &recordConn{feedConn: newFeedConn(fuzzLocal)}
@@ -72,16 +82,23 @@ func TestRequesterNeverReusesAPSN(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		isRead := func(m int) bool { return reads && m%3 == 2 }
 		psnMsg := map[wire.PSN]uint64{} // which message each PSN carried
 		high := wire.PSN(fuzzSQPSN)     // the PSN after the highest seen
 		acked := wire.PSN(fuzzSQPSN)    // the PSN after the highest this responder acknowledged
 		check := func() {
 			for _, b := range conn.take() {
 				var p wire.Packet
-				if p.Parse(b, 0) != nil || !p.Op.Flags.Has(wire.OpSend) {
-					t.Fatalf("seed %d: sent something other than a SEND", seed)
+				if p.Parse(b, 0) != nil || !p.Op.Flags.Has(wire.OpSend) && p.BTH.Opcode() != wire.RCReadRequest {
+					t.Fatalf("seed %d: sent something other than a SEND or READ", seed)
 				}
-				psn, m := p.BTH.PSN(), binary.LittleEndian.Uint64(p.Payload)
+				psn := p.BTH.PSN()
+				var m uint64
+				if p.RETH != nil {
+					m = (p.RETH.VA() - readBase) / 8
+				} else {
+					m = binary.LittleEndian.Uint64(p.Payload)
+				}
 				if prev, ok := psnMsg[psn]; ok && prev != m {
 					t.Fatalf("seed %d: PSN %#x carried message %d, now message %d", seed, uint32(psn), prev, m)
 				}
@@ -92,6 +109,26 @@ func TestRequesterNeverReusesAPSN(t *testing.T) {
 			}
 		}
 		respond := func(syn wire.Syndrome, psn wire.PSN) { deliverAck(conn.feedConn, qp.QPN(), syn, psn) }
+		readResponse := func(psn wire.PSN, m uint64) {
+			h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCReadResponseOnly, PKey: 0xffff, DestQP: qp.QPN(), PSN: psn},
+				AETH: wire.AETHFields{Syndrome: wire.ACKSyndrome(wire.CreditsInvalid)}}
+			b := make([]byte, h.Len()+8+wire.ICRCLen)
+			hl := h.Encode(b)
+			binary.LittleEndian.PutUint64(b[hl:], m+readMark)
+			n := wire.Finish(b, hl, 8)
+			ip := wire.IPHeader{Src: fuzzPeer.Addr(), Dst: fuzzLocal.Addr(), SrcPort: fuzzPeer.Port(), DstPort: fuzzLocal.Port(), DF: true}
+			wire.PutICRC(&ip, b, n)
+			conn.deliver([]netio.Message{{Buf: b, N: len(b), Addr: fuzzPeer}}, 1)
+		}
+		// firstRead is the PSN of the oldest unanswered READ from acked on (high if none).
+		firstRead := func() wire.PSN {
+			for x := acked; x.Before(high); x = x.Add(1) {
+				if m, ok := psnMsg[x]; ok && isRead(int(m)) {
+					return x
+				}
+			}
+			return high
+		}
 		posted, completed := 0, 0
 		wcs := make([]WC, 64)
 		poll := func() {
@@ -99,6 +136,11 @@ func TestRequesterNeverReusesAPSN(t *testing.T) {
 			for _, wc := range wcs[:k] {
 				if wc.Status != WCSuccess || wc.ID != uint64(completed) {
 					t.Fatalf("seed %d: completion %+v, want message %d done", seed, wc, completed)
+				}
+				if isRead(completed) {
+					if got := binary.LittleEndian.Uint64(mem[8*completed:]); got != uint64(completed)+readMark {
+						t.Fatalf("seed %d: READ %d completed with %d in its buffer", seed, completed, got)
+					}
 				}
 				completed++
 			}
@@ -109,30 +151,45 @@ func TestRequesterNeverReusesAPSN(t *testing.T) {
 			}
 			for posted < msgs && posted-completed < 32 && rng.IntN(2) == 0 {
 				binary.LittleEndian.PutUint64(mem[8*posted:], uint64(posted))
-				must(t, qp.PostSend([]SendWR{{ID: uint64(posted), Opcode: WRSend, Flags: SendSignaled,
-					SGL: []SGE{{Addr: mr.Addr() + uint64(8*posted), Length: 8, LKey: mr.LKey()}}}}))
+				wr := SendWR{ID: uint64(posted), Opcode: WRSend, Flags: SendSignaled,
+					SGL: []SGE{{Addr: mr.Addr() + uint64(8*posted), Length: 8, LKey: mr.LKey()}}}
+				if isRead(posted) {
+					wr.Opcode, wr.RemoteAddr, wr.RKey = WRRDMARead, readBase+uint64(8*posted), readKey
+				}
+				must(t, qp.PostSend([]SendWR{wr}))
 				posted++
 			}
 			time.Sleep(time.Duration(rng.IntN(40)) * time.Microsecond) // let sends and timers run
 			check()
 			if span := high.Diff(acked); span > 0 {
+				fr := firstRead()
 				at := acked.Add(uint32(rng.IntN(int(span)))) // somewhere in what is outstanding
-				switch rng.IntN(4) {
-				case 0:
+				switch r := rng.IntN(5); {
+				case fr == acked && r < 2: // the oldest is a READ: answer it
+					readResponse(fr, psnMsg[fr])
+					acked = fr.Add(1)
+				case r == 0 && !at.After(fr) && at != fr:
 					respond(wire.RNRNAKSyndrome(1+uint8(rng.IntN(3))), at)
-				case 1:
-					respond(wire.NAKSyndrome(wire.NAKPSNSeqError), at)
-				default:
-					respond(wire.ACKSyndrome(wire.CreditsInvalid), at)
-					at = at.Add(1)
-				}
-				if at.After(acked) {
 					acked = at // a NAK for at acknowledges what came before it
+				case r == 1 && !at.After(fr):
+					respond(wire.NAKSyndrome(wire.NAKPSNSeqError), at)
+					acked = at
+				default:
+					// An ACK through at; past an unanswered READ it is an implied NAK for it.
+					respond(wire.ACKSyndrome(wire.CreditsInvalid), at)
+					if at.Before(fr) {
+						acked = at.Add(1)
+					} else {
+						acked = fr
+					}
 				}
 			}
 			poll()
 			check()
 		}
+		c := dev.Counters()
+		t.Logf("seed %d: %d messages, %d retransmitted packets, %d RNR NAKs, %d sequence NAKs, %d implied NAKs, %d timeouts",
+			seed, msgs, c.Retransmits.Load(), c.RNRNakReceived.Load(), c.SeqNakReceived.Load(), c.ImpliedNak.Load(), c.RetryTimeouts.Load())
 		dev.Close()
 	}
 }

@@ -44,15 +44,20 @@ func (c *recordConn) take() [][]byte {
 // message (a PSN reused for another message is taken for a duplicate by a real responder:
 // acknowledged, never delivered), and every message must complete, in order.
 func TestRequesterNeverReusesAPSN(t *testing.T) {
-	t.Run("sends", func(t *testing.T) { psnModel(t, false) })
-	t.Run("sends and reads", func(t *testing.T) { psnModel(t, true) })
+	t.Run("sends", func(t *testing.T) { psnModel(t, false, 8) })
+	t.Run("sends and reads", func(t *testing.T) { psnModel(t, true, 8) })
+	t.Run("three-packet sends", func(t *testing.T) { psnModel(t, false, 2500) })
 }
 
 // psnModel runs the model; with reads, every third message is an 8-byte RDMA READ,
 // which this responder answers only once it is the oldest outstanding request (responses
 // leave in PSN order), and an ACK beyond an unanswered READ is the implied NAK the
 // requester must resend it for.
-func psnModel(t *testing.T, reads bool) {
+//
+// Sends of size bytes (MTU 1024) carry their message number at the start of every
+// packet's payload; an RNR NAK names only a message's first packet, as a responder
+// refuses a message when it begins.
+func psnModel(t *testing.T, reads bool, size int) {
 	const readBase, readKey, readMark = 0x1000, 0x42, 1_000_000
 	for seed := range uint64(4) {
 		rng := rand.New(rand.NewPCG(seed, 99))
@@ -77,13 +82,15 @@ func psnModel(t *testing.T, reads bool) {
 		must(t, qp.Modify(&QPAttr{State: QPStateRTS, SQPSN: fuzzSQPSN, Timeout: 8, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
 			QPAttrState|QPAttrSQPSN|QPAttrTimeout|QPAttrRetryCnt|QPAttrRNRRetry|QPAttrMaxQPRdAtomic))
 		const msgs = 300
-		mem := make([]byte, 8*msgs)
+		slot := max(8, (size+1023)/1024*1024)
+		mem := make([]byte, slot*msgs)
 		mr, err := pd.RegMR(mem, AccessLocalWrite)
 		if err != nil {
 			t.Fatal(err)
 		}
 		isRead := func(m int) bool { return reads && m%3 == 2 }
 		psnMsg := map[wire.PSN]uint64{} // which message each PSN carried
+		first := map[wire.PSN]bool{}    // PSNs that begin a message
 		high := wire.PSN(fuzzSQPSN)     // the PSN after the highest seen
 		acked := wire.PSN(fuzzSQPSN)    // the PSN after the highest this responder acknowledged
 		check := func() {
@@ -103,6 +110,7 @@ func psnModel(t *testing.T, reads bool) {
 					t.Fatalf("seed %d: PSN %#x carried message %d, now message %d", seed, uint32(psn), prev, m)
 				}
 				psnMsg[psn] = m
+				first[psn] = p.Op.Flags.Has(wire.First) || p.Op.Flags.Has(wire.Only)
 				if !psn.Before(high) {
 					high = psn.Add(1)
 				}
@@ -138,7 +146,7 @@ func psnModel(t *testing.T, reads bool) {
 					t.Fatalf("seed %d: completion %+v, want message %d done", seed, wc, completed)
 				}
 				if isRead(completed) {
-					if got := binary.LittleEndian.Uint64(mem[8*completed:]); got != uint64(completed)+readMark {
+					if got := binary.LittleEndian.Uint64(mem[slot*completed:]); got != uint64(completed)+readMark {
 						t.Fatalf("seed %d: READ %d completed with %d in its buffer", seed, completed, got)
 					}
 				}
@@ -150,11 +158,14 @@ func psnModel(t *testing.T, reads bool) {
 				t.Fatalf("seed %d: %d of %d messages completed after %d steps", seed, completed, msgs, step)
 			}
 			for posted < msgs && posted-completed < 32 && rng.IntN(2) == 0 {
-				binary.LittleEndian.PutUint64(mem[8*posted:], uint64(posted))
+				for off := 0; off < size; off += 1024 {
+					binary.LittleEndian.PutUint64(mem[slot*posted+off:], uint64(posted))
+				}
 				wr := SendWR{ID: uint64(posted), Opcode: WRSend, Flags: SendSignaled,
-					SGL: []SGE{{Addr: mr.Addr() + uint64(8*posted), Length: 8, LKey: mr.LKey()}}}
+					SGL: []SGE{{Addr: mr.Addr() + uint64(slot*posted), Length: uint32(size), LKey: mr.LKey()}}}
 				if isRead(posted) {
 					wr.Opcode, wr.RemoteAddr, wr.RKey = WRRDMARead, readBase+uint64(8*posted), readKey
+					wr.SGL[0].Length = 8
 				}
 				must(t, qp.PostSend([]SendWR{wr}))
 				posted++
@@ -168,7 +179,7 @@ func psnModel(t *testing.T, reads bool) {
 				case fr == acked && r < 2: // the oldest is a READ: answer it
 					readResponse(fr, psnMsg[fr])
 					acked = fr.Add(1)
-				case r == 0 && !at.After(fr) && at != fr:
+				case r == 0 && !at.After(fr) && at != fr && first[at]:
 					respond(wire.RNRNAKSyndrome(1+uint8(rng.IntN(3))), at)
 					acked = at // a NAK for at acknowledges what came before it
 				case r == 1 && !at.After(fr):

@@ -45,14 +45,14 @@ func (c *recordConn) take() [][]byte {
 // acknowledged, never delivered), and every message must complete, in order.
 func TestRequesterNeverReusesAPSN(t *testing.T) {
 	t.Run("sends", func(t *testing.T) { psnModel(t, false, 8) })
-	t.Run("sends and reads", func(t *testing.T) { psnModel(t, true, 8) })
+	t.Run("sends, reads and atomics", func(t *testing.T) { psnModel(t, true, 8) })
 	t.Run("three-packet sends", func(t *testing.T) { psnModel(t, false, 2500) })
 }
 
-// psnModel runs the model; with reads, every third message is an 8-byte RDMA READ,
-// which this responder answers only once it is the oldest outstanding request (responses
-// leave in PSN order), and an ACK beyond an unanswered READ is the implied NAK the
-// requester must resend it for.
+// psnModel runs the model; with reads, every third message is an 8-byte RDMA READ and
+// every seventh left a FETCH_ADD, which this responder answers only once they are the
+// oldest outstanding request (responses leave in PSN order); an ACK beyond an unanswered
+// one is the implied NAK the requester must resend it for.
 //
 // Sends of size bytes (MTU 1024) carry their message number at the start of every
 // packet's payload; an RNR NAK names only a message's first packet, as a responder
@@ -88,22 +88,26 @@ func psnModel(t *testing.T, reads bool, size int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		isRead := func(m int) bool { return reads && m%3 == 2 }
-		psnMsg := map[wire.PSN]uint64{} // which message each PSN carried
-		first := map[wire.PSN]bool{}    // PSNs that begin a message
-		high := wire.PSN(fuzzSQPSN)     // the PSN after the highest seen
-		acked := wire.PSN(fuzzSQPSN)    // the PSN after the highest this responder acknowledged
+		isAtomic := func(m int) bool { return reads && m%7 == 6 && m%3 != 2 }
+		needsAnswer := func(m int) bool { return reads && (m%3 == 2 || isAtomic(m)) } // a READ or an atomic
+		psnMsg := map[wire.PSN]uint64{}                                               // which message each PSN carried
+		first := map[wire.PSN]bool{}                                                  // PSNs that begin a message
+		high := wire.PSN(fuzzSQPSN)                                                   // the PSN after the highest seen
+		acked := wire.PSN(fuzzSQPSN)                                                  // the PSN after the highest this responder acknowledged
 		check := func() {
 			for _, b := range conn.take() {
 				var p wire.Packet
-				if p.Parse(b, 0) != nil || !p.Op.Flags.Has(wire.OpSend) && p.BTH.Opcode() != wire.RCReadRequest {
-					t.Fatalf("seed %d: sent something other than a SEND or READ", seed)
+				if p.Parse(b, 0) != nil || !p.Op.Flags.Has(wire.OpSend) && p.BTH.Opcode() != wire.RCReadRequest && p.BTH.Opcode() != wire.RCFetchAdd {
+					t.Fatalf("seed %d: sent something other than a SEND, READ or FETCH_ADD", seed)
 				}
 				psn := p.BTH.PSN()
 				var m uint64
-				if p.RETH != nil {
+				switch {
+				case p.RETH != nil:
 					m = (p.RETH.VA() - readBase) / 8
-				} else {
+				case p.AtomicETH != nil:
+					m = (p.AtomicETH.VA() - readBase) / 8
+				default:
 					m = binary.LittleEndian.Uint64(p.Payload)
 				}
 				if prev, ok := psnMsg[psn]; ok && prev != m {
@@ -117,21 +121,28 @@ func psnModel(t *testing.T, reads bool, size int) {
 			}
 		}
 		respond := func(syn wire.Syndrome, psn wire.PSN) { deliverAck(conn.feedConn, qp.QPN(), syn, psn) }
-		readResponse := func(psn wire.PSN, m uint64) {
+		answer := func(psn wire.PSN, m uint64) {
 			h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCReadResponseOnly, PKey: 0xffff, DestQP: qp.QPN(), PSN: psn},
 				AETH: wire.AETHFields{Syndrome: wire.ACKSyndrome(wire.CreditsInvalid)}}
-			b := make([]byte, h.Len()+8+wire.ICRCLen)
+			payload := 8
+			if isAtomic(int(m)) {
+				h.BTH.Opcode, h.AtomicAckETH, payload = wire.RCAtomicAck, m+readMark, 0
+			}
+			b := make([]byte, h.Len()+payload+wire.ICRCLen)
 			hl := h.Encode(b)
-			binary.LittleEndian.PutUint64(b[hl:], m+readMark)
-			n := wire.Finish(b, hl, 8)
+			if payload > 0 {
+				binary.LittleEndian.PutUint64(b[hl:], m+readMark)
+			}
+			n := wire.Finish(b, hl, payload)
 			ip := wire.IPHeader{Src: fuzzPeer.Addr(), Dst: fuzzLocal.Addr(), SrcPort: fuzzPeer.Port(), DstPort: fuzzLocal.Port(), DF: true}
 			wire.PutICRC(&ip, b, n)
 			conn.deliver([]netio.Message{{Buf: b, N: len(b), Addr: fuzzPeer}}, 1)
 		}
-		// firstRead is the PSN of the oldest unanswered READ from acked on (high if none).
-		firstRead := func() wire.PSN {
+		// firstAnswer is the PSN of the oldest unanswered READ or atomic from acked on (high
+		// if none).
+		firstAnswer := func() wire.PSN {
 			for x := acked; x.Before(high); x = x.Add(1) {
-				if m, ok := psnMsg[x]; ok && isRead(int(m)) {
+				if m, ok := psnMsg[x]; ok && needsAnswer(int(m)) {
 					return x
 				}
 			}
@@ -145,9 +156,9 @@ func psnModel(t *testing.T, reads bool, size int) {
 				if wc.Status != WCSuccess || wc.ID != uint64(completed) {
 					t.Fatalf("seed %d: completion %+v, want message %d done", seed, wc, completed)
 				}
-				if isRead(completed) {
+				if needsAnswer(completed) { // a READ's data or an atomic's original value
 					if got := binary.LittleEndian.Uint64(mem[slot*completed:]); got != uint64(completed)+readMark {
-						t.Fatalf("seed %d: READ %d completed with %d in its buffer", seed, completed, got)
+						t.Fatalf("seed %d: READ or atomic %d completed with %d in its buffer", seed, completed, got)
 					}
 				}
 				completed++
@@ -163,9 +174,12 @@ func psnModel(t *testing.T, reads bool, size int) {
 				}
 				wr := SendWR{ID: uint64(posted), Opcode: WRSend, Flags: SendSignaled,
 					SGL: []SGE{{Addr: mr.Addr() + uint64(slot*posted), Length: uint32(size), LKey: mr.LKey()}}}
-				if isRead(posted) {
+				if needsAnswer(posted) {
 					wr.Opcode, wr.RemoteAddr, wr.RKey = WRRDMARead, readBase+uint64(8*posted), readKey
 					wr.SGL[0].Length = 8
+				}
+				if isAtomic(posted) {
+					wr.Opcode, wr.CompareAdd = WRAtomicFetchAdd, 1
 				}
 				must(t, qp.PostSend([]SendWR{wr}))
 				posted++
@@ -173,11 +187,11 @@ func psnModel(t *testing.T, reads bool, size int) {
 			time.Sleep(time.Duration(rng.IntN(40)) * time.Microsecond) // let sends and timers run
 			check()
 			if span := high.Diff(acked); span > 0 {
-				fr := firstRead()
+				fr := firstAnswer()
 				at := acked.Add(uint32(rng.IntN(int(span)))) // somewhere in what is outstanding
 				switch r := rng.IntN(5); {
 				case fr == acked && r < 2: // the oldest is a READ: answer it
-					readResponse(fr, psnMsg[fr])
+					answer(fr, psnMsg[fr])
 					acked = fr.Add(1)
 				case r == 0 && !at.After(fr) && at != fr && first[at]:
 					respond(wire.RNRNAKSyndrome(1+uint8(rng.IntN(3))), at)

@@ -154,9 +154,9 @@ func writeDone(c net.Conn, sent int) error {
 
 func readDone(c net.Conn) (int, error) {
 	b := make([]byte, doneLen)
-	c.SetReadDeadline(time.Time{}) // the run may be long; a dead client closes the connection
+	c.SetReadDeadline(time.Time{}) // the run may be long; a dead peer closes the connection
 	if _, err := io.ReadFull(c, b); err != nil {
-		return 0, fmt.Errorf("the client went away before the end of the test: %v", err)
+		return 0, fmt.Errorf("the other side went away before the end of the test: %v", err)
 	}
 	s := string(bytes.TrimRight(b, "\x00"))
 	n, err := strconv.Atoi(strings.TrimPrefix(s, "DONE "))

@@ -180,8 +180,8 @@ func (b *txBatch) grow(i, size, bufBytes int) {
 	b.appendRun = false
 }
 
-// flowTo returns the ICRC's share for packets to dst: the IP header they travel in has
-// DF set, and an Identification of 0 or, as segment seg of a GSO send, seg.
+// flowTo returns the ICRC's share for packets to dst, which travel with DF set; the
+// caller adds the Identification (0, or a GSO segment's number).
 func (b *txBatch) flowTo(d *Device, dst netip.AddrPort) *wire.ICRCFlow {
 	if dst != b.flowDst || !b.flowDst.IsValid() {
 		b.flowDst = dst

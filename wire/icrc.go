@@ -268,16 +268,11 @@ func (f *ICRCFlow) Sum(id uint16, hdr []byte, payload [][]byte, pad int) uint32 
 
 // ICRC computes the ICRC of a packet travelling in ip. pkt is BTH through
 // pad, without the four ICRC bytes; the UDP length and IP length are derived
-// from len(pkt)+ICRCLen. One pass, no allocation.
-func ICRC(ip *IPHeader, pkt []byte) uint32 { return ICRCGather(ip, pkt, nil, 0) }
-
-// ICRCGather is ICRC for a packet whose bytes are not in one slice: hdr (BTH
-// and extended headers), then each slice of payload, then pad zero bytes. It
-// lets a sender compute the ICRC of payload where it lies in memory. pad is
-// at most 3 (PadLen).
-func ICRCGather(ip *IPHeader, hdr []byte, payload [][]byte, pad int) uint32 {
+// from len(pkt)+ICRCLen. No allocation. A sender or receiver that handles many
+// packets of one flow, or payload in pieces, keeps an ICRCFlow instead.
+func ICRC(ip *IPHeader, pkt []byte) uint32 {
 	f := NewICRCFlow(ip)
-	return f.Sum(ip.ID, hdr, payload, pad)
+	return f.Sum(ip.ID, pkt, nil, 0)
 }
 
 // zeroPad is the pad bytes' value.

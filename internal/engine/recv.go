@@ -251,9 +251,7 @@ func (d *Device) checkICRC(b []byte, from netip.AddrPort, qp *QP, seg int) bool 
 		qp.sawGoverbsID()
 		return true
 	}
-	ip := wire.IPHeader{
-		Src: from.Addr(), Dst: d.local.Addr(), SrcPort: from.Port(), DstPort: d.local.Port(), DF: true,
-	}
+	ip := d.rxIP(from)
 	if !ip.Src.Unmap().Is4() {
 		return false
 	}
@@ -290,9 +288,14 @@ func (d *Device) rxFlowFrom(qp *QP, from netip.AddrPort) wire.ICRCFlow {
 }
 
 func (d *Device) newRxFlow(from netip.AddrPort) wire.ICRCFlow {
-	return wire.NewICRCFlow(&wire.IPHeader{
-		Src: from.Addr(), Dst: d.local.Addr(), SrcPort: from.Port(), DstPort: d.local.Port(), DF: true,
-	})
+	ip := d.rxIP(from)
+	return wire.NewICRCFlow(&ip)
+}
+
+// rxIP is the IP header of a packet from a peer as a goverbs peer sends it (DF set); its
+// Identification is the caller's to add or recover.
+func (d *Device) rxIP(from netip.AddrPort) wire.IPHeader {
+	return wire.IPHeader{Src: from.Addr(), Dst: d.local.Addr(), SrcPort: from.Port(), DstPort: d.local.Port(), DF: true}
 }
 
 // strictSafeRun is how many goverbs-style packets in a row make a QP verify strictly.

@@ -1,13 +1,38 @@
-// Command nettest is the baseline for goverbs' benchmark comparison: Go TCP stream
-// bandwidth and UDP ping-pong latency between two processes, reporting JSON rows in the
-// same shape as goverbs' perftest tools (--json), so bench/report can put them side by
-// side.
+// Command nettest is the baseline for goverbs' benchmark comparison: the Go standard
+// library's sockets used the way a Go programmer would use them, between two processes.
+// It imports nothing from goverbs, so a cost in goverbs' own I/O shows up as a gap
+// between goverbs and these figures instead of hiding in both.
 //
-//	nettest tcp_bw  [-s SIZE] [-D SECONDS] --bind ADDR [SERVER]
-//	nettest udp_lat [-s SIZE] [-n ITERS] [--busy-poll] --bind ADDR [SERVER]
+//	nettest udp_lat  [-s SIZE] [-n ITERS] [--busy-poll] --bind ADDR [SERVER]
+//	nettest udp_rate [-s SIZE] [-D SECONDS] --bind ADDR [SERVER]
+//	nettest tcp_bw   [-s SIZE] [-D SECONDS] --bind ADDR [SERVER]
+//	nettest tcp_lat  [-s SIZE] [-n ITERS] [--busy-poll] --bind ADDR [SERVER]
 //
-// No SERVER address: the process serves on --bind (udp_lat until it is killed); with one:
-// it is the client.
+// Without SERVER the process serves on --bind (udp_lat echoes until it is killed, the
+// others serve one client and exit); with it, it is the client and prints one JSON row
+// in the shape of goverbs' perftest tools' --json rows, so bench/report can put the two
+// side by side. Latency is one-way: half of each round trip, as perftest reports it.
+//
+// What each test is, and why it is the fair baseline:
+//   - udp_lat: 8-byte ping-pong on a net.UDPConn. The client is a connected socket
+//     (net.DialUDP, then Write and Read); the echo reads with ReadFromUDPAddrPort and
+//     answers with WriteToUDPAddrPort. Both block in Go's netpoller, as goverbs' default
+//     mode (a CQ waited on) does.
+//   - udp_lat --busy-poll: the same sockets, but both sides spin on non-blocking
+//     read(2)/write(2) on the socket's descriptor (taken with SyscallConn().Control; Go
+//     already made it non-blocking) until a datagram is there: the plainest busy poll a
+//     Go programmer can write, and the one ../shared/baseline measures with -spin. The
+//     echo takes its first datagram through the netpoller and then connects to the
+//     sender, so every turn is one read and one write.
+//   - udp_rate: the message-rate baseline. A plain loop of conn.Write on a connected
+//     socket, one datagram per write(2); the receiver counts with a plain Read loop. It
+//     reports the datagrams that arrived (loss on UDP is the baseline's problem, not
+//     hidden), per second of sending.
+//   - tcp_bw: one net.TCPConn stream, SIZE-byte writes (64 KiB for the comparison), the
+//     receiver reading into a 64 KiB buffer. The time runs until the receiver has read
+//     everything and closed, so bytes still in socket buffers are not counted as moved.
+//   - tcp_lat: SIZE-byte request/response on one TCP connection (Go sets TCP_NODELAY),
+//     netpoller or, with --busy-poll, spinning like udp_lat's.
 package main
 
 import (
@@ -15,169 +40,167 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
+	"math"
 	"net"
 	"net/netip"
 	"os"
 	"sort"
 	"time"
-
-	"github.com/goverbs/goverbs/netio"
 )
 
-const port = 18600
+// defaultPort is the server's UDP and TCP port; clients take one the kernel picks.
+const defaultPort = 18600
+
+// options are one run's command line.
+type options struct {
+	size   int
+	iters  int
+	dur    time.Duration
+	busy   bool
+	bind   netip.Addr
+	port   int
+	server netip.Addr // invalid on the serving side
+}
+
+func (o options) serving() bool { return !o.server.IsValid() }
+
+// local is the address the process binds: the server's well-known port, or any port for
+// a client.
+func (o options) local() netip.AddrPort {
+	if o.serving() {
+		return netip.AddrPortFrom(o.bind, uint16(o.port))
+	}
+	return netip.AddrPortFrom(o.bind, 0)
+}
+
+func (o options) remote() netip.AddrPort { return netip.AddrPortFrom(o.server, uint16(o.port)) }
+
+var tests = map[string]func(options) error{
+	"udp_lat":  udpLat,
+	"udp_rate": udpRate,
+	"tcp_bw":   tcpBW,
+	"tcp_lat":  tcpLat,
+}
 
 func main() {
-	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: nettest tcp_bw|udp_lat [flags] [server]")
+	if len(os.Args) < 2 || tests[os.Args[1]] == nil {
+		fmt.Fprintln(os.Stderr, "usage: nettest udp_lat|udp_rate|tcp_bw|tcp_lat [flags] [server]")
 		os.Exit(2)
 	}
-	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
-	size := fs.Int("s", 65536, "message size in bytes")
-	dur := fs.Float64("D", 3, "seconds to run (tcp_bw)")
-	iters := fs.Int("n", 10000, "round trips (udp_lat)")
-	busy := fs.Bool("busy-poll", false, "spin on a non-blocking receive instead of sleeping (udp_lat)")
-	bind := fs.String("bind", "127.0.0.1", "local address")
-	fs.Parse(os.Args[2:])
-	server := fs.Arg(0)
-	var err error
-	switch os.Args[1] {
-	case "tcp_bw":
-		err = tcpBW(*bind, server, *size, time.Duration(*dur*float64(time.Second)))
-	case "udp_lat":
-		err = udpLat(*bind, server, *size, *iters, *busy)
-	default:
-		err = fmt.Errorf("unknown test %q", os.Args[1])
+	o, err := parse(os.Args[1], os.Args[2:])
+	if err == nil {
+		err = tests[os.Args[1]](o)
 	}
-	netio.TraceReport(os.Stderr) // a goverbs_trace build only
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "nettest:", err)
+		fmt.Fprintf(os.Stderr, "nettest %s: %v\n", os.Args[1], err)
 		os.Exit(1)
 	}
 }
 
-func emit(v any) {
-	b, _ := json.Marshal(v)
+func parse(name string, args []string) (options, error) {
+	fs := flag.NewFlagSet(name, flag.ExitOnError)
+	size := fs.Int("s", 0, "message size in bytes (0: 8 for udp_*, 64 for tcp_lat, 65536 for tcp_bw)")
+	iters := fs.Int("n", 10000, "round trips (udp_lat, tcp_lat)")
+	dur := fs.Float64("D", 3, "seconds to send (udp_rate, tcp_bw)")
+	busy := fs.Bool("busy-poll", false, "spin on non-blocking reads instead of sleeping in the netpoller (udp_lat, tcp_lat)")
+	bind := fs.String("bind", "127.0.0.1", "local IP address")
+	port := fs.Int("p", defaultPort, "the server's UDP/TCP port")
+	fs.Parse(args)
+	o := options{size: *size, iters: *iters, dur: time.Duration(*dur * float64(time.Second)), busy: *busy, port: *port}
+	if o.size == 0 {
+		o.size = map[string]int{"udp_lat": 8, "udp_rate": 8, "tcp_bw": 65536, "tcp_lat": 64}[name]
+	}
+	var err error
+	if o.bind, err = netip.ParseAddr(*bind); err != nil {
+		return o, fmt.Errorf("--bind %q: not an IP address", *bind)
+	}
+	switch fs.NArg() {
+	case 0:
+	case 1:
+		if o.server, err = netip.ParseAddr(fs.Arg(0)); err != nil {
+			return o, fmt.Errorf("server %q: not an IP address", fs.Arg(0))
+		}
+	default:
+		return o, errors.New("expected at most one server address")
+	}
+	switch {
+	case o.size < 1 || o.size > 1<<30:
+		return o, fmt.Errorf("-s %d: want 1 to 1 GiB", o.size)
+	case (name == "udp_lat" || name == "udp_rate") && o.size > 65507:
+		return o, fmt.Errorf("-s %d: larger than a UDP datagram can carry", o.size)
+	case o.iters < 1:
+		return o, fmt.Errorf("-n %d: want at least 1", o.iters)
+	case o.dur <= 0:
+		return o, fmt.Errorf("-D %v: want a positive duration", *dur)
+	case o.port < 1 || o.port > 65535:
+		return o, fmt.Errorf("-p %d: not a port", o.port)
+	case o.busy && name != "udp_lat" && name != "tcp_lat":
+		return o, fmt.Errorf("--busy-poll applies to udp_lat and tcp_lat only")
+	}
+	return o, nil
+}
+
+// emit prints one result row as JSON on stdout.
+func emit(row map[string]float64) {
+	b, err := json.Marshal(row)
+	if err != nil {
+		panic(err) // a map of finite floats always marshals
+	}
 	fmt.Println(string(b))
 }
 
-func tcpBW(bind, server string, size int, d time.Duration) error {
-	if server == "" {
-		ln, err := net.Listen("tcp", net.JoinHostPort(bind, fmt.Sprint(port)))
-		if err != nil {
-			return err
-		}
-		c, err := ln.Accept()
-		ln.Close()
-		if err != nil {
-			return err
-		}
-		_, err = io.Copy(io.Discard, c)
-		return err
+// latencyRow summarises round-trip samples as perftest does: one-way times (half of
+// each round trip) in microseconds, t_typical the median.
+func latencyRow(size int, rtts []time.Duration) map[string]float64 {
+	us := make([]float64, len(rtts))
+	var sum float64
+	for i, d := range rtts {
+		us[i] = float64(d.Nanoseconds()) / 2 / 1000
+		sum += us[i]
 	}
-	var c net.Conn
+	sort.Float64s(us)
+	mean := sum / float64(len(us))
+	var sq float64
+	for _, v := range us {
+		sq += (v - mean) * (v - mean)
+	}
+	pct := func(q float64) float64 { return us[int(q*float64(len(us)-1))] }
+	return map[string]float64{"bytes": float64(size), "iterations": float64(len(us)),
+		"t_min_us": us[0], "t_max_us": us[len(us)-1], "t_typical_us": pct(0.5), "t_avg_us": mean,
+		"t_stdev_us": math.Sqrt(sq / float64(len(us))), "p99_us": pct(0.99), "p999_us": pct(0.999)}
+}
+
+// pingPong times iters calls of turn, one clock read per turn as goverbs' latency tools
+// take it (the read ends one sample and starts the next).
+func pingPong(iters int, turn func(i int) error) ([]time.Duration, error) {
+	rtts := make([]time.Duration, iters)
+	t0 := time.Now()
+	for i := range rtts {
+		if err := turn(i); err != nil {
+			return nil, err
+		}
+		now := time.Now()
+		rtts[i] = now.Sub(t0)
+		t0 = now
+	}
+	return rtts, nil
+}
+
+// dialTCP connects to the server, retrying for a few seconds while it starts.
+func dialTCP(o options) (*net.TCPConn, error) {
 	var err error
-	for i := 0; i < 50; i++ { // the server may still be starting
-		if c, err = net.DialTCP("tcp", &net.TCPAddr{IP: net.ParseIP(bind)}, net.TCPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(server), port))); err == nil {
-			break
+	for range 50 {
+		var c *net.TCPConn
+		if c, err = net.DialTCP("tcp", net.TCPAddrFromAddrPort(o.local()), net.TCPAddrFromAddrPort(o.remote())); err == nil {
+			return c, nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if err != nil {
-		return err
-	}
-	buf := make([]byte, size)
-	n := 0
-	start := time.Now()
-	for time.Since(start) < d {
-		if _, err := c.Write(buf); err != nil {
-			return err
-		}
-		n++
-	}
-	el := time.Since(start)
-	c.Close()
-	mib := float64(n) * float64(size) / el.Seconds() / (1 << 20)
-	emit(map[string]any{"bytes": size, "iterations": n, "bw_peak_mib_s": 0, "bw_avg_mib_s": mib,
-		"msg_rate_mpps": float64(n) / el.Seconds() / 1e6})
-	return nil
+	return nil, err
 }
 
-func udpLat(bind, server string, size, iters int, busy bool) error {
-	lport := uint16(port)
-	if server != "" {
-		lport++
-	}
-	c, err := netio.ListenUDP(netip.AddrPortFrom(netip.MustParseAddr(bind), lport), netio.UDPOptions{BusyPoll: busy})
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	p, _ := netio.AsPoller(c)
-	in := []netio.Message{{Buf: make([]byte, 65536)}}
-	recv := func() (int, error) {
-		if !busy {
-			return c.ReadBatch(in)
-		}
-		for {
-			n, err := p.PollBatch(in)
-			if n > 0 || err != nil {
-				return n, err
-			}
-		}
-	}
-	out := []netio.Message{{Buf: make([]byte, size), N: size}}
-	if server == "" { // echo until killed
-		for {
-			if _, err := recv(); err != nil {
-				return err
-			}
-			// The client listens on port+1; its datagrams come from its send socket.
-			out[0].Addr = netip.AddrPortFrom(in[0].Addr.Addr(), port+1)
-			if _, err := c.WriteBatch(out); err != nil {
-				return err
-			}
-		}
-	}
-	out[0].Addr = netip.AddrPortFrom(netip.MustParseAddr(server), port)
-	// Wait for the server: ping until it answers (polling, so nothing is left blocked).
-	for answered := false; !answered; {
-		if _, err := c.WriteBatch(out); err != nil {
-			return err
-		}
-		for deadline := time.Now().Add(200 * time.Millisecond); time.Now().Before(deadline); {
-			if n, err := p.PollBatch(in); err != nil {
-				return err
-			} else if n > 0 {
-				answered = true
-				break
-			}
-			time.Sleep(100 * time.Microsecond)
-		}
-	}
-	lat := make([]float64, iters)
-	t0 := time.Now() // one clock read per iteration, as goverbs' latency tests take
-	for i := range lat {
-		if _, err := c.WriteBatch(out); err != nil {
-			return err
-		}
-		if _, err := recv(); err != nil {
-			return err
-		}
-		now := time.Now()
-		lat[i] = float64(now.Sub(t0).Nanoseconds()) / 2 / 1000
-		t0 = now
-	}
-	if len(lat) == 0 {
-		return errors.New("no iterations")
-	}
-	sort.Float64s(lat)
-	var sum float64
-	for _, v := range lat {
-		sum += v
-	}
-	pct := func(q float64) float64 { return lat[int(q*float64(len(lat)-1))] }
-	emit(map[string]any{"bytes": size, "iterations": iters, "t_min_us": lat[0], "t_max_us": lat[len(lat)-1],
-		"t_typical_us": pct(0.5), "t_avg_us": sum / float64(len(lat)), "p99_us": pct(0.99), "p999_us": pct(0.999)})
-	return nil
+// runDeadline bounds a measurement so that a lost datagram ends it with an error
+// instead of a hang: generous, never reached on a healthy run.
+func runDeadline(o options) time.Time {
+	return time.Now().Add(30*time.Second + time.Duration(o.iters)*time.Millisecond + o.dur)
 }

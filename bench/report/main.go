@@ -1,13 +1,14 @@
-// Command report turns the JSON rows of goverbs' perftest tools and of bench/nettest into
-// the comparison table (each goverbs figure as a ratio of its baseline measured in the
-// same run) and an SVG plot of bandwidth against message size.
+// Command report turns the JSON rows of goverbs' perftest tools and of bench/nettest (the
+// standard library's sockets) into the comparison table, each goverbs figure as a ratio
+// of its baseline measured in the same run, and an SVG plot of bandwidth against
+// message size.
 //
 //	report -dir RESULTS [-svg FILE]
 //
 // RESULTS holds one file per test, named after it (write_bw.json, tcp_bw.json, ...), with
-// one row per round; the table compares medians over the rounds, and gives the median
-// and range of the ratio taken within each round (the rounds are interleaved, so a slow
-// spell of the machine that slows a test and its baseline alike cancels). Optionally
+// one row per round; the table compares medians over the rounds, and lists the ratio
+// taken within each round and their median (the rounds are interleaved, so a slow spell
+// of the machine that slows a test and its baseline alike cancels). Optionally
 // sweep_*.json files hold one row per message size for the plot.
 package main
 
@@ -16,9 +17,11 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -47,89 +50,105 @@ func load(path string) ([]row, error) {
 	return rows, sc.Err()
 }
 
-// comparisons: goverbs run, its baseline, the figure compared, and whether higher is better.
-var comparisons = []struct{ run, base, key, what string }{
-	{"write_bw", "tcp_bw", "bw_avg_mib_s", "RC WRITE 64 KiB bandwidth vs Go TCP stream"},
-	{"send_bw", "tcp_bw", "bw_avg_mib_s", "RC SEND 64 KiB bandwidth vs Go TCP stream"},
-	{"read_bw", "tcp_bw", "bw_avg_mib_s", "RC READ 64 KiB bandwidth vs Go TCP stream"},
-	{"write_bw_8", "", "msg_rate_mpps", "RC WRITE 8 B message rate (Mpps)"},
-	{"send_lat", "udp_lat", "t_typical_us", "RC SEND 8 B latency (one-way, median) vs UDP ping-pong"},
-	{"write_lat", "udp_lat", "t_typical_us", "RC WRITE 8 B latency (one-way, median) vs UDP ping-pong"},
-	{"send_lat_busy", "udp_lat_busy", "t_typical_us", "RC SEND 8 B latency, busy-poll, vs UDP busy-poll"},
-	{"write_lat_busy", "udp_lat_busy", "t_typical_us", "RC WRITE 8 B latency, busy-poll, vs UDP busy-poll"},
+// comparisons: the goverbs run, its baseline (nettest, the standard library), the figure
+// compared and its unit. A run without a baseline is a baseline-only row (base "").
+var comparisons = []struct{ run, base, key, unit, what string }{
+	{"write_bw", "tcp_bw", "bw_avg_mib_s", "MiB/s", "RC WRITE 64 KiB bandwidth vs Go TCP stream"},
+	{"send_bw", "tcp_bw", "bw_avg_mib_s", "MiB/s", "RC SEND 64 KiB bandwidth vs Go TCP stream"},
+	{"read_bw", "tcp_bw", "bw_avg_mib_s", "MiB/s", "RC READ 64 KiB bandwidth vs Go TCP stream"},
+	{"write_bw_8", "udp_rate", "msg_rate_mpps", "M/s", "RC WRITE 8 B message rate vs Go UDP 8 B datagrams (one write each, delivered)"},
+	{"write_bw_8_busy", "udp_rate", "msg_rate_mpps", "M/s", "RC WRITE 8 B message rate, busy-poll, vs Go UDP 8 B datagrams"},
+	{"send_lat", "udp_lat", "t_typical_us", "µs", "RC SEND 8 B latency (one-way, median) vs Go UDP ping-pong"},
+	{"write_lat", "udp_lat", "t_typical_us", "µs", "RC WRITE 8 B latency (one-way, median) vs Go UDP ping-pong"},
+	{"send_lat_busy", "udp_lat_busy", "t_typical_us", "µs", "RC SEND 8 B latency, busy-poll, vs Go UDP spinning ping-pong"},
+	{"write_lat_busy", "udp_lat_busy", "t_typical_us", "µs", "RC WRITE 8 B latency, busy-poll, vs Go UDP spinning ping-pong"},
+	{"tcp_lat", "", "t_typical_us", "µs", "Go TCP 64 B request/response (one-way, median), baseline only"},
+	{"tcp_lat_busy", "", "t_typical_us", "µs", "Go TCP 64 B request/response, spinning, baseline only"},
 }
 
 func main() {
 	dir := flag.String("dir", ".", "directory of result files")
 	svg := flag.String("svg", "", "write the size sweep plot here")
 	flag.Parse()
-	// values returns key over the test's rounds, in round order.
-	values := func(name, key string) []float64 {
+	// values returns key by round: a row's "round" field (compare.sh adds it), or its
+	// place in the file.
+	values := func(name, key string) map[int]float64 {
 		rows, err := load(filepath.Join(*dir, name+".json"))
 		if err != nil {
 			return nil
 		}
-		v := make([]float64, len(rows))
+		v := make(map[int]float64, len(rows))
 		for i, r := range rows {
-			v[i] = r[key]
+			round := i + 1
+			if n, ok := r["round"]; ok {
+				round = int(n)
+			}
+			v[round] = r[key]
 		}
 		return v
 	}
-	// median returns the median of key over the test's rounds, and how many there were.
-	median := func(name, key string) (float64, int) {
-		v := values(name, key)
-		if len(v) == 0 {
-			return 0, 0
-		}
-		return medianOf(v), len(v)
-	}
-	// perRound returns the ratio of run to base within each round (the rounds are
-	// interleaved, so a slow spell of the machine that slows both cancels out): their
-	// median, smallest and largest.
-	perRound := func(run, base, key string) (med, lo, hi float64) {
-		g, b := values(run, key), values(base, key)
-		var r []float64
-		for i := range min(len(g), len(b)) {
-			if b[i] > 0 {
-				r = append(r, g[i]/b[i])
-			}
-		}
-		if len(r) == 0 {
-			return 0, 0, 0
-		}
-		m := medianOf(r)
-		sort.Float64s(r)
-		return m, r[0], r[len(r)-1]
-	}
-	fmt.Println("| measurement | goverbs | baseline | ratio | per-round ratio: median (range) | rounds |")
-	fmt.Println("|---|---|---|---|---|---|")
+	fmt.Println("| measurement | goverbs | baseline | ratio of medians | per-round ratios | median of per-round ratios | rounds |")
+	fmt.Println("|---|---|---|---|---|---|---|")
 	for _, c := range comparisons {
-		g, n := median(c.run, c.key)
-		if n == 0 {
+		g := values(c.run, c.key)
+		if len(g) == 0 {
 			continue
 		}
 		if c.base == "" {
-			fmt.Printf("| %s | %.3f | | | | %d |\n", c.what, g, n)
+			fmt.Printf("| %s | | %s | | | | %d |\n", c.what, format(medianOf(slices.Collect(maps.Values(g))), c.unit), len(g))
 			continue
 		}
-		b, nb := median(c.base, c.key)
-		if nb == 0 {
+		b := values(c.base, c.key)
+		if len(b) == 0 {
 			continue
 		}
-		unit := "MiB/s"
-		if strings.HasSuffix(c.key, "_us") {
-			unit = "µs"
+		gm, bm := medianOf(slices.Collect(maps.Values(g))), medianOf(slices.Collect(maps.Values(b)))
+		// Round i of the run against round i of its baseline: the rounds are
+		// interleaved, so a slow spell of the machine that slows both cancels out. A
+		// round that failed on either side is left out.
+		var each []string
+		var rs []float64
+		for _, round := range slices.Sorted(maps.Keys(g)) {
+			bv, ok := b[round]
+			if !ok {
+				continue
+			}
+			each = append(each, ratio(g[round], bv))
+			if bv > 0 {
+				rs = append(rs, g[round]/bv)
+			}
 		}
-		rm, lo, hi := perRound(c.run, c.base, c.key)
-		fmt.Printf("| %s | %.1f %s | %.1f %s | %.2f× | %.2f× (%.2f–%.2f) | %d |\n",
-			c.what, g, unit, b, unit, g/b, rm, lo, hi, min(n, nb))
+		med := "n/a"
+		if len(rs) > 0 {
+			med = fmt.Sprintf("%.2f×", medianOf(rs))
+		}
+		fmt.Printf("| %s | %s | %s | %s | %s | %s | %d |\n", c.what, format(gm, c.unit), format(bm, c.unit),
+			ratio(gm, bm), strings.Join(each, " "), med, len(each))
 	}
+	fmt.Println()
+	fmt.Println("Ratios are goverbs ÷ baseline: above 1 is better for bandwidth and message rate, below 1 for latency.")
 	if *svg != "" {
 		if err := plot(*dir, *svg); err != nil {
 			fmt.Fprintln(os.Stderr, "report:", err)
 			os.Exit(1)
 		}
 	}
+}
+
+// ratio prints goverbs' figure as a multiple of its baseline's.
+func ratio(run, base float64) string {
+	if base <= 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f×", run/base)
+}
+
+// format prints a figure with its unit, message rates to three decimals.
+func format(v float64, unit string) string {
+	if unit == "M/s" {
+		return fmt.Sprintf("%.3f %s", v, unit)
+	}
+	return fmt.Sprintf("%.1f %s", v, unit)
 }
 
 // medianOf returns the median of v (sorting a copy).

@@ -41,8 +41,11 @@ for ns in "$A" "$B"; do ip -n "$ns" link set lo up; done
 ip -n "$A" link set va up
 ip -n "$B" link set vb up
 if [ -n "${LOSS:-}" ]; then
-  ip netns exec "$A" tc qdisc add dev va root netem loss "$LOSS%"
-  ip netns exec "$B" tc qdisc add dev vb root netem loss "$LOSS%"
+  if ! { ip netns exec "$A" tc qdisc add dev va root netem loss "$LOSS%" &&
+         ip netns exec "$B" tc qdisc add dev vb root netem loss "$LOSS%"; }; then
+    echo "veth.sh: LOSS needs tc's netem qdisc (kernel module sch_netem)" >&2
+    exit 1
+  fi
 fi
 build
 echo "$repro" >&2

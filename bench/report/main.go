@@ -103,20 +103,10 @@ func main() {
 			continue
 		}
 		gm, bm := medianOf(slices.Collect(maps.Values(g))), medianOf(slices.Collect(maps.Values(b)))
-		// Round i of the run against round i of its baseline: the rounds are
-		// interleaved, so a slow spell of the machine that slows both cancels out. A
-		// round that failed on either side is left out.
+		rs := perRound(g, b)
 		var each []string
-		var rs []float64
-		for _, round := range slices.Sorted(maps.Keys(g)) {
-			bv, ok := b[round]
-			if !ok {
-				continue
-			}
-			each = append(each, ratio(g[round], bv))
-			if bv > 0 {
-				rs = append(rs, g[round]/bv)
-			}
+		for _, r := range rs {
+			each = append(each, fmt.Sprintf("%.2f×", r))
 		}
 		med := "n/a"
 		if len(rs) > 0 {
@@ -133,6 +123,20 @@ func main() {
 			os.Exit(1)
 		}
 	}
+}
+
+// perRound returns, in round order, the ratio of each round of a run to the same round of
+// its baseline: the rounds are interleaved, so a slow spell of the machine that slows
+// both cancels out. A round that either side lacks (a failed run) or whose baseline is
+// zero is left out.
+func perRound(run, base map[int]float64) []float64 {
+	var rs []float64
+	for _, round := range slices.Sorted(maps.Keys(run)) {
+		if b, ok := base[round]; ok && b > 0 {
+			rs = append(rs, run[round]/b)
+		}
+	}
+	return rs
 }
 
 // ratio prints goverbs' figure as a multiple of its baseline's.

@@ -143,8 +143,9 @@ func parse(name string, args []string) (options, error) {
 // emit prints one result row as JSON on stdout.
 func emit(row map[string]float64) {
 	b, err := json.Marshal(row)
-	if err != nil {
-		panic(err) // a map of finite floats always marshals
+	if err != nil { // a NaN or infinity: a broken measurement, not a row
+		fmt.Fprintln(os.Stderr, "nettest:", err)
+		os.Exit(1)
 	}
 	fmt.Println(string(b))
 }

@@ -204,19 +204,6 @@ func (d *Device) lookupQP(qpn uint32) *QP {
 	return qp
 }
 
-// rxLookupQP is lookupQP for the receive path, which owns the one-entry cache.
-func (d *Device) rxLookupQP(qpn uint32) *QP {
-	gone := d.qpGone.Load()
-	if qp := d.rxQP; qp != nil && qp.qpn == qpn && d.rxQPGone == gone {
-		return qp
-	}
-	qp := d.lookupQP(qpn)
-	if qp != nil {
-		d.rxQP, d.rxQPGone = qp, gone
-	}
-	return qp
-}
-
 func (d *Device) raise(ev AsyncEvent) {
 	select {
 	case d.events <- ev:

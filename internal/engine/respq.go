@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"sync"
-
 	"github.com/goverbs/goverbs/wire"
 )
 
@@ -163,75 +161,4 @@ func (qp *QP) buildAck(tx *txBatch, syn wire.Syndrome, psn wire.PSN) {
 	buf := qp.dev.nextBuf(tx, qp.remote, wireLen(h.Len(), 0), false, 0)
 	qp.dev.commit(tx, h.Encode(buf), 0, qp.remote)
 	qp.Stats.TxPackets++
-}
-
-// sender is a device's goroutine that finishes what response bursts left, and sends the
-// posts PostSend batched (see PostSend).
-type sender struct {
-	mu   sync.Mutex
-	qps  []*QP
-	wake chan struct{}
-	stop chan struct{}
-	done chan struct{}
-}
-
-func (s *sender) init() {
-	s.wake = make(chan struct{}, 1)
-	s.stop = make(chan struct{})
-	s.done = make(chan struct{})
-}
-
-func (s *sender) add(qp *QP) {
-	s.mu.Lock()
-	s.qps = append(s.qps, qp)
-	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (s *sender) run() {
-	defer close(s.done)
-	var work []*QP
-	for {
-		select {
-		case <-s.wake:
-		case <-s.stop:
-			return
-		}
-		for {
-			s.mu.Lock()
-			work, s.qps = s.qps, work[:0]
-			s.mu.Unlock()
-			if len(work) == 0 {
-				break
-			}
-			for i, qp := range work {
-				qp.mu.Lock()
-				more := false
-				switch {
-				case qp.closed || qp.state == QPStateReset:
-					qp.resp.out.queued, qp.txQueued = false, false
-				default:
-					if qp.resp.out.queued {
-						if more = qp.pump(respBurst); !more {
-							qp.resp.out.queued = false
-						}
-					}
-					if qp.txQueued { // posts batched by PostSend (doorbell batching)
-						qp.txQueued = false
-						qp.kickSend()
-					}
-				}
-				if more {
-					s.mu.Lock()
-					s.qps = append(s.qps, qp) // more to send: round-robin with other QPs
-					s.mu.Unlock()
-				}
-				qp.mu.Unlock()
-				work[i] = nil
-			}
-		}
-	}
 }

@@ -503,3 +503,12 @@ func netipFromAH(ah *AH, port uint16) netip.AddrPort {
 	}
 	return netip.AddrPortFrom(a, port)
 }
+
+// timeoutDuration is the local ACK timeout: 4.096 µs × 2^timeout (IBTA 9.7.6.1.3);
+// 0 means no timer.
+func timeoutDuration(t uint8) time.Duration {
+	if t == 0 {
+		return 0
+	}
+	return time.Duration(4096<<t) * time.Nanosecond
+}

@@ -154,9 +154,6 @@ func (d *Device) ActiveMTU() wire.MTU { return d.mtu }
 // BusyPoll reports whether the device is in busy-poll mode.
 func (d *Device) BusyPoll() bool { return d.poller != nil }
 
-// Counters returns the device's counters.
-func (d *Device) Counters() *Counters { return &d.counters }
-
 // Events returns the channel of asynchronous events (ibv_get_async_event). It is
 // buffered; events that find it full are counted in Counters.EventsLost.
 func (d *Device) Events() <-chan AsyncEvent { return d.events }

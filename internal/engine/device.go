@@ -81,20 +81,16 @@ type Device struct {
 
 	// Receive state: owned by the receive goroutine, or in busy-poll mode by whoever
 	// holds rxMu.
-	rxMu     sync.Mutex
-	poller   netio.Poller  // busy-poll mode
-	polls    atomic.Uint32 // CQ-driven polls so far (busy-poll mode; busyLoop watches it)
-	rxMsgs   []netio.Message
-	rxPkt    wire.Packet
-	ackQueue []*QP
+	rxMu   sync.Mutex
+	poller netio.Poller  // busy-poll mode
+	polls  atomic.Uint32 // CQ-driven polls so far (busy-poll mode; busyLoop watches it)
+	rxMsgs []netio.Message
+	rxPkt  wire.Packet
+	acks   deviceAcks
 	// The QP the last packet was for, valid while qpGone is rxQPGone: a lookup that
 	// takes neither qpMu nor the map when traffic stays on one QP.
 	rxQP     *QP
 	rxQPGone uint64
-	// Busy-poll ACK deferral (pollLocked): the last poll found nothing; polls an owed ACK
-	// has waited.
-	pollIdle bool
-	ackAge   int
 }
 
 // New starts a device on cfg.Conn.

@@ -132,25 +132,14 @@ func (d *Device) PollRx() bool {
 }
 
 // pollLocked reads and processes one batch of up to slots datagrams; d.rxMu is held.
-//
-// The poller is the application's thread, so ACKs wait: an ACK's send is a syscall, and
-// it should stand neither between a packet and the completion the application spins for
-// nor between that completion and the application's next post. An owed ACK leaves with
-// the QP's next requests (ackAlong), which a ping-pong posts at once; otherwise at a
-// poll that follows an empty one (the application is idle, waiting), or after two polls
-// at most while traffic keeps arriving. A poller that stops polling leaves them to the
-// background goroutine (busyLoop), within two busyIdle periods.
+// The ACKs it earns wait (sendDueAcks).
 func (d *Device) pollLocked(slots int) {
-	if len(d.ackQueue) > 0 {
-		if d.pollIdle || d.ackAge >= 2 {
-			d.flushAcks()
-		} else {
-			d.ackAge++
-		}
+	if len(d.acks.owing) > 0 {
+		d.sendDueAcks()
 	}
 	n, err := d.poller.PollBatch(d.rxMsgs[:slots])
 	raceAcquireWire()
-	d.pollIdle = n == 0
+	d.acks.polled(n)
 	if err == nil && n > 0 {
 		d.inputBatch(n)
 	}
@@ -177,17 +166,6 @@ func (d *Device) inputBatch(n int) {
 			d.input(b, m.Addr, 0)
 		}
 	}
-}
-
-func (d *Device) flushAcks() {
-	for i, qp := range d.ackQueue {
-		qp.mu.Lock()
-		qp.flushAck()
-		qp.mu.Unlock()
-		d.ackQueue[i] = nil
-	}
-	d.ackQueue = d.ackQueue[:0]
-	d.ackAge = 0
 }
 
 // sender is a device's goroutine that finishes what response bursts left, and sends the

@@ -140,6 +140,7 @@ type QP struct {
 	req    requester
 	resp   responder
 	comp   completer
+	acks   ackState
 
 	Stats QPCounters
 
@@ -399,6 +400,7 @@ func (qp *QP) reset() {
 	qp.rq.head, qp.rq.tail = 0, 0
 	qp.req = requester{}
 	qp.resp = responder{}
+	qp.acks = ackState{}
 	qp.comp.reset()
 	qp.attr = QPAttr{}
 	qp.mtu = 0

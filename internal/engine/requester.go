@@ -8,7 +8,6 @@ import (
 type requester struct {
 	psn               wire.PSN // next PSN to send
 	high              wire.PSN // one past the highest PSN ever sent: below it is a retransmission
-	noAckPkts         int      // packets sent since the last one with AckReq
 	outstandingRdAtom int      // READ/atomic requests sent and not yet answered
 }
 
@@ -122,27 +121,6 @@ func (qp *QP) runRequester() {
 	}
 }
 
-// wantsAck reports whether the last packet of w asks for an ACK (IBTA 9.7.5.1: the
-// requester chooses where to set AckReq). A message that completes visibly (signaled, or
-// on a sig-all QP) or that ends what is queued now asks, so that nobody waits for a
-// completion or a retransmit timer; a message in the middle of an unsignaled stream
-// leaves it to the packet count, so the peer's ACKs (and the wake-ups they cost here)
-// come every maxPktsPerAck packets instead of every message.
-func (qp *QP) wantsAck(w *sendWQE) bool {
-	return qp.sigAll || w.wr.Flags&SendSignaled != 0 || qp.sq.req+1 == qp.sq.tail
-}
-
-// ackAlong puts an ACK this QP owes its peer into the batch its requests are about to
-// leave in, when nothing else is queued ahead of it: one syscall then carries both (a
-// busy-poll device owes ACKs until its next poll; see pollLocked).
-func (qp *QP) ackAlong(tx *txBatch) {
-	r := &qp.resp
-	if r.ackPending && r.out.empty() {
-		r.ackPending = false
-		qp.buildAck(tx, wire.ACKSyndrome(wire.CreditsInvalid), r.ackPSN)
-	}
-}
-
 // startWQE assigns PSNs to a WQE the first time the requester reaches it and resolves its
 // local memory. It returns false when the WQE must wait (fence, rd_atomic limit).
 func (qp *QP) startWQE(w *sendWQE) bool {
@@ -253,11 +231,7 @@ func (qp *QP) sendPackets(w *sendWQE, tx *txBatch) bool {
 			h.BTH.SE = true
 		}
 		if qp.typ == QPTypeRC {
-			qp.req.noAckPkts++
-			if last && qp.wantsAck(w) || qp.req.noAckPkts >= maxPktsPerAck {
-				h.BTH.AckReq = true
-				qp.req.noAckPkts = 0
-			}
+			h.BTH.AckReq = qp.askAck(w, last)
 		}
 		if info.Flags.Has(wire.HasRETH) {
 			h.RETH = wire.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALen: uint32(w.length)}
@@ -334,7 +308,7 @@ func (qp *QP) sendReadAtomic(w *sendWQE, tx *txBatch) {
 	hlen := h.Encode(buf)
 	qp.dev.commit(tx, hlen, 0, qp.remote)
 	qp.sentPSN(psn, w.lastPSN().Add(1))
-	qp.req.noAckPkts = 0
+	qp.restartAckCount()
 	qp.req.outstandingRdAtom++
 	w.state = wqeSent
 }
@@ -393,5 +367,5 @@ func (qp *QP) rewind(psn wire.PSN) {
 	qp.sq.req = i
 	w := qp.sq.at(i)
 	qp.req.psn = w.firstPSN.Add(w.next)
-	qp.req.noAckPkts = 0
+	qp.restartAckCount()
 }

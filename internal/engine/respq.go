@@ -51,17 +51,6 @@ func (q *respQueue) push(it respItem) {
 	q.items = append(q.items, it)
 }
 
-// queueAckItem queues an ACK or NAK. Consecutive plain ACKs collapse into the newest.
-func (qp *QP) queueAckItem(syn wire.Syndrome, psn wire.PSN) {
-	q := &qp.resp.out
-	if n := len(q.items); n > q.head && q.items[n-1].kind == respAck &&
-		q.items[n-1].syn.Type() == wire.AckTypeACK && syn.Type() == wire.AckTypeACK {
-		q.items[n-1].psn = psn
-		return
-	}
-	q.push(respItem{kind: respAck, syn: syn, psn: psn})
-}
-
 // pump sends up to budget packets from the response queue. It reports whether work is
 // left. qp.mu is held.
 func (qp *QP) pump(budget int) bool {
@@ -150,14 +139,6 @@ func (qp *QP) buildAtomicAck(tx *txBatch, psn wire.PSN, orig uint64) {
 	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAtomicAck, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn}}
 	h.AETH = wire.AETHFields{Syndrome: wire.ACKSyndrome(wire.CreditsInvalid), MSN: qp.resp.msn}
 	h.AtomicAckETH = orig
-	buf := qp.dev.nextBuf(tx, qp.remote, wireLen(h.Len(), 0), false, 0)
-	qp.dev.commit(tx, h.Encode(buf), 0, qp.remote)
-	qp.Stats.TxPackets++
-}
-
-func (qp *QP) buildAck(tx *txBatch, syn wire.Syndrome, psn wire.PSN) {
-	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAck, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn}}
-	h.AETH = wire.AETHFields{Syndrome: syn, MSN: qp.resp.msn}
 	buf := qp.dev.nextBuf(tx, qp.remote, wireLen(h.Len(), 0), false, 0)
 	qp.dev.commit(tx, h.Encode(buf), 0, qp.remote)
 	qp.Stats.TxPackets++

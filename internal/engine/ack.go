@@ -130,8 +130,7 @@ func (qp *QP) queueAckItem(syn wire.Syndrome, psn wire.PSN) {
 func (qp *QP) buildAck(tx *txBatch, syn wire.Syndrome, psn wire.PSN) {
 	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAck, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn}}
 	h.AETH = wire.AETHFields{Syndrome: syn, MSN: qp.resp.msn}
-	buf := qp.dev.nextBuf(tx, qp.remote, wireLen(h.Len(), 0), false, 0)
-	qp.dev.commit(tx, h.Encode(buf), 0, qp.remote)
+	qp.dev.emit(tx, qp.remote, &h, payload{}, false)
 	qp.Stats.TxPackets++
 }
 

@@ -250,26 +250,12 @@ func (qp *QP) sendPackets(w *sendWQE, tx *txBatch) bool {
 			}
 			h.DETH = wire.DETHFields{QKey: qkey, SrcQP: qp.qpn}
 		}
-		size := wireLen(info.HeaderLen, n)
-		if w.wr.Flags&SendInline == 0 && n >= gatherMin {
-			// Sent from the registered memory in place (see txBatch).
-			buf := qp.dev.nextBuf(tx, dst, size, true, len(w.local.segs))
-			hlen := h.Encode(buf)
-			if !w.local.acquire() {
-				return false
-			}
-			tx.held = append(tx.held, w.local.regs...)
-			tx.pieces = w.local.slices(off, n, tx.pieces[:0])
-			qp.dev.commitGather(tx, hlen, tx.pieces, n, dst)
-		} else {
-			buf := qp.dev.nextBuf(tx, dst, size, true, 0)
-			hlen := h.Encode(buf)
-			if w.wr.Flags&SendInline != 0 {
-				copy(buf[hlen:hlen+n], w.inline[off:])
-			} else if !w.local.copyOut(buf[hlen:hlen+n], off) {
-				return false
-			}
-			qp.dev.commit(tx, hlen, n, dst)
+		pl := payload{sgl: &w.local, off: off, n: n}
+		if w.wr.Flags&SendInline != 0 {
+			pl = bytesPayload(w.inline[off : off+n])
+		}
+		if !qp.dev.emit(tx, dst, &h, pl, true) {
+			return false
 		}
 		qp.sentPSN(psn, psn.Add(1))
 		w.next++
@@ -304,9 +290,7 @@ func (qp *QP) sendReadAtomic(w *sendWQE, tx *txBatch) {
 			h.AtomicETH.Compare = w.wr.CompareAdd
 		}
 	}
-	buf := qp.dev.nextBuf(tx, qp.remote, wireLen(h.Len(), 0), true, 0)
-	hlen := h.Encode(buf)
-	qp.dev.commit(tx, hlen, 0, qp.remote)
+	qp.dev.emit(tx, qp.remote, &h, payload{}, true)
 	qp.sentPSN(psn, w.lastPSN().Add(1))
 	qp.restartAckCount()
 	qp.req.outstandingRdAtom++

@@ -122,13 +122,10 @@ func (qp *QP) buildReadResponse(tx *txBatch, it *respItem) bool {
 	if m > 0 && !it.reg.acquire() {
 		return false
 	}
-	buf := qp.dev.nextBuf(tx, qp.remote, wireLen(h.Len(), m), false, 0)
-	hlen := h.Encode(buf)
-	copy(buf[hlen:hlen+m], it.src)
+	qp.dev.emit(tx, qp.remote, &h, bytesPayload(it.src[:m]), false)
 	if m > 0 {
 		it.reg.release()
 	}
-	qp.dev.commit(tx, hlen, m, qp.remote)
 	qp.Stats.TxPackets++
 	it.src = it.src[m:]
 	it.psn = it.psn.Add(1)
@@ -139,7 +136,6 @@ func (qp *QP) buildAtomicAck(tx *txBatch, psn wire.PSN, orig uint64) {
 	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAtomicAck, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn}}
 	h.AETH = wire.AETHFields{Syndrome: wire.ACKSyndrome(wire.CreditsInvalid), MSN: qp.resp.msn}
 	h.AtomicAckETH = orig
-	buf := qp.dev.nextBuf(tx, qp.remote, wireLen(h.Len(), 0), false, 0)
-	qp.dev.commit(tx, h.Encode(buf), 0, qp.remote)
+	qp.dev.emit(tx, qp.remote, &h, payload{}, false)
 	qp.Stats.TxPackets++
 }

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"encoding/binary"
-	"net/netip"
 	"sync"
 	"time"
 
@@ -494,14 +493,6 @@ func (qp *QP) retireOne(w *sendWQE) {
 		}
 	}
 	qp.sendCQ.push(&wc, false)
-}
-
-func netipFromAH(ah *AH, port uint16) netip.AddrPort {
-	a := ah.Addr
-	if !a.IsValid() {
-		a = GIDToAddr(ah.DGID)
-	}
-	return netip.AddrPortFrom(a, port)
 }
 
 // timeoutDuration is the local ACK timeout: 4.096 µs × 2^timeout (IBTA 9.7.6.1.3);

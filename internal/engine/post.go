@@ -6,6 +6,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 )
 
@@ -133,7 +134,7 @@ func (qp *QP) enqueueSend(wr *SendWR) error {
 		w.bind = *wr.Bind
 	}
 	if qp.typ == QPTypeUD {
-		w.udDst = netipFromAH(wr.AH, qp.dev.peerPort)
+		w.udDst = netip.AddrPortFrom(wr.AH.addr(), qp.dev.peerPort)
 	}
 	w.length = int(total)
 	w.state = wqePosted

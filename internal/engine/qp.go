@@ -298,10 +298,7 @@ func (qp *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	}
 	if mask&QPAttrAV != 0 {
 		qp.attr.AH = attr.AH
-		a := attr.AH.Addr
-		if !a.IsValid() {
-			a = GIDToAddr(attr.AH.DGID)
-		}
+		a := attr.AH.addr()
 		qp.attr.AH.Addr = a
 		qp.attr.AH.DGID = AddrToGID(a)
 		qp.remote = netip.AddrPortFrom(a, qp.dev.peerPort)
@@ -356,6 +353,14 @@ func (qp *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 		qp.setState(attr.State)
 	}
 	return nil
+}
+
+// addr is the IP address the AH sends to: Addr, or the address its GID stands for.
+func (ah *AH) addr() netip.Addr {
+	if ah.Addr.IsValid() {
+		return ah.Addr
+	}
+	return GIDToAddr(ah.DGID)
 }
 
 // setState moves the QP; qp.mu is held.

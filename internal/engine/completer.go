@@ -1,3 +1,7 @@
+// The completer (IBTA 9.7.5.1, rxe_comp.c): consumes ACKs, NAKs and responses for the
+// send queue, retires WQEs in order into the send CQ, and owns the local ACK timer, the
+// retry counters and RNR back-off.
+
 package engine
 
 import (

@@ -1,3 +1,6 @@
+// The device: one software RNIC on one UDP address. Its configuration and limits,
+// start (New) and Close, the QP table, and async event delivery.
+
 package engine
 
 import (

@@ -1,3 +1,6 @@
+// Memory windows, type 1 and type 2 (IBTA 10.6.7): allocation, binding and
+// invalidation.
+
 package engine
 
 import (

@@ -1,3 +1,7 @@
+// The requester (IBTA 9.5, rxe_req.c): turns send WQEs into packets — opcodes by
+// position, segmentation at the path MTU, PSN assignment, the window — and goes back
+// N when the completer rewinds it.
+
 package engine
 
 import (

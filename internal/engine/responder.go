@@ -1,3 +1,7 @@
+// The RC responder (IBTA 9.7.4, rxe_resp.c): checks each inbound request in the spec's
+// order, executes SEND, WRITE, READ and atomics against local memory, answers duplicates
+// and reports errors as NAKs. How it acknowledges is ack.go's.
+
 package engine
 
 import (

@@ -1,15 +1,15 @@
-package engine
-
-import (
-	"github.com/goverbs/goverbs/wire"
-)
-
 // The responder's outgoing packets (READ responses, atomic ACKs, ACKs and NAKs) leave in
 // PSN order through one queue per QP. Order matters: an ACK that overtakes a READ's
 // responses tells the requester those responses were lost (an implied NAK). A long READ is
 // sent in bursts so that one request cannot hold the receive loop for a whole megabyte;
 // what a burst leaves is sent by the device's sender goroutine, as rxe's responder task
 // would. A repeated READ restarts the stream in place instead of queueing a second copy.
+
+package engine
+
+import (
+	"github.com/goverbs/goverbs/wire"
+)
 
 // respBurst is how many packets one pass sends for a QP before yielding.
 const respBurst = 64

@@ -1,3 +1,7 @@
+// The UC and UD responders (IBTA 9.8.2, 9.8.4): UC without ACKs, dropping a message
+// that lost a packet; UD delivering datagrams with the GRH area; and invalidation for
+// LOCAL_INV and SEND_WITH_INV.
+
 package engine
 
 import (

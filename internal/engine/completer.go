@@ -1,8 +1,11 @@
+// The completer (IBTA 9.7.5.1, rxe_comp.c): consumes ACKs, NAKs and responses for the
+// send queue, retires WQEs in order into the send CQ, and owns the local ACK timer, the
+// retry counters and RNR back-off.
+
 package engine
 
 import (
 	"encoding/binary"
-	"net/netip"
 	"sync"
 	"time"
 
@@ -496,10 +499,11 @@ func (qp *QP) retireOne(w *sendWQE) {
 	qp.sendCQ.push(&wc, false)
 }
 
-func netipFromAH(ah *AH, port uint16) netip.AddrPort {
-	a := ah.Addr
-	if !a.IsValid() {
-		a = GIDToAddr(ah.DGID)
+// timeoutDuration is the local ACK timeout: 4.096 µs × 2^timeout (IBTA 9.7.6.1.3);
+// 0 means no timer.
+func timeoutDuration(t uint8) time.Duration {
+	if t == 0 {
+		return 0
 	}
-	return netip.AddrPortFrom(a, port)
+	return time.Duration(4096<<t) * time.Nanosecond
 }

@@ -1,3 +1,6 @@
+// Completion queues: the ring of work completions the engine fills and Poll drains
+// (a busy-poll device's empty poll drives the receive path), with completion events.
+
 package engine
 
 import (

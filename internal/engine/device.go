@@ -1,3 +1,6 @@
+// The device: one software RNIC on one UDP address. Its configuration and limits,
+// start (New) and Close, the QP table, and async event delivery.
+
 package engine
 
 import (
@@ -81,20 +84,16 @@ type Device struct {
 
 	// Receive state: owned by the receive goroutine, or in busy-poll mode by whoever
 	// holds rxMu.
-	rxMu     sync.Mutex
-	poller   netio.Poller  // busy-poll mode
-	polls    atomic.Uint32 // CQ-driven polls so far (busy-poll mode; busyLoop watches it)
-	rxMsgs   []netio.Message
-	rxPkt    wire.Packet
-	ackQueue []*QP
+	rxMu   sync.Mutex
+	poller netio.Poller  // busy-poll mode
+	polls  atomic.Uint32 // CQ-driven polls so far (busy-poll mode; busyLoop watches it)
+	rxMsgs []netio.Message
+	rxPkt  wire.Packet
+	acks   deviceAcks
 	// The QP the last packet was for, valid while qpGone is rxQPGone: a lookup that
 	// takes neither qpMu nor the map when traffic stays on one QP.
 	rxQP     *QP
 	rxQPGone uint64
-	// Busy-poll ACK deferral (pollLocked): the last poll found nothing; polls an owed ACK
-	// has waited.
-	pollIdle bool
-	ackAge   int
 }
 
 // New starts a device on cfg.Conn.
@@ -154,9 +153,6 @@ func (d *Device) ActiveMTU() wire.MTU { return d.mtu }
 // BusyPoll reports whether the device is in busy-poll mode.
 func (d *Device) BusyPoll() bool { return d.poller != nil }
 
-// Counters returns the device's counters.
-func (d *Device) Counters() *Counters { return &d.counters }
-
 // Events returns the channel of asynchronous events (ibv_get_async_event). It is
 // buffered; events that find it full are counted in Counters.EventsLost.
 func (d *Device) Events() <-chan AsyncEvent { return d.events }
@@ -201,19 +197,6 @@ func (d *Device) lookupQP(qpn uint32) *QP {
 	d.qpMu.RLock()
 	qp := d.qps[qpn]
 	d.qpMu.RUnlock()
-	return qp
-}
-
-// rxLookupQP is lookupQP for the receive path, which owns the one-entry cache.
-func (d *Device) rxLookupQP(qpn uint32) *QP {
-	gone := d.qpGone.Load()
-	if qp := d.rxQP; qp != nil && qp.qpn == qpn && d.rxQPGone == gone {
-		return qp
-	}
-	qp := d.lookupQP(qpn)
-	if qp != nil {
-		d.rxQP, d.rxQPGone = qp, gone
-	}
 	return qp
 }
 

@@ -1,6 +1,6 @@
-package engine
+// Asynchronous events (ibv_get_async_event): their types and what one carries.
 
-import "sync/atomic"
+package engine
 
 // EventType follows enum ibv_event_type.
 type EventType uint8
@@ -27,74 +27,4 @@ type AsyncEvent struct {
 	CQ   *CQ
 	SRQ  *SRQ
 	Port uint8
-}
-
-// Counters are the device's statistics, in the spirit of `rdma statistic` for rxe. Every
-// dropped packet is counted under the reason it was dropped for.
-type Counters struct {
-	TxPackets, TxBytes atomic.Uint64
-	RxPackets, RxBytes atomic.Uint64
-
-	Retransmits       atomic.Uint64 // packets sent again by go-back-N
-	RetryTimeouts     atomic.Uint64 // retransmission timer expiries
-	RNRNakSent        atomic.Uint64
-	RNRNakReceived    atomic.Uint64
-	SeqNakSent        atomic.Uint64
-	SeqNakReceived    atomic.Uint64
-	DuplicateRequest  atomic.Uint64
-	ImpliedNak        atomic.Uint64
-	DuplicateResponse atomic.Uint64 // READ responses and ACKs for PSNs already acknowledged // a later ACK or response showed a READ/atomic response was lost
-
-	ICRCErrors    atomic.Uint64 // dropped: no IPv4 ID or checksum makes the ICRC match
-	ICRCRecovered atomic.Uint64 // verified after solving for a peer's non-zero IPv4 Identification
-	Malformed     atomic.Uint64 // dropped: wire.Packet.Parse refused it
-	BadPKey       atomic.Uint64
-	NoQP          atomic.Uint64 // dropped: no such destination QP
-	BadQPState    atomic.Uint64 // dropped: QP not in a state that accepts the packet
-	BadTransport  atomic.Uint64 // dropped: opcode of another transport than the QP's
-	BadAddress    atomic.Uint64 // dropped: source/destination do not match the QP's path
-	BadQKey       atomic.Uint64
-	OutOfSequence atomic.Uint64 // dropped: UC/RC packet not at the expected PSN
-	GhostResponse atomic.Uint64 // dropped: response or ACK for nothing outstanding
-	AccessErrors  atomic.Uint64 // remote requests refused for key, bounds or rights
-	NoRecvWQE     atomic.Uint64 // dropped: UD/UC message with no receive WQE posted
-	CNPReceived   atomic.Uint64
-	CQOverflows   atomic.Uint64
-	SendErrors    atomic.Uint64 // the socket refused a datagram
-	EventsLost    atomic.Uint64
-}
-
-// Each calls f for every counter with its name, in a fixed order. The names follow
-// `rdma statistic` for rxe where rxe has the counter.
-func (c *Counters) Each(f func(name string, v uint64)) {
-	f("sent_pkts", c.TxPackets.Load())
-	f("sent_bytes", c.TxBytes.Load())
-	f("rcvd_pkts", c.RxPackets.Load())
-	f("rcvd_bytes", c.RxBytes.Load())
-	f("retransmits", c.Retransmits.Load())
-	f("retry_timeouts", c.RetryTimeouts.Load())
-	f("send_rnr_nak", c.RNRNakSent.Load())
-	f("rcvd_rnr_nak", c.RNRNakReceived.Load())
-	f("out_of_seq_nak_sent", c.SeqNakSent.Load())
-	f("rcvd_seq_err", c.SeqNakReceived.Load())
-	f("duplicate_request", c.DuplicateRequest.Load())
-	f("implied_nak", c.ImpliedNak.Load())
-	f("duplicate_response", c.DuplicateResponse.Load())
-	f("rcvd_icrc_err", c.ICRCErrors.Load())
-	f("icrc_ipid_recovered", c.ICRCRecovered.Load())
-	f("malformed_drop", c.Malformed.Load())
-	f("bad_pkey_drop", c.BadPKey.Load())
-	f("no_qp_drop", c.NoQP.Load())
-	f("bad_qp_state_drop", c.BadQPState.Load())
-	f("bad_transport_drop", c.BadTransport.Load())
-	f("bad_address_drop", c.BadAddress.Load())
-	f("bad_qkey_drop", c.BadQKey.Load())
-	f("out_of_sequence", c.OutOfSequence.Load())
-	f("ghost_response_drop", c.GhostResponse.Load())
-	f("remote_access_err", c.AccessErrors.Load())
-	f("no_recv_wqe_drop", c.NoRecvWQE.Load())
-	f("rcvd_cnp", c.CNPReceived.Load())
-	f("cq_overflow", c.CQOverflows.Load())
-	f("send_err", c.SendErrors.Load())
-	f("async_events_lost", c.EventsLost.Load())
 }

@@ -1,3 +1,6 @@
+// Memory: protection domains, memory regions and the key table (lkey/rkey), region
+// pinning per access, and scatter/gather lists resolved to registered memory.
+
 package engine
 
 import (

@@ -1,3 +1,6 @@
+// Memory windows, type 1 and type 2 (IBTA 10.6.7): allocation, binding and
+// invalidation.
+
 package engine
 
 import (
@@ -6,9 +9,8 @@ import (
 )
 
 var (
-	ErrMWType  = errors.New("memory window type must be 1 or 2")
-	ErrMRBusy  = errors.New("memory region has memory windows bound to it")
-	ErrMWBound = errors.New("memory window is bound")
+	ErrMWType = errors.New("memory window type must be 1 or 2")
+	ErrMRBusy = errors.New("memory region has memory windows bound to it")
 )
 
 // MW is a memory window (IBTA 10.6.7): a remotely accessible view of part of a memory

@@ -1,5 +1,7 @@
 //go:build !race
 
+// Race-detector annotations compiled out (see race.go).
+
 package engine
 
 func raceReleaseWire() {}

@@ -1,3 +1,6 @@
+// The QP's lifecycle: creation, the state machine's transitions (Modify), query,
+// flush, reset and destroy, and the send and receive queues' layout.
+
 package engine
 
 import (
@@ -6,7 +9,6 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/goverbs/goverbs/wire"
 )
@@ -138,23 +140,12 @@ type QP struct {
 	req    requester
 	resp   responder
 	comp   completer
+	acks   ackState
 
 	Stats QPCounters
 
 	// Owner is the provider-level object wrapping this QP (for async events).
 	Owner any
-}
-
-// QPCounters are per-QP statistics.
-type QPCounters struct {
-	TxPackets, RxPackets uint64
-	Retransmits          uint64
-	RetryTimeouts        uint64
-	RNRNakSent           uint64
-	RNRNakReceived       uint64
-	SeqNakSent           uint64
-	SeqNakReceived       uint64
-	DuplicateRequests    uint64
 }
 
 // CreateQP creates a queue pair in the RESET state.
@@ -285,13 +276,6 @@ func (qp *QP) Query() QPAttr {
 	return a
 }
 
-// Counters returns a snapshot of the per-QP statistics.
-func (qp *QP) Counters() QPCounters {
-	qp.mu.Lock()
-	defer qp.mu.Unlock()
-	return qp.Stats
-}
-
 // Modify applies attr as selected by mask. The caller (the verbs layer) has checked the
 // transition and the required and optional attributes against IBTA table 91 (11.2.4.2).
 func (qp *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
@@ -314,10 +298,7 @@ func (qp *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	}
 	if mask&QPAttrAV != 0 {
 		qp.attr.AH = attr.AH
-		a := attr.AH.Addr
-		if !a.IsValid() {
-			a = GIDToAddr(attr.AH.DGID)
-		}
+		a := attr.AH.addr()
 		qp.attr.AH.Addr = a
 		qp.attr.AH.DGID = AddrToGID(a)
 		qp.remote = netip.AddrPortFrom(a, qp.dev.peerPort)
@@ -374,6 +355,14 @@ func (qp *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	return nil
 }
 
+// addr is the IP address the AH sends to: Addr, or the address its GID stands for.
+func (ah *AH) addr() netip.Addr {
+	if ah.Addr.IsValid() {
+		return ah.Addr
+	}
+	return GIDToAddr(ah.DGID)
+}
+
 // setState moves the QP; qp.mu is held.
 func (qp *QP) setState(s QPState) {
 	prev := qp.state
@@ -416,6 +405,7 @@ func (qp *QP) reset() {
 	qp.rq.head, qp.rq.tail = 0, 0
 	qp.req = requester{}
 	qp.resp = responder{}
+	qp.acks = ackState{}
 	qp.comp.reset()
 	qp.attr = QPAttr{}
 	qp.mtu = 0
@@ -504,234 +494,6 @@ func (qp *QP) Close() error {
 		qp.srq.ref(-1)
 	}
 	return nil
-}
-
-// PostError says which work request of a batch was refused (ibv_post_send's bad_wr).
-type PostError struct {
-	Index int
-	Err   error
-}
-
-func (e *PostError) Error() string { return fmt.Sprintf("work request %d: %v", e.Index, e.Err) }
-func (e *PostError) Unwrap() error { return e.Err }
-
-// PostSend queues work requests on the send queue and runs the requester at once in the
-// caller's goroutine (run to completion: the first packets leave before PostSend returns).
-func (qp *QP) PostSend(wrs []SendWR) error {
-	qp.mu.Lock()
-	defer qp.mu.Unlock()
-	if qp.closed {
-		return ErrQPClosed
-	}
-	switch qp.state {
-	case QPStateRTS, QPStateSQD, QPStateSQE, QPStateErr:
-	default:
-		return ErrQPState
-	}
-	for i := range wrs {
-		if err := qp.enqueueSend(&wrs[i]); err != nil {
-			qp.kickSend()
-			return &PostError{Index: i, Err: err}
-		}
-	}
-	// Doorbell batching: a post that follows the previous one within streamGap is part
-	// of a stream, and the device's sender goroutine sends it, together with whatever
-	// else is posted meanwhile, in as few syscalls as GSO allows. An isolated post (a
-	// ping-pong, a request) still leaves before PostSend returns.
-	// A busy-poll device sends inline always: its application thread is the fast path.
-	if qp.dev.poller != nil {
-		qp.kickSend()
-		return nil
-	}
-	// The gap that counts is from the end of the previous post: an inline send takes a
-	// syscall, and a stream of them must still be recognized. A queued post is short,
-	// so its start serves as its end (one clock read per post in a stream: at 1 M
-	// posts/s a second read was 4% of the posting thread).
-	now := nanotime()
-	if now-qp.lastPost < int64(streamGap) && qp.state == QPStateRTS {
-		if !qp.txQueued {
-			qp.txQueued = true
-			qp.dev.sender.add(qp)
-		}
-		qp.lastPost = now
-	} else {
-		qp.kickSend()
-		qp.lastPost = nanotime()
-	}
-	return nil
-}
-
-// copyWR returns wr with sgl for its SGL, and no AH or Bind (the WQE keeps the UD
-// destination and the binding by value). No pointer of the caller's is stored, not
-// even to be overwritten next: escape analysis would see the store and move every SGL
-// a caller writes as a literal to the heap, an allocation per post.
-// TestCopyWRKeepsEveryField catches a field added to SendWR and not here.
-func copyWR(wr *SendWR, sgl []SGE) SendWR {
-	return SendWR{
-		ID: wr.ID, Opcode: wr.Opcode, Flags: wr.Flags, SGL: sgl, Imm: wr.Imm,
-		RemoteAddr: wr.RemoteAddr, RKey: wr.RKey, CompareAdd: wr.CompareAdd, Swap: wr.Swap,
-		RemoteQPN: wr.RemoteQPN, RemoteQKey: wr.RemoteQKey,
-	}
-}
-
-// streamGap is how soon after the previous post a post counts as part of a stream.
-const streamGap = 3 * time.Microsecond
-
-var monoStart = time.Now()
-
-// nanotime is a monotonic clock reading for the doorbell-batching gap.
-func nanotime() int64 { return int64(time.Since(monoStart)) }
-
-func (qp *QP) kickSend() {
-	if qp.state == QPStateErr {
-		qp.flush()
-		return
-	}
-	qp.runRequester()
-}
-
-func (qp *QP) enqueueSend(wr *SendWR) error {
-	if qp.sq.tail-qp.sq.head >= uint64(len(qp.sq.wqes)) {
-		return ErrSendQueueFull
-	}
-	if !opAllowed(qp.typ, wr.Opcode) {
-		return ErrBadOpcode
-	}
-	if len(wr.SGL) > int(qp.cap.MaxSendSGE) {
-		return ErrTooManySGE
-	}
-	var total uint64
-	for _, s := range wr.SGL {
-		total += uint64(s.Length)
-	}
-	if total > MaxMsgSize {
-		return ErrMsgTooLarge
-	}
-	if qp.typ == QPTypeUD {
-		if wr.AH == nil {
-			return ErrNoAH
-		}
-		if qp.mtu > 0 && total > uint64(qp.mtu) {
-			return ErrUDTooLarge
-		}
-	}
-	inline := wr.Flags&SendInline != 0 && (wr.Opcode == WRSend || wr.Opcode == WRSendWithImm ||
-		wr.Opcode == WRSendWithInv || wr.Opcode == WRRDMAWrite || wr.Opcode == WRRDMAWriteWithImm)
-	if inline && total > uint64(qp.cap.MaxInline) {
-		return ErrInlineTooLarge
-	}
-	if wr.Opcode == WRBindMW && (wr.Bind == nil || wr.Bind.MW == nil) {
-		return ErrBadOpcode
-	}
-	w := qp.sq.at(qp.sq.tail)
-	w.wr = copyWR(wr, append(w.sgeStore[:0], wr.SGL...))
-	if wr.Opcode == WRBindMW {
-		w.bind = *wr.Bind
-	}
-	if qp.typ == QPTypeUD {
-		w.udDst = netipFromAH(wr.AH, qp.dev.peerPort)
-	}
-	w.length = int(total)
-	w.state = wqePosted
-	w.status = WCSuccess
-	w.vendor = 0
-	w.next = 0
-	w.local.segs = w.local.segs[:0]
-	w.local.regs = w.local.regs[:0]
-	w.local.total = 0
-	if inline {
-		// Inline data is copied now: the caller may reuse its buffer as soon as PostSend
-		// returns, and no lkey is needed (IBV_SEND_INLINE).
-		w.inline = w.inline[:0]
-		ok := true
-		for _, s := range wr.SGL {
-			r := qp.dev.keys.lookup(s.LKey)
-			if r == nil {
-				ok = false
-				break
-			}
-			b, in := r.span(r.pd, s.Addr, s.Length, 0)
-			if !in || !r.acquire() {
-				ok = false
-				break
-			}
-			w.inline = append(w.inline, b...)
-			r.release()
-		}
-		if !ok {
-			return errInlineKey
-		}
-		w.wr.Flags |= SendInline
-	} else {
-		w.wr.Flags &^= SendInline
-	}
-	qp.sq.tail++
-	return nil
-}
-
-var errInlineKey = errors.New("inline SGE does not name registered memory")
-
-func opAllowed(t QPType, op WROpcode) bool {
-	switch t {
-	case QPTypeRC:
-		switch op {
-		case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRRDMARead,
-			WRAtomicCmpAndSwp, WRAtomicFetchAdd, WRLocalInv, WRSendWithInv, WRBindMW:
-			return true
-		}
-	case QPTypeUC:
-		switch op {
-		case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRLocalInv, WRBindMW:
-			return true
-		}
-	case QPTypeUD:
-		return op == WRSend || op == WRSendWithImm
-	}
-	return false
-}
-
-// PostRecv queues receive work requests.
-func (qp *QP) PostRecv(wrs []RecvWR) error {
-	qp.mu.Lock()
-	defer qp.mu.Unlock()
-	if qp.closed {
-		return ErrQPClosed
-	}
-	if qp.srq != nil {
-		return ErrQPState
-	}
-	if qp.state == QPStateReset {
-		return ErrQPState
-	}
-	for i := range wrs {
-		wr := &wrs[i]
-		if qp.rq.tail-qp.rq.head >= uint64(len(qp.rq.wqes)) {
-			return &PostError{Index: i, Err: ErrRecvQueueFull}
-		}
-		if len(wr.SGL) > int(qp.cap.MaxRecvSGE) {
-			return &PostError{Index: i, Err: ErrTooManySGE}
-		}
-		r := qp.rq.at(qp.rq.tail)
-		r.id = wr.ID
-		r.sgeStore = append(r.sgeStore[:0], wr.SGL...)
-		r.local.segs = r.local.segs[:0]
-		r.local.regs = r.local.regs[:0]
-		r.local.total = -1 // resolved when a message lands in it
-		qp.rq.tail++
-	}
-	if qp.state == QPStateErr {
-		qp.flush()
-	}
-	return nil
-}
-
-// timeoutDuration is the local ACK timeout: 4.096 µs × 2^timeout (IBTA 9.7.6.1.3);
-// 0 means no timer.
-func timeoutDuration(t uint8) time.Duration {
-	if t == 0 {
-		return 0
-	}
-	return time.Duration(4096<<t) * time.Nanosecond
 }
 
 // DebugString describes the QP's transport state, for logs and failing tests.

@@ -1,5 +1,7 @@
 //go:build race
 
+// Race-detector annotations for the wire's ordering (with -race; norace.go without).
+
 package engine
 
 import "sync/atomic"

@@ -1,3 +1,7 @@
+// The requester (IBTA 9.5, rxe_req.c): turns send WQEs into packets — opcodes by
+// position, segmentation at the path MTU, PSN assignment, the window — and goes back
+// N when the completer rewinds it.
+
 package engine
 
 import (
@@ -8,7 +12,6 @@ import (
 type requester struct {
 	psn               wire.PSN // next PSN to send
 	high              wire.PSN // one past the highest PSN ever sent: below it is a retransmission
-	noAckPkts         int      // packets sent since the last one with AckReq
 	outstandingRdAtom int      // READ/atomic requests sent and not yet answered
 }
 
@@ -122,27 +125,6 @@ func (qp *QP) runRequester() {
 	}
 }
 
-// wantsAck reports whether the last packet of w asks for an ACK (IBTA 9.7.5.1: the
-// requester chooses where to set AckReq). A message that completes visibly (signaled, or
-// on a sig-all QP) or that ends what is queued now asks, so that nobody waits for a
-// completion or a retransmit timer; a message in the middle of an unsignaled stream
-// leaves it to the packet count, so the peer's ACKs (and the wake-ups they cost here)
-// come every maxPktsPerAck packets instead of every message.
-func (qp *QP) wantsAck(w *sendWQE) bool {
-	return qp.sigAll || w.wr.Flags&SendSignaled != 0 || qp.sq.req+1 == qp.sq.tail
-}
-
-// ackAlong puts an ACK this QP owes its peer into the batch its requests are about to
-// leave in, when nothing else is queued ahead of it: one syscall then carries both (a
-// busy-poll device owes ACKs until its next poll; see pollLocked).
-func (qp *QP) ackAlong(tx *txBatch) {
-	r := &qp.resp
-	if r.ackPending && r.out.empty() {
-		r.ackPending = false
-		qp.buildAck(tx, wire.ACKSyndrome(wire.CreditsInvalid), r.ackPSN)
-	}
-}
-
 // startWQE assigns PSNs to a WQE the first time the requester reaches it and resolves its
 // local memory. It returns false when the WQE must wait (fence, rd_atomic limit).
 func (qp *QP) startWQE(w *sendWQE) bool {
@@ -253,11 +235,7 @@ func (qp *QP) sendPackets(w *sendWQE, tx *txBatch) bool {
 			h.BTH.SE = true
 		}
 		if qp.typ == QPTypeRC {
-			qp.req.noAckPkts++
-			if last && qp.wantsAck(w) || qp.req.noAckPkts >= maxPktsPerAck {
-				h.BTH.AckReq = true
-				qp.req.noAckPkts = 0
-			}
+			h.BTH.AckReq = qp.askAck(w, last)
 		}
 		if info.Flags.Has(wire.HasRETH) {
 			h.RETH = wire.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALen: uint32(w.length)}
@@ -276,26 +254,12 @@ func (qp *QP) sendPackets(w *sendWQE, tx *txBatch) bool {
 			}
 			h.DETH = wire.DETHFields{QKey: qkey, SrcQP: qp.qpn}
 		}
-		size := wireLen(info.HeaderLen, n)
-		if w.wr.Flags&SendInline == 0 && n >= gatherMin {
-			// Sent from the registered memory in place (see txBatch).
-			buf := qp.dev.nextBuf(tx, dst, size, true, len(w.local.segs))
-			hlen := h.Encode(buf)
-			if !w.local.acquire() {
-				return false
-			}
-			tx.held = append(tx.held, w.local.regs...)
-			tx.pieces = w.local.slices(off, n, tx.pieces[:0])
-			qp.dev.commitGather(tx, hlen, tx.pieces, n, dst)
-		} else {
-			buf := qp.dev.nextBuf(tx, dst, size, true, 0)
-			hlen := h.Encode(buf)
-			if w.wr.Flags&SendInline != 0 {
-				copy(buf[hlen:hlen+n], w.inline[off:])
-			} else if !w.local.copyOut(buf[hlen:hlen+n], off) {
-				return false
-			}
-			qp.dev.commit(tx, hlen, n, dst)
+		pl := payload{sgl: &w.local, off: off, n: n}
+		if w.wr.Flags&SendInline != 0 {
+			pl = bytesPayload(w.inline[off : off+n])
+		}
+		if !qp.dev.emit(tx, dst, &h, pl, true) {
+			return false
 		}
 		qp.sentPSN(psn, psn.Add(1))
 		w.next++
@@ -330,11 +294,9 @@ func (qp *QP) sendReadAtomic(w *sendWQE, tx *txBatch) {
 			h.AtomicETH.Compare = w.wr.CompareAdd
 		}
 	}
-	buf := qp.dev.nextBuf(tx, qp.remote, wireLen(h.Len(), 0), true, 0)
-	hlen := h.Encode(buf)
-	qp.dev.commit(tx, hlen, 0, qp.remote)
+	qp.dev.emit(tx, qp.remote, &h, payload{}, true)
 	qp.sentPSN(psn, w.lastPSN().Add(1))
-	qp.req.noAckPkts = 0
+	qp.restartAckCount()
 	qp.req.outstandingRdAtom++
 	w.state = wqeSent
 }
@@ -393,5 +355,5 @@ func (qp *QP) rewind(psn wire.PSN) {
 	qp.sq.req = i
 	w := qp.sq.at(i)
 	qp.req.psn = w.firstPSN.Add(w.next)
-	qp.req.noAckPkts = 0
+	qp.restartAckCount()
 }

@@ -1,3 +1,7 @@
+// The RC responder (IBTA 9.7.4, rxe_resp.c): checks each inbound request in the spec's
+// order, executes SEND, WRITE, READ and atomics against local memory, answers duplicates
+// and reports errors as NAKs. How it acknowledges is ack.go's.
+
 package engine
 
 import (
@@ -22,13 +26,6 @@ type responder struct {
 	writeReg *region // its region, pinned for each packet's copy (it may be invalidated mid-message)
 	writeOff int
 	writeLen int
-
-	nakSent bool // a PSN sequence NAK was sent for psn; send no more until it arrives
-
-	// Coalesced ACK (rxe sends one per AckReq; goverbs sends one per receive batch).
-	ackPending bool
-	ackPSN     wire.PSN
-	ackQueued  bool
 
 	res     []rdAtomicRes // saved READ and atomic requests, for duplicates (IBTA 9.7.5.1.5)
 	resNext int
@@ -67,21 +64,13 @@ func (qp *QP) respond(p *wire.Packet) {
 		// Packets in between were lost: one PSN sequence NAK, then silence until the
 		// expected PSN arrives (IBTA 9.7.5.1.2, C9-103).
 		qp.dev.counters.OutOfSequence.Add(1)
-		if !r.nakSent {
-			if qp.dev.debug {
-				qp.dev.log.Debug("sequence NAK sent", "dev", qp.dev.name, "qp", qp.qpn, "got", uint32(psn), "expected", uint32(r.psn))
-			}
-			r.nakSent = true
-			qp.Stats.SeqNakSent++
-			qp.dev.counters.SeqNakSent.Add(1)
-			qp.sendAck(wire.NAKSyndrome(wire.NAKPSNSeqError), r.psn)
-		}
+		qp.sequenceNak(psn)
 		return
 	case d < 0:
 		qp.duplicate(p, psn)
 		return
 	}
-	r.nakSent = false
+	qp.acks.seqNakSent = false
 	fl := p.Op.Flags
 	if !qp.requestValid(p) {
 		qp.respError(wire.NAKInvalidRequest, WCRemInvReqErr, psn, EventQPReqErr)
@@ -443,33 +432,4 @@ func (qp *QP) respError(code wire.NAKCode, st WCStatus, psn wire.PSN, ev EventTy
 	}
 	r.inMsg = msgNone
 	qp.toError(ev)
-}
-
-// queueAck asks for an ACK of psn at the end of the receive batch; several requests in
-// one batch are answered by one ACK of the newest.
-func (qp *QP) queueAck(psn wire.PSN) {
-	r := &qp.resp
-	r.ackPending = true
-	r.ackPSN = psn
-	if !r.ackQueued {
-		r.ackQueued = true
-		qp.dev.ackQueue = append(qp.dev.ackQueue, qp)
-	}
-}
-
-// flushAck sends the coalesced ACK. qp.mu is held.
-func (qp *QP) flushAck() {
-	r := &qp.resp
-	r.ackQueued = false
-	if !r.ackPending || qp.closed {
-		return
-	}
-	r.ackPending = false
-	qp.sendAck(wire.ACKSyndrome(wire.CreditsInvalid), r.ackPSN)
-}
-
-// sendAck sends an ACK or NAK for psn now, behind any responses still queued.
-func (qp *QP) sendAck(syn wire.Syndrome, psn wire.PSN) {
-	qp.queueAckItem(syn, psn)
-	qp.flushResponses()
 }

@@ -1,17 +1,15 @@
-package engine
-
-import (
-	"sync"
-
-	"github.com/goverbs/goverbs/wire"
-)
-
 // The responder's outgoing packets (READ responses, atomic ACKs, ACKs and NAKs) leave in
 // PSN order through one queue per QP. Order matters: an ACK that overtakes a READ's
 // responses tells the requester those responses were lost (an implied NAK). A long READ is
 // sent in bursts so that one request cannot hold the receive loop for a whole megabyte;
 // what a burst leaves is sent by the device's sender goroutine, as rxe's responder task
 // would. A repeated READ restarts the stream in place instead of queueing a second copy.
+
+package engine
+
+import (
+	"github.com/goverbs/goverbs/wire"
+)
 
 // respBurst is how many packets one pass sends for a QP before yielding.
 const respBurst = 64
@@ -51,17 +49,6 @@ func (q *respQueue) push(it respItem) {
 		q.items, q.head = q.items[:0], 0
 	}
 	q.items = append(q.items, it)
-}
-
-// queueAckItem queues an ACK or NAK. Consecutive plain ACKs collapse into the newest.
-func (qp *QP) queueAckItem(syn wire.Syndrome, psn wire.PSN) {
-	q := &qp.resp.out
-	if n := len(q.items); n > q.head && q.items[n-1].kind == respAck &&
-		q.items[n-1].syn.Type() == wire.AckTypeACK && syn.Type() == wire.AckTypeACK {
-		q.items[n-1].psn = psn
-		return
-	}
-	q.push(respItem{kind: respAck, syn: syn, psn: psn})
 }
 
 // pump sends up to budget packets from the response queue. It reports whether work is
@@ -135,13 +122,10 @@ func (qp *QP) buildReadResponse(tx *txBatch, it *respItem) bool {
 	if m > 0 && !it.reg.acquire() {
 		return false
 	}
-	buf := qp.dev.nextBuf(tx, qp.remote, wireLen(h.Len(), m), false, 0)
-	hlen := h.Encode(buf)
-	copy(buf[hlen:hlen+m], it.src)
+	qp.dev.emit(tx, qp.remote, &h, bytesPayload(it.src[:m]), false)
 	if m > 0 {
 		it.reg.release()
 	}
-	qp.dev.commit(tx, hlen, m, qp.remote)
 	qp.Stats.TxPackets++
 	it.src = it.src[m:]
 	it.psn = it.psn.Add(1)
@@ -152,86 +136,6 @@ func (qp *QP) buildAtomicAck(tx *txBatch, psn wire.PSN, orig uint64) {
 	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAtomicAck, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn}}
 	h.AETH = wire.AETHFields{Syndrome: wire.ACKSyndrome(wire.CreditsInvalid), MSN: qp.resp.msn}
 	h.AtomicAckETH = orig
-	buf := qp.dev.nextBuf(tx, qp.remote, wireLen(h.Len(), 0), false, 0)
-	qp.dev.commit(tx, h.Encode(buf), 0, qp.remote)
+	qp.dev.emit(tx, qp.remote, &h, payload{}, false)
 	qp.Stats.TxPackets++
-}
-
-func (qp *QP) buildAck(tx *txBatch, syn wire.Syndrome, psn wire.PSN) {
-	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAck, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn}}
-	h.AETH = wire.AETHFields{Syndrome: syn, MSN: qp.resp.msn}
-	buf := qp.dev.nextBuf(tx, qp.remote, wireLen(h.Len(), 0), false, 0)
-	qp.dev.commit(tx, h.Encode(buf), 0, qp.remote)
-	qp.Stats.TxPackets++
-}
-
-// sender is a device's goroutine that finishes what response bursts left, and sends the
-// posts PostSend batched (see PostSend).
-type sender struct {
-	mu   sync.Mutex
-	qps  []*QP
-	wake chan struct{}
-	stop chan struct{}
-	done chan struct{}
-}
-
-func (s *sender) init() {
-	s.wake = make(chan struct{}, 1)
-	s.stop = make(chan struct{})
-	s.done = make(chan struct{})
-}
-
-func (s *sender) add(qp *QP) {
-	s.mu.Lock()
-	s.qps = append(s.qps, qp)
-	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (s *sender) run() {
-	defer close(s.done)
-	var work []*QP
-	for {
-		select {
-		case <-s.wake:
-		case <-s.stop:
-			return
-		}
-		for {
-			s.mu.Lock()
-			work, s.qps = s.qps, work[:0]
-			s.mu.Unlock()
-			if len(work) == 0 {
-				break
-			}
-			for i, qp := range work {
-				qp.mu.Lock()
-				more := false
-				switch {
-				case qp.closed || qp.state == QPStateReset:
-					qp.resp.out.queued, qp.txQueued = false, false
-				default:
-					if qp.resp.out.queued {
-						if more = qp.pump(respBurst); !more {
-							qp.resp.out.queued = false
-						}
-					}
-					if qp.txQueued { // posts batched by PostSend (doorbell batching)
-						qp.txQueued = false
-						qp.kickSend()
-					}
-				}
-				if more {
-					s.mu.Lock()
-					s.qps = append(s.qps, qp) // more to send: round-robin with other QPs
-					s.mu.Unlock()
-				}
-				qp.mu.Unlock()
-				work[i] = nil
-			}
-		}
-	}
 }

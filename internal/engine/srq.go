@@ -1,3 +1,6 @@
+// Shared receive queues (IBTA 10.2.9): one pool of receive WQEs for many QPs, with the
+// srq_limit event.
+
 package engine
 
 import (

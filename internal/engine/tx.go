@@ -1,7 +1,10 @@
+// Transmit batching: a device's pooled batches of outgoing packets, laid out as UDP GSO
+// runs to one destination, and their send (one sendmmsg per batch). emit.go builds the
+// packets into them.
+
 package engine
 
 import (
-	"encoding/binary"
 	"net/netip"
 
 	"github.com/goverbs/goverbs/netio"
@@ -36,7 +39,7 @@ type txBatch struct {
 	n      int
 	gso    bool
 	maxSeg int
-	// The packet being built: where nextBuf placed it.
+	// The packet being built: where emit placed it.
 	appendRun bool // it extends the run in msgs[n-1]
 	// The ICRC's share for the last destination (a batch mostly goes to one peer).
 	flowDst netip.AddrPort
@@ -75,87 +78,7 @@ func (d *Device) putTx(b *txBatch) {
 	d.txPool.Put(b)
 }
 
-// nextBuf returns where to build the next packet, of size bytes (ICRC included) for dst:
-// at the end of the open run when it can join it, otherwise in a fresh message (sending
-// the batch first when it is full).
-//
-// A packet joins a run of its own size. With endRun it may also end a run of larger
-// packets as its shorter last segment, which UDP GSO allows: a two-packet message (a
-// FIRST with its RETH, then a LAST 16 bytes shorter) then leaves in one GSO send instead
-// of two datagrams (write_bw at 8 KiB was below its 4 KiB rate). A run whose last segment
-// is short is closed: its N is no longer a multiple of SegSize. ACKs do not end runs:
-// measured, an ACK folded into the requests' GSO send costs a busy-poll ping-pong more
-// (the peer processes it before returning the request's completion) than a datagram of
-// its own in the same sendmmsg.
-//
-// pieces is how many payload slices the packet gathers (commitGather), 0 when it is
-// copied; a run never gathers from more than netio.MaxIov slices.
-func (d *Device) nextBuf(b *txBatch, dst netip.AddrPort, size int, endRun bool, pieces int) []byte {
-	if b.gso && b.n > 0 {
-		last := &b.msgs[b.n-1]
-		if last.Addr == dst && last.N%last.SegSize == 0 &&
-			(last.SegSize == size || endRun && size < last.SegSize) &&
-			last.N+size <= gsoRunBytes && last.N/last.SegSize < b.maxSeg &&
-			len(last.Iov)+pieces+3 <= netio.MaxIov {
-			b.appendRun = true
-			return last.Buf[b.used[b.n-1]:]
-		}
-	}
-	b.appendRun = false
-	if b.n == len(b.msgs) {
-		d.flushTx(b)
-	}
-	return b.msgs[b.n].Buf
-}
-
-// wireLen is the size of a packet with hlen header bytes and n payload bytes.
-func wireLen(hlen, n int) int { return hlen + n + wire.PadLen(n) + wire.ICRCLen }
-
-// commit seals the packet built at nextBuf's position: hlen header bytes, payloadLen
-// payload bytes after them. It pads, and computes the ICRC for the IP header the packet
-// will travel in: DF set, Identification 0, or the segment's number within a GSO run.
-func (d *Device) commit(b *txBatch, hlen, payloadLen int, dst netip.AddrPort) {
-	i, seg := b.place(dst)
-	m := &b.msgs[i]
-	pkt := m.Buf[b.used[i]:]
-	n := wire.Finish(pkt, hlen, payloadLen)
-	f := b.flowTo(d, dst)
-	binary.LittleEndian.PutUint32(pkt[n:], f.Sum(netio.GSOSegmentID(0, seg), pkt[:n], nil, 0))
-	size := n + wire.ICRCLen
-	if m.Iov != nil {
-		m.Iov = append(m.Iov, pkt[:size])
-	}
-	b.grow(i, size, size)
-}
-
-// commitGather seals a packet whose hlen header bytes are at nextBuf's position and
-// whose payload is pieces (in registered memory, pinned until the batch is sent): the
-// pad and ICRC go after the headers in the buffer, and the message gathers headers,
-// payload and trailer.
-func (d *Device) commitGather(b *txBatch, hlen int, pieces [][]byte, payloadLen int, dst netip.AddrPort) {
-	i, seg := b.place(dst)
-	m := &b.msgs[i]
-	start := b.used[i]
-	hdr := m.Buf[start : start+hlen]
-	pad := wire.PadLen(payloadLen)
-	wire.BTH(hdr).SetPadCnt(pad)
-	tail := m.Buf[start+hlen : start+hlen+pad+wire.ICRCLen]
-	clear(tail[:pad])
-	f := b.flowTo(d, dst)
-	binary.LittleEndian.PutUint32(tail[pad:], f.Sum(netio.GSOSegmentID(0, seg), hdr, pieces, pad))
-	if m.Iov == nil {
-		m.Iov = b.iovs[i][:0]
-		if start > 0 {
-			m.Iov = append(m.Iov, m.Buf[:start]) // the run's copied packets so far
-		}
-	}
-	m.Iov = append(m.Iov, hdr)
-	m.Iov = append(m.Iov, pieces...)
-	m.Iov = append(m.Iov, tail)
-	b.grow(i, hlen+payloadLen+pad+wire.ICRCLen, hlen+len(tail))
-}
-
-// place returns the message the packet built at nextBuf's position belongs to, and its
+// place returns the message the packet emit built belongs to, and its
 // segment number in that message's run; a packet that starts a message sets it up.
 func (b *txBatch) place(dst netip.AddrPort) (i, seg int) {
 	if b.appendRun {

@@ -1,16 +1,6 @@
-// Package engine is the goverbs software RDMA device: memory regions and keys, completion
-// queues, queue pairs, and the RoCEv2 transport, split the way a hardware RNIC (and Linux
-// Soft-RoCE) splits it:
-//
-//   - the requester turns send work requests into packets (requester.go),
-//   - the responder validates and executes inbound requests and answers them (responder.go),
-//   - the completer consumes acknowledgements and responses, retires work requests into
-//     the completion queue and owns retransmission and RNR back-off (completer.go),
-//   - the receive loop checks every datagram and routes it (recv.go).
-//
-// The engine's types carry the numeric values of libibverbs and the IBTA spec so that the
-// public verbs package converts by a plain cast. The engine does not know about the verbs
-// package; verbs adapts it as one provider.
+// The engine's data-path types and enums (work requests, completions, SGEs, QP
+// attributes, address handles), carrying libibverbs' numeric values.
+
 package engine
 
 import (

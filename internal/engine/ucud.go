@@ -1,3 +1,7 @@
+// The UC and UD responders (IBTA 9.8.2, 9.8.4): UC without ACKs, dropping a message
+// that lost a packet; UD delivering datagrams with the GRH area; and invalidation for
+// LOCAL_INV and SEND_WITH_INV.
+
 package engine
 
 import (
@@ -105,7 +109,7 @@ const grhLen = 40
 // fillGRH writes the GRH area as Linux rxe does for RoCEv2: for IPv4 the 20-byte IPv4
 // header in its last 20 bytes (the first 20 are zero), for IPv6 the IPv6 header.
 func (qp *QP) fillGRH(grh *[grhLen]byte, from netip.AddrPort, udpPayload int) {
-	ip := wire.IPHeader{Src: from.Addr(), Dst: qp.dev.local.Addr(), SrcPort: from.Port(), DstPort: qp.dev.local.Port(), DF: true}
+	ip := qp.dev.rxIP(from)
 	var hdr [48]byte
 	b := wire.AppendIPUDP(hdr[:0], &ip, udpPayload)
 	if from.Addr().Unmap().Is4() {

@@ -1,189 +1,16 @@
+// Packet input: the checks each received datagram passes (parse, ICRC, P_Key, QP lookup,
+// QP state, peer address; IBTA 9.6 and Annex A17.4) before it goes to the responder or
+// the completer.
+
 package engine
 
 import (
 	"encoding/binary"
 	"net/netip"
-	"runtime"
-	"time"
 
 	"github.com/goverbs/goverbs/netio"
 	"github.com/goverbs/goverbs/wire"
 )
-
-// rxBufSize is a receive buffer: a whole GRO run when the socket coalesces, otherwise the
-// largest RoCEv2 packet with room to spare (a longer datagram is truncated and then fails
-// its length or ICRC check, which is what it deserves).
-func rxBufSize(c netio.Caps) int {
-	if c.GRO {
-		return 1 << 16
-	}
-	return 2 * txBufSize
-}
-
-// newRxMsgs allocates the receive batch.
-func newRxMsgs(caps netio.Caps) []netio.Message {
-	msgs := make([]netio.Message, min(max(caps.BatchSize, 1), 64))
-	size := rxBufSize(caps)
-	for i := range msgs {
-		msgs[i].Buf = make([]byte, size)
-	}
-	return msgs
-}
-
-// rxLoop is the device's receive path in the default mode: it sleeps in the netpoller
-// until a batch arrives and processes each packet to completion (responder or completer)
-// before reading the next batch, then sends the ACKs the batch earned, one per QP.
-func (d *Device) rxLoop() {
-	defer close(d.rxDone)
-	if d.poller != nil {
-		d.busyLoop()
-		return
-	}
-	for {
-		n, err := d.conn.ReadBatch(d.rxMsgs)
-		raceAcquireWire()
-		if err != nil {
-			if isClosed(err) || d.closed.Load() {
-				return
-			}
-			if d.debug {
-				d.log.Debug("receive error", "dev", d.name, "err", err)
-			}
-			time.Sleep(time.Millisecond) // a persistent socket error must not spin a core
-			continue
-		}
-		d.processRx(n)
-	}
-}
-
-// busyLoop serves a busy-poll device: the application's CQ polls read the socket
-// themselves (PollRx); this goroutine only parks until traffic arrives that nobody is
-// polling for, such as one-sided WRITEs to a passive target.
-func (d *Device) busyLoop() {
-	seen := d.polls.Load()
-	for {
-		if d.closed.Load() {
-			return
-		}
-		// While the application polls, stay out of its way: a goroutine woken by every
-		// packet takes the core from the thread that is spinning for that packet (on a
-		// small machine, one core per process). Look again a while later.
-		if n := d.polls.Load(); n != seen {
-			seen = n
-			time.Sleep(busyIdle)
-			continue
-		}
-		// No poll for a while: the ACKs the pollers left owing are this goroutine's.
-		if d.rxMu.TryLock() {
-			d.flushAcks()
-			d.rxMu.Unlock()
-		}
-		ready, err := d.poller.WaitReadable(busyIdle)
-		if err != nil {
-			if isClosed(err) || d.closed.Load() {
-				return
-			}
-			time.Sleep(time.Millisecond)
-			continue
-		}
-		if !ready || d.polls.Load() != seen {
-			continue // nothing came, or a poller is back and takes it
-		}
-		if !d.rxMu.TryLock() {
-			runtime.Gosched()
-			continue
-		}
-		d.pollLocked(min(len(d.rxMsgs), busyBatch))
-		d.flushAcks() // no application thread to spare here: answer at once
-		d.rxMu.Unlock()
-	}
-}
-
-// busyBatch is how many datagrams (GRO runs, when the socket coalesces) the background
-// goroutine's poll reads at most; an application's poll (PollRx) reads one. recvmmsg
-// returns only after it has failed to read one datagram more than it found, a second
-// pass through the socket layer, and an application that spins for a completion mostly
-// finds one datagram: in a busy ping-pong, 8 slots instead of 1 cost 0.2 µs one-way
-// (4.68 against 4.48 µs, 8 interleaved rounds). Traffic nobody polls for (a passive
-// WRITE target) is the background goroutine's, and a stream: it reads in batches.
-// (Switching an application's poll to 8 slots while datagrams kept coming lost the
-// latency gain, the peer's ACK arriving just before its next request.)
-const busyBatch = 8
-
-// busyIdle is how long the background goroutine leaves a busy-poll device to its
-// pollers once it has seen them poll.
-const busyIdle = time.Millisecond
-
-// PollRx reads and processes what the socket holds now, if no one else is doing so.
-// It reports whether it ran. Busy-poll devices call it from CQ polls.
-func (d *Device) PollRx() bool {
-	d.polls.Add(1)
-	if !d.rxMu.TryLock() {
-		return false
-	}
-	d.pollLocked(1)
-	d.rxMu.Unlock()
-	return true
-}
-
-// pollLocked reads and processes one batch of up to slots datagrams; d.rxMu is held.
-//
-// The poller is the application's thread, so ACKs wait: an ACK's send is a syscall, and
-// it should stand neither between a packet and the completion the application spins for
-// nor between that completion and the application's next post. An owed ACK leaves with
-// the QP's next requests (ackAlong), which a ping-pong posts at once; otherwise at a
-// poll that follows an empty one (the application is idle, waiting), or after two polls
-// at most while traffic keeps arriving. A poller that stops polling leaves them to the
-// background goroutine (busyLoop), within two busyIdle periods.
-func (d *Device) pollLocked(slots int) {
-	if len(d.ackQueue) > 0 {
-		if d.pollIdle || d.ackAge >= 2 {
-			d.flushAcks()
-		} else {
-			d.ackAge++
-		}
-	}
-	n, err := d.poller.PollBatch(d.rxMsgs[:slots])
-	raceAcquireWire()
-	d.pollIdle = n == 0
-	if err == nil && n > 0 {
-		d.inputBatch(n)
-	}
-}
-
-// processRx runs the first n messages of the receive batch through the device and sends
-// the ACKs they earned.
-func (d *Device) processRx(n int) {
-	d.inputBatch(n)
-	d.flushAcks()
-}
-
-func (d *Device) inputBatch(n int) {
-	for i := range d.rxMsgs[:n] {
-		m := &d.rxMsgs[i]
-		b := m.Buf[:m.N]
-		if m.SegSize > 0 {
-			for seg := 0; len(b) > 0; seg++ {
-				k := min(m.SegSize, len(b))
-				d.input(b[:k], m.Addr, seg)
-				b = b[k:]
-			}
-		} else {
-			d.input(b, m.Addr, 0)
-		}
-	}
-}
-
-func (d *Device) flushAcks() {
-	for i, qp := range d.ackQueue {
-		qp.mu.Lock()
-		qp.flushAck()
-		qp.mu.Unlock()
-		d.ackQueue[i] = nil
-	}
-	d.ackQueue = d.ackQueue[:0]
-	d.ackAge = 0
-}
 
 // input checks one datagram and routes it (IBTA 9.6 and Annex A17.4: the receive checks of
 // a RoCEv2 port, in the order Linux rxe applies them).
@@ -366,4 +193,17 @@ func (qp *QP) receive(p *wire.Packet, from netip.AddrPort) {
 	case QPTypeUD:
 		qp.respondUD(p, from)
 	}
+}
+
+// rxLookupQP is lookupQP for the receive path, which owns the one-entry cache.
+func (d *Device) rxLookupQP(qpn uint32) *QP {
+	gone := d.qpGone.Load()
+	if qp := d.rxQP; qp != nil && qp.qpn == qpn && d.rxQPGone == gone {
+		return qp
+	}
+	qp := d.lookupQP(qpn)
+	if qp != nil {
+		d.rxQP, d.rxQPGone = qp, gone
+	}
+	return qp
 }

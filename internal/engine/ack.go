@@ -1,0 +1,168 @@
+// Acknowledgements: every decision about sending one. The requester's (which packets ask
+// for an ACK), the responder's (one coalesced ACK per QP per receive batch, one sequence
+// NAK per loss, ACKs and NAKs queued behind READ responses), and the busy-poll deferral
+// (an ACK a poller earns waits for the QP's next requests or the next idle poll).
+// Consuming ACKs is the completer's (completer.go).
+
+package engine
+
+import "github.com/goverbs/goverbs/wire"
+
+// ackState is what a QP keeps about acknowledgements, as requester and as responder.
+type ackState struct {
+	// Requester: packets sent since the last one with AckReq.
+	sinceAckReq int
+
+	// Responder: the coalesced ACK owed to the peer (rxe sends one per AckReq; goverbs
+	// one per receive batch), and whether the QP is on the device's list of QPs owing one.
+	owed    bool
+	owedPSN wire.PSN
+	listed  bool
+
+	// A PSN sequence NAK was sent for the expected PSN; no other until it arrives.
+	seqNakSent bool
+}
+
+// deviceAcks is the device's list of QPs owing an ACK, and the busy-poll deferral's
+// state (sendDueAcks). Owned by the receive path.
+type deviceAcks struct {
+	owing []*QP
+	// The last poll found nothing; polls the owed ACKs have waited.
+	pollIdle bool
+	age      int
+}
+
+// askAck reports whether a packet of w (its last, if last) sets AckReq, and counts it.
+// IBTA 9.7.5.1 leaves the choice to the requester: goverbs asks on the last packet of a
+// message that wantsAck, and every maxPktsPerAck packets of a long stream.
+func (qp *QP) askAck(w *sendWQE, last bool) bool {
+	qp.acks.sinceAckReq++
+	if last && qp.wantsAck(w) || qp.acks.sinceAckReq >= maxPktsPerAck {
+		qp.acks.sinceAckReq = 0
+		return true
+	}
+	return false
+}
+
+// wantsAck reports whether the last packet of w asks for an ACK (IBTA 9.7.5.1: the
+// requester chooses where to set AckReq). A message that completes visibly (signaled, or
+// on a sig-all QP) or that ends what is queued now asks, so that nobody waits for a
+// completion or a retransmit timer; a message in the middle of an unsignaled stream
+// leaves it to the packet count, so the peer's ACKs (and the wake-ups they cost here)
+// come every maxPktsPerAck packets instead of every message.
+func (qp *QP) wantsAck(w *sendWQE) bool {
+	return qp.sigAll || w.wr.Flags&SendSignaled != 0 || qp.sq.req+1 == qp.sq.tail
+}
+
+// restartAckCount starts the AckReq packet count again: after a READ or atomic request
+// (which always asks), or a rewind.
+func (qp *QP) restartAckCount() { qp.acks.sinceAckReq = 0 }
+
+// queueAck asks for an ACK of psn at the end of the receive batch; several requests in
+// one batch are answered by one ACK of the newest.
+func (qp *QP) queueAck(psn wire.PSN) {
+	a := &qp.acks
+	a.owed = true
+	a.owedPSN = psn
+	if !a.listed {
+		a.listed = true
+		qp.dev.acks.owing = append(qp.dev.acks.owing, qp)
+	}
+}
+
+// flushAck sends the coalesced ACK. qp.mu is held.
+func (qp *QP) flushAck() {
+	a := &qp.acks
+	a.listed = false
+	if !a.owed || qp.closed {
+		return
+	}
+	a.owed = false
+	qp.sendAck(wire.ACKSyndrome(wire.CreditsInvalid), a.owedPSN)
+}
+
+// ackAlong puts an ACK this QP owes its peer into the batch its requests are about to
+// leave in, when nothing else is queued ahead of it: one syscall then carries both (a
+// busy-poll device owes ACKs until its next poll; see sendDueAcks).
+func (qp *QP) ackAlong(tx *txBatch) {
+	a := &qp.acks
+	if a.owed && qp.resp.out.empty() {
+		a.owed = false
+		qp.buildAck(tx, wire.ACKSyndrome(wire.CreditsInvalid), a.owedPSN)
+	}
+}
+
+// sequenceNak answers a request past the expected PSN: packets in between were lost.
+// One PSN sequence NAK, then silence until the expected PSN arrives (IBTA 9.7.5.1.2,
+// C9-103).
+func (qp *QP) sequenceNak(got wire.PSN) {
+	r := &qp.resp
+	if qp.acks.seqNakSent {
+		return
+	}
+	if qp.dev.debug {
+		qp.dev.log.Debug("sequence NAK sent", "dev", qp.dev.name, "qp", qp.qpn, "got", uint32(got), "expected", uint32(r.psn))
+	}
+	qp.acks.seqNakSent = true
+	qp.Stats.SeqNakSent++
+	qp.dev.counters.SeqNakSent.Add(1)
+	qp.sendAck(wire.NAKSyndrome(wire.NAKPSNSeqError), r.psn)
+}
+
+// sendAck sends an ACK or NAK for psn now, behind any responses still queued.
+func (qp *QP) sendAck(syn wire.Syndrome, psn wire.PSN) {
+	qp.queueAckItem(syn, psn)
+	qp.flushResponses()
+}
+
+// queueAckItem queues an ACK or NAK. Consecutive plain ACKs collapse into the newest.
+func (qp *QP) queueAckItem(syn wire.Syndrome, psn wire.PSN) {
+	q := &qp.resp.out
+	if n := len(q.items); n > q.head && q.items[n-1].kind == respAck &&
+		q.items[n-1].syn.Type() == wire.AckTypeACK && syn.Type() == wire.AckTypeACK {
+		q.items[n-1].psn = psn
+		return
+	}
+	q.push(respItem{kind: respAck, syn: syn, psn: psn})
+}
+
+// buildAck adds an ACK or NAK packet to tx.
+func (qp *QP) buildAck(tx *txBatch, syn wire.Syndrome, psn wire.PSN) {
+	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAck, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn}}
+	h.AETH = wire.AETHFields{Syndrome: syn, MSN: qp.resp.msn}
+	qp.dev.emit(tx, qp.remote, &h, payload{}, false)
+	qp.Stats.TxPackets++
+}
+
+// flushAcks sends every ACK the device's QPs owe. The receive path calls it.
+func (d *Device) flushAcks() {
+	for i, qp := range d.acks.owing {
+		qp.mu.Lock()
+		qp.flushAck()
+		qp.mu.Unlock()
+		d.acks.owing[i] = nil
+	}
+	d.acks.owing = d.acks.owing[:0]
+	d.acks.age = 0
+}
+
+// sendDueAcks is a busy poll's ACK deferral, run before it reads the socket when ACKs
+// are owed (the caller checks acks.owing: most polls owe none); d.rxMu is held.
+//
+// The poller is the application's thread, so ACKs wait: an ACK's send is a syscall, and
+// it should stand neither between a packet and the completion the application spins for
+// nor between that completion and the application's next post. An owed ACK leaves with
+// the QP's next requests (ackAlong), which a ping-pong posts at once; otherwise at a
+// poll that follows an empty one (the application is idle, waiting), or after two polls
+// at most while traffic keeps arriving. A poller that stops polling leaves them to the
+// background goroutine (busyLoop), within two busyIdle periods.
+func (d *Device) sendDueAcks() {
+	if d.acks.pollIdle || d.acks.age >= 2 {
+		d.flushAcks()
+	} else {
+		d.acks.age++
+	}
+}
+
+// polled records whether a busy poll found anything, for sendDueAcks.
+func (a *deviceAcks) polled(n int) { a.pollIdle = n == 0 }

@@ -1,0 +1,16 @@
+// Package engine is the goverbs software RDMA device: memory regions and keys, completion
+// queues, queue pairs, and the RoCEv2 transport, split the way a hardware RNIC (and Linux
+// Soft-RoCE) splits it:
+//
+//   - the requester turns send work requests into packets (requester.go),
+//   - the responder validates and executes inbound requests and answers them (responder.go),
+//   - the completer consumes acknowledgements and responses, retires work requests into
+//     the completion queue and owns retransmission and RNR back-off (completer.go),
+//   - the receive path reads the socket (drive.go) and checks every datagram and routes
+//     it (input.go); every decision about sending ACKs is in ack.go; every packet leaves
+//     through emit (emit.go) into a transmit batch (tx.go).
+//
+// The engine's types carry the numeric values of libibverbs and the IBTA spec so that the
+// public verbs package converts by a plain cast. The engine does not know about the verbs
+// package; verbs adapts it as one provider.
+package engine

@@ -70,10 +70,21 @@ func (qp *QP) queueAck(psn wire.PSN) {
 	}
 }
 
-// flushAck sends the coalesced ACK. qp.mu is held.
+// flushAck sends the coalesced ACK, for the device's list. qp.mu is held.
 func (qp *QP) flushAck() {
+	qp.acks.listed = false
+	qp.sendOwedAck()
+}
+
+// sendOwedAck sends the coalesced ACK now, if one is owed. qp.mu is held.
+//
+// Besides the device's list, the QP's destruction and its reset call it: an owed ACK is
+// a deferral of goverbs' own (an RNIC sends it as the request arrives), so what ends the
+// QP must not end the ACK with it. A busy-poll application that takes its last receive
+// completion and closes at once (rc_pingpong's client) otherwise left its peer
+// retransmitting into a QP that no longer exists, until retry-exceeded.
+func (qp *QP) sendOwedAck() {
 	a := &qp.acks
-	a.listed = false
 	if !a.owed || qp.closed {
 		return
 	}

@@ -375,6 +375,7 @@ func (qp *QP) setState(s QPState) {
 	}
 	switch s {
 	case QPStateReset:
+		qp.sendOwedAck() // for a request executed before the reset (see sendOwedAck)
 		qp.reset()
 	case QPStateRTR:
 		if qp.mtu == 0 {
@@ -475,6 +476,7 @@ func (qp *QP) Close() error {
 		qp.mu.Unlock()
 		return nil
 	}
+	qp.sendOwedAck() // for a request executed before the close (see sendOwedAck)
 	qp.closed = true
 	qp.state = QPStateErr
 	qp.comp.stopTimers()

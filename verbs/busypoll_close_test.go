@@ -1,0 +1,46 @@
+package verbs
+
+import (
+	"net/netip"
+	"testing"
+)
+
+// TestBusyPollOwedAckLeavesBeforeTheQPGoes: a busy-poll device defers the ACK a poll
+// earns (it leaves with the QP's next requests or a later poll). An application that
+// takes its last receive completion and then destroys the QP, resets it or closes the
+// device must not take that ACK with it: on an RNIC it left when the SEND arrived. The
+// peer's SEND must complete with success, not with retry-exceeded once its timer gives
+// up (rc_pingpong --busy-poll as the client: the server failed with wr_id 2, 6 of 6).
+func TestBusyPollOwedAckLeavesBeforeTheQPGoes(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		end  func(t *testing.T, b *host, qb *QP)
+	}{
+		{"QP.Close", func(t *testing.T, b *host, qb *QP) { noErr(t, qb.Close()) }},
+		{"Device.Close", func(t *testing.T, b *host, qb *QP) { noErr(t, b.dev.Close()) }},
+		{"Modify RESET", func(t *testing.T, b *host, qb *QP) {
+			noErr(t, qb.Modify(&QPAttr{State: QPStateReset}, QPAttrState))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newHost(t, "127.10.41.2")
+			b := newHostCfg(t, SoftConfig{Addr: netip.MustParseAddr("127.10.41.3"), BusyPoll: true})
+			params := defaultRC()
+			params.timeout, params.retry = 14, 1 // 67 ms, one retry: a lost ACK fails in ~0.3 s
+			p := newPair(t, a, b, QPTypeRC, params)
+			src, dst := a.mr(t, 64, allAccess), b.mr(t, 64, allAccess)
+			noErr(t, p.qb.PostRecv(RecvWR{ID: 1, SGL: []SGE{dst.SGE(0, 64)}}))
+			noErr(t, p.qa.PostSend(SendWR{ID: 2, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{src.SGE(0, 64)}}))
+			expectStatus(t, b.rcq, 1, WCSuccess) // b's poll takes the SEND and owes its ACK
+			tc.end(t, b, p.qb)                   // at once, as rc_pingpong's last iteration does
+			expectStatus(t, a.cq, 2, WCSuccess)
+		})
+	}
+}
+
+func noErr(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

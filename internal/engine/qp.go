@@ -120,7 +120,7 @@ type QP struct {
 	attr   QPAttr
 	remote netip.AddrPort // RC/UC: the peer, from the AH
 
-	// ICRC strictness (recv.go checkICRC): goverbs-style packets seen in a row, and
+	// ICRC strictness (input.go checkICRC): goverbs-style packets seen in a row, and
 	// whether the peer ever sent another kind.
 	icrcRun     atomic.Uint32
 	icrcForeign atomic.Bool

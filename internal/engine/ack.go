@@ -32,6 +32,9 @@ type deviceAcks struct {
 	age      int
 }
 
+// maxPktsPerAck is how many packets of a long stream may go without AckReq.
+const maxPktsPerAck = 64
+
 // askAck reports whether a packet of w (its last, if last) sets AckReq, and counts it.
 // IBTA 9.7.5.1 leaves the choice to the requester: goverbs asks on the last packet of a
 // message that wantsAck, and every maxPktsPerAck packets of a long stream.
@@ -57,6 +60,15 @@ func (qp *QP) wantsAck(w *sendWQE) bool {
 // restartAckCount starts the AckReq packet count again: after a READ or atomic request
 // (which always asks), or a rewind.
 func (qp *QP) restartAckCount() { qp.acks.sinceAckReq = 0 }
+
+// ackIfAsked acknowledges through psn a request that asked (AckReq), new or duplicate
+// (IBTA 9.7.5.1.5: a duplicate SEND or WRITE is acknowledged again, not executed).
+// Requests without AckReq are acknowledged by a later ACK (9.7.5.1: ACKs coalesce).
+func (qp *QP) ackIfAsked(p *wire.Packet, psn wire.PSN) {
+	if p.BTH.AckReq() {
+		qp.queueAck(psn)
+	}
+}
 
 // queueAck asks for an ACK of psn at the end of the receive batch; several requests in
 // one batch are answered by one ACK of the newest.

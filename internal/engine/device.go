@@ -33,7 +33,6 @@ const (
 	MaxRdAtomic    = 128
 	MaxMsgSize     = 1 << 23 // 8 MiB, port max_msg_sz
 	MaxUnackedPSNs = 128     // requester window, as rxe
-	maxPktsPerAck  = 64      // AckReq at least this often in a long message
 	firstQPN       = 0x11    // QP0/QP1 are special (IBTA 10.2.4.1); rxe starts at 17 too
 )
 

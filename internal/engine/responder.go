@@ -97,9 +97,7 @@ func (qp *QP) respond(p *wire.Packet) {
 	if fl.Has(wire.Last) || fl.Has(wire.Only) {
 		r.msn = (r.msn + 1) & wire.PSNMask
 	}
-	if p.BTH.AckReq() {
-		qp.queueAck(psn)
-	}
+	qp.ackIfAsked(p, psn)
 }
 
 // requestValid applies the checks of a request at the expected PSN that do not depend on
@@ -395,9 +393,7 @@ func (qp *QP) duplicate(p *wire.Packet, psn wire.PSN) {
 			}
 		}
 	default:
-		if p.BTH.AckReq() {
-			qp.queueAck(r.psn.Sub(1))
-		}
+		qp.ackIfAsked(p, r.psn.Sub(1)) // the newest PSN executed
 	}
 }
 

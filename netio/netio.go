@@ -126,11 +126,20 @@ type Caps struct {
 	GSO bool
 	// GRO: UDP generic receive offload is on. ReadBatch may then return
 	// several datagrams coalesced in one Message (SegSize > 0); give it
-	// buffers of at least MaxGROSize bytes. The UDP backend turns GRO off
+	// buffers of at least GROBufSize bytes. The UDP backend turns GRO off
 	// (and this false) the first time ReadBatch gets a smaller buffer.
 	GRO bool
-	// MaxSegments is the largest number of datagrams per GSO send.
+	// GROBufSize is the read buffer size that holds any coalesced run
+	// (MaxGROSize for the UDP backend); 0 without GRO.
+	GROBufSize int
+	// MaxSegments is the largest number of datagrams one GSO send carries,
+	// and MaxGSOBytes the most bytes (UDP payload, all segments together).
+	// A sender that numbers a run's segments (GSOSegmentID) must keep each
+	// run within both, so that the run leaves as one GSO send; WriteBatch
+	// sends a longer run as several, each numbered from 0. Without GSO they
+	// are 1 and 0: every datagram is a send of its own.
 	MaxSegments int
+	MaxGSOBytes int
 	// RecvBuf and SendBuf are the socket buffer sizes actually in force,
 	// as getsockopt reports them (Linux reports twice the requested size).
 	RecvBuf, SendBuf int
@@ -292,12 +301,14 @@ type Recorder interface {
 	Record(t time.Time, src, dst netip.AddrPort, ipID uint16, udpPayload []byte) error
 }
 
-// maxGSOBytes is the most UDP payload one GSO send carries: it fits the
-// IPv4 and IPv6 length limits with room for headers.
+// maxGSOBytes is the most UDP payload one GSO send of the UDP backend
+// carries (Caps.MaxGSOBytes): it fits the IPv4 and IPv6 length limits with
+// room for headers.
 const maxGSOBytes = 65535 - 48
 
 // gsoRunSegments is how many segments of size segSize one GSO send carries
-// at most; a longer run is sent as several GSO sends, each numbered from 0.
-func gsoRunSegments(segSize, maxSegments int) int {
-	return max(1, min(maxSegments, maxGSOBytes/segSize))
+// at most, given a Conn's limits (Caps.MaxSegments, Caps.MaxGSOBytes); a
+// longer run is sent as several GSO sends, each numbered from 0.
+func gsoRunSegments(segSize, maxSegments, maxBytes int) int {
+	return max(1, min(maxSegments, maxBytes/segSize))
 }

@@ -109,7 +109,7 @@ func (t *teeConn) WriteBatch(msgs []Message) (int, error) {
 		for i := range msgs[:n] {
 			run := 0
 			if caps.GSO && msgs[i].SegSize > 0 {
-				run = gsoRunSegments(msgs[i].SegSize, caps.MaxSegments)
+				run = gsoRunSegments(msgs[i].SegSize, caps.MaxSegments, caps.MaxGSOBytes)
 			}
 			t.record(now, &msgs[i], src, msgs[i].Addr, run)
 		}

@@ -254,17 +254,22 @@ func (c *udpConn) LocalAddr() netip.AddrPort { return c.local }
 func (c *udpConn) SourceAddr() netip.AddrPort { return c.src }
 
 func (c *udpConn) Caps() Caps {
-	return Caps{
+	caps := Caps{
 		BatchSize:     batchSize,
-		GSO:           c.gso.Load(),
-		GRO:           c.gro.Load(),
-		MaxSegments:   maxGSOSegments,
+		MaxSegments:   1,
 		RecvBuf:       c.rcvBuf,
 		SendBuf:       c.sndBuf,
 		RecvBufWanted: 2 * c.rcvWant, // in getsockopt's terms, as RecvBuf
 		SendBufWanted: 2 * c.sndWant,
 		IPv4IDZero:    !c.v6,
 	}
+	if c.gso.Load() {
+		caps.GSO, caps.MaxSegments, caps.MaxGSOBytes = true, maxGSOSegments, maxGSOBytes
+	}
+	if c.gro.Load() {
+		caps.GRO, caps.GROBufSize = true, MaxGROSize
+	}
+	return caps
 }
 
 func (c *udpConn) Close() error {

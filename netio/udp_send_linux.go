@@ -85,7 +85,7 @@ func (c *udpConn) writeBatch(msgs []Message) (int, error) {
 			size, segs, gso := rest, 1, false
 			if ss := m.SegSize; ss > 0 && rest > ss {
 				if c.gso.Load() && split != mi {
-					segs = min(gsoRunSegments(ss, maxGSOSegments), (rest+ss-1)/ss)
+					segs = min(gsoRunSegments(ss, maxGSOSegments, maxGSOBytes), (rest+ss-1)/ss)
 					if segs > 1 {
 						size = min(rest, segs*ss)
 						gso = true

@@ -354,7 +354,7 @@ func (c *conn) Caps() netio.Caps {
 	c.net.mu.Lock()
 	limit := c.net.queueLimit
 	c.net.mu.Unlock()
-	return netio.Caps{BatchSize: BatchSize, MaxSegments: 64, IPv4IDZero: true, RecvBuf: limit * 2048}
+	return netio.Caps{BatchSize: BatchSize, MaxSegments: 1, IPv4IDZero: true, RecvBuf: limit * 2048}
 }
 
 func (c *conn) Close() error {

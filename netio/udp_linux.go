@@ -97,6 +97,9 @@ func ListenUDP(addr netip.AddrPort, opts UDPOptions) (Conn, error) {
 			}
 		}
 		c.rcvBuf = setBuf(s, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, recvWant)
+		if c.v6 {
+			acceptZeroChecksum6(s)
+		}
 		return pmtu(s)
 	}
 	sendSetup := func(s int) error {
@@ -205,6 +208,21 @@ func openRaw(addr netip.AddrPort, v6 bool, setup func(fd int) error) (int, netip
 		local = netip.AddrPortFrom(netip.AddrFrom16(a.Addr).WithZone(addr.Addr().Zone()), uint16(a.Port))
 	}
 	return fd, local, nil
+}
+
+// acceptZeroChecksum6 lets the IPv6 receive socket accept UDP datagrams whose checksum
+// is 0. IPv6 makes the UDP checksum mandatory (RFC 8200 section 8.1), so the kernel
+// drops such datagrams and counts them in Udp6InCsumErrors; yet Linux rxe sends RoCEv2
+// over IPv6 with checksum 0 (the ICRC protects the payload), and without this no reply
+// of an rxe peer ever reaches us. Best effort: a kernel or sandbox without
+// UDP_NO_CHECK6_RX (Linux 3.16) still talks to peers that checksum.
+//
+// What goverbs sends is another matter: a real checksum, which the kernel computes
+// (UDP_NO_CHECK6_TX stays off). RFC 6935 and 6936 allow a zero checksum over IPv6 only
+// for tunnel protocols on sockets that opt in, and rxe, like any receiver, accepts a
+// checksummed datagram.
+func acceptZeroChecksum6(fd int) {
+	_ = unix.SetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_NO_CHECK6_RX, 1)
 }
 
 // dropAll attaches a socket filter that accepts nothing: the send socket is never read,

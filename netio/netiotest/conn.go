@@ -1,0 +1,323 @@
+// Package netiotest provides an in-memory [netio.Conn] for tests, and [TestConn], the
+// conformance suite every netio backend passes.
+//
+// A [Conn] is one end of an in-memory datagram path: [Pipe] connects two, so that what
+// one writes the other reads, with no socket, timer or goroutine in between; [NewConn]
+// makes one with no peer, which the test drives by hand: it injects what the Conn reads
+// ([Conn.Inject], or [Conn.Deliver] in lockstep with the reader) and watches what it
+// writes ([Conn.OnWrite]). A Conn is a [netio.Poller] as well, so a busy-poll device runs
+// on it too.
+//
+// It keeps to netio's contract as the UDP backend does: reads fill the caller's buffers,
+// a run with SegSize goes out as its separate datagrams (a Conn has no GSO, and says so
+// in Caps), a gathering Message (Iov) arrives as its concatenation, Close unblocks a
+// reader with net.ErrClosed, and a datagram that finds the receive queue full is
+// dropped, as a socket buffer drops it. In steady state nothing allocates: the queue's
+// slots are kept and reused.
+package netiotest
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/goverbs/goverbs/netio"
+)
+
+// DefaultDepth is the receive queue length, in datagrams, of the Conns Pipe and NewConn
+// make.
+const DefaultDepth = 1024
+
+// BatchSize is what a Conn's Caps reports as its batch size.
+const BatchSize = 64
+
+// Conn is an in-memory netio.Conn; see the package documentation. Its methods are safe
+// for concurrent use.
+type Conn struct {
+	local netip.AddrPort
+	peer  *Conn
+
+	mu     sync.Mutex
+	moved  sync.Cond // broadcast when a reader looks at the queue, and on Close
+	slots  [][]byte  // the receive queue: a ring of datagram buffers, kept for reuse
+	lens   []int
+	segs   []int // SegSize of an injected run (0 for a datagram)
+	from   []netip.AddrPort
+	head   int // next slot to read
+	count  int // datagrams queued
+	looks  uint64
+	empty  uint64 // the look that emptied the queue last
+	closed bool
+	ready  chan struct{} // a datagram was queued (capacity 1)
+	done   chan struct{} // closed by Close
+
+	wmu     sync.Mutex // serializes writers: they share the gather buffer
+	gather  []byte
+	onWrite func(dst netip.AddrPort, dgram []byte)
+}
+
+// Pipe returns two connected Conns at addresses a and b: whatever one writes, to any
+// destination, the other reads, from the writer's address.
+func Pipe(a, b netip.AddrPort) (*Conn, *Conn) {
+	x, y := NewConn(a), NewConn(b)
+	x.peer, y.peer = y, x
+	return x, y
+}
+
+// NewConn returns a Conn at local with no peer: it reads what the test injects, and what
+// it writes goes nowhere but to the OnWrite hook.
+func NewConn(local netip.AddrPort) *Conn {
+	c := &Conn{
+		local: local,
+		slots: make([][]byte, DefaultDepth),
+		lens:  make([]int, DefaultDepth),
+		segs:  make([]int, DefaultDepth),
+		from:  make([]netip.AddrPort, DefaultDepth),
+		ready: make(chan struct{}, 1),
+		done:  make(chan struct{}),
+	}
+	c.moved.L = &c.mu
+	return c
+}
+
+// OnWrite sets a hook that WriteBatch calls with every datagram it sends (each segment of
+// a run on its own, a gathering Message gathered), before the peer gets it. dgram is
+// valid only during the call. Calls are serialized. The hook may block: WriteBatch waits
+// for it, as it would for a slow kernel copy. nil removes the hook.
+func (c *Conn) OnWrite(f func(dst netip.AddrPort, dgram []byte)) {
+	c.wmu.Lock()
+	c.onWrite = f
+	c.wmu.Unlock()
+}
+
+// LocalAddr is the address the Conn was made with.
+func (c *Conn) LocalAddr() netip.AddrPort { return c.local }
+
+// SourceAddr is LocalAddr: a Conn sends from the address it receives on.
+func (c *Conn) SourceAddr() netip.AddrPort { return c.local }
+
+// Caps reports a batch size of BatchSize, no offloads (a run is sent as its datagrams)
+// and IPv4 Identification 0, as goverbs' UDP backend without GSO.
+func (c *Conn) Caps() netio.Caps {
+	return netio.Caps{BatchSize: BatchSize, MaxSegments: 1, IPv4IDZero: true, RecvBuf: DefaultDepth * 2048}
+}
+
+// Close closes the Conn and unblocks its readers and a Deliver in progress. A second
+// Close returns an error satisfying errors.Is(err, net.ErrClosed).
+func (c *Conn) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return c.closedErr("close")
+	}
+	c.closed = true
+	close(c.done)
+	c.moved.Broadcast()
+	return nil
+}
+
+func (c *Conn) closedErr(op string) error {
+	return fmt.Errorf("netiotest: %s %v: %w", op, c.local, net.ErrClosed)
+}
+
+// WriteBatch delivers every datagram of msgs to the peer (if any) and the OnWrite hook.
+// A run (SegSize) is sent as its separate datagrams; a datagram that finds the peer's
+// queue full is dropped.
+func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	var refused *netio.SendError
+	for i := range msgs {
+		if c.isClosed() {
+			return i, c.closedErr("write")
+		}
+		m := &msgs[i]
+		var b []byte
+		if m.Iov == nil {
+			b = m.Buf[:m.N]
+		} else {
+			if len(m.Iov) > netio.MaxIov {
+				if refused == nil {
+					refused = &netio.SendError{Index: i, Addr: m.Addr, Err: netio.ErrTooManyIov}
+				}
+				refused.Skipped += m.NumSegments()
+				continue
+			}
+			c.gather = c.gather[:0]
+			for _, v := range m.Iov {
+				c.gather = append(c.gather, v...)
+			}
+			b = c.gather
+		}
+		for len(b) > 0 || m.N == 0 {
+			n := len(b)
+			if m.SegSize > 0 {
+				n = min(n, m.SegSize)
+			}
+			if c.onWrite != nil {
+				c.onWrite(m.Addr, b[:n])
+			}
+			if c.peer != nil {
+				c.peer.enqueue(c.local, b[:n], 0)
+			}
+			b = b[n:]
+			if m.N == 0 {
+				break // an empty datagram is still one
+			}
+		}
+	}
+	if refused != nil {
+		return len(msgs), refused
+	}
+	return len(msgs), nil
+}
+
+func (c *Conn) isClosed() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// enqueue copies one datagram (a run when segSize > 0) into the receive queue, or drops
+// it when the queue is full or the Conn closed.
+func (c *Conn) enqueue(from netip.AddrPort, b []byte, segSize int) {
+	c.mu.Lock()
+	if c.closed || c.count == len(c.slots) {
+		c.mu.Unlock()
+		return
+	}
+	i := (c.head + c.count) % len(c.slots)
+	c.slots[i] = append(c.slots[i][:0], b...)
+	c.lens[i], c.segs[i], c.from[i] = len(b), segSize, from
+	c.count++
+	c.mu.Unlock()
+	select {
+	case c.ready <- struct{}{}:
+	default:
+	}
+}
+
+// Inject queues msgs[i].Buf[:N] as datagrams received from msgs[i].Addr, as a peer's
+// writes would be, except that a Message with SegSize > 0 stays one coalesced run, as a
+// socket with GRO hands it over (so a test can feed a receiver GRO runs, well-formed or
+// not). Datagrams beyond the queue's depth are dropped.
+func (c *Conn) Inject(msgs ...netio.Message) {
+	for i := range msgs {
+		m := &msgs[i]
+		c.enqueue(m.Addr, m.Buf[:m.N], m.SegSize)
+	}
+}
+
+// Deliver injects msgs at most max at a time (all at once when max <= 0), and after each
+// batch waits until the reader has taken all of it and come back for more (called
+// ReadBatch or PollBatch again), so that when Deliver returns the reader has finished
+// with everything delivered: its reaction (the datagrams it sent) has happened. It
+// returns early if the Conn is closed.
+func (c *Conn) Deliver(msgs []netio.Message, max int) {
+	if max <= 0 {
+		max = len(msgs)
+	}
+	for len(msgs) > 0 {
+		k := min(max, len(msgs))
+		c.mu.Lock()
+		mark := c.looks
+		c.mu.Unlock()
+		c.Inject(msgs[:k]...)
+		msgs = msgs[k:]
+		c.mu.Lock()
+		for !c.closed && !(c.count == 0 && c.empty > mark && c.looks > c.empty) {
+			c.moved.Wait()
+		}
+		closed := c.closed
+		c.mu.Unlock()
+		if closed {
+			return
+		}
+	}
+}
+
+// PollBatch takes what is queued now, without waiting; 0 when nothing is (netio.Poller).
+func (c *Conn) PollBatch(msgs []netio.Message) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.looks++
+	c.moved.Broadcast()
+	if c.closed {
+		return 0, c.closedErr("read")
+	}
+	k := 0
+	for ; k < len(msgs) && c.count > 0; k++ {
+		m := &msgs[k]
+		m.N = copy(m.Buf, c.slots[c.head][:c.lens[c.head]])
+		m.Addr, m.SegSize = c.from[c.head], c.segs[c.head]
+		if m.SegSize > 0 && m.N < c.lens[c.head] {
+			m.N -= m.N % m.SegSize // a truncated run keeps its whole segments, as with GRO
+		}
+		if m.SegSize >= m.N {
+			m.SegSize = 0
+		}
+		c.head = (c.head + 1) % len(c.slots)
+		c.count--
+	}
+	if k > 0 && c.count == 0 {
+		c.empty = c.looks
+		c.head = 0 // refill from the first slots, which have grown already
+	}
+	return k, nil
+}
+
+// ReadBatch waits until at least one datagram is queued and takes up to len(msgs).
+// Longer datagrams are truncated to the buffer. After Close it returns an error
+// satisfying errors.Is(err, net.ErrClosed).
+func (c *Conn) ReadBatch(msgs []netio.Message) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	for {
+		if n, err := c.PollBatch(msgs); n > 0 || err != nil {
+			return n, err
+		}
+		select {
+		case <-c.ready:
+		case <-c.done:
+		}
+	}
+}
+
+// WaitReadable waits until a datagram is queued, the timeout passes (never, when it is
+// negative) or the Conn closes (netio.Poller).
+func (c *Conn) WaitReadable(timeout time.Duration) (bool, error) {
+	var expired <-chan time.Time
+	if timeout >= 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		expired = t.C
+	}
+	for {
+		c.mu.Lock()
+		queued, closed := c.count > 0, c.closed
+		c.mu.Unlock()
+		switch {
+		case closed:
+			return false, c.closedErr("wait")
+		case queued:
+			return true, nil
+		}
+		select {
+		case <-c.ready:
+		case <-c.done:
+		case <-expired:
+			return false, nil
+		}
+	}
+}
+
+var (
+	_ netio.Conn   = (*Conn)(nil)
+	_ netio.Poller = (*Conn)(nil)
+)

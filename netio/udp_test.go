@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"sync"
 	"testing"
 	"time"
 )
@@ -72,38 +71,6 @@ func readN(t testing.TB, c Conn, want int, timeout time.Duration) (got [][]byte,
 		t.Fatalf("got %d datagrams, want %d", len(got), want)
 	}
 	return got, from
-}
-
-func TestLoopbackBatch(t *testing.T) {
-	for _, tc := range []struct{ name, a, b string }{
-		{"ipv4", "127.0.0.2:0", "127.0.0.3:0"},
-		{"ipv6", "[::1]:0", "[::1]:0"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			a := listen(t, tc.a, UDPOptions{})
-			b := listen(t, tc.b, UDPOptions{DisableGRO: true})
-			const count = 100
-			ms := newMsgs(count, 1400)
-			for i := range ms {
-				ms[i].N = 100 + i
-				ms[i].Addr = b.LocalAddr()
-				pattern(ms[i].Buf[:ms[i].N], i)
-			}
-			n, err := a.WriteBatch(ms)
-			if n != count || err != nil {
-				t.Fatalf("WriteBatch = %d, %v", n, err)
-			}
-			got, from := readN(t, b, count, 5*time.Second)
-			for i, g := range got {
-				if !bytes.Equal(g, ms[i].Buf[:ms[i].N]) {
-					t.Fatalf("datagram %d: got %d bytes %x…, want %d", i, len(g), g[:4], ms[i].N)
-				}
-				if from[i] != a.SourceAddr() {
-					t.Fatalf("from %v, want %v", from[i], a.SourceAddr())
-				}
-			}
-		})
-	}
 }
 
 // TestGSOSplit sends runs with SegSize and checks that a receiver without GRO
@@ -228,40 +195,6 @@ func TestGROSmallBuffers(t *testing.T) {
 	}
 }
 
-func TestCloseUnblocksRead(t *testing.T) {
-	for _, busy := range []bool{false, true} {
-		t.Run(fmt.Sprintf("BusyPoll=%v", busy), func(t *testing.T) {
-			c, err := ListenUDP(netip.MustParseAddrPort("127.0.0.2:0"), UDPOptions{BusyPoll: busy})
-			if err != nil {
-				t.Fatal(err)
-			}
-			errc := make(chan error, 1)
-			go func() {
-				_, err := c.ReadBatch(newMsgs(4, 2048))
-				errc <- err
-			}()
-			time.Sleep(50 * time.Millisecond)
-			if err := c.Close(); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case err := <-errc:
-				if !errors.Is(err, net.ErrClosed) {
-					t.Fatalf("ReadBatch after Close: %v", err)
-				}
-			case <-time.After(5 * time.Second):
-				t.Fatal("Close did not unblock ReadBatch")
-			}
-			if _, err := c.ReadBatch(newMsgs(1, 10)); !errors.Is(err, net.ErrClosed) {
-				t.Fatalf("second ReadBatch: %v", err)
-			}
-			if _, err := c.WriteBatch([]Message{{Buf: []byte("x"), N: 1, Addr: c.LocalAddr()}}); !errors.Is(err, net.ErrClosed) {
-				t.Fatalf("WriteBatch after Close: %v", err)
-			}
-		})
-	}
-}
-
 func TestBusyPollRead(t *testing.T) {
 	a := listen(t, "127.0.0.2:0", UDPOptions{})
 	b := listen(t, "127.0.0.3:0", UDPOptions{BusyPoll: true})
@@ -298,32 +231,6 @@ func TestWriteErrorsSkipped(t *testing.T) {
 	got, _ := readN(t, b, 2, 5*time.Second)
 	if string(got[0]) != "one" || string(got[1]) != "two" {
 		t.Fatalf("got %q", got)
-	}
-}
-
-func TestConcurrentWriters(t *testing.T) {
-	a := listen(t, "127.0.0.2:0", UDPOptions{})
-	b := listen(t, "127.0.0.3:0", UDPOptions{RecvBuf: 32 << 20})
-	const writers, per = 4, 200
-	var wg sync.WaitGroup
-	for w := range writers {
-		wg.Go(func() {
-			ms := newMsgs(10, 64)
-			for i := 0; i < per; i += len(ms) {
-				for j := range ms {
-					ms[j].N, ms[j].Addr = 8, b.LocalAddr()
-					pattern(ms[j].Buf[:8], w*1000+i+j)
-				}
-				if _, err := a.WriteBatch(ms); err != nil {
-					t.Error(err)
-				}
-			}
-		})
-	}
-	got, _ := readN(t, b, writers*per, 5*time.Second)
-	wg.Wait()
-	if len(got) != writers*per {
-		t.Fatal(len(got))
 	}
 }
 

@@ -14,7 +14,7 @@ func TestCapsOffloadLimits(t *testing.T) {
 		t.Errorf("offloads disabled: %+v", c)
 	}
 	c := on.Caps()
-	if c.GSO && (c.MaxSegments != maxGSOSegments || c.MaxGSOBytes != maxGSOBytes) {
+	if c.GSO && (c.MaxSegments != MaxGSOSegments || c.MaxGSOBytes != maxGSOBytes) {
 		t.Errorf("GSO on: MaxSegments %d MaxGSOBytes %d", c.MaxSegments, c.MaxGSOBytes)
 	}
 	if c.GRO && c.GROBufSize != MaxGROSize {

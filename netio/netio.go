@@ -281,6 +281,13 @@ var ErrTooManyIov = errors.New("netio: message gathers from more than MaxIov sli
 // from 0 again.
 func GSOSegmentID(first uint16, i int) uint16 { return first + uint16(i) }
 
+// MaxGSOSegments is the most datagrams any netio Conn sends in one GSO send
+// (Caps.MaxSegments never exceeds it; Linux's UDP_MAX_SEGMENTS on older
+// kernels). A goverbs sender's IPv4 datagrams therefore carry Identification
+// GSOSegmentID(0, i) for some i below it, which is what a receiver checking
+// the ICRC tries first.
+const MaxGSOSegments = 64
+
 // Poller is implemented by Conns that can be read without blocking, for busy polling
 // (the UDP backend on Linux, and a Tee over one). A device in busy-poll mode reads the
 // socket from the application's own CQ polls, as a DPDK poll-mode driver does, and keeps

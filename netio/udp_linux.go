@@ -20,9 +20,8 @@ import (
 )
 
 const (
-	batchSize      = 64                 // mmsghdrs per recvmmsg/sendmmsg
-	maxGSOSegments = 64                 // UDP_MAX_SEGMENTS on older kernels; safe everywhere
-	cmsgSpace      = 24 + traceCmsgRoom // one cmsg with an int or uint16: CmsgSpace(4) == 16 on 64-bit, 12 on 32-bit; room to spare
+	batchSize = 64                 // mmsghdrs per recvmmsg/sendmmsg
+	cmsgSpace = 24 + traceCmsgRoom // one cmsg with an int or uint16: CmsgSpace(4) == 16 on 64-bit, 12 on 32-bit; room to spare
 )
 
 // udpConn is the Linux backend: recvmmsg/sendmmsg on non-blocking sockets driven
@@ -282,7 +281,7 @@ func (c *udpConn) Caps() Caps {
 		IPv4IDZero:    !c.v6,
 	}
 	if c.gso.Load() {
-		caps.GSO, caps.MaxSegments, caps.MaxGSOBytes = true, maxGSOSegments, maxGSOBytes
+		caps.GSO, caps.MaxSegments, caps.MaxGSOBytes = true, MaxGSOSegments, maxGSOBytes
 	}
 	if c.gro.Load() {
 		caps.GRO, caps.GROBufSize = true, MaxGROSize

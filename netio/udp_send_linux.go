@@ -1,7 +1,7 @@
 //go:build linux
 
 // Sending on the Linux UDP backend: sendmmsg of a batch, GSO runs (one UDP_SEGMENT send
-// per up to maxGSOSegments datagrams, falling back to single datagrams when the kernel
+// per up to MaxGSOSegments datagrams, falling back to single datagrams when the kernel
 // refuses), the iovec gather of Message.Iov, and destination socket addresses.
 
 package netio
@@ -85,7 +85,7 @@ func (c *udpConn) writeBatch(msgs []Message) (int, error) {
 			size, segs, gso := rest, 1, false
 			if ss := m.SegSize; ss > 0 && rest > ss {
 				if c.gso.Load() && split != mi {
-					segs = min(gsoRunSegments(ss, maxGSOSegments, maxGSOBytes), (rest+ss-1)/ss)
+					segs = min(gsoRunSegments(ss, MaxGSOSegments, maxGSOBytes), (rest+ss-1)/ss)
 					if segs > 1 {
 						size = min(rest, segs*ss)
 						gso = true

@@ -261,7 +261,7 @@ func testCaps(t *testing.T, a, b netio.Conn) {
 			t.Errorf("BatchSize %d", caps.BatchSize)
 		}
 		if caps.GSO {
-			if caps.MaxSegments < 2 || caps.MaxGSOBytes < 2*1024 || caps.MaxGSOBytes > 65535-8 {
+			if caps.MaxSegments < 2 || caps.MaxSegments > netio.MaxGSOSegments || caps.MaxGSOBytes < 2*1024 || caps.MaxGSOBytes > 65535-8 {
 				t.Errorf("GSO with MaxSegments %d, MaxGSOBytes %d", caps.MaxSegments, caps.MaxGSOBytes)
 			}
 		} else if caps.MaxSegments != 1 || caps.MaxGSOBytes != 0 {

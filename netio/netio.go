@@ -4,7 +4,9 @@
 // caller-owned buffers. [ListenUDP] is the real backend: a UDP socket (port
 // 4791 for RoCEv2) using recvmmsg/sendmmsg and, when the kernel accepts them,
 // UDP GSO on send and UDP GRO on receive. [Tee] records every datagram that
-// crosses a Conn, and package simnet provides an in-memory network for tests.
+// crosses a Conn. Package simnet provides a simulated network for transport
+// tests, and package netiotest an in-memory Conn for unit tests and TestConn,
+// the conformance suite every backend passes.
 //
 // # Concurrency
 //

@@ -15,12 +15,13 @@ import (
 	"github.com/goverbs/goverbs/netio"
 )
 
-// rxBufSize is a receive buffer: a whole GRO run when the socket coalesces, otherwise the
-// largest RoCEv2 packet with room to spare (a longer datagram is truncated and then fails
-// its length or ICRC check, which is what it deserves).
+// rxBufSize is a receive buffer: a whole GRO run when the socket coalesces (the size the
+// Conn asks for), otherwise the largest RoCEv2 packet with room to spare (a longer
+// datagram is truncated and then fails its length or ICRC check, which is what it
+// deserves).
 func rxBufSize(c netio.Caps) int {
 	if c.GRO {
-		return 1 << 16
+		return max(c.GROBufSize, 2*txBufSize)
 	}
 	return 2 * txBufSize
 }

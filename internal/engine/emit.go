@@ -56,7 +56,7 @@ func (d *Device) emit(tx *txBatch, dst netip.AddrPort, h *wire.Headers, pl paylo
 		last := &tx.msgs[tx.n-1]
 		if last.Addr == dst && last.N%last.SegSize == 0 &&
 			(last.SegSize == size || endRun && size < last.SegSize) &&
-			last.N+size <= gsoRunBytes && last.N/last.SegSize < tx.maxSeg &&
+			last.N+size <= tx.maxBytes && last.N/last.SegSize < tx.maxSeg &&
 			len(last.Iov)+pieces+3 <= netio.MaxIov {
 			tx.appendRun = true
 			buf = last.Buf[tx.used[tx.n-1]:]

@@ -73,7 +73,7 @@ func (d *Device) checkICRC(b []byte, from netip.AddrPort, qp *QP, seg int) bool 
 	}
 	icrc := binary.LittleEndian.Uint32(b[n:])
 	f := d.rxFlowFrom(qp, from)
-	if seg > 0 && seg < maxGSOSegments && f.Sum(netio.GSOSegmentID(0, seg), b[:n], nil, 0) == icrc ||
+	if seg > 0 && seg < netio.MaxGSOSegments && f.Sum(netio.GSOSegmentID(0, seg), b[:n], nil, 0) == icrc ||
 		f.Sum(0, b[:n], nil, 0) == icrc {
 		qp.sawGoverbsID()
 		return true
@@ -86,7 +86,7 @@ func (d *Device) checkICRC(b []byte, from netip.AddrPort, qp *QP, seg int) bool 
 	if !ok {
 		return false
 	}
-	goverbsStyle := df && id < maxGSOSegments
+	goverbsStyle := df && id < netio.MaxGSOSegments
 	if qp != nil {
 		if !goverbsStyle {
 			if qp.strictICRC() {
@@ -126,7 +126,7 @@ func (d *Device) rxIP(from netip.AddrPort) wire.IPHeader {
 }
 
 // strictSafeRun is how many goverbs-style packets in a row make a QP verify strictly.
-const strictSafeRun = 2 * maxGSOSegments
+const strictSafeRun = 2 * netio.MaxGSOSegments
 
 // sawGoverbsID counts a packet whose Identification a goverbs peer would use.
 func (qp *QP) sawGoverbsID() {
@@ -139,9 +139,6 @@ func (qp *QP) sawGoverbsID() {
 func (qp *QP) strictICRC() bool {
 	return !qp.icrcForeign.Load() && qp.icrcRun.Load() >= strictSafeRun
 }
-
-// maxGSOSegments bounds the Identifications a goverbs sender uses (netio: 64 per send).
-const maxGSOSegments = 64
 
 var transportOf = [...]wire.Transport{QPTypeRC: wire.TransportRC, QPTypeUC: wire.TransportUC, QPTypeUD: wire.TransportUD}
 

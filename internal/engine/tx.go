@@ -15,11 +15,6 @@ import (
 // the longest with payload; BTH+AtomicETH without) plus a 4096-byte payload, pad and ICRC.
 const txBufSize = 128 + 4096 + 4
 
-// gsoRunBytes is the most one GSO send carries (the UDP length limit less IP and UDP
-// headers, as netio counts it). A run never exceeds it, so each run is exactly one GSO
-// send and its segments carry IPv4 Identifications 0, 1, 2, … (netio.GSOSegmentID).
-const gsoRunBytes = 65535 - 48
-
 // txBatch collects outgoing packets so that one WriteBatch call (sendmmsg) carries many.
 // With UDP GSO, consecutive packets of equal length to one destination are laid out back
 // to back in one message as a run that the kernel segments: a 64 KiB RDMA WRITE leaves
@@ -37,8 +32,12 @@ type txBatch struct {
 	held   []*region  // regions a gathered payload lies in, released after the send
 	pieces [][]byte   // one packet's payload slices (scratch)
 	n      int
-	gso    bool
-	maxSeg int
+	// GSO runs, and the Conn's limits on one GSO send (netio.Caps). A run never exceeds
+	// them, so each run is exactly one GSO send and its segments carry IPv4
+	// Identifications 0, 1, 2, … (netio.GSOSegmentID).
+	gso      bool
+	maxSeg   int
+	maxBytes int
 	// The packet being built: where emit placed it.
 	appendRun bool // it extends the run in msgs[n-1]
 	// The ICRC's share for the last destination (a batch mostly goes to one peer).
@@ -55,11 +54,12 @@ const gatherMin = 4096
 
 func newTxBatch(c netio.Caps) *txBatch {
 	size := min(max(c.BatchSize, 1), 64)
-	b := &txBatch{gso: c.GSO && c.MaxSegments > 1, maxSeg: c.MaxSegments}
+	b := &txBatch{gso: c.GSO && c.MaxSegments > 1 && c.MaxGSOBytes > txBufSize,
+		maxSeg: c.MaxSegments, maxBytes: c.MaxGSOBytes}
 	bufSize := txBufSize
 	if b.gso {
 		size = min(size, 16)
-		bufSize = gsoRunBytes
+		bufSize = c.MaxGSOBytes
 	}
 	b.msgs = make([]netio.Message, size)
 	b.used = make([]int, size)

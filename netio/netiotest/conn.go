@@ -17,6 +17,7 @@
 package netiotest
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"net/netip"
@@ -56,6 +57,9 @@ type Conn struct {
 	wmu     sync.Mutex // serializes writers: they share the gather buffer
 	gather  []byte
 	onWrite func(dst netip.AddrPort, dgram []byte)
+	written int      // datagrams written; guarded by wmu
+	keep    bool     // keep copies of them in kept (KeepWritten)
+	kept    [][]byte // guarded by wmu
 }
 
 // Pipe returns two connected Conns at addresses a and b: whatever one writes, to any
@@ -90,6 +94,31 @@ func (c *Conn) OnWrite(f func(dst netip.AddrPort, dgram []byte)) {
 	c.wmu.Lock()
 	c.onWrite = f
 	c.wmu.Unlock()
+}
+
+// KeepWritten makes the Conn keep a copy of every datagram it writes from now on, for
+// TakeWritten. It costs an allocation per datagram.
+func (c *Conn) KeepWritten() {
+	c.wmu.Lock()
+	c.keep = true
+	c.wmu.Unlock()
+}
+
+// TakeWritten returns the datagrams kept since the last call (see KeepWritten), oldest
+// first, and forgets them.
+func (c *Conn) TakeWritten() [][]byte {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	k := c.kept
+	c.kept = nil
+	return k
+}
+
+// Written is the number of datagrams written so far (each segment of a run counts).
+func (c *Conn) Written() int {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.written
 }
 
 // LocalAddr is the address the Conn was made with.
@@ -155,6 +184,10 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 			n := len(b)
 			if m.SegSize > 0 {
 				n = min(n, m.SegSize)
+			}
+			c.written++
+			if c.keep {
+				c.kept = append(c.kept, bytes.Clone(b[:n]))
 			}
 			if c.onWrite != nil {
 				c.onWrite(m.Addr, b[:n])

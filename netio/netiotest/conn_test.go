@@ -157,3 +157,24 @@ func TestPipeAllocs(t *testing.T) {
 		t.Fatalf("%v allocations per write and read", allocs)
 	}
 }
+
+// TestWritten: a Conn counts what it writes and, once asked, keeps copies to take.
+func TestWritten(t *testing.T) {
+	c := NewConn(local)
+	defer c.Close()
+	run := []byte("aaabbbc")
+	c.WriteBatch([]netio.Message{{Buf: run, N: len(run), SegSize: 3, Addr: peer}})
+	if n, kept := c.Written(), c.TakeWritten(); n != 3 || kept != nil {
+		t.Fatalf("Written %d, kept %q before KeepWritten", n, kept)
+	}
+	c.KeepWritten()
+	c.WriteBatch([]netio.Message{msg([]byte("one"), peer), msg([]byte("two"), peer)})
+	c.WriteBatch([]netio.Message{{Buf: run, N: 4, SegSize: 3, Addr: peer}})
+	run[0] = 'z' // the sender reuses its buffer: the kept copy stays
+	if got := fmt.Sprintf("%q", c.TakeWritten()); got != `["one" "two" "aaa" "b"]` || c.Written() != 7 {
+		t.Fatalf("kept %s, Written %d", got, c.Written())
+	}
+	if kept := c.TakeWritten(); kept != nil {
+		t.Fatalf("taken twice: %q", kept)
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"net"
 	"net/netip"
 	"runtime"
 	"sync"
@@ -13,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/goverbs/goverbs/netio"
+	"github.com/goverbs/goverbs/netio/netiotest"
 	"github.com/goverbs/goverbs/wire"
 )
 
@@ -29,83 +29,10 @@ import (
 //     right it grants;
 //   - completions are plausible (a SEND never reports more bytes than its WQE holds).
 //
-// Datagrams enter through a netio.Conn whose ReadBatch hands the receive loop one batch at
-// a time and returns only when the loop comes back for the next, so each check runs after
-// the device has finished with the input. Addresses are simnet-style (127.0.200.x) and
+// Datagrams enter through a netiotest.Conn, whose Deliver hands the receive loop one batch
+// at a time and returns only when the loop comes back for the next, so each check runs
+// after the device has finished with the input (and sent that batch's ACKs). Addresses are simnet-style (127.0.200.x) and
 // never reach a socket.
-
-// feedConn is a netio.Conn fed by the test. The receive loop parks in ReadBatch; a ready
-// signal says it has finished the previous batch (and sent that batch's ACKs).
-type feedConn struct {
-	local netip.AddrPort
-	in    chan []netio.Message
-	ready chan struct{}
-	done  chan struct{}
-	once  sync.Once
-
-	mu   sync.Mutex
-	sent int
-	last [][]byte // the most recent datagrams the device sent (bounded)
-}
-
-func newFeedConn(local netip.AddrPort) *feedConn {
-	return &feedConn{local: local, in: make(chan []netio.Message), ready: make(chan struct{}), done: make(chan struct{})}
-}
-
-func (c *feedConn) ReadBatch(msgs []netio.Message) (int, error) {
-	select {
-	case c.ready <- struct{}{}:
-	case <-c.done:
-		return 0, net.ErrClosed
-	}
-	select {
-	case b := <-c.in:
-		n := 0
-		for _, m := range b {
-			if n == len(msgs) {
-				break
-			}
-			msgs[n].N = copy(msgs[n].Buf, m.Buf[:m.N])
-			msgs[n].Addr = m.Addr
-			msgs[n].SegSize = m.SegSize
-			n++
-		}
-		return n, nil
-	case <-c.done:
-		return 0, net.ErrClosed
-	}
-}
-
-func (c *feedConn) WriteBatch(msgs []netio.Message) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i := range msgs {
-		c.sent++
-		if len(c.last) < 64 {
-			c.last = append(c.last, gathered(&msgs[i]))
-		}
-	}
-	return len(msgs), nil
-}
-
-func (c *feedConn) LocalAddr() netip.AddrPort  { return c.local }
-func (c *feedConn) SourceAddr() netip.AddrPort { return c.local }
-func (c *feedConn) Caps() netio.Caps           { return netio.Caps{BatchSize: 8, IPv4IDZero: true} }
-func (c *feedConn) Close() error {
-	c.once.Do(func() { close(c.done) })
-	return nil
-}
-
-// deliver hands msgs to the receive loop, at most max per batch, and returns when the
-// loop has processed them all. The caller has consumed the loop's first ready signal.
-func (c *feedConn) deliver(msgs []netio.Message, max int) {
-	for len(msgs) > 0 {
-		k := min(max, len(msgs))
-		c.in <- msgs[:k]
-		<-c.ready
-		msgs = msgs[k:]
-	}
-}
 
 var (
 	fuzzLocal = netip.MustParseAddrPort("127.0.200.1:4791")
@@ -170,7 +97,7 @@ type codec struct {
 
 type fuzzRig struct {
 	dev     *Device
-	conn    *feedConn
+	conn    *netiotest.Conn
 	pd, pd2 *PD
 	cq, rcq *CQ
 	rc, uc  *QP
@@ -197,12 +124,11 @@ func getRig(t testing.TB) *fuzzRig {
 }
 
 func newFuzzRig() (*fuzzRig, error) {
-	conn := newFeedConn(fuzzLocal)
+	conn := netiotest.NewConn(fuzzLocal)
 	dev, err := New(Config{Name: "fuzz", Conn: conn, MTU: wire.MTU1024})
 	if err != nil {
 		return nil, err
 	}
-	<-conn.ready
 	r := &fuzzRig{dev: dev, conn: conn, wcs: make([]WC, 64)}
 	if r.pd, err = dev.AllocPD(); err != nil {
 		return nil, err
@@ -659,7 +585,7 @@ func (r *fuzzRig) run(t testing.TB, data []byte) {
 	for i, d := range dgs {
 		msgs[i] = netio.Message{Buf: d.b, N: len(d.b), Addr: d.from}
 	}
-	r.conn.deliver(msgs, 4)
+	r.conn.Deliver(msgs, 4)
 	// Quiesce: RESET stops the sender goroutine from reading memory for this QP's READ
 	// responses; the state lock orders its last accesses before the check.
 	r.check(t, dgs)
@@ -861,7 +787,7 @@ func TestFuzzSeedsReachTheResponder(t *testing.T) {
 	data := encodeSeed(seedRec{ctl: aim(0, true), h: wire.Headers{BTH: bth(wire.RCWriteOnly, 0, 0),
 		RETH: wire.RETHFields{VA: 64, DMALen: 4}}, payload: []byte{1, 2, 3, 4}})
 	dgs := r.decode(data)
-	r.conn.deliver([]netio.Message{{Buf: dgs[0].b, N: len(dgs[0].b), Addr: dgs[0].from}}, 1)
+	r.conn.Deliver([]netio.Message{{Buf: dgs[0].b, N: len(dgs[0].b), Addr: dgs[0].from}}, 1)
 	w := r.spans[0]
 	if !bytes.Equal(r.mem[w.off+64:w.off+68], []byte{1, 2, 3, 4}) {
 		t.Fatalf("the WRITE seed did not land: % x", r.mem[w.off+60:w.off+72])

@@ -2,54 +2,13 @@ package engine
 
 import (
 	"bytes"
-	"net"
 	"net/netip"
 	"testing"
 	"time"
 
-	"github.com/goverbs/goverbs/netio"
+	"github.com/goverbs/goverbs/netio/netiotest"
 	"github.com/goverbs/goverbs/wire"
 )
-
-// gathered returns m's bytes in one new slice: Buf[:N], or its Iov concatenated.
-func gathered(m *netio.Message) []byte {
-	if m.Iov == nil {
-		return bytes.Clone(m.Buf[:m.N])
-	}
-	var b []byte
-	for _, v := range m.Iov {
-		b = append(b, v...)
-	}
-	return b
-}
-
-// gateConn is a Conn whose WriteBatch blocks until the test opens the gate, as a slow
-// kernel copy would, and keeps what it was given, read at the moment it is sent.
-type gateConn struct {
-	local   netip.AddrPort
-	entered chan struct{} // WriteBatch was called
-	gate    chan struct{}
-	sent    chan []byte
-	done    chan struct{}
-}
-
-func (c *gateConn) ReadBatch([]netio.Message) (int, error) { <-c.done; return 0, net.ErrClosed }
-func (c *gateConn) WriteBatch(msgs []netio.Message) (int, error) {
-	for i := range msgs {
-		b := gathered(&msgs[i])
-		select {
-		case c.entered <- struct{}{}:
-		default:
-		}
-		<-c.gate
-		c.sent <- b
-	}
-	return len(msgs), nil
-}
-func (c *gateConn) LocalAddr() netip.AddrPort  { return c.local }
-func (c *gateConn) SourceAddr() netip.AddrPort { return c.local }
-func (c *gateConn) Caps() netio.Caps           { return netio.Caps{BatchSize: 8, IPv4IDZero: true} }
-func (c *gateConn) Close() error               { close(c.done); return nil }
 
 // TestGatherPinsMemory: a WRITE's payload is sent from its registered memory in place
 // (txBatch.commitGather), so the memory must stay registered until the send has taken
@@ -57,7 +16,18 @@ func (c *gateConn) Close() error               { close(c.done); return nil }
 // memory may be unmapped, and no later packet reads it. The packets carry the payload
 // and an ICRC that verifies.
 func TestGatherPinsMemory(t *testing.T) {
-	conn := &gateConn{local: fuzzLocal, entered: make(chan struct{}, 1), gate: make(chan struct{}), sent: make(chan []byte, 16), done: make(chan struct{})}
+	// The Conn's WriteBatch blocks until the test opens the gate, as a slow kernel copy
+	// would, and keeps what it was given, read at the moment it is sent.
+	conn := netiotest.NewConn(fuzzLocal)
+	entered, gate, sent := make(chan struct{}, 1), make(chan struct{}), make(chan []byte, 16)
+	conn.OnWrite(func(_ netip.AddrPort, b []byte) {
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		<-gate
+		sent <- bytes.Clone(b)
+	})
 	dev, err := New(Config{Name: "gather", Conn: conn, MTU: wire.MTU4096})
 	if err != nil {
 		t.Fatal(err)
@@ -108,16 +78,16 @@ func TestGatherPinsMemory(t *testing.T) {
 			SGL:        []SGE{{Addr: mrA.Addr(), Length: lenA, LKey: mrA.LKey()}, {Addr: mrB.Addr(), Length: lenB, LKey: mrB.LKey()}},
 			RemoteAddr: 0x1000, RKey: 0x1234}})
 	}()
-	<-conn.entered // the send is now blocked in WriteBatch, holding the payload's regions
+	<-entered // the send is now blocked in WriteBatch, holding the payload's regions
 	closed := make(chan error, 1)
 	go func() { closed <- mrB.Close() }()
 	select {
 	case err := <-closed:
-		close(conn.gate) // let the send finish, so the device can close
+		close(gate) // let the send finish, so the device can close
 		t.Fatalf("MR.Close returned (%v) while a send was gathering from it", err)
 	case <-time.After(50 * time.Millisecond):
 	}
-	close(conn.gate)
+	close(gate)
 	if err := <-posted; err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +102,7 @@ func TestGatherPinsMemory(t *testing.T) {
 	var got []byte
 	ip := wire.IPHeader{Src: fuzzLocal.Addr(), Dst: fuzzPeer.Addr(), SrcPort: fuzzLocal.Port(), DstPort: wire.UDPPort, DF: true}
 	for range 3 {
-		pkt := <-conn.sent
+		pkt := <-sent
 		var p wire.Packet
 		if err := p.Parse(pkt, wire.MTU4096.Bytes()); err != nil {
 			t.Fatal(err)

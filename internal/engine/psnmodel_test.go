@@ -3,40 +3,13 @@ package engine
 import (
 	"encoding/binary"
 	"math/rand/v2"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/goverbs/goverbs/netio"
+	"github.com/goverbs/goverbs/netio/netiotest"
 	"github.com/goverbs/goverbs/wire"
 )
-
-// recordConn is a feedConn that keeps every datagram the device sends.
-type recordConn struct {
-	*feedConn
-	mu   sync.Mutex
-	sent [][]byte
-}
-
-func (c *recordConn) WriteBatch(msgs []netio.Message) (int, error) {
-	c.mu.Lock()
-	for i := range msgs {
-		msgs[i].Segments(func(_ int, seg []byte) bool {
-			c.sent = append(c.sent, append([]byte(nil), seg...))
-			return true
-		})
-	}
-	c.mu.Unlock()
-	return len(msgs), nil
-}
-
-func (c *recordConn) take() [][]byte {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	s := c.sent
-	c.sent = nil
-	return s
-}
 
 // TestRequesterNeverReusesAPSN plays a responder that answers in random legal orders:
 // ACKs of anything sent, RNR NAKs and sequence NAKs anywhere in the window, crossing one
@@ -61,12 +34,12 @@ func psnModel(t *testing.T, reads bool, size int) {
 	const readBase, readKey, readMark = 0x1000, 0x42, 1_000_000
 	for seed := range uint64(4) {
 		rng := rand.New(rand.NewPCG(seed, 99))
-		conn := &recordConn{feedConn: newFeedConn(fuzzLocal)}
+		conn := netiotest.NewConn(fuzzLocal)
+		conn.KeepWritten()
 		dev, err := New(Config{Name: "psnmodel", Conn: conn, MTU: wire.MTU1024})
 		if err != nil {
 			t.Fatal(err)
 		}
-		<-conn.ready
 		pd, _ := dev.AllocPD()
 		cq, _ := dev.CreateCQ(1024)
 		qp, err := dev.CreateQP(pd, QPInit{Type: QPTypeRC, SendCQ: cq, RecvCQ: cq,
@@ -95,7 +68,7 @@ func psnModel(t *testing.T, reads bool, size int) {
 		high := wire.PSN(fuzzSQPSN)                                                   // the PSN after the highest seen
 		acked := wire.PSN(fuzzSQPSN)                                                  // the PSN after the highest this responder acknowledged
 		check := func() {
-			for _, b := range conn.take() {
+			for _, b := range conn.TakeWritten() {
 				var p wire.Packet
 				if p.Parse(b, 0) != nil || !p.Op.Flags.Has(wire.OpSend) && p.BTH.Opcode() != wire.RCReadRequest && p.BTH.Opcode() != wire.RCFetchAdd {
 					t.Fatalf("seed %d: sent something other than a SEND, READ or FETCH_ADD", seed)
@@ -120,7 +93,7 @@ func psnModel(t *testing.T, reads bool, size int) {
 				}
 			}
 		}
-		respond := func(syn wire.Syndrome, psn wire.PSN) { deliverAck(conn.feedConn, qp.QPN(), syn, psn) }
+		respond := func(syn wire.Syndrome, psn wire.PSN) { deliverAck(conn, qp.QPN(), syn, psn) }
 		answer := func(psn wire.PSN, m uint64) {
 			h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCReadResponseOnly, PKey: 0xffff, DestQP: qp.QPN(), PSN: psn},
 				AETH: wire.AETHFields{Syndrome: wire.ACKSyndrome(wire.CreditsInvalid)}}
@@ -136,7 +109,7 @@ func psnModel(t *testing.T, reads bool, size int) {
 			n := wire.Finish(b, hl, payload)
 			ip := wire.IPHeader{Src: fuzzPeer.Addr(), Dst: fuzzLocal.Addr(), SrcPort: fuzzPeer.Port(), DstPort: fuzzLocal.Port(), DF: true}
 			wire.PutICRC(&ip, b, n)
-			conn.deliver([]netio.Message{{Buf: b, N: len(b), Addr: fuzzPeer}}, 1)
+			conn.Deliver([]netio.Message{{Buf: b, N: len(b), Addr: fuzzPeer}}, 1)
 		}
 		// firstAnswer is the PSN of the oldest unanswered READ or atomic from acked on (high
 		// if none).

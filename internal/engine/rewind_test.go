@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/netio"
+	"github.com/goverbs/goverbs/netio/netiotest"
 	"github.com/goverbs/goverbs/wire"
 )
 
@@ -16,13 +17,13 @@ import (
 // Seen as lost SENDs in send_bw on a loaded machine (the requester completed messages
 // its peer never received).
 func TestNewMessageAfterAckedRewindTakesFreshPSNs(t *testing.T) {
-	conn := newFeedConn(fuzzLocal)
+	conn := netiotest.NewConn(fuzzLocal)
+	conn.KeepWritten()
 	dev, err := New(Config{Name: "rewind", Conn: conn, MTU: wire.MTU1024})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	<-conn.ready // the receive loop waits for its first batch
 	pd, _ := dev.AllocPD()
 	cq, _ := dev.CreateCQ(64)
 	qp, err := dev.CreateQP(pd, QPInit{Type: QPTypeRC, SendCQ: cq, RecvCQ: cq,
@@ -40,14 +41,12 @@ func TestNewMessageAfterAckedRewindTakesFreshPSNs(t *testing.T) {
 		must(t, qp.PostSend([]SendWR{{ID: id, Opcode: WRSend, Flags: SendSignaled,
 			SGL: []SGE{{Addr: mr.Addr(), Length: 8, LKey: mr.LKey()}}}}))
 	}
+	var sent [][]byte // everything the device sent
 	waitSent := func(n int) [][]byte {
 		t.Helper()
 		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Microsecond) {
-			conn.mu.Lock()
-			sent, last := conn.sent, append([][]byte(nil), conn.last...)
-			conn.mu.Unlock()
-			if sent >= n {
-				return last
+			if sent = append(sent, conn.TakeWritten()...); len(sent) >= n {
+				return sent
 			}
 		}
 		t.Fatalf("the device did not send %d packets", n)
@@ -88,12 +87,12 @@ func TestNewMessageAfterAckedRewindTakesFreshPSNs(t *testing.T) {
 
 // deliverAck hands the device an ACK or NAK from fuzzPeer for the QP destQP, as a
 // responder would send it, and returns when the device has processed it.
-func deliverAck(conn *feedConn, destQP uint32, syn wire.Syndrome, psn wire.PSN) {
+func deliverAck(conn *netiotest.Conn, destQP uint32, syn wire.Syndrome, psn wire.PSN) {
 	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAck, PKey: 0xffff, DestQP: destQP, PSN: psn},
 		AETH: wire.AETHFields{Syndrome: syn}}
 	b := make([]byte, h.Len()+wire.ICRCLen)
 	n := wire.Finish(b, h.Encode(b), 0)
 	ip := wire.IPHeader{Src: fuzzPeer.Addr(), Dst: fuzzLocal.Addr(), SrcPort: fuzzPeer.Port(), DstPort: fuzzLocal.Port(), DF: true}
 	wire.PutICRC(&ip, b, n)
-	conn.deliver([]netio.Message{{Buf: b, N: len(b), Addr: fuzzPeer}}, 1)
+	conn.Deliver([]netio.Message{{Buf: b, N: len(b), Addr: fuzzPeer}}, 1)
 }

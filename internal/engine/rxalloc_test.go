@@ -3,6 +3,7 @@ package engine
 import (
 	"testing"
 
+	"github.com/goverbs/goverbs/netio/netiotest"
 	"github.com/goverbs/goverbs/wire"
 )
 
@@ -13,7 +14,7 @@ func TestDroppedPacketsAllocateNothing(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are meaningless under the race detector (sync.Pool drops items)")
 	}
-	conn := &gateConn{local: fuzzLocal, gate: make(chan struct{}), done: make(chan struct{})}
+	conn := netiotest.NewConn(fuzzLocal) // nothing is injected: the input is this test's
 	dev, err := New(Config{Name: "rxalloc", Conn: conn, MTU: wire.MTU4096})
 	if err != nil {
 		t.Fatal(err)
@@ -28,7 +29,7 @@ func TestDroppedPacketsAllocateNothing(t *testing.T) {
 	badICRC[len(badICRC)-1] ^= 1
 	malformed := []byte{0xff, 1, 2}
 	before := dev.counters.NoQP.Load()
-	// The receive loop is parked in the gate Conn's ReadBatch, so input is this test's.
+	// The receive loop is parked in the Conn's ReadBatch, so input is this test's.
 	for _, c := range []struct {
 		name string
 		pkt  []byte

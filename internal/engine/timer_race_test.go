@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/netio"
+	"github.com/goverbs/goverbs/netio/netiotest"
 	"github.com/goverbs/goverbs/wire"
 )
 
@@ -15,13 +16,12 @@ import (
 // onRNRTimer (and onRetransmitTimer) before it takes qp.mu: a data race, and a mutex
 // overwritten while another goroutine may be about to use it. Only -race sees it.
 func TestResetRacesRNRTimer(t *testing.T) {
-	conn := newFeedConn(netip.MustParseAddrPort("127.0.200.11:4791"))
+	conn := netiotest.NewConn(netip.MustParseAddrPort("127.0.200.11:4791"))
 	dev, err := New(Config{Name: "race", Conn: conn, MTU: wire.MTU1024})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	<-conn.ready
 	pd, _ := dev.AllocPD()
 	cq, _ := dev.CreateCQ(1024)
 	qp, err := dev.CreateQP(pd, QPInit{Type: QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
@@ -39,9 +39,9 @@ func TestResetRacesRNRTimer(t *testing.T) {
 			AETH: wire.AETHFields{Syndrome: wire.RNRNAKSyndrome(1)}}
 		b := make([]byte, 64)
 		n := h.Encode(b)
-		ip := wire.IPHeader{Src: peer.Addr(), Dst: conn.local.Addr(), SrcPort: peer.Port(), DstPort: conn.local.Port(), DF: true}
+		ip := wire.IPHeader{Src: peer.Addr(), Dst: conn.LocalAddr().Addr(), SrcPort: peer.Port(), DstPort: conn.LocalAddr().Port(), DF: true}
 		wire.PutICRC(&ip, b, n)
-		conn.deliver([]netio.Message{{Buf: b[:n+4], N: n + 4, Addr: peer}}, 1)
+		conn.Deliver([]netio.Message{{Buf: b[:n+4], N: n + 4, Addr: peer}}, 1)
 		time.Sleep(time.Duration(i%20) * time.Microsecond)
 	}
 }

@@ -5,7 +5,7 @@
 // one writes the other reads, with no socket, timer or goroutine in between; [NewConn]
 // makes one with no peer, which the test drives by hand: it injects what the Conn reads
 // ([Conn.Inject], or [Conn.Deliver] in lockstep with the reader) and watches what it
-// writes ([Conn.OnWrite]). A Conn is a [netio.Poller] as well, so a busy-poll device runs
+// writes ([Conn.OnWrite], [Conn.TakeWritten]). A Conn is a [netio.Poller] as well, so a busy-poll device runs
 // on it too.
 //
 // It keeps to netio's contract as the UDP backend does: reads fill the caller's buffers,
@@ -71,7 +71,7 @@ func Pipe(a, b netip.AddrPort) (*Conn, *Conn) {
 }
 
 // NewConn returns a Conn at local with no peer: it reads what the test injects, and what
-// it writes goes nowhere but to the OnWrite hook.
+// it writes goes nowhere but to the test (OnWrite, Written, TakeWritten).
 func NewConn(local netip.AddrPort) *Conn {
 	c := &Conn{
 		local: local,

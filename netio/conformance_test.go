@@ -55,6 +55,7 @@ func TestConformance(t *testing.T) {
 		{"no-offloads", udpPair("127.0.0.2:0", "127.0.0.3:0", netio.UDPOptions{DisableGSO: true, DisableGRO: true}, nil)},
 		{"tee", udpPair("127.0.0.2:0", "127.0.0.3:0", netio.UDPOptions{}, teePcap)},
 		{"tee-ipv6", udpPair("[::1]:0", "[::1]:0", netio.UDPOptions{}, teePcap)},
+		{"tee-busypoll", udpPair("127.0.0.2:0", "127.0.0.3:0", netio.UDPOptions{BusyPoll: true}, teePcap)},
 	} {
 		t.Run(tc.name, func(t *testing.T) { netiotest.TestConn(t, tc.pair) })
 	}

@@ -72,6 +72,11 @@ func (c *udpConn) ReadBatch(msgs []Message) (int, error) {
 	}
 	m := &msgs[0]
 	n, ap, err := c.pc.ReadFromUDPAddrPort(m.Buf)
+	for err != nil && truncatedErr(err) {
+		// Cut to the buffer and without its sender (Windows): of no use to anyone (a
+		// RoCEv2 packet's ICRC is at its end), so it is dropped, and the next one read.
+		n, ap, err = c.pc.ReadFromUDPAddrPort(m.Buf)
+	}
 	if err != nil {
 		if c.closed.Load() || errors.Is(err, net.ErrClosed) {
 			return 0, fmt.Errorf("netio: read %v: %w", c.local, net.ErrClosed)

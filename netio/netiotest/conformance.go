@@ -33,8 +33,8 @@ type MakePair func(t *testing.T) (a, b netio.Conn)
 //     from Iov slices; a receiver reports SegSize > 0 only when its Caps say GRO.
 //   - Caps: honest limits: without GSO, one segment per send and no byte budget; with it,
 //     limits a sender can size runs by; without GRO, no GRO buffer size.
-//   - Truncation: a datagram longer than the read buffer is cut to it, and the next
-//     datagram is whole.
+//   - Truncation: a datagram longer than the read buffer is cut to it (or dropped), and
+//     the next datagram is whole.
 //   - EmptyBatch: ReadBatch and WriteBatch of no messages return 0 at once.
 //   - Close: Close unblocks a blocked ReadBatch (and a Poller's WaitReadable) with an
 //     error satisfying errors.Is(err, net.ErrClosed), and later reads and writes fail so.
@@ -285,12 +285,17 @@ func testTruncation(t *testing.T, a, b netio.Conn) {
 	if _, err := a.WriteBatch(msgs); err != nil {
 		t.Fatal(err)
 	}
-	got := readDatagrams(t, b, 2, 1, 256)
-	if !bytes.Equal(got[0].data, long[:256]) {
-		t.Fatalf("a 1500-byte datagram read into 256 bytes: %d bytes, want its first 256", len(got[0].data))
+	// The long one is cut to the buffer, or dropped where the OS gives no sender with
+	// what fitted (Windows); either way the next one arrives whole.
+	got := readDatagrams(t, b, 1, 1, 256)
+	if len(got[0].data) == 256 {
+		if !bytes.Equal(got[0].data, long[:256]) {
+			t.Fatal("a 1500-byte datagram read into 256 bytes: not its first 256")
+		}
+		got = readDatagrams(t, b, 1, 1, 256)
 	}
-	if !bytes.Equal(got[1].data, next) {
-		t.Fatalf("the datagram after a truncated one: %d bytes, want %d", len(got[1].data), len(next))
+	if !bytes.Equal(got[0].data, next) {
+		t.Fatalf("the datagram after a truncated one: %d bytes, want %d", len(got[0].data), len(next))
 	}
 }
 

@@ -2,18 +2,16 @@ package verbs
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
-)
 
-// ErrCQOverflow reports that a CQ overran: completions were lost (IBTA 11.4.2.1).
-var ErrCQOverflow = errors.New("verbs: completion queue overrun")
+	"github.com/goverbs/goverbs/verbs/driver"
+)
 
 // CQ is a completion queue (struct ibv_cq).
 type CQ struct {
 	dev     *Device
-	impl    cqImpl
+	impl    driver.CQ
 	channel *CompChannel
 	events  atomic.Uint32 // events delivered, for AckEvents
 	acked   atomic.Uint32
@@ -22,14 +20,17 @@ type CQ struct {
 // CreateCQ creates a completion queue of at least depth entries (ibv_create_cq).
 // With a channel, RequestNotify arms it to report completions there.
 func (d *Device) CreateCQ(depth int, channel *CompChannel) (*CQ, error) {
-	impl, err := d.impl.createCQ(depth)
+	cq := &CQ{dev: d, channel: channel}
+	var notify func()
+	if channel != nil {
+		// Called only once the CQ is armed, by which time cq.impl is set.
+		notify = func() { channel.signal(cq) }
+	}
+	impl, err := d.impl.CreateCQ(depth, notify)
 	if err != nil {
 		return nil, err
 	}
-	cq := &CQ{dev: d, impl: impl, channel: channel}
-	if channel != nil {
-		impl.setHandler(func() { channel.signal(cq) })
-	}
+	cq.impl = impl
 	d.track(nil, cq, nil, true)
 	return cq, nil
 }
@@ -38,15 +39,7 @@ func (d *Device) CreateCQ(depth int, channel *CompChannel) (*CQ, error) {
 // (ibv_poll_cq). It never blocks and does not allocate. After an overrun it returns
 // ErrCQOverflow once the CQ is empty.
 func (cq *CQ) Poll(wcs []WC) (int, error) {
-	var n int
-	var err error
-	if s, ok := cq.impl.(*softCQ); ok { // direct call: wcs does not escape
-		n, err = s.poll(wcs)
-	} else {
-		tmp := make([]WC, len(wcs)) // another provider: a copy keeps wcs from escaping
-		n, err = cq.impl.poll(tmp)
-		copy(wcs, tmp[:n])
-	}
+	n, err := cq.impl.Poll(noescape(wcs)) // the provider fills wcs in place (see noescape)
 	if err != nil && n == 0 {
 		return 0, err
 	}
@@ -54,14 +47,14 @@ func (cq *CQ) Poll(wcs []WC) (int, error) {
 }
 
 // Depth returns the number of completions the CQ holds.
-func (cq *CQ) Depth() int { return cq.impl.depth() }
+func (cq *CQ) Depth() int { return cq.impl.Depth() }
 
 // Resize changes the CQ's depth, keeping its completions (ibv_resize_cq).
-func (cq *CQ) Resize(depth int) error { return cq.impl.resize(depth) }
+func (cq *CQ) Resize(depth int) error { return cq.impl.Resize(depth) }
 
 // RequestNotify arms the CQ: its channel gets one event at the next completion, or with
 // solicitedOnly at the next solicited or error completion (ibv_req_notify_cq).
-func (cq *CQ) RequestNotify(solicitedOnly bool) error { return cq.impl.requestNotify(solicitedOnly) }
+func (cq *CQ) RequestNotify(solicitedOnly bool) error { return cq.impl.RequestNotify(solicitedOnly) }
 
 // AckEvents acknowledges n events received from the channel for this CQ
 // (ibv_ack_cq_events). Close waits for nothing here, but the count is kept for parity.
@@ -69,7 +62,7 @@ func (cq *CQ) AckEvents(n int) { cq.acked.Add(uint32(n)) }
 
 // Close destroys the CQ; it fails while a QP uses it.
 func (cq *CQ) Close() error {
-	if err := cq.impl.close(); err != nil {
+	if err := cq.impl.Close(); err != nil {
 		return err
 	}
 	cq.dev.track(nil, cq, nil, false)

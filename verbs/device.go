@@ -1,38 +1,11 @@
 package verbs
 
 import (
-	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/goverbs/goverbs/verbs/driver"
 )
-
-// Errors of the verbs API. Data-path failures are not errors but completion statuses.
-var (
-	ErrNoDevice     = errors.New("verbs: no such device")
-	ErrClosed       = errors.New("verbs: object is closed")
-	ErrInvalidPort  = errors.New("verbs: invalid port number")
-	ErrInvalidGID   = errors.New("verbs: invalid GID index")
-	ErrInvalidState = errors.New("verbs: invalid QP state transition")
-	ErrMissingAttr  = errors.New("verbs: required QP attribute missing")
-	ErrExtraAttr    = errors.New("verbs: QP attribute not allowed in this transition")
-	ErrInvalidAttr  = errors.New("verbs: invalid attribute value")
-	ErrWrongDevice  = errors.New("verbs: objects belong to different devices or PDs")
-)
-
-// NodeType is what kind of node a device is (ibv_node_type).
-type NodeType uint8
-
-const (
-	NodeCA   NodeType = 1
-	NodeRNIC NodeType = 4
-)
-
-func (n NodeType) String() string {
-	if n == NodeCA {
-		return "InfiniBand channel adapter"
-	}
-	return "iWARP NIC"
-}
 
 // DeviceInfo names a device that can be opened (struct ibv_device).
 type DeviceInfo struct {
@@ -41,46 +14,45 @@ type DeviceInfo struct {
 	NodeType NodeType
 	// Transport of the device: "InfiniBand" for RoCE, as libibverbs reports it.
 	Transport string
-	provider  provider
-	soft      *SoftConfig // for the software provider
-}
-
-// SoftConfig returns the configuration of a software device, so that a program can open
-// a listed device with options of its own (a Recorder, busy polling) through OpenSoft.
-func (i DeviceInfo) SoftConfig() (SoftConfig, bool) {
-	if i.soft == nil {
-		return SoftConfig{}, false
-	}
-	return *i.soft, true
-}
-
-// GIDEntry is one entry of a port's GID table.
-type GIDEntry struct {
-	Index int
-	GID   GID
-	Type  string // "RoCE v2"
+	// Provider is the name the device's provider registered under (see package
+	// verbs/driver): "soft" for the software RoCEv2 device.
+	Provider string
 }
 
 // Device is an opened device (struct ibv_context). It is safe for concurrent use.
 type Device struct {
-	info DeviceInfo
-	impl deviceImpl
+	info  DeviceInfo
+	impl  driver.Device
+	ports uint8
 
 	mu     sync.Mutex
 	closed bool
-	qps    map[qpImpl]*QP
-	cqs    map[cqImpl]*CQ
-	srqs   map[srqImpl]*SRQ
+	qps    map[driver.QP]*QP
+	cqs    map[driver.CQ]*CQ
+	srqs   map[driver.SRQ]*SRQ
 	evOnce sync.Once
 	evs    chan AsyncEvent
 	done   chan struct{} // closed by Close
 }
 
-// Devices lists the devices that can be opened (ibv_get_device_list). Without any
-// configuration there is one software RoCEv2 device on loopback; see SoftConfig and the
+// Devices lists the devices that can be opened (ibv_get_device_list): those of every
+// registered provider, in the order of the providers' names. Without any configuration
+// there is one software RoCEv2 device on loopback; see SoftConfig and the
 // GOVERBS_DEVICES environment variable.
 func Devices() ([]DeviceInfo, error) {
-	return softProvider{}.devices()
+	var out []DeviceInfo
+	for _, name := range driver.Providers() {
+		p, _ := driver.Lookup(name)
+		list, err := p.Devices()
+		if err != nil {
+			return nil, err
+		}
+		for _, d := range list {
+			out = append(out, DeviceInfo{Name: d.Name, NodeGUID: d.NodeGUID, NodeType: d.NodeType,
+				Transport: d.Transport, Provider: name})
+		}
+	}
+	return out, nil
 }
 
 // Open opens the named device; "" opens the first one (ibv_open_device).
@@ -91,21 +63,23 @@ func Open(name string) (*Device, error) {
 	}
 	for _, info := range list {
 		if name == "" || info.Name == name {
-			return openInfo(info)
+			p, _ := driver.Lookup(info.Provider)
+			impl, err := p.Open(info.Name)
+			if err != nil {
+				return nil, err
+			}
+			return newDevice(info, impl), nil
 		}
 	}
 	return nil, fmt.Errorf("%w: %q", ErrNoDevice, name)
 }
 
-func openInfo(info DeviceInfo) (*Device, error) {
-	impl, err := info.provider.open(info)
-	if err != nil {
-		return nil, err
-	}
+// newDevice wraps a provider's opened device.
+func newDevice(info DeviceInfo, impl driver.Device) *Device {
 	return &Device{
-		info: info, impl: impl, done: make(chan struct{}),
-		qps: make(map[qpImpl]*QP), cqs: make(map[cqImpl]*CQ), srqs: make(map[srqImpl]*SRQ),
-	}, nil
+		info: info, impl: impl, ports: impl.Query().PhysPortCnt, done: make(chan struct{}),
+		qps: make(map[driver.QP]*QP), cqs: make(map[driver.CQ]*CQ), srqs: make(map[driver.SRQ]*SRQ),
+	}
 }
 
 // Name returns the device's name.
@@ -124,26 +98,33 @@ func (d *Device) Close() error {
 	d.closed = true
 	close(d.done)
 	d.mu.Unlock()
-	return d.impl.close()
+	return d.impl.Close()
 }
 
 // Query returns the device's attributes (ibv_query_device).
-func (d *Device) Query() DeviceAttr { return d.impl.query() }
+func (d *Device) Query() DeviceAttr { return d.impl.Query() }
+
+func (d *Device) checkPort(port uint8) error {
+	if port < 1 || port > d.ports {
+		return fmt.Errorf("%w: %d (the device has %d)", ErrInvalidPort, port, d.ports)
+	}
+	return nil
+}
 
 // QueryPort returns a port's attributes; ports are numbered from 1 (ibv_query_port).
 func (d *Device) QueryPort(port uint8) (PortAttr, error) {
-	if port != 1 {
-		return PortAttr{}, ErrInvalidPort
+	if err := d.checkPort(port); err != nil {
+		return PortAttr{}, err
 	}
-	return d.impl.queryPort(port), nil
+	return d.impl.QueryPort(port), nil
 }
 
 // GIDTable returns a port's GID table.
 func (d *Device) GIDTable(port uint8) ([]GIDEntry, error) {
-	if port != 1 {
-		return nil, ErrInvalidPort
+	if err := d.checkPort(port); err != nil {
+		return nil, err
 	}
-	return d.impl.gids(port), nil
+	return d.impl.GIDTable(port), nil
 }
 
 // QueryGID returns one GID (ibv_query_gid).
@@ -153,7 +134,7 @@ func (d *Device) QueryGID(port uint8, index int) (GID, error) {
 		return GID{}, err
 	}
 	if index < 0 || index >= len(t) {
-		return GID{}, ErrInvalidGID
+		return GID{}, fmt.Errorf("%w: %d (the table has %d)", ErrInvalidGID, index, len(t))
 	}
 	return t[index].GID, nil
 }
@@ -162,14 +143,14 @@ func (d *Device) QueryGID(port uint8, index int) (GID, error) {
 // socket holds. A program that waits for remote writes by watching memory, instead of
 // polling a CQ, calls it in its wait loop, as a DPDK application calls its poll-mode
 // driver. On other devices it does nothing. It reports whether the device is busy-poll.
-func (d *Device) Progress() bool { return d.impl.progress() }
+func (d *Device) Progress() bool { return d.impl.Progress() }
 
 // Counters returns the device's statistics.
-func (d *Device) Counters() Counters { return d.impl.counters() }
+func (d *Device) Counters() Counters { return d.impl.Counters() }
 
 // AllocPD allocates a protection domain (ibv_alloc_pd).
 func (d *Device) AllocPD() (*PD, error) {
-	impl, err := d.impl.allocPD()
+	impl, err := d.impl.AllocPD()
 	if err != nil {
 		return nil, err
 	}
@@ -195,7 +176,7 @@ func (d *Device) Events() <-chan AsyncEvent {
 		d.evs = make(chan AsyncEvent, 64)
 		go func() {
 			defer close(d.evs)
-			for ev := range d.impl.events() {
+			for ev := range d.impl.Events() {
 				select {
 				case d.evs <- d.mapEvent(ev):
 				case <-d.done: // nobody is reading; do not outlive the device
@@ -207,17 +188,17 @@ func (d *Device) Events() <-chan AsyncEvent {
 	return d.evs
 }
 
-func (d *Device) mapEvent(ev asyncEvent) AsyncEvent {
-	out := AsyncEvent{Type: ev.typ, Port: ev.port}
+func (d *Device) mapEvent(ev driver.AsyncEvent) AsyncEvent {
+	out := AsyncEvent{Type: ev.Type, Port: ev.Port}
 	d.mu.Lock()
-	if ev.qp != nil {
-		out.QP = d.qps[ev.qp]
+	if ev.QP != nil {
+		out.QP = d.qps[ev.QP]
 	}
-	if ev.cq != nil {
-		out.CQ = d.cqs[ev.cq]
+	if ev.CQ != nil {
+		out.CQ = d.cqs[ev.CQ]
 	}
-	if ev.srq != nil {
-		out.SRQ = d.srqs[ev.srq]
+	if ev.SRQ != nil {
+		out.SRQ = d.srqs[ev.SRQ]
 	}
 	d.mu.Unlock()
 	return out

@@ -146,9 +146,9 @@ func waitWC(t testing.TB, cq *CQ, n int, within time.Duration) []WC {
 }
 
 func TestLayoutsMatch(t *testing.T) {
-	// soft.go hands []WC, []SGE, []RecvWR and []SendWR to the engine without copying;
-	// that is only sound while the layouts agree field by field.
-	pairs := [][2]any{{WC{}, engine.WC{}}, {SGE{}, engine.SGE{}}, {RecvWR{}, engine.RecvWR{}}, {SendWR{}, engine.SendWR{}}}
+	// softobj.go hands []WC, []SGE and []RecvWR to the engine without copying; that is
+	// only sound while the layouts agree field by field.
+	pairs := [][2]any{{WC{}, engine.WC{}}, {SGE{}, engine.SGE{}}, {RecvWR{}, engine.RecvWR{}}}
 	for _, p := range pairs {
 		a, b := reflect.TypeOf(p[0]), reflect.TypeOf(p[1])
 		if a.Size() != b.Size() || a.NumField() != b.NumField() {

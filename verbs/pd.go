@@ -3,26 +3,28 @@ package verbs
 import (
 	"fmt"
 	"net/netip"
+
+	"github.com/goverbs/goverbs/verbs/driver"
 )
 
 // PD is a protection domain (struct ibv_pd): memory regions, address handles and QPs
 // work together only within one PD.
 type PD struct {
 	dev  *Device
-	impl pdImpl
+	impl driver.PD
 }
 
 // Device returns the device the PD belongs to.
 func (pd *PD) Device() *Device { return pd.dev }
 
 // Close deallocates the PD. It fails while MRs, QPs or SRQs still use it.
-func (pd *PD) Close() error { return pd.impl.close() }
+func (pd *PD) Close() error { return pd.impl.Close() }
 
 // MR is a registered memory region (struct ibv_mr). The region is buf as passed to
 // RegMR; Addr is buf's virtual address, which a peer uses in RDMA and atomic requests.
 type MR struct {
 	pd     *PD
-	impl   mrImpl
+	impl   driver.MR
 	buf    []byte
 	access Access
 }
@@ -32,7 +34,7 @@ type MR struct {
 // by the garbage collector's moves: Go's heap does not move objects, so any slice works.
 // Remote write and remote atomic need local write (IBTA 10.6.3.1).
 func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
-	impl, err := pd.impl.regMR(buf, access)
+	impl, err := pd.impl.RegMR(buf, access)
 	if err != nil {
 		return nil, fmt.Errorf("verbs: register memory region: %w", err)
 	}
@@ -40,16 +42,16 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 }
 
 // Close deregisters the region (ibv_dereg_mr); its keys stop working at once.
-func (mr *MR) Close() error { return mr.impl.close() }
+func (mr *MR) Close() error { return mr.impl.Close() }
 
 // LKey is the local key, for SGEs.
-func (mr *MR) LKey() uint32 { l, _ := mr.impl.keys(); return l }
+func (mr *MR) LKey() uint32 { return mr.impl.LKey() }
 
 // RKey is the remote key a peer puts in RDMA and atomic requests.
-func (mr *MR) RKey() uint32 { _, r := mr.impl.keys(); return r }
+func (mr *MR) RKey() uint32 { return mr.impl.RKey() }
 
 // Addr is the region's start address.
-func (mr *MR) Addr() uint64 { return mr.impl.addr() }
+func (mr *MR) Addr() uint64 { return mr.impl.Addr() }
 
 // Buf is the registered memory.
 func (mr *MR) Buf() []byte { return mr.buf }
@@ -68,6 +70,15 @@ func (mr *MR) SGE(off, n int) SGE {
 	return SGE{Addr: mr.Addr() + uint64(off), Length: uint32(n), LKey: mr.LKey()}
 }
 
+// DriverMR returns the provider's memory region, for the provider a binding reaches
+// (package verbs/driver); programs have no use for it.
+func (mr *MR) DriverMR() driver.MR {
+	if mr == nil {
+		return nil
+	}
+	return mr.impl
+}
+
 // AddrOf returns the address of byte off of the region, for a peer's RemoteAddr.
 func (mr *MR) AddrOf(off int) uint64 { return mr.Addr() + uint64(off) }
 
@@ -75,7 +86,7 @@ func (mr *MR) AddrOf(off int) uint64 { return mr.Addr() + uint64(off) }
 type AH struct {
 	pd   *PD
 	attr AHAttr
-	impl ahImpl
+	impl driver.AH
 }
 
 // CreateAH creates an address handle (ibv_create_ah).
@@ -83,7 +94,7 @@ func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
 	if attr.DGID.IsZero() {
 		return nil, fmt.Errorf("%w: address handle needs a destination GID", ErrInvalidAttr)
 	}
-	impl, err := pd.impl.createAH(&attr)
+	impl, err := pd.impl.CreateAH(&attr)
 	if err != nil {
 		return nil, err
 	}
@@ -93,12 +104,17 @@ func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
 // Attr returns the address handle's attributes.
 func (ah *AH) Attr() AHAttr { return ah.attr }
 
-// Close destroys the address handle.
-func (ah *AH) Close() error { return nil }
+// Close destroys the address handle (ibv_destroy_ah).
+func (ah *AH) Close() error { return ah.impl.Close() }
 
-// GRHLen is the size of the GRH area at the start of every UD receive buffer
-// (IBTA 11.4.1.2). For RoCEv2 over IPv4 its last 20 bytes hold the IPv4 header.
-const GRHLen = 40
+// DriverAH returns the provider's address handle, for the provider a work request
+// reaches (package verbs/driver); programs have no use for it.
+func (ah *AH) DriverAH() driver.AH {
+	if ah == nil {
+		return nil
+	}
+	return ah.impl
+}
 
 // AHAttrFromWC builds the address vector that answers a UD receive completion, from the
 // GRH area at the start of the receive buffer (ibv_init_ah_from_wc).

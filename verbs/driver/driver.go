@@ -1,0 +1,166 @@
+// Package driver is what a verbs provider implements, as database/sql/driver is for
+// database/sql: the interfaces of a device and its objects, the registry that package
+// verbs consults, and the types both sides share.
+//
+// Programs use package verbs, not this one. A provider — the software RoCEv2 device in
+// package verbs itself, or a package that reaches RNICs through libibverbs — calls
+// Register from an init function; verbs.Devices lists the devices of every registered
+// provider and verbs.Open opens one, so a program that imports a provider's package (for
+// its side effect, `import _ ".../verbs/ibverbs"`) gets its devices without other change.
+//
+// The data-path types (SGE, SendWR, RecvWR, WC) and the enums are defined here once;
+// package verbs aliases them. A provider reads the caller's work requests and fills the
+// caller's completions in place, so a post or a poll costs no copy and no allocation in
+// between.
+//
+// Package verbs does what is common to every provider before it calls one: argument
+// checks, the QP state-transition table (IBTA 11.2.4.2), object lifetimes and the mapping
+// of a provider's objects back to the user's in async events. A provider does only what
+// its device does. Its methods may be called from many goroutines at once.
+package driver
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+)
+
+// Provider lists and opens the devices of one kind.
+type Provider interface {
+	// Devices lists the devices that can be opened now.
+	Devices() ([]DeviceInfo, error)
+	// Open opens the named device, one that Devices listed. An unknown name is an error
+	// that wraps ErrNoDevice.
+	Open(name string) (Device, error)
+}
+
+// Device is an opened device (struct ibv_context).
+type Device interface {
+	Close() error
+	Query() DeviceAttr
+	// QueryPort and GIDTable are called with a port from 1 to Query().PhysPortCnt.
+	QueryPort(port uint8) PortAttr
+	GIDTable(port uint8) []GIDEntry
+	AllocPD() (PD, error)
+	// CreateCQ creates a CQ; notify, when not nil, is called (without blocking, from any
+	// goroutine) each time an armed CQ fires (see CQ.RequestNotify).
+	CreateCQ(depth int, notify func()) (CQ, error)
+	// Events delivers the device's asynchronous events; it is called once and the
+	// channel closes when the device closes.
+	Events() <-chan AsyncEvent
+	Counters() Counters
+	// Progress drives the device's receive path once where the application's thread
+	// does that work (busy polling), and reports whether it does; otherwise it does
+	// nothing and returns false.
+	Progress() bool
+}
+
+// PD is a protection domain.
+type PD interface {
+	Close() error
+	RegMR(buf []byte, access Access) (MR, error)
+	CreateQP(init *QPInit) (QP, error)
+	CreateSRQ(attr SRQAttr) (SRQ, error)
+	CreateAH(attr *AHAttr) (AH, error)
+	AllocMW(t MWType) (MW, error)
+}
+
+// MR is a registered memory region.
+type MR interface {
+	Close() error
+	LKey() uint32
+	RKey() uint32
+	Addr() uint64
+}
+
+// MW is a memory window.
+type MW interface {
+	Close() error
+	RKey() uint32
+}
+
+// AH is an address handle.
+type AH interface {
+	Close() error
+}
+
+// CQ is a completion queue.
+type CQ interface {
+	Close() error
+	// Poll fills wcs and returns how many completions it wrote, or ErrCQOverflow (with
+	// 0) once an overrun CQ is empty. wcs may live on the caller's stack: the rule of
+	// QP.PostSend applies.
+	Poll(wcs []WC) (int, error)
+	Resize(depth int) error
+	Depth() int
+	RequestNotify(solicitedOnly bool) error
+}
+
+// QP is a queue pair. Package verbs has checked a Modify's transition and attributes
+// against IBTA table 91 before the provider sees it.
+type QP interface {
+	Close() error
+	QPN() uint32
+	State() QPState
+	Modify(attr *QPAttr, mask QPAttrMask) error
+	Query() QPAttr
+	// PostSend and PostRecv queue the work requests in order and return a *PostError
+	// for the first one refused. wrs, their SGLs and what they point to may live on
+	// the caller's stack: a provider copies what it needs (as an RNIC copies a WR into
+	// its WQE) and stores no pointer into any of it outside its own stack frames, not
+	// even until it returns (Go moves stacks, and nothing in the heap may point into
+	// one).
+	PostSend(wrs []SendWR) error
+	PostRecv(wrs []RecvWR) error
+	// BindMW binds a type 1 window (ibv_bind_mw) and returns the rkey it will have.
+	BindMW(mw MW, id uint64, flags SendFlags, b MWBind) (uint32, error)
+	Counters() QPCounters
+}
+
+// SRQ is a shared receive queue.
+type SRQ interface {
+	Close() error
+	// PostRecv follows QP.PostRecv's rules.
+	PostRecv(wrs []RecvWR) error
+	Arm(limit uint32) error
+	Query() SRQAttr
+}
+
+var (
+	registryMu sync.RWMutex
+	registry   = map[string]Provider{}
+)
+
+// Register makes a provider available under name. It panics if name is taken or p is
+// nil, as database/sql.Register does: both are programming errors found at start-up.
+func Register(name string, p Provider) {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	if p == nil {
+		panic("verbs/driver: Register of a nil provider")
+	}
+	if _, dup := registry[name]; dup {
+		panic(fmt.Sprintf("verbs/driver: Register called twice for provider %q", name))
+	}
+	registry[name] = p
+}
+
+// Providers returns the names of the registered providers, sorted.
+func Providers() []string {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	names := make([]string, 0, len(registry))
+	for n := range registry {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Lookup returns the provider registered under name.
+func Lookup(name string) (Provider, bool) {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	p, ok := registry[name]
+	return p, ok
+}

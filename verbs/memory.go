@@ -19,16 +19,21 @@ func Mmap(size int, hugePages bool) ([]byte, error) {
 	flags := unix.MAP_PRIVATE | unix.MAP_ANON | mapPopulate
 	if hugePages {
 		if mapHugeTLB == 0 {
-			return nil, fmt.Errorf("verbs: mmap with huge pages: %w", errors.ErrUnsupported)
+			return nil, fmt.Errorf("%w: mmap with huge pages: %w", ErrInvalidAttr, errors.ErrUnsupported)
 		}
 		flags |= mapHugeTLB
 	}
 	b, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, flags)
 	if err != nil {
-		return nil, fmt.Errorf("verbs: mmap %d bytes (huge pages %v): %w", size, hugePages, err)
+		return nil, fmt.Errorf("%w: mmap %d bytes (huge pages %v): %w", ErrLimit, size, hugePages, err)
 	}
 	return b, nil
 }
 
 // Munmap releases memory from Mmap.
-func Munmap(b []byte) error { return unix.Munmap(b) }
+func Munmap(b []byte) error {
+	if err := unix.Munmap(b); err != nil {
+		return fmt.Errorf("%w: munmap: %w", ErrInvalidAttr, err)
+	}
+	return nil
+}

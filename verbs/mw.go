@@ -18,7 +18,7 @@ type MW struct {
 func (pd *PD) AllocMW(t MWType) (*MW, error) {
 	impl, err := pd.impl.AllocMW(t)
 	if err != nil {
-		return nil, fmt.Errorf("verbs: allocate memory window: %w", err)
+		return nil, &opError{"allocate memory window", err}
 	}
 	return &MW{pd: pd, impl: impl, typ: t}, nil
 }

@@ -36,7 +36,7 @@ type MR struct {
 func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	impl, err := pd.impl.RegMR(buf, access)
 	if err != nil {
-		return nil, fmt.Errorf("verbs: register memory region: %w", err)
+		return nil, &opError{"register memory region", err}
 	}
 	return &MR{pd: pd, impl: impl, buf: buf, access: access}, nil
 }

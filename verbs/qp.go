@@ -35,7 +35,7 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	}
 	impl, err := pd.impl.CreateQP(&init)
 	if err != nil {
-		return nil, fmt.Errorf("verbs: create QP: %w", err)
+		return nil, &opError{"create QP", err}
 	}
 	qp := &QP{pd: pd, impl: impl, typ: attr.Type, sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ, srq: attr.SRQ}
 	pd.dev.track(qp, nil, nil, true)
@@ -130,7 +130,7 @@ type SRQ struct {
 func (pd *PD) CreateSRQ(attr SRQAttr) (*SRQ, error) {
 	impl, err := pd.impl.CreateSRQ(attr)
 	if err != nil {
-		return nil, fmt.Errorf("verbs: create SRQ: %w", err)
+		return nil, &opError{"create SRQ", err}
 	}
 	s := &SRQ{pd: pd, impl: impl}
 	pd.dev.track(nil, nil, s, true)

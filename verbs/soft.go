@@ -133,7 +133,7 @@ func softDevices() ([]SoftConfig, error) {
 		}
 		name, addr, ok := strings.Cut(ent, "=")
 		if !ok || name == "" {
-			return nil, fmt.Errorf("verbs: %s: entry %q is not NAME=ADDR[:PORT]", EnvDevices, ent)
+			return nil, fmt.Errorf("%w: %s: entry %q is not NAME=ADDR[:PORT]", ErrNoDevice, EnvDevices, ent)
 		}
 		cfg := SoftConfig{Name: name}
 		if ap, err := netip.ParseAddrPort(addr); err == nil {
@@ -141,7 +141,7 @@ func softDevices() ([]SoftConfig, error) {
 		} else if a, err := netip.ParseAddr(strings.Trim(addr, "[]")); err == nil {
 			cfg.Addr = a
 		} else {
-			return nil, fmt.Errorf("verbs: %s: %q is not an IP address", EnvDevices, addr)
+			return nil, fmt.Errorf("%w: %s: %q is not an IP address", ErrNoDevice, EnvDevices, addr)
 		}
 		out = append(out, cfg)
 	}
@@ -194,11 +194,11 @@ func openSoft(cfg SoftConfig) (driver.Device, error) {
 	conn := cfg.Conn
 	if conn == nil {
 		if !cfg.Addr.IsValid() {
-			return nil, fmt.Errorf("verbs: software device %s has no address", cfg.Name)
+			return nil, fmt.Errorf("%w: software device %s has no address", ErrInvalidAttr, cfg.Name)
 		}
 		c, err := netio.ListenUDP(netip.AddrPortFrom(cfg.Addr, port), netio.UDPOptions{BusyPoll: cfg.BusyPoll})
 		if err != nil {
-			return nil, fmt.Errorf("verbs: open %s on %s: %w", cfg.Name, netip.AddrPortFrom(cfg.Addr, port), err)
+			return nil, &openError{name: cfg.Name, addr: netip.AddrPortFrom(cfg.Addr, port), err: err}
 		}
 		conn = c
 	}
@@ -226,7 +226,7 @@ func openSoft(cfg SoftConfig) (driver.Device, error) {
 	d, err := engine.New(engine.Config{Name: cfg.Name, Conn: conn, PeerPort: port, MTU: mtu, Logger: log, BusyPoll: cfg.BusyPoll})
 	if err != nil {
 		conn.Close()
-		return nil, err
+		return nil, softErr(err)
 	}
 	return &softDevice{d: d, guid: nodeGUID(cfg.Addr)}, nil
 }

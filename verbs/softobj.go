@@ -1,7 +1,6 @@
 package verbs
 
 import (
-	"errors"
 	"fmt"
 	"unsafe"
 
@@ -18,7 +17,7 @@ type softDevice struct {
 	guid uint64
 }
 
-func (s *softDevice) Close() error { return s.d.Close() }
+func (s *softDevice) Close() error { return softErr(s.d.Close()) }
 
 func (s *softDevice) Progress() bool {
 	if !s.d.BusyPoll() {
@@ -62,7 +61,7 @@ func (s *softDevice) Counters() Counters {
 func (s *softDevice) AllocPD() (driver.PD, error) {
 	pd, err := s.d.AllocPD()
 	if err != nil {
-		return nil, err
+		return nil, softErr(err)
 	}
 	return &softPD{dev: s, pd: pd}, nil
 }
@@ -70,7 +69,7 @@ func (s *softDevice) AllocPD() (driver.PD, error) {
 func (s *softDevice) CreateCQ(depth int, notify func()) (driver.CQ, error) {
 	cq, err := s.d.CreateCQ(depth)
 	if err != nil {
-		return nil, err
+		return nil, softErr(err)
 	}
 	c := &softCQ{cq: cq}
 	cq.Owner = c
@@ -115,19 +114,19 @@ type softPD struct {
 	pd  *engine.PD
 }
 
-func (p *softPD) Close() error { return p.pd.Close() }
+func (p *softPD) Close() error { return softErr(p.pd.Close()) }
 
 func (p *softPD) RegMR(buf []byte, access Access) (driver.MR, error) {
 	mr, err := p.pd.RegMR(buf, engine.Access(access))
 	if err != nil {
-		return nil, err
+		return nil, softErr(err)
 	}
 	return softMR{mr}, nil
 }
 
 type softMR struct{ mr *engine.MR }
 
-func (m softMR) Close() error { return m.mr.Close() }
+func (m softMR) Close() error { return softErr(m.mr.Close()) }
 func (m softMR) LKey() uint32 { return m.mr.LKey() }
 func (m softMR) RKey() uint32 { return m.mr.RKey() }
 func (m softMR) Addr() uint64 { return m.mr.Addr() }
@@ -151,7 +150,7 @@ func (p *softPD) CreateQP(init *driver.QPInit) (driver.QP, error) {
 	}
 	qp, err := p.dev.d.CreateQP(p.pd, e)
 	if err != nil {
-		return nil, err
+		return nil, softErr(err)
 	}
 	s := &softQP{qp: qp}
 	qp.Owner = s
@@ -161,14 +160,14 @@ func (p *softPD) CreateQP(init *driver.QPInit) (driver.QP, error) {
 func (p *softPD) CreateSRQ(attr SRQAttr) (driver.SRQ, error) {
 	srq, err := p.dev.d.CreateSRQ(p.pd, int(attr.MaxWR), int(attr.MaxSGE))
 	if err != nil {
-		return nil, err
+		return nil, softErr(err)
 	}
 	s := &softSRQ{srq: srq}
 	srq.Owner = s
 	if attr.SRQLimit > 0 {
 		if err := srq.Arm(attr.SRQLimit); err != nil {
 			srq.Close()
-			return nil, err
+			return nil, softErr(err)
 		}
 	}
 	return s, nil
@@ -195,22 +194,22 @@ func softCQOf(cq *engine.CQ) driver.CQ {
 	return nil
 }
 
-func (c *softCQ) Close() error { return c.cq.Close() }
+func (c *softCQ) Close() error { return softErr(c.cq.Close()) }
 func (c *softCQ) Depth() int   { return c.cq.Depth() }
 func (c *softCQ) Resize(n int) error {
 	if err := c.cq.Resize(n); err != nil {
-		return fmt.Errorf("verbs: resize CQ to %d: %w", n, err)
+		return softErr(fmt.Errorf("resize CQ to %d: %w", n, err))
 	}
 	return nil
 }
-func (c *softCQ) RequestNotify(s bool) error { return c.cq.RequestNotify(s) }
+func (c *softCQ) RequestNotify(s bool) error { return softErr(c.cq.RequestNotify(s)) }
 
 // Poll hands the user's slice to the engine as is: WC and engine.WC have the same layout
 // (checked by TestLayoutsMatch), so polling copies each completion once.
 func (c *softCQ) Poll(wcs []WC) (int, error) {
 	n, err := c.cq.Poll(unsafe.Slice((*engine.WC)(unsafe.Pointer(unsafe.SliceData(wcs))), len(wcs)))
-	if err != nil && errors.Is(err, engine.ErrCQOverflow) { // nil first: this runs in spin loops
-		err = ErrCQOverflow
+	if err != nil { // nil first: this runs in spin loops
+		err = softErr(err)
 	}
 	return n, err
 }
@@ -226,7 +225,7 @@ func softQPOf(qp *engine.QP) driver.QP {
 	return nil
 }
 
-func (q *softQP) Close() error         { return q.qp.Close() }
+func (q *softQP) Close() error         { return softErr(q.qp.Close()) }
 func (q *softQP) QPN() uint32          { return q.qp.QPN() }
 func (q *softQP) State() QPState       { return QPState(q.qp.State()) }
 func (q *softQP) Counters() QPCounters { return QPCounters(q.qp.Counters()) }
@@ -241,7 +240,7 @@ func (q *softQP) Modify(a *QPAttr, mask QPAttrMask) error {
 		PKeyIndex: a.PKeyIndex, Port: a.Port, MinRNRTimer: a.MinRNRTimer, Timeout: a.Timeout,
 		RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry, MaxRdAtomic: a.MaxRdAtomic, MaxDestRdAtomic: a.MaxDestRdAtomic,
 	}
-	return q.qp.Modify(&e, engine.QPAttrMask(mask))
+	return softErr(q.qp.Modify(&e, engine.QPAttrMask(mask)))
 }
 
 func (q *softQP) Query() QPAttr {
@@ -284,23 +283,22 @@ func (q *softQP) PostSend(wrs []SendWR) error {
 			}
 		}
 		if err := q.qp.PostSend(batch[:len(chunk)]); err != nil {
-			return mapPostErr(err, base)
+			return postErr(err, base)
 		}
 	}
 	return nil
 }
 
 func (q *softQP) PostRecv(wrs []RecvWR) error {
-	return mapPostErr(q.qp.PostRecv(unsafe.Slice((*engine.RecvWR)(unsafe.Pointer(unsafe.SliceData(wrs))), len(wrs))), 0)
+	return postErr(q.qp.PostRecv(unsafe.Slice((*engine.RecvWR)(unsafe.Pointer(unsafe.SliceData(wrs))), len(wrs))), 0)
 }
 
-func mapPostErr(err error, base int) error {
-	if err == nil {
-		return nil
-	}
-	var pe *engine.PostError
-	if errors.As(err, &pe) {
-		return &PostError{Index: base + pe.Index, Err: pe.Err}
+// postErr classifies a post's error; base is the index in the caller's batch of the
+// engine batch's first request.
+func postErr(err error, base int) error {
+	err = softErr(err)
+	if pe, ok := err.(*PostError); ok {
+		pe.Index += base
 	}
 	return err
 }
@@ -314,11 +312,11 @@ func softSRQOf(s *engine.SRQ) driver.SRQ {
 	return nil
 }
 
-func (s *softSRQ) Close() error { return s.srq.Close() }
+func (s *softSRQ) Close() error { return softErr(s.srq.Close()) }
 func (s *softSRQ) PostRecv(wrs []RecvWR) error {
-	return mapPostErr(s.srq.PostRecv(unsafe.Slice((*engine.RecvWR)(unsafe.Pointer(unsafe.SliceData(wrs))), len(wrs))), 0)
+	return postErr(s.srq.PostRecv(unsafe.Slice((*engine.RecvWR)(unsafe.Pointer(unsafe.SliceData(wrs))), len(wrs))), 0)
 }
-func (s *softSRQ) Arm(limit uint32) error { return s.srq.Arm(limit) }
+func (s *softSRQ) Arm(limit uint32) error { return softErr(s.srq.Arm(limit)) }
 func (s *softSRQ) Query() SRQAttr {
 	w, sge, lim := s.srq.Query()
 	return SRQAttr{MaxWR: uint32(w), MaxSGE: uint32(sge), SRQLimit: lim}
@@ -350,13 +348,13 @@ func softBind(dst *engine.BindMW, mw driver.MWRef, b MWBind) {
 
 type softMW struct{ mw *engine.MW }
 
-func (m *softMW) Close() error { return m.mw.Close() }
+func (m *softMW) Close() error { return softErr(m.mw.Close()) }
 func (m *softMW) RKey() uint32 { return m.mw.RKey() }
 
 func (p *softPD) AllocMW(t MWType) (driver.MW, error) {
 	mw, err := p.pd.AllocMW(uint8(t))
 	if err != nil {
-		return nil, err
+		return nil, softErr(err)
 	}
 	return &softMW{mw}, nil
 }
@@ -370,5 +368,5 @@ func (q *softQP) BindMW(mw driver.MW, id uint64, flags SendFlags, b MWBind) (uin
 	}
 	eb.MW = m.mw
 	rkey, err := q.qp.BindType1(id, engine.SendFlags(flags), eb)
-	return rkey, mapPostErr(err, 0)
+	return rkey, postErr(err, 0)
 }

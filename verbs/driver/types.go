@@ -301,7 +301,9 @@ type PostError struct {
 	Err   error
 }
 
-func (e *PostError) Error() string { return fmt.Sprintf("verbs: work request %d: %v", e.Index, e.Err) }
+func (e *PostError) Error() string {
+	return fmt.Sprintf("verbs: work request %d: %s", e.Index, Detail(e.Err))
+}
 func (e *PostError) Unwrap() error { return e.Err }
 
 // GRHLen is the size of the GRH area at the start of every UD receive buffer

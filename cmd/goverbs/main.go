@@ -44,6 +44,7 @@ var commands = map[string]command{
 	"read_lat":     {"RDMA READ latency (ib_read_lat)", perfCmd(testRead, true)},
 	"atomic_lat":   {"atomic FETCH_AND_ADD latency (ib_atomic_lat)", perfCmd(testAtomic, true)},
 	"soak":         {"long verified RC stream over a simulated faulty network", runSoak},
+	"version":      {"print the goverbs module version and the Go version", runVersion},
 }
 
 func usage(w io.Writer) {

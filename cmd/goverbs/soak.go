@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/goverbs/goverbs/internal/soak"
+	"github.com/goverbs/goverbs/cmd/goverbs/internal/soak"
 	"github.com/goverbs/goverbs/netio/simnet"
 )
 

@@ -6,8 +6,9 @@
 // execution gives; nothing outside the target buffers changes (guard zones around every
 // remote buffer); and no completion is missing, extra or out of order.
 //
-// The test (verbs/soak_test.go) runs it under testing/synctest, in fake time; the
-// `goverbs soak` command runs it in real time for long runs.
+// It sits above package verbs, beside the command that runs it: its test
+// (presets_test.go) runs it under testing/synctest, in fake time; `goverbs soak` runs it
+// in real time for long runs.
 package soak
 
 import (

@@ -1,4 +1,4 @@
-package verbs_test
+package soak_test
 
 import (
 	"context"
@@ -6,16 +6,16 @@ import (
 	"testing"
 	"testing/synctest"
 
-	"github.com/goverbs/goverbs/internal/soak"
+	"github.com/goverbs/goverbs/cmd/goverbs/internal/soak"
 )
 
 // The soak (issue 6): a long mixed RC stream — SEND, SEND with immediate, WRITE, WRITE
 // with immediate, READ, FETCH_AND_ADD, CMP_AND_SWP, 0 to 4 MTUs + 7 bytes, some inline,
 // some with two SGEs — through the simulated network with each fault alone and all
-// combined (soak.Presets), every byte and every completion verified (internal/soak). In
-// fake time under synctest. A long run:
+// combined (soak.Presets), every byte and every completion verified. In fake time under
+// synctest. A long run:
 //
-//	go test ./verbs -run 'TestSoak/all' -v -args -soak.n=1000000
+//	go test ./cmd/goverbs/internal/soak -run 'TestSoak/all' -v -args -soak.n=1000000
 //
 // or `goverbs soak -n 1000000` in real time.
 

@@ -226,7 +226,7 @@ func openSoft(cfg SoftConfig) (driver.Device, error) {
 	d, err := engine.New(engine.Config{Name: cfg.Name, Conn: conn, PeerPort: port, MTU: mtu, Logger: log, BusyPoll: cfg.BusyPoll})
 	if err != nil {
 		conn.Close()
-		return nil, softErr(err)
+		return nil, err
 	}
 	return &softDevice{d: d, guid: nodeGUID(cfg.Addr)}, nil
 }

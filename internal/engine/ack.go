@@ -6,7 +6,10 @@
 
 package engine
 
-import "github.com/goverbs/goverbs/wire"
+import (
+	"github.com/goverbs/goverbs/verbs/driver"
+	"github.com/goverbs/goverbs/wire"
+)
 
 // ackState is what a QP keeps about acknowledgements, as requester and as responder.
 type ackState struct {
@@ -54,7 +57,7 @@ func (qp *QP) askAck(w *sendWQE, last bool) bool {
 // leaves it to the packet count, so the peer's ACKs (and the wake-ups they cost here)
 // come every maxPktsPerAck packets instead of every message.
 func (qp *QP) wantsAck(w *sendWQE) bool {
-	return qp.sigAll || w.wr.Flags&SendSignaled != 0 || qp.sq.req+1 == qp.sq.tail
+	return qp.sigAll || w.wr.Flags&driver.SendSignaled != 0 || qp.sq.req+1 == qp.sq.tail
 }
 
 // restartAckCount starts the AckReq packet count again: after a READ or atomic request

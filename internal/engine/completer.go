@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/goverbs/goverbs/verbs/driver"
 	"github.com/goverbs/goverbs/wire"
 )
 
@@ -133,7 +134,7 @@ func (c *completer) onRetransmitTimer() {
 	}
 	c.retransArmed = false
 	c.timerMu.Unlock()
-	if qp.closed || qp.state != QPStateRTS && qp.state != QPStateSQD || !c.retransOn {
+	if qp.closed || qp.state != driver.QPStateRTS && qp.state != driver.QPStateSQD || !c.retransOn {
 		return
 	}
 	if c.retransMoved {
@@ -169,7 +170,7 @@ func (c *completer) spendRetry(why string) bool {
 		qp.dev.log.Debug("retry", "qp", qp.qpn, "why", why, "comp.psn", uint32(c.psn), "left", c.retryLeft)
 	}
 	if c.retryLeft == 0 {
-		c.failHead(WCRetryExcErr, 0)
+		c.failHead(driver.WCRetryExcErr, 0)
 		return false
 	}
 	c.retryLeft--
@@ -188,7 +189,7 @@ func (c *completer) progress(psn wire.PSN) {
 
 // failHead completes the oldest outstanding WQE with st and moves the QP to the error
 // state, flushing everything after it.
-func (c *completer) failHead(st WCStatus, vendor uint32) {
+func (c *completer) failHead(st driver.WCStatus, vendor uint32) {
 	qp := c.qp
 	for i := qp.sq.head; i != qp.sq.tail; i++ {
 		w := qp.sq.at(i)
@@ -252,7 +253,7 @@ func (qp *QP) complete(p *wire.Packet) {
 		qp.dev.counters.Malformed.Add(1)
 	}
 	qp.retire()
-	if qp.state != QPStateRTS && qp.state != QPStateSQD {
+	if qp.state != driver.QPStateRTS && qp.state != driver.QPStateSQD {
 		return
 	}
 	if progressed {
@@ -317,7 +318,7 @@ func (qp *QP) readResponse(p *wire.Packet, psn wire.PSN) bool {
 		return false
 	}
 	w := qp.oldest()
-	if w == nil || w.wr.Opcode != WRRDMARead || psn.Before(w.firstPSN) || psn.After(w.lastPSN()) {
+	if w == nil || w.wr.Opcode != driver.WRRDMARead || psn.Before(w.firstPSN) || psn.After(w.lastPSN()) {
 		qp.dev.counters.GhostResponse.Add(1)
 		return false
 	}
@@ -340,11 +341,11 @@ func (qp *QP) readResponse(p *wire.Packet, psn wire.PSN) bool {
 	fl := p.Op.Flags
 	last := fl.Has(wire.Last) || fl.Has(wire.Only)
 	if last && n != rest || !last && (n != qp.mtu || rest <= qp.mtu) {
-		c.failHead(WCBadRespErr, 0)
+		c.failHead(driver.WCBadRespErr, 0)
 		return false
 	}
 	if !w.local.copyIn(p.Payload, off) {
-		c.failHead(WCLocProtErr, 0) // the landing buffer was deregistered meanwhile
+		c.failHead(driver.WCLocProtErr, 0) // the landing buffer was deregistered meanwhile
 		return false
 	}
 	w.got++
@@ -363,7 +364,7 @@ func (qp *QP) atomicAck(p *wire.Packet, psn wire.PSN) bool {
 		return false
 	}
 	w := qp.oldest()
-	if w == nil || w.firstPSN != psn || (w.wr.Opcode != WRAtomicCmpAndSwp && w.wr.Opcode != WRAtomicFetchAdd) {
+	if w == nil || w.firstPSN != psn || (w.wr.Opcode != driver.WRAtomicCmpAndSwp && w.wr.Opcode != driver.WRAtomicFetchAdd) {
 		qp.dev.counters.GhostResponse.Add(1)
 		return false
 	}
@@ -371,7 +372,7 @@ func (qp *QP) atomicAck(p *wire.Packet, psn wire.PSN) bool {
 	var v [8]byte
 	binary.NativeEndian.PutUint64(v[:], p.AtomicAckETH.OrigData())
 	if !w.local.copyIn(v[:], 0) {
-		c.failHead(WCLocProtErr, 0)
+		c.failHead(driver.WCLocProtErr, 0)
 		return false
 	}
 	w.state = wqeDone
@@ -392,7 +393,7 @@ func (qp *QP) rnrNak(psn wire.PSN, syn wire.Syndrome) {
 		return
 	}
 	if c.rnrRetryLeft == 0 {
-		c.failHead(WCRNRRetryExcErr, uint32(syn))
+		c.failHead(driver.WCRNRRetryExcErr, uint32(syn))
 		return
 	}
 	if c.rnrRetryLeft != 7 {
@@ -444,16 +445,16 @@ func (qp *QP) nak(psn wire.PSN, syn wire.Syndrome) {
 		qp.rewind(psn)
 		return
 	}
-	st := WCRemOpErr
+	st := driver.WCRemOpErr
 	switch code {
 	case wire.NAKInvalidRequest:
-		st = WCRemInvReqErr
+		st = driver.WCRemInvReqErr
 	case wire.NAKRemoteAccessError:
-		st = WCRemAccessErr
+		st = driver.WCRemAccessErr
 	case wire.NAKRemoteOperationalError:
-		st = WCRemOpErr
+		st = driver.WCRemOpErr
 	case wire.NAKInvalidRDRequest:
-		st = WCRemInvRdReqErr
+		st = driver.WCRemInvRdReqErr
 	}
 	if qp.oldest() == nil {
 		return
@@ -477,22 +478,22 @@ func (qp *QP) retire() {
 	}
 }
 
-var wcOpcodeOf = [...]WCOpcode{
-	WRRDMAWrite: WCRDMAWrite, WRRDMAWriteWithImm: WCRDMAWrite, WRSend: WCSend,
-	WRSendWithImm: WCSend, WRRDMARead: WCRDMARead, WRAtomicCmpAndSwp: WCCompSwap,
-	WRAtomicFetchAdd: WCFetchAdd, WRLocalInv: WCLocalInv, WRBindMW: WCBindMW, WRSendWithInv: WCSend,
+var wcOpcodeOf = [...]driver.WCOpcode{
+	driver.WRRDMAWrite: driver.WCRDMAWrite, driver.WRRDMAWriteWithImm: driver.WCRDMAWrite, driver.WRSend: driver.WCSend,
+	driver.WRSendWithImm: driver.WCSend, driver.WRRDMARead: driver.WCRDMARead, driver.WRAtomicCmpAndSwp: driver.WCCompSwap,
+	driver.WRAtomicFetchAdd: driver.WCFetchAdd, driver.WRLocalInv: driver.WCLocalInv, driver.WRBindMW: driver.WCBindMW, driver.WRSendWithInv: driver.WCSend,
 }
 
 func (qp *QP) retireOne(w *sendWQE) {
-	if w.status == WCSuccess && !qp.sigAll && w.wr.Flags&SendSignaled == 0 {
+	if w.status == driver.WCSuccess && !qp.sigAll && w.wr.Flags&driver.SendSignaled == 0 {
 		return
 	}
-	wc := WC{ID: w.wr.ID, Status: w.status, Opcode: wcOpcodeOf[w.wr.Opcode], QPN: qp.qpn, VendorErr: w.vendor}
-	if w.status == WCSuccess {
+	wc := driver.WC{ID: w.wr.ID, Status: w.status, Opcode: wcOpcodeOf[w.wr.Opcode], QPN: qp.qpn, VendorErr: w.vendor}
+	if w.status == driver.WCSuccess {
 		switch w.wr.Opcode {
-		case WRRDMARead:
+		case driver.WRRDMARead:
 			wc.ByteLen = uint32(w.length)
-		case WRAtomicCmpAndSwp, WRAtomicFetchAdd:
+		case driver.WRAtomicCmpAndSwp, driver.WRAtomicFetchAdd:
 			wc.ByteLen = 8
 		}
 	}

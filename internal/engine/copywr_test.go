@@ -3,6 +3,8 @@ package engine
 import (
 	"reflect"
 	"testing"
+
+	"github.com/goverbs/goverbs/verbs/driver"
 )
 
 // TestCopyWRKeepsEveryField: copyWR lists SendWR's fields one by one (to keep the
@@ -10,7 +12,7 @@ import (
 // silently read as zero. Every field is set here by reflection; all must survive but
 // the three copyWR replaces on purpose.
 func TestCopyWRKeepsEveryField(t *testing.T) {
-	var wr SendWR
+	var wr driver.SendWR
 	v := reflect.ValueOf(&wr).Elem()
 	for i := range v.NumField() {
 		f := v.Field(i)
@@ -21,11 +23,13 @@ func TestCopyWRKeepsEveryField(t *testing.T) {
 			f.Set(reflect.MakeSlice(f.Type(), 1, 1))
 		case reflect.Pointer:
 			f.Set(reflect.New(f.Type().Elem()))
+		case reflect.Interface: // the UD destination, an AHRef
+			f.Set(reflect.ValueOf(&AH{}))
 		default:
 			t.Fatalf("field %s of kind %v: teach this test to set it", v.Type().Field(i).Name, f.Kind())
 		}
 	}
-	sgl := []SGE{{Addr: 7}}
+	sgl := []driver.SGE{{Addr: 7}}
 	got := copyWR(&wr, sgl)
 	g := reflect.ValueOf(got)
 	for i := range v.NumField() {

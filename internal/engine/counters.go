@@ -3,7 +3,11 @@
 
 package engine
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/goverbs/goverbs/verbs/driver"
+)
 
 // Counters are the device's statistics, in the spirit of `rdma statistic` for rxe. Every
 // dropped packet is counted under the reason it was dropped for.
@@ -75,20 +79,8 @@ func (c *Counters) Each(f func(name string, v uint64)) {
 	f("async_events_lost", c.EventsLost.Load())
 }
 
-// QPCounters are per-QP statistics.
-type QPCounters struct {
-	TxPackets, RxPackets uint64
-	Retransmits          uint64
-	RetryTimeouts        uint64
-	RNRNakSent           uint64
-	RNRNakReceived       uint64
-	SeqNakSent           uint64
-	SeqNakReceived       uint64
-	DuplicateRequests    uint64
-}
-
 // Counters returns a snapshot of the per-QP statistics.
-func (qp *QP) Counters() QPCounters {
+func (qp *QP) Counters() driver.QPCounters {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	return qp.Stats

@@ -4,16 +4,17 @@
 package engine
 
 import (
-	"errors"
 	"sync"
 	"sync/atomic"
+
+	"github.com/goverbs/goverbs/verbs/driver"
 )
 
 var (
-	ErrCQOverflow = errors.New("completion queue overrun: completions were lost")
-	ErrCQClosed   = errors.New("completion queue is closed")
-	ErrCQBusy     = errors.New("completion queue is still used by a queue pair")
-	ErrCQSize     = errors.New("invalid completion queue size")
+	ErrCQOverflow = driver.NewError(driver.ErrCQOverflow, "completion queue overrun: completions were lost")
+	ErrCQClosed   = driver.NewError(driver.ErrClosed, "completion queue is closed")
+	ErrCQBusy     = driver.NewError(driver.ErrBusy, "completion queue is still used by a queue pair")
+	ErrCQSize     = driver.NewError(driver.ErrInvalidAttr, "invalid completion queue size")
 )
 
 // MaxCQE is the largest CQ depth the device accepts (rxe advertises 32767).
@@ -25,7 +26,7 @@ const MaxCQE = 1<<15 - 1
 type CQ struct {
 	dev  *Device
 	mu   sync.Mutex
-	ring []WC
+	ring []driver.WC
 	head int // oldest completion
 	n    int // completions in the ring
 	// held mirrors n for a busy poller's look before it reads the socket: an empty
@@ -39,9 +40,6 @@ type CQ struct {
 	// Completion events (ibv_req_notify_cq): armed says which completion fires handler.
 	armed   cqArm
 	handler func()
-
-	// Owner is the provider-level object wrapping this CQ (for async events).
-	Owner any
 }
 
 type cqArm uint8
@@ -60,7 +58,7 @@ func (d *Device) CreateCQ(depth int) (*CQ, error) {
 	if depth < 1 || depth > MaxCQE {
 		return nil, ErrCQSize
 	}
-	return &CQ{dev: d, ring: make([]WC, depth)}, nil
+	return &CQ{dev: d, ring: make([]driver.WC, depth)}, nil
 }
 
 // Depth returns the number of completions the CQ holds.
@@ -71,7 +69,7 @@ func (cq *CQ) Depth() int {
 }
 
 // Poll copies up to len(out) completions, oldest first, and returns how many.
-func (cq *CQ) Poll(out []WC) (int, error) {
+func (cq *CQ) Poll(out []driver.WC) (int, error) {
 	if cq.dev.poller != nil && cq.held.Load() == 0 {
 		cq.dev.PollRx() // busy-poll mode: the poller drives the device
 	}
@@ -108,7 +106,7 @@ func (cq *CQ) Resize(depth int) error {
 	if depth < 1 || depth > MaxCQE || depth < cq.n {
 		return ErrCQSize
 	}
-	ring := make([]WC, depth)
+	ring := make([]driver.WC, depth)
 	for i := 0; i < cq.n; i++ {
 		ring[i] = cq.ring[(cq.head+i)%len(cq.ring)]
 	}
@@ -144,7 +142,7 @@ func (cq *CQ) RequestNotify(solicitedOnly bool) error {
 
 // push appends a completion. solicited marks a receive completion of a message with the
 // solicited-event bit, which fires a solicited-only arm; errors fire it too.
-func (cq *CQ) push(wc *WC, solicited bool) {
+func (cq *CQ) push(wc *driver.WC, solicited bool) {
 	cq.mu.Lock()
 	if cq.closed {
 		cq.mu.Unlock()
@@ -156,7 +154,7 @@ func (cq *CQ) push(wc *WC, solicited bool) {
 		cq.mu.Unlock()
 		cq.dev.counters.CQOverflows.Add(1)
 		if first {
-			cq.dev.raise(AsyncEvent{Type: EventCQErr, CQ: cq})
+			cq.dev.raise(AsyncEvent{Type: driver.EventCQErr, CQ: cq})
 		}
 		return
 	}
@@ -168,7 +166,7 @@ func (cq *CQ) push(wc *WC, solicited bool) {
 	cq.n++
 	cq.held.Add(1)
 	var fire func()
-	if cq.armed == cqArmNext || (cq.armed == cqArmSolicited && (solicited || wc.Status != WCSuccess)) {
+	if cq.armed == cqArmNext || (cq.armed == cqArmSolicited && (solicited || wc.Status != driver.WCSuccess)) {
 		cq.armed = cqDisarmed
 		fire = cq.handler
 	}

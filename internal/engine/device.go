@@ -15,12 +15,13 @@ import (
 	"sync/atomic"
 
 	"github.com/goverbs/goverbs/netio"
+	"github.com/goverbs/goverbs/verbs/driver"
 	"github.com/goverbs/goverbs/wire"
 )
 
 var (
-	ErrDeviceClosed = errors.New("device is closed")
-	ErrNoConn       = errors.New("device needs a bound datagram connection")
+	ErrDeviceClosed = driver.NewError(driver.ErrClosed, "device is closed")
+	ErrNoConn       = driver.NewError(driver.ErrInvalidAttr, "device needs a bound datagram connection")
 )
 
 // Limits the software device advertises and enforces. They follow Linux rxe's defaults
@@ -133,7 +134,7 @@ func New(cfg Config) (*Device, error) {
 	d.sender.init()
 	go d.sender.run()
 	go d.rxLoop()
-	d.raise(AsyncEvent{Type: EventPortActive, Port: 1})
+	d.raise(AsyncEvent{Type: driver.EventPortActive, Port: 1})
 	return d, nil
 }
 

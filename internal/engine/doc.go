@@ -10,7 +10,8 @@
 //     it (input.go); every decision about sending ACKs is in ack.go; every packet leaves
 //     through emit (emit.go) into a transmit batch (tx.go).
 //
-// The engine's types carry the numeric values of libibverbs and the IBTA spec so that the
-// public verbs package converts by a plain cast. The engine does not know about the verbs
-// package; verbs adapts it as one provider.
+// The engine works on verbs/driver's types (work requests, completions, enums, errors
+// classified under driver's sentinels), so the public verbs package hands it the caller's
+// slices as they are. The engine does not know about the verbs package; verbs adapts it
+// as one provider.
 package engine

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/netio"
+	"github.com/goverbs/goverbs/verbs/driver"
 )
 
 // rxBufSize is a receive buffer: a whole GRO run when the socket coalesces (the size the
@@ -215,7 +216,7 @@ func (s *sender) run() {
 				qp.mu.Lock()
 				more := false
 				switch {
-				case qp.closed || qp.state == QPStateReset:
+				case qp.closed || qp.state == driver.QPStateReset:
 					qp.resp.out.queued, qp.txQueued = false, false
 				default:
 					if qp.resp.out.queued {

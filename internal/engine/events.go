@@ -2,27 +2,11 @@
 
 package engine
 
-// EventType follows enum ibv_event_type.
-type EventType uint8
-
-const (
-	EventCQErr            EventType = 0
-	EventQPFatal          EventType = 1
-	EventQPReqErr         EventType = 2
-	EventQPAccessErr      EventType = 3
-	EventCommEst          EventType = 4
-	EventSQDrained        EventType = 5
-	EventDeviceFatal      EventType = 8
-	EventPortActive       EventType = 9
-	EventPortErr          EventType = 10
-	EventSRQErr           EventType = 14
-	EventSRQLimitReached  EventType = 15
-	EventQPLastWQEReached EventType = 16
-)
+import "github.com/goverbs/goverbs/verbs/driver"
 
 // AsyncEvent is one asynchronous event (struct ibv_async_event).
 type AsyncEvent struct {
-	Type EventType
+	Type driver.EventType
 	QP   *QP
 	CQ   *CQ
 	SRQ  *SRQ

@@ -13,6 +13,7 @@ import (
 
 	"github.com/goverbs/goverbs/netio"
 	"github.com/goverbs/goverbs/netio/netiotest"
+	"github.com/goverbs/goverbs/verbs/driver"
 	"github.com/goverbs/goverbs/wire"
 )
 
@@ -81,7 +82,7 @@ type fuzzWindow struct {
 	mw     *MW
 	va     uint64
 	n      int
-	access Access
+	access driver.Access
 }
 
 func (w *fuzzWindow) Addr() uint64 { return w.va }
@@ -104,7 +105,7 @@ type fuzzRig struct {
 	ud      *QP
 	arena
 	codec
-	wcs []WC
+	wcs []driver.WC
 }
 
 var (
@@ -129,7 +130,7 @@ func newFuzzRig() (*fuzzRig, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &fuzzRig{dev: dev, conn: conn, wcs: make([]WC, 64)}
+	r := &fuzzRig{dev: dev, conn: conn, wcs: make([]driver.WC, 64)}
 	if r.pd, err = dev.AllocPD(); err != nil {
 		return nil, err
 	}
@@ -148,13 +149,13 @@ func newFuzzRig() (*fuzzRig, error) {
 		return nil, err
 	}
 	mk := r.newQP
-	if r.rc, err = mk(QPTypeRC); err != nil {
+	if r.rc, err = mk(driver.QPTypeRC); err != nil {
 		return nil, err
 	}
-	if r.uc, err = mk(QPTypeUC); err != nil {
+	if r.uc, err = mk(driver.QPTypeUC); err != nil {
 		return nil, err
 	}
-	if r.ud, err = mk(QPTypeUD); err != nil {
+	if r.ud, err = mk(driver.QPTypeUD); err != nil {
 		return nil, err
 	}
 	// Two windows over M: type 1 on [256, 768) with every remote right, type 2 on
@@ -162,8 +163,8 @@ func newFuzzRig() (*fuzzRig, error) {
 	// binds it again).
 	m := r.spans[8].mr
 	for _, w := range []*fuzzWindow{
-		{va: m.Addr() + 256, n: 512, access: AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic},
-		{va: m.Addr() + 1024, n: 512, access: AccessRemoteWrite | AccessRemoteAtomic},
+		{va: m.Addr() + 256, n: 512, access: driver.AccessRemoteWrite | driver.AccessRemoteRead | driver.AccessRemoteAtomic},
+		{va: m.Addr() + 1024, n: 512, access: driver.AccessRemoteWrite | driver.AccessRemoteAtomic},
 	} {
 		if w.mw, err = r.pd.AllocMW(uint8(len(r.windows) + 1)); err != nil {
 			return nil, err
@@ -176,9 +177,9 @@ func newFuzzRig() (*fuzzRig, error) {
 	return r, nil
 }
 
-func (r *fuzzRig) newQP(typ QPType) (*QP, error) {
+func (r *fuzzRig) newQP(typ driver.QPType) (*QP, error) {
 	return r.dev.CreateQP(r.pd, QPInit{Type: typ, SendCQ: r.cq, RecvCQ: r.rcq,
-		Cap: QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInline: 64}})
+		Cap: driver.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInline: 64}})
 }
 
 // bindWindows binds each window that is not bound (the type 1 window once, the type 2
@@ -193,8 +194,9 @@ func (r *fuzzRig) bindWindows(t testing.TB) {
 		if bound {
 			continue
 		}
-		b := &BindMW{MW: w.mw, MR: m, Addr: w.va, Length: uint64(w.n), Access: w.access, RKey: NextRKey(w.mw.RKey())}
-		must(t, r.rc.PostSend([]SendWR{{ID: uint64(1000 + i), Opcode: WRBindMW, Bind: b}}))
+		b := &driver.MWBindWR{MW: w.mw, RKey: NextRKey(w.mw.RKey()),
+			MWBind: driver.MWBind{MR: m, Addr: w.va, Length: uint64(w.n), Access: w.access}}
+		must(t, r.rc.PostSend([]driver.SendWR{{ID: uint64(1000 + i), Opcode: driver.WRBindMW, Bind: b}}))
 		// A post right after another may be left to the device's sender goroutine
 		// (doorbell batching), so the bind happens soon rather than inside PostSend.
 		for deadline := time.Now().Add(5 * time.Second); ; {
@@ -217,24 +219,24 @@ func (r *fuzzRig) bindWindows(t testing.TB) {
 // for the device's own READ and atomic results, a send source, M (no remote rights of its
 // own: only windows bound over it grant any), and unregistered memory.
 func newArena(pd, pd2 *PD) (*arena, error) {
-	all := AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
+	all := driver.AccessLocalWrite | driver.AccessRemoteWrite | driver.AccessRemoteRead | driver.AccessRemoteAtomic
 	layout := []struct {
 		name    string
 		n       int
 		pd      *PD
-		access  Access
+		access  driver.Access
 		reg     bool
 		scratch bool
 	}{
 		{"W (all remote rights)", 4096, pd, all, true, false},
-		{"R (remote read only)", 1024, pd, AccessLocalWrite | AccessRemoteRead, true, false},
-		{"A (remote atomic only)", 1024, pd, AccessLocalWrite | AccessRemoteAtomic, true, false},
-		{"N (local only)", 1024, pd, AccessLocalWrite, true, false},
+		{"R (remote read only)", 1024, pd, driver.AccessLocalWrite | driver.AccessRemoteRead, true, false},
+		{"A (remote atomic only)", 1024, pd, driver.AccessLocalWrite | driver.AccessRemoteAtomic, true, false},
+		{"N (local only)", 1024, pd, driver.AccessLocalWrite, true, false},
 		{"O (all rights, other PD)", 1024, pd2, all, true, false},
-		{"receive buffers", 10 * fuzzRecvSize, pd, AccessLocalWrite, true, true},
-		{"READ/atomic sink", 4096, pd, AccessLocalWrite, true, true},
+		{"receive buffers", 10 * fuzzRecvSize, pd, driver.AccessLocalWrite, true, true},
+		{"READ/atomic sink", 4096, pd, driver.AccessLocalWrite, true, true},
 		{"send source", 2048, pd, 0, true, false},
-		{"M (windows only)", 2048, pd, AccessLocalWrite | AccessMWBind, true, false},
+		{"M (windows only)", 2048, pd, driver.AccessLocalWrite | driver.AccessMWBind, true, false},
 		{"unregistered", 1024, nil, 0, false, false},
 	}
 	size := fuzzGuard
@@ -263,16 +265,16 @@ func newArena(pd, pd2 *PD) (*arena, error) {
 	return a, nil
 }
 
-func (a *arena) recvSGE(k int) SGE {
-	return SGE{Addr: a.spans[5].mr.Addr() + uint64(k*fuzzRecvSize), Length: fuzzRecvSize, LKey: a.spans[5].mr.LKey()}
+func (a *arena) recvSGE(k int) driver.SGE {
+	return driver.SGE{Addr: a.spans[5].mr.Addr() + uint64(k*fuzzRecvSize), Length: fuzzRecvSize, LKey: a.spans[5].mr.LKey()}
 }
 
-func (a *arena) sinkSGE(off, n int) SGE {
-	return SGE{Addr: a.spans[6].mr.Addr() + uint64(off), Length: uint32(n), LKey: a.spans[6].mr.LKey()}
+func (a *arena) sinkSGE(off, n int) driver.SGE {
+	return driver.SGE{Addr: a.spans[6].mr.Addr() + uint64(off), Length: uint32(n), LKey: a.spans[6].mr.LKey()}
 }
 
-func (a *arena) srcSGE(n int) SGE {
-	return SGE{Addr: a.spans[7].mr.Addr(), Length: uint32(n), LKey: a.spans[7].mr.LKey()}
+func (a *arena) srcSGE(n int) driver.SGE {
+	return driver.SGE{Addr: a.spans[7].mr.Addr(), Length: uint32(n), LKey: a.spans[7].mr.LKey()}
 }
 
 // reset brings every QP back to a known state (RESET, then up again), restores the
@@ -286,12 +288,12 @@ func (r *fuzzRig) reset(t testing.TB) {
 	r.rc.mu.Unlock()
 	if armed {
 		r.rc.Close()
-		qp, err := r.newQP(QPTypeRC)
+		qp, err := r.newQP(driver.QPTypeRC)
 		must(t, err)
 		r.rc, r.codec.qps[0] = qp, qp
 	}
 	for _, qp := range []*QP{r.rc, r.uc, r.ud} {
-		must(t, qp.Modify(&QPAttr{State: QPStateReset}, QPAttrState))
+		must(t, qp.Modify(&QPAttr{State: driver.QPStateReset}, driver.QPAttrState))
 	}
 	// Nothing touches the arena now: the receive loop is parked, QPs in RESET send nothing.
 	copy(r.mem, r.pattern)
@@ -313,20 +315,20 @@ func (r *fuzzRig) reset(t testing.TB) {
 			drained = true
 		}
 	}
-	all := AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
+	all := driver.AccessLocalWrite | driver.AccessRemoteWrite | driver.AccessRemoteRead | driver.AccessRemoteAtomic
 	peerAH := AH{Addr: fuzzPeer.Addr(), DGID: AddrToGID(fuzzPeer.Addr()), Port: 1}
 	for _, qp := range []*QP{r.rc, r.uc} {
-		must(t, qp.Modify(&QPAttr{State: QPStateInit, Port: 1, AccessFlags: all}, QPAttrState|QPAttrPort|QPAttrPKeyIndex|QPAttrAccessFlags))
-		must(t, qp.Modify(&QPAttr{State: QPStateRTR, AH: peerAH, PathMTU: wire.MTU1024, DestQPN: fuzzPeerQPN, RQPSN: 0,
+		must(t, qp.Modify(&QPAttr{State: driver.QPStateInit, Port: 1, AccessFlags: all}, driver.QPAttrState|driver.QPAttrPort|driver.QPAttrPKeyIndex|driver.QPAttrAccessFlags))
+		must(t, qp.Modify(&QPAttr{State: driver.QPStateRTR, AH: peerAH, PathMTU: wire.MTU1024, DestQPN: fuzzPeerQPN, RQPSN: 0,
 			MaxDestRdAtomic: 4, MinRNRTimer: 1},
-			QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer))
+			driver.QPAttrState|driver.QPAttrAV|driver.QPAttrPathMTU|driver.QPAttrDestQPN|driver.QPAttrRQPSN|driver.QPAttrMaxDestRdAtomic|driver.QPAttrMinRNRTimer))
 		// Timeout 0: no retransmission timer, so nothing happens between inputs.
-		must(t, qp.Modify(&QPAttr{State: QPStateRTS, SQPSN: fuzzSQPSN, Timeout: 0, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
-			QPAttrState|QPAttrSQPSN|QPAttrTimeout|QPAttrRetryCnt|QPAttrRNRRetry|QPAttrMaxQPRdAtomic))
+		must(t, qp.Modify(&QPAttr{State: driver.QPStateRTS, SQPSN: fuzzSQPSN, Timeout: 0, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
+			driver.QPAttrState|driver.QPAttrSQPSN|driver.QPAttrTimeout|driver.QPAttrRetryCnt|driver.QPAttrRNRRetry|driver.QPAttrMaxQPRdAtomic))
 	}
-	must(t, r.ud.Modify(&QPAttr{State: QPStateInit, Port: 1, QKey: fuzzQKey}, QPAttrState|QPAttrPort|QPAttrPKeyIndex|QPAttrQKey))
-	must(t, r.ud.Modify(&QPAttr{State: QPStateRTR}, QPAttrState))
-	must(t, r.ud.Modify(&QPAttr{State: QPStateRTS, SQPSN: 0}, QPAttrState|QPAttrSQPSN))
+	must(t, r.ud.Modify(&QPAttr{State: driver.QPStateInit, Port: 1, QKey: fuzzQKey}, driver.QPAttrState|driver.QPAttrPort|driver.QPAttrPKeyIndex|driver.QPAttrQKey))
+	must(t, r.ud.Modify(&QPAttr{State: driver.QPStateRTR}, driver.QPAttrState))
+	must(t, r.ud.Modify(&QPAttr{State: driver.QPStateRTS, SQPSN: 0}, driver.QPAttrState|driver.QPAttrSQPSN))
 
 	r.bindWindows(t)
 	// Receives: RC 4, UC 3, UD 3 buffers of 1 KiB each.
@@ -338,17 +340,17 @@ func (r *fuzzRig) reset(t testing.TB) {
 		case k >= 4:
 			qp = r.uc
 		}
-		must(t, qp.PostRecv([]RecvWR{{ID: uint64(k), SGL: []SGE{r.recvSGE(k)}}}))
+		must(t, qp.PostRecv([]driver.RecvWR{{ID: uint64(k), SGL: []driver.SGE{r.recvSGE(k)}}}))
 	}
 	// The RC QP's own outstanding work, so that ACKs, NAKs, READ responses and atomic
 	// ACKs have something to complete: SEND (PSN 0x100), WRITE of two packets
 	// (0x101–0x102), READ of two packets into the sink (0x103–0x104), FETCH_AND_ADD into
 	// the sink (0x105).
-	must(t, r.rc.PostSend([]SendWR{
-		{ID: 100, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{r.srcSGE(8)}},
-		{ID: 101, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{r.srcSGE(1500)}, RemoteAddr: 0x10000, RKey: 0x4242},
-		{ID: 102, Opcode: WRRDMARead, Flags: SendSignaled, SGL: []SGE{r.sinkSGE(0, 2048)}, RemoteAddr: 0x20000, RKey: 0x4343},
-		{ID: 103, Opcode: WRAtomicFetchAdd, Flags: SendSignaled, SGL: []SGE{r.sinkSGE(2048, 8)}, RemoteAddr: 0x30000, RKey: 0x4444, CompareAdd: 1},
+	must(t, r.rc.PostSend([]driver.SendWR{
+		{ID: 100, Opcode: driver.WRSend, Flags: driver.SendSignaled, SGL: []driver.SGE{r.srcSGE(8)}},
+		{ID: 101, Opcode: driver.WRRDMAWrite, Flags: driver.SendSignaled, SGL: []driver.SGE{r.srcSGE(1500)}, RemoteAddr: 0x10000, RKey: 0x4242},
+		{ID: 102, Opcode: driver.WRRDMARead, Flags: driver.SendSignaled, SGL: []driver.SGE{r.sinkSGE(0, 2048)}, RemoteAddr: 0x20000, RKey: 0x4343},
+		{ID: 103, Opcode: driver.WRAtomicFetchAdd, Flags: driver.SendSignaled, SGL: []driver.SGE{r.sinkSGE(2048, 8)}, RemoteAddr: 0x30000, RKey: 0x4444, CompareAdd: 1},
 	}))
 }
 
@@ -458,12 +460,12 @@ func (r *arena) allowed(dgs []datagram) []span {
 		}
 		var va, n uint64
 		var key uint32
-		var need Access
+		var need driver.Access
 		switch {
 		case p.RETH != nil && p.Op.Flags.Has(wire.OpWrite):
-			va, n, key, need = p.RETH.VA(), uint64(p.RETH.DMALen()), p.RETH.RKey(), AccessRemoteWrite
+			va, n, key, need = p.RETH.VA(), uint64(p.RETH.DMALen()), p.RETH.RKey(), driver.AccessRemoteWrite
 		case p.AtomicETH != nil:
-			va, n, key, need = p.AtomicETH.VA(), 8, p.AtomicETH.RKey(), AccessRemoteAtomic
+			va, n, key, need = p.AtomicETH.VA(), 8, p.AtomicETH.RKey(), driver.AccessRemoteAtomic
 		default:
 			continue
 		}
@@ -537,7 +539,7 @@ func (r *arena) violation(dgs []datagram) string {
 }
 
 // badCompletion polls cq dry and describes the first implausible completion, or returns "".
-func badCompletion(cq *CQ, wcs []WC) string {
+func badCompletion(cq *CQ, wcs []driver.WC) string {
 	for {
 		n, err := cq.Poll(wcs)
 		if err != nil {
@@ -548,7 +550,7 @@ func badCompletion(cq *CQ, wcs []WC) string {
 		}
 		for _, wc := range wcs[:n] {
 			// (A WRITE with immediate reports the WRITE's length, placed in the region.)
-			if wc.Status == WCSuccess && wc.Opcode == WCRecv && wc.ByteLen > fuzzRecvSize {
+			if wc.Status == driver.WCSuccess && wc.Opcode == driver.WCRecv && wc.ByteLen > fuzzRecvSize {
 				return fmt.Sprintf("receive completion reports %d bytes into a %d-byte buffer: %+v", wc.ByteLen, fuzzRecvSize, wc)
 			}
 		}

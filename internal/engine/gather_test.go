@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/netio/netiotest"
+	"github.com/goverbs/goverbs/verbs/driver"
 	"github.com/goverbs/goverbs/wire"
 )
 
@@ -41,17 +42,17 @@ func TestGatherPinsMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	qp, err := dev.CreateQP(pd, QPInit{Type: QPTypeRC, SendCQ: cq, RecvCQ: cq,
-		Cap: QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2}})
+	qp, err := dev.CreateQP(pd, QPInit{Type: driver.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+		Cap: driver.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	peerAH := AH{Addr: fuzzPeer.Addr(), DGID: AddrToGID(fuzzPeer.Addr()), Port: 1}
-	must(t, qp.Modify(&QPAttr{State: QPStateInit, Port: 1}, QPAttrState|QPAttrPort|QPAttrPKeyIndex|QPAttrAccessFlags))
-	must(t, qp.Modify(&QPAttr{State: QPStateRTR, AH: peerAH, PathMTU: wire.MTU4096, DestQPN: fuzzPeerQPN, MaxDestRdAtomic: 1},
-		QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer))
-	must(t, qp.Modify(&QPAttr{State: QPStateRTS, Timeout: 0, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
-		QPAttrState|QPAttrSQPSN|QPAttrTimeout|QPAttrRetryCnt|QPAttrRNRRetry|QPAttrMaxQPRdAtomic))
+	must(t, qp.Modify(&QPAttr{State: driver.QPStateInit, Port: 1}, driver.QPAttrState|driver.QPAttrPort|driver.QPAttrPKeyIndex|driver.QPAttrAccessFlags))
+	must(t, qp.Modify(&QPAttr{State: driver.QPStateRTR, AH: peerAH, PathMTU: wire.MTU4096, DestQPN: fuzzPeerQPN, MaxDestRdAtomic: 1},
+		driver.QPAttrState|driver.QPAttrAV|driver.QPAttrPathMTU|driver.QPAttrDestQPN|driver.QPAttrRQPSN|driver.QPAttrMaxDestRdAtomic|driver.QPAttrMinRNRTimer))
+	must(t, qp.Modify(&QPAttr{State: driver.QPStateRTS, Timeout: 0, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
+		driver.QPAttrState|driver.QPAttrSQPSN|driver.QPAttrTimeout|driver.QPAttrRetryCnt|driver.QPAttrRNRRetry|driver.QPAttrMaxQPRdAtomic))
 
 	// Two regions, the message split across them so that the first full packet gathers
 	// from both, the second from B alone, and the short padded last one is copied.
@@ -62,11 +63,11 @@ func TestGatherPinsMemory(t *testing.T) {
 	for i := range bufB {
 		bufB[i] = byte(i*11 + 3)
 	}
-	mrA, err := pd.RegMR(bufA, AccessLocalWrite)
+	mrA, err := pd.RegMR(bufA, driver.AccessLocalWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mrB, err := pd.RegMR(bufB, AccessLocalWrite)
+	mrB, err := pd.RegMR(bufB, driver.AccessLocalWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,8 +75,8 @@ func TestGatherPinsMemory(t *testing.T) {
 	want := append(append([]byte(nil), bufA[:lenA]...), bufB[:lenB]...)
 	posted := make(chan error, 1)
 	go func() {
-		posted <- qp.PostSend([]SendWR{{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled,
-			SGL:        []SGE{{Addr: mrA.Addr(), Length: lenA, LKey: mrA.LKey()}, {Addr: mrB.Addr(), Length: lenB, LKey: mrB.LKey()}},
+		posted <- qp.PostSend([]driver.SendWR{{ID: 1, Opcode: driver.WRRDMAWrite, Flags: driver.SendSignaled,
+			SGL:        []driver.SGE{{Addr: mrA.Addr(), Length: lenA, LKey: mrA.LKey()}, {Addr: mrB.Addr(), Length: lenB, LKey: mrB.LKey()}},
 			RemoteAddr: 0x1000, RKey: 0x1234}})
 	}()
 	<-entered // the send is now blocked in WriteBatch, holding the payload's regions

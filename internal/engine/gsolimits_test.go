@@ -8,6 +8,7 @@ import (
 
 	"github.com/goverbs/goverbs/netio"
 	"github.com/goverbs/goverbs/netio/netiotest"
+	"github.com/goverbs/goverbs/verbs/driver"
 	"github.com/goverbs/goverbs/wire"
 )
 
@@ -68,19 +69,19 @@ func TestGSORunsWithinCaps(t *testing.T) {
 			defer dev.Close()
 			pd, _ := dev.AllocPD()
 			cq, _ := dev.CreateCQ(16)
-			qp, err := dev.CreateQP(pd, QPInit{Type: QPTypeRC, SendCQ: cq, RecvCQ: cq,
-				Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+			qp, err := dev.CreateQP(pd, QPInit{Type: driver.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+				Cap: driver.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			rcUp(t, qp, fuzzPeer.Addr(), fuzzPeerQPN, 0, fuzzSQPSN)
 			buf := make([]byte, 40<<10)
-			mr, err := pd.RegMR(buf, AccessLocalWrite)
+			mr, err := pd.RegMR(buf, driver.AccessLocalWrite)
 			if err != nil {
 				t.Fatal(err)
 			}
-			must(t, qp.PostSend([]SendWR{{ID: 1, Opcode: WRRDMAWrite,
-				SGL: []SGE{{Addr: mr.Addr(), Length: uint32(len(buf)), LKey: mr.LKey()}}, RemoteAddr: 0x1000, RKey: 0x1234}}))
+			must(t, qp.PostSend([]driver.SendWR{{ID: 1, Opcode: driver.WRRDMAWrite,
+				SGL: []driver.SGE{{Addr: mr.Addr(), Length: uint32(len(buf)), LKey: mr.LKey()}}, RemoteAddr: 0x1000, RKey: 0x1234}}))
 			const packets = 40 // of 1 KiB
 			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
 				conn.mu.Lock()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/netio"
+	"github.com/goverbs/goverbs/verbs/driver"
 	"github.com/goverbs/goverbs/wire"
 )
 
@@ -41,17 +42,17 @@ func TestHostileDatagramsOverUDP(t *testing.T) {
 	}
 	cqA, _ := devA.CreateCQ(4096)
 	cqB, _ := devB.CreateCQ(4096)
-	qpCap := QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 2, MaxRecvSGE: 2}
-	mkQP := func(d *Device, pd *PD, cq *CQ, typ QPType) *QP {
+	qpCap := driver.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 2, MaxRecvSGE: 2}
+	mkQP := func(d *Device, pd *PD, cq *CQ, typ driver.QPType) *QP {
 		qp, err := d.CreateQP(pd, QPInit{Type: typ, SendCQ: cq, RecvCQ: cq, Cap: qpCap})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return qp
 	}
-	qa, qb := mkQP(devA, pdA, cqA, QPTypeRC), mkQP(devB, pdB, cqB, QPTypeRC)
-	uc := mkQP(devB, pdB, cqB, QPTypeUC)
-	ud := mkQP(devB, pdB, cqB, QPTypeUD)
+	qa, qb := mkQP(devA, pdA, cqA, driver.QPTypeRC), mkQP(devB, pdB, cqB, driver.QPTypeRC)
+	uc := mkQP(devB, pdB, cqB, driver.QPTypeUC)
+	ud := mkQP(devB, pdB, cqB, driver.QPTypeUD)
 	// PSNs start at 0 on both sides, so the mutated seeds (PSN 0, 1, 2 …) hit the RC
 	// responder's expected PSN: the storm can and does interfere with the connection.
 	rcUp(t, qa, netip.MustParseAddr(addrB), qb.QPN(), 0, 0)
@@ -61,7 +62,7 @@ func TestHostileDatagramsOverUDP(t *testing.T) {
 	postRecvs := func(qp *QP) {
 		for k := 0; k < 10; k++ {
 			if qp == [...]*QP{qb, qb, qb, qb, uc, uc, uc, ud, ud, ud}[k] {
-				must(t, qp.PostRecv([]RecvWR{{ID: uint64(k), SGL: []SGE{ar.recvSGE(k)}}}))
+				must(t, qp.PostRecv([]driver.RecvWR{{ID: uint64(k), SGL: []driver.SGE{ar.recvSGE(k)}}}))
 			}
 		}
 	}
@@ -74,11 +75,11 @@ func TestHostileDatagramsOverUDP(t *testing.T) {
 	revived := 0
 	revive := func() {
 		for _, qp := range []*QP{qb, uc, ud} {
-			if qp.State() != QPStateErr {
+			if qp.State() != driver.QPStateErr {
 				continue
 			}
 			revived++
-			must(t, qp.Modify(&QPAttr{State: QPStateReset}, QPAttrState))
+			must(t, qp.Modify(&QPAttr{State: driver.QPStateReset}, driver.QPAttrState))
 			switch qp {
 			case qb:
 				rcUp(t, qb, netip.MustParseAddr(addrA), qa.QPN(), 0, 0)
@@ -144,18 +145,18 @@ func TestHostileDatagramsOverUDP(t *testing.T) {
 	// its socket in order, so once the datagram completes every storm datagram before it
 	// has been processed — and the completion (through the CQ's lock) orders the device's
 	// memory writes before the checks below.
-	fence := mkQP(devB, pdB, cqB, QPTypeUD)
+	fence := mkQP(devB, pdB, cqB, driver.QPTypeUD)
 	udUp(t, fence, 0x5a5a)
 	fenceBuf := make([]byte, 1024)
-	fenceMR, _ := pdB.RegMR(fenceBuf, AccessLocalWrite)
-	must(t, fence.PostRecv([]RecvWR{{ID: 0xfe, SGL: []SGE{{Addr: fenceMR.Addr(), Length: 1024, LKey: fenceMR.LKey()}}}}))
+	fenceMR, _ := pdB.RegMR(fenceBuf, driver.AccessLocalWrite)
+	must(t, fence.PostRecv([]driver.RecvWR{{ID: 0xfe, SGL: []driver.SGE{{Addr: fenceMR.Addr(), Length: 1024, LKey: fenceMR.LKey()}}}}))
 	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.UDSendOnly, PKey: 0xffff, DestQP: fence.QPN()},
 		DETH: wire.DETHFields{QKey: 0x5a5a, SrcQP: 1}}
 	pkt := make([]byte, 64)
 	n := wire.Finish(pkt, h.Encode(pkt), 4)
 	ip := wire.IPHeader{Src: evil.SourceAddr().Addr(), Dst: devB.LocalAddr().Addr(), SrcPort: evil.SourceAddr().Port(), DstPort: wire.UDPPort, DF: true}
 	wire.PutICRC(&ip, pkt, n)
-	wcs := make([]WC, 64)
+	wcs := make([]driver.WC, 64)
 	deadline := time.Now().Add(10 * time.Second)
 	fenced := false
 	for !fenced {
@@ -197,33 +198,33 @@ func TestHostileDatagramsOverUDP(t *testing.T) {
 	for i := range srcA {
 		srcA[i] = byte(i * 13)
 	}
-	mrA, _ := pdA.RegMR(srcA, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead)
+	mrA, _ := pdA.RegMR(srcA, driver.AccessLocalWrite|driver.AccessRemoteWrite|driver.AccessRemoteRead)
 	recvB := make([]byte, 4096)
-	mrB, _ := pdB.RegMR(recvB, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic)
-	qb.PostRecv([]RecvWR{{ID: 500, SGL: []SGE{{Addr: mrB.Addr(), Length: 4096, LKey: mrB.LKey()}}}})
-	if err := qa.PostSend([]SendWR{{ID: 501, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{{Addr: mrA.Addr(), Length: 100, LKey: mrA.LKey()}}}}); err != nil {
+	mrB, _ := pdB.RegMR(recvB, driver.AccessLocalWrite|driver.AccessRemoteWrite|driver.AccessRemoteRead|driver.AccessRemoteAtomic)
+	qb.PostRecv([]driver.RecvWR{{ID: 500, SGL: []driver.SGE{{Addr: mrB.Addr(), Length: 4096, LKey: mrB.LKey()}}}})
+	if err := qa.PostSend([]driver.SendWR{{ID: 501, Opcode: driver.WRSend, Flags: driver.SendSignaled, SGL: []driver.SGE{{Addr: mrA.Addr(), Length: 100, LKey: mrA.LKey()}}}}); err != nil {
 		t.Fatal(err)
 	}
 	wc := waitFor(t, cqA, 501, 10*time.Second)
 	t.Logf("old connection after the storm: %v (QP A %v, QP B %v)", wc.Status, qa.State(), qb.State())
 
 	// A new connection between the same two devices works, byte for byte.
-	qa2, qb2 := mkQP(devA, pdA, cqA, QPTypeRC), mkQP(devB, pdB, cqB, QPTypeRC)
+	qa2, qb2 := mkQP(devA, pdA, cqA, driver.QPTypeRC), mkQP(devB, pdB, cqB, driver.QPTypeRC)
 	rcUp(t, qa2, netip.MustParseAddr(addrB), qb2.QPN(), 0x777, 0x333)
 	rcUp(t, qb2, netip.MustParseAddr(addrA), qa2.QPN(), 0x333, 0x777)
 	clear(recvB)
 	readBack := make([]byte, 4096)
-	mrRB, _ := pdA.RegMR(readBack, AccessLocalWrite)
+	mrRB, _ := pdA.RegMR(readBack, driver.AccessLocalWrite)
 	res := make([]byte, 8)
-	mrRes, _ := pdA.RegMR(res, AccessLocalWrite)
+	mrRes, _ := pdA.RegMR(res, driver.AccessLocalWrite)
 	binary.NativeEndian.PutUint64(recvB[4088:], 40)
-	must(t, qa2.PostSend([]SendWR{
-		{ID: 1, Opcode: WRRDMAWrite, SGL: []SGE{{Addr: mrA.Addr(), Length: 3000, LKey: mrA.LKey()}}, RemoteAddr: mrB.Addr(), RKey: mrB.RKey()},
-		{ID: 2, Opcode: WRRDMARead, SGL: []SGE{{Addr: mrRB.Addr(), Length: 3000, LKey: mrRB.LKey()}}, RemoteAddr: mrB.Addr(), RKey: mrB.RKey()},
-		{ID: 3, Opcode: WRAtomicFetchAdd, Flags: SendSignaled, SGL: []SGE{{Addr: mrRes.Addr(), Length: 8, LKey: mrRes.LKey()}},
+	must(t, qa2.PostSend([]driver.SendWR{
+		{ID: 1, Opcode: driver.WRRDMAWrite, SGL: []driver.SGE{{Addr: mrA.Addr(), Length: 3000, LKey: mrA.LKey()}}, RemoteAddr: mrB.Addr(), RKey: mrB.RKey()},
+		{ID: 2, Opcode: driver.WRRDMARead, SGL: []driver.SGE{{Addr: mrRB.Addr(), Length: 3000, LKey: mrRB.LKey()}}, RemoteAddr: mrB.Addr(), RKey: mrB.RKey()},
+		{ID: 3, Opcode: driver.WRAtomicFetchAdd, Flags: driver.SendSignaled, SGL: []driver.SGE{{Addr: mrRes.Addr(), Length: 8, LKey: mrRes.LKey()}},
 			RemoteAddr: mrB.Addr() + 4088, RKey: mrB.RKey(), CompareAdd: 2},
 	}))
-	if wc := waitFor(t, cqA, 3, 10*time.Second); wc.Status != WCSuccess {
+	if wc := waitFor(t, cqA, 3, 10*time.Second); wc.Status != driver.WCSuccess {
 		t.Fatalf("new connection after the storm: %+v\n%s", wc, qa2.DebugString())
 	}
 	if !bytes.Equal(readBack[:3000], srcA[:3000]) || !bytes.Equal(recvB[:3000], srcA[:3000]) {
@@ -235,9 +236,9 @@ func TestHostileDatagramsOverUDP(t *testing.T) {
 }
 
 // waitFor polls cq until the completion of wr id arrives (others are discarded).
-func waitFor(t *testing.T, cq *CQ, id uint64, within time.Duration) WC {
+func waitFor(t *testing.T, cq *CQ, id uint64, within time.Duration) driver.WC {
 	t.Helper()
-	wcs := make([]WC, 16)
+	wcs := make([]driver.WC, 16)
 	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) {
 		n, _ := cq.Poll(wcs)
@@ -251,7 +252,7 @@ func waitFor(t *testing.T, cq *CQ, id uint64, within time.Duration) WC {
 		}
 	}
 	t.Fatalf("no completion for wr %d within %v", id, within)
-	return WC{}
+	return driver.WC{}
 }
 
 // openUDPDevice opens a device on a real UDP socket at addr:4791, MTU 1024, closed when
@@ -273,20 +274,20 @@ func openUDPDevice(t *testing.T, addr string) *Device {
 // rcUp brings an RC or UC QP from RESET to RTS towards peer.
 func rcUp(t testing.TB, qp *QP, peer netip.Addr, destQPN uint32, rq, sq wire.PSN) {
 	t.Helper()
-	all := AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
-	must(t, qp.Modify(&QPAttr{State: QPStateInit, Port: 1, AccessFlags: all}, QPAttrState|QPAttrPort|QPAttrPKeyIndex|QPAttrAccessFlags))
-	must(t, qp.Modify(&QPAttr{State: QPStateRTR, AH: AH{Addr: peer, DGID: AddrToGID(peer), Port: 1}, PathMTU: wire.MTU1024,
+	all := driver.AccessLocalWrite | driver.AccessRemoteWrite | driver.AccessRemoteRead | driver.AccessRemoteAtomic
+	must(t, qp.Modify(&QPAttr{State: driver.QPStateInit, Port: 1, AccessFlags: all}, driver.QPAttrState|driver.QPAttrPort|driver.QPAttrPKeyIndex|driver.QPAttrAccessFlags))
+	must(t, qp.Modify(&QPAttr{State: driver.QPStateRTR, AH: AH{Addr: peer, DGID: AddrToGID(peer), Port: 1}, PathMTU: wire.MTU1024,
 		DestQPN: destQPN, RQPSN: rq, MaxDestRdAtomic: 16, MinRNRTimer: 1},
-		QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer))
-	must(t, qp.Modify(&QPAttr{State: QPStateRTS, SQPSN: sq, Timeout: 10, RetryCnt: 3, RNRRetry: 3, MaxRdAtomic: 16},
-		QPAttrState|QPAttrSQPSN|QPAttrTimeout|QPAttrRetryCnt|QPAttrRNRRetry|QPAttrMaxQPRdAtomic))
+		driver.QPAttrState|driver.QPAttrAV|driver.QPAttrPathMTU|driver.QPAttrDestQPN|driver.QPAttrRQPSN|driver.QPAttrMaxDestRdAtomic|driver.QPAttrMinRNRTimer))
+	must(t, qp.Modify(&QPAttr{State: driver.QPStateRTS, SQPSN: sq, Timeout: 10, RetryCnt: 3, RNRRetry: 3, MaxRdAtomic: 16},
+		driver.QPAttrState|driver.QPAttrSQPSN|driver.QPAttrTimeout|driver.QPAttrRetryCnt|driver.QPAttrRNRRetry|driver.QPAttrMaxQPRdAtomic))
 }
 
 func udUp(t testing.TB, qp *QP, qkey uint32) {
 	t.Helper()
-	must(t, qp.Modify(&QPAttr{State: QPStateInit, Port: 1, QKey: qkey}, QPAttrState|QPAttrPort|QPAttrPKeyIndex|QPAttrQKey))
-	must(t, qp.Modify(&QPAttr{State: QPStateRTR}, QPAttrState))
-	must(t, qp.Modify(&QPAttr{State: QPStateRTS}, QPAttrState|QPAttrSQPSN))
+	must(t, qp.Modify(&QPAttr{State: driver.QPStateInit, Port: 1, QKey: qkey}, driver.QPAttrState|driver.QPAttrPort|driver.QPAttrPKeyIndex|driver.QPAttrQKey))
+	must(t, qp.Modify(&QPAttr{State: driver.QPStateRTR}, driver.QPAttrState))
+	must(t, qp.Modify(&QPAttr{State: driver.QPStateRTS}, driver.QPAttrState|driver.QPAttrSQPSN))
 }
 
 // mutate applies a few random edits to a seed input: bit flips, byte overwrites,

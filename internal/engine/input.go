@@ -9,6 +9,7 @@ import (
 	"net/netip"
 
 	"github.com/goverbs/goverbs/netio"
+	"github.com/goverbs/goverbs/verbs/driver"
 	"github.com/goverbs/goverbs/wire"
 )
 
@@ -140,7 +141,7 @@ func (qp *QP) strictICRC() bool {
 	return !qp.icrcForeign.Load() && qp.icrcRun.Load() >= strictSafeRun
 }
 
-var transportOf = [...]wire.Transport{QPTypeRC: wire.TransportRC, QPTypeUC: wire.TransportUC, QPTypeUD: wire.TransportUD}
+var transportOf = [...]wire.Transport{driver.QPTypeRC: wire.TransportRC, driver.QPTypeUC: wire.TransportUC, driver.QPTypeUD: wire.TransportUD}
 
 // receive applies the per-QP checks and hands the packet to the responder or completer.
 // qp.mu is held.
@@ -157,37 +158,37 @@ func (qp *QP) receive(p *wire.Packet, from netip.AddrPort) {
 	// State (IBTA 10.3.1): requests need RTR or later; responses need RTS or SQD.
 	req := p.Op.Flags.Has(wire.Request)
 	switch qp.state {
-	case QPStateRTR:
+	case driver.QPStateRTR:
 		if !req {
 			d.counters.BadQPState.Add(1)
 			return
 		}
-	case QPStateRTS, QPStateSQD, QPStateSQE:
+	case driver.QPStateRTS, driver.QPStateSQD, driver.QPStateSQE:
 	default:
 		d.counters.BadQPState.Add(1)
 		return
 	}
-	if qp.typ != QPTypeUD && from.Addr().Unmap() != qp.remote.Addr().Unmap() {
+	if qp.typ != driver.QPTypeUD && from.Addr().Unmap() != qp.remote.Addr().Unmap() {
 		d.counters.BadAddress.Add(1) // a connected QP talks only to its peer's GID
 		return
 	}
 	qp.Stats.RxPackets++
-	if qp.state == QPStateRTR && !qp.commEst {
+	if qp.state == driver.QPStateRTR && !qp.commEst {
 		// The first packet received in RTR: communication established (IBTA 11.6.3.1),
 		// the cue for a passive side to move to RTS.
 		qp.commEst = true
-		d.raise(AsyncEvent{Type: EventCommEst, QP: qp})
+		d.raise(AsyncEvent{Type: driver.EventCommEst, QP: qp})
 	}
 	switch qp.typ {
-	case QPTypeRC:
+	case driver.QPTypeRC:
 		if req {
 			qp.respond(p)
 		} else {
 			qp.complete(p)
 		}
-	case QPTypeUC:
+	case driver.QPTypeUC:
 		qp.respondUC(p)
-	case QPTypeUD:
+	case driver.QPTypeUD:
 		qp.respondUD(p, from)
 	}
 }

@@ -4,11 +4,12 @@
 package engine
 
 import (
-	"errors"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/goverbs/goverbs/verbs/driver"
 )
 
 // Memory keys (IBTA 10.6.3): the upper 24 bits index the device's key table, the low 8
@@ -20,11 +21,11 @@ const (
 )
 
 var (
-	ErrPDClosed     = errors.New("protection domain is closed")
-	ErrPDBusy       = errors.New("protection domain still has resources")
-	ErrTooManyMRs   = errors.New("memory key table is full")
-	ErrEmptyRegion  = errors.New("memory region is empty")
-	ErrInvalidFlags = errors.New("invalid access flags: remote write or atomic needs local write (IBTA 10.6.3.1)")
+	ErrPDClosed     = driver.NewError(driver.ErrClosed, "protection domain is closed")
+	ErrPDBusy       = driver.NewError(driver.ErrBusy, "protection domain still has resources")
+	ErrTooManyMRs   = driver.NewError(driver.ErrLimit, "memory key table is full")
+	ErrEmptyRegion  = driver.NewError(driver.ErrInvalidAttr, "memory region is empty")
+	ErrInvalidFlags = driver.NewError(driver.ErrInvalidAttr, "invalid access flags: remote write or atomic needs local write (IBTA 10.6.3.1)")
 )
 
 // PD is a protection domain: regions and queue pairs must share one to be used together.
@@ -43,7 +44,7 @@ type region struct {
 	buf    []byte
 	va     uint64 // virtual address of buf[0], as ibv_reg_mr reports it
 	key    uint32
-	access Access
+	access driver.Access
 	valid  atomic.Bool
 	window bool  // a memory window
 	mwType uint8 // 1 or 2; only type 2 windows are invalidated by LOCAL_INV or SEND_WITH_INV
@@ -86,11 +87,19 @@ type MR struct {
 }
 
 // LKey and RKey return the region's keys. As in Linux rxe both are the same value.
-func (m *MR) LKey() uint32   { return m.key }
-func (m *MR) RKey() uint32   { return m.key }
-func (m *MR) Addr() uint64   { return m.va }
-func (m *MR) Buf() []byte    { return m.buf }
-func (m *MR) Access() Access { return m.access }
+func (m *MR) LKey() uint32          { return m.key }
+func (m *MR) RKey() uint32          { return m.key }
+func (m *MR) Addr() uint64          { return m.va }
+func (m *MR) Buf() []byte           { return m.buf }
+func (m *MR) Access() driver.Access { return m.access }
+
+// DriverMR returns the region as the driver reference a binding names.
+func (m *MR) DriverMR() driver.MR {
+	if m == nil {
+		return nil
+	}
+	return m
+}
 
 // keyTable maps memory keys to regions with a lock-free lookup on the data path.
 type keyTable struct {
@@ -169,14 +178,14 @@ func (pd *PD) Close() error {
 
 // RegMR registers buf. The region's address is buf's virtual address, which is what the
 // peer puts in a RETH (as with ibv_reg_mr).
-func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
+func (pd *PD) RegMR(buf []byte, access driver.Access) (*MR, error) {
 	if pd.closed.Load() {
 		return nil, ErrPDClosed
 	}
 	if len(buf) == 0 {
 		return nil, ErrEmptyRegion
 	}
-	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {
+	if access&(driver.AccessRemoteWrite|driver.AccessRemoteAtomic) != 0 && access&driver.AccessLocalWrite == 0 {
 		return nil, ErrInvalidFlags
 	}
 	mr := &MR{dev: pd.dev}
@@ -206,7 +215,7 @@ func (m *MR) Close() error {
 }
 
 // span returns the part of r covering [va, va+n) if r belongs to pd and grants need.
-func (r *region) span(pd *PD, va uint64, n uint32, need Access) ([]byte, bool) {
+func (r *region) span(pd *PD, va uint64, n uint32, need driver.Access) ([]byte, bool) {
 	if r.pd != pd || r.access&need != need {
 		return nil, false
 	}
@@ -248,13 +257,13 @@ func (l *sgl) release() {
 
 // resolveSGL checks every SGE against the key table (lkey, PD, bounds, and local write
 // when the engine is going to write into it) and records the slices. IBTA 10.7.2.2.
-func (d *Device) resolveSGL(pd *PD, in []SGE, write bool, out *sgl) bool {
+func (d *Device) resolveSGL(pd *PD, in []driver.SGE, write bool, out *sgl) bool {
 	out.segs = out.segs[:0]
 	out.regs = out.regs[:0]
 	out.total = 0
-	need := Access(0)
+	need := driver.Access(0)
 	if write {
-		need = AccessLocalWrite
+		need = driver.AccessLocalWrite
 	}
 	for _, s := range in {
 		if s.Length == 0 {

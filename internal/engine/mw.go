@@ -4,13 +4,14 @@
 package engine
 
 import (
-	"errors"
 	"sync"
+
+	"github.com/goverbs/goverbs/verbs/driver"
 )
 
 var (
-	ErrMWType = errors.New("memory window type must be 1 or 2")
-	ErrMRBusy = errors.New("memory region has memory windows bound to it")
+	ErrMWType = driver.NewError(driver.ErrInvalidAttr, "memory window type must be 1 or 2")
+	ErrMRBusy = driver.NewError(driver.ErrBusy, "memory region has memory windows bound to it")
 )
 
 // MW is a memory window (IBTA 10.6.7): a remotely accessible view of part of a memory
@@ -38,7 +39,7 @@ type BindMW struct {
 	MR     *MR
 	Addr   uint64
 	Length uint64
-	Access Access
+	Access driver.Access
 	RKey   uint32 // type 2: the new rkey (same index, new 8-bit key); type 1: set by the engine
 }
 
@@ -67,6 +68,14 @@ func (mw *MW) RKey() uint32 {
 	mw.mu.Lock()
 	defer mw.mu.Unlock()
 	return mw.cur.key
+}
+
+// DriverMW returns the window as the driver reference a BIND_MW request names.
+func (mw *MW) DriverMW() driver.MW {
+	if mw == nil {
+		return nil
+	}
+	return mw
 }
 
 // Type returns 1 or 2.
@@ -108,10 +117,10 @@ func (mw *MW) bind(pd *PD, b *BindMW) bool {
 		return true
 	}
 	mr := b.MR
-	if mr == nil || !mr.valid.Load() || mr.pd != pd || mr.access&AccessMWBind == 0 {
+	if mr == nil || !mr.valid.Load() || mr.pd != pd || mr.access&driver.AccessMWBind == 0 {
 		return false
 	}
-	if b.Access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && mr.access&AccessLocalWrite == 0 {
+	if b.Access&(driver.AccessRemoteWrite|driver.AccessRemoteAtomic) != 0 && mr.access&driver.AccessLocalWrite == 0 {
 		return false
 	}
 	if b.Addr < mr.va || b.Length > uint64(len(mr.buf)) || b.Addr-mr.va > uint64(len(mr.buf))-b.Length {
@@ -120,7 +129,7 @@ func (mw *MW) bind(pd *PD, b *BindMW) bool {
 	off := b.Addr - mr.va
 	r := &region{
 		pd: pd, buf: mr.buf[off : off+b.Length : off+b.Length], va: b.Addr, key: b.RKey,
-		access: b.Access & (AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic),
+		access: b.Access & (driver.AccessRemoteWrite | driver.AccessRemoteRead | driver.AccessRemoteAtomic),
 		window: true, mwType: mw.typ,
 	}
 	mw.replace(r, mr, true)
@@ -148,13 +157,17 @@ func NextRKey(key uint32) uint32 { return key&^0xff | (key+1)&0xff }
 
 // BindType1 posts the bind of a type 1 window on qp's send queue (ibv_bind_mw) and
 // returns the rkey the window will have.
-func (qp *QP) BindType1(id uint64, flags SendFlags, b BindMW) (uint32, error) {
+func (qp *QP) BindType1(id uint64, flags driver.SendFlags, b BindMW) (uint32, error) {
 	if b.MW == nil || b.MW.typ != 1 {
 		return 0, ErrMWType
 	}
 	b.RKey = NextRKey(b.MW.RKey())
-	wr := SendWR{ID: id, Opcode: WRBindMW, Flags: flags, Bind: &b}
-	if err := qp.PostSend([]SendWR{wr}); err != nil {
+	bw := &driver.MWBindWR{MW: b.MW, RKey: b.RKey, MWBind: driver.MWBind{Addr: b.Addr, Length: b.Length, Access: b.Access}}
+	if b.MR != nil {
+		bw.MR = b.MR
+	}
+	wr := driver.SendWR{ID: id, Opcode: driver.WRBindMW, Flags: flags, Bind: bw}
+	if err := qp.PostSend([]driver.SendWR{wr}); err != nil {
 		return 0, err
 	}
 	return b.RKey, nil

@@ -4,39 +4,29 @@
 package engine
 
 import (
-	"errors"
-	"fmt"
 	"net/netip"
 	"time"
+
+	"github.com/goverbs/goverbs/verbs/driver"
 )
-
-// PostError says which work request of a batch was refused (ibv_post_send's bad_wr).
-type PostError struct {
-	Index int
-	Err   error
-}
-
-func (e *PostError) Error() string { return fmt.Sprintf("work request %d: %v", e.Index, e.Err) }
-
-func (e *PostError) Unwrap() error { return e.Err }
 
 // PostSend queues work requests on the send queue and runs the requester at once in the
 // caller's goroutine (run to completion: the first packets leave before PostSend returns).
-func (qp *QP) PostSend(wrs []SendWR) error {
+func (qp *QP) PostSend(wrs []driver.SendWR) error {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	if qp.closed {
 		return ErrQPClosed
 	}
 	switch qp.state {
-	case QPStateRTS, QPStateSQD, QPStateSQE, QPStateErr:
+	case driver.QPStateRTS, driver.QPStateSQD, driver.QPStateSQE, driver.QPStateErr:
 	default:
 		return ErrQPState
 	}
 	for i := range wrs {
 		if err := qp.enqueueSend(&wrs[i]); err != nil {
 			qp.kickSend()
-			return &PostError{Index: i, Err: err}
+			return &driver.PostError{Index: i, Err: err}
 		}
 	}
 	// Doorbell batching: a post that follows the previous one within streamGap is part
@@ -53,7 +43,7 @@ func (qp *QP) PostSend(wrs []SendWR) error {
 	// so its start serves as its end (one clock read per post in a stream: at 1 M
 	// posts/s a second read was 4% of the posting thread).
 	now := nanotime()
-	if now-qp.lastPost < int64(streamGap) && qp.state == QPStateRTS {
+	if now-qp.lastPost < int64(streamGap) && qp.state == driver.QPStateRTS {
 		if !qp.txQueued {
 			qp.txQueued = true
 			qp.dev.sender.add(qp)
@@ -67,12 +57,12 @@ func (qp *QP) PostSend(wrs []SendWR) error {
 }
 
 // copyWR returns wr with sgl for its SGL, and no AH or Bind (the WQE keeps the UD
-// destination and the binding by value). No pointer of the caller's is stored, not
+// destination and the resolved binding by value). No pointer of the caller's is stored, not
 // even to be overwritten next: escape analysis would see the store and move every SGL
 // a caller writes as a literal to the heap, an allocation per post.
 // TestCopyWRKeepsEveryField catches a field added to SendWR and not here.
-func copyWR(wr *SendWR, sgl []SGE) SendWR {
-	return SendWR{
+func copyWR(wr *driver.SendWR, sgl []driver.SGE) driver.SendWR {
+	return driver.SendWR{
 		ID: wr.ID, Opcode: wr.Opcode, Flags: wr.Flags, SGL: sgl, Imm: wr.Imm,
 		RemoteAddr: wr.RemoteAddr, RKey: wr.RKey, CompareAdd: wr.CompareAdd, Swap: wr.Swap,
 		RemoteQPN: wr.RemoteQPN, RemoteQKey: wr.RemoteQKey,
@@ -88,14 +78,14 @@ var monoStart = time.Now()
 func nanotime() int64 { return int64(time.Since(monoStart)) }
 
 func (qp *QP) kickSend() {
-	if qp.state == QPStateErr {
+	if qp.state == driver.QPStateErr {
 		qp.flush()
 		return
 	}
 	qp.runRequester()
 }
 
-func (qp *QP) enqueueSend(wr *SendWR) error {
+func (qp *QP) enqueueSend(wr *driver.SendWR) error {
 	if qp.sq.tail-qp.sq.head >= uint64(len(qp.sq.wqes)) {
 		return ErrSendQueueFull
 	}
@@ -112,33 +102,39 @@ func (qp *QP) enqueueSend(wr *SendWR) error {
 	if total > MaxMsgSize {
 		return ErrMsgTooLarge
 	}
-	if qp.typ == QPTypeUD {
-		if wr.AH == nil {
+	var ah *AH
+	if qp.typ == driver.QPTypeUD {
+		if wr.AH != nil {
+			ah, _ = wr.AH.DriverAH().(*AH) // another provider's handle is no address here
+		}
+		if ah == nil {
 			return ErrNoAH
 		}
 		if qp.mtu > 0 && total > uint64(qp.mtu) {
 			return ErrUDTooLarge
 		}
 	}
-	inline := wr.Flags&SendInline != 0 && (wr.Opcode == WRSend || wr.Opcode == WRSendWithImm ||
-		wr.Opcode == WRSendWithInv || wr.Opcode == WRRDMAWrite || wr.Opcode == WRRDMAWriteWithImm)
+	inline := wr.Flags&driver.SendInline != 0 && (wr.Opcode == driver.WRSend || wr.Opcode == driver.WRSendWithImm ||
+		wr.Opcode == driver.WRSendWithInv || wr.Opcode == driver.WRRDMAWrite || wr.Opcode == driver.WRRDMAWriteWithImm)
 	if inline && total > uint64(qp.cap.MaxInline) {
 		return ErrInlineTooLarge
 	}
-	if wr.Opcode == WRBindMW && (wr.Bind == nil || wr.Bind.MW == nil) {
-		return ErrBadOpcode
+	var bind BindMW
+	if wr.Opcode == driver.WRBindMW {
+		var ok bool
+		if bind, ok = resolveBind(wr.Bind); !ok {
+			return ErrBadOpcode
+		}
 	}
 	w := qp.sq.at(qp.sq.tail)
 	w.wr = copyWR(wr, append(w.sgeStore[:0], wr.SGL...))
-	if wr.Opcode == WRBindMW {
-		w.bind = *wr.Bind
-	}
-	if qp.typ == QPTypeUD {
-		w.udDst = netip.AddrPortFrom(wr.AH.addr(), qp.dev.peerPort)
+	w.bind = bind
+	if ah != nil {
+		w.udDst = netip.AddrPortFrom(ah.addr(), qp.dev.peerPort)
 	}
 	w.length = int(total)
 	w.state = wqePosted
-	w.status = WCSuccess
+	w.status = driver.WCSuccess
 	w.vendor = 0
 	w.next = 0
 	w.local.segs = w.local.segs[:0]
@@ -166,37 +162,37 @@ func (qp *QP) enqueueSend(wr *SendWR) error {
 		if !ok {
 			return errInlineKey
 		}
-		w.wr.Flags |= SendInline
+		w.wr.Flags |= driver.SendInline
 	} else {
-		w.wr.Flags &^= SendInline
+		w.wr.Flags &^= driver.SendInline
 	}
 	qp.sq.tail++
 	return nil
 }
 
-var errInlineKey = errors.New("inline SGE does not name registered memory")
+var errInlineKey = driver.NewError(driver.ErrInvalidAttr, "inline SGE does not name registered memory")
 
-func opAllowed(t QPType, op WROpcode) bool {
+func opAllowed(t driver.QPType, op driver.WROpcode) bool {
 	switch t {
-	case QPTypeRC:
+	case driver.QPTypeRC:
 		switch op {
-		case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRRDMARead,
-			WRAtomicCmpAndSwp, WRAtomicFetchAdd, WRLocalInv, WRSendWithInv, WRBindMW:
+		case driver.WRRDMAWrite, driver.WRRDMAWriteWithImm, driver.WRSend, driver.WRSendWithImm, driver.WRRDMARead,
+			driver.WRAtomicCmpAndSwp, driver.WRAtomicFetchAdd, driver.WRLocalInv, driver.WRSendWithInv, driver.WRBindMW:
 			return true
 		}
-	case QPTypeUC:
+	case driver.QPTypeUC:
 		switch op {
-		case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRLocalInv, WRBindMW:
+		case driver.WRRDMAWrite, driver.WRRDMAWriteWithImm, driver.WRSend, driver.WRSendWithImm, driver.WRLocalInv, driver.WRBindMW:
 			return true
 		}
-	case QPTypeUD:
-		return op == WRSend || op == WRSendWithImm
+	case driver.QPTypeUD:
+		return op == driver.WRSend || op == driver.WRSendWithImm
 	}
 	return false
 }
 
 // PostRecv queues receive work requests.
-func (qp *QP) PostRecv(wrs []RecvWR) error {
+func (qp *QP) PostRecv(wrs []driver.RecvWR) error {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	if qp.closed {
@@ -205,16 +201,16 @@ func (qp *QP) PostRecv(wrs []RecvWR) error {
 	if qp.srq != nil {
 		return ErrQPState
 	}
-	if qp.state == QPStateReset {
+	if qp.state == driver.QPStateReset {
 		return ErrQPState
 	}
 	for i := range wrs {
 		wr := &wrs[i]
 		if qp.rq.tail-qp.rq.head >= uint64(len(qp.rq.wqes)) {
-			return &PostError{Index: i, Err: ErrRecvQueueFull}
+			return &driver.PostError{Index: i, Err: ErrRecvQueueFull}
 		}
 		if len(wr.SGL) > int(qp.cap.MaxRecvSGE) {
-			return &PostError{Index: i, Err: ErrTooManySGE}
+			return &driver.PostError{Index: i, Err: ErrTooManySGE}
 		}
 		r := qp.rq.at(qp.rq.tail)
 		r.id = wr.ID
@@ -224,8 +220,27 @@ func (qp *QP) PostRecv(wrs []RecvWR) error {
 		r.local.total = -1 // resolved when a message lands in it
 		qp.rq.tail++
 	}
-	if qp.state == QPStateErr {
+	if qp.state == driver.QPStateErr {
 		qp.flush()
 	}
 	return nil
+}
+
+// resolveBind reads a BIND_MW request's window and region, which must be this engine's
+// (a *MW and a *MR behind the driver references). A binding without a region unbinds.
+func resolveBind(b *driver.MWBindWR) (BindMW, bool) {
+	if b == nil || b.MW == nil {
+		return BindMW{}, false
+	}
+	mw, _ := b.MW.DriverMW().(*MW)
+	if mw == nil {
+		return BindMW{}, false
+	}
+	out := BindMW{MW: mw, Addr: b.Addr, Length: b.Length, Access: b.Access, RKey: b.RKey}
+	if b.MR != nil {
+		if out.MR, _ = b.MR.DriverMR().(*MR); out.MR == nil {
+			return BindMW{}, false
+		}
+	}
+	return out, true
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/goverbs/goverbs/netio"
 	"github.com/goverbs/goverbs/netio/netiotest"
+	"github.com/goverbs/goverbs/verbs/driver"
 	"github.com/goverbs/goverbs/wire"
 )
 
@@ -42,22 +43,22 @@ func psnModel(t *testing.T, reads bool, size int) {
 		}
 		pd, _ := dev.AllocPD()
 		cq, _ := dev.CreateCQ(1024)
-		qp, err := dev.CreateQP(pd, QPInit{Type: QPTypeRC, SendCQ: cq, RecvCQ: cq,
-			Cap: QPCap{MaxSendWR: 64, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		qp, err := dev.CreateQP(pd, QPInit{Type: driver.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+			Cap: driver.QPCap{MaxSendWR: 64, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		all := AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
-		must(t, qp.Modify(&QPAttr{State: QPStateInit, Port: 1, AccessFlags: all}, QPAttrState|QPAttrPort|QPAttrPKeyIndex|QPAttrAccessFlags))
-		must(t, qp.Modify(&QPAttr{State: QPStateRTR, AH: AH{Addr: fuzzPeer.Addr(), DGID: AddrToGID(fuzzPeer.Addr()), Port: 1},
+		all := driver.AccessLocalWrite | driver.AccessRemoteWrite | driver.AccessRemoteRead | driver.AccessRemoteAtomic
+		must(t, qp.Modify(&QPAttr{State: driver.QPStateInit, Port: 1, AccessFlags: all}, driver.QPAttrState|driver.QPAttrPort|driver.QPAttrPKeyIndex|driver.QPAttrAccessFlags))
+		must(t, qp.Modify(&QPAttr{State: driver.QPStateRTR, AH: AH{Addr: fuzzPeer.Addr(), DGID: AddrToGID(fuzzPeer.Addr()), Port: 1},
 			PathMTU: wire.MTU1024, DestQPN: fuzzPeerQPN, MaxDestRdAtomic: 16, MinRNRTimer: 1},
-			QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer))
-		must(t, qp.Modify(&QPAttr{State: QPStateRTS, SQPSN: fuzzSQPSN, Timeout: 8, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
-			QPAttrState|QPAttrSQPSN|QPAttrTimeout|QPAttrRetryCnt|QPAttrRNRRetry|QPAttrMaxQPRdAtomic))
+			driver.QPAttrState|driver.QPAttrAV|driver.QPAttrPathMTU|driver.QPAttrDestQPN|driver.QPAttrRQPSN|driver.QPAttrMaxDestRdAtomic|driver.QPAttrMinRNRTimer))
+		must(t, qp.Modify(&QPAttr{State: driver.QPStateRTS, SQPSN: fuzzSQPSN, Timeout: 8, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
+			driver.QPAttrState|driver.QPAttrSQPSN|driver.QPAttrTimeout|driver.QPAttrRetryCnt|driver.QPAttrRNRRetry|driver.QPAttrMaxQPRdAtomic))
 		const msgs = 300
 		slot := max(8, (size+1023)/1024*1024)
 		mem := make([]byte, slot*msgs)
-		mr, err := pd.RegMR(mem, AccessLocalWrite)
+		mr, err := pd.RegMR(mem, driver.AccessLocalWrite)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,11 +123,11 @@ func psnModel(t *testing.T, reads bool, size int) {
 			return high
 		}
 		posted, completed := 0, 0
-		wcs := make([]WC, 64)
+		wcs := make([]driver.WC, 64)
 		poll := func() {
 			k, _ := cq.Poll(wcs)
 			for _, wc := range wcs[:k] {
-				if wc.Status != WCSuccess || wc.ID != uint64(completed) {
+				if wc.Status != driver.WCSuccess || wc.ID != uint64(completed) {
 					t.Fatalf("seed %d: completion %+v, want message %d done", seed, wc, completed)
 				}
 				if needsAnswer(completed) { // a READ's data or an atomic's original value
@@ -145,16 +146,16 @@ func psnModel(t *testing.T, reads bool, size int) {
 				for off := 0; off < size; off += 1024 {
 					binary.LittleEndian.PutUint64(mem[slot*posted+off:], uint64(posted))
 				}
-				wr := SendWR{ID: uint64(posted), Opcode: WRSend, Flags: SendSignaled,
-					SGL: []SGE{{Addr: mr.Addr() + uint64(slot*posted), Length: uint32(size), LKey: mr.LKey()}}}
+				wr := driver.SendWR{ID: uint64(posted), Opcode: driver.WRSend, Flags: driver.SendSignaled,
+					SGL: []driver.SGE{{Addr: mr.Addr() + uint64(slot*posted), Length: uint32(size), LKey: mr.LKey()}}}
 				if needsAnswer(posted) {
-					wr.Opcode, wr.RemoteAddr, wr.RKey = WRRDMARead, readBase+uint64(8*posted), readKey
+					wr.Opcode, wr.RemoteAddr, wr.RKey = driver.WRRDMARead, readBase+uint64(8*posted), readKey
 					wr.SGL[0].Length = 8
 				}
 				if isAtomic(posted) {
-					wr.Opcode, wr.CompareAdd = WRAtomicFetchAdd, 1
+					wr.Opcode, wr.CompareAdd = driver.WRAtomicFetchAdd, 1
 				}
-				must(t, qp.PostSend([]SendWR{wr}))
+				must(t, qp.PostSend([]driver.SendWR{wr}))
 				posted++
 			}
 			time.Sleep(time.Duration(rng.IntN(40)) * time.Microsecond) // let sends and timers run

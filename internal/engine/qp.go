@@ -4,38 +4,38 @@
 package engine
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
 	"sync/atomic"
 
+	"github.com/goverbs/goverbs/verbs/driver"
 	"github.com/goverbs/goverbs/wire"
 )
 
 var (
-	ErrQPState        = errors.New("QP state does not allow this")
-	ErrQPClosed       = errors.New("QP is closed")
-	ErrSendQueueFull  = errors.New("send queue is full")
-	ErrRecvQueueFull  = errors.New("receive queue is full")
-	ErrTooManySGE     = errors.New("too many scatter/gather elements")
-	ErrInlineTooLarge = errors.New("inline data larger than the QP's max_inline_data")
-	ErrBadOpcode      = errors.New("work request opcode not supported on this QP type")
-	ErrMsgTooLarge    = errors.New("message larger than the port's max_msg_sz")
-	ErrQPCap          = errors.New("QP capabilities exceed the device limits")
-	ErrTooManyQPs     = errors.New("too many queue pairs")
-	ErrNoCQ           = errors.New("QP needs a send and a receive completion queue")
-	ErrUDTooLarge     = errors.New("UD message larger than the path MTU")
-	ErrNoAH           = errors.New("UD work request needs an address handle")
+	ErrQPState        = driver.NewError(driver.ErrQPState, "QP state does not allow this")
+	ErrQPClosed       = driver.NewError(driver.ErrClosed, "QP is closed")
+	ErrSendQueueFull  = driver.NewError(driver.ErrQueueFull, "send queue is full")
+	ErrRecvQueueFull  = driver.NewError(driver.ErrQueueFull, "receive queue is full")
+	ErrTooManySGE     = driver.NewError(driver.ErrInvalidAttr, "too many scatter/gather elements")
+	ErrInlineTooLarge = driver.NewError(driver.ErrInvalidAttr, "inline data larger than the QP's max_inline_data")
+	ErrBadOpcode      = driver.NewError(driver.ErrInvalidAttr, "work request opcode not supported on this QP type")
+	ErrMsgTooLarge    = driver.NewError(driver.ErrInvalidAttr, "message larger than the port's max_msg_sz")
+	ErrQPCap          = driver.NewError(driver.ErrLimit, "QP capabilities exceed the device limits")
+	ErrTooManyQPs     = driver.NewError(driver.ErrLimit, "too many queue pairs")
+	ErrNoCQ           = driver.NewError(driver.ErrInvalidAttr, "QP needs a send and a receive completion queue")
+	ErrUDTooLarge     = driver.NewError(driver.ErrInvalidAttr, "UD message larger than the path MTU")
+	ErrNoAH           = driver.NewError(driver.ErrInvalidAttr, "UD work request needs an address handle")
 )
 
 // QPInit is what a QP is created with (struct ibv_qp_init_attr).
 type QPInit struct {
-	Type   QPType
+	Type   driver.QPType
 	SendCQ *CQ
 	RecvCQ *CQ
 	SRQ    *SRQ
-	Cap    QPCap
+	Cap    driver.QPCap
 	SigAll bool
 }
 
@@ -52,8 +52,8 @@ const (
 // sendWQE is one send-queue slot: the work request (copied at post time into storage the
 // slot owns, so posting does not allocate) and its transport progress.
 type sendWQE struct {
-	wr       SendWR
-	sgeStore []SGE
+	wr       driver.SendWR
+	sgeStore []driver.SGE
 	inline   []byte         // inline payload copied at post time
 	bind     BindMW         // BIND_MW: the binding, copied at post time
 	udDst    netip.AddrPort // UD: the destination, from the AH at post time
@@ -65,7 +65,7 @@ type sendWQE struct {
 	npkts    uint32 // PSNs the message occupies (READ: response packets)
 	next     uint32 // requester: next packet to send
 	got      uint32 // completer: READ responses placed so far
-	status   WCStatus
+	status   driver.WCStatus
 	vendor   uint32
 }
 
@@ -73,7 +73,7 @@ func (w *sendWQE) lastPSN() wire.PSN { return w.firstPSN.Add(w.npkts - 1) }
 
 func (w *sendWQE) isReadOrAtomic() bool {
 	switch w.wr.Opcode {
-	case WRRDMARead, WRAtomicCmpAndSwp, WRAtomicFetchAdd:
+	case driver.WRRDMARead, driver.WRAtomicCmpAndSwp, driver.WRAtomicFetchAdd:
 		return true
 	}
 	return false
@@ -90,7 +90,7 @@ func (q *sendQueue) at(i uint64) *sendWQE { return &q.wqes[i%uint64(len(q.wqes))
 
 type recvWQE struct {
 	id       uint64
-	sgeStore []SGE
+	sgeStore []driver.SGE
 	local    sgl
 }
 
@@ -107,15 +107,15 @@ type QP struct {
 	dev    *Device
 	pd     *PD
 	qpn    uint32
-	typ    QPType
+	typ    driver.QPType
 	sendCQ *CQ
 	recvCQ *CQ
 	srq    *SRQ
 	sigAll bool
-	cap    QPCap
+	cap    driver.QPCap
 
 	mu     sync.Mutex
-	state  QPState
+	state  driver.QPState
 	closed bool
 	attr   QPAttr
 	remote netip.AddrPort // RC/UC: the peer, from the AH
@@ -142,7 +142,7 @@ type QP struct {
 	comp   completer
 	acks   ackState
 
-	Stats QPCounters
+	Stats driver.QPCounters
 
 	// Owner is the provider-level object wrapping this QP (for async events).
 	Owner any
@@ -157,9 +157,9 @@ func (d *Device) CreateQP(pd *PD, init QPInit) (*QP, error) {
 		return nil, ErrPDClosed
 	}
 	switch init.Type {
-	case QPTypeRC, QPTypeUC, QPTypeUD:
+	case driver.QPTypeRC, driver.QPTypeUC, driver.QPTypeUD:
 	default:
-		return nil, fmt.Errorf("QP type %d: %w", init.Type, ErrBadOpcode)
+		return nil, fmt.Errorf("%w (QP type %d)", ErrBadOpcode, init.Type)
 	}
 	if init.SendCQ == nil || init.RecvCQ == nil {
 		return nil, ErrNoCQ
@@ -183,10 +183,10 @@ func (d *Device) CreateQP(pd *PD, init QPInit) (*QP, error) {
 	}
 	qp := &QP{
 		dev: d, pd: pd, typ: init.Type, sendCQ: init.SendCQ, recvCQ: init.RecvCQ,
-		srq: init.SRQ, sigAll: init.SigAll, cap: c, state: QPStateReset,
+		srq: init.SRQ, sigAll: init.SigAll, cap: c, state: driver.QPStateReset,
 	}
 	qp.sq.wqes = make([]sendWQE, c.MaxSendWR)
-	sges := make([]SGE, int(c.MaxSendWR*c.MaxSendSGE))
+	sges := make([]driver.SGE, int(c.MaxSendWR*c.MaxSendSGE))
 	segs := make([][]byte, int(c.MaxSendWR*c.MaxSendSGE))
 	regs := make([]*region, int(c.MaxSendWR*c.MaxSendSGE))
 	var inl []byte
@@ -206,7 +206,7 @@ func (d *Device) CreateQP(pd *PD, init QPInit) (*QP, error) {
 	}
 	if init.SRQ == nil {
 		qp.rq.wqes = make([]recvWQE, c.MaxRecvWR)
-		rsges := make([]SGE, int(c.MaxRecvWR*c.MaxRecvSGE))
+		rsges := make([]driver.SGE, int(c.MaxRecvWR*c.MaxRecvSGE))
 		rsegs := make([][]byte, int(c.MaxRecvWR*c.MaxRecvSGE))
 		rregs := make([]*region, int(c.MaxRecvWR*c.MaxRecvSGE))
 		for i := range qp.rq.wqes {
@@ -217,7 +217,7 @@ func (d *Device) CreateQP(pd *PD, init QPInit) (*QP, error) {
 		}
 	} else {
 		qp.cap.MaxRecvWR, qp.cap.MaxRecvSGE = 0, 0
-		qp.srqWQE.sgeStore = make([]SGE, 0, init.SRQ.maxSGE)
+		qp.srqWQE.sgeStore = make([]driver.SGE, 0, init.SRQ.maxSGE)
 		qp.srqWQE.local.segs = make([][]byte, 0, init.SRQ.maxSGE)
 		qp.srqWQE.local.regs = make([]*region, 0, init.SRQ.maxSGE)
 	}
@@ -257,10 +257,10 @@ func (d *Device) CreateQP(pd *PD, init QPInit) (*QP, error) {
 func (qp *QP) QPN() uint32 { return qp.qpn }
 
 // Type returns the QP's transport type.
-func (qp *QP) Type() QPType { return qp.typ }
+func (qp *QP) Type() driver.QPType { return qp.typ }
 
 // State returns the QP's current state.
-func (qp *QP) State() QPState {
+func (qp *QP) State() driver.QPState {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	return qp.state
@@ -278,32 +278,32 @@ func (qp *QP) Query() QPAttr {
 
 // Modify applies attr as selected by mask. The caller (the verbs layer) has checked the
 // transition and the required and optional attributes against IBTA table 91 (11.2.4.2).
-func (qp *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
+func (qp *QP) Modify(attr *QPAttr, mask driver.QPAttrMask) error {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	if qp.closed {
 		return ErrQPClosed
 	}
-	if mask&QPAttrAccessFlags != 0 {
+	if mask&driver.QPAttrAccessFlags != 0 {
 		qp.attr.AccessFlags = attr.AccessFlags
 	}
-	if mask&QPAttrPKeyIndex != 0 {
+	if mask&driver.QPAttrPKeyIndex != 0 {
 		qp.attr.PKeyIndex = attr.PKeyIndex
 	}
-	if mask&QPAttrPort != 0 {
+	if mask&driver.QPAttrPort != 0 {
 		qp.attr.Port = attr.Port
 	}
-	if mask&QPAttrQKey != 0 {
+	if mask&driver.QPAttrQKey != 0 {
 		qp.attr.QKey = attr.QKey
 	}
-	if mask&QPAttrAV != 0 {
+	if mask&driver.QPAttrAV != 0 {
 		qp.attr.AH = attr.AH
 		a := attr.AH.addr()
 		qp.attr.AH.Addr = a
 		qp.attr.AH.DGID = AddrToGID(a)
 		qp.remote = netip.AddrPortFrom(a, qp.dev.peerPort)
 	}
-	if mask&QPAttrPathMTU != 0 {
+	if mask&driver.QPAttrPathMTU != 0 {
 		qp.attr.PathMTU = attr.PathMTU
 		m := attr.PathMTU
 		if m > qp.dev.mtu {
@@ -311,17 +311,17 @@ func (qp *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 		}
 		qp.mtu = m.Bytes()
 	}
-	if mask&QPAttrDestQPN != 0 {
+	if mask&driver.QPAttrDestQPN != 0 {
 		qp.attr.DestQPN = attr.DestQPN & wire.PSNMask
 	}
-	if mask&QPAttrRQPSN != 0 {
+	if mask&driver.QPAttrRQPSN != 0 {
 		qp.attr.RQPSN = attr.RQPSN & wire.PSNMask
 		qp.resp.psn = qp.attr.RQPSN
 	}
-	if mask&QPAttrMinRNRTimer != 0 {
+	if mask&driver.QPAttrMinRNRTimer != 0 {
 		qp.attr.MinRNRTimer = attr.MinRNRTimer & 31
 	}
-	if mask&QPAttrMaxDestRdAtomic != 0 {
+	if mask&driver.QPAttrMaxDestRdAtomic != 0 {
 		qp.attr.MaxDestRdAtomic = attr.MaxDestRdAtomic
 		n := int(attr.MaxDestRdAtomic)
 		if n < 1 {
@@ -329,33 +329,44 @@ func (qp *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 		}
 		qp.resp.res = make([]rdAtomicRes, n)
 	}
-	if mask&QPAttrSQPSN != 0 {
+	if mask&driver.QPAttrSQPSN != 0 {
 		qp.attr.SQPSN = attr.SQPSN & wire.PSNMask
 		qp.req.psn = qp.attr.SQPSN
 		qp.req.high = qp.attr.SQPSN
 		qp.comp.psn = qp.attr.SQPSN
 	}
-	if mask&QPAttrTimeout != 0 {
+	if mask&driver.QPAttrTimeout != 0 {
 		qp.attr.Timeout = attr.Timeout & 31
 	}
-	if mask&QPAttrRetryCnt != 0 {
+	if mask&driver.QPAttrRetryCnt != 0 {
 		qp.attr.RetryCnt = attr.RetryCnt & 7
 		qp.comp.retryLeft = qp.attr.RetryCnt
 	}
-	if mask&QPAttrRNRRetry != 0 {
+	if mask&driver.QPAttrRNRRetry != 0 {
 		qp.attr.RNRRetry = attr.RNRRetry & 7
 		qp.comp.rnrRetryLeft = qp.attr.RNRRetry
 	}
-	if mask&QPAttrMaxQPRdAtomic != 0 {
+	if mask&driver.QPAttrMaxQPRdAtomic != 0 {
 		qp.attr.MaxRdAtomic = attr.MaxRdAtomic
 	}
-	if mask&QPAttrState != 0 {
+	if mask&driver.QPAttrState != 0 {
 		qp.setState(attr.State)
 	}
 	return nil
 }
 
 // addr is the IP address the AH sends to: Addr, or the address its GID stands for.
+// Close releases the address handle; it holds nothing but its address.
+func (ah *AH) Close() error { return nil }
+
+// DriverAH returns the handle as the driver reference a UD request names.
+func (ah *AH) DriverAH() driver.AH {
+	if ah == nil {
+		return nil
+	}
+	return ah
+}
+
 func (ah *AH) addr() netip.Addr {
 	if ah.Addr.IsValid() {
 		return ah.Addr
@@ -364,35 +375,35 @@ func (ah *AH) addr() netip.Addr {
 }
 
 // setState moves the QP; qp.mu is held.
-func (qp *QP) setState(s QPState) {
+func (qp *QP) setState(s driver.QPState) {
 	prev := qp.state
 	qp.state = s
 	if qp.dev.debug {
 		qp.dev.log.Debug("qp state", "dev", qp.dev.name, "qp", qp.qpn, "from", prev, "to", s)
 	}
-	if s == QPStateErr && prev != QPStateErr {
+	if s == driver.QPStateErr && prev != driver.QPStateErr {
 		qp.lastWQEReached()
 	}
 	switch s {
-	case QPStateReset:
+	case driver.QPStateReset:
 		qp.sendOwedAck() // for a request executed before the reset (see sendOwedAck)
 		qp.reset()
-	case QPStateRTR:
+	case driver.QPStateRTR:
 		if qp.mtu == 0 {
 			qp.mtu = qp.dev.mtu.Bytes()
 		}
 		if qp.resp.res == nil {
 			qp.resp.res = make([]rdAtomicRes, 1)
 		}
-	case QPStateRTS:
-		if qp.typ == QPTypeUD && qp.mtu == 0 {
+	case driver.QPStateRTS:
+		if qp.typ == driver.QPTypeUD && qp.mtu == 0 {
 			qp.mtu = qp.dev.mtu.Bytes()
 		}
-		if prev == QPStateSQD || prev == QPStateSQE {
+		if prev == driver.QPStateSQD || prev == driver.QPStateSQE {
 			qp.runRequester()
 		}
-	case QPStateErr:
-		if prev != QPStateErr {
+	case driver.QPStateErr:
+		if prev != driver.QPStateErr {
 			qp.flush()
 		}
 	}
@@ -417,14 +428,14 @@ func (qp *QP) reset() {
 }
 
 // toError moves the QP to the error state on a transport or local error and raises ev.
-func (qp *QP) toError(ev EventType) {
-	if qp.state == QPStateErr {
+func (qp *QP) toError(ev driver.EventType) {
+	if qp.state == driver.QPStateErr {
 		return
 	}
 	if qp.dev.debug {
 		qp.dev.log.Debug("qp error", "dev", qp.dev.name, "qp", qp.qpn, "from", qp.state, "event", ev)
 	}
-	qp.state = QPStateErr
+	qp.state = driver.QPStateErr
 	qp.flush()
 	if ev != 0xff {
 		qp.dev.raise(AsyncEvent{Type: ev, QP: qp})
@@ -437,11 +448,11 @@ func (qp *QP) toError(ev EventType) {
 // destroyed without losing receives.
 func (qp *QP) lastWQEReached() {
 	if qp.srq != nil {
-		qp.dev.raise(AsyncEvent{Type: EventQPLastWQEReached, QP: qp})
+		qp.dev.raise(AsyncEvent{Type: driver.EventQPLastWQEReached, QP: qp})
 	}
 }
 
-const noEvent EventType = 0xff
+const noEvent driver.EventType = 0xff
 
 // flush completes every outstanding WQE (IBTA 10.3.1 Error state): those already finished
 // keep their status, the rest complete with WR_FLUSH_ERR. qp.mu is held.
@@ -450,7 +461,7 @@ func (qp *QP) flush() {
 	for qp.sq.head != qp.sq.tail {
 		w := qp.sq.at(qp.sq.head)
 		if w.state != wqeDone {
-			w.status = WCWRFlushErr
+			w.status = driver.WCWRFlushErr
 			w.state = wqeDone
 		}
 		qp.retireOne(w)
@@ -459,7 +470,7 @@ func (qp *QP) flush() {
 	qp.sq.req = qp.sq.head
 	for qp.rq.head != qp.rq.tail {
 		r := qp.rq.at(qp.rq.head)
-		wc := WC{ID: r.id, Status: WCWRFlushErr, Opcode: WCRecv, QPN: qp.qpn}
+		wc := driver.WC{ID: r.id, Status: driver.WCWRFlushErr, Opcode: driver.WCRecv, QPN: qp.qpn}
 		qp.recvCQ.push(&wc, false)
 		qp.rq.head++
 	}
@@ -478,7 +489,7 @@ func (qp *QP) Close() error {
 	}
 	qp.sendOwedAck() // for a request executed before the close (see sendOwedAck)
 	qp.closed = true
-	qp.state = QPStateErr
+	qp.state = driver.QPStateErr
 	qp.comp.stopTimers()
 	qp.mu.Unlock()
 

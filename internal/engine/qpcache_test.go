@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/goverbs/goverbs/verbs/driver"
 )
 
 // TestQPNReusedAfterDestroy: the receive path remembers the QP its last packet was for.
@@ -16,19 +18,19 @@ func TestQPNReusedAfterDestroy(t *testing.T) {
 	pdB, _ := devB.AllocPD()
 	cqA, _ := devA.CreateCQ(64)
 	cqB, _ := devB.CreateCQ(64)
-	qpCap := QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: 64}
+	qpCap := driver.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: 64}
 	mkQP := func(d *Device, pd *PD, cq *CQ) *QP {
-		qp, err := d.CreateQP(pd, QPInit{Type: QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: qpCap})
+		qp, err := d.CreateQP(pd, QPInit{Type: driver.QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: qpCap})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return qp
 	}
-	src, err := pdA.RegMR(make([]byte, 8), AccessLocalWrite)
+	src, err := pdA.RegMR(make([]byte, 8), driver.AccessLocalWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dst, err := pdB.RegMR(make([]byte, 64), AccessLocalWrite)
+	dst, err := pdB.RegMR(make([]byte, 64), driver.AccessLocalWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,9 +40,9 @@ func TestQPNReusedAfterDestroy(t *testing.T) {
 		qa := mkQP(devA, pdA, cqA)
 		rcUp(t, qa, netip.MustParseAddr(addrB), qb.QPN(), 0, 0)
 		rcUp(t, qb, netip.MustParseAddr(addrA), qa.QPN(), 0, 0)
-		must(t, qb.PostRecv([]RecvWR{{ID: id, SGL: []SGE{{Addr: dst.Addr(), Length: 64, LKey: dst.LKey()}}}}))
-		must(t, qa.PostSend([]SendWR{{ID: id, Opcode: WRSend, Flags: SendSignaled,
-			SGL: []SGE{{Addr: src.Addr(), Length: 8, LKey: src.LKey()}}}}))
+		must(t, qb.PostRecv([]driver.RecvWR{{ID: id, SGL: []driver.SGE{{Addr: dst.Addr(), Length: 64, LKey: dst.LKey()}}}}))
+		must(t, qa.PostSend([]driver.SendWR{{ID: id, Opcode: driver.WRSend, Flags: driver.SendSignaled,
+			SGL: []driver.SGE{{Addr: src.Addr(), Length: 8, LKey: src.LKey()}}}}))
 		waitFor(t, cqA, id, 5*time.Second)
 		waitFor(t, cqB, id, 5*time.Second)
 	}

@@ -5,6 +5,7 @@
 package engine
 
 import (
+	"github.com/goverbs/goverbs/verbs/driver"
 	"github.com/goverbs/goverbs/wire"
 )
 
@@ -30,26 +31,26 @@ var (
 
 // opcodeFor picks the opcode of packet k of n of w.
 func (qp *QP) opcodeFor(w *sendWQE, k, n uint32) wire.Opcode {
-	if qp.typ == QPTypeUD {
-		if w.wr.Opcode == WRSendWithImm {
+	if qp.typ == driver.QPTypeUD {
+		if w.wr.Opcode == driver.WRSendWithImm {
 			return wire.UDSendOnlyImm
 		}
 		return wire.UDSendOnly
 	}
 	var t *msgOpcodes
-	write := w.wr.Opcode == WRRDMAWrite || w.wr.Opcode == WRRDMAWriteWithImm
+	write := w.wr.Opcode == driver.WRRDMAWrite || w.wr.Opcode == driver.WRRDMAWriteWithImm
 	switch {
-	case qp.typ == QPTypeRC && write:
+	case qp.typ == driver.QPTypeRC && write:
 		t = &rcWrite
-	case qp.typ == QPTypeRC:
+	case qp.typ == driver.QPTypeRC:
 		t = &rcSend
 	case write:
 		t = &ucWrite
 	default:
 		t = &ucSend
 	}
-	imm := w.wr.Opcode == WRSendWithImm || w.wr.Opcode == WRRDMAWriteWithImm
-	inv := w.wr.Opcode == WRSendWithInv
+	imm := w.wr.Opcode == driver.WRSendWithImm || w.wr.Opcode == driver.WRRDMAWriteWithImm
+	inv := w.wr.Opcode == driver.WRSendWithInv
 	switch {
 	case n == 1 && imm:
 		return t.onlyImm
@@ -71,7 +72,7 @@ func (qp *QP) opcodeFor(w *sendWQE, k, n uint32) wire.Opcode {
 
 // runRequester sends what the send queue and the window allow. qp.mu is held.
 func (qp *QP) runRequester() {
-	if qp.state != QPStateRTS || qp.comp.rnrWait {
+	if qp.state != driver.QPStateRTS || qp.comp.rnrWait {
 		return
 	}
 	var tx *txBatch
@@ -91,20 +92,20 @@ func (qp *QP) runRequester() {
 			}
 			if w.state == wqeDone { // local operation or local error
 				qp.sq.req++
-				if qp.state == QPStateErr {
+				if qp.state == driver.QPStateErr {
 					break
 				}
 				continue
 			}
 		}
-		if qp.typ == QPTypeRC && qp.req.psn.Diff(qp.comp.psn) >= MaxUnackedPSNs {
+		if qp.typ == driver.QPTypeRC && qp.req.psn.Diff(qp.comp.psn) >= MaxUnackedPSNs {
 			break // window full: the completer kicks us when ACKs arrive
 		}
 		if tx == nil {
 			tx = qp.dev.getTx()
 		}
 		if !qp.sendPackets(w, tx) {
-			qp.localError(w, WCLocProtErr) // its memory was deregistered meanwhile
+			qp.localError(w, driver.WCLocProtErr) // its memory was deregistered meanwhile
 			break
 		}
 		sentAny = true
@@ -120,7 +121,7 @@ func (qp *QP) runRequester() {
 	// UC and UD work completes as soon as its packets are on the wire, and local
 	// operations (bind, LOCAL_INV) when they execute, once everything before them has.
 	qp.retire()
-	if sentAny && qp.typ == QPTypeRC {
+	if sentAny && qp.typ == driver.QPTypeRC {
 		qp.comp.armRetransmit()
 	}
 }
@@ -128,7 +129,7 @@ func (qp *QP) runRequester() {
 // startWQE assigns PSNs to a WQE the first time the requester reaches it and resolves its
 // local memory. It returns false when the WQE must wait (fence, rd_atomic limit).
 func (qp *QP) startWQE(w *sendWQE) bool {
-	if w.wr.Flags&SendFence != 0 && qp.req.outstandingRdAtom > 0 {
+	if w.wr.Flags&driver.SendFence != 0 && qp.req.outstandingRdAtom > 0 {
 		return false // IBTA 10.8.3.3: wait until earlier READs and atomics complete
 	}
 	if w.isReadOrAtomic() {
@@ -141,37 +142,37 @@ func (qp *QP) startWQE(w *sendWQE) bool {
 		}
 	}
 	switch w.wr.Opcode {
-	case WRLocalInv:
+	case driver.WRLocalInv:
 		if !qp.dev.invalidate(qp.pd, w.wr.Imm) {
-			qp.localError(w, WCLocProtErr)
+			qp.localError(w, driver.WCLocProtErr)
 			return true
 		}
 		w.state = wqeDone
 		return true
-	case WRBindMW:
+	case driver.WRBindMW:
 		// Binds execute in send-queue order as local operations (IBTA 10.6.7.2.2).
 		if !w.bind.MW.bind(qp.pd, &w.bind) {
-			qp.localError(w, WCMWBindErr)
+			qp.localError(w, driver.WCMWBindErr)
 			return true
 		}
 		w.state = wqeDone
 		return true
 	}
-	if w.wr.Flags&SendInline == 0 {
+	if w.wr.Flags&driver.SendInline == 0 {
 		write := w.isReadOrAtomic() // READ and atomics write into local memory
 		if !qp.dev.resolveSGL(qp.pd, w.wr.SGL, write, &w.local) {
-			qp.localError(w, WCLocProtErr)
+			qp.localError(w, driver.WCLocProtErr)
 			return true
 		}
 	}
-	if (w.wr.Opcode == WRAtomicCmpAndSwp || w.wr.Opcode == WRAtomicFetchAdd) && w.length != 8 {
-		qp.localError(w, WCLocLenErr)
+	if (w.wr.Opcode == driver.WRAtomicCmpAndSwp || w.wr.Opcode == driver.WRAtomicFetchAdd) && w.length != 8 {
+		qp.localError(w, driver.WCLocLenErr)
 		return true
 	}
 	switch {
-	case w.wr.Opcode == WRAtomicCmpAndSwp || w.wr.Opcode == WRAtomicFetchAdd:
+	case w.wr.Opcode == driver.WRAtomicCmpAndSwp || w.wr.Opcode == driver.WRAtomicFetchAdd:
 		w.npkts = 1
-	case qp.typ == QPTypeUD:
+	case qp.typ == driver.QPTypeUD:
 		w.npkts = 1
 	default:
 		w.npkts = uint32((w.length + qp.mtu - 1) / qp.mtu)
@@ -194,27 +195,27 @@ func (qp *QP) startWQE(w *sendWQE) bool {
 
 // localError completes w with a local error and moves the QP to the error state
 // (IBTA 10.8.3.1: local work queue errors are fatal to the QP).
-func (qp *QP) localError(w *sendWQE, st WCStatus) {
+func (qp *QP) localError(w *sendWQE, st driver.WCStatus) {
 	w.status = st
 	w.state = wqeDone
 	qp.sq.req++
-	qp.toError(EventQPReqErr)
+	qp.toError(driver.EventQPReqErr)
 	qp.sq.req = qp.sq.head
 }
 
 // sendPackets sends w's remaining packets as the window allows. It reports false when
 // w's memory is no longer registered.
 func (qp *QP) sendPackets(w *sendWQE, tx *txBatch) bool {
-	if w.wr.Opcode == WRRDMARead || w.wr.Opcode == WRAtomicCmpAndSwp || w.wr.Opcode == WRAtomicFetchAdd {
+	if w.wr.Opcode == driver.WRRDMARead || w.wr.Opcode == driver.WRAtomicCmpAndSwp || w.wr.Opcode == driver.WRAtomicFetchAdd {
 		qp.sendReadAtomic(w, tx)
 		return true
 	}
 	dst := qp.remote
-	if qp.typ == QPTypeUD {
+	if qp.typ == driver.QPTypeUD {
 		dst = w.udDst
 	}
 	for w.next < w.npkts {
-		if qp.typ == QPTypeRC && qp.req.psn.Diff(qp.comp.psn) >= MaxUnackedPSNs {
+		if qp.typ == driver.QPTypeRC && qp.req.psn.Diff(qp.comp.psn) >= MaxUnackedPSNs {
 			return true
 		}
 		k := w.next
@@ -231,10 +232,10 @@ func (qp *QP) sendPackets(w *sendWQE, tx *txBatch) bool {
 		psn := w.firstPSN.Add(k)
 		h := wire.Headers{BTH: wire.BTHFields{Opcode: op, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn}}
 		last := k == w.npkts-1
-		if last && w.wr.Flags&SendSolicited != 0 {
+		if last && w.wr.Flags&driver.SendSolicited != 0 {
 			h.BTH.SE = true
 		}
-		if qp.typ == QPTypeRC {
+		if qp.typ == driver.QPTypeRC {
 			h.BTH.AckReq = qp.askAck(w, last)
 		}
 		if info.Flags.Has(wire.HasRETH) {
@@ -255,7 +256,7 @@ func (qp *QP) sendPackets(w *sendWQE, tx *txBatch) bool {
 			h.DETH = wire.DETHFields{QKey: qkey, SrcQP: qp.qpn}
 		}
 		pl := payload{sgl: &w.local, off: off, n: n}
-		if w.wr.Flags&SendInline != 0 {
+		if w.wr.Flags&driver.SendInline != 0 {
 			pl = bytesPayload(w.inline[off : off+n])
 		}
 		if !qp.dev.emit(tx, dst, &h, pl, true) {
@@ -265,7 +266,7 @@ func (qp *QP) sendPackets(w *sendWQE, tx *txBatch) bool {
 		w.next++
 	}
 	w.state = wqeSent
-	if qp.typ != QPTypeRC {
+	if qp.typ != driver.QPTypeRC {
 		w.state = wqeDone
 	}
 	return true
@@ -279,17 +280,17 @@ func (qp *QP) sendReadAtomic(w *sendWQE, tx *txBatch) {
 	}
 	psn := w.firstPSN.Add(w.next)
 	h := wire.Headers{BTH: wire.BTHFields{PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn, AckReq: true}}
-	if w.wr.Opcode == WRRDMARead {
+	if w.wr.Opcode == driver.WRRDMARead {
 		off := int(w.next) * qp.mtu
 		h.BTH.Opcode = wire.RCReadRequest
 		h.RETH = wire.RETHFields{VA: w.wr.RemoteAddr + uint64(off), RKey: w.wr.RKey, DMALen: uint32(w.length - off)}
 	} else {
 		h.BTH.Opcode = wire.RCCompareSwap
-		if w.wr.Opcode == WRAtomicFetchAdd {
+		if w.wr.Opcode == driver.WRAtomicFetchAdd {
 			h.BTH.Opcode = wire.RCFetchAdd
 		}
 		h.AtomicETH = wire.AtomicETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, SwapAdd: w.wr.CompareAdd, Compare: 0}
-		if w.wr.Opcode == WRAtomicCmpAndSwp {
+		if w.wr.Opcode == driver.WRAtomicCmpAndSwp {
 			h.AtomicETH.SwapAdd = w.wr.Swap
 			h.AtomicETH.Compare = w.wr.CompareAdd
 		}
@@ -348,7 +349,7 @@ func (qp *QP) rewind(psn wire.PSN) {
 		if j == i && psn.After(w.firstPSN) {
 			w.next = uint32(psn.Diff(w.firstPSN))
 		}
-		if w.wr.Opcode == WRRDMARead && w.got > w.next {
+		if w.wr.Opcode == driver.WRRDMARead && w.got > w.next {
 			w.next = w.got // responses already placed stay placed; ask for the rest only
 		}
 	}

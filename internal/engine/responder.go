@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/goverbs/goverbs/verbs/driver"
 	"github.com/goverbs/goverbs/wire"
 )
 
@@ -73,7 +74,7 @@ func (qp *QP) respond(p *wire.Packet) {
 	qp.acks.seqNakSent = false
 	fl := p.Op.Flags
 	if !qp.requestValid(p) {
-		qp.respError(wire.NAKInvalidRequest, WCRemInvReqErr, psn, EventQPReqErr)
+		qp.respError(wire.NAKInvalidRequest, driver.WCRemInvReqErr, psn, driver.EventQPReqErr)
 		return
 	}
 
@@ -115,9 +116,9 @@ func (qp *QP) requestValid(p *wire.Packet) bool {
 	case cont && fl.Has(wire.OpSend) && r.inMsg != msgSend,
 		cont && fl.Has(wire.OpWrite) && r.inMsg != msgWrite,
 		!cont && r.inMsg != msgNone,
-		fl.Has(wire.OpWrite) && qp.attr.AccessFlags&AccessRemoteWrite == 0,
-		fl.Has(wire.OpRead) && qp.attr.AccessFlags&AccessRemoteRead == 0,
-		fl.Has(wire.OpAtomic) && qp.attr.AccessFlags&AccessRemoteAtomic == 0,
+		fl.Has(wire.OpWrite) && qp.attr.AccessFlags&driver.AccessRemoteWrite == 0,
+		fl.Has(wire.OpRead) && qp.attr.AccessFlags&driver.AccessRemoteRead == 0,
+		fl.Has(wire.OpAtomic) && qp.attr.AccessFlags&driver.AccessRemoteAtomic == 0,
 		(fl.Has(wire.First) || fl.Has(wire.Middle)) && n != qp.mtu,
 		n > qp.mtu:
 		return false
@@ -157,24 +158,24 @@ func (qp *QP) recvSend(p *wire.Packet, psn wire.PSN) bool {
 		}
 		r.recvOff = 0
 		if !qp.resolveRecv(r.recv) {
-			qp.respError(wire.NAKRemoteOperationalError, WCLocProtErr, psn, EventQPFatal)
+			qp.respError(wire.NAKRemoteOperationalError, driver.WCLocProtErr, psn, driver.EventQPFatal)
 			return false
 		}
 		r.inMsg = msgSend
 	}
 	if r.recvOff+len(p.Payload) > r.recv.local.total {
-		qp.respError(wire.NAKInvalidRequest, WCLocLenErr, psn, EventQPReqErr)
+		qp.respError(wire.NAKInvalidRequest, driver.WCLocLenErr, psn, driver.EventQPReqErr)
 		return false
 	}
 	if !r.recv.local.copyIn(p.Payload, r.recvOff) {
-		qp.respError(wire.NAKRemoteOperationalError, WCLocProtErr, psn, EventQPFatal)
+		qp.respError(wire.NAKRemoteOperationalError, driver.WCLocProtErr, psn, driver.EventQPFatal)
 		return false
 	}
 	r.recvOff += len(p.Payload)
 	if fl.Has(wire.Last) || fl.Has(wire.Only) {
-		wc := WC{ID: r.recvID, Opcode: WCRecv, ByteLen: uint32(r.recvOff), QPN: qp.qpn, SrcQP: qp.attr.DestQPN}
+		wc := driver.WC{ID: r.recvID, Opcode: driver.WCRecv, ByteLen: uint32(r.recvOff), QPN: qp.qpn, SrcQP: qp.attr.DestQPN}
 		if p.ImmDt != nil {
-			wc.Flags |= WCWithImm
+			wc.Flags |= driver.WCWithImm
 			wc.Imm = p.ImmDt.Imm()
 		}
 		if p.IETH != nil {
@@ -182,10 +183,10 @@ func (qp *QP) recvSend(p *wire.Packet, psn wire.PSN) bool {
 			// before the completion is returned.
 			rkey := p.IETH.RKey()
 			if !qp.dev.invalidate(qp.pd, rkey) {
-				qp.respError(wire.NAKRemoteOperationalError, WCLocQPOpErr, psn, EventQPFatal)
+				qp.respError(wire.NAKRemoteOperationalError, driver.WCLocQPOpErr, psn, driver.EventQPFatal)
 				return false
 			}
-			wc.Flags |= WCWithInv
+			wc.Flags |= driver.WCWithInv
 			wc.Imm = rkey
 		}
 		r.inMsg = msgNone
@@ -207,14 +208,14 @@ func (qp *QP) recvWrite(p *wire.Packet, psn wire.PSN) bool {
 	if fl.Has(wire.First) || fl.Has(wire.Only) {
 		va, rkey, n := p.RETH.VA(), p.RETH.RKey(), p.RETH.DMALen()
 		if n > MaxMsgSize {
-			qp.respError(wire.NAKInvalidRequest, WCRemInvReqErr, psn, EventQPReqErr)
+			qp.respError(wire.NAKInvalidRequest, driver.WCRemInvReqErr, psn, driver.EventQPReqErr)
 			return false
 		}
 		r.write, r.writeReg = nil, nil
 		if n > 0 { // a zero-length WRITE checks no key (IBTA 9.7.4.1.5, C9-88)
-			b, reg, ok := qp.remoteSpan(rkey, va, n, AccessRemoteWrite)
+			b, reg, ok := qp.remoteSpan(rkey, va, n, driver.AccessRemoteWrite)
 			if !ok {
-				qp.respError(wire.NAKRemoteAccessError, WCRemAccessErr, psn, EventQPAccessErr)
+				qp.respError(wire.NAKRemoteAccessError, driver.WCRemAccessErr, psn, driver.EventQPAccessErr)
 				return false
 			}
 			r.write, r.writeReg = b, reg
@@ -225,7 +226,7 @@ func (qp *QP) recvWrite(p *wire.Packet, psn wire.PSN) bool {
 	if r.writeOff+len(p.Payload) > r.writeLen ||
 		(fl.Has(wire.Last) || fl.Has(wire.Only)) && r.writeOff+len(p.Payload) != r.writeLen {
 		// The packets must add up to the RETH's DMA length exactly (C9-91).
-		qp.respError(wire.NAKInvalidRequest, WCRemInvReqErr, psn, EventQPReqErr)
+		qp.respError(wire.NAKInvalidRequest, driver.WCRemInvReqErr, psn, driver.EventQPReqErr)
 		return false
 	}
 	if fl.Has(wire.HasImmDt) && r.recv == nil && !qp.takeRecv() {
@@ -238,7 +239,7 @@ func (qp *QP) recvWrite(p *wire.Packet, psn wire.PSN) bool {
 		// FIRST packet: each packet pins it, and one that finds it gone is an access error.
 		if !r.writeReg.acquire() {
 			qp.dev.counters.AccessErrors.Add(1)
-			qp.respError(wire.NAKRemoteAccessError, WCRemAccessErr, psn, EventQPAccessErr)
+			qp.respError(wire.NAKRemoteAccessError, driver.WCRemAccessErr, psn, driver.EventQPAccessErr)
 			return false
 		}
 		copy(r.write[r.writeOff:], p.Payload)
@@ -248,8 +249,8 @@ func (qp *QP) recvWrite(p *wire.Packet, psn wire.PSN) bool {
 	if fl.Has(wire.Last) || fl.Has(wire.Only) {
 		r.inMsg = msgNone
 		if fl.Has(wire.HasImmDt) {
-			wc := WC{ID: r.recvID, Opcode: WCRecvRDMAWithImm, ByteLen: uint32(r.writeLen), QPN: qp.qpn,
-				SrcQP: qp.attr.DestQPN, Flags: WCWithImm, Imm: p.ImmDt.Imm()}
+			wc := driver.WC{ID: r.recvID, Opcode: driver.WCRecvRDMAWithImm, ByteLen: uint32(r.writeLen), QPN: qp.qpn,
+				SrcQP: qp.attr.DestQPN, Flags: driver.WCWithImm, Imm: p.ImmDt.Imm()}
 			r.recv = nil
 			qp.recvCQ.push(&wc, p.BTH.SE())
 		}
@@ -261,7 +262,7 @@ func (qp *QP) recvWrite(p *wire.Packet, psn wire.PSN) bool {
 // remoteSpan checks an rkey, range and right for a remote request (IBTA 9.7.4.1.5 and
 // 10.6.3.3): the key names a valid region or window of this QP's PD that grants need and
 // covers [va, va+n).
-func (qp *QP) remoteSpan(rkey uint32, va uint64, n uint32, need Access) ([]byte, *region, bool) {
+func (qp *QP) remoteSpan(rkey uint32, va uint64, n uint32, need driver.Access) ([]byte, *region, bool) {
 	reg := qp.dev.keys.lookup(rkey)
 	if reg == nil {
 		qp.dev.counters.AccessErrors.Add(1)
@@ -282,16 +283,16 @@ func (qp *QP) recvRead(p *wire.Packet, psn wire.PSN, dup bool) {
 	r := &qp.resp
 	va, rkey, n := p.RETH.VA(), p.RETH.RKey(), p.RETH.DMALen()
 	if n > MaxMsgSize {
-		qp.respError(wire.NAKInvalidRequest, WCRemInvReqErr, psn, EventQPReqErr)
+		qp.respError(wire.NAKInvalidRequest, driver.WCRemInvReqErr, psn, driver.EventQPReqErr)
 		return
 	}
 	var src []byte
 	var reg *region
 	if n > 0 {
-		b, rg, ok := qp.remoteSpan(rkey, va, n, AccessRemoteRead)
+		b, rg, ok := qp.remoteSpan(rkey, va, n, driver.AccessRemoteRead)
 		if !ok {
 			// A repeated READ whose key has gone since is refused like a new one.
-			qp.respError(wire.NAKRemoteAccessError, WCRemAccessErr, psn, EventQPAccessErr)
+			qp.respError(wire.NAKRemoteAccessError, driver.WCRemAccessErr, psn, driver.EventQPAccessErr)
 			return
 		}
 		src, reg = b, rg
@@ -330,12 +331,12 @@ func (qp *QP) recvAtomic(p *wire.Packet, psn wire.PSN) {
 	va := a.VA()
 	if va&7 != 0 {
 		// Atomics must be naturally aligned (IBTA 9.4.5, C9-40); rxe answers Invalid Request.
-		qp.respError(wire.NAKInvalidRequest, WCRemInvReqErr, psn, EventQPReqErr)
+		qp.respError(wire.NAKInvalidRequest, driver.WCRemInvReqErr, psn, driver.EventQPReqErr)
 		return
 	}
-	b, reg, ok := qp.remoteSpan(a.RKey(), va, 8, AccessRemoteAtomic)
+	b, reg, ok := qp.remoteSpan(a.RKey(), va, 8, driver.AccessRemoteAtomic)
 	if !ok || !reg.acquire() {
-		qp.respError(wire.NAKRemoteAccessError, WCRemAccessErr, psn, EventQPAccessErr)
+		qp.respError(wire.NAKRemoteAccessError, driver.WCRemAccessErr, psn, driver.EventQPAccessErr)
 		return
 	}
 	defer reg.release()
@@ -400,7 +401,7 @@ func (qp *QP) duplicate(p *wire.Packet, psn wire.PSN) {
 // rnr answers a SEND (or WRITE with immediate) that finds no receive WQE: RNR NAK with
 // the QP's min_rnr_timer; the PSN does not advance, the requester resends later.
 func (qp *QP) rnr(psn wire.PSN) {
-	if qp.typ == QPTypeUC {
+	if qp.typ == driver.QPTypeUC {
 		qp.ucDrop(psn) // UC has no RNR NAK: the message is lost
 		return
 	}
@@ -411,18 +412,18 @@ func (qp *QP) rnr(psn wire.PSN) {
 
 // respError handles a class C (or B) responder error: NAK with the code, complete the
 // receive WQE in progress (if any) with st, and move the QP to the error state.
-func (qp *QP) respError(code wire.NAKCode, st WCStatus, psn wire.PSN, ev EventType) {
+func (qp *QP) respError(code wire.NAKCode, st driver.WCStatus, psn wire.PSN, ev driver.EventType) {
 	r := &qp.resp
 	if qp.dev.debug {
 		qp.dev.log.Debug("responder error", "dev", qp.dev.name, "qp", qp.qpn, "psn", uint32(psn), "nak", code, "status", st)
 	}
-	if qp.typ == QPTypeUC {
+	if qp.typ == driver.QPTypeUC {
 		qp.ucDrop(psn)
 		return
 	}
 	qp.sendAck(wire.NAKSyndrome(code), psn)
 	if r.recv != nil {
-		wc := WC{ID: r.recvID, Status: st, Opcode: WCRecv, QPN: qp.qpn, SrcQP: qp.attr.DestQPN}
+		wc := driver.WC{ID: r.recvID, Status: st, Opcode: driver.WCRecv, QPN: qp.qpn, SrcQP: qp.attr.DestQPN}
 		r.recv = nil
 		qp.recvCQ.push(&wc, false)
 	}

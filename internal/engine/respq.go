@@ -8,6 +8,7 @@
 package engine
 
 import (
+	"github.com/goverbs/goverbs/verbs/driver"
 	"github.com/goverbs/goverbs/wire"
 )
 
@@ -90,8 +91,8 @@ func (qp *QP) pump(budget int) bool {
 		}
 	}
 	qp.dev.putTx(tx)
-	if failed && qp.state != QPStateErr {
-		qp.toError(EventQPAccessErr)
+	if failed && qp.state != driver.QPStateErr {
+		qp.toError(driver.EventQPAccessErr)
 	}
 	return !q.empty()
 }

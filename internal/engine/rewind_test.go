@@ -6,6 +6,7 @@ import (
 
 	"github.com/goverbs/goverbs/netio"
 	"github.com/goverbs/goverbs/netio/netiotest"
+	"github.com/goverbs/goverbs/verbs/driver"
 	"github.com/goverbs/goverbs/wire"
 )
 
@@ -26,20 +27,20 @@ func TestNewMessageAfterAckedRewindTakesFreshPSNs(t *testing.T) {
 	defer dev.Close()
 	pd, _ := dev.AllocPD()
 	cq, _ := dev.CreateCQ(64)
-	qp, err := dev.CreateQP(pd, QPInit{Type: QPTypeRC, SendCQ: cq, RecvCQ: cq,
-		Cap: QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: 64}})
+	qp, err := dev.CreateQP(pd, QPInit{Type: driver.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+		Cap: driver.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: 64}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	rcUp(t, qp, fuzzPeer.Addr(), fuzzPeerQPN, 0, fuzzSQPSN)
-	mr, err := pd.RegMR([]byte("12345678"), AccessLocalWrite)
+	mr, err := pd.RegMR([]byte("12345678"), driver.AccessLocalWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
 	send := func(id uint64) {
 		t.Helper()
-		must(t, qp.PostSend([]SendWR{{ID: id, Opcode: WRSend, Flags: SendSignaled,
-			SGL: []SGE{{Addr: mr.Addr(), Length: 8, LKey: mr.LKey()}}}}))
+		must(t, qp.PostSend([]driver.SendWR{{ID: id, Opcode: driver.WRSend, Flags: driver.SendSignaled,
+			SGL: []driver.SGE{{Addr: mr.Addr(), Length: 8, LKey: mr.LKey()}}}}))
 	}
 	var sent [][]byte // everything the device sent
 	waitSent := func(n int) [][]byte {
@@ -59,14 +60,14 @@ func TestNewMessageAfterAckedRewindTakesFreshPSNs(t *testing.T) {
 	respond := func(syn wire.Syndrome, psn wire.PSN) { deliverAck(conn, qp.QPN(), syn, psn) }
 	respond(wire.RNRNAKSyndrome(20), fuzzSQPSN)                 // go back to 0x100 in 10.24 ms
 	respond(wire.ACKSyndrome(wire.CreditsInvalid), fuzzSQPSN+3) // but all four arrived
-	wcs := make([]WC, 8)
+	wcs := make([]driver.WC, 8)
 	for done, deadline := 0, time.Now().Add(5*time.Second); done < 4; {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d of 4 sends completed", done)
 		}
 		k, _ := cq.Poll(wcs)
 		for _, wc := range wcs[:k] {
-			if wc.ID != uint64(done) || wc.Status != WCSuccess {
+			if wc.ID != uint64(done) || wc.Status != driver.WCSuccess {
 				t.Fatalf("completion %+v, want send %d done", wc, done)
 			}
 			done++

@@ -4,11 +4,12 @@
 package engine
 
 import (
-	"errors"
 	"sync"
+
+	"github.com/goverbs/goverbs/verbs/driver"
 )
 
-var ErrSRQLimit = errors.New("SRQ limit must be below max_wr")
+var ErrSRQLimit = driver.NewError(driver.ErrInvalidAttr, "SRQ limit must be below max_wr")
 
 // SRQ is a shared receive queue: one pool of receive WQEs for many QPs (IBTA 10.2.9).
 type SRQ struct {
@@ -39,7 +40,7 @@ func (d *Device) CreateSRQ(pd *PD, maxWR, maxSGE int) (*SRQ, error) {
 		maxSGE = 1
 	}
 	s := &SRQ{dev: d, pd: pd, maxSGE: maxSGE, wqes: make([]recvWQE, maxWR)}
-	sges := make([]SGE, maxWR*maxSGE)
+	sges := make([]driver.SGE, maxWR*maxSGE)
 	for i := range s.wqes {
 		s.wqes[i].sgeStore = sges[i*maxSGE : i*maxSGE : (i+1)*maxSGE]
 	}
@@ -48,7 +49,7 @@ func (d *Device) CreateSRQ(pd *PD, maxWR, maxSGE int) (*SRQ, error) {
 }
 
 // PostRecv adds receive WQEs to the pool.
-func (s *SRQ) PostRecv(wrs []RecvWR) error {
+func (s *SRQ) PostRecv(wrs []driver.RecvWR) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -56,10 +57,10 @@ func (s *SRQ) PostRecv(wrs []RecvWR) error {
 	}
 	for i := range wrs {
 		if s.tail-s.head >= uint64(len(s.wqes)) {
-			return &PostError{Index: i, Err: ErrRecvQueueFull}
+			return &driver.PostError{Index: i, Err: ErrRecvQueueFull}
 		}
 		if len(wrs[i].SGL) > s.maxSGE {
-			return &PostError{Index: i, Err: ErrTooManySGE}
+			return &driver.PostError{Index: i, Err: ErrTooManySGE}
 		}
 		w := &s.wqes[s.tail%uint64(len(s.wqes))]
 		w.id = wrs[i].ID
@@ -112,7 +113,7 @@ func (s *SRQ) take(dst *recvWQE) bool {
 	}
 	s.mu.Unlock()
 	if fire {
-		s.dev.raise(AsyncEvent{Type: EventSRQLimitReached, SRQ: s})
+		s.dev.raise(AsyncEvent{Type: driver.EventSRQLimitReached, SRQ: s})
 	}
 	return true
 }

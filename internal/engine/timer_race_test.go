@@ -7,6 +7,7 @@ import (
 
 	"github.com/goverbs/goverbs/netio"
 	"github.com/goverbs/goverbs/netio/netiotest"
+	"github.com/goverbs/goverbs/verbs/driver"
 	"github.com/goverbs/goverbs/wire"
 )
 
@@ -24,16 +25,16 @@ func TestResetRacesRNRTimer(t *testing.T) {
 	defer dev.Close()
 	pd, _ := dev.AllocPD()
 	cq, _ := dev.CreateCQ(1024)
-	qp, err := dev.CreateQP(pd, QPInit{Type: QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	qp, err := dev.CreateQP(pd, QPInit{Type: driver.QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: driver.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	peer := fuzzPeer
-	src, _ := pd.RegMR(make([]byte, 64), AccessLocalWrite)
+	src, _ := pd.RegMR(make([]byte, 64), driver.AccessLocalWrite)
 	for i := 0; i < 300; i++ {
-		must(t, qp.Modify(&QPAttr{State: QPStateReset}, QPAttrState))
+		must(t, qp.Modify(&QPAttr{State: driver.QPStateReset}, driver.QPAttrState))
 		rcUp(t, qp, peer.Addr(), fuzzPeerQPN, 0, 0x100)
-		must(t, qp.PostSend([]SendWR{{ID: 1, Opcode: WRSend, SGL: []SGE{{Addr: src.Addr(), Length: 8, LKey: src.LKey()}}}}))
+		must(t, qp.PostSend([]driver.SendWR{{ID: 1, Opcode: driver.WRSend, SGL: []driver.SGE{{Addr: src.Addr(), Length: 8, LKey: src.LKey()}}}}))
 		// RNR NAK with timer 1 (0.01 ms): the timer fires almost at once.
 		h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAck, PKey: 0xffff, DestQP: qp.QPN(), PSN: 0x100},
 			AETH: wire.AETHFields{Syndrome: wire.RNRNAKSyndrome(1)}}

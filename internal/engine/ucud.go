@@ -7,6 +7,7 @@ package engine
 import (
 	"net/netip"
 
+	"github.com/goverbs/goverbs/verbs/driver"
 	"github.com/goverbs/goverbs/wire"
 )
 
@@ -75,29 +76,29 @@ func (qp *QP) respondUD(p *wire.Packet, from netip.AddrPort) {
 	w := r.recv
 	r.recv = nil
 	if !qp.resolveRecv(w) {
-		wc := WC{ID: r.recvID, Status: WCLocProtErr, Opcode: WCRecv, QPN: qp.qpn}
+		wc := driver.WC{ID: r.recvID, Status: driver.WCLocProtErr, Opcode: driver.WCRecv, QPN: qp.qpn}
 		qp.recvCQ.push(&wc, false)
-		qp.toError(EventQPFatal)
+		qp.toError(driver.EventQPFatal)
 		return
 	}
 	n := len(p.Payload)
-	wc := WC{ID: r.recvID, Opcode: WCRecv, QPN: qp.qpn, SrcQP: p.DETH.SrcQP(), Flags: WCWithGRH}
+	wc := driver.WC{ID: r.recvID, Opcode: driver.WCRecv, QPN: qp.qpn, SrcQP: p.DETH.SrcQP(), Flags: driver.WCWithGRH}
 	if grhLen+n > w.local.total {
-		wc.Status = WCLocLenErr
+		wc.Status = driver.WCLocLenErr
 		qp.recvCQ.push(&wc, false)
 		return
 	}
 	var grh [grhLen]byte
 	qp.fillGRH(&grh, from, len(p.Buf))
 	if !w.local.copyIn(grh[:], 0) || !w.local.copyIn(p.Payload, grhLen) {
-		wc.Status = WCLocProtErr
+		wc.Status = driver.WCLocProtErr
 		qp.recvCQ.push(&wc, false)
-		qp.toError(EventQPFatal)
+		qp.toError(driver.EventQPFatal)
 		return
 	}
 	wc.ByteLen = uint32(grhLen + n)
 	if p.ImmDt != nil {
-		wc.Flags |= WCWithImm
+		wc.Flags |= driver.WCWithImm
 		wc.Imm = p.ImmDt.Imm()
 	}
 	qp.recvCQ.push(&wc, p.BTH.SE())

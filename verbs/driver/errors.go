@@ -40,3 +40,7 @@ func (e *Error) Unwrap() []error { return []error{e.Kind, e.Err} }
 // Detail returns err's text without a leading "verbs: ", for a message that wraps err
 // and carries the prefix itself: an error says "verbs:" once.
 func Detail(err error) string { return strings.TrimPrefix(err.Error(), "verbs: ") }
+
+// NewError returns a provider's own sentinel, classified under kind (one of the
+// sentinels above): errors.Is matches it by identity, as usual, and kind through it.
+func NewError(kind error, text string) *Error { return &Error{Kind: kind, Err: errors.New(text)} }

@@ -3,12 +3,11 @@ package verbs
 import (
 	"github.com/goverbs/goverbs/internal/engine"
 	"github.com/goverbs/goverbs/verbs/driver"
-	"github.com/goverbs/goverbs/wire"
 )
 
 // The software provider's objects. The engine speaks verbs/driver's types and errors, so
 // its CQs, MRs, MWs and AHs are the driver objects themselves; the device, PD, QP and SRQ
-// are adapted here where their methods differ (QP attributes, creation arguments).
+// are adapted here where their methods differ.
 
 type softDevice struct {
 	d    *engine.Device
@@ -174,7 +173,8 @@ func (p *softPD) CreateSRQ(attr SRQAttr) (driver.SRQ, error) {
 	return s, nil
 }
 
-// softQP adapts the engine's QP: its attributes carry typed PSNs and a resolved address.
+// softQP adapts the engine's QP: its type-1 bind takes the engine's objects, and async
+// events name it.
 type softQP struct {
 	qp *engine.QP
 }
@@ -193,31 +193,8 @@ func (q *softQP) Counters() QPCounters        { return q.qp.Counters() }
 func (q *softQP) PostSend(wrs []SendWR) error { return q.qp.PostSend(wrs) }
 func (q *softQP) PostRecv(wrs []RecvWR) error { return q.qp.PostRecv(wrs) }
 
-func (q *softQP) Modify(a *QPAttr, mask QPAttrMask) error {
-	e := engine.QPAttr{
-		State: a.State, CurState: a.CurState, PathMTU: a.PathMTU,
-		QKey: a.QKey, RQPSN: wire.PSN(a.RQPSN), SQPSN: wire.PSN(a.SQPSN), DestQPN: a.DestQPN,
-		AccessFlags: a.AccessFlags, Cap: a.Cap,
-		AH: engine.AH{DGID: a.AH.DGID, Addr: a.AH.DGID.Addr(), HopLimit: a.AH.HopLimit, TrafficClass: a.AH.TrafficClass,
-			FlowLabel: a.AH.FlowLabel, SL: a.AH.SL, SGIDIndex: a.AH.SGIDIndex, Port: a.AH.Port},
-		PKeyIndex: a.PKeyIndex, Port: a.Port, MinRNRTimer: a.MinRNRTimer, Timeout: a.Timeout,
-		RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry, MaxRdAtomic: a.MaxRdAtomic, MaxDestRdAtomic: a.MaxDestRdAtomic,
-	}
-	return q.qp.Modify(&e, mask)
-}
-
-func (q *softQP) Query() QPAttr {
-	e := q.qp.Query()
-	return QPAttr{
-		State: e.State, CurState: e.CurState, PathMTU: e.PathMTU, QKey: e.QKey,
-		RQPSN: uint32(e.RQPSN), SQPSN: uint32(e.SQPSN), DestQPN: e.DestQPN, AccessFlags: e.AccessFlags,
-		Cap: e.Cap,
-		AH: AHAttr{DGID: GID(e.AH.DGID), SGIDIndex: e.AH.SGIDIndex, HopLimit: e.AH.HopLimit, TrafficClass: e.AH.TrafficClass,
-			FlowLabel: e.AH.FlowLabel, SL: e.AH.SL, Port: e.AH.Port},
-		PKeyIndex: e.PKeyIndex, Port: e.Port, MinRNRTimer: e.MinRNRTimer, Timeout: e.Timeout,
-		RetryCnt: e.RetryCnt, RNRRetry: e.RNRRetry, MaxRdAtomic: e.MaxRdAtomic, MaxDestRdAtomic: e.MaxDestRdAtomic,
-	}
-}
+func (q *softQP) Modify(a *QPAttr, mask QPAttrMask) error { return q.qp.Modify(a, mask) }
+func (q *softQP) Query() QPAttr                           { return q.qp.Query() }
 
 func (q *softQP) BindMW(mw driver.MW, id uint64, flags SendFlags, b MWBind) (uint32, error) {
 	m, ok := mw.(*engine.MW)

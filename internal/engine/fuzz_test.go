@@ -293,7 +293,7 @@ func (r *fuzzRig) reset(t testing.TB) {
 		r.rc, r.codec.qps[0] = qp, qp
 	}
 	for _, qp := range []*QP{r.rc, r.uc, r.ud} {
-		must(t, qp.Modify(&QPAttr{State: driver.QPStateReset}, driver.QPAttrState))
+		must(t, qp.Modify(&driver.QPAttr{State: driver.QPStateReset}, driver.QPAttrState))
 	}
 	// Nothing touches the arena now: the receive loop is parked, QPs in RESET send nothing.
 	copy(r.mem, r.pattern)
@@ -316,19 +316,19 @@ func (r *fuzzRig) reset(t testing.TB) {
 		}
 	}
 	all := driver.AccessLocalWrite | driver.AccessRemoteWrite | driver.AccessRemoteRead | driver.AccessRemoteAtomic
-	peerAH := AH{Addr: fuzzPeer.Addr(), DGID: AddrToGID(fuzzPeer.Addr()), Port: 1}
+	peerAH := driver.AHAttr{DGID: AddrToGID(fuzzPeer.Addr()), Port: 1}
 	for _, qp := range []*QP{r.rc, r.uc} {
-		must(t, qp.Modify(&QPAttr{State: driver.QPStateInit, Port: 1, AccessFlags: all}, driver.QPAttrState|driver.QPAttrPort|driver.QPAttrPKeyIndex|driver.QPAttrAccessFlags))
-		must(t, qp.Modify(&QPAttr{State: driver.QPStateRTR, AH: peerAH, PathMTU: wire.MTU1024, DestQPN: fuzzPeerQPN, RQPSN: 0,
+		must(t, qp.Modify(&driver.QPAttr{State: driver.QPStateInit, Port: 1, AccessFlags: all}, driver.QPAttrState|driver.QPAttrPort|driver.QPAttrPKeyIndex|driver.QPAttrAccessFlags))
+		must(t, qp.Modify(&driver.QPAttr{State: driver.QPStateRTR, AH: peerAH, PathMTU: wire.MTU1024, DestQPN: fuzzPeerQPN, RQPSN: 0,
 			MaxDestRdAtomic: 4, MinRNRTimer: 1},
 			driver.QPAttrState|driver.QPAttrAV|driver.QPAttrPathMTU|driver.QPAttrDestQPN|driver.QPAttrRQPSN|driver.QPAttrMaxDestRdAtomic|driver.QPAttrMinRNRTimer))
 		// Timeout 0: no retransmission timer, so nothing happens between inputs.
-		must(t, qp.Modify(&QPAttr{State: driver.QPStateRTS, SQPSN: fuzzSQPSN, Timeout: 0, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
+		must(t, qp.Modify(&driver.QPAttr{State: driver.QPStateRTS, SQPSN: fuzzSQPSN, Timeout: 0, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
 			driver.QPAttrState|driver.QPAttrSQPSN|driver.QPAttrTimeout|driver.QPAttrRetryCnt|driver.QPAttrRNRRetry|driver.QPAttrMaxQPRdAtomic))
 	}
-	must(t, r.ud.Modify(&QPAttr{State: driver.QPStateInit, Port: 1, QKey: fuzzQKey}, driver.QPAttrState|driver.QPAttrPort|driver.QPAttrPKeyIndex|driver.QPAttrQKey))
-	must(t, r.ud.Modify(&QPAttr{State: driver.QPStateRTR}, driver.QPAttrState))
-	must(t, r.ud.Modify(&QPAttr{State: driver.QPStateRTS, SQPSN: 0}, driver.QPAttrState|driver.QPAttrSQPSN))
+	must(t, r.ud.Modify(&driver.QPAttr{State: driver.QPStateInit, Port: 1, QKey: fuzzQKey}, driver.QPAttrState|driver.QPAttrPort|driver.QPAttrPKeyIndex|driver.QPAttrQKey))
+	must(t, r.ud.Modify(&driver.QPAttr{State: driver.QPStateRTR}, driver.QPAttrState))
+	must(t, r.ud.Modify(&driver.QPAttr{State: driver.QPStateRTS, SQPSN: 0}, driver.QPAttrState|driver.QPAttrSQPSN))
 
 	r.bindWindows(t)
 	// Receives: RC 4, UC 3, UD 3 buffers of 1 KiB each.

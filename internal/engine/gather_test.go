@@ -47,11 +47,11 @@ func TestGatherPinsMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	peerAH := AH{Addr: fuzzPeer.Addr(), DGID: AddrToGID(fuzzPeer.Addr()), Port: 1}
-	must(t, qp.Modify(&QPAttr{State: driver.QPStateInit, Port: 1}, driver.QPAttrState|driver.QPAttrPort|driver.QPAttrPKeyIndex|driver.QPAttrAccessFlags))
-	must(t, qp.Modify(&QPAttr{State: driver.QPStateRTR, AH: peerAH, PathMTU: wire.MTU4096, DestQPN: fuzzPeerQPN, MaxDestRdAtomic: 1},
+	peerAH := driver.AHAttr{DGID: AddrToGID(fuzzPeer.Addr()), Port: 1}
+	must(t, qp.Modify(&driver.QPAttr{State: driver.QPStateInit, Port: 1}, driver.QPAttrState|driver.QPAttrPort|driver.QPAttrPKeyIndex|driver.QPAttrAccessFlags))
+	must(t, qp.Modify(&driver.QPAttr{State: driver.QPStateRTR, AH: peerAH, PathMTU: wire.MTU4096, DestQPN: fuzzPeerQPN, MaxDestRdAtomic: 1},
 		driver.QPAttrState|driver.QPAttrAV|driver.QPAttrPathMTU|driver.QPAttrDestQPN|driver.QPAttrRQPSN|driver.QPAttrMaxDestRdAtomic|driver.QPAttrMinRNRTimer))
-	must(t, qp.Modify(&QPAttr{State: driver.QPStateRTS, Timeout: 0, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
+	must(t, qp.Modify(&driver.QPAttr{State: driver.QPStateRTS, Timeout: 0, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
 		driver.QPAttrState|driver.QPAttrSQPSN|driver.QPAttrTimeout|driver.QPAttrRetryCnt|driver.QPAttrRNRRetry|driver.QPAttrMaxQPRdAtomic))
 
 	// Two regions, the message split across them so that the first full packet gathers

@@ -79,7 +79,7 @@ func TestHostileDatagramsOverUDP(t *testing.T) {
 				continue
 			}
 			revived++
-			must(t, qp.Modify(&QPAttr{State: driver.QPStateReset}, driver.QPAttrState))
+			must(t, qp.Modify(&driver.QPAttr{State: driver.QPStateReset}, driver.QPAttrState))
 			switch qp {
 			case qb:
 				rcUp(t, qb, netip.MustParseAddr(addrA), qa.QPN(), 0, 0)
@@ -275,19 +275,19 @@ func openUDPDevice(t *testing.T, addr string) *Device {
 func rcUp(t testing.TB, qp *QP, peer netip.Addr, destQPN uint32, rq, sq wire.PSN) {
 	t.Helper()
 	all := driver.AccessLocalWrite | driver.AccessRemoteWrite | driver.AccessRemoteRead | driver.AccessRemoteAtomic
-	must(t, qp.Modify(&QPAttr{State: driver.QPStateInit, Port: 1, AccessFlags: all}, driver.QPAttrState|driver.QPAttrPort|driver.QPAttrPKeyIndex|driver.QPAttrAccessFlags))
-	must(t, qp.Modify(&QPAttr{State: driver.QPStateRTR, AH: AH{Addr: peer, DGID: AddrToGID(peer), Port: 1}, PathMTU: wire.MTU1024,
-		DestQPN: destQPN, RQPSN: rq, MaxDestRdAtomic: 16, MinRNRTimer: 1},
+	must(t, qp.Modify(&driver.QPAttr{State: driver.QPStateInit, Port: 1, AccessFlags: all}, driver.QPAttrState|driver.QPAttrPort|driver.QPAttrPKeyIndex|driver.QPAttrAccessFlags))
+	must(t, qp.Modify(&driver.QPAttr{State: driver.QPStateRTR, AH: driver.AHAttr{DGID: AddrToGID(peer), Port: 1}, PathMTU: wire.MTU1024,
+		DestQPN: destQPN, RQPSN: uint32(rq), MaxDestRdAtomic: 16, MinRNRTimer: 1},
 		driver.QPAttrState|driver.QPAttrAV|driver.QPAttrPathMTU|driver.QPAttrDestQPN|driver.QPAttrRQPSN|driver.QPAttrMaxDestRdAtomic|driver.QPAttrMinRNRTimer))
-	must(t, qp.Modify(&QPAttr{State: driver.QPStateRTS, SQPSN: sq, Timeout: 10, RetryCnt: 3, RNRRetry: 3, MaxRdAtomic: 16},
+	must(t, qp.Modify(&driver.QPAttr{State: driver.QPStateRTS, SQPSN: uint32(sq), Timeout: 10, RetryCnt: 3, RNRRetry: 3, MaxRdAtomic: 16},
 		driver.QPAttrState|driver.QPAttrSQPSN|driver.QPAttrTimeout|driver.QPAttrRetryCnt|driver.QPAttrRNRRetry|driver.QPAttrMaxQPRdAtomic))
 }
 
 func udUp(t testing.TB, qp *QP, qkey uint32) {
 	t.Helper()
-	must(t, qp.Modify(&QPAttr{State: driver.QPStateInit, Port: 1, QKey: qkey}, driver.QPAttrState|driver.QPAttrPort|driver.QPAttrPKeyIndex|driver.QPAttrQKey))
-	must(t, qp.Modify(&QPAttr{State: driver.QPStateRTR}, driver.QPAttrState))
-	must(t, qp.Modify(&QPAttr{State: driver.QPStateRTS}, driver.QPAttrState|driver.QPAttrSQPSN))
+	must(t, qp.Modify(&driver.QPAttr{State: driver.QPStateInit, Port: 1, QKey: qkey}, driver.QPAttrState|driver.QPAttrPort|driver.QPAttrPKeyIndex|driver.QPAttrQKey))
+	must(t, qp.Modify(&driver.QPAttr{State: driver.QPStateRTR}, driver.QPAttrState))
+	must(t, qp.Modify(&driver.QPAttr{State: driver.QPStateRTS}, driver.QPAttrState|driver.QPAttrSQPSN))
 }
 
 // mutate applies a few random edits to a seed input: bit flips, byte overwrites,

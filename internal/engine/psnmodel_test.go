@@ -49,11 +49,11 @@ func psnModel(t *testing.T, reads bool, size int) {
 			t.Fatal(err)
 		}
 		all := driver.AccessLocalWrite | driver.AccessRemoteWrite | driver.AccessRemoteRead | driver.AccessRemoteAtomic
-		must(t, qp.Modify(&QPAttr{State: driver.QPStateInit, Port: 1, AccessFlags: all}, driver.QPAttrState|driver.QPAttrPort|driver.QPAttrPKeyIndex|driver.QPAttrAccessFlags))
-		must(t, qp.Modify(&QPAttr{State: driver.QPStateRTR, AH: AH{Addr: fuzzPeer.Addr(), DGID: AddrToGID(fuzzPeer.Addr()), Port: 1},
+		must(t, qp.Modify(&driver.QPAttr{State: driver.QPStateInit, Port: 1, AccessFlags: all}, driver.QPAttrState|driver.QPAttrPort|driver.QPAttrPKeyIndex|driver.QPAttrAccessFlags))
+		must(t, qp.Modify(&driver.QPAttr{State: driver.QPStateRTR, AH: driver.AHAttr{DGID: AddrToGID(fuzzPeer.Addr()), Port: 1},
 			PathMTU: wire.MTU1024, DestQPN: fuzzPeerQPN, MaxDestRdAtomic: 16, MinRNRTimer: 1},
 			driver.QPAttrState|driver.QPAttrAV|driver.QPAttrPathMTU|driver.QPAttrDestQPN|driver.QPAttrRQPSN|driver.QPAttrMaxDestRdAtomic|driver.QPAttrMinRNRTimer))
-		must(t, qp.Modify(&QPAttr{State: driver.QPStateRTS, SQPSN: fuzzSQPSN, Timeout: 8, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
+		must(t, qp.Modify(&driver.QPAttr{State: driver.QPStateRTS, SQPSN: fuzzSQPSN, Timeout: 8, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
 			driver.QPAttrState|driver.QPAttrSQPSN|driver.QPAttrTimeout|driver.QPAttrRetryCnt|driver.QPAttrRNRRetry|driver.QPAttrMaxQPRdAtomic))
 		const msgs = 300
 		slot := max(8, (size+1023)/1024*1024)

@@ -117,7 +117,7 @@ type QP struct {
 	mu     sync.Mutex
 	state  driver.QPState
 	closed bool
-	attr   QPAttr
+	attr   driver.QPAttr
 	remote netip.AddrPort // RC/UC: the peer, from the AH
 
 	// ICRC strictness (input.go checkICRC): goverbs-style packets seen in a row, and
@@ -267,7 +267,7 @@ func (qp *QP) State() driver.QPState {
 }
 
 // Query returns the QP's attributes as last set, with its current state and capabilities.
-func (qp *QP) Query() QPAttr {
+func (qp *QP) Query() driver.QPAttr {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	a := qp.attr
@@ -278,7 +278,7 @@ func (qp *QP) Query() QPAttr {
 
 // Modify applies attr as selected by mask. The caller (the verbs layer) has checked the
 // transition and the required and optional attributes against IBTA table 91 (11.2.4.2).
-func (qp *QP) Modify(attr *QPAttr, mask driver.QPAttrMask) error {
+func (qp *QP) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	if qp.closed {
@@ -298,8 +298,7 @@ func (qp *QP) Modify(attr *QPAttr, mask driver.QPAttrMask) error {
 	}
 	if mask&driver.QPAttrAV != 0 {
 		qp.attr.AH = attr.AH
-		a := attr.AH.addr()
-		qp.attr.AH.Addr = a
+		a := GIDToAddr(attr.AH.DGID)
 		qp.attr.AH.DGID = AddrToGID(a)
 		qp.remote = netip.AddrPortFrom(a, qp.dev.peerPort)
 	}
@@ -316,7 +315,7 @@ func (qp *QP) Modify(attr *QPAttr, mask driver.QPAttrMask) error {
 	}
 	if mask&driver.QPAttrRQPSN != 0 {
 		qp.attr.RQPSN = attr.RQPSN & wire.PSNMask
-		qp.resp.psn = qp.attr.RQPSN
+		qp.resp.psn = wire.PSN(qp.attr.RQPSN)
 	}
 	if mask&driver.QPAttrMinRNRTimer != 0 {
 		qp.attr.MinRNRTimer = attr.MinRNRTimer & 31
@@ -331,9 +330,9 @@ func (qp *QP) Modify(attr *QPAttr, mask driver.QPAttrMask) error {
 	}
 	if mask&driver.QPAttrSQPSN != 0 {
 		qp.attr.SQPSN = attr.SQPSN & wire.PSNMask
-		qp.req.psn = qp.attr.SQPSN
-		qp.req.high = qp.attr.SQPSN
-		qp.comp.psn = qp.attr.SQPSN
+		qp.req.psn = wire.PSN(qp.attr.SQPSN)
+		qp.req.high = qp.req.psn
+		qp.comp.psn = qp.req.psn
 	}
 	if mask&driver.QPAttrTimeout != 0 {
 		qp.attr.Timeout = attr.Timeout & 31
@@ -356,24 +355,6 @@ func (qp *QP) Modify(attr *QPAttr, mask driver.QPAttrMask) error {
 }
 
 // addr is the IP address the AH sends to: Addr, or the address its GID stands for.
-// Close releases the address handle; it holds nothing but its address.
-func (ah *AH) Close() error { return nil }
-
-// DriverAH returns the handle as the driver reference a UD request names.
-func (ah *AH) DriverAH() driver.AH {
-	if ah == nil {
-		return nil
-	}
-	return ah
-}
-
-func (ah *AH) addr() netip.Addr {
-	if ah.Addr.IsValid() {
-		return ah.Addr
-	}
-	return GIDToAddr(ah.DGID)
-}
-
 // setState moves the QP; qp.mu is held.
 func (qp *QP) setState(s driver.QPState) {
 	prev := qp.state
@@ -419,7 +400,7 @@ func (qp *QP) reset() {
 	qp.resp = responder{}
 	qp.acks = ackState{}
 	qp.comp.reset()
-	qp.attr = QPAttr{}
+	qp.attr = driver.QPAttr{}
 	qp.mtu = 0
 	qp.remote = netip.AddrPort{}
 	qp.icrcRun.Store(0)

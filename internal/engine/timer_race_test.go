@@ -32,7 +32,7 @@ func TestResetRacesRNRTimer(t *testing.T) {
 	peer := fuzzPeer
 	src, _ := pd.RegMR(make([]byte, 64), driver.AccessLocalWrite)
 	for i := 0; i < 300; i++ {
-		must(t, qp.Modify(&QPAttr{State: driver.QPStateReset}, driver.QPAttrState))
+		must(t, qp.Modify(&driver.QPAttr{State: driver.QPStateReset}, driver.QPAttrState))
 		rcUp(t, qp, peer.Addr(), fuzzPeerQPN, 0, 0x100)
 		must(t, qp.PostSend([]driver.SendWR{{ID: 1, Opcode: driver.WRSend, SGL: []driver.SGE{{Addr: src.Addr(), Length: 8, LKey: src.LKey()}}}}))
 		// RNR NAK with timer 1 (0.01 ms): the timer fires almost at once.

@@ -2,7 +2,11 @@ package driver_test
 
 import (
 	"errors"
+	"go/parser"
+	"go/token"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/goverbs/goverbs/verbs"
@@ -185,5 +189,30 @@ func TestVerbsUsesASecondProvider(t *testing.T) {
 	}
 	if fq.bytes == 0 || fq.udAH == 0 {
 		t.Errorf("the provider saw %d bytes and %d address handles of its own", fq.bytes, fq.udAH)
+	}
+}
+
+// TestDriverIsALeaf: providers and verbs both import this package, so it imports nothing
+// of goverbs but the wire format (its MTU type).
+func TestDriverIsALeaf(t *testing.T) {
+	fset := token.NewFileSet()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range f.Imports {
+			path := strings.Trim(imp.Path.Value, `"`)
+			if strings.HasPrefix(path, "github.com/goverbs/goverbs/") && path != "github.com/goverbs/goverbs/wire" {
+				t.Errorf("%s imports %s", name, path)
+			}
+		}
 	}
 }

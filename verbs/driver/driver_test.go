@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/driver"
@@ -26,8 +27,12 @@ func (fakeProvider) Open(name string) (driver.Device, error) {
 	if name != "fake0" {
 		return nil, driver.ErrNoDevice
 	}
-	return &fakeDevice{events: make(chan driver.AsyncEvent, 1)}, nil
+	fakeEvents = make(chan driver.AsyncEvent, 1)
+	return &fakeDevice{events: fakeEvents}, nil
 }
+
+// fakeEvents is the event channel of the fake device opened last.
+var fakeEvents chan driver.AsyncEvent
 
 type fakeDevice struct{ events chan driver.AsyncEvent }
 
@@ -189,6 +194,17 @@ func TestVerbsUsesASecondProvider(t *testing.T) {
 	}
 	if fq.bytes == 0 || fq.udAH == 0 {
 		t.Errorf("the provider saw %d bytes and %d address handles of its own", fq.bytes, fq.udAH)
+	}
+
+	// An event naming the provider's QP reaches the program naming the program's QP.
+	fakeEvents <- driver.AsyncEvent{Type: driver.EventCommEst, QP: fq}
+	select {
+	case ev := <-dev.Events():
+		if ev.Type != verbs.EventCommEst || ev.QP != qp {
+			t.Errorf("event %v for QP %p, want communication established for %p", ev, ev.QP, qp)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no event")
 	}
 }
 

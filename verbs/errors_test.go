@@ -44,6 +44,10 @@ func TestErrorsMatchSentinels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	mw1, err := a.pd.AllocMW(MWType1)
+	if err != nil {
+		t.Fatal(err)
+	}
 	srq, err := a.pd.CreateSRQ(SRQAttr{MaxWR: 8, MaxSGE: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -105,6 +109,14 @@ func TestErrorsMatchSentinels(t *testing.T) {
 		{"Modify after QP.Close", ErrClosed, func() error { return closedQP.Modify(&QPAttr{State: QPStateErr}, QPAttrState) }},
 		{"PostSend with too many SGEs", ErrInvalidAttr, func() error { return full.PostSend(SendWR{Opcode: WRSend, SGL: make([]SGE, 5)}) }},
 		{"PostRecv with too many SGEs", ErrInvalidAttr, func() error { return full.PostRecv(RecvWR{SGL: make([]SGE, 5)}) }},
+		{"BindMW naming a nil region", ErrInvalidAttr, func() error {
+			_, err := busyQP.BindMW(mw1, 1, 0, MWBind{MR: (*MR)(nil), Length: 8})
+			return err
+		}},
+		{"BIND_MW naming a nil region", ErrInvalidAttr, func() error {
+			return full.PostSend(SendWR{Opcode: WRBindMW, Bind: &MWBindWR{MW: mw, RKey: IncRKey(mw.RKey()),
+				MWBind: MWBind{MR: (*MR)(nil), Length: 8}}})
+		}},
 		{"PostSend into a full send queue", ErrQueueFull, func() error { return full.PostSend(fill...) }},
 		{"AllocMW of type 3", ErrInvalidAttr, func() error { _, err := a.pd.AllocMW(3); return err }},
 		{"BindMW of a type 2 window", ErrInvalidAttr, func() error {

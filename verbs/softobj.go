@@ -199,12 +199,12 @@ func (q *softQP) Query() QPAttr                           { return q.qp.Query() 
 func (q *softQP) BindMW(mw driver.MW, id uint64, flags SendFlags, b MWBind) (uint32, error) {
 	m, ok := mw.(*engine.MW)
 	if !ok {
-		return 0, ErrWrongDevice
+		return 0, engine.ErrBadBind
 	}
 	eb := engine.BindMW{MW: m, Addr: b.Addr, Length: b.Length, Access: b.Access}
-	if b.MR != nil {
+	if b.MR != nil { // a nil reference unbinds; one to a nil or foreign region is refused
 		if eb.MR, ok = b.MR.DriverMR().(*engine.MR); !ok || eb.MR == nil {
-			return 0, ErrWrongDevice
+			return 0, engine.ErrBadBind
 		}
 	}
 	return q.qp.BindType1(id, flags, eb)

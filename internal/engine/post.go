@@ -123,7 +123,7 @@ func (qp *QP) enqueueSend(wr *driver.SendWR) error {
 	if wr.Opcode == driver.WRBindMW {
 		var ok bool
 		if bind, ok = resolveBind(wr.Bind); !ok {
-			return ErrBadOpcode
+			return ErrBadBind
 		}
 	}
 	w := qp.sq.at(qp.sq.tail)
@@ -227,7 +227,8 @@ func (qp *QP) PostRecv(wrs []driver.RecvWR) error {
 }
 
 // resolveBind reads a BIND_MW request's window and region, which must be this engine's
-// (a *MW and a *MR behind the driver references). A binding without a region unbinds.
+// (a *MW and a *MR behind the driver references). A binding without a region (a nil
+// MR reference) unbinds; a reference to a nil region is an error, not an unbind.
 func resolveBind(b *driver.MWBindWR) (BindMW, bool) {
 	if b == nil || b.MW == nil {
 		return BindMW{}, false

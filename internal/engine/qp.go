@@ -27,6 +27,7 @@ var (
 	ErrNoCQ           = driver.NewError(driver.ErrInvalidAttr, "QP needs a send and a receive completion queue")
 	ErrUDTooLarge     = driver.NewError(driver.ErrInvalidAttr, "UD message larger than the path MTU")
 	ErrNoAH           = driver.NewError(driver.ErrInvalidAttr, "UD work request needs an address handle")
+	ErrBadBind        = driver.NewError(driver.ErrInvalidAttr, "binding names no memory window or region of this device")
 )
 
 // QPInit is what a QP is created with (struct ibv_qp_init_attr).

@@ -1,0 +1,257 @@
+//go:build ibverbs
+
+package ibverbs
+
+/*
+#include <stdlib.h>
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
+// The posts copy the caller's SGEs into C memory as they are: driver.SGE and struct
+// ibv_sge have one layout (TestSGELayout checks the offsets).
+var _ [unsafe.Sizeof(driver.SGE{}) - C.sizeof_struct_ibv_sge]struct{}
+var _ [C.sizeof_struct_ibv_sge - unsafe.Sizeof(driver.SGE{})]struct{}
+
+// sendQueue is the C memory a QP's posts convert send work requests into: postBatch
+// requests at most per call, each with room for the QP's max_send_sge SGEs.
+type sendQueue struct {
+	mu     sync.Mutex
+	n      int // work requests the scratch holds
+	maxSGE int
+	in     *C.struct_gv_send_wr
+	wrs    *C.struct_ibv_send_wr
+	sges   *C.struct_ibv_sge
+}
+
+func (s *sendQueue) init(maxWR, maxSGE int) {
+	s.n, s.maxSGE = min(max(maxWR, 1), postBatch), max(maxSGE, 1)
+	s.in = (*C.struct_gv_send_wr)(C.calloc(C.size_t(s.n), C.sizeof_struct_gv_send_wr))
+	s.wrs = (*C.struct_ibv_send_wr)(C.calloc(C.size_t(s.n), C.sizeof_struct_ibv_send_wr))
+	s.sges = (*C.struct_ibv_sge)(C.calloc(C.size_t(s.n*s.maxSGE), C.sizeof_struct_ibv_sge))
+}
+
+func (s *sendQueue) free() {
+	C.free(unsafe.Pointer(s.in))
+	C.free(unsafe.Pointer(s.wrs))
+	C.free(unsafe.Pointer(s.sges))
+	s.n, s.in, s.wrs, s.sges = 0, nil, nil, nil // not *s = …: s.mu is held
+}
+
+// recvQueue is the same for receive work requests (a QP's own or an SRQ's).
+type recvQueue struct {
+	mu     sync.Mutex
+	n      int
+	maxSGE int
+	wrs    *C.struct_ibv_recv_wr
+	sges   *C.struct_ibv_sge
+}
+
+func (r *recvQueue) init(maxWR, maxSGE int) {
+	r.n, r.maxSGE = min(max(maxWR, 1), postBatch), max(maxSGE, 1)
+	r.wrs = (*C.struct_ibv_recv_wr)(C.calloc(C.size_t(r.n), C.sizeof_struct_ibv_recv_wr))
+	r.sges = (*C.struct_ibv_sge)(C.calloc(C.size_t(r.n*r.maxSGE), C.sizeof_struct_ibv_sge))
+}
+
+func (r *recvQueue) free() {
+	C.free(unsafe.Pointer(r.wrs))
+	C.free(unsafe.Pointer(r.sges))
+	r.n, r.wrs, r.sges = 0, nil, nil // not *r = …: r.mu is held
+}
+
+// postErr classifies a failed ibv_post_send/ibv_post_recv: ENOMEM there means the work
+// queue is full.
+func postErr(op string, rc int) error {
+	if rc == int(syscall.ENOMEM) || rc == -int(syscall.ENOMEM) {
+		return &driver.Error{Kind: driver.ErrQueueFull, Err: fmt.Errorf("%s: %w", op, syscall.ENOMEM)}
+	}
+	return rcErr(op, rc)
+}
+
+// PostSend converts up to postBatch work requests at a time into the QP's C memory and
+// posts them with one cgo call. A request refused while converting is reported after the
+// ones before it are posted.
+func (q *qp) PostSend(wrs []driver.SendWR) error {
+	s := &q.send
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if q.qp == nil {
+		return &driver.PostError{Index: 0, Err: errClosed("QP")}
+	}
+	in := unsafe.Slice(s.in, s.n)
+	sges := unsafe.Slice((*driver.SGE)(unsafe.Pointer(s.sges)), s.n*s.maxSGE)
+	for base := 0; base < len(wrs); base += s.n {
+		n := min(len(wrs)-base, s.n)
+		var convErr error
+		for i := range n {
+			if convErr = s.convert(&in[i], &wrs[base+i], sges[i*s.maxSGE:(i+1)*s.maxSGE]); convErr != nil {
+				n = i
+				break
+			}
+		}
+		if n > 0 {
+			var bad C.int
+			if rc := C.gv_post_send(q.qp, &in[0], C.int(n), s.wrs, s.sges, C.int(s.maxSGE), &bad); rc != 0 {
+				return &driver.PostError{Index: base + int(bad), Err: postErr("ibv_post_send", int(rc))}
+			}
+		}
+		if convErr != nil {
+			return &driver.PostError{Index: base + n, Err: convErr}
+		}
+	}
+	return nil
+}
+
+// convert fills one C work request from wr; sges is its room for SGEs.
+func (s *sendQueue) convert(g *C.struct_gv_send_wr, wr *driver.SendWR, sges []driver.SGE) error {
+	if len(wr.SGL) > len(sges) {
+		return &driver.Error{Kind: driver.ErrInvalidAttr,
+			Err: fmt.Errorf("%d SGEs, the QP was created for %d", len(wr.SGL), len(sges))}
+	}
+	copy(sges, wr.SGL)
+	*g = C.struct_gv_send_wr{
+		wr_id: C.uint64_t(wr.ID), remote_addr: C.uint64_t(wr.RemoteAddr),
+		compare_add: C.uint64_t(wr.CompareAdd), swap: C.uint64_t(wr.Swap),
+		opcode: C.uint32_t(wr.Opcode), send_flags: C.uint32_t(wr.Flags), imm: C.uint32_t(wr.Imm),
+		rkey: C.uint32_t(wr.RKey), num_sge: C.uint32_t(len(wr.SGL)),
+	}
+	if wr.AH != nil {
+		if d := wr.AH.DriverAH(); d != nil {
+			a, ok := d.(*ah)
+			if !ok {
+				return errWrongDevice("address handle")
+			}
+			a.mu.Lock()
+			g.ah = a.ah
+			a.mu.Unlock()
+			if g.ah == nil {
+				return errClosed("address handle")
+			}
+			g.remote_qpn, g.remote_qkey = C.uint32_t(wr.RemoteQPN), C.uint32_t(wr.RemoteQKey)
+		}
+	}
+	if wr.Opcode == driver.WRBindMW {
+		if wr.Bind == nil || wr.Bind.MW == nil {
+			return &driver.Error{Kind: driver.ErrInvalidAttr, Err: fmt.Errorf("BIND_MW without a window")}
+		}
+		w, ok := wr.Bind.MW.DriverMW().(*mw)
+		if !ok {
+			return errWrongDevice("memory window")
+		}
+		w.mu.Lock()
+		g.mw = w.mw
+		w.mu.Unlock()
+		if g.mw == nil {
+			return errClosed("memory window")
+		}
+		if wr.Bind.MR != nil {
+			m, ok := wr.Bind.MR.DriverMR().(*mr)
+			if !ok {
+				return errWrongDevice("memory region")
+			}
+			h, err := m.handle()
+			if err != nil {
+				return err
+			}
+			g.bind_mr = h
+		}
+		g.bind_rkey = C.uint32_t(wr.Bind.RKey)
+		g.bind_addr, g.bind_length = C.uint64_t(wr.Bind.Addr), C.uint64_t(wr.Bind.Length)
+		g.bind_access = C.uint32_t(wr.Bind.Access)
+	}
+	return nil
+}
+
+func (q *qp) PostRecv(wrs []driver.RecvWR) error {
+	if q.srq != nil {
+		return &driver.PostError{Index: 0, Err: &driver.Error{Kind: driver.ErrInvalidAttr,
+			Err: fmt.Errorf("the QP receives from an SRQ; post there")}}
+	}
+	q.recv.mu.Lock()
+	defer q.recv.mu.Unlock()
+	if q.qp == nil {
+		return &driver.PostError{Index: 0, Err: errClosed("QP")}
+	}
+	return q.recv.post(q.qp, nil, wrs)
+}
+
+// post converts and posts receive work requests to qp, or to srq when it is not nil.
+func (r *recvQueue) post(qp *C.struct_ibv_qp, srq *C.struct_ibv_srq, wrs []driver.RecvWR) error {
+	out := unsafe.Slice(r.wrs, r.n)
+	sges := unsafe.Slice((*driver.SGE)(unsafe.Pointer(r.sges)), r.n*r.maxSGE)
+	for base := 0; base < len(wrs); base += r.n {
+		n := min(len(wrs)-base, r.n)
+		var convErr error
+		for i := range n {
+			wr := &wrs[base+i]
+			if len(wr.SGL) > r.maxSGE {
+				convErr = &driver.Error{Kind: driver.ErrInvalidAttr,
+					Err: fmt.Errorf("%d SGEs, the queue was created for %d", len(wr.SGL), r.maxSGE)}
+				n = i
+				break
+			}
+			copy(sges[i*r.maxSGE:], wr.SGL)
+			out[i].wr_id = C.uint64_t(wr.ID)
+			out[i].num_sge = C.int(len(wr.SGL))
+		}
+		if n > 0 {
+			var bad C.int
+			if rc := C.gv_post_recv(qp, srq, r.wrs, C.int(n), r.sges, C.int(r.maxSGE), &bad); rc != 0 {
+				op := "ibv_post_recv"
+				if srq != nil {
+					op = "ibv_post_srq_recv"
+				}
+				return &driver.PostError{Index: base + int(bad), Err: postErr(op, int(rc))}
+			}
+		}
+		if convErr != nil {
+			return &driver.PostError{Index: base + n, Err: convErr}
+		}
+	}
+	return nil
+}
+
+// BindMW binds a type 1 window through the send queue (ibv_bind_mw).
+func (q *qp) BindMW(w driver.MW, id uint64, flags driver.SendFlags, b driver.MWBind) (uint32, error) {
+	win, ok := w.(*mw)
+	if !ok {
+		return 0, errWrongDevice("memory window")
+	}
+	var mrh *C.struct_ibv_mr
+	if b.MR != nil {
+		m, ok := b.MR.DriverMR().(*mr)
+		if !ok {
+			return 0, errWrongDevice("memory region")
+		}
+		var err error
+		if mrh, err = m.handle(); err != nil {
+			return 0, err
+		}
+	}
+	q.send.mu.Lock()
+	defer q.send.mu.Unlock()
+	if q.qp == nil {
+		return 0, errClosed("QP")
+	}
+	win.mu.Lock()
+	defer win.mu.Unlock()
+	if win.mw == nil {
+		return 0, errClosed("memory window")
+	}
+	var rkey C.uint32_t
+	rc := C.gv_bind_mw(q.qp, win.mw, C.uint64_t(id), C.uint(flags), mrh, C.uint64_t(b.Addr),
+		C.uint64_t(b.Length), C.uint(b.Access), &rkey)
+	if rc != 0 {
+		return 0, postErr("ibv_bind_mw", int(rc))
+	}
+	return uint32(rkey), nil
+}

@@ -1,0 +1,221 @@
+//go:build ibverbs
+
+package ibverbs
+
+/*
+#include <stdlib.h>
+#include <string.h>
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"sync"
+	"unsafe"
+
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
+// postBatch is the most work requests one cgo call posts; longer lists go in several.
+const postBatch = 64
+
+// qp is a queue pair (struct ibv_qp) with the C memory its posts convert into.
+type qp struct {
+	dev  *device
+	qpn  uint32
+	port uint8 // the port of the last Modify that set one, for address vectors without
+	send sendQueue
+	recv recvQueue // unused with an SRQ
+	srq  *srq
+
+	mu sync.Mutex // guards qp against Close; posts hold their queue's lock instead
+	qp *C.struct_ibv_qp
+}
+
+func (q *qp) rank() int { return rankQP }
+
+func (p *pd) CreateQP(init *driver.QPInit) (driver.QP, error) {
+	h, err := p.handle()
+	if err != nil {
+		return nil, err
+	}
+	scq, ok1 := init.SendCQ.(*cq)
+	rcq, ok2 := init.RecvCQ.(*cq)
+	if !ok1 || !ok2 {
+		return nil, errWrongDevice("CQ")
+	}
+	var a C.struct_ibv_qp_init_attr
+	scq.mu.Lock()
+	a.send_cq = scq.cq
+	scq.mu.Unlock()
+	rcq.mu.Lock()
+	a.recv_cq = rcq.cq
+	rcq.mu.Unlock()
+	if a.send_cq == nil || a.recv_cq == nil {
+		return nil, errClosed("CQ")
+	}
+	var s *srq
+	if init.SRQ != nil {
+		if s, ok1 = init.SRQ.(*srq); !ok1 {
+			return nil, errWrongDevice("SRQ")
+		}
+		s.recv.mu.Lock()
+		a.srq = s.srq
+		s.recv.mu.Unlock()
+		if a.srq == nil {
+			return nil, errClosed("SRQ")
+		}
+	}
+	a.qp_type = C.enum_ibv_qp_type(init.Type)
+	a.cap = C.struct_ibv_qp_cap{
+		max_send_wr: C.uint32_t(init.Cap.MaxSendWR), max_recv_wr: C.uint32_t(init.Cap.MaxRecvWR),
+		max_send_sge: C.uint32_t(init.Cap.MaxSendSGE), max_recv_sge: C.uint32_t(init.Cap.MaxRecvSGE),
+		max_inline_data: C.uint32_t(init.Cap.MaxInline),
+	}
+	if init.SigAll {
+		a.sq_sig_all = 1
+	}
+	c, err := C.ibv_create_qp(h, &a)
+	if c == nil {
+		return nil, ibvErr("ibv_create_qp", err)
+	}
+	// a.cap now holds what the device gave, at least what was asked.
+	q := &qp{dev: p.dev, qpn: uint32(c.qp_num), port: 1, qp: c, srq: s}
+	q.send.init(int(a.cap.max_send_wr), int(a.cap.max_send_sge))
+	if s == nil {
+		q.recv.init(int(a.cap.max_recv_wr), int(a.cap.max_recv_sge))
+	}
+	if err := p.dev.add(q); err != nil {
+		q.Close()
+		return nil, err
+	}
+	return q, nil
+}
+
+func (q *qp) QPN() uint32 { return q.qpn }
+
+func (q *qp) handle() (*C.struct_ibv_qp, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.qp == nil {
+		return nil, errClosed("QP")
+	}
+	return q.qp, nil
+}
+
+// State asks the device: a QP the device moved to ERR or SQE reads so here.
+func (q *qp) State() driver.QPState {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.qp == nil {
+		return driver.QPStateErr
+	}
+	var a C.struct_ibv_qp_attr
+	var ia C.struct_ibv_qp_init_attr
+	if C.ibv_query_qp(q.qp, &a, C.IBV_QP_STATE, &ia) != 0 {
+		return driver.QPState(q.qp.state)
+	}
+	return driver.QPState(a.qp_state)
+}
+
+func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.qp == nil {
+		return errClosed("QP")
+	}
+	if mask&driver.QPAttrPort != 0 {
+		q.port = attr.Port
+	}
+	var a C.struct_ibv_qp_attr
+	a.qp_state = C.enum_ibv_qp_state(attr.State)
+	a.cur_qp_state = C.enum_ibv_qp_state(attr.CurState)
+	a.path_mtu = C.enum_ibv_mtu(attr.PathMTU)
+	a.qkey = C.uint32_t(attr.QKey)
+	a.rq_psn = C.uint32_t(attr.RQPSN)
+	a.sq_psn = C.uint32_t(attr.SQPSN)
+	a.dest_qp_num = C.uint32_t(attr.DestQPN)
+	a.qp_access_flags = C.uint(attr.AccessFlags)
+	a.cap = C.struct_ibv_qp_cap{
+		max_send_wr: C.uint32_t(attr.Cap.MaxSendWR), max_recv_wr: C.uint32_t(attr.Cap.MaxRecvWR),
+		max_send_sge: C.uint32_t(attr.Cap.MaxSendSGE), max_recv_sge: C.uint32_t(attr.Cap.MaxRecvSGE),
+		max_inline_data: C.uint32_t(attr.Cap.MaxInline),
+	}
+	if mask&driver.QPAttrAV != 0 {
+		setAH(&a.ah_attr, &attr.AH, q.port)
+	}
+	a.pkey_index = C.uint16_t(attr.PKeyIndex)
+	a.port_num = C.uint8_t(attr.Port)
+	a.min_rnr_timer = C.uint8_t(attr.MinRNRTimer)
+	a.timeout = C.uint8_t(attr.Timeout)
+	a.retry_cnt = C.uint8_t(attr.RetryCnt)
+	a.rnr_retry = C.uint8_t(attr.RNRRetry)
+	a.max_rd_atomic = C.uint8_t(attr.MaxRdAtomic)
+	a.max_dest_rd_atomic = C.uint8_t(attr.MaxDestRdAtomic)
+	return rcErr("ibv_modify_qp", int(C.ibv_modify_qp(q.qp, &a, C.int(mask))))
+}
+
+// queryMask is every attribute ibv_query_qp reports that QPAttr holds.
+const queryMask = C.IBV_QP_STATE | C.IBV_QP_CUR_STATE | C.IBV_QP_PKEY_INDEX | C.IBV_QP_PORT |
+	C.IBV_QP_QKEY | C.IBV_QP_AV | C.IBV_QP_PATH_MTU | C.IBV_QP_TIMEOUT | C.IBV_QP_RETRY_CNT |
+	C.IBV_QP_RNR_RETRY | C.IBV_QP_RQ_PSN | C.IBV_QP_MAX_QP_RD_ATOMIC | C.IBV_QP_MIN_RNR_TIMER |
+	C.IBV_QP_SQ_PSN | C.IBV_QP_MAX_DEST_RD_ATOMIC | C.IBV_QP_CAP | C.IBV_QP_DEST_QPN |
+	C.IBV_QP_ACCESS_FLAGS
+
+func (q *qp) Query() driver.QPAttr {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.qp == nil {
+		return driver.QPAttr{State: driver.QPStateErr}
+	}
+	var a C.struct_ibv_qp_attr
+	var ia C.struct_ibv_qp_init_attr
+	if C.ibv_query_qp(q.qp, &a, queryMask, &ia) != 0 {
+		return driver.QPAttr{State: driver.QPState(q.qp.state)}
+	}
+	out := driver.QPAttr{
+		State: driver.QPState(a.qp_state), CurState: driver.QPState(a.cur_qp_state),
+		PathMTU: driver.MTU(a.path_mtu), QKey: uint32(a.qkey), RQPSN: uint32(a.rq_psn),
+		SQPSN: uint32(a.sq_psn), DestQPN: uint32(a.dest_qp_num), AccessFlags: driver.Access(a.qp_access_flags),
+		Cap: driver.QPCap{
+			MaxSendWR: uint32(a.cap.max_send_wr), MaxRecvWR: uint32(a.cap.max_recv_wr),
+			MaxSendSGE: uint32(a.cap.max_send_sge), MaxRecvSGE: uint32(a.cap.max_recv_sge),
+			MaxInline: uint32(a.cap.max_inline_data),
+		},
+		PKeyIndex: uint16(a.pkey_index), Port: uint8(a.port_num), MinRNRTimer: uint8(a.min_rnr_timer),
+		Timeout: uint8(a.timeout), RetryCnt: uint8(a.retry_cnt), RNRRetry: uint8(a.rnr_retry),
+		MaxRdAtomic: uint8(a.max_rd_atomic), MaxDestRdAtomic: uint8(a.max_dest_rd_atomic),
+	}
+	g := &a.ah_attr.grh
+	out.AH = driver.AHAttr{
+		DGID: *(*driver.GID)(unsafe.Pointer(&g.dgid)), SGIDIndex: uint8(g.sgid_index),
+		HopLimit: uint8(g.hop_limit), TrafficClass: uint8(g.traffic_class), FlowLabel: uint32(g.flow_label),
+		SL: uint8(a.ah_attr.sl), Port: uint8(a.ah_attr.port_num),
+	}
+	return out
+}
+
+// Counters: the verbs API has no per-QP statistics (the device's are in Device.Counters).
+func (q *qp) Counters() driver.QPCounters { return driver.QPCounters{} }
+
+func (q *qp) Close() error {
+	// Lock order: the queues, then q.mu, so no post is in C while the QP goes.
+	q.send.mu.Lock()
+	defer q.send.mu.Unlock()
+	q.recv.mu.Lock()
+	defer q.recv.mu.Unlock()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.qp == nil {
+		return nil
+	}
+	key := unsafe.Pointer(q.qp)
+	if rc := C.ibv_destroy_qp(q.qp); rc != 0 {
+		return rcErr("ibv_destroy_qp", int(rc))
+	}
+	q.qp = nil
+	q.send.free()
+	q.recv.free()
+	q.dev.remove(q, key)
+	return nil
+}

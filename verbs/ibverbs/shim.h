@@ -1,0 +1,64 @@
+//go:build ibverbs
+
+// shim.h: the few C helpers the Go side needs around libibverbs, where a Go call cannot
+// reach (function-like macros, unions) or where one cgo call should do a whole batch.
+#ifndef GOVERBS_SHIM_H
+#define GOVERBS_SHIM_H
+
+#include <stdint.h>
+#include <infiniband/verbs.h>
+
+// gv_send_wr is a send work request without unions or list links: the Go side fills an
+// array of them in C memory owned by the QP, and gv_post_send turns the array into an
+// ibv_send_wr list in one call.
+struct gv_send_wr {
+	uint64_t wr_id;
+	uint64_t remote_addr;
+	uint64_t compare_add;
+	uint64_t swap;
+	uint64_t bind_addr;
+	uint64_t bind_length;
+	struct ibv_ah *ah;
+	struct ibv_mw *mw;
+	struct ibv_mr *bind_mr;
+	uint32_t opcode;
+	uint32_t send_flags;
+	uint32_t imm; // host order; the immediate data or the rkey to invalidate
+	uint32_t rkey;
+	uint32_t remote_qpn;
+	uint32_t remote_qkey;
+	uint32_t num_sge;
+	uint32_t bind_access;
+	uint32_t bind_rkey;
+};
+
+int gv_post_send(struct ibv_qp *qp, const struct gv_send_wr *in, int n, struct ibv_send_wr *wrs,
+		 struct ibv_sge *sges, int max_sge, int *bad);
+int gv_post_recv(struct ibv_qp *qp, struct ibv_srq *srq, struct ibv_recv_wr *wrs, int n,
+		 struct ibv_sge *sges, int max_sge, int *bad);
+// gv_wc is a work completion without the union: imm is in host order, the immediate data
+// or the invalidated rkey as wc_flags say.
+struct gv_wc {
+	uint64_t wr_id;
+	uint32_t status;
+	uint32_t opcode;
+	uint32_t byte_len;
+	uint32_t imm;
+	uint32_t qp_num;
+	uint32_t src_qp;
+	uint32_t wc_flags;
+	uint32_t vendor_err;
+};
+
+int gv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *scratch, struct gv_wc *out);
+int gv_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr);
+uint64_t gv_device_guid(struct ibv_device *dev);
+uint64_t gv_be64(uint64_t v);
+int gv_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, uint64_t wr_id, unsigned int flags,
+	       struct ibv_mr *mr, uint64_t addr, uint64_t length, unsigned int access,
+	       uint32_t *rkey);
+int gv_set_ah(struct ibv_ah_attr *ah, const uint8_t *dgid, uint8_t sgid_index, uint8_t hop_limit,
+	      uint8_t traffic_class, uint32_t flow_label, uint8_t sl, uint8_t port);
+int gv_async_event(struct ibv_context *ctx, struct ibv_async_event *ev, void **obj, int *port);
+
+#endif

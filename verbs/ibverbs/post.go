@@ -18,9 +18,16 @@ import (
 )
 
 // The posts copy the caller's SGEs into C memory as they are: driver.SGE and struct
-// ibv_sge have one layout (TestSGELayout checks the offsets).
-var _ [unsafe.Sizeof(driver.SGE{}) - C.sizeof_struct_ibv_sge]struct{}
-var _ [C.sizeof_struct_ibv_sge - unsafe.Sizeof(driver.SGE{})]struct{}
+// ibv_sge have one layout, which these declarations check when compiling (an array
+// length may not be negative, so each difference must be 0).
+var (
+	_ [unsafe.Sizeof(driver.SGE{}) - C.sizeof_struct_ibv_sge]struct{}
+	_ [C.sizeof_struct_ibv_sge - unsafe.Sizeof(driver.SGE{})]struct{}
+	_ [unsafe.Offsetof(driver.SGE{}.Length) - unsafe.Offsetof(C.struct_ibv_sge{}.length)]struct{}
+	_ [unsafe.Offsetof(C.struct_ibv_sge{}.length) - unsafe.Offsetof(driver.SGE{}.Length)]struct{}
+	_ [unsafe.Offsetof(driver.SGE{}.LKey) - unsafe.Offsetof(C.struct_ibv_sge{}.lkey)]struct{}
+	_ [unsafe.Offsetof(C.struct_ibv_sge{}.lkey) - unsafe.Offsetof(driver.SGE{}.LKey)]struct{}
+)
 
 // sendQueue is the C memory a QP's posts convert send work requests into: postBatch
 // requests at most per call, each with room for the QP's max_send_sge SGEs.

@@ -1,0 +1,279 @@
+//go:build ibverbs
+
+package ibverbs_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/goverbs/goverbs/verbs"
+)
+
+func waitEvent(t testing.TB, events <-chan verbs.AsyncEvent, typ verbs.EventType, match func(verbs.AsyncEvent) bool) {
+	t.Helper()
+	timeout := time.After(waitFor)
+	for {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				t.Fatalf("event channel closed before %v", typ)
+			}
+			if ev.Type == typ && match(ev) {
+				return
+			}
+			t.Logf("event %v (waiting for %v)", ev, typ)
+		case <-timeout:
+			t.Fatalf("no %v event after %v", typ, waitFor)
+		}
+	}
+}
+
+// TestRemoteAccessError writes through a wrong rkey: the requester completes with a
+// remote access error, its QP goes to ERR, and what it posts next is flushed.
+func TestRemoteAccessError(t *testing.T) {
+	e := setup(t)
+	p := e.pair(t, verbs.QPTypeRC)
+	src := e.mr(t, 64, allAccess)
+	dst := e.mr(t, 64, verbs.AccessLocalWrite) // no remote write
+	if err := p.a.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{src.SGE(0, 8)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+	wc := waitWC(t, p.acq, 1)[0]
+	if wc.ID != 1 || wc.Status != verbs.WCRemAccessErr {
+		t.Fatalf("completion %+v (%v), want remote access error", wc, wc.Status)
+	}
+	if s := p.a.State(); s != verbs.QPStateErr {
+		t.Fatalf("requester QP is %v after the error, want ERR", s)
+	}
+	if err := p.a.PostSend(verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := waitWC(t, p.acq, 1)[0]; wc.ID != 2 || wc.Status != verbs.WCWRFlushErr {
+		t.Fatalf("completion %+v (%v), want flushed", wc, wc.Status)
+	}
+}
+
+// TestControlErrors checks that refusals match the verbs sentinels.
+func TestControlErrors(t *testing.T) {
+	e := setup(t)
+	cq := e.cq(t, 16, nil)
+	qp := e.qp(t, verbs.QPTypeRC, cq, cq, nil)
+
+	_, err := e.pd.RegMR(make([]byte, 64), verbs.AccessRemoteWrite) // needs local write
+	wantErr(t, err, verbs.ErrInvalidAttr)
+
+	err = qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTS}, verbs.QPAttrState) // from RESET
+	wantErr(t, err, verbs.ErrInvalidState)
+	e.connect(t, qp, qp.QPN()) // receives may be posted from INIT on
+
+	too := make([]verbs.SGE, qp.Query().Cap.MaxRecvSGE+1)
+	mr := e.mr(t, 64, verbs.AccessLocalWrite)
+	for i := range too {
+		too[i] = mr.SGE(0, 8)
+	}
+	err = qp.PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{mr.SGE(0, 8)}}, verbs.RecvWR{ID: 2, SGL: too})
+	var pe *verbs.PostError
+	if !errors.As(err, &pe) || pe.Index != 1 {
+		t.Fatalf("PostRecv with too many SGEs: %v, want a PostError at index 1", err)
+	}
+	wantErr(t, err, verbs.ErrInvalidAttr)
+
+	wantErr(t, cq.Close(), verbs.ErrBusy) // the QP uses it
+	wantErr(t, e.pd.Close(), verbs.ErrBusy)
+
+	if err := qp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	err = qp.PostSend(verbs.SendWR{Opcode: verbs.WRSend})
+	wantErr(t, err, verbs.ErrClosed)
+	if _, err := verbs.Open("no-such-device-0"); err == nil {
+		t.Fatal("Open of an unknown device succeeded")
+	} else {
+		wantErr(t, err, verbs.ErrNoDevice)
+	}
+}
+
+// TestCompletionChannel waits for a completion through a channel instead of polling.
+func TestCompletionChannel(t *testing.T) {
+	e := setup(t)
+	ch := e.dev.CreateCompChannel()
+	defer ch.Close()
+	acq, bcq := e.cq(t, 16, nil), e.cq(t, 16, ch)
+	a := e.qp(t, verbs.QPTypeRC, acq, acq, nil)
+	b := e.qp(t, verbs.QPTypeRC, bcq, bcq, nil)
+	e.connect(t, a, b.QPN())
+	e.connect(t, b, a.QPN())
+	buf := e.mr(t, 64, allAccess)
+	for round := range 3 {
+		if err := bcq.RequestNotify(false); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.PostRecv(verbs.RecvWR{ID: uint64(round), SGL: []verbs.SGE{buf.SGE(0, 64)}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.PostSend(verbs.SendWR{Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{buf.SGE(0, 4)}}); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		got, err := ch.Wait(ctx)
+		cancel()
+		if err != nil || got != bcq {
+			t.Fatalf("round %d: Wait = %v, %v; want the receive CQ", round, got, err)
+		}
+		got.AckEvents(1)
+		wantWC(t, waitWC(t, bcq, 1)[0], uint64(round), verbs.WCRecv, 4)
+		waitWC(t, acq, 1)
+	}
+	// Unarmed, the channel stays quiet.
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if got, err := ch.Wait(ctx); err == nil {
+		t.Fatalf("Wait on an unarmed CQ returned %v", got)
+	}
+}
+
+// TestMemoryWindows grants remote write through a type 1 window (ibv_bind_mw) and a type
+// 2 window (a BIND_MW work request), and revokes the type 2 one with SEND_WITH_INV.
+func TestMemoryWindows(t *testing.T) {
+	e := setup(t)
+	mw1, err := e.pd.AllocMW(verbs.MWType1)
+	if err != nil {
+		t.Skipf("%s has no memory windows: %v", e.dev.Name(), err)
+	}
+	defer mw1.Close()
+	p := e.pair(t, verbs.QPTypeRC)
+	src := e.mr(t, 4096, allAccess)
+	dst := e.mr(t, 4096, allAccess|verbs.AccessMWBind)
+	copy(src.Buf(), "through a window")
+
+	rkey, err := p.b.BindMW(mw1, 1, verbs.SendSignaled, verbs.MWBind{MR: dst, Addr: dst.AddrOf(1024), Length: 1024,
+		Access: verbs.AccessRemoteWrite})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wc := waitWC(t, p.bcq, 1)[0]; wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCBindMW {
+		t.Fatalf("bind completion %+v (%v)", wc, wc.Status)
+	}
+	write := func(id uint64, rkey uint32, off int) verbs.WC {
+		t.Helper()
+		if err := p.a.PostSend(verbs.SendWR{ID: id, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{src.SGE(0, 16)}, RemoteAddr: dst.AddrOf(off), RKey: rkey}); err != nil {
+			t.Fatal(err)
+		}
+		return waitWC(t, p.acq, 1)[0]
+	}
+	if wc := write(2, rkey, 1024); wc.Status != verbs.WCSuccess || string(dst.Buf()[1024:1040]) != "through a window" {
+		t.Fatalf("WRITE through the type 1 window: %+v (%v)", wc, wc.Status)
+	}
+
+	mw2, err := e.pd.AllocMW(verbs.MWType2)
+	if err != nil {
+		t.Skipf("no type 2 windows: %v", err)
+	}
+	defer mw2.Close()
+	rkey2 := verbs.IncRKey(mw2.RKey())
+	if err := p.b.PostSend(verbs.SendWR{ID: 3, Opcode: verbs.WRBindMW, Flags: verbs.SendSignaled,
+		Bind: &verbs.MWBindWR{MW: mw2, RKey: rkey2, MWBind: verbs.MWBind{MR: dst, Addr: dst.AddrOf(2048),
+			Length: 1024, Access: verbs.AccessRemoteWrite}}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := waitWC(t, p.bcq, 1)[0]; wc.Status != verbs.WCSuccess || wc.ID != 3 {
+		t.Fatalf("BIND_MW completion %+v (%v)", wc, wc.Status)
+	}
+	if wc := write(4, rkey2, 2048); wc.Status != verbs.WCSuccess || string(dst.Buf()[2048:2064]) != "through a window" {
+		t.Fatalf("WRITE through the type 2 window: %+v (%v)", wc, wc.Status)
+	}
+	if err := p.b.PostRecv(verbs.RecvWR{ID: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.a.PostSend(verbs.SendWR{ID: 6, Opcode: verbs.WRSendWithInv, Flags: verbs.SendSignaled, Imm: rkey2}); err != nil {
+		t.Fatal(err)
+	}
+	waitWC(t, p.acq, 1)
+	if wc := waitWC(t, p.bcq, 1)[0]; wc.Status != verbs.WCSuccess || wc.Flags&verbs.WCWithInv == 0 || wc.Imm != rkey2 {
+		t.Fatalf("SEND_WITH_INV receive %+v, want the invalidated rkey %#x", wc, rkey2)
+	}
+	if wc := write(7, rkey2, 2048); wc.Status != verbs.WCRemAccessErr {
+		t.Fatalf("WRITE through the invalidated window: %+v (%v), want remote access error", wc, wc.Status)
+	}
+}
+
+// TestPostAndPollAllocateNothing: the data path converts in memory the QP and CQ own.
+func TestPostAndPollAllocateNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	e := setup(t)
+	p := e.pair(t, verbs.QPTypeRC)
+	src := e.mr(t, 64, allAccess)
+	dst := e.mr(t, 64, allAccess)
+	wcs := make([]verbs.WC, 4)
+	deadline := time.Now().Add(waitFor)
+	allocs := testing.AllocsPerRun(100, func() {
+		if err := p.a.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{src.SGE(0, 8)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}); err != nil {
+			panic(err)
+		}
+		for {
+			n, err := p.acq.Poll(wcs)
+			if err != nil || n > 0 && wcs[0].Status != verbs.WCSuccess {
+				panic("poll failed")
+			}
+			if n > 0 || time.Now().After(deadline) {
+				return
+			}
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per post and poll, want 0", allocs)
+	}
+}
+
+// TestDeviceCloseClosesObjects: Close with objects open releases them, and using one
+// afterwards is an error, not a crash.
+func TestDeviceCloseClosesObjects(t *testing.T) {
+	e := setup(t)
+	p := e.pair(t, verbs.QPTypeRC)
+	e.mr(t, 4096, allAccess)
+	if _, err := e.pd.CreateSRQ(verbs.SRQAttr{MaxWR: 4, MaxSGE: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.dev.Close(); err != nil {
+		t.Fatalf("Close with objects open: %v", err)
+	}
+	if e.dev.Info().Provider == "soft" {
+		t.Skip("the software provider still accepts posts on a closed device's QPs")
+	}
+	wantErr(t, p.a.PostSend(verbs.SendWR{Opcode: verbs.WRSend}), verbs.ErrClosed)
+	_, err := p.acq.Poll(make([]verbs.WC, 1))
+	wantErr(t, err, verbs.ErrClosed)
+	if _, ok := <-e.dev.Events(); ok {
+		t.Fatal("the event channel is open after Close")
+	}
+}
+
+func TestCounters(t *testing.T) {
+	e := setup(t)
+	sum := func() (s uint64) {
+		for _, c := range e.dev.Counters() {
+			s += c.Value
+		}
+		return s
+	}
+	before := sum()
+	p := e.pair(t, verbs.QPTypeRC)
+	buf := e.mr(t, 64, allAccess)
+	for i := range 4 {
+		if err := p.a.PostSend(verbs.SendWR{ID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{buf.SGE(0, 8)}, RemoteAddr: buf.AddrOf(32), RKey: buf.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitWC(t, p.acq, 4)
+	if after := sum(); after <= before {
+		t.Fatalf("counters sum %d before 4 WRITEs, %d after: %v", before, after, e.dev.Counters())
+	}
+}

@@ -1,0 +1,5 @@
+//go:build ibverbs && !race
+
+package ibverbs_test
+
+const raceEnabled = false

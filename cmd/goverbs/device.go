@@ -54,11 +54,9 @@ func (e *endpoint) close() {
 }
 
 // openEndpoint opens the device that o names: a new software device on --bind's address,
-// or one of verbs.Devices (sw0 on 127.0.0.1 unless GOVERBS_DEVICES says otherwise).
+// or one of verbs.Devices (sw0 on 127.0.0.1 unless GOVERBS_DEVICES says otherwise; with
+// the ibverbs build tag also the kernel's RDMA devices).
 func openEndpoint(o devOpts) (*endpoint, error) {
-	if o.ibPort != 1 {
-		return nil, fmt.Errorf("invalid IB port %d: software devices have one port, 1", o.ibPort)
-	}
 	if o.gidIdx < 0 {
 		return nil, fmt.Errorf("invalid GID index %d", o.gidIdx)
 	}
@@ -76,10 +74,13 @@ func openEndpoint(o devOpts) (*endpoint, error) {
 		}
 		soft, ok := info.SoftConfig()
 		if !ok {
-			return nil, fmt.Errorf("device %s is not a software device", info.Name)
+			return openKernelDevice(info, o)
 		}
 		soft.BusyPoll = o.busy
 		cfg = soft
+	}
+	if o.ibPort != 1 {
+		return nil, fmt.Errorf("invalid IB port %d: software devices have one port, 1", o.ibPort)
 	}
 	if o.pcap != "" {
 		w, err := pcap.Create(o.pcap)
@@ -99,6 +100,29 @@ func openEndpoint(o devOpts) (*endpoint, error) {
 		return nil, openErr(cfg.Addr.String(), err)
 	}
 	return finishEndpoint(dev, nil, o)
+}
+
+// openKernelDevice opens a device of another provider (an RNIC or rxe through
+// libibverbs). It has no address of its own to listen on, so the exchange listens on
+// every address, as rdma-core's examples do.
+func openKernelDevice(info verbs.DeviceInfo, o devOpts) (*endpoint, error) {
+	if o.pcap != "" {
+		return nil, fmt.Errorf("--pcap records software devices only; capture %s's traffic with tcpdump", info.Name)
+	}
+	dev, err := verbs.Open(info.Name)
+	if err != nil {
+		return nil, openErr(info.Name, err)
+	}
+	if o.ibPort < 1 || o.ibPort > int(dev.Query().PhysPortCnt) {
+		dev.Close()
+		return nil, fmt.Errorf("invalid IB port %d: %s has %d", o.ibPort, info.Name, dev.Query().PhysPortCnt)
+	}
+	e, err := finishEndpoint(dev, nil, o)
+	if err != nil {
+		return nil, err
+	}
+	e.addr = netip.IPv6Unspecified()
+	return e, nil
 }
 
 func finishEndpoint(dev *verbs.Device, rec *pcap.Writer, o devOpts) (*endpoint, error) {

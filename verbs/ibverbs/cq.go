@@ -3,6 +3,8 @@
 package ibverbs
 
 /*
+#cgo noescape gv_poll_cq
+#cgo nocallback gv_poll_cq
 #include <stdlib.h>
 #include "shim.h"
 */
@@ -63,7 +65,7 @@ func (c *cq) Poll(wcs []driver.WC) (int, error) {
 	n := 0
 	for n < len(wcs) {
 		want := min(len(wcs)-n, pollBatch)
-		got := int(C.gv_poll_cq(c.cq, C.int(want), c.scratch, c.out))
+		got := int(C.gv_poll_cq(c.cq, C.int(want), c.scratch, c.out, c.dev.kernelWCFlags))
 		if got < 0 {
 			return n, rcErr("ibv_poll_cq", got)
 		}

@@ -25,6 +25,8 @@ type device struct {
 	ctx  *C.struct_ibv_context
 	attr driver.DeviceAttr
 	path string // the device's sysfs directory, for counters
+	// kernelWCFlags: completions carry the kernel's flag values (rxe), see gv_poll_cq.
+	kernelWCFlags C.int
 
 	// One completion channel serves every CQ of the device; its events are read by a
 	// goroutine parked in the netpoller on chFile, as the async events are on asyncFile.
@@ -67,6 +69,9 @@ func openDevice(d *C.struct_ibv_device, name string) (*device, error) {
 		return nil, rcErr("ibv_query_device", int(rc))
 	}
 	dev.attr = deviceAttr(&a)
+	if dev.attr.VendorID == rxeVendorID {
+		dev.kernelWCFlags = 1
+	}
 	if err := dev.startPumps(); err != nil {
 		dev.pumps.Wait()
 		if dev.ch != nil {
@@ -77,6 +82,9 @@ func openDevice(d *C.struct_ibv_device, name string) (*device, error) {
 	}
 	return dev, nil
 }
+
+// rxeVendorID is the vendor ID Linux Soft-RoCE reports (RXE_VENDOR_ID).
+const rxeVendorID = 0xffffff
 
 func deviceAttr(a *C.struct_ibv_device_attr) driver.DeviceAttr {
 	return driver.DeviceAttr{

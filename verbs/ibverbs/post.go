@@ -3,6 +3,12 @@
 package ibverbs
 
 /*
+// The posts pass a pointer to a Go local (the index of a refused request): without
+// noescape every post would move it to the heap, one allocation per call.
+#cgo noescape gv_post_send
+#cgo nocallback gv_post_send
+#cgo noescape gv_post_recv
+#cgo nocallback gv_post_recv
 #include <stdlib.h>
 #include "shim.h"
 */

@@ -87,7 +87,7 @@ int gv_post_recv(struct ibv_qp *qp, struct ibv_srq *srq, struct ibv_recv_wr *wrs
 	return rc;
 }
 
-int gv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *scratch, struct gv_wc *out)
+int gv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *scratch, struct gv_wc *out, int kernel_flags)
 {
 	int i, got = ibv_poll_cq(cq, n, scratch);
 
@@ -99,14 +99,16 @@ int gv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *scratch, struct gv_wc *o
 		g->status = w->status;
 		g->opcode = w->opcode;
 		g->byte_len = w->byte_len;
+		g->wc_flags = w->wc_flags;
+		if (kernel_flags && (g->wc_flags & IBV_WC_IP_CSUM_OK))
+			g->wc_flags = (g->wc_flags & ~IBV_WC_IP_CSUM_OK) | IBV_WC_WITH_INV;
 		g->imm = 0;
-		if (w->wc_flags & IBV_WC_WITH_INV)
+		if (g->wc_flags & IBV_WC_WITH_INV)
 			g->imm = w->invalidated_rkey;
-		else if (w->wc_flags & IBV_WC_WITH_IMM)
+		else if (g->wc_flags & IBV_WC_WITH_IMM)
 			g->imm = be32toh(w->imm_data);
 		g->qp_num = w->qp_num;
 		g->src_qp = w->src_qp;
-		g->wc_flags = w->wc_flags;
 		g->vendor_err = w->vendor_err;
 	}
 	return got;

@@ -50,7 +50,10 @@ struct gv_wc {
 	uint32_t vendor_err;
 };
 
-int gv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *scratch, struct gv_wc *out);
+// kernel_flags says the provider hands over the kernel's IB_WC_* flag values unconverted
+// (rxe does: its user CQ holds the kernel's struct ib_uverbs_wc, copied as it is), where
+// the kernel's WITH_INVALIDATE is 1<<2, libibverbs' IP_CSUM_OK; libibverbs' WITH_INV is 1<<3.
+int gv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *scratch, struct gv_wc *out, int kernel_flags);
 int gv_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr);
 uint64_t gv_device_guid(struct ibv_device *dev);
 uint64_t gv_be64(uint64_t v);

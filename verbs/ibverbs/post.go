@@ -166,17 +166,11 @@ func (s *sendQueue) convert(g *C.struct_gv_send_wr, wr *driver.SendWR, sges []dr
 		if g.mw == nil {
 			return errClosed("memory window")
 		}
-		if wr.Bind.MR != nil {
-			m, ok := wr.Bind.MR.DriverMR().(*mr)
-			if !ok {
-				return errWrongDevice("memory region")
-			}
-			h, err := m.handle()
-			if err != nil {
-				return err
-			}
-			g.bind_mr = h
+		h, err := bindRegion(wr.Bind.MR)
+		if err != nil {
+			return err
 		}
+		g.bind_mr = h
 		g.bind_rkey = C.uint32_t(wr.Bind.RKey)
 		g.bind_addr, g.bind_length = C.uint64_t(wr.Bind.Addr), C.uint64_t(wr.Bind.Length)
 		g.bind_access = C.uint32_t(wr.Bind.Access)
@@ -239,16 +233,9 @@ func (q *qp) BindMW(w driver.MW, id uint64, flags driver.SendFlags, b driver.MWB
 	if !ok {
 		return 0, errWrongDevice("memory window")
 	}
-	var mrh *C.struct_ibv_mr
-	if b.MR != nil {
-		m, ok := b.MR.DriverMR().(*mr)
-		if !ok {
-			return 0, errWrongDevice("memory region")
-		}
-		var err error
-		if mrh, err = m.handle(); err != nil {
-			return 0, err
-		}
+	mrh, err := bindRegion(b.MR)
+	if err != nil {
+		return 0, err
 	}
 	q.send.mu.Lock()
 	defer q.send.mu.Unlock()
@@ -267,4 +254,22 @@ func (q *qp) BindMW(w driver.MW, id uint64, flags driver.SendFlags, b driver.MWB
 		return 0, postErr("ibv_bind_mw", int(rc))
 	}
 	return uint32(rkey), nil
+}
+
+// bindRegion returns the region a binding names. Only a nil reference means none (an
+// unbind); a reference to a nil region is a lookup that failed, refused rather than taken
+// for an unbind.
+func bindRegion(ref driver.MRRef) (*C.struct_ibv_mr, error) {
+	if ref == nil {
+		return nil, nil
+	}
+	d := ref.DriverMR()
+	if d == nil {
+		return nil, &driver.Error{Kind: driver.ErrInvalidAttr, Err: fmt.Errorf("the binding names a nil memory region")}
+	}
+	m, ok := d.(*mr)
+	if !ok {
+		return nil, errWrongDevice("memory region")
+	}
+	return m.handle()
 }

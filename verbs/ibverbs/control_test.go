@@ -244,11 +244,18 @@ func TestDeviceCloseClosesObjects(t *testing.T) {
 	if err := e.dev.Close(); err != nil {
 		t.Fatalf("Close with objects open: %v", err)
 	}
+	// The device's context is gone: queries must not reach it, creations fail.
+	e.dev.QueryPort(1)
+	e.dev.GIDTable(1)
+	_, err := e.dev.AllocPD()
+	wantErr(t, err, verbs.ErrClosed)
 	if e.dev.Info().Provider == "soft" {
-		t.Skip("the software provider still accepts posts on a closed device's QPs")
+		t.Skip("the software provider still accepts registrations and posts on a closed device")
 	}
+	_, err = e.pd.RegMR(make([]byte, 64), verbs.AccessLocalWrite)
+	wantErr(t, err, verbs.ErrClosed)
 	wantErr(t, p.a.PostSend(verbs.SendWR{Opcode: verbs.WRSend}), verbs.ErrClosed)
-	_, err := p.acq.Poll(make([]verbs.WC, 1))
+	_, err = p.acq.Poll(make([]verbs.WC, 1))
 	wantErr(t, err, verbs.ErrClosed)
 	if _, ok := <-e.dev.Events(); ok {
 		t.Fatal("the event channel is open after Close")

@@ -39,6 +39,10 @@ func (d *device) CreateCQ(depth int, notify func()) (driver.CQ, error) {
 	if depth <= 0 {
 		depth = 1
 	}
+	if err := d.enter(); err != nil {
+		return nil, err
+	}
+	defer d.exit()
 	h, err := C.ibv_create_cq(d.ctx, C.int(depth), nil, d.ch, 0)
 	if h == nil {
 		return nil, ibvErr("ibv_create_cq", err)
@@ -47,10 +51,7 @@ func (d *device) CreateCQ(depth int, notify func()) (driver.CQ, error) {
 		scratch: (*C.struct_ibv_wc)(C.calloc(pollBatch, C.sizeof_struct_ibv_wc)),
 		out:     (*C.struct_gv_wc)(C.calloc(pollBatch, C.sizeof_struct_gv_wc)),
 	}
-	if err := d.add(c); err != nil {
-		c.Close()
-		return nil, err
-	}
+	d.add(c)
 	return c, nil
 }
 

@@ -37,12 +37,16 @@ type device struct {
 	events    chan driver.AsyncEvent
 	lost      atomic.Uint64 // async events dropped because nobody read them
 
-	mu     sync.Mutex
+	// life is held shared by every call that uses the context (creating objects, querying)
+	// and exclusively by Close to set closed: nothing reaches a closed context.
+	life   sync.RWMutex
 	closed bool
-	live   map[object]struct{}
-	cqs    map[unsafe.Pointer]*cq // by C pointer, for events
-	qps    map[unsafe.Pointer]*qp
-	srqs   map[unsafe.Pointer]*srq
+
+	mu   sync.Mutex // guards the maps
+	live map[object]struct{}
+	cqs  map[unsafe.Pointer]*cq // by C pointer, for events
+	qps  map[unsafe.Pointer]*qp
+	srqs map[unsafe.Pointer]*srq
 }
 
 // object is what Device.Close destroys; rank orders it (QPs before the SRQs and CQs they
@@ -121,12 +125,14 @@ func deviceAttr(a *C.struct_ibv_device_attr) driver.DeviceAttr {
 // Close destroys what is still open on the device, then the device: the kernel would
 // release its part on its own, but not the provider library's memory or our pins.
 func (d *device) Close() error {
-	d.mu.Lock()
+	d.life.Lock()
 	if d.closed {
-		d.mu.Unlock()
+		d.life.Unlock()
 		return nil
 	}
 	d.closed = true
+	d.life.Unlock()
+	d.mu.Lock()
 	objs := make([]object, 0, len(d.live))
 	for o := range d.live {
 		objs = append(objs, o)
@@ -145,14 +151,22 @@ func (d *device) Close() error {
 	return nil
 }
 
-// add records a new object; it fails once the device is closing, and then the caller
-// destroys what it made.
-func (d *device) add(o object) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+// enter starts a call that uses the device's context; exit ends it.
+func (d *device) enter() error {
+	d.life.RLock()
 	if d.closed {
+		d.life.RUnlock()
 		return errClosed("device " + d.name)
 	}
+	return nil
+}
+
+func (d *device) exit() { d.life.RUnlock() }
+
+// add records a new object, made between enter and exit.
+func (d *device) add(o object) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	d.live[o] = struct{}{}
 	switch o := o.(type) {
 	case *cq:
@@ -162,7 +176,6 @@ func (d *device) add(o object) error {
 	case *srq:
 		d.srqs[unsafe.Pointer(o.srq)] = o
 	}
-	return nil
 }
 
 // remove forgets an object once it is destroyed. A destroyer must not hold d.mu:
@@ -192,6 +205,14 @@ func (d *device) remove(o object, key unsafe.Pointer) {
 func (d *device) Query() driver.DeviceAttr { return d.attr }
 
 func (d *device) QueryPort(port uint8) driver.PortAttr {
+	if d.enter() != nil {
+		return driver.PortAttr{State: driver.PortDown}
+	}
+	defer d.exit()
+	return d.queryPort(port)
+}
+
+func (d *device) queryPort(port uint8) driver.PortAttr {
 	var a C.struct_ibv_port_attr
 	if C.gv_query_port(d.ctx, C.uint8_t(port), &a) != 0 {
 		return driver.PortAttr{State: driver.PortDown}
@@ -262,7 +283,11 @@ func widthName(w uint8) string {
 // GIDTable returns the port's GID table with entry i at index i; unused entries below
 // the last valid one are zero, so that QueryGID's index is the device's.
 func (d *device) GIDTable(port uint8) []driver.GIDEntry {
-	n := d.QueryPort(port).GIDTblLen * int(d.attr.PhysPortCnt) // the call lists every port's
+	if d.enter() != nil {
+		return nil
+	}
+	defer d.exit()
+	n := d.queryPort(port).GIDTblLen * int(d.attr.PhysPortCnt) // the call lists every port's
 	if n <= 0 {
 		return nil
 	}
@@ -302,15 +327,16 @@ func gidTypeName(t C.uint32_t) string {
 func (d *device) Progress() bool { return false }
 
 func (d *device) AllocPD() (driver.PD, error) {
+	if err := d.enter(); err != nil {
+		return nil, err
+	}
+	defer d.exit()
 	p, err := C.ibv_alloc_pd(d.ctx)
 	if p == nil {
 		return nil, ibvErr("ibv_alloc_pd", err)
 	}
 	o := &pd{dev: d, pd: p}
-	if err := d.add(o); err != nil {
-		C.ibv_dealloc_pd(p)
-		return nil, err
-	}
+	d.add(o)
 	return o, nil
 }
 

@@ -35,11 +35,16 @@ type pd struct {
 
 func (p *pd) rank() int { return rankPD }
 
-// handle returns the C object, or ErrClosed.
-func (p *pd) handle() (*C.struct_ibv_pd, error) {
+// enter starts a call that creates an object in the PD (the device's enter, and the PD
+// open) and returns the C PD; the caller ends it with p.dev.exit.
+func (p *pd) enter() (*C.struct_ibv_pd, error) {
+	if err := p.dev.enter(); err != nil {
+		return nil, err
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.pd == nil {
+		p.dev.exit()
 		return nil, errClosed("PD")
 	}
 	return p.pd, nil
@@ -78,10 +83,11 @@ func (m *mr) rank() int { return rankMR }
 // (runtime.Pinner); memory outside the Go heap (verbs.Mmap) passes through the pin
 // untouched.
 func (p *pd) RegMR(buf []byte, access driver.Access) (driver.MR, error) {
-	h, err := p.handle()
+	h, err := p.enter()
 	if err != nil {
 		return nil, err
 	}
+	defer p.dev.exit()
 	m := &mr{dev: p.dev}
 	var addr unsafe.Pointer
 	if len(buf) > 0 {
@@ -94,11 +100,7 @@ func (p *pd) RegMR(buf []byte, access driver.Access) (driver.MR, error) {
 		return nil, ibvErr("ibv_reg_mr", err)
 	}
 	m.mr, m.lkey, m.rkey, m.addr = r, uint32(r.lkey), uint32(r.rkey), uint64(uintptr(addr))
-	if err := p.dev.add(m); err != nil {
-		C.ibv_dereg_mr(r)
-		m.pin.Unpin()
-		return nil, err
-	}
+	p.dev.add(m)
 	return m, nil
 }
 
@@ -157,10 +159,11 @@ func setAH(dst *C.struct_ibv_ah_attr, a *driver.AHAttr, defPort uint8) {
 }
 
 func (p *pd) CreateAH(attr *driver.AHAttr) (driver.AH, error) {
-	h, err := p.handle()
+	h, err := p.enter()
 	if err != nil {
 		return nil, err
 	}
+	defer p.dev.exit()
 	var a C.struct_ibv_ah_attr
 	setAH(&a, attr, 1)
 	c, err := C.ibv_create_ah(h, &a)
@@ -168,10 +171,7 @@ func (p *pd) CreateAH(attr *driver.AHAttr) (driver.AH, error) {
 		return nil, ibvErr("ibv_create_ah", err)
 	}
 	o := &ah{dev: p.dev, ah: c}
-	if err := p.dev.add(o); err != nil {
-		C.ibv_destroy_ah(c)
-		return nil, err
-	}
+	p.dev.add(o)
 	return o, nil
 }
 
@@ -199,19 +199,17 @@ type mw struct {
 func (w *mw) rank() int { return rankMW }
 
 func (p *pd) AllocMW(t driver.MWType) (driver.MW, error) {
-	h, err := p.handle()
+	h, err := p.enter()
 	if err != nil {
 		return nil, err
 	}
+	defer p.dev.exit()
 	c, err := C.ibv_alloc_mw(h, C.enum_ibv_mw_type(t))
 	if c == nil {
 		return nil, ibvErr("ibv_alloc_mw", err)
 	}
 	o := &mw{dev: p.dev, mw: c}
-	if err := p.dev.add(o); err != nil {
-		C.ibv_dealloc_mw(c)
-		return nil, err
-	}
+	p.dev.add(o)
 	return o, nil
 }
 

@@ -35,10 +35,11 @@ type qp struct {
 func (q *qp) rank() int { return rankQP }
 
 func (p *pd) CreateQP(init *driver.QPInit) (driver.QP, error) {
-	h, err := p.handle()
+	h, err := p.enter()
 	if err != nil {
 		return nil, err
 	}
+	defer p.dev.exit()
 	scq, ok1 := init.SendCQ.(*cq)
 	rcq, ok2 := init.RecvCQ.(*cq)
 	if !ok1 || !ok2 {
@@ -85,23 +86,11 @@ func (p *pd) CreateQP(init *driver.QPInit) (driver.QP, error) {
 	if s == nil {
 		q.recv.init(int(a.cap.max_recv_wr), int(a.cap.max_recv_sge))
 	}
-	if err := p.dev.add(q); err != nil {
-		q.Close()
-		return nil, err
-	}
+	p.dev.add(q)
 	return q, nil
 }
 
 func (q *qp) QPN() uint32 { return q.qpn }
-
-func (q *qp) handle() (*C.struct_ibv_qp, error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.qp == nil {
-		return nil, errClosed("QP")
-	}
-	return q.qp, nil
-}
 
 // State asks the device: a QP the device moved to ERR or SQE reads so here.
 func (q *qp) State() driver.QPState {

@@ -23,10 +23,11 @@ type srq struct {
 func (s *srq) rank() int { return rankSRQ }
 
 func (p *pd) CreateSRQ(attr driver.SRQAttr) (driver.SRQ, error) {
-	h, err := p.handle()
+	h, err := p.enter()
 	if err != nil {
 		return nil, err
 	}
+	defer p.dev.exit()
 	var a C.struct_ibv_srq_init_attr
 	a.attr.max_wr = C.uint32_t(attr.MaxWR)
 	a.attr.max_sge = C.uint32_t(attr.MaxSGE)
@@ -37,10 +38,7 @@ func (p *pd) CreateSRQ(attr driver.SRQAttr) (driver.SRQ, error) {
 	}
 	s := &srq{dev: p.dev, srq: c}
 	s.recv.init(int(a.attr.max_wr), int(a.attr.max_sge))
-	if err := p.dev.add(s); err != nil {
-		s.Close()
-		return nil, err
-	}
+	p.dev.add(s)
 	return s, nil
 }
 

@@ -3,13 +3,19 @@
 // WRITE into the peer's memory and one SEND into a posted receive.
 //
 //	go run ./examples/hello [ADDR_A ADDR_B]
+//
+// With -d, both sides open one named device instead, and the device loops the traffic
+// back: a kernel RDMA device in a build with the ibverbs tag (see the README), with -g
+// the index of its IPv4 GID:
+//
+//	go run -tags ibverbs ./examples/hello -d rxe0 -g 1
 package main
 
 import (
+	"flag"
 	"fmt"
 	"log"
 	"net/netip"
-	"os"
 	"time"
 
 	"github.com/goverbs/goverbs/verbs"
@@ -23,14 +29,22 @@ type side struct {
 	qp  *verbs.QP
 	mr  *verbs.MR
 	gid verbs.GID
+	idx int // the GID's index
 }
 
-func open(addr string) *side {
-	dev, err := verbs.OpenSoft(verbs.SoftConfig{Addr: netip.MustParseAddr(addr)})
+// open opens the named device, or else a software device on addr.
+func open(name, addr string, gidIndex int) *side {
+	var dev *verbs.Device
+	var err error
+	if name != "" {
+		dev, err = verbs.Open(name)
+	} else {
+		dev, err = verbs.OpenSoft(verbs.SoftConfig{Addr: netip.MustParseAddr(addr)})
+	}
 	if err != nil {
 		log.Fatal(err)
 	}
-	s := &side{dev: dev}
+	s := &side{dev: dev, idx: gidIndex}
 	if s.pd, err = dev.AllocPD(); err != nil {
 		log.Fatal(err)
 	}
@@ -46,7 +60,7 @@ func open(addr string) *side {
 	if s.mr, err = s.pd.RegMR(make([]byte, 64), access); err != nil {
 		log.Fatal(err)
 	}
-	if s.gid, err = dev.QueryGID(1, 0); err != nil {
+	if s.gid, err = dev.QueryGID(1, gidIndex); err != nil {
 		log.Fatal(err)
 	}
 	return s
@@ -60,7 +74,7 @@ func (s *side) connect(peer *side) {
 		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags))
 	must(s.qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024,
 		DestQPN: peer.qp.QPN(), RQPSN: 0, MaxDestRdAtomic: 1, MinRNRTimer: 12,
-		AH: verbs.AHAttr{DGID: peer.gid, Port: 1, HopLimit: 64}},
+		AH: verbs.AHAttr{DGID: peer.gid, SGIDIndex: uint8(s.idx), Port: 1, HopLimit: 64}},
 		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|
 			verbs.QPAttrRQPSN|verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer))
 	must(s.qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: 0, Timeout: 14,
@@ -95,11 +109,14 @@ func must(err error) {
 }
 
 func main() {
+	name := flag.String("d", "", "open `DEVICE` (e.g. rxe0) for both sides instead of two software devices")
+	gidIndex := flag.Int("g", 0, "the device's GID `INDEX`")
+	flag.Parse()
 	addrs := []string{"127.0.0.2", "127.0.0.3"}
-	if len(os.Args) == 3 {
-		addrs = os.Args[1:]
+	if flag.NArg() == 2 {
+		addrs = flag.Args()
 	}
-	a, b := open(addrs[0]), open(addrs[1])
+	a, b := open(*name, addrs[0], *gidIndex), open(*name, addrs[1], *gidIndex)
 	defer a.dev.Close()
 	defer b.dev.Close()
 	a.connect(b)

@@ -258,3 +258,35 @@ func TestSRQ(t *testing.T) {
 	}
 	waitEvent(t, events, verbs.EventSRQLimitReached, func(ev verbs.AsyncEvent) bool { return ev.SRQ == srq })
 }
+
+// TestInlineSend: an inline SEND's data is copied when it is posted, so the buffer may be
+// reused at once.
+func TestInlineSend(t *testing.T) {
+	e := setup(t)
+	acq, bcq := e.cq(t, 16, nil), e.cq(t, 16, nil)
+	a, err := e.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: acq, RecvCQ: acq,
+		Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: 64}})
+	if err != nil {
+		t.Skipf("no inline data: %v", err)
+	}
+	defer a.Close()
+	b := e.qp(t, verbs.QPTypeRC, bcq, bcq, nil)
+	e.connect(t, a, b.QPN())
+	e.connect(t, b, a.QPN())
+	src := e.mr(t, 64, allAccess)
+	dst := e.mr(t, 64, allAccess)
+	copy(src.Buf(), "inline, copied at post")
+	if err := b.PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{dst.SGE(0, 64)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.PostSend(verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled | verbs.SendInline,
+		SGL: []verbs.SGE{src.SGE(0, 22)}}); err != nil {
+		t.Fatal(err)
+	}
+	copy(src.Buf(), "overwritten after post")
+	waitWC(t, acq, 1)
+	wantWC(t, waitWC(t, bcq, 1)[0], 1, verbs.WCRecv, 22)
+	if got := string(dst.Buf()[:22]); got != "inline, copied at post" {
+		t.Fatalf("received %q", got)
+	}
+}

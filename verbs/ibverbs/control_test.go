@@ -309,3 +309,31 @@ func TestQPEvent(t *testing.T) {
 	}
 	waitEvent(t, events, verbs.EventQPLastWQEReached, func(ev verbs.AsyncEvent) bool { return ev.QP == qp })
 }
+
+// TestPostRefusesWhatWouldFault: requests the provider library would act on with the CPU
+// (and fault on) are refused with an error instead: a UD send without an address handle,
+// and inline data outside the region its lkey names.
+func TestPostRefusesWhatWouldFault(t *testing.T) {
+	e := setup(t)
+	cq := e.cq(t, 16, nil)
+	ud := e.qp(t, verbs.QPTypeUD, cq, cq, nil)
+	e.connect(t, ud, ud.QPN())
+	buf := e.mr(t, 64, allAccess)
+	err := ud.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.WRSend, SGL: []verbs.SGE{buf.SGE(0, 8)}, RemoteQPN: ud.QPN(), RemoteQKey: testQKey})
+	wantErr(t, err, verbs.ErrInvalidAttr)
+
+	rc, err := e.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+		Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: 64}})
+	if err != nil {
+		t.Skipf("no inline data: %v", err)
+	}
+	defer rc.Close()
+	e.connect(t, rc, rc.QPN())
+	outside := buf.SGE(32, 32)
+	outside.Addr += 64 // past the region's end
+	err = rc.PostSend(verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendInline | verbs.SendSignaled, SGL: []verbs.SGE{outside}})
+	wantErr(t, err, verbs.ErrInvalidAttr)
+	wild := verbs.SGE{Addr: 8, Length: 8, LKey: buf.LKey()}
+	err = rc.PostSend(verbs.SendWR{ID: 3, Opcode: verbs.WRSend, Flags: verbs.SendInline | verbs.SendSignaled, SGL: []verbs.SGE{wild}})
+	wantErr(t, err, verbs.ErrInvalidAttr)
+}

@@ -44,6 +44,7 @@ type device struct {
 
 	mu   sync.Mutex // guards the maps
 	live map[object]struct{}
+	mrs  map[uint32]*mr         // by lkey, for checking inline SGEs
 	cqs  map[unsafe.Pointer]*cq // by C pointer, for events
 	qps  map[unsafe.Pointer]*qp
 	srqs map[unsafe.Pointer]*srq
@@ -65,6 +66,7 @@ func openDevice(d *C.struct_ibv_device, name string) (*device, error) {
 		name: name, ctx: ctx, path: C.GoString(&d.ibdev_path[0]),
 		events: make(chan driver.AsyncEvent, 256),
 		live:   map[object]struct{}{},
+		mrs:    map[uint32]*mr{},
 		cqs:    map[unsafe.Pointer]*cq{}, qps: map[unsafe.Pointer]*qp{}, srqs: map[unsafe.Pointer]*srq{},
 	}
 	var a C.struct_ibv_device_attr
@@ -169,6 +171,8 @@ func (d *device) add(o object) {
 	defer d.mu.Unlock()
 	d.live[o] = struct{}{}
 	switch o := o.(type) {
+	case *mr:
+		d.mrs[o.lkey] = o
 	case *cq:
 		d.cqs[unsafe.Pointer(o.cq)] = o
 	case *qp:
@@ -187,6 +191,10 @@ func (d *device) remove(o object, key unsafe.Pointer) {
 	delete(d.live, o)
 	// A destroyed object's address may already be a new object's: delete only our own.
 	switch o := o.(type) {
+	case *mr:
+		if d.mrs[o.lkey] == o {
+			delete(d.mrs, o.lkey)
+		}
 	case *cq:
 		if d.cqs[key] == o {
 			delete(d.cqs, key)
@@ -200,6 +208,14 @@ func (d *device) remove(o object, key unsafe.Pointer) {
 			delete(d.srqs, key)
 		}
 	}
+}
+
+// covered reports whether a live region's lkey is the SGE's and the region holds it.
+func (d *device) covered(s *driver.SGE) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	m := d.mrs[s.LKey]
+	return m != nil && s.Addr >= m.addr && s.Addr-m.addr+uint64(s.Length) <= m.length
 }
 
 func (d *device) Query() driver.DeviceAttr { return d.attr }

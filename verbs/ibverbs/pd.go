@@ -73,6 +73,7 @@ type mr struct {
 	lkey   uint32
 	rkey   uint32
 	addr   uint64
+	length uint64
 	closed bool
 }
 
@@ -99,7 +100,7 @@ func (p *pd) RegMR(buf []byte, access driver.Access) (driver.MR, error) {
 		m.pin.Unpin()
 		return nil, ibvErr("ibv_reg_mr", err)
 	}
-	m.mr, m.lkey, m.rkey, m.addr = r, uint32(r.lkey), uint32(r.rkey), uint64(uintptr(addr))
+	m.mr, m.lkey, m.rkey, m.addr, m.length = r, uint32(r.lkey), uint32(r.rkey), uint64(uintptr(addr)), uint64(len(buf))
 	p.dev.add(m)
 	return m, nil
 }

@@ -106,7 +106,7 @@ func (q *qp) PostSend(wrs []driver.SendWR) error {
 		n := min(len(wrs)-base, s.n)
 		var convErr error
 		for i := range n {
-			if convErr = s.convert(&in[i], &wrs[base+i], sges[i*s.maxSGE:(i+1)*s.maxSGE]); convErr != nil {
+			if convErr = q.convert(&in[i], &wrs[base+i], sges[i*s.maxSGE:(i+1)*s.maxSGE]); convErr != nil {
 				n = i
 				break
 			}
@@ -124,11 +124,22 @@ func (q *qp) PostSend(wrs []driver.SendWR) error {
 	return nil
 }
 
-// convert fills one C work request from wr; sges is its room for SGEs.
-func (s *sendQueue) convert(g *C.struct_gv_send_wr, wr *driver.SendWR, sges []driver.SGE) error {
+// convert fills one C work request from wr; sges is its room for SGEs. It refuses what
+// would make the provider library itself fault, not the device: a UD send without an
+// address handle, and inline data from memory no region of the device covers (the
+// library copies inline data with the CPU, at the address the SGE gives).
+func (q *qp) convert(g *C.struct_gv_send_wr, wr *driver.SendWR, sges []driver.SGE) error {
 	if len(wr.SGL) > len(sges) {
 		return &driver.Error{Kind: driver.ErrInvalidAttr,
 			Err: fmt.Errorf("%d SGEs, the QP was created for %d", len(wr.SGL), len(sges))}
+	}
+	if wr.Flags&driver.SendInline != 0 {
+		for i := range wr.SGL {
+			if !q.dev.covered(&wr.SGL[i]) {
+				return &driver.Error{Kind: driver.ErrInvalidAttr,
+					Err: fmt.Errorf("inline SGE %d is outside the region its lkey names", i)}
+			}
+		}
 	}
 	copy(sges, wr.SGL)
 	*g = C.struct_gv_send_wr{
@@ -137,20 +148,25 @@ func (s *sendQueue) convert(g *C.struct_gv_send_wr, wr *driver.SendWR, sges []dr
 		opcode: C.uint32_t(wr.Opcode), send_flags: C.uint32_t(wr.Flags), imm: C.uint32_t(wr.Imm),
 		rkey: C.uint32_t(wr.RKey), num_sge: C.uint32_t(len(wr.SGL)),
 	}
+	var ahRef driver.AH
 	if wr.AH != nil {
-		if d := wr.AH.DriverAH(); d != nil {
-			a, ok := d.(*ah)
-			if !ok {
-				return errWrongDevice("address handle")
-			}
-			a.mu.Lock()
-			g.ah = a.ah
-			a.mu.Unlock()
-			if g.ah == nil {
-				return errClosed("address handle")
-			}
-			g.remote_qpn, g.remote_qkey = C.uint32_t(wr.RemoteQPN), C.uint32_t(wr.RemoteQKey)
+		ahRef = wr.AH.DriverAH()
+	}
+	if q.ud && ahRef == nil {
+		return &driver.Error{Kind: driver.ErrInvalidAttr, Err: fmt.Errorf("a UD send needs an address handle")}
+	}
+	if ahRef != nil {
+		a, ok := ahRef.(*ah)
+		if !ok {
+			return errWrongDevice("address handle")
 		}
+		a.mu.Lock()
+		g.ah = a.ah
+		a.mu.Unlock()
+		if g.ah == nil {
+			return errClosed("address handle")
+		}
+		g.remote_qpn, g.remote_qkey = C.uint32_t(wr.RemoteQPN), C.uint32_t(wr.RemoteQKey)
 	}
 	if wr.Opcode == driver.WRBindMW {
 		if wr.Bind == nil || wr.Bind.MW == nil {

@@ -24,6 +24,7 @@ type qp struct {
 	dev  *device
 	qpn  uint32
 	port uint8 // the port of the last Modify that set one, for address vectors without
+	ud   bool  // every send names its destination (an AH)
 	send sendQueue
 	recv recvQueue // unused with an SRQ
 	srq  *srq
@@ -81,7 +82,7 @@ func (p *pd) CreateQP(init *driver.QPInit) (driver.QP, error) {
 		return nil, ibvErr("ibv_create_qp", err)
 	}
 	// a.cap now holds what the device gave, at least what was asked.
-	q := &qp{dev: p.dev, qpn: uint32(c.qp_num), port: 1, qp: c, srq: s}
+	q := &qp{dev: p.dev, qpn: uint32(c.qp_num), port: 1, ud: init.Type == driver.QPTypeUD, qp: c, srq: s}
 	q.send.init(int(a.cap.max_send_wr), int(a.cap.max_send_sge))
 	if s == nil {
 		q.recv.init(int(a.cap.max_recv_wr), int(a.cap.max_recv_sge))

@@ -169,6 +169,19 @@ func TestMemoryWindows(t *testing.T) {
 		t.Fatalf("WRITE through the type 1 window: %+v (%v)", wc, wc.Status)
 	}
 
+	// A zero-length bind with no region unbinds the type 1 window.
+	if _, err := p.b.BindMW(mw1, 8, verbs.SendSignaled, verbs.MWBind{}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := waitWC(t, p.bcq, 1)[0]; wc.Status != verbs.WCSuccess || wc.ID != 8 {
+		t.Fatalf("unbind completion %+v (%v)", wc, wc.Status)
+	}
+	if wc := write(9, rkey, 1024); wc.Status != verbs.WCRemAccessErr {
+		t.Fatalf("WRITE through the unbound type 1 window: %+v (%v), want remote access error", wc, wc.Status)
+	}
+	// The requester's QP is in ERR now: a new pair for the type 2 window.
+	p = e.pair(t, verbs.QPTypeRC)
+
 	mw2, err := e.pd.AllocMW(verbs.MWType2)
 	if err != nil {
 		t.Skipf("no type 2 windows: %v", err)

@@ -192,9 +192,10 @@ func (a *ah) Close() error {
 
 // mw is a memory window (struct ibv_mw).
 type mw struct {
-	dev *device
-	mu  sync.Mutex
-	mw  *C.struct_ibv_mw
+	dev   *device
+	mu    sync.Mutex
+	mw    *C.struct_ibv_mw
+	bound *mr // the region of the last bind, which an unbind names again
 }
 
 func (w *mw) rank() int { return rankMW }

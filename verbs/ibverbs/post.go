@@ -178,11 +178,11 @@ func (q *qp) convert(g *C.struct_gv_send_wr, wr *driver.SendWR, sges []driver.SG
 		}
 		w.mu.Lock()
 		g.mw = w.mw
+		h, err := w.bindRegion(wr.Bind.MR, wr.Bind.Length)
 		w.mu.Unlock()
 		if g.mw == nil {
 			return errClosed("memory window")
 		}
-		h, err := bindRegion(wr.Bind.MR)
 		if err != nil {
 			return err
 		}
@@ -249,10 +249,6 @@ func (q *qp) BindMW(w driver.MW, id uint64, flags driver.SendFlags, b driver.MWB
 	if !ok {
 		return 0, errWrongDevice("memory window")
 	}
-	mrh, err := bindRegion(b.MR)
-	if err != nil {
-		return 0, err
-	}
 	q.send.mu.Lock()
 	defer q.send.mu.Unlock()
 	if q.qp == nil {
@@ -263,6 +259,10 @@ func (q *qp) BindMW(w driver.MW, id uint64, flags driver.SendFlags, b driver.MWB
 	if win.mw == nil {
 		return 0, errClosed("memory window")
 	}
+	mrh, err := win.bindRegion(b.MR, b.Length)
+	if err != nil {
+		return 0, err
+	}
 	var rkey C.uint32_t
 	rc := C.gv_bind_mw(q.qp, win.mw, C.uint64_t(id), C.uint(flags), mrh, C.uint64_t(b.Addr),
 		C.uint64_t(b.Length), C.uint(b.Access), &rkey)
@@ -272,12 +272,20 @@ func (q *qp) BindMW(w driver.MW, id uint64, flags driver.SendFlags, b driver.MWB
 	return uint32(rkey), nil
 }
 
-// bindRegion returns the region a binding names. Only a nil reference means none (an
-// unbind); a reference to a nil region is a lookup that failed, refused rather than taken
-// for an unbind.
-func bindRegion(ref driver.MRRef) (*C.struct_ibv_mr, error) {
+// bindRegion returns the region a binding of w names, and remembers it, with w.mu held.
+// Only a nil reference means none; a reference to a nil region is a lookup that failed,
+// refused rather than taken for an unbind. An unbind (no region, length 0) names the
+// region w was last bound to: providers read the region's lkey even to unbind (rxe's
+// library faults on a NULL one, seen in the VM; mlx4's and bnxt_re's do the same).
+func (w *mw) bindRegion(ref driver.MRRef, length uint64) (*C.struct_ibv_mr, error) {
 	if ref == nil {
-		return nil, nil
+		if length != 0 {
+			return nil, &driver.Error{Kind: driver.ErrInvalidAttr, Err: fmt.Errorf("a binding of %d bytes names no memory region", length)}
+		}
+		if w.bound == nil {
+			return nil, &driver.Error{Kind: driver.ErrInvalidAttr, Err: fmt.Errorf("an unbind of a window that was never bound")}
+		}
+		return w.bound.handle()
 	}
 	d := ref.DriverMR()
 	if d == nil {
@@ -287,5 +295,9 @@ func bindRegion(ref driver.MRRef) (*C.struct_ibv_mr, error) {
 	if !ok {
 		return nil, errWrongDevice("memory region")
 	}
-	return m.handle()
+	h, err := m.handle()
+	if err == nil {
+		w.bound = m
+	}
+	return h, err
 }

@@ -5,6 +5,7 @@ package ibverbs_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -349,4 +350,46 @@ func TestPostRefusesWhatWouldFault(t *testing.T) {
 	wild := verbs.SGE{Addr: 8, Length: 8, LKey: buf.LKey()}
 	err = rc.PostSend(verbs.SendWR{ID: 3, Opcode: verbs.WRSend, Flags: verbs.SendInline | verbs.SendSignaled, SGL: []verbs.SGE{wild}})
 	wantErr(t, err, verbs.ErrInvalidAttr)
+}
+
+// TestPostGarbage posts requests with arbitrary opcodes, flags, remote addresses and keys
+// (their SGEs inside a registered region): each is refused or completes with an error
+// status, and nothing crashes.
+func TestPostGarbage(t *testing.T) {
+	e := setup(t)
+	p := e.pair(t, verbs.QPTypeRC)
+	buf := e.mr(t, 4096, allAccess)
+	rng := rand.New(rand.NewPCG(1, 2))
+	posted := 0
+	for i := range 300 {
+		off := rng.IntN(4096)
+		n := rng.IntN(4096 - off + 1)
+		wr := verbs.SendWR{ID: uint64(i), Opcode: verbs.WROpcode(rng.IntN(12)),
+			Flags:      verbs.SendFlags(rng.IntN(16)) | verbs.SendSignaled,
+			SGL:        []verbs.SGE{buf.SGE(off, n)}[:rng.IntN(2)],
+			RemoteAddr: rng.Uint64(), RKey: rng.Uint32(), Imm: rng.Uint32(),
+			CompareAdd: rng.Uint64(), Swap: rng.Uint64()}
+		if rng.IntN(2) == 0 {
+			wr.RemoteAddr, wr.RKey = buf.AddrOf(rng.IntN(4096)), buf.RKey()
+		}
+		if p.a.PostSend(wr) == nil {
+			posted++
+		}
+		if rng.IntN(4) == 0 {
+			p.b.PostRecv(verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{buf.SGE(0, 64)}})
+		}
+		drain(p.acq)
+		drain(p.bcq)
+	}
+	t.Logf("%d of 300 posted", posted)
+}
+
+// drain polls a CQ empty without waiting.
+func drain(cq *verbs.CQ) {
+	wcs := make([]verbs.WC, 16)
+	for {
+		if n, err := cq.Poll(wcs); err != nil || n == 0 {
+			return
+		}
+	}
 }

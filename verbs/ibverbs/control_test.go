@@ -6,10 +6,12 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/goverbs/goverbs/verbs"
+	"github.com/goverbs/goverbs/verbs/ibverbs"
 )
 
 func waitEvent(t testing.TB, events <-chan verbs.AsyncEvent, typ verbs.EventType, match func(verbs.AsyncEvent) bool) {
@@ -391,5 +393,34 @@ func drain(cq *verbs.CQ) {
 		if n, err := cq.Poll(wcs); err != nil || n == 0 {
 			return
 		}
+	}
+}
+
+// TestEventPumpsHoldNoThread: each open device has two event readers (completion channel
+// and async events); they wait in the netpoller, so sixteen of them add no OS threads
+// (readers blocked in read(2) would hold one each).
+func TestEventPumpsHoldNoThread(t *testing.T) {
+	e := setup(t)
+	if e.dev.Info().Provider != ibverbs.ProviderName {
+		t.Skip("a software device has no event descriptors")
+	}
+	threads := func() int {
+		ents, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			t.Skip("no /proc/self/task")
+		}
+		return len(ents)
+	}
+	before := threads()
+	for range 8 {
+		d, err := verbs.Open(e.dev.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+	}
+	time.Sleep(200 * time.Millisecond)
+	if after := threads(); after-before >= 8 {
+		t.Fatalf("%d threads before opening 8 devices, %d after", before, after)
 	}
 }

@@ -1,0 +1,94 @@
+//go:build ibverbs
+
+package ibverbs_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// TestPostAndPollAllocateNothing: the data path converts in memory the QP and CQ own.
+func TestPostAndPollAllocateNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	e := setup(t)
+	p := e.pair(t, verbs.QPTypeRC)
+	src := e.mr(t, 64, allAccess)
+	dst := e.mr(t, 64, allAccess)
+	wcs := make([]verbs.WC, 4)
+	deadline := time.Now().Add(waitFor)
+	allocs := testing.AllocsPerRun(100, func() {
+		if err := p.a.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{src.SGE(0, 8)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}); err != nil {
+			panic(err)
+		}
+		for {
+			n, err := p.acq.Poll(wcs)
+			if err != nil || n > 0 && wcs[0].Status != verbs.WCSuccess {
+				panic("poll failed")
+			}
+			if n > 0 || time.Now().After(deadline) {
+				return
+			}
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per post and poll, want 0", allocs)
+	}
+}
+
+// TestDeviceCloseClosesObjects: Close with objects open releases them, and using one
+// afterwards is an error, not a crash.
+func TestDeviceCloseClosesObjects(t *testing.T) {
+	e := setup(t)
+	p := e.pair(t, verbs.QPTypeRC)
+	e.mr(t, 4096, allAccess)
+	if _, err := e.pd.CreateSRQ(verbs.SRQAttr{MaxWR: 4, MaxSGE: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.dev.Close(); err != nil {
+		t.Fatalf("Close with objects open: %v", err)
+	}
+	// The device's context is gone: queries must not reach it, creations fail.
+	e.dev.QueryPort(1)
+	e.dev.GIDTable(1)
+	_, err := e.dev.AllocPD()
+	wantErr(t, err, verbs.ErrClosed)
+	if e.dev.Info().Provider == "soft" {
+		t.Skip("the software provider still accepts registrations and posts on a closed device")
+	}
+	_, err = e.pd.RegMR(make([]byte, 64), verbs.AccessLocalWrite)
+	wantErr(t, err, verbs.ErrClosed)
+	wantErr(t, p.a.PostSend(verbs.SendWR{Opcode: verbs.WRSend}), verbs.ErrClosed)
+	_, err = p.acq.Poll(make([]verbs.WC, 1))
+	wantErr(t, err, verbs.ErrClosed)
+	if _, ok := <-e.dev.Events(); ok {
+		t.Fatal("the event channel is open after Close")
+	}
+}
+
+func TestCounters(t *testing.T) {
+	e := setup(t)
+	sum := func() (s uint64) {
+		for _, c := range e.dev.Counters() {
+			s += c.Value
+		}
+		return s
+	}
+	before := sum()
+	p := e.pair(t, verbs.QPTypeRC)
+	buf := e.mr(t, 64, allAccess)
+	for i := range 4 {
+		if err := p.a.PostSend(verbs.SendWR{ID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{buf.SGE(0, 8)}, RemoteAddr: buf.AddrOf(32), RKey: buf.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitWC(t, p.acq, 4)
+	if after := sum(); after <= before {
+		t.Fatalf("counters sum %d before 4 WRITEs, %d after: %v", before, after, e.dev.Counters())
+	}
+}

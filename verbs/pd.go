@@ -125,7 +125,7 @@ func AHAttrFromWC(wc *WC, grh []byte, port uint8) (AHAttr, error) {
 	var a AHAttr
 	a.Port = port
 	a.HopLimit = 64
-	if grh[20]>>4 == 4 { // IPv4 header in the last 20 bytes (RoCEv2 over IPv4)
+	if grhIsIPv4(grh) { // IPv4 header in the last 20 bytes (RoCEv2 over IPv4)
 		var ip [4]byte
 		copy(ip[:], grh[20+12:20+16])
 		a.DGID = GIDFromAddr(netip.AddrFrom4(ip))
@@ -139,6 +139,31 @@ func AHAttrFromWC(wc *WC, grh []byte, port uint8) (AHAttr, error) {
 		return a, nil
 	}
 	return AHAttr{}, fmt.Errorf("%w: GRH area holds no IP header", ErrInvalidAttr)
+}
+
+// grhIsIPv4 tells an IPv4 header in the last 20 bytes of the GRH area from an IPv6
+// header, as ibv_init_ah_from_wc does: byte 20 of an IPv6 header is inside its source
+// address, so a version nibble of 4 there proves nothing when the first byte says 6.
+// Then only a 20-byte IPv4 header with a valid header checksum is IPv4.
+func grhIsIPv4(grh []byte) bool {
+	ip := grh[20:40]
+	if ip[0]>>4 != 4 {
+		return false
+	}
+	if grh[0]>>4 != 6 {
+		return true
+	}
+	if ip[0]&15 != 5 {
+		return false
+	}
+	var sum uint32 // RFC 791 header checksum: the one's complement sum of the header is all ones
+	for i := 0; i < 20; i += 2 {
+		sum += uint32(ip[i])<<8 | uint32(ip[i+1])
+	}
+	for sum > 0xffff {
+		sum = sum&0xffff + sum>>16
+	}
+	return sum == 0xffff
 }
 
 // CreateAHFromWC creates the address handle that answers a UD receive

@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"testing"
 	"time"
+
+	"github.com/goverbs/goverbs/wire"
 )
 
 func TestUCSendAndWrite(t *testing.T) {
@@ -383,5 +385,27 @@ func TestRCIPv6(t *testing.T) {
 	expectStatus(t, b.rcq, 1, WCSuccess)
 	if !bytes.Equal(dst.Buf()[:3000], src.Buf()[:3000]) || !bytes.Equal(dst.Buf()[3000:8000], src.Buf()[:5000]) {
 		t.Fatal("IPv6 RC data differs")
+	}
+}
+
+// TestAHAttrFromWCIPv6SourceLooksLikeIPv4: byte 20 of an IPv6 GRH is byte 12 of its
+// source address; an address with 0x4_ there (one in sixteen) is still an IPv6 source.
+// An IPv4 GRH area is recognised whatever its first 20 bytes hold.
+func TestAHAttrFromWCIPv6SourceLooksLikeIPv4(t *testing.T) {
+	wc := &WC{Flags: WCWithGRH}
+	src := netip.MustParseAddr("fd00::4500:1") // byte 12 is 0x45
+	grh := make([]byte, GRHLen)
+	grh[0], grh[6], grh[7] = 0x60, 17, 64
+	copy(grh[8:24], src.AsSlice())
+	a, err := AHAttrFromWC(wc, grh, 1)
+	if err != nil || a.DGID.Addr() != src {
+		t.Fatalf("IPv6 GRH from %v: %v, %v", src, a.DGID, err)
+	}
+	v4 := netip.MustParseAddr("127.1.2.3")
+	grh = bytes.Repeat([]byte{0x66}, GRHLen) // what the hardware left in the first 20 bytes
+	ip := wire.IPHeader{Src: v4, Dst: netip.MustParseAddr("127.3.2.1"), SrcPort: 1, DstPort: wire.UDPPort, DF: true}
+	copy(grh[20:], wire.AppendIPUDP(nil, &ip, 8)[:20])
+	if a, err = AHAttrFromWC(wc, grh, 1); err != nil || a.DGID.Addr() != v4 {
+		t.Fatalf("IPv4 GRH from %v after 0x66 bytes: %v, %v", v4, a.DGID, err)
 	}
 }

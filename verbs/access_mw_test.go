@@ -110,7 +110,7 @@ func TestAccessInvalidatedWindow(t *testing.T) {
 		{name: "WRITE straddling the window's start", typ: MWType1, op: mwWrite(winOff-8, 64)},
 		{name: "READ straddling the window's end", typ: MWType2, op: mwRead(winOff+winLen-32, 64)},
 	}
-	a, b := newHost(t, accAddrA), newHost(t, accAddrB)
+	a, b := newHost(t), newHost(t)
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			s := &setup{a: a, b: b, p: newPair(t, a, b, QPTypeRC, defaultRC())}

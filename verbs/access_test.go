@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goverbs/goverbs/internal/testaddr"
 	"github.com/goverbs/goverbs/netio"
 	"github.com/goverbs/goverbs/wire"
 )
@@ -19,16 +20,8 @@ import (
 // has (WRITE with a wrong rkey, WRITE past the end, READ without REMOTE_READ on the MR,
 // WRITE to a deregistered MR, WRITE to a QP without REMOTE_WRITE, misaligned
 // FETCH_AND_ADD) are not repeated.
-//
-// Addresses 127.30.0.1x only (other packages' tests run in parallel on other ranges).
 
-const (
-	accAddrA    = "127.30.0.11" // requester host
-	accAddrB    = "127.30.0.12" // responder host
-	accAddrFake = "127.30.0.13" // a hand-built requester: the responder QP's peer
-	accAddrEvil = "127.30.0.14" // another address on the same host, not the QP's peer
-	guardLen    = 256
-)
+const guardLen = 256
 
 // guarded is a memory region registered in the middle of a larger buffer: guard zones
 // on both sides that no remote access may reach, and a snapshot to compare against.
@@ -202,7 +195,7 @@ func TestAccessMatrix(t *testing.T) {
 		{name: "misaligned CMP_AND_SWP", wr: cmpSwap(at(4), rightKey), status: inv, nak: wire.NAKInvalidRequest},
 		{name: "misaligned FETCH_AND_ADD by one byte", wr: fetchAdd(at(1), rightKey), status: inv, nak: wire.NAKInvalidRequest},
 	}
-	a, b := newHost(t, accAddrA), newHost(t, accAddrB)
+	a, b := newHost(t), newHost(t)
 	pd2, err := b.dev.AllocPD()
 	if err != nil {
 		t.Fatal(err)
@@ -274,7 +267,7 @@ func TestAccessMatrix(t *testing.T) {
 // TestAccessZeroLength checks the other side of C9-88: a zero-length WRITE or READ checks
 // no key at all and succeeds without touching memory, whatever its rkey and address.
 func TestAccessZeroLength(t *testing.T) {
-	a, b := newHost(t, accAddrA), newHost(t, accAddrB)
+	a, b := newHost(t), newHost(t)
 	p := newPair(t, a, b, QPTypeRC, defaultRC())
 	target := newGuarded(t, b.pd, 4096, allAccess, 1)
 	local := newGuarded(t, a.pd, 64, allAccess, 2)
@@ -303,13 +296,14 @@ type rawPeer struct {
 	in   chan []byte
 }
 
-func newRawPeer(t testing.TB, addr string, port uint16, dst string) *rawPeer {
+// newRawPeer opens a raw peer on port of an address no other process holds, sending to
+// dst's RoCEv2 port.
+func newRawPeer(t testing.TB, port uint16, dst netip.Addr) *rawPeer {
 	t.Helper()
-	c, err := netio.ListenUDP(netip.AddrPortFrom(netip.MustParseAddr(addr), port), netio.UDPOptions{DisableGSO: true, DisableGRO: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &rawPeer{t: t, conn: c, dst: netip.AddrPortFrom(netip.MustParseAddr(dst), wire.UDPPort), in: make(chan []byte, 1024)}
+	c := testaddr.Open(t, testaddr.Verbs, func(a netip.Addr) (netio.Conn, error) {
+		return netio.ListenUDP(netip.AddrPortFrom(a, port), netio.UDPOptions{DisableGSO: true, DisableGRO: true})
+	})
+	r := &rawPeer{t: t, conn: c, dst: netip.AddrPortFrom(dst, wire.UDPPort), in: make(chan []byte, 1024)}
 	go func() {
 		msgs := make([]netio.Message, 8)
 		for i := range msgs {
@@ -443,8 +437,8 @@ func (r *rawRig) control(t *testing.T, h wire.Headers, off int, payload []byte) 
 // destination QPN, a source address that is not the QP's peer, and requests to a QP that
 // is not yet in RTR.
 func TestAccessHandBuilt(t *testing.T) {
-	b := newHost(t, accAddrB)
-	peer := newRawPeer(t, accAddrFake, wire.UDPPort, accAddrB)
+	b := newHost(t)
+	peer := newRawPeer(t, wire.UDPPort, b.gid.Addr())
 	payload := []byte("sixteen bytes!!!")
 	counter := func(name string) uint64 { return b.dev.Counters().Get(name) }
 
@@ -520,17 +514,17 @@ func TestAccessHandBuilt(t *testing.T) {
 	// the QP stays as it was, the drop is counted under its reason, and the same packet
 	// with the field corrected then lands.
 	drops := []struct {
-		name    string
-		state   QPState
-		from    string // source address (the QP's peer if empty)
-		counter string
-		mangle  func(r *rawRig, h *wire.Headers)
+		name      string
+		state     QPState
+		elsewhere bool // sent from another address than the QP's peer
+		counter   string
+		mangle    func(r *rawRig, h *wire.Headers)
 	}{
 		{name: "wrong P_Key", state: QPStateRTS, counter: "bad_pkey_drop", mangle: func(r *rawRig, h *wire.Headers) { h.BTH.PKey = 0x1234 }},
 		{name: "P_Key 0 (invalid)", state: QPStateRTS, counter: "bad_pkey_drop", mangle: func(r *rawRig, h *wire.Headers) { h.BTH.PKey = 0 }},
 		{name: "wrong destination QPN", state: QPStateRTS, counter: "no_qp_drop", mangle: func(r *rawRig, h *wire.Headers) { h.BTH.DestQP = r.qp.QPN() + 0x1000 }},
 		{name: "destination QPN 0", state: QPStateRTS, counter: "no_qp_drop", mangle: func(r *rawRig, h *wire.Headers) { h.BTH.DestQP = 0 }},
-		{name: "source address not the QP's peer", state: QPStateRTS, from: accAddrEvil, counter: "bad_address_drop"},
+		{name: "source address not the QP's peer", state: QPStateRTS, elsewhere: true, counter: "bad_address_drop"},
 		{name: "UC opcode to an RC QP", state: QPStateRTS, counter: "bad_transport_drop", mangle: func(r *rawRig, h *wire.Headers) { h.BTH.Opcode = wire.UCWriteOnly }},
 		{name: "QP in INIT", state: QPStateInit, counter: "bad_qp_state_drop"},
 		{name: "QP in RESET", state: QPStateReset, counter: "bad_qp_state_drop"},
@@ -544,8 +538,8 @@ func TestAccessHandBuilt(t *testing.T) {
 				c.mangle(r, &h)
 			}
 			from := r.peer
-			if c.from != "" {
-				from = newRawPeer(t, c.from, 0, accAddrB)
+			if c.elsewhere {
+				from = newRawPeer(t, 0, b.gid.Addr())
 			}
 			before := counter(c.counter)
 			c0 := b.dev.Counters()
@@ -591,7 +585,7 @@ func TestAccessHandBuilt(t *testing.T) {
 // the receive WQE is not consumed and its buffer is untouched. The next datagram with the
 // right Q_Key lands in that same WQE.
 func TestAccessUDWrongQKey(t *testing.T) {
-	a, b := newHost(t, accAddrA), newHost(t, accAddrB)
+	a, b := newHost(t), newHost(t)
 	const qkey = 0x11111111
 	qa, qb := udQP(t, a, qkey), udQP(t, b, qkey)
 	src := a.mr(t, 256, allAccess)
@@ -631,7 +625,7 @@ func TestAccessUDWrongQKey(t *testing.T) {
 // TestAccessWrongDestQPNRequester is the requester's side of a wrong destination QPN:
 // the responder drops every packet, so the requester's QP exhausts its retries.
 func TestAccessWrongDestQPNRequester(t *testing.T) {
-	a, b := newHost(t, accAddrA), newHost(t, accAddrB)
+	a, b := newHost(t), newHost(t)
 	p := defaultRC()
 	p.timeout, p.retry = 8, 1 // ≈1 ms per try
 	qa, qb := a.qp(t, QPTypeRC), b.qp(t, QPTypeRC)

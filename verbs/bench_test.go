@@ -100,7 +100,7 @@ func streamWrites(b *testing.B, qa *QP, w *cqWaiter, wr SendWR, depth, signalEve
 
 func BenchmarkRCWrite64K(b *testing.B) {
 	const size, depth, signalEvery = 64 << 10, 32, 8
-	a, c := newHost(b, "127.10.0.2"), newHost(b, "127.10.0.3")
+	a, c := newHost(b), newHost(b)
 	w := newCQWaiter(b, a.dev, 256)
 	qa, qc := qpWith(b, a, w.cq, a.rcq), qpWith(b, c, c.cq, c.rcq)
 	connectedPair(b, a, c, qa, qc)
@@ -172,7 +172,7 @@ func newPingPong(b testing.TB, a, c *host, rcqA, rcqC *CQ) *pingPong {
 }
 
 func BenchmarkRCSendPingPong8(b *testing.B) {
-	a, c := newHost(b, "127.10.0.2"), newHost(b, "127.10.0.3")
+	a, c := newHost(b), newHost(b)
 	wa, wc := newCQWaiter(b, a.dev, 64), newCQWaiter(b, c.dev, 64)
 	pp := newPingPong(b, a, c, wa.cq, wc.cq)
 	qa, qc, recvA, recvC, ping, pong := pp.qa, pp.qc, pp.recvA, pp.recvC, pp.ping, pp.pong
@@ -242,8 +242,8 @@ func BenchmarkUDPPingPong8(b *testing.B) {
 }
 
 // busyHost opens a host whose device runs in busy-poll mode.
-func busyHost(b testing.TB, addr string) *host {
-	return newHostCfg(b, SoftConfig{Addr: netip.MustParseAddr(addr), BusyPoll: true})
+func busyHost(b testing.TB) *host {
+	return newHostCfg(b, SoftConfig{BusyPoll: true})
 }
 
 // spin polls cq until it returns a completion; in busy-poll mode each empty poll reads
@@ -264,7 +264,7 @@ func spin(b testing.TB, cq *CQ, wcs []WC) {
 }
 
 func BenchmarkRCSendPingPong8BusyPoll(b *testing.B) {
-	a, c := busyHost(b, "127.10.0.2"), busyHost(b, "127.10.0.3")
+	a, c := busyHost(b), busyHost(b)
 	pp := newPingPong(b, a, c, a.rcq, c.rcq)
 	qa, qc, recvA, recvC, ping, pong := pp.qa, pp.qc, pp.recvA, pp.recvC, pp.ping, pp.pong
 	stop := make(chan struct{})
@@ -348,7 +348,7 @@ func BenchmarkUDPPingPong8BusyPoll(b *testing.B) {
 // one QP, 128 outstanding, every 32nd signaled; ns/op is the time per message.
 func BenchmarkRCWrite8Rate(b *testing.B) {
 	const depth, signalEvery = 128, 32
-	a, c := newHost(b, "127.10.0.2"), newHost(b, "127.10.0.3")
+	a, c := newHost(b), newHost(b)
 	w := newCQWaiter(b, a.dev, 256)
 	qa, qc := qpWith(b, a, w.cq, a.rcq), qpWith(b, c, c.cq, c.rcq)
 	connectedPair(b, a, c, qa, qc)

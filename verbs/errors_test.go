@@ -6,20 +6,19 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/goverbs/goverbs/internal/testaddr"
 )
 
 // TestErrorsMatchSentinels: every error path of the API wraps the sentinel a program
 // matches with errors.Is, says "verbs:" once, and does not repeat the layers below it.
 func TestErrorsMatchSentinels(t *testing.T) {
-	a, b := newHost(t, "127.11.0.1"), newHost(t, "127.11.0.2")
+	a, b := newHost(t), newHost(t)
 	busyQP := a.qp(t, QPTypeRC) // keeps a.cq and a.pd in use
 	rc := a.qp(t, QPTypeRC)     // stays in RESET
 	mr := a.mr(t, 64, allAccess)
 
-	closedDev, err := OpenSoft(SoftConfig{Addr: netip.MustParseAddr("127.11.0.3")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	closedDev := testaddr.Open(t, testaddr.Verbs, func(a netip.Addr) (*Device, error) { return OpenSoft(SoftConfig{Addr: a}) })
 	closedDev.Close()
 
 	closedQP := a.qp(t, QPTypeRC)
@@ -65,7 +64,7 @@ func TestErrorsMatchSentinels(t *testing.T) {
 			return err
 		}},
 		{"OpenSoft on an address in use", ErrUnavailable, func() error {
-			_, err := OpenSoft(SoftConfig{Addr: netip.MustParseAddr("127.11.0.1")})
+			_, err := OpenSoft(SoftConfig{Addr: a.gid.Addr()})
 			return err
 		}},
 		{"OpenSoft without an address", ErrInvalidAttr, func() error { _, err := OpenSoft(SoftConfig{}); return err }},
@@ -146,7 +145,7 @@ func TestErrorsMatchSentinels(t *testing.T) {
 // TestPostErrorNamesTheRequest: a refused request in a batch is named by its index, and
 // the error still matches its sentinel.
 func TestPostErrorNamesTheRequest(t *testing.T) {
-	a := newHost(t, "127.11.0.4")
+	a := newHost(t)
 	qp := a.qp(t, QPTypeRC)
 	if err := qp.Modify(&QPAttr{State: QPStateInit, Port: 1, AccessFlags: allAccess},
 		QPAttrState|QPAttrPKeyIndex|QPAttrPort|QPAttrAccessFlags); err != nil {

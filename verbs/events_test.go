@@ -23,7 +23,7 @@ func nextEvent(t *testing.T, evs <-chan AsyncEvent, want EventType) AsyncEvent {
 }
 
 func TestAsyncEvents(t *testing.T) {
-	a, b := newHost(t, "127.10.0.2"), newHost(t, "127.10.0.3")
+	a, b := newHost(t), newHost(t)
 	evA, evB := a.dev.Events(), b.dev.Events()
 	if ev := nextEvent(t, evA, EventPortActive); ev.Port != 1 {
 		t.Fatalf("port active event %+v", ev)
@@ -77,7 +77,7 @@ func TestAsyncEvents(t *testing.T) {
 }
 
 func TestResourceLimits(t *testing.T) {
-	a := newHost(t, "127.10.0.2")
+	a := newHost(t)
 	attr := a.dev.Query()
 	cases := []struct {
 		name string

@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/goverbs/goverbs/internal/testaddr"
 )
 
 // host is one software device with a PD and CQs, the way a test builds a "machine".
@@ -16,16 +18,36 @@ type host struct {
 	closed bool
 }
 
-func newHost(t testing.TB, addr string) *host {
+// newHost opens a host on a loopback address no other process holds: test binaries of
+// several packages (and several people) run at once on one machine.
+func newHost(t testing.TB) *host {
+	t.Helper()
+	return newHostCfg(t, SoftConfig{})
+}
+
+// newHostAt opens a host on addr, for the tests that need a particular address (an IPv6
+// address they added to lo).
+func newHostAt(t testing.TB, addr string) *host {
 	t.Helper()
 	return newHostCfg(t, SoftConfig{Addr: netip.MustParseAddr(addr)})
 }
 
+// newHostCfg opens a host as cfg says; without an address or a Conn it binds a free
+// loopback address, as newHost does.
 func newHostCfg(t testing.TB, cfg SoftConfig) *host {
 	t.Helper()
-	dev, err := OpenSoft(cfg)
-	if err != nil {
-		t.Fatalf("OpenSoft %v: %v", cfg.Addr, err)
+	var dev *Device
+	var err error
+	if cfg.Addr.IsValid() || cfg.Conn != nil {
+		if dev, err = OpenSoft(cfg); err != nil {
+			t.Fatalf("OpenSoft %v: %v", cfg.Addr, err)
+		}
+	} else {
+		dev = testaddr.Open(t, testaddr.Verbs, func(a netip.Addr) (*Device, error) {
+			c := cfg
+			c.Addr = a
+			return OpenSoft(c)
+		})
 	}
 	h := &host{dev: dev}
 	t.Cleanup(func() { dev.Close() })

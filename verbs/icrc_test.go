@@ -15,7 +15,7 @@ import (
 // it, a corrupt one is dropped and counted, and once a QP's peer has shown itself a
 // goverbs peer only the Identifications goverbs sends pass.
 func TestICRCPolicy(t *testing.T) {
-	b := newHost(t, "127.10.0.3")
+	b := newHost(t)
 	qb := udQP(t, b, 0x1234)
 	buf := b.mr(t, 4096, allAccess)
 	for i := 0; i < 8; i++ {
@@ -28,7 +28,7 @@ func TestICRCPolicy(t *testing.T) {
 	}
 	defer conn.Close()
 	srcAP := conn.LocalAddr().(*net.UDPAddr).AddrPort()
-	dst := netip.AddrPortFrom(netip.MustParseAddr("127.10.0.3"), wire.UDPPort)
+	dst := netip.AddrPortFrom(b.gid.Addr(), wire.UDPPort)
 	send := func(id uint16, df, corrupt bool) {
 		h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.UDSendOnly, PKey: 0xffff, DestQP: qp.QPN(), PSN: 1},
 			DETH: wire.DETHFields{QKey: 0x1234, SrcQP: 0x99}}

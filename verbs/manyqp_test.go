@@ -57,7 +57,7 @@ func TestManyQPs(t *testing.T) {
 	if raceEnabled {
 		inFlight = 32
 	}
-	a, b := newHost(t, "127.10.0.2"), newHost(t, "127.10.0.3")
+	a, b := newHost(t), newHost(t)
 	m := connectMany(t, a, b, n, manyQPsTimeout)
 	fill(m.src.Buf(), 4096)
 	// A 4 KiB WRITE and a SEND on every QP, inFlight QPs at a time; completions are
@@ -115,7 +115,7 @@ func TestManyQPs(t *testing.T) {
 // reports the aggregate bandwidth and the memory each QP pair costs.
 func BenchmarkManyQPsWrite64K(b *testing.B) {
 	const n = 4096
-	a, c := newHost(b, "127.10.0.2"), newHost(b, "127.10.0.3")
+	a, c := newHost(b), newHost(b)
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)

@@ -6,7 +6,7 @@ import (
 )
 
 func TestMemoryWindowType1(t *testing.T) {
-	a, b := newHost(t, "127.10.0.2"), newHost(t, "127.10.0.3")
+	a, b := newHost(t), newHost(t)
 	p := newPair(t, a, b, QPTypeRC, defaultRC())
 	src := a.mr(t, 4096, allAccess)
 	fill(src.Buf(), 5)
@@ -46,7 +46,7 @@ func TestMemoryWindowType1(t *testing.T) {
 }
 
 func TestMemoryWindowType2InvalidateAndRights(t *testing.T) {
-	a, b := newHost(t, "127.10.0.2"), newHost(t, "127.10.0.3")
+	a, b := newHost(t), newHost(t)
 	target := b.mr(t, 4096, allAccess|AccessMWBind)
 	copy(target.Buf()[100:], "window bytes")
 	mw, err := b.pd.AllocMW(MWType2)
@@ -119,7 +119,7 @@ func TestMemoryWindowType2InvalidateAndRights(t *testing.T) {
 }
 
 func TestMemoryWindowBindErrors(t *testing.T) {
-	a, b := newHost(t, "127.10.0.2"), newHost(t, "127.10.0.3")
+	a, b := newHost(t), newHost(t)
 	p := newPair(t, a, b, QPTypeRC, defaultRC())
 	noBind := b.mr(t, 4096, allAccess) // no AccessMWBind
 	mw, _ := b.pd.AllocMW(MWType1)

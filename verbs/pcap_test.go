@@ -27,8 +27,8 @@ func TestRCSessionCapture(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := newHostCfg(t, SoftConfig{Addr: netip.MustParseAddr("127.10.0.2"), Recorder: w})
-	b := newHost(t, "127.10.0.3")
+	a := newHostCfg(t, SoftConfig{Recorder: w})
+	b := newHost(t)
 	p := newPair(t, a, b, QPTypeRC, defaultRC())
 	src, dst := a.mr(t, 8192, allAccess), b.mr(t, 8192, allAccess)
 	fill(src.Buf(), 1)
@@ -146,8 +146,8 @@ func (r *ackReqRecorder) Record(_ time.Time, src, _ netip.AddrPort, _ uint16, b 
 // message of an unsignaled stream.
 func TestAckReqPlacement(t *testing.T) {
 	rec := &ackReqRecorder{}
-	a := newHostCfg(t, SoftConfig{Addr: netip.MustParseAddr("127.10.0.2"), Recorder: rec})
-	b := newHost(t, "127.10.0.3")
+	a := newHostCfg(t, SoftConfig{Recorder: rec})
+	b := newHost(t)
 	params := defaultRC()
 	params.mtu = MTU4096
 	p := newPair(t, a, b, QPTypeRC, params)
@@ -186,13 +186,13 @@ type segRecorder struct {
 
 func (r *segRecorder) Record(_ time.Time, src, _ netip.AddrPort, ipID uint16, b []byte) error {
 	var p wire.Packet
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if src.Addr() != r.from || p.Parse(b, wire.MTU4096.Bytes()) != nil {
 		return nil
 	}
-	r.mu.Lock()
 	r.ops = append(r.ops, p.BTH.Opcode())
 	r.ids = append(r.ids, ipID)
-	r.mu.Unlock()
 	return nil
 }
 
@@ -201,9 +201,12 @@ func (r *segRecorder) Record(_ time.Time, src, _ netip.AddrPort, ipID uint16, b 
 // Identification 1, and the receiver, which checks segment i of a GRO run against
 // Identification i, takes every packet (no ICRC errors, no retransmissions).
 func TestTwoPacketMessageOneGSOSend(t *testing.T) {
-	rec := &segRecorder{from: netip.MustParseAddr("127.10.0.2")}
-	a := newHostCfg(t, SoftConfig{Addr: netip.MustParseAddr("127.10.0.2"), Recorder: rec})
-	b := newHost(t, "127.10.0.3")
+	rec := &segRecorder{}
+	a := newHostCfg(t, SoftConfig{Recorder: rec})
+	rec.mu.Lock()
+	rec.from = a.gid.Addr()
+	rec.mu.Unlock()
+	b := newHost(t)
 	if c, err := netio.ListenUDP(netip.MustParseAddrPort("127.10.0.9:0"), netio.UDPOptions{}); err != nil || !c.Caps().GSO {
 		t.Skip("no UDP GSO here")
 	} else {

@@ -20,18 +20,16 @@ import (
 // Peer failure (issue 6): the peer is another process — this test binary re-executed as a
 // helper that opens a software device and serves — killed with SIGKILL in the middle of a
 // transfer; then a new peer process with a new QP; and objects closed while traffic runs,
-// with a goroutine-leak check. Addresses 127.30.0.3x and 127.30.0.4x only.
+// with a goroutine-leak check.
 
 const (
-	pfAddrLocal = "127.30.0.31"
-	pfAddrPeer  = "127.30.0.32"
-	peerEnv     = "GOVERBS_PEERFAIL_HELPER" // "PEERADDR,LOCALADDR" in the helper process
-	peerMRSize  = 1 << 20
+	peerEnv    = "GOVERBS_PEERFAIL_HELPER" // "[PEERADDR],LOCALADDR" in the helper process
+	peerMRSize = 1 << 20
 )
 
 // TestPeerFailHelper is the helper process's body: it is skipped in a normal run.
 //
-// Protocol on stdin/stdout: the helper prints "READY qpn rkey addr", reads
+// Protocol on stdin/stdout: the helper prints "READY qpn rkey addr ip", reads
 // "PEER qpn rqpsn sqpsn", connects, posts receives, prints "CONNECTED", then serves: it
 // answers WRITE and READ as the RC responder does and echoes every SEND back with a SEND
 // of the same bytes. It exits when stdin closes.
@@ -45,13 +43,18 @@ func TestPeerFailHelper(t *testing.T) {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		os.Exit(3)
 	}
-	h := newHost(t, self)
+	var h *host
+	if self == "" {
+		h = newHost(t) // an address of its own, chosen where it is bound
+	} else {
+		h = newHostAt(t, self)
+	}
 	mr, err := h.pd.RegMR(make([]byte, peerMRSize), allAccess)
 	if err != nil {
 		fail(err)
 	}
 	qp := h.qp(t, QPTypeRC)
-	fmt.Printf("READY %d %d %d\n", qp.QPN(), mr.RKey(), mr.Addr())
+	fmt.Printf("READY %d %d %d %s\n", qp.QPN(), mr.RKey(), mr.Addr(), h.gid.Addr())
 	in := bufio.NewScanner(os.Stdin)
 	if !in.Scan() {
 		fail(errors.New("no PEER line"))
@@ -115,11 +118,13 @@ type peerProc struct {
 	errs  bytes.Buffer
 }
 
-func startPeer(t *testing.T, self, parent string) *peerProc {
+// startPeer starts a helper process serving on self ("": an address it chooses) whose
+// QP will be connected to parent.
+func startPeer(t *testing.T, self string, parent GID) *peerProc {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestPeerFailHelper$", "-test.count=1")
-	cmd.Env = append(os.Environ(), peerEnv+"="+self+","+parent)
-	p := &peerProc{t: t, cmd: cmd, gid: GIDFromAddr(netip.MustParseAddr(self))}
+	cmd.Env = append(os.Environ(), peerEnv+"="+self+","+parent.Addr().String())
+	p := &peerProc{t: t, cmd: cmd}
 	cmd.Stderr = &p.errs
 	var err error
 	if p.stdin, err = cmd.StdinPipe(); err != nil {
@@ -139,9 +144,15 @@ func startPeer(t *testing.T, self, parent string) *peerProc {
 	})
 	p.out = bufio.NewScanner(stdout)
 	line := p.expect("READY")
-	if _, err := fmt.Sscanf(line, "READY %d %d %d", &p.qpn, &p.rkey, &p.addr); err != nil {
+	var ip string
+	if _, err := fmt.Sscanf(line, "READY %d %d %d %s", &p.qpn, &p.rkey, &p.addr, &ip); err != nil {
 		t.Fatalf("helper said %q: %v", line, err)
 	}
+	a, err := netip.ParseAddr(ip)
+	if err != nil {
+		t.Fatalf("helper said %q: %v", line, err)
+	}
+	p.gid = GIDFromAddr(a)
 	return p
 }
 
@@ -211,8 +222,8 @@ func TestPeerProcessKilledMidTransfer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts helper processes")
 	}
-	h := newHost(t, pfAddrLocal)
-	peer := startPeer(t, pfAddrPeer, pfAddrLocal)
+	h := newHost(t)
+	peer := startPeer(t, "", h.gid)
 	params := defaultRC()
 	params.timeout, params.retry = 14, 3 // 67.1 ms per try, 4 tries: 268 ms
 	qp := h.qp(t, QPTypeRC)
@@ -284,7 +295,7 @@ func TestPeerProcessKilledMidTransfer(t *testing.T) {
 	// The peer comes back (a new process, a new QP); the same local QP, reset, connects to
 	// it and works.
 	peer.cmd.Wait()
-	peer2 := startPeer(t, pfAddrPeer, pfAddrLocal)
+	peer2 := startPeer(t, peer.gid.Addr().String(), h.gid) // back on the address the killed one held
 	if peer2.qpn != peer.qpn {
 		t.Logf("new peer QPN %#x (was %#x)", peer2.qpn, peer.qpn)
 	}
@@ -296,7 +307,7 @@ func TestPeerProcessKilledMidTransfer(t *testing.T) {
 	checkTransfer(t, h, qp, peer2, 3)
 	// And a brand-new QP beside it.
 	qp2 := h.qp(t, QPTypeRC)
-	peer3 := startPeer(t, "127.30.0.33", pfAddrLocal)
+	peer3 := startPeer(t, "", h.gid)
 	connect(t, qp2, params, peer3.gid, peer3.qpn, 1, 2)
 	peer3.connectTo(qp2.QPN(), 2, 1)
 	checkTransfer(t, h, qp2, peer3, 4)
@@ -520,7 +531,7 @@ func TestCloseWhileTrafficRuns(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			leaks := checkGoroutines(t)
 			func() {
-				a, b := newHost(t, "127.30.0.41"), newHost(t, "127.30.0.42")
+				a, b := newHost(t), newHost(t)
 				defer a.dev.Close()
 				defer b.dev.Close()
 				params := defaultRC()
@@ -564,7 +575,7 @@ func TestCloseWhileTrafficRuns(t *testing.T) {
 func TestCloseWithUndrainedEvents(t *testing.T) {
 	leaks := checkGoroutines(t)
 	func() {
-		a := newHost(t, "127.30.0.43")
+		a := newHost(t)
 		defer a.dev.Close()
 		evs := a.dev.Events()
 		<-evs // PORT_ACTIVE: the forwarding goroutines are running

@@ -148,7 +148,7 @@ func TestRCErrors(t *testing.T) {
 			reqStatus: WCLocLenErr, respState: QPStateRTS,
 		},
 	}
-	a, b := newHost(t, "127.10.0.2"), newHost(t, "127.10.0.3")
+	a, b := newHost(t), newHost(t)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			p := defaultRC()
@@ -193,7 +193,7 @@ func TestRCErrors(t *testing.T) {
 }
 
 func TestRNRRecoversWhenReceiveIsPostedLate(t *testing.T) {
-	a, b := newHost(t, "127.10.0.2"), newHost(t, "127.10.0.3")
+	a, b := newHost(t), newHost(t)
 	p := newPair(t, a, b, QPTypeRC, defaultRC())
 	src, dst := a.mr(t, 64, allAccess), b.mr(t, 64, allAccess)
 	copy(src.Buf(), "late receive")
@@ -215,7 +215,7 @@ func TestRNRRecoversWhenReceiveIsPostedLate(t *testing.T) {
 }
 
 func TestModifyChecksTransitions(t *testing.T) {
-	a := newHost(t, "127.10.0.2")
+	a := newHost(t)
 	qp := a.qp(t, QPTypeRC)
 	// RESET -> RTR skips INIT.
 	err := qp.Modify(&QPAttr{State: QPStateRTR}, QPAttrState)

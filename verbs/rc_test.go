@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/binary"
 	"math/rand/v2"
-	"net/netip"
 	"testing"
 	"time"
 )
@@ -18,7 +17,7 @@ func fill(b []byte, seed uint64) {
 }
 
 func TestRCSendWriteReadOverUDP(t *testing.T) {
-	a, b := newHost(t, "127.10.0.2"), newHost(t, "127.10.0.3")
+	a, b := newHost(t), newHost(t)
 	p := newPair(t, a, b, QPTypeRC, defaultRC())
 	const mtu = 1024
 	sizes := []int{0, 1, mtu - 1, mtu, mtu + 1, 1 << 20}
@@ -76,7 +75,7 @@ func TestRCSendWriteReadOverUDP(t *testing.T) {
 }
 
 func TestRCAtomics(t *testing.T) {
-	a, b := newHost(t, "127.10.0.2"), newHost(t, "127.10.0.3")
+	a, b := newHost(t), newHost(t)
 	p := newPair(t, a, b, QPTypeRC, defaultRC())
 	target := b.mr(t, 64, allAccess)
 	binary.NativeEndian.PutUint64(target.Buf()[8:], 100)
@@ -117,7 +116,7 @@ func TestRCConcurrentFetchAddFromManyQPs(t *testing.T) {
 	// Several requesters on several devices hammer one counter. The responder executes
 	// each atomic exactly once, so the counter ends on the exact sum and the original
 	// values handed back are 0, 3, 6, … each exactly once.
-	target := newHost(t, "127.10.0.3")
+	target := newHost(t)
 	counter := target.mr(t, 8, allAccess)
 	const hosts, qpsPerHost, opsPerQP = 3, 2, 200
 	type src struct {
@@ -127,7 +126,7 @@ func TestRCConcurrentFetchAddFromManyQPs(t *testing.T) {
 	var srcs []src
 	errs := make(chan error, hosts*qpsPerHost)
 	for h := 0; h < hosts; h++ {
-		s := src{h: newHost(t, "127.10.0."+string(rune('4'+h)))}
+		s := src{h: newHost(t)}
 		for q := 0; q < qpsPerHost; q++ {
 			p := newPair(t, s.h, target, QPTypeRC, defaultRC())
 			res := s.h.mr(t, 8*opsPerQP, allAccess)
@@ -175,7 +174,7 @@ func TestRCConcurrentFetchAddFromManyQPs(t *testing.T) {
 }
 
 func TestRCWriteIntoMmapMemoryAndQuery(t *testing.T) {
-	a, b := newHost(t, "127.10.0.2"), newHost(t, "127.10.0.3")
+	a, b := newHost(t), newHost(t)
 	p := newPair(t, a, b, QPTypeRC, defaultRC())
 	mem, err := Mmap(1<<20, false)
 	if err != nil {
@@ -210,7 +209,7 @@ func TestRCWriteIntoMmapMemoryAndQuery(t *testing.T) {
 }
 
 func TestRCMultiSGEInlineFenceSolicited(t *testing.T) {
-	a, b := newHost(t, "127.10.0.2"), newHost(t, "127.10.0.3")
+	a, b := newHost(t), newHost(t)
 	ch := b.dev.CreateCompChannel()
 	rcq, _ := b.dev.CreateCQ(64, ch)
 	qa := a.qp(t, QPTypeRC)
@@ -285,8 +284,8 @@ func TestRCMultiSGEInlineFenceSolicited(t *testing.T) {
 func TestBusyPollDevices(t *testing.T) {
 	// Busy-poll devices: the poller drives the receive path, and a passive target that
 	// never polls is still served (one-sided WRITE and READ).
-	a := newHostCfg(t, SoftConfig{Addr: netip.MustParseAddr("127.10.0.2"), BusyPoll: true})
-	b := newHostCfg(t, SoftConfig{Addr: netip.MustParseAddr("127.10.0.3"), BusyPoll: true})
+	a := newHostCfg(t, SoftConfig{BusyPoll: true})
+	b := newHostCfg(t, SoftConfig{BusyPoll: true})
 	p := newPair(t, a, b, QPTypeRC, defaultRC())
 	src, dst := a.mr(t, 1<<16, allAccess), b.mr(t, 1<<16, allAccess)
 	fill(src.Buf(), 12)
@@ -309,8 +308,8 @@ func TestBusyPollDevices(t *testing.T) {
 // completion and stops polling, the ACK must still leave, from the background goroutine,
 // long before the peer's retransmit timer (4 s here) would force the question.
 func TestBusyPollAckAfterPollingStops(t *testing.T) {
-	a := newHost(t, "127.10.0.2")
-	b := newHostCfg(t, SoftConfig{Addr: netip.MustParseAddr("127.10.0.3"), BusyPoll: true})
+	a := newHost(t)
+	b := newHostCfg(t, SoftConfig{BusyPoll: true})
 	params := defaultRC()
 	params.timeout = 20 // 4.096 us * 2^20: about 4.3 s
 	p := newPair(t, a, b, QPTypeRC, params)

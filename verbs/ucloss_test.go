@@ -41,7 +41,7 @@ func TestUCMessageWithALostPacketIsDropped(t *testing.T) {
 }
 
 func TestUDQKeyHighBitUsesTheQPsQKey(t *testing.T) {
-	a, b := newHost(t, "127.10.0.2"), newHost(t, "127.10.0.3")
+	a, b := newHost(t), newHost(t)
 	const qkey = 0x0badcafe
 	qa, qb := udQP(t, a, qkey), udQP(t, b, qkey)
 	src, dst := a.mr(t, 64, allAccess), b.mr(t, 64+GRHLen, allAccess)
@@ -55,7 +55,7 @@ func TestUDQKeyHighBitUsesTheQPsQKey(t *testing.T) {
 }
 
 func TestSRQQueryAndArm(t *testing.T) {
-	a := newHost(t, "127.10.0.2")
+	a := newHost(t)
 	srq, err := a.pd.CreateSRQ(SRQAttr{MaxWR: 32, MaxSGE: 2, SRQLimit: 4})
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
@@ -15,7 +16,7 @@ import (
 )
 
 func TestUCSendAndWrite(t *testing.T) {
-	a, b := newHost(t, "127.10.0.2"), newHost(t, "127.10.0.3")
+	a, b := newHost(t), newHost(t)
 	p := newPair(t, a, b, QPTypeUC, defaultRC())
 	src, dst := a.mr(t, 8192, allAccess), b.mr(t, 8192, allAccess)
 	fill(src.Buf(), 42)
@@ -63,8 +64,8 @@ func udQP(t *testing.T, h *host, qkey uint32) *QP {
 	return qp
 }
 
-func testUD(t *testing.T, addrA, addrB string) {
-	a, b := newHost(t, addrA), newHost(t, addrB)
+// testUD runs UD between a and b.
+func testUD(t *testing.T, a, b *host) {
 	const qkey = 0x11111111
 	qa, qb := udQP(t, a, qkey), udQP(t, b, qkey)
 	src, dst := a.mr(t, 4096, allAccess), b.mr(t, 4096+GRHLen, allAccess)
@@ -87,7 +88,7 @@ func testUD(t *testing.T, addrA, addrB string) {
 		t.Fatal("UD payload differs")
 	}
 	grh := dst.Buf()[:GRHLen]
-	srcAddr := netip.MustParseAddr(addrA)
+	srcAddr := a.gid.Addr()
 	if srcAddr.Is4() {
 		// rxe's layout: the IPv4 header in the last 20 bytes, zeros before it.
 		if !bytes.Equal(grh[:20], make([]byte, 20)) || grh[20] != 0x45 || grh[20+9] != 17 {
@@ -136,20 +137,41 @@ func testUD(t *testing.T, addrA, addrB string) {
 	}
 }
 
-func TestUDIPv4(t *testing.T) { testUD(t, "127.10.0.2", "127.10.0.3") }
+func TestUDIPv4(t *testing.T) { testUD(t, newHost(t), newHost(t)) }
 
-func TestUDIPv6(t *testing.T) {
-	// Two IPv6 loopback-style addresses: ::1 and one this test adds to lo.
+func TestUDIPv6(t *testing.T) { testUD(t, ipv6Host(t), ipv6Host(t)) }
+
+// ipv6Host opens a host on an IPv6 address of its own that it adds to lo and removes
+// when the test ends. ::1 is one address for the whole machine: test processes running
+// at once would fight over [::1]:4791, so each host gets a random address of
+// fd00:6f76:6572::/64 instead, and "File exists" (another process added the same one)
+// means drawing again.
+func ipv6Host(t *testing.T) *host {
+	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("adding a second IPv6 address to lo needs root")
+		t.Skip("adding IPv6 addresses to lo needs root")
 	}
-	const extra = "fd00:6f76:6572::2"
-	if out, err := exec.Command("ip", "-6", "addr", "add", extra+"/128", "dev", "lo", "nodad").CombinedOutput(); err != nil {
-		t.Skipf("ip -6 addr add: %v %s", err, out)
+	for range 100 {
+		addr := netip.AddrFrom16([16]byte{0xfd, 0, 0x6f, 0x76, 0x65, 0x72, 8: byte(rand.IntN(256)),
+			byte(rand.IntN(256)), byte(rand.IntN(256)), byte(rand.IntN(256)), byte(rand.IntN(256)),
+			byte(rand.IntN(256)), byte(rand.IntN(256)), byte(1 + rand.IntN(255))}).String()
+		out, err := exec.Command("ip", "-6", "addr", "add", addr+"/128", "dev", "lo", "nodad").CombinedOutput()
+		if err != nil {
+			if bytes.Contains(out, []byte("exists")) {
+				continue
+			}
+			t.Skipf("ip -6 addr add: %v %s", err, out)
+		}
+		t.Cleanup(func() { exec.Command("ip", "-6", "addr", "del", addr+"/128", "dev", "lo").Run() })
+		waitAddrUp(t, addr)
+		h := newHostAt(t, addr)
+		if h.gid.Addr() != netip.MustParseAddr(addr) { // an IPv6 GID is the address itself
+			t.Fatalf("IPv6 GID %v on %s", h.gid, addr)
+		}
+		return h
 	}
-	t.Cleanup(func() { exec.Command("ip", "-6", "addr", "del", extra+"/128", "dev", "lo").Run() })
-	waitAddrUp(t, extra)
-	testUD(t, "::1", extra)
+	t.Fatal("no free IPv6 address in fd00:6f76:6572::/64")
+	return nil
 }
 
 // waitAddrUp waits until a datagram from ::1 reaches a freshly added address: UD does not
@@ -177,7 +199,7 @@ func waitAddrUp(t *testing.T, addr string) {
 }
 
 func TestSRQSixteenQPs(t *testing.T) {
-	a, b := newHost(t, "127.10.0.2"), newHost(t, "127.10.0.3")
+	a, b := newHost(t), newHost(t)
 	srq, err := b.pd.CreateSRQ(SRQAttr{MaxWR: 64, MaxSGE: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -251,7 +273,7 @@ loop:
 }
 
 func TestEmptySRQAnswersRNR(t *testing.T) {
-	a, b := newHost(t, "127.10.0.2"), newHost(t, "127.10.0.3")
+	a, b := newHost(t), newHost(t)
 	srq, _ := b.pd.CreateSRQ(SRQAttr{MaxWR: 4, MaxSGE: 1})
 	qa := a.qp(t, QPTypeRC)
 	qb, _ := b.pd.CreateQP(QPInitAttr{Type: QPTypeRC, SendCQ: b.cq, RecvCQ: b.rcq, SRQ: srq, Cap: QPCap{MaxSendWR: 4, MaxSendSGE: 1}})
@@ -269,7 +291,7 @@ func TestEmptySRQAnswersRNR(t *testing.T) {
 }
 
 func TestCompletionChannelWakesAndCancels(t *testing.T) {
-	a, b := newHost(t, "127.10.0.2"), newHost(t, "127.10.0.3")
+	a, b := newHost(t), newHost(t)
 	ch := b.dev.CreateCompChannel()
 	rcq, _ := b.dev.CreateCQ(16, ch)
 	qa := a.qp(t, QPTypeRC)
@@ -332,7 +354,7 @@ func TestCompletionChannelWakesAndCancels(t *testing.T) {
 }
 
 func TestCQOverflowIsAnErrorNotAHang(t *testing.T) {
-	a, b := newHost(t, "127.10.0.2"), newHost(t, "127.10.0.3")
+	a, b := newHost(t), newHost(t)
 	small, _ := b.dev.CreateCQ(2, nil)
 	qa := a.qp(t, QPTypeRC)
 	qb, _ := b.pd.CreateQP(QPInitAttr{Type: QPTypeRC, SendCQ: b.cq, RecvCQ: small, Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
@@ -355,19 +377,7 @@ func TestCQOverflowIsAnErrorNotAHang(t *testing.T) {
 }
 
 func TestRCIPv6(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("adding a second IPv6 address to lo needs root")
-	}
-	const extra = "fd00:6f76:6572::3"
-	if out, err := exec.Command("ip", "-6", "addr", "add", extra+"/128", "dev", "lo", "nodad").CombinedOutput(); err != nil {
-		t.Skipf("ip -6 addr add: %v %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("ip", "-6", "addr", "del", extra+"/128", "dev", "lo").Run() })
-	waitAddrUp(t, extra)
-	a, b := newHost(t, "::1"), newHost(t, extra)
-	if a.gid.Addr() != netip.MustParseAddr("::1") {
-		t.Fatalf("IPv6 GID %v", a.gid)
-	}
+	a, b := ipv6Host(t), ipv6Host(t)
 	p := newPair(t, a, b, QPTypeRC, defaultRC())
 	src, dst := a.mr(t, 8192, allAccess), b.mr(t, 8192, allAccess)
 	fill(src.Buf(), 6)

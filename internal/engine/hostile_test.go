@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goverbs/goverbs/internal/testaddr"
 	"github.com/goverbs/goverbs/netio"
 	"github.com/goverbs/goverbs/verbs/driver"
 	"github.com/goverbs/goverbs/wire"
@@ -20,19 +21,14 @@ import (
 // right are unchanged, the region with every right changed only where a delivered request
 // with its key aimed; the RC connection either still works or has failed cleanly (a
 // completion, no hang); and a new connection between the same devices moves data exactly.
-//
-// Addresses 127.30.0.2x only.
 func TestHostileDatagramsOverUDP(t *testing.T) {
-	const (
-		addrA    = "127.30.0.21" // the RC peer
-		addrB    = "127.30.0.22" // the device under attack
-		addrEvil = "127.30.0.23"
-		total    = 3000
-	)
+	const total = 3000
 	if testing.Short() {
 		t.Skip("real UDP storm")
 	}
-	devA, devB := openUDPDevice(t, addrA), openUDPDevice(t, addrB)
+	devA, devB := openUDPDevice(t), openUDPDevice(t)
+	addrA, addrB := devA.LocalAddr().Addr(), devB.LocalAddr().Addr() // the RC peer, the device under attack
+	addrEvil := testaddr.Addr(testaddr.Engine)                       // for a socket on port 0
 	pdA, _ := devA.AllocPD()
 	pdB, _ := devB.AllocPD()
 	pdB2, _ := devB.AllocPD()
@@ -55,9 +51,9 @@ func TestHostileDatagramsOverUDP(t *testing.T) {
 	ud := mkQP(devB, pdB, cqB, driver.QPTypeUD)
 	// PSNs start at 0 on both sides, so the mutated seeds (PSN 0, 1, 2 …) hit the RC
 	// responder's expected PSN: the storm can and does interfere with the connection.
-	rcUp(t, qa, netip.MustParseAddr(addrB), qb.QPN(), 0, 0)
-	rcUp(t, qb, netip.MustParseAddr(addrA), qa.QPN(), 0, 0)
-	rcUp(t, uc, netip.MustParseAddr(addrA), 0x99, 0, 0)
+	rcUp(t, qa, addrB, qb.QPN(), 0, 0)
+	rcUp(t, qb, addrA, qa.QPN(), 0, 0)
+	rcUp(t, uc, addrA, 0x99, 0, 0)
 	udUp(t, ud, fuzzQKey)
 	postRecvs := func(qp *QP) {
 		for k := 0; k < 10; k++ {
@@ -82,9 +78,9 @@ func TestHostileDatagramsOverUDP(t *testing.T) {
 			must(t, qp.Modify(&driver.QPAttr{State: driver.QPStateReset}, driver.QPAttrState))
 			switch qp {
 			case qb:
-				rcUp(t, qb, netip.MustParseAddr(addrA), qa.QPN(), 0, 0)
+				rcUp(t, qb, addrA, qa.QPN(), 0, 0)
 			case uc:
-				rcUp(t, uc, netip.MustParseAddr(addrA), 0x99, 0, 0)
+				rcUp(t, uc, addrA, 0x99, 0, 0)
 			default:
 				udUp(t, ud, fuzzQKey)
 			}
@@ -92,8 +88,8 @@ func TestHostileDatagramsOverUDP(t *testing.T) {
 		}
 	}
 
-	listen := func(addr string) netio.Conn {
-		c, err := netio.ListenUDP(netip.AddrPortFrom(netip.MustParseAddr(addr), 0), netio.UDPOptions{DisableGSO: true})
+	listen := func(addr netip.Addr) netio.Conn {
+		c, err := netio.ListenUDP(netip.AddrPortFrom(addr, 0), netio.UDPOptions{DisableGSO: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -210,8 +206,8 @@ func TestHostileDatagramsOverUDP(t *testing.T) {
 
 	// A new connection between the same two devices works, byte for byte.
 	qa2, qb2 := mkQP(devA, pdA, cqA, driver.QPTypeRC), mkQP(devB, pdB, cqB, driver.QPTypeRC)
-	rcUp(t, qa2, netip.MustParseAddr(addrB), qb2.QPN(), 0x777, 0x333)
-	rcUp(t, qb2, netip.MustParseAddr(addrA), qa2.QPN(), 0x333, 0x777)
+	rcUp(t, qa2, addrB, qb2.QPN(), 0x777, 0x333)
+	rcUp(t, qb2, addrA, qa2.QPN(), 0x333, 0x777)
 	clear(recvB)
 	readBack := make([]byte, 4096)
 	mrRB, _ := pdA.RegMR(readBack, driver.AccessLocalWrite)
@@ -255,15 +251,14 @@ func waitFor(t *testing.T, cq *CQ, id uint64, within time.Duration) driver.WC {
 	return driver.WC{}
 }
 
-// openUDPDevice opens a device on a real UDP socket at addr:4791, MTU 1024, closed when
-// the test ends.
-func openUDPDevice(t *testing.T, addr string) *Device {
+// openUDPDevice opens a device on a real UDP socket at port 4791 of a loopback address no
+// other process holds, MTU 1024, closed when the test ends.
+func openUDPDevice(t *testing.T) *Device {
 	t.Helper()
-	c, err := netio.ListenUDP(netip.AddrPortFrom(netip.MustParseAddr(addr), wire.UDPPort), netio.UDPOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := New(Config{Name: addr, Conn: c, MTU: wire.MTU1024})
+	c := testaddr.Open(t, testaddr.Engine, func(a netip.Addr) (netio.Conn, error) {
+		return netio.ListenUDP(netip.AddrPortFrom(a, wire.UDPPort), netio.UDPOptions{})
+	})
+	d, err := New(Config{Name: c.LocalAddr().Addr().String(), Conn: c, MTU: wire.MTU1024})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"net/netip"
 	"testing"
 	"time"
 
@@ -12,8 +11,8 @@ import (
 // When that QP is destroyed and its number is given to a new QP, packets for the number
 // reach the new QP, not the destroyed one.
 func TestQPNReusedAfterDestroy(t *testing.T) {
-	const addrA, addrB = "127.30.0.31", "127.30.0.32"
-	devA, devB := openUDPDevice(t, addrA), openUDPDevice(t, addrB)
+	devA, devB := openUDPDevice(t), openUDPDevice(t)
+	addrA, addrB := devA.LocalAddr().Addr(), devB.LocalAddr().Addr()
 	pdA, _ := devA.AllocPD()
 	pdB, _ := devB.AllocPD()
 	cqA, _ := devA.CreateCQ(64)
@@ -38,8 +37,8 @@ func TestQPNReusedAfterDestroy(t *testing.T) {
 	exchange := func(qb *QP, id uint64) {
 		t.Helper()
 		qa := mkQP(devA, pdA, cqA)
-		rcUp(t, qa, netip.MustParseAddr(addrB), qb.QPN(), 0, 0)
-		rcUp(t, qb, netip.MustParseAddr(addrA), qa.QPN(), 0, 0)
+		rcUp(t, qa, addrB, qb.QPN(), 0, 0)
+		rcUp(t, qb, addrA, qa.QPN(), 0, 0)
 		must(t, qb.PostRecv([]driver.RecvWR{{ID: id, SGL: []driver.SGE{{Addr: dst.Addr(), Length: 64, LKey: dst.LKey()}}}}))
 		must(t, qa.PostSend([]driver.SendWR{{ID: id, Opcode: driver.WRSend, Flags: driver.SendSignaled,
 			SGL: []driver.SGE{{Addr: src.Addr(), Length: 8, LKey: src.LKey()}}}}))

@@ -12,7 +12,7 @@ import (
 func TestBusyPollClient(t *testing.T) {
 	for _, kind := range []string{"rc", "srq"} {
 		t.Run(kind, func(t *testing.T) {
-			a, b := addrPair()
+			a, b := addrPair(t)
 			common := []string{"-p", freePort(t, a), "-g", "0", "-n", "100"}
 			srv := startServer(t, "local address:", append([]string{kind + "_pingpong", "--bind", a}, common...)...)
 			cli := runBin(t, 30*time.Second, append(append([]string{kind + "_pingpong", "--bind", b, "--busy-poll"}, common...), a)...)

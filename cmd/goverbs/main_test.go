@@ -7,20 +7,23 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/goverbs/goverbs/internal/testaddr"
+	"github.com/goverbs/goverbs/wire"
 )
 
 // The tests build the command once and run its subcommands as separate processes, a
-// server and a client, on 127.0.x.y addresses (each software device binds UDP
-// ADDR:4791) with distinct TCP ports.
+// server and a client, on loopback addresses no other process holds (each software
+// device binds UDP ADDR:4791; see testaddr) with distinct TCP ports.
 
 var binary string
 
@@ -42,12 +45,27 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-var nextHost atomic.Int32
+// addrPair returns two loopback addresses, free a moment ago, for a server and a client
+// device.
+func addrPair(t *testing.T) (string, string) {
+	t.Helper()
+	return testaddr.Free(t, testaddr.Goverbs).String(), testaddr.Free(t, testaddr.Goverbs).String()
+}
 
-// addrPair returns two fresh loopback addresses for a server and a client device.
-func addrPair() (string, string) {
-	n := nextHost.Add(2)
-	return fmt.Sprintf("127.0.%d.%d", 10+n/200, 2+n%200), fmt.Sprintf("127.0.%d.%d", 10+n/200, 3+n%200)
+// loopbackBind returns an address for --loopback --bind: the server's device binds it and
+// the client's the next one, both free a moment ago.
+func loopbackBind(t *testing.T) string {
+	t.Helper()
+	return testaddr.Open(t, testaddr.Goverbs, func(a netip.Addr) (string, error) {
+		for _, x := range []netip.Addr{a, a.Next()} {
+			c, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(x, wire.UDPPort)))
+			if err != nil {
+				return "", err
+			}
+			defer c.Close()
+		}
+		return a.String(), nil
+	})
 }
 
 // freePort returns a TCP port that was free a moment ago on addr.
@@ -195,7 +213,7 @@ func TestDevinfo(t *testing.T) {
 	}
 	// A configured device list.
 	cmd := exec.Command(binary, "devinfo", "-d", "swB")
-	cmd.Env = append(os.Environ(), "GOVERBS_DEVICES=swA=127.0.9.2,swB=127.0.9.3")
+	cmd.Env = append(os.Environ(), "GOVERBS_DEVICES=swA="+testaddr.Free(t, testaddr.Goverbs).String()+",swB="+testaddr.Free(t, testaddr.Goverbs).String())
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("devinfo -d swB: %v", err)
@@ -205,7 +223,7 @@ func TestDevinfo(t *testing.T) {
 
 func pingpong(t *testing.T, kind string, extra ...string) (result, result) {
 	t.Helper()
-	a, b := addrPair()
+	a, b := addrPair(t)
 	port := freePort(t, a)
 	common := append([]string{"-p", port, "-g", "0", "-n", "100"}, extra...)
 	srv := startServer(t, "local address:", append([]string{kind + "_pingpong", "--bind", a}, common...)...)
@@ -224,12 +242,12 @@ func TestPingpongs(t *testing.T) {
 			for who, r := range map[string]result{"server": srv, "client": cli} {
 				mustSucceed(t, kind+" "+who, r)
 				mustContain(t, kind+" "+who, r.stdout, "  local address:  LID 0x0000, QPN 0x", "  remote address: LID 0x0000, QPN 0x",
-					", GID ::ffff:127.0.", " bytes in ", " Mbit/sec\n", "100 iters in ", " usec/iter\n")
+					", GID ::ffff:127.", " bytes in ", " Mbit/sec\n", "100 iters in ", " usec/iter\n")
 				if strings.Contains(r.stdout, "invalid data") {
 					t.Errorf("%s %s: -c found invalid data:\n%s", kind, who, r.stdout)
 				}
 				if kind == "ud" { // rdma-core's ud_pingpong prints "PSN 0x...: GID" on its local line
-					mustContain(t, kind+" "+who, r.stdout, ": GID ::ffff:127.0.")
+					mustContain(t, kind+" "+who, r.stdout, ": GID ::ffff:127.")
 				}
 				if kind == "srq" && strings.Count(r.stdout, "local address:") != 4 {
 					t.Errorf("srq %s: want 4 local address lines:\n%s", who, r.stdout)
@@ -254,7 +272,7 @@ func TestRCPingpongOptions(t *testing.T) {
 // TestPingpongChkPattern: -c follows rdma-core (0 in the first byte of every page, written by
 // the client), so a server with -c and a client without it reports every page.
 func TestPingpongChkPattern(t *testing.T) {
-	a, b := addrPair()
+	a, b := addrPair(t)
 	port := freePort(t, a)
 	common := []string{"-p", port, "-g", "0", "-n", "10", "-s", "10000"}
 	srv := startServer(t, "local address:", append([]string{"rc_pingpong", "--bind", a, "-c"}, common...)...)
@@ -283,7 +301,7 @@ func TestPcap(t *testing.T) {
 // perfPair runs a perf tool as server and client processes.
 func perfPair(t *testing.T, tool string, args ...string) (result, result) {
 	t.Helper()
-	a, b := addrPair()
+	a, b := addrPair(t)
 	port := freePort(t, a)
 	common := append([]string{"-p", port}, args...)
 	srv := startServer(t, "Waiting for client", append([]string{tool, "--bind", a}, common...)...)
@@ -356,16 +374,16 @@ func TestPerfUCUD(t *testing.T) {
 }
 
 func TestLoopback(t *testing.T) {
-	r := runBin(t, 60*time.Second, "write_bw", "--loopback", "--bind", "127.0.8.2", "-n", "1000")
+	r := runBin(t, 60*time.Second, "write_bw", "--loopback", "--bind", loopbackBind(t), "-n", "1000")
 	mustSucceed(t, "write_bw --loopback", r)
 	mustContain(t, "write_bw --loopback", r.stdout, "RDMA_Write BW Test", " 65536      1000 ")
-	r = runBin(t, 60*time.Second, "send_lat", "--loopback", "--bind", "127.0.8.4", "-n", "200")
+	r = runBin(t, 60*time.Second, "send_lat", "--loopback", "--bind", loopbackBind(t), "-n", "200")
 	mustSucceed(t, "send_lat --loopback", r)
 	mustContain(t, "send_lat --loopback", r.stdout, "Send Latency Test", " 2       200 ")
 }
 
 func TestLoopbackSweep(t *testing.T) {
-	r := runBin(t, 90*time.Second, "write_bw", "--loopback", "--bind", "127.0.8.6", "-a", "-n", "4")
+	r := runBin(t, 90*time.Second, "write_bw", "--loopback", "--bind", loopbackBind(t), "-a", "-n", "4")
 	mustSucceed(t, "write_bw -a", r)
 	lines := 0
 	for _, l := range strings.Split(r.stdout, "\n") {
@@ -406,9 +424,9 @@ func TestJSON(t *testing.T) {
 			}
 		}
 	}
-	check([]string{"write_bw", "--loopback", "--bind", "127.0.8.8", "--json", "-n", "300", "-s", "4096"},
+	check([]string{"write_bw", "--loopback", "--bind", loopbackBind(t), "--json", "-n", "300", "-s", "4096"},
 		[]string{"bytes", "iterations", "bw_peak_mib_s", "bw_avg_mib_s", "msg_rate_mpps"}, 1)
-	check([]string{"send_lat", "--loopback", "--bind", "127.0.8.10", "--json", "-n", "100"},
+	check([]string{"send_lat", "--loopback", "--bind", loopbackBind(t), "--json", "-n", "100"},
 		[]string{"bytes", "iterations", "t_min_us", "t_max_us", "t_typical_us", "t_avg_us", "t_stdev_us", "p99_us", "p999_us"}, 1)
 }
 
@@ -434,7 +452,7 @@ func checkOneLine(t *testing.T, args []string, stderr, want string) {
 }
 
 func TestBadInput(t *testing.T) {
-	a, b := addrPair()
+	a, b := addrPair(t)
 	port := freePort(t, a)
 	badInput(t, "unknown command", "nosuchcmd")
 	badInput(t, "flag provided but not defined", "rc_pingpong", "-Z")
@@ -454,7 +472,7 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestPortInUse(t *testing.T) {
-	a, b := addrPair()
+	a, b := addrPair(t)
 	port := freePort(t, a)
 	// The device's UDP port: a server holds a:4791.
 	srv := startServer(t, "local address:", "rc_pingpong", "--bind", a, "-p", port)
@@ -472,7 +490,7 @@ func TestPortInUse(t *testing.T) {
 
 func TestForeignPeer(t *testing.T) {
 	// A perf client meeting a ping-pong server, and the other way round.
-	a, b := addrPair()
+	a, b := addrPair(t)
 	port := freePort(t, a)
 	srv := startServer(t, "local address:", "rc_pingpong", "--bind", a, "-p", port)
 	r := runBin(t, 40*time.Second, "write_bw", "--bind", b, "-p", port, a)
@@ -486,7 +504,7 @@ func TestForeignPeer(t *testing.T) {
 	}
 	checkOneLine(t, []string{"rc_pingpong server"}, sr.stderr, "does not speak the rdma-core ping-pong exchange format")
 
-	a, b = addrPair()
+	a, b = addrPair(t)
 	port = freePort(t, a)
 	psrv := startServer(t, "Waiting for client", "write_bw", "--bind", a, "-p", port)
 	r = runBin(t, 40*time.Second, "rc_pingpong", "--bind", b, "-p", port, a)
@@ -498,7 +516,7 @@ func TestForeignPeer(t *testing.T) {
 	checkOneLine(t, []string{"write_bw server"}, sr.stderr, "does not speak the goverbs perftest exchange")
 
 	// A different test on each side.
-	a, b = addrPair()
+	a, b = addrPair(t)
 	port = freePort(t, a)
 	psrv = startServer(t, "Waiting for client", "write_bw", "--bind", a, "-p", port)
 	r = runBin(t, 40*time.Second, "read_bw", "--bind", b, "-p", port, a)

@@ -6,14 +6,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/goverbs/goverbs/internal/testaddr"
 	"github.com/goverbs/goverbs/verbs"
 )
 
 func TestPrintStats(t *testing.T) {
-	dev, err := verbs.OpenSoft(verbs.SoftConfig{Name: "st0", Addr: netip.MustParseAddr("127.30.0.51")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev := testaddr.Open(t, testaddr.Goverbs, func(a netip.Addr) (*verbs.Device, error) {
+		return verbs.OpenSoft(verbs.SoftConfig{Name: "st0", Addr: a})
+	})
 	pd, _ := dev.AllocPD()
 	cq, _ := dev.CreateCQ(16, nil)
 	qp, err := pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1}})

@@ -4,12 +4,16 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/goverbs/goverbs/internal/testaddr"
 )
 
-// TestHello runs the example as a program and checks what arrived. It uses its own
-// addresses: other packages' tests use 127.0.0.2 and 127.0.0.3 at the same time.
+// TestHello runs the example as a program and checks what arrived, on two loopback
+// addresses no other process held a moment ago (test binaries of other packages, and
+// other people's, run at the same time).
 func TestHello(t *testing.T) {
-	out, err := exec.Command("go", "run", ".", "127.0.20.2", "127.0.20.3").CombinedOutput()
+	a, b := testaddr.Free(t, testaddr.Examples), testaddr.Free(t, testaddr.Examples)
+	out, err := exec.Command("go", "run", ".", a.String(), b.String()).CombinedOutput()
 	if err != nil {
 		t.Fatalf("go run: %v\n%s", err, out)
 	}

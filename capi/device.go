@@ -61,7 +61,7 @@ func gv_devices(names *C.char, nameLen C.int, guids *C.uint64_t, max C.int) C.in
 //
 //export gv_open
 func gv_open(name *C.char, asyncFD C.int, out *C.uintptr_t) C.int {
-	dev, err := verbs.Open(C.GoString(name))
+	dev, err := openDevice(C.GoString(name))
 	if err != nil {
 		return logErr("open device", err)
 	}
@@ -72,6 +72,32 @@ func gv_open(name *C.char, asyncFD C.int, out *C.uintptr_t) C.int {
 	go c.pumpEvents(int(asyncFD))
 	*out = newHandle(c)
 	return 0
+}
+
+// EnvBusyPoll turns busy polling off ("0") or on (anything else; the default) for the
+// devices the C library opens. C programs poll their CQs in a loop, as they would read
+// an RNIC's CQ memory: in busy-poll mode that poll reads the socket itself, instead of
+// waiting for the device's receive goroutine to be scheduled.
+const EnvBusyPoll = "GOVERBS_BUSY_POLL"
+
+// openDevice opens a listed software device, in busy-poll mode unless EnvBusyPoll is "0".
+func openDevice(name string) (*verbs.Device, error) {
+	list, err := verbs.Devices()
+	if err != nil {
+		return nil, err
+	}
+	for _, info := range list {
+		if info.Name != name {
+			continue
+		}
+		cfg, ok := info.SoftConfig()
+		if !ok {
+			return verbs.Open(name)
+		}
+		cfg.BusyPoll = os.Getenv(EnvBusyPoll) != "0"
+		return verbs.OpenSoft(cfg)
+	}
+	return nil, fmt.Errorf("%w: %q", verbs.ErrNoDevice, name)
 }
 
 // pumpEvents writes each async event to fd for ibv_get_async_event to read. An event
@@ -103,6 +129,18 @@ func (c *devContext) pumpEvents(fd int) {
 	}
 }
 
+// settle sends the ACKs a busy-poll device still owes before a QP or the device
+// closes. Its pollers defer ACKs to their next poll (DESIGN.md, busy-poll mode), and a
+// program that exits right after its last completion (every ping-pong's last receive)
+// would otherwise leave the peer's last SEND unacknowledged, to fail with
+// retry-exceeded. Three polls are enough: an owed ACK leaves at a poll after an empty
+// one, or at the third poll under load.
+func (c *devContext) settle() {
+	for range 3 {
+		c.dev.Progress()
+	}
+}
+
 // gv_close closes the device; when it returns, no async event is written any more.
 //
 //export gv_close
@@ -111,6 +149,7 @@ func gv_close(h C.uintptr_t) C.int {
 	if c == nil {
 		return C.EINVAL
 	}
+	c.settle()
 	err := c.dev.Close()
 	<-c.eventsDone
 	dropHandle(h)

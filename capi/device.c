@@ -133,6 +133,10 @@ int gv_op_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_w
 int gv_op_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 int gv_op_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 struct ibv_qp *gv_op_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr);
+struct ibv_mw *gv_op_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
+int gv_op_dealloc_mw(struct ibv_mw *mw);
+int gv_op_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind);
+struct ibv_cq_ex *gv_op_create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *attr);
 
 static int gv_op_query_port(struct ibv_context *context, uint8_t port_num,
 			    struct ibv_port_attr *port_attr, size_t port_attr_len);
@@ -173,7 +177,12 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 
 	struct ibv_context *ctx = &c->vctx.context;
 	ctx->device = device;
-	ctx->cmd_fd = -1;
+	/*
+	 * No kernel command channel: /dev/null stands in, so that a program that dups
+	 * cmd_fd to share the context (ibv_import_device) gets EOPNOTSUPP from the import,
+	 * not EBADF from dup.
+	 */
+	ctx->cmd_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
 	ctx->async_fd = fds[0];
 	ctx->num_comp_vectors = 1;
 	pthread_mutex_init(&ctx->mutex, NULL);
@@ -183,10 +192,14 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	ctx->ops.post_send = gv_op_post_send;
 	ctx->ops.post_recv = gv_op_post_recv;
 	ctx->ops.post_srq_recv = gv_op_post_srq_recv;
+	ctx->ops.alloc_mw = gv_op_alloc_mw;
+	ctx->ops.dealloc_mw = gv_op_dealloc_mw;
+	ctx->ops.bind_mw = gv_op_bind_mw;
 	c->vctx.sz = sizeof(c->vctx);
 	c->vctx.query_port = gv_op_query_port;
 	c->vctx.query_device_ex = gv_op_query_device_ex;
 	c->vctx.create_qp_ex = gv_op_create_qp_ex;
+	c->vctx.create_cq_ex = gv_op_create_cq_ex;
 	return ctx;
 }
 
@@ -203,6 +216,8 @@ int ibv_close_device(struct ibv_context *context)
 	rc = gv_close(c->h);
 	close(context->async_fd);
 	close(c->async_wfd);
+	if (context->cmd_fd >= 0)
+		close(context->cmd_fd);
 	pthread_mutex_destroy(&context->mutex);
 	free(c);
 	return rc;
@@ -231,10 +246,9 @@ static int gv_op_query_device_ex(struct ibv_context *context,
 	rc = ibv_query_device(context, &attr->orig_attr);
 	if (rc)
 		return rc;
-	if (attr_size >= offsetof(struct ibv_device_attr_ex, comp_mask) + sizeof(attr->comp_mask)) {
-		/* Nothing of the extended attributes: no ODP, TSO, RSS, timestamps. */
-		attr->comp_mask = 0;
-	}
+	/* Of the extended attributes only the port count: no ODP, TSO, RSS, timestamps. */
+	if (attr_size >= offsetof(struct ibv_device_attr_ex, phys_port_cnt_ex) + sizeof(attr->phys_port_cnt_ex))
+		attr->phys_port_cnt_ex = attr->orig_attr.phys_port_cnt;
 	return 0;
 }
 

@@ -22,16 +22,32 @@ import (
 )
 
 // devContext is an opened device (ibv_context) and the C objects its async events name.
+// Contexts of one device share its verbs.Device: a program (pyverbs' tests, a library
+// beside the program) may open a device many times, and a software device is a socket
+// on ADDR:4791 that can be bound once.
 type devContext struct {
-	dev *verbs.Device
+	dev     *verbs.Device
+	shared  *sharedDevice
+	asyncFD int // write end of the async event pipe
 
 	mu   sync.Mutex
 	qps  map[*verbs.QP]unsafe.Pointer // the C ibv_qp of each QP
 	cqs  map[*verbs.CQ]unsafe.Pointer
 	srqs map[*verbs.SRQ]unsafe.Pointer
-
-	eventsDone chan struct{} // closed when the async event pump has stopped
 }
+
+// sharedDevice is an open device and the contexts that use it.
+type sharedDevice struct {
+	name string
+	dev  *verbs.Device
+	ctxs map[*devContext]struct{} // under devicesMu
+	done chan struct{}            // closed when the event pump has stopped
+}
+
+var (
+	devicesMu sync.Mutex
+	devices   = map[string]*sharedDevice{}
+)
 
 // gv_devices writes the names and node GUIDs of the devices GOVERBS_DEVICES lists, as
 // package verbs reads it, and returns how many, or -1 after printing why the variable
@@ -61,15 +77,24 @@ func gv_devices(names *C.char, nameLen C.int, guids *C.uint64_t, max C.int) C.in
 //
 //export gv_open
 func gv_open(name *C.char, asyncFD C.int, out *C.uintptr_t) C.int {
-	dev, err := openDevice(C.GoString(name))
-	if err != nil {
-		return logErr("open device", err)
+	n := C.GoString(name)
+	devicesMu.Lock()
+	defer devicesMu.Unlock()
+	sd := devices[n]
+	if sd == nil {
+		dev, err := openDevice(n)
+		if err != nil {
+			return logErr("open device", err)
+		}
+		sd = &sharedDevice{name: n, dev: dev, ctxs: map[*devContext]struct{}{}, done: make(chan struct{})}
+		devices[n] = sd
+		go sd.pumpEvents()
 	}
 	c := &devContext{
-		dev: dev, qps: map[*verbs.QP]unsafe.Pointer{}, cqs: map[*verbs.CQ]unsafe.Pointer{},
-		srqs: map[*verbs.SRQ]unsafe.Pointer{}, eventsDone: make(chan struct{}),
+		dev: sd.dev, shared: sd, asyncFD: int(asyncFD),
+		qps: map[*verbs.QP]unsafe.Pointer{}, cqs: map[*verbs.CQ]unsafe.Pointer{}, srqs: map[*verbs.SRQ]unsafe.Pointer{},
 	}
-	go c.pumpEvents(int(asyncFD))
+	sd.ctxs[c] = struct{}{}
 	*out = newHandle(c)
 	return 0
 }
@@ -100,32 +125,40 @@ func openDevice(name string) (*verbs.Device, error) {
 	return nil, fmt.Errorf("%w: %q", verbs.ErrNoDevice, name)
 }
 
-// pumpEvents writes each async event to fd for ibv_get_async_event to read. An event
-// that finds the pipe full (64 KiB of unread events) is dropped.
-func (c *devContext) pumpEvents(fd int) {
-	defer close(c.eventsDone)
-	for ev := range c.dev.Events() {
+// pumpEvents writes each async event to the async fd of the context whose object it
+// names, or of every context for a port event, for ibv_get_async_event to read. An event
+// that finds a pipe full (64 KiB of unread events) is dropped.
+func (sd *sharedDevice) pumpEvents() {
+	defer close(sd.done)
+	for ev := range sd.dev.Events() {
 		var rec C.struct_ibv_async_event
 		rec.event_type = C.enum_ibv_event_type(ev.Type)
-		var obj unsafe.Pointer
-		c.mu.Lock()
-		switch {
-		case ev.QP != nil:
-			obj = c.qps[ev.QP]
-		case ev.CQ != nil:
-			obj = c.cqs[ev.CQ]
-		case ev.SRQ != nil:
-			obj = c.srqs[ev.SRQ]
-		default:
-			*(*C.int)(unsafe.Pointer(&rec.element)) = C.int(ev.Port)
+		rb := unsafe.Slice((*byte)(unsafe.Pointer(&rec)), unsafe.Sizeof(rec))
+		devicesMu.Lock()
+		for c := range sd.ctxs {
+			var obj unsafe.Pointer
+			c.mu.Lock()
+			switch {
+			case ev.QP != nil:
+				obj = c.qps[ev.QP]
+			case ev.CQ != nil:
+				obj = c.cqs[ev.CQ]
+			case ev.SRQ != nil:
+				obj = c.srqs[ev.SRQ]
+			}
+			c.mu.Unlock()
+			switch {
+			case obj != nil:
+				*(*unsafe.Pointer)(unsafe.Pointer(&rec.element)) = obj
+			case ev.QP != nil || ev.CQ != nil || ev.SRQ != nil:
+				continue // not this context's object (or being destroyed)
+			default:
+				*(*unsafe.Pointer)(unsafe.Pointer(&rec.element)) = nil
+				*(*C.int)(unsafe.Pointer(&rec.element)) = C.int(ev.Port)
+			}
+			unix.Write(c.asyncFD, rb)
 		}
-		c.mu.Unlock()
-		if obj != nil {
-			*(*unsafe.Pointer)(unsafe.Pointer(&rec.element)) = obj
-		} else if ev.QP != nil || ev.CQ != nil || ev.SRQ != nil {
-			continue // its object is being destroyed
-		}
-		unix.Write(fd, unsafe.Slice((*byte)(unsafe.Pointer(&rec)), unsafe.Sizeof(rec)))
+		devicesMu.Unlock()
 	}
 }
 
@@ -141,7 +174,8 @@ func (c *devContext) settle() {
 	}
 }
 
-// gv_close closes the device; when it returns, no async event is written any more.
+// gv_close closes a context, and the device with its last context; when it returns,
+// nothing is written to the context's async fd any more.
 //
 //export gv_close
 func gv_close(h C.uintptr_t) C.int {
@@ -150,9 +184,20 @@ func gv_close(h C.uintptr_t) C.int {
 		return C.EINVAL
 	}
 	c.settle()
-	err := c.dev.Close()
-	<-c.eventsDone
+	sd := c.shared
+	devicesMu.Lock()
+	delete(sd.ctxs, c)
+	last := len(sd.ctxs) == 0
+	if last {
+		delete(devices, sd.name)
+	}
+	devicesMu.Unlock()
 	dropHandle(h)
+	if !last {
+		return 0
+	}
+	err := sd.dev.Close()
+	<-sd.done
 	return logErr("close device", err)
 }
 

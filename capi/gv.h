@@ -27,9 +27,22 @@ struct gv_context {
 
 struct gv_pd { struct ibv_pd pd; uintptr_t h; };
 struct gv_mr { struct ibv_mr mr; uintptr_t h; };
-struct gv_cq { struct ibv_cq cq; uintptr_t h; };
+/*
+ * Every CQ is an ibv_cq_ex (whose first fields are an ibv_cq), so that ibv_create_cq_ex
+ * and ibv_create_cq make the same object; cur is the completion ibv_start_poll and
+ * ibv_next_poll moved out of the CQ for the read_* functions.
+ */
+struct gv_cq {
+	union {
+		struct ibv_cq cq;
+		struct ibv_cq_ex cqx;
+	};
+	uintptr_t h;
+	struct ibv_wc cur;
+};
 struct gv_srq { struct ibv_srq srq; uintptr_t h; };
 struct gv_ah { struct ibv_ah ah; uintptr_t h; };
+struct gv_mw { struct ibv_mw mw; uintptr_t h; };
 
 struct gv_channel {
 	struct ibv_comp_channel ch; /* ch.fd is the read end of a pipe of ibv_cq pointers */
@@ -77,6 +90,9 @@ enum {
 	gv_off_ud_ah = offsetof(struct ibv_send_wr, wr.ud.ah),
 	gv_off_ud_qpn = offsetof(struct ibv_send_wr, wr.ud.remote_qpn),
 	gv_off_ud_qkey = offsetof(struct ibv_send_wr, wr.ud.remote_qkey),
+	gv_off_bind_mw = offsetof(struct ibv_send_wr, bind_mw.mw),
+	gv_off_bind_rkey = offsetof(struct ibv_send_wr, bind_mw.rkey),
+	gv_off_bind_info = offsetof(struct ibv_send_wr, bind_mw.bind_info),
 	gv_off_wc_imm = offsetof(struct ibv_wc, imm_data),
 	gv_off_gid = offsetof(struct ibv_global_route, dgid),
 };

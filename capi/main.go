@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/cgo"
+	"strings"
 	"syscall"
 
 	"github.com/goverbs/goverbs/verbs"
@@ -53,6 +54,11 @@ func errno(err error) C.int {
 		return C.EINVAL
 	case errors.Is(err, errors.ErrUnsupported):
 		return C.EOPNOTSUPP
+	case strings.HasSuffix(err.Error(), "queue is full"):
+		// A post beyond the queue's capacity: ENOMEM, as providers return. Package verbs
+		// exports no sentinel for it (the engine's ErrSendQueueFull/ErrRecvQueueFull
+		// come through PostError), so the message is all there is to go by.
+		return C.ENOMEM
 	}
 	var en syscall.Errno
 	if errors.As(err, &en) {

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/mman.h>
+#include <endian.h>
 #include "gv.h"
 #include "_cgo_export.h"
 
@@ -192,8 +193,10 @@ int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 	return 0;
 }
 
-struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_context,
-			     struct ibv_comp_channel *channel, int comp_vector)
+static void gv_init_cq_ex(struct gv_cq *q);
+
+static struct ibv_cq *gv_new_cq(struct ibv_context *context, int cqe, void *cq_context,
+				   struct ibv_comp_channel *channel, int comp_vector)
 {
 	struct gv_cq *q;
 	int rc;
@@ -218,9 +221,100 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_cont
 	q->cq.cqe = cqe;
 	pthread_mutex_init(&q->cq.mutex, NULL);
 	pthread_cond_init(&q->cq.cond, NULL);
+	gv_init_cq_ex(q);
 	if (channel)
 		__atomic_add_fetch(&channel->refcnt, 1, __ATOMIC_SEQ_CST);
 	return &q->cq;
+}
+
+struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_context,
+			     struct ibv_comp_channel *channel, int comp_vector)
+{
+	return gv_new_cq(context, cqe, cq_context, channel, comp_vector);
+}
+
+/*
+ * ibv_create_cq_ex: the standard completion fields only (no timestamps, VLAN, flow tag
+ * or tag matching), and no parent domain.
+ */
+struct ibv_cq_ex *gv_op_create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *attr)
+{
+	const uint32_t known_flags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN;
+	struct ibv_cq *cq;
+
+	if (!context || !attr)
+		GV_FAIL(EINVAL);
+	if ((attr->wc_flags & ~(uint64_t)IBV_WC_STANDARD_FLAGS) || (attr->comp_mask & ~IBV_CQ_INIT_ATTR_MASK_FLAGS) ||
+	    ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (attr->flags & ~known_flags)))
+		GV_FAIL(EOPNOTSUPP);
+	if (attr->cqe > INT32_MAX)
+		GV_FAIL(EINVAL);
+	cq = gv_new_cq(context, (int)attr->cqe, attr->cq_context, attr->channel, (int)attr->comp_vector);
+	return cq ? &((struct gv_cq *)cq)->cqx : NULL;
+}
+
+static struct gv_cq *gv_cqx(struct ibv_cq_ex *x) { return (struct gv_cq *)x; }
+
+/* gv_cq_next moves the CQ's next completion into cur: 0, ENOENT when empty. */
+static int gv_cq_next(struct ibv_cq_ex *x)
+{
+	struct gv_cq *q = gv_cqx(x);
+	int n;
+
+	if (gv_fork_guard())
+		return ENOSYS;
+	n = gv_poll_cq(q->h, 1, &q->cur);
+	if (n < 0)
+		return EINVAL;
+	if (n == 0)
+		return ENOENT;
+	x->status = q->cur.status;
+	x->wr_id = q->cur.wr_id;
+	return 0;
+}
+
+static int gv_cq_start_poll(struct ibv_cq_ex *x, struct ibv_poll_cq_attr *attr)
+{
+	if (attr && attr->comp_mask)
+		return EINVAL;
+	return gv_cq_next(x);
+}
+
+static void gv_cq_end_poll(struct ibv_cq_ex *x) { (void)x; }
+static enum ibv_wc_opcode gv_cq_opcode(struct ibv_cq_ex *x) { return gv_cqx(x)->cur.opcode; }
+static uint32_t gv_cq_vendor_err(struct ibv_cq_ex *x) { return gv_cqx(x)->cur.vendor_err; }
+static uint32_t gv_cq_byte_len(struct ibv_cq_ex *x) { return gv_cqx(x)->cur.byte_len; }
+static uint32_t gv_cq_qp_num(struct ibv_cq_ex *x) { return gv_cqx(x)->cur.qp_num; }
+static uint32_t gv_cq_src_qp(struct ibv_cq_ex *x) { return gv_cqx(x)->cur.src_qp; }
+static unsigned int gv_cq_wc_flags(struct ibv_cq_ex *x) { return gv_cqx(x)->cur.wc_flags; }
+static uint32_t gv_cq_slid(struct ibv_cq_ex *x) { return gv_cqx(x)->cur.slid; }
+static uint8_t gv_cq_sl(struct ibv_cq_ex *x) { return gv_cqx(x)->cur.sl; }
+static uint8_t gv_cq_dlid_path_bits(struct ibv_cq_ex *x) { return gv_cqx(x)->cur.dlid_path_bits; }
+
+static __be32 gv_cq_imm_data(struct ibv_cq_ex *x)
+{
+	struct ibv_wc *wc = &gv_cqx(x)->cur;
+
+	return (wc->wc_flags & IBV_WC_WITH_INV) ? htobe32(wc->invalidated_rkey) : wc->imm_data;
+}
+
+static void gv_init_cq_ex(struct gv_cq *q)
+{
+	struct ibv_cq_ex *x = &q->cqx;
+
+	x->start_poll = gv_cq_start_poll;
+	x->next_poll = gv_cq_next;
+	x->end_poll = gv_cq_end_poll;
+	x->read_opcode = gv_cq_opcode;
+	x->read_vendor_err = gv_cq_vendor_err;
+	x->read_byte_len = gv_cq_byte_len;
+	x->read_imm_data = gv_cq_imm_data;
+	x->read_qp_num = gv_cq_qp_num;
+	x->read_src_qp = gv_cq_src_qp;
+	x->read_wc_flags = gv_cq_wc_flags;
+	x->read_slid = gv_cq_slid;
+	x->read_sl = gv_cq_sl;
+	x->read_dlid_path_bits = gv_cq_dlid_path_bits;
 }
 
 int ibv_resize_cq(struct ibv_cq *cq, int cqe)
@@ -450,6 +544,59 @@ struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc, struc
 	if (ibv_init_ah_from_wc(pd->context, port_num, wc, grh, &attr))
 		return NULL;
 	return ibv_create_ah(pd, &attr);
+}
+
+struct ibv_mw *gv_op_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
+{
+	struct gv_mw *m;
+	int rc;
+
+	if (!pd)
+		GV_FAIL(EINVAL);
+	if (gv_fork_guard())
+		return NULL;
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		GV_FAIL(ENOMEM);
+	rc = gv_alloc_mw(((struct gv_pd *)pd)->h, type, &m->h, &m->mw.rkey);
+	if (rc) {
+		free(m);
+		GV_FAIL(rc);
+	}
+	m->mw.context = pd->context;
+	m->mw.pd = pd;
+	m->mw.type = type;
+	return &m->mw;
+}
+
+int gv_op_dealloc_mw(struct ibv_mw *mw)
+{
+	int rc;
+
+	if (!mw)
+		return EINVAL;
+	if (gv_fork_guard())
+		return ENOSYS;
+	rc = gv_dealloc_mw(((struct gv_mw *)mw)->h);
+	if (!rc)
+		free(mw);
+	return rc;
+}
+
+/* A type 1 bind (ibv_bind_mw): the window's rkey changes as the bind executes. */
+int gv_op_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind)
+{
+	uint32_t rkey;
+	int rc;
+
+	if (!qp || !mw || !bind)
+		return EINVAL;
+	if (gv_fork_guard())
+		return ENOSYS;
+	rc = gv_bind_mw(((struct gv_qp *)qp)->h, ((struct gv_mw *)mw)->h, bind, &rkey);
+	if (!rc)
+		mw->rkey = rkey;
+	return rc;
 }
 
 /* Multicast: RoCEv2 multicast needs IGMP joins goverbs does not make. */

@@ -406,3 +406,62 @@ func gv_init_ah_from_wc(port C.uint8_t, wc *C.struct_ibv_wc, grh unsafe.Pointer,
 	putAHAttr(out, &a)
 	return 0
 }
+
+//export gv_alloc_mw
+func gv_alloc_mw(ph C.uintptr_t, typ C.int, out *C.uintptr_t, rkey *C.uint32_t) C.int {
+	p := handle[*protDomain](ph)
+	if p == nil || typ != C.IBV_MW_TYPE_1 && typ != C.IBV_MW_TYPE_2 {
+		return C.EINVAL
+	}
+	mw, err := p.pd.AllocMW(verbs.MWType(typ))
+	if err != nil {
+		return logErr("alloc MW", err)
+	}
+	*rkey = C.uint32_t(mw.RKey())
+	*out = newHandle(mw)
+	return 0
+}
+
+//export gv_dealloc_mw
+func gv_dealloc_mw(h C.uintptr_t) C.int {
+	mw := handle[*verbs.MW](h)
+	if mw == nil {
+		return C.EINVAL
+	}
+	err := mw.Close()
+	dropHandle(h)
+	return logErr("dealloc MW", err)
+}
+
+// mwBind converts a binding; a nil MR (an unbind) is allowed.
+func mwBind(b *C.struct_ibv_mw_bind_info) (verbs.MWBind, bool) {
+	out := verbs.MWBind{Addr: uint64(b.addr), Length: uint64(b.length), Access: verbs.Access(b.mw_access_flags)}
+	if b.mr != nil {
+		out.MR = handle[*verbs.MR]((*C.struct_gv_mr)(unsafe.Pointer(b.mr)).h)
+		if out.MR == nil {
+			return out, false
+		}
+	}
+	return out, true
+}
+
+// gv_bind_mw binds a type 1 window through a QP's send queue (ibv_bind_mw) and returns
+// the rkey the window has once the bind executes.
+//
+//export gv_bind_mw
+func gv_bind_mw(qh, mwh C.uintptr_t, bind *C.struct_ibv_mw_bind, rkey *C.uint32_t) C.int {
+	q, mw := handle[*queuePair](qh), handle[*verbs.MW](mwh)
+	if q == nil || mw == nil {
+		return C.EINVAL
+	}
+	b, ok := mwBind(&bind.bind_info)
+	if !ok {
+		return C.EINVAL
+	}
+	k, err := q.qp.BindMW(mw, uint64(bind.wr_id), verbs.SendFlags(bind.send_flags), b)
+	if err != nil {
+		return logErr("bind MW", err)
+	}
+	*rkey = C.uint32_t(k)
+	return 0
+}

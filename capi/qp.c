@@ -64,18 +64,19 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 /* ibv_create_qp_ex: the PD, CQs and SRQ, plus the ibv_wr_* send operations. */
 struct ibv_qp *gv_op_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr)
 {
-	const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+	const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS;
 	const uint64_t ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
 			     IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |
 			     IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
-			     IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV;
+			     IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_BIND_MW;
 
 	if (!context || !attr || !(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || (attr->comp_mask & ~known) ||
 	    attr->pd->context != context) {
 		errno = attr && (attr->comp_mask & ~known) ? EOPNOTSUPP : EINVAL;
 		return NULL;
 	}
-	if ((attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (attr->send_ops_flags & ~ops)) {
+	if (((attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (attr->send_ops_flags & ~ops)) ||
+	    ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags)) {
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
@@ -309,6 +310,18 @@ static void gv_wr_local_inv(struct ibv_qp_ex *x, uint32_t rkey)
 		w->invalidate_rkey = rkey;
 }
 
+static void gv_wr_bind_mw(struct ibv_qp_ex *x, struct ibv_mw *mw, uint32_t rkey,
+			  const struct ibv_mw_bind_info *info)
+{
+	struct ibv_send_wr *w = gv_wr_next(x, IBV_WR_BIND_MW);
+
+	if (w) {
+		w->bind_mw.mw = mw;
+		w->bind_mw.rkey = rkey;
+		w->bind_mw.bind_info = *info;
+	}
+}
+
 static void gv_wr_set_ud_addr(struct ibv_qp_ex *x, struct ibv_ah *ah, uint32_t qpn, uint32_t qkey)
 {
 	struct ibv_send_wr *w = gv_wr_cur(x);
@@ -371,6 +384,7 @@ static void gv_init_qp_ex(struct gv_qp *q)
 	x->wr_send_imm = gv_wr_send_imm;
 	x->wr_send_inv = gv_wr_send_inv;
 	x->wr_local_inv = gv_wr_local_inv;
+	x->wr_bind_mw = gv_wr_bind_mw;
 	x->wr_set_ud_addr = gv_wr_set_ud_addr;
 	x->wr_set_sge = gv_wr_set_sge;
 	x->wr_set_sge_list = gv_wr_set_sge_list;

@@ -36,6 +36,10 @@ func gv_create_qp(ph, sendCQ, recvCQ, srqH C.uintptr_t, typ C.int, sigAll C.int,
 	if p == nil || scq == nil || rcq == nil {
 		return C.EINVAL
 	}
+	switch typ {
+	case C.IBV_QPT_RAW_PACKET, C.IBV_QPT_XRC_SEND, C.IBV_QPT_XRC_RECV, C.IBV_QPT_DRIVER:
+		return C.EOPNOTSUPP // real types this device does not have; others are EINVAL
+	}
 	attr := verbs.QPInitAttr{
 		Type: verbs.QPType(typ), SendCQ: scq.cq, RecvCQ: rcq.cq, SigAll: sigAll != 0,
 		Cap: verbs.QPCap{
@@ -192,6 +196,17 @@ func gv_post_send(h C.uintptr_t, wr *C.struct_ibv_send_wr, bad *C.int) C.int {
 				w.RKey = *(*uint32)(unsafe.Add(p, C.gv_off_atomic_rkey))
 				w.CompareAdd = *(*uint64)(unsafe.Add(p, C.gv_off_atomic_cmp))
 				w.Swap = *(*uint64)(unsafe.Add(p, C.gv_off_atomic_swap))
+			}
+			if wr.opcode == C.IBV_WR_BIND_MW {
+				// Allocated per BIND_MW request only: a stack binding's address stored in
+				// wrs would make every post allocate.
+				mwp := *(**C.struct_gv_mw)(unsafe.Add(p, C.gv_off_bind_mw))
+				b, ok := mwBind((*C.struct_ibv_mw_bind_info)(unsafe.Add(p, C.gv_off_bind_info)))
+				if mwp == nil || !ok {
+					*bad = C.int(base + n)
+					return C.EINVAL
+				}
+				w.Bind = &verbs.MWBindWR{MW: handle[*verbs.MW](mwp.h), RKey: *(*uint32)(unsafe.Add(p, C.gv_off_bind_rkey)), MWBind: b}
 			}
 			if q.qp.Type() == verbs.QPTypeUD {
 				ah := *(**C.struct_gv_ah)(unsafe.Add(p, C.gv_off_ud_ah))

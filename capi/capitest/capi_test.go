@@ -220,33 +220,35 @@ func checkIters(t *testing.T, who, out string, iters int) {
 }
 
 // TestPingpongs runs Debian's unmodified rdma-core examples, server and client as two
-// processes, each with its own software device on its own loopback address.
+// processes, each with its own software device on its own loopback address: polling and
+// with -e (completion events), and rc_pingpong with -N (the ibv_wr_* send API).
 func TestPingpongs(t *testing.T) {
 	lib := library(t)
 	const iters = 100
+	var runs [][]string
 	for _, name := range []string{"ibv_rc_pingpong", "ibv_uc_pingpong", "ibv_ud_pingpong", "ibv_srq_pingpong"} {
-		for _, events := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/events=%v", name, events), func(t *testing.T) {
-				bin := program(t, name)
-				port := freePort(t)
-				args := []string{bin, "-g", "0", "-p", strconv.Itoa(port), "-n", strconv.Itoa(iters)}
-				if events {
-					args = append(args, "-e")
-				}
-				if name == "ibv_ud_pingpong" {
-					args = append(args, "-s", "1024") // a UD message fits the path MTU
-				}
-				sa, ca := newAddr(), newAddr()
-				srv, cli := runPair(t, port,
-					proc{slices.Concat(args, []string{"-d", "s0"}), onGoverbs(lib, "s0", sa)},
-					proc{slices.Concat(args, []string{"-d", "c0", "127.0.0.1"}), onGoverbs(lib, "c0", ca)})
-				checkIters(t, "server", srv, iters)
-				checkIters(t, "client", cli, iters)
-				if !strings.Contains(cli, "GID ::ffff:"+sa) || !strings.Contains(srv, "GID ::ffff:"+ca) {
-					t.Errorf("the sides did not exchange their GIDs:\n%s\n%s", srv, cli)
-				}
-			})
-		}
+		runs = append(runs, []string{name}, []string{name, "-e"})
+	}
+	runs = append(runs, []string{"ibv_rc_pingpong", "-N"})
+	for _, run := range runs {
+		name := run[0]
+		t.Run(strings.Join(run, " "), func(t *testing.T) {
+			bin := program(t, name)
+			port := freePort(t)
+			args := append([]string{bin, "-g", "0", "-p", strconv.Itoa(port), "-n", strconv.Itoa(iters)}, run[1:]...)
+			if name == "ibv_ud_pingpong" {
+				args = append(args, "-s", "1024") // a UD message fits the path MTU
+			}
+			sa, ca := newAddr(), newAddr()
+			srv, cli := runPair(t, port,
+				proc{slices.Concat(args, []string{"-d", "s0"}), onGoverbs(lib, "s0", sa)},
+				proc{slices.Concat(args, []string{"-d", "c0", "127.0.0.1"}), onGoverbs(lib, "c0", ca)})
+			checkIters(t, "server", srv, iters)
+			checkIters(t, "client", cli, iters)
+			if !strings.Contains(cli, "GID ::ffff:"+sa) || !strings.Contains(srv, "GID ::ffff:"+ca) {
+				t.Errorf("the sides did not exchange their GIDs:\n%s\n%s", srv, cli)
+			}
+		})
 	}
 }
 

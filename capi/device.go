@@ -162,18 +162,6 @@ func (sd *sharedDevice) pumpEvents() {
 	}
 }
 
-// settle sends the ACKs a busy-poll device still owes before a QP or the device
-// closes. Its pollers defer ACKs to their next poll (DESIGN.md, busy-poll mode), and a
-// program that exits right after its last completion (every ping-pong's last receive)
-// would otherwise leave the peer's last SEND unacknowledged, to fail with
-// retry-exceeded. Three polls are enough: an owed ACK leaves at a poll after an empty
-// one, or at the third poll under load.
-func (c *devContext) settle() {
-	for range 3 {
-		c.dev.Progress()
-	}
-}
-
 // gv_close closes a context, and the device with its last context; when it returns,
 // nothing is written to the context's async fd any more.
 //
@@ -183,7 +171,6 @@ func gv_close(h C.uintptr_t) C.int {
 	if c == nil {
 		return C.EINVAL
 	}
-	c.settle()
 	sd := c.shared
 	devicesMu.Lock()
 	delete(sd.ctxs, c)

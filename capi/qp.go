@@ -80,7 +80,6 @@ func gv_destroy_qp(h C.uintptr_t) C.int {
 	if q == nil {
 		return C.EINVAL
 	}
-	q.ctx.settle()
 	err := q.qp.Close()
 	q.ctx.mu.Lock()
 	delete(q.ctx.qps, q.qp)

@@ -199,7 +199,8 @@ func TestDevicesAndDevinfo(t *testing.T) {
 	}
 	out = run(program(t, "ibv_devinfo"), "-v")
 	for _, want := range []string{
-		"hca_id:\tgva", "hca_id:\tgvb", "vendor_id:\t\t\t0xffffff", "PORT_ACTIVE (4)",
+		"hca_id:\tgva", "hca_id:\tgvb", "vendor_id:\t\t\t0xffffff", "board_id:\t\t\tgoverbs software RoCEv2\n",
+		"PORT_ACTIVE (4)",
 		"link_layer:\t\tEthernet", "active_mtu:\t\t4096 (5)",
 		"GID[  0]:\t\t::ffff:" + a + ", RoCE v2", "GID[  0]:\t\t::ffff:" + b + ", RoCE v2",
 	} {

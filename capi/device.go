@@ -27,6 +27,7 @@ import (
 // on ADDR:4791 that can be bound once.
 type devContext struct {
 	dev     *verbs.Device
+	busy    bool // the device is in busy-poll mode
 	shared  *sharedDevice
 	asyncFD int // write end of the async event pipe
 
@@ -40,6 +41,7 @@ type devContext struct {
 type sharedDevice struct {
 	name string
 	dev  *verbs.Device
+	busy bool
 	ctxs map[*devContext]struct{} // under devicesMu
 	done chan struct{}            // closed when the event pump has stopped
 }
@@ -82,16 +84,16 @@ func gv_open(name *C.char, asyncFD C.int, out *C.uintptr_t) C.int {
 	defer devicesMu.Unlock()
 	sd := devices[n]
 	if sd == nil {
-		dev, err := openDevice(n)
+		dev, busy, err := openDevice(n)
 		if err != nil {
 			return logErr("open device", err)
 		}
-		sd = &sharedDevice{name: n, dev: dev, ctxs: map[*devContext]struct{}{}, done: make(chan struct{})}
+		sd = &sharedDevice{name: n, dev: dev, busy: busy, ctxs: map[*devContext]struct{}{}, done: make(chan struct{})}
 		devices[n] = sd
 		go sd.pumpEvents()
 	}
 	c := &devContext{
-		dev: sd.dev, shared: sd, asyncFD: int(asyncFD),
+		dev: sd.dev, shared: sd, asyncFD: int(asyncFD), busy: sd.busy,
 		qps: map[*verbs.QP]unsafe.Pointer{}, cqs: map[*verbs.CQ]unsafe.Pointer{}, srqs: map[*verbs.SRQ]unsafe.Pointer{},
 	}
 	sd.ctxs[c] = struct{}{}
@@ -105,11 +107,12 @@ func gv_open(name *C.char, asyncFD C.int, out *C.uintptr_t) C.int {
 // waiting for the device's receive goroutine to be scheduled.
 const EnvBusyPoll = "GOVERBS_BUSY_POLL"
 
-// openDevice opens a listed software device, in busy-poll mode unless EnvBusyPoll is "0".
-func openDevice(name string) (*verbs.Device, error) {
+// openDevice opens a listed software device, in busy-poll mode unless EnvBusyPoll is
+// "0", and says whether it is.
+func openDevice(name string) (*verbs.Device, bool, error) {
 	list, err := verbs.Devices()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	for _, info := range list {
 		if info.Name != name {
@@ -117,12 +120,14 @@ func openDevice(name string) (*verbs.Device, error) {
 		}
 		cfg, ok := info.SoftConfig()
 		if !ok {
-			return verbs.Open(name)
+			d, err := verbs.Open(name)
+			return d, false, err
 		}
 		cfg.BusyPoll = os.Getenv(EnvBusyPoll) != "0"
-		return verbs.OpenSoft(cfg)
+		d, err := verbs.OpenSoft(cfg)
+		return d, cfg.BusyPoll, err
 	}
-	return nil, fmt.Errorf("%w: %q", verbs.ErrNoDevice, name)
+	return nil, false, fmt.Errorf("%w: %q", verbs.ErrNoDevice, name)
 }
 
 // pumpEvents writes each async event to the async fd of the context whose object it

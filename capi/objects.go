@@ -11,6 +11,7 @@ import "C"
 import (
 	"context"
 	"errors"
+	"runtime"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -240,6 +241,14 @@ func gv_poll_cq(h C.uintptr_t, n C.int, out *C.struct_ibv_wc) C.int {
 		if k < len(buf) {
 			break
 		}
+	}
+	if total == 0 && !q.ctx.busy {
+		// The program spins on an empty CQ in its own thread, and between our calls
+		// the runtime counts that thread as in a system call, holding its P: the
+		// device's receive goroutine, made runnable on that P by the packet the
+		// program waits for, would wait for sysmon to hand the P off (tens of
+		// microseconds to milliseconds). Yielding here runs it now.
+		runtime.Gosched()
 	}
 	return C.int(total)
 }

@@ -8,10 +8,12 @@
  *
  * "abi_check bench N" times N signaled 8-byte RDMA WRITEs, each posted and polled to
  * completion, over a QP looped back to a second QP of the same device, and prints
- * "ns/op X".
+ * "ns/op X" and, on goverbs' library (which exports goverbs_heap_allocs), "allocs/op Y":
+ * the Go heap objects allocated per post and poll.
  */
 #include <errno.h>
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdint.h>
@@ -150,9 +152,11 @@ static double now_ns(void)
 
 static int bench(long iters)
 {
+	uint64_t (*heap_allocs)(void) = (uint64_t (*)(void))dlsym(RTLD_DEFAULT, "goverbs_heap_allocs");
 	struct pair p;
 	struct ibv_sge sge;
 	struct ibv_send_wr wr;
+	uint64_t a0 = 0;
 	double t0;
 
 	setup(&p, 1);
@@ -163,10 +167,14 @@ static int bench(long iters)
 	wr.wr.rdma.rkey = p.mr->rkey;
 	for (long i = 0; i < iters / 10 + 1; i++) /* warm up */
 		CHECK(run(&p, &wr).status == IBV_WC_SUCCESS, "warm-up WRITE");
+	if (heap_allocs)
+		a0 = heap_allocs();
 	t0 = now_ns();
 	for (long i = 0; i < iters; i++)
 		CHECK(run(&p, &wr).status == IBV_WC_SUCCESS, "WRITE");
 	printf("ns/op %.1f\n", (now_ns() - t0) / iters);
+	if (heap_allocs)
+		printf("allocs/op %.4f\n", (double)(heap_allocs() - a0) / iters);
 	teardown(&p);
 	return 0;
 }

@@ -13,6 +13,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -190,7 +191,23 @@ func gv_close(h C.uintptr_t) C.int {
 	}
 	err := sd.dev.Close()
 	<-sd.done
+	if v := os.Getenv(EnvStats); v != "" && v != "0" {
+		printStats(sd.dev)
+	}
 	return logErr("close device", err)
+}
+
+// EnvStats asks for each device's counters on stderr when it closes, as the goverbs
+// tools print them (GOVERBS_STATS, in the layout of iproute2's `rdma statistic show`).
+const EnvStats = "GOVERBS_STATS"
+
+func printStats(dev *verbs.Device) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "link %s/1", dev.Name())
+	for _, c := range dev.Counters() {
+		fmt.Fprintf(&b, " %s %d", c.Name, c.Value)
+	}
+	fmt.Fprintln(os.Stderr, b.String())
 }
 
 //export gv_query_device

@@ -25,7 +25,6 @@ import (
 	"fmt"
 	"os"
 	"runtime/cgo"
-	"strings"
 	"syscall"
 
 	"github.com/goverbs/goverbs/verbs"
@@ -36,6 +35,7 @@ func main() {}
 // errno maps an error of package verbs to the errno libibverbs would return.
 func errno(err error) C.int {
 	var pe *verbs.PostError
+	var en syscall.Errno
 	switch {
 	case err == nil:
 		return 0
@@ -43,27 +43,21 @@ func errno(err error) C.int {
 		return errno(pe.Err)
 	case errors.Is(err, verbs.ErrNoDevice):
 		return C.ENODEV
-	case errors.Is(err, syscall.EADDRINUSE):
-		return C.EADDRINUSE
+	case errors.Is(err, verbs.ErrBusy):
+		return C.EBUSY
+	case errors.Is(err, verbs.ErrQueueFull), errors.Is(err, verbs.ErrLimit):
+		return C.ENOMEM // as providers return for a full queue or an exhausted device
 	case errors.Is(err, verbs.ErrCQOverflow):
 		return C.EOVERFLOW
-	case errors.Is(err, verbs.ErrClosed), errors.Is(err, verbs.ErrInvalidPort),
-		errors.Is(err, verbs.ErrInvalidGID), errors.Is(err, verbs.ErrInvalidState),
-		errors.Is(err, verbs.ErrMissingAttr), errors.Is(err, verbs.ErrExtraAttr),
-		errors.Is(err, verbs.ErrInvalidAttr), errors.Is(err, verbs.ErrWrongDevice):
-		return C.EINVAL
 	case errors.Is(err, errors.ErrUnsupported):
 		return C.EOPNOTSUPP
-	case strings.HasSuffix(err.Error(), "queue is full"):
-		// A post beyond the queue's capacity: ENOMEM, as providers return. Package verbs
-		// exports no sentinel for it (the engine's ErrSendQueueFull/ErrRecvQueueFull
-		// come through PostError), so the message is all there is to go by.
-		return C.ENOMEM
+	case errors.As(err, &en):
+		return C.int(en) // a device that cannot bind its address: EADDRINUSE, EADDRNOTAVAIL
+	case errors.Is(err, verbs.ErrUnavailable):
+		return C.ENODEV
 	}
-	var en syscall.Errno
-	if errors.As(err, &en) {
-		return C.int(en)
-	}
+	// ErrClosed, ErrInvalidPort, ErrInvalidGID, ErrInvalidState, ErrQPState,
+	// ErrMissingAttr, ErrExtraAttr, ErrInvalidAttr, ErrWrongDevice, and anything else.
 	return C.EINVAL
 }
 

@@ -45,7 +45,7 @@ func gv_dealloc_pd(h C.uintptr_t) C.int {
 		return C.EINVAL
 	}
 	if err := p.pd.Close(); err != nil {
-		return C.EBUSY // MRs, QPs or SRQs still use it
+		return logErr("dealloc PD", err) // EBUSY while MRs, QPs or SRQs use it
 	}
 	dropHandle(h)
 	return 0
@@ -183,7 +183,7 @@ func gv_destroy_cq(h C.uintptr_t) C.int {
 		return C.EINVAL
 	}
 	if err := q.cq.Close(); err != nil {
-		return C.EBUSY // a QP still uses it
+		return logErr("destroy CQ", err) // EBUSY while a QP uses it
 	}
 	q.ctx.mu.Lock()
 	delete(q.ctx.cqs, q.cq)
@@ -336,7 +336,7 @@ func gv_destroy_srq(h C.uintptr_t) C.int {
 		return C.EINVAL
 	}
 	if err := s.srq.Close(); err != nil {
-		return C.EBUSY
+		return logErr("destroy SRQ", err) // EBUSY while a QP uses it
 	}
 	s.ctx.mu.Lock()
 	delete(s.ctx.srqs, s.srq)

@@ -1,0 +1,88 @@
+package capitest
+
+import (
+	"compress/gzip"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// pyverbsTests is where Debian's python3-pyverbs installs rdma-core's tests.
+const pyverbsTests = "/usr/share/doc/rdma-core/tests"
+
+// pyverbsModules are rdma-core's generic test modules (those for a vendor's device,
+// mlx5 and efa, are left out of the copy).
+var pyverbsModules = []string{"test_device", "test_pd", "test_mr", "test_cq", "test_cq_events",
+	"test_cqex", "test_qp", "test_qpex", "test_addr", "test_atomic", "test_odp"}
+
+// TestPyverbs runs rdma-core's pyverbs tests (python3-pyverbs) on the library: every
+// test must pass or skip; the counts are logged (go test -v) for the README.
+func TestPyverbs(t *testing.T) {
+	lib := library(t)
+	if _, err := os.Stat(filepath.Join(pyverbsTests, "run_tests.py")); err != nil {
+		t.Skip("python3-pyverbs not installed")
+	}
+	dir := filepath.Join(t.TempDir(), "tests")
+	copyPyverbsTests(t, dir)
+	args := []string{"run_tests.py", "-v", "--dev", "sw0", "--gid", "0"}
+	for _, m := range pyverbsModules {
+		args = append(args, "tests."+m)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	c := exec.CommandContext(ctx, "/usr/bin/python3", args...)
+	c.Dir = dir
+	c.Env = append(os.Environ(), onGoverbs(lib, "sw0", newAddr())...)
+	out, err := c.CombinedOutput()
+	ran := regexp.MustCompile(`(?m)^Ran (\d+) tests`).FindStringSubmatch(string(out))
+	skipped := regexp.MustCompile(`(?m)^OK \(skipped=(\d+)\)$`).FindStringSubmatch(string(out))
+	if err != nil || ran == nil || skipped == nil {
+		t.Fatalf("pyverbs: %v\n%s", err, out)
+	}
+	t.Logf("pyverbs: %s tests, %s skipped, none failed", ran[1], skipped[1])
+}
+
+// copyPyverbsTests copies the installed tests into dir, gunzipping the compressed
+// ones and leaving out the vendor-specific modules (test_mlx5_*, test_efa*, CUDA).
+func copyPyverbsTests(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir(pyverbsTests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		name := e.Name()
+		base := strings.TrimSuffix(name, ".gz")
+		if e.IsDir() || strings.HasPrefix(base, "test_mlx5") || strings.HasPrefix(base, "test_efa") ||
+			strings.HasPrefix(base, "test_cuda") {
+			continue
+		}
+		in, err := os.Open(filepath.Join(pyverbsTests, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r io.Reader = in
+		if base != name {
+			if r, err = gzip.NewReader(in); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b, err := io.ReadAll(r)
+		in.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, base), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,385 @@
+/*
+ * abi_check: a C program against <infiniband/verbs.h>, run on goverbs' libibverbs.so.1
+ * by capi_test.go. With no argument it checks, on the first device, that bad arguments
+ * fail with the errno libibverbs documents, that RC traffic reads and writes the
+ * program's own memory in place, that completion channels and the async event fd are
+ * pollable fds, and that a child after fork() gets ENOSYS instead of hanging. It prints
+ * "ok" and exits 0, or names the first failed check and exits 1.
+ *
+ * "abi_check bench N" times N signaled 8-byte RDMA WRITEs, each posted and polled to
+ * completion, over a QP looped back to a second QP of the same device, and prints
+ * "ns/op X" and, on goverbs' library (which exports goverbs_heap_allocs), "allocs/op Y":
+ * the Go heap objects allocated per post and poll.
+ */
+#include <errno.h>
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <infiniband/verbs.h>
+
+#define CHECK(cond, what) do { if (!(cond)) { \
+	fprintf(stderr, "FAIL %s (line %d, errno %d %s)\n", what, __LINE__, errno, strerror(errno)); \
+	exit(1); } } while (0)
+
+struct pair {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct ibv_comp_channel *ch;
+	struct ibv_cq *cq;
+	struct ibv_qp *a, *b;
+	struct ibv_mr *mr;
+	uint8_t *buf; /* a: [0, 4096), b: [4096, 8192) */
+};
+
+static struct ibv_qp *make_qp(struct pair *p)
+{
+	struct ibv_qp_init_attr ia = {
+		.send_cq = p->cq, .recv_cq = p->cq, .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 1, .max_recv_sge = 1 },
+	};
+	struct ibv_qp *qp = ibv_create_qp(p->pd, &ia);
+
+	CHECK(qp, "create RC QP");
+	return qp;
+}
+
+static void to_state(struct ibv_qp *qp, struct ibv_qp *peer, union ibv_gid *gid, enum ibv_qp_state s)
+{
+	struct ibv_qp_attr a = { .qp_state = s };
+	int mask = IBV_QP_STATE;
+
+	if (s == IBV_QPS_INIT) {
+		a.port_num = 1;
+		a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+		mask |= IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+	} else if (s == IBV_QPS_RTR) {
+		a.path_mtu = IBV_MTU_1024;
+		a.dest_qp_num = peer->qp_num;
+		a.rq_psn = 100;
+		a.max_dest_rd_atomic = 4;
+		a.min_rnr_timer = 12;
+		a.ah_attr.is_global = 1;
+		a.ah_attr.grh.dgid = *gid;
+		a.ah_attr.grh.hop_limit = 64;
+		a.ah_attr.port_num = 1;
+		mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+			IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+	} else if (s == IBV_QPS_RTS) {
+		a.timeout = 14;
+		a.retry_cnt = 7;
+		a.rnr_retry = 7;
+		a.sq_psn = 100;
+		a.max_rd_atomic = 4;
+		mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC;
+	}
+	CHECK(ibv_modify_qp(qp, &a, mask) == 0, "modify QP");
+	CHECK(qp->state == s, "qp->state follows modify");
+}
+
+static void setup(struct pair *p, int b_rts)
+{
+	struct ibv_device **list = ibv_get_device_list(NULL);
+	union ibv_gid gid;
+
+	CHECK(list && list[0], "a device");
+	p->ctx = ibv_open_device(list[0]);
+	CHECK(p->ctx, "open device");
+	ibv_free_device_list(list);
+	CHECK(ibv_query_gid(p->ctx, 1, 0, &gid) == 0, "query GID 0");
+	p->pd = ibv_alloc_pd(p->ctx);
+	CHECK(p->pd, "alloc PD");
+	p->ch = ibv_create_comp_channel(p->ctx);
+	CHECK(p->ch, "create comp channel");
+	p->cq = ibv_create_cq(p->ctx, 128, p, p->ch, 0);
+	CHECK(p->cq && p->cq->cqe >= 128, "create CQ");
+	p->buf = aligned_alloc(4096, 8192);
+	memset(p->buf, 0, 8192);
+	p->mr = ibv_reg_mr(p->pd, p->buf, 8192, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+			   IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
+	CHECK(p->mr && p->mr->addr == p->buf && p->mr->length == 8192, "reg MR");
+	p->a = make_qp(p);
+	p->b = make_qp(p);
+	to_state(p->a, p->b, &gid, IBV_QPS_INIT);
+	to_state(p->a, p->b, &gid, IBV_QPS_RTR);
+	to_state(p->a, p->b, &gid, IBV_QPS_RTS);
+	to_state(p->b, p->a, &gid, IBV_QPS_INIT);
+	to_state(p->b, p->a, &gid, IBV_QPS_RTR);
+	if (b_rts)
+		to_state(p->b, p->a, &gid, IBV_QPS_RTS);
+}
+
+static void teardown(struct pair *p)
+{
+	CHECK(ibv_destroy_qp(p->a) == 0 && ibv_destroy_qp(p->b) == 0, "destroy QPs");
+	CHECK(ibv_dereg_mr(p->mr) == 0, "dereg MR");
+	CHECK(ibv_destroy_cq(p->cq) == 0, "destroy CQ");
+	CHECK(ibv_destroy_comp_channel(p->ch) == 0, "destroy channel");
+	CHECK(ibv_dealloc_pd(p->pd) == 0, "dealloc PD");
+	CHECK(ibv_close_device(p->ctx) == 0, "close device");
+	free(p->buf);
+}
+
+/* post one work request on a and spin until its completion. */
+static struct ibv_wc run(struct pair *p, struct ibv_send_wr *wr)
+{
+	struct ibv_send_wr *bad = NULL;
+	struct ibv_wc wc;
+	int n;
+
+	CHECK(ibv_post_send(p->a, wr, &bad) == 0, "post send");
+	while ((n = ibv_poll_cq(p->cq, 1, &wc)) == 0)
+		;
+	CHECK(n == 1, "poll CQ");
+	return wc;
+}
+
+static double now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+static int bench(long iters)
+{
+	uint64_t (*heap_allocs)(void) = (uint64_t (*)(void))dlsym(RTLD_DEFAULT, "goverbs_heap_allocs");
+	struct pair p;
+	struct ibv_sge sge;
+	struct ibv_send_wr wr;
+	uint64_t a0 = 0;
+	double t0;
+
+	setup(&p, 1);
+	sge = (struct ibv_sge){ .addr = (uintptr_t)p.buf, .length = 8, .lkey = p.mr->lkey };
+	wr = (struct ibv_send_wr){ .wr_id = 1, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+				   .send_flags = IBV_SEND_SIGNALED };
+	wr.wr.rdma.remote_addr = (uintptr_t)p.buf + 4096;
+	wr.wr.rdma.rkey = p.mr->rkey;
+	for (long i = 0; i < iters / 10 + 1; i++) /* warm up */
+		CHECK(run(&p, &wr).status == IBV_WC_SUCCESS, "warm-up WRITE");
+	if (heap_allocs)
+		a0 = heap_allocs();
+	t0 = now_ns();
+	for (long i = 0; i < iters; i++)
+		CHECK(run(&p, &wr).status == IBV_WC_SUCCESS, "WRITE");
+	printf("ns/op %.1f\n", (now_ns() - t0) / iters);
+	if (heap_allocs)
+		printf("allocs/op %.4f\n", (double)(heap_allocs() - a0) / iters);
+	teardown(&p);
+	return 0;
+}
+
+static void check_bad_arguments(void)
+{
+	struct ibv_device **list = ibv_get_device_list(NULL);
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	struct ibv_port_attr pa;
+	union ibv_gid gid;
+	void *gone;
+
+	errno = 0;
+	CHECK(!ibv_open_device(NULL) && errno == EINVAL, "open_device(NULL): EINVAL");
+	errno = 0;
+	CHECK(!ibv_alloc_pd(NULL) && errno == EINVAL, "alloc_pd(NULL): EINVAL");
+	ctx = ibv_open_device(list[0]);
+	CHECK(ctx, "open device");
+	ibv_free_device_list(list);
+	CHECK(ibv_query_port(ctx, 2, &pa) != 0, "query_port(2) fails");
+	CHECK(ibv_query_port(ctx, 1, &pa) == 0 && pa.state == IBV_PORT_ACTIVE &&
+	      pa.link_layer == IBV_LINK_LAYER_ETHERNET, "port 1 active, Ethernet");
+	CHECK(ibv_query_gid(ctx, 1, 7, &gid) != 0, "query_gid(7) fails");
+	pd = ibv_alloc_pd(ctx);
+	CHECK(pd, "alloc PD");
+	errno = 0;
+	CHECK(!ibv_reg_mr(pd, NULL, 64, 0) && errno == EINVAL, "reg_mr(NULL): EINVAL");
+	errno = 0;
+	CHECK(!ibv_reg_mr(pd, &gid, 0, 0) && errno == EINVAL, "reg_mr(length 0): EINVAL");
+	gone = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	munmap(gone, 8192);
+	errno = 0;
+	CHECK(!ibv_reg_mr(pd, gone, 8192, IBV_ACCESS_LOCAL_WRITE) && errno == EFAULT, "reg_mr(unmapped): EFAULT");
+	errno = 0;
+	CHECK(!ibv_reg_mr(pd, &gid, sizeof(gid), IBV_ACCESS_ON_DEMAND) && errno == EOPNOTSUPP,
+	      "reg_mr(ON_DEMAND): EOPNOTSUPP");
+	errno = 0;
+	CHECK(!ibv_create_cq(ctx, 0, NULL, NULL, 0) && errno == EINVAL, "create_cq(0): EINVAL");
+	errno = 0;
+	CHECK(!ibv_create_cq(ctx, 16, NULL, NULL, 5) && errno == EINVAL, "create_cq(vector 5): EINVAL");
+	cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	CHECK(cq, "create CQ");
+	errno = 0;
+	CHECK(!ibv_create_qp(pd, NULL) && errno == EINVAL, "create_qp(NULL): EINVAL");
+	{
+		struct ibv_qp_init_attr ia = { .send_cq = cq, .recv_cq = NULL, .qp_type = IBV_QPT_RC,
+					       .cap = { .max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1 } };
+
+		errno = 0;
+		CHECK(!ibv_create_qp(pd, &ia) && errno == EINVAL, "create_qp(no recv CQ): EINVAL");
+		ia.recv_cq = cq;
+		ia.qp_type = 99;
+		errno = 0;
+		CHECK(!ibv_create_qp(pd, &ia) && errno == EINVAL, "create_qp(type 99): EINVAL");
+		ia.qp_type = IBV_QPT_RC;
+		qp = ibv_create_qp(pd, &ia);
+		CHECK(qp && qp->qp_num != 0 && qp->state == IBV_QPS_RESET, "create QP");
+	}
+	{
+		struct ibv_qp_attr a = { .qp_state = IBV_QPS_RTR };
+		struct ibv_sge sge = { 0 };
+		struct ibv_send_wr wr = { .sg_list = NULL, .num_sge = 1, .opcode = IBV_WR_SEND };
+		struct ibv_send_wr *bad = NULL;
+
+		CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE) == EINVAL, "modify_qp RESET->RTR: EINVAL");
+		CHECK(ibv_modify_qp(qp, &a, 1 << 30) == EINVAL, "modify_qp(unknown mask bit): EINVAL");
+		CHECK(ibv_post_send(qp, &wr, &bad) == EINVAL && bad == &wr, "post_send(NULL sg_list): EINVAL, bad_wr");
+		wr.sg_list = &sge;
+		bad = NULL;
+		CHECK(ibv_post_send(qp, &wr, &bad) != 0 && bad == &wr, "post_send in RESET fails, bad_wr");
+	}
+	CHECK(ibv_destroy_cq(cq) == EBUSY, "destroy_cq in use: EBUSY");
+	CHECK(ibv_dealloc_pd(pd) == EBUSY, "dealloc_pd in use: EBUSY");
+	CHECK(ibv_destroy_qp(qp) == 0 && ibv_destroy_cq(cq) == 0 && ibv_dealloc_pd(pd) == 0, "destroy");
+	CHECK(ibv_close_device(ctx) == 0, "close device");
+}
+
+static void check_traffic(void)
+{
+	struct pair p;
+	struct ibv_sge sge;
+	struct ibv_send_wr wr;
+	struct ibv_async_event ev;
+	struct ibv_wc wc;
+	struct ibv_cq *evcq;
+	void *evctx;
+	struct pollfd pfd;
+
+	setup(&p, 0); /* b stays in RTR: its first packet raises COMM_EST */
+	memcpy(p.buf, "written in place", 17);
+	sge = (struct ibv_sge){ .addr = (uintptr_t)p.buf, .length = 17, .lkey = p.mr->lkey };
+	wr = (struct ibv_send_wr){ .wr_id = 7, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+				   .send_flags = IBV_SEND_SIGNALED };
+	wr.wr.rdma.remote_addr = (uintptr_t)p.buf + 4096;
+	wr.wr.rdma.rkey = p.mr->rkey;
+
+	/* The completion arrives through the channel's fd, which poll(2) sees. */
+	CHECK(ibv_req_notify_cq(p.cq, 0) == 0, "req_notify_cq");
+	{
+		struct ibv_send_wr *bad;
+
+		CHECK(ibv_post_send(p.a, &wr, &bad) == 0, "post WRITE");
+	}
+	pfd = (struct pollfd){ .fd = p.ch->fd, .events = POLLIN };
+	CHECK(poll(&pfd, 1, 10000) == 1, "channel fd readable");
+	CHECK(ibv_get_cq_event(p.ch, &evcq, &evctx) == 0 && evcq == p.cq && evctx == &p, "get_cq_event");
+	ibv_ack_cq_events(evcq, 1);
+	CHECK(ibv_poll_cq(p.cq, 1, &wc) == 1 && wc.status == IBV_WC_SUCCESS && wc.wr_id == 7 &&
+	      wc.opcode == IBV_WC_RDMA_WRITE, "WRITE completion");
+	CHECK(memcmp(p.buf + 4096, "written in place", 17) == 0, "WRITE landed in the program's memory");
+
+	/* The device reports its port active first, then b's first packet. */
+	for (int i = 0; i < 4; i++) {
+		pfd = (struct pollfd){ .fd = p.ctx->async_fd, .events = POLLIN };
+		CHECK(poll(&pfd, 1, 10000) == 1, "async fd readable");
+		CHECK(ibv_get_async_event(p.ctx, &ev) == 0, "get_async_event");
+		if (ev.event_type != IBV_EVENT_PORT_ACTIVE)
+			break;
+		CHECK(ev.element.port_num == 1, "PORT_ACTIVE names port 1");
+	}
+	CHECK(ev.event_type == IBV_EVENT_COMM_EST && ev.element.qp == p.b, "COMM_EST on b");
+	ibv_ack_async_event(&ev);
+	CHECK(p.b->events_completed == 1, "ack_async_event counts");
+	{
+		union ibv_gid gid;
+
+		CHECK(ibv_query_gid(p.ctx, 1, 0, &gid) == 0, "query GID");
+		to_state(p.b, p.a, &gid, IBV_QPS_RTS);
+	}
+
+	/* READ it back into a, then a FETCH_ADD on b's memory. */
+	memset(p.buf, 0, 64);
+	wr.opcode = IBV_WR_RDMA_READ;
+	CHECK(run(&p, &wr).status == IBV_WC_SUCCESS, "READ");
+	CHECK(memcmp(p.buf, "written in place", 17) == 0, "READ landed in the program's memory");
+	*(uint64_t *)(p.buf + 4096 + 64) = 40;
+	sge.length = 8;
+	wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+	wr.wr.atomic.remote_addr = (uintptr_t)p.buf + 4096 + 64;
+	wr.wr.atomic.rkey = p.mr->rkey;
+	wr.wr.atomic.compare_add = 2;
+	wc = run(&p, &wr);
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_FETCH_ADD, "FETCH_ADD");
+	CHECK(*(uint64_t *)p.buf == 40 && *(uint64_t *)(p.buf + 4096 + 64) == 42, "FETCH_ADD values");
+
+	/* SEND with immediate: imm_data is big-endian both ways. */
+	{
+		struct ibv_sge rsge = { .addr = (uintptr_t)p.buf + 4096 + 128, .length = 64, .lkey = p.mr->lkey };
+		struct ibv_recv_wr rwr = { .wr_id = 9, .sg_list = &rsge, .num_sge = 1 }, *rbad;
+		struct ibv_wc wcs[2];
+		int got = 0;
+
+		CHECK(ibv_post_recv(p.b, &rwr, &rbad) == 0, "post recv");
+		wr.opcode = IBV_WR_SEND_WITH_IMM;
+		wr.imm_data = htonl(0x01020304);
+		wr.wr_id = 8;
+		{
+			struct ibv_send_wr *bad;
+
+			CHECK(ibv_post_send(p.a, &wr, &bad) == 0, "post SEND_WITH_IMM");
+		}
+		while (got < 2) {
+			int n = ibv_poll_cq(p.cq, 2 - got, wcs + got);
+
+			CHECK(n >= 0, "poll");
+			got += n;
+		}
+		for (int i = 0; i < 2; i++) {
+			if (wcs[i].wr_id != 9)
+				continue;
+			CHECK(wcs[i].opcode == IBV_WC_RECV && (wcs[i].wc_flags & IBV_WC_WITH_IMM) &&
+			      ntohl(wcs[i].imm_data) == 0x01020304 && wcs[i].byte_len == 8 &&
+			      wcs[i].qp_num == p.b->qp_num, "receive completion with immediate");
+		}
+	}
+	teardown(&p);
+}
+
+static void check_fork(void)
+{
+	pid_t pid = fork();
+	int status;
+
+	CHECK(pid >= 0, "fork");
+	if (pid == 0) {
+		alarm(10); /* a hang is the failure this guards against */
+		errno = 0;
+		if (ibv_get_device_list(NULL) == NULL && errno == ENOSYS)
+			_exit(0);
+		_exit(1);
+	}
+	CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	      "child after fork: get_device_list fails with ENOSYS");
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 3 && strcmp(argv[1], "bench") == 0)
+		return bench(atol(argv[2]));
+	check_bad_arguments();
+	check_traffic();
+	check_fork();
+	printf("ok\n");
+	return 0;
+}

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# compare.sh: Debian's perftest on goverbs' libibverbs.so.1 against goverbs' own Go tools,
+# in the same run: ib_write_bw 64 KiB (bandwidth) and ib_send_lat 8 B (typical latency),
+# two processes on loopback, both sides in the same mode, rounds interleaved so a slow
+# spell of the machine slows both alike. Prints each round and the median of the
+# per-round ratios (C/Go: issue 14 asks >= 0.9x bandwidth, <= 1.2x latency).
+#
+#   bash capi/compare.sh            ROUNDS=5 DURATION=3 ITERS=20000 MODE=busy by default
+#
+# MODE=busy: busy-poll on both sides (the C library's default, the Go tools' --busy-poll);
+# MODE=default: neither (GOVERBS_BUSY_POLL=0 for the C library).
+#
+# Needs perftest and what capi/build.sh needs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+R=${ROUNDS:-5} D=${DURATION:-3} N=${ITERS:-20000} MODE=${MODE:-busy}
+case $MODE in
+  busy) busy=1 gflag=--busy-poll ;;
+  default) busy=0 gflag= ;;
+  *) echo "MODE is busy or default" >&2; exit 2 ;;
+esac
+S=127.51.0.2 C=127.51.0.3 P=18777
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+bash capi/build.sh "$tmp/lib" >/dev/null
+go build -o "$tmp/goverbs" ./cmd/goverbs
+
+# run NAME SERVER-CMD... -- CLIENT-CMD...: runs both, prints the client's result row.
+run() {
+  local srv=() cli=()
+  while [ "$1" != -- ]; do srv+=("$1"); shift; done
+  shift
+  cli=("$@")
+  "${srv[@]}" >"$tmp/srv.log" 2>&1 &
+  local pid=$!
+  sleep 1
+  "${cli[@]}" >"$tmp/cli.log" 2>&1 || { cat "$tmp/cli.log" "$tmp/srv.log" >&2; exit 1; }
+  wait $pid
+  awk '/#bytes/ {getline; print; exit}' "$tmp/cli.log"
+}
+cenv() { env LD_LIBRARY_PATH="$tmp/lib" GOVERBS_BUSY_POLL=$busy GOVERBS_DEVICES="$1=$2" "${@:3}"; }
+
+: >"$tmp/bw" ; : >"$tmp/lat"
+for r in $(seq "$R"); do
+  cbw=$(run cenv s0 $S ib_write_bw -d s0 -x 0 -p $P -s 65536 -D "$D" -- \
+            cenv c0 $C ib_write_bw -d c0 -x 0 -p $P -s 65536 -D "$D" 127.0.0.1 | awk '{print $4}')
+  gbw=$(run "$tmp/goverbs" write_bw --bind $S -p $P -s 65536 -D "$D" $gflag -- \
+            "$tmp/goverbs" write_bw --bind $C -p $P -s 65536 -D "$D" $gflag $S | awk '{print $4}')
+  clat=$(run cenv s0 $S ib_send_lat -d s0 -x 0 -p $P -s 8 -n "$N" -- \
+             cenv c0 $C ib_send_lat -d c0 -x 0 -p $P -s 8 -n "$N" 127.0.0.1 | awk '{print $5}')
+  glat=$(run "$tmp/goverbs" send_lat --bind $S -p $P -s 8 -n "$N" $gflag -- \
+             "$tmp/goverbs" send_lat --bind $C -p $P -s 8 -n "$N" $gflag $S | awk '{print $5}')
+  echo "$cbw $gbw" >>"$tmp/bw"
+  echo "$clat $glat" >>"$tmp/lat"
+  printf 'round %d: write_bw 64 KiB C %s Go %s MiB/s (%.2fx)   send_lat 8 B C %s Go %s us (%.2fx)\n' \
+    "$r" "$cbw" "$gbw" "$(echo "$cbw $gbw" | awk '{print $1/$2}')" \
+    "$clat" "$glat" "$(echo "$clat $glat" | awk '{print $1/$2}')"
+done
+median() { awk '{print $1/$2}' "$1" | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+echo "median per-round ratio C/Go ($MODE): write_bw $(median "$tmp/bw")x, send_lat $(median "$tmp/lat")x"

@@ -6,6 +6,7 @@ package engine
 
 import (
 	"net/netip"
+	"sync/atomic"
 
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -20,10 +21,19 @@ type AH struct {
 	SL           uint8
 	SGIDIndex    uint8
 	Port         uint8
+
+	closed atomic.Bool // a UD request naming a closed handle is refused
 }
 
-// Close releases the address handle; it holds nothing but its address.
-func (ah *AH) Close() error { return nil }
+// ErrAHClosed: a UD request named an address handle that was closed.
+var ErrAHClosed = driver.NewError(driver.ErrClosed, "address handle is closed")
+
+// Close releases the address handle: UD requests posted after it may not name it
+// (ibv_destroy_ah), those posted before still go where it said.
+func (ah *AH) Close() error {
+	ah.closed.Store(true)
+	return nil
+}
 
 // DriverAH returns the handle as the driver reference a UD request names.
 func (ah *AH) DriverAH() driver.AH {

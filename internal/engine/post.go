@@ -110,6 +110,9 @@ func (qp *QP) enqueueSend(wr *driver.SendWR) error {
 		if ah == nil {
 			return ErrNoAH
 		}
+		if ah.closed.Load() {
+			return ErrAHClosed
+		}
 		if qp.mtu > 0 && total > uint64(qp.mtu) {
 			return ErrUDTooLarge
 		}

@@ -9,7 +9,10 @@ import (
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
-var ErrSRQLimit = driver.NewError(driver.ErrInvalidAttr, "SRQ limit must be below max_wr")
+var (
+	ErrSRQLimit = driver.NewError(driver.ErrInvalidAttr, "SRQ limit must be below max_wr")
+	ErrSRQBusy  = driver.NewError(driver.ErrBusy, "shared receive queue is still used by a queue pair")
+)
 
 // SRQ is a shared receive queue: one pool of receive WQEs for many QPs (IBTA 10.2.9).
 type SRQ struct {
@@ -123,7 +126,7 @@ func (s *SRQ) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.refs > 0 {
-		return ErrCQBusy
+		return ErrSRQBusy
 	}
 	if !s.closed {
 		s.closed = true

@@ -13,6 +13,7 @@ type CQ struct {
 	dev     *Device
 	impl    driver.CQ
 	channel *CompChannel
+	life    life
 	events  atomic.Uint32 // events delivered, for AckEvents
 	acked   atomic.Uint32
 }
@@ -20,18 +21,34 @@ type CQ struct {
 // CreateCQ creates a completion queue of at least depth entries (ibv_create_cq).
 // With a channel, RequestNotify arms it to report completions there.
 func (d *Device) CreateCQ(depth int, channel *CompChannel) (*CQ, error) {
+	if d.closed.Load() {
+		return nil, errDeviceClosed
+	}
 	cq := &CQ{dev: d, channel: channel}
 	var notify func()
 	if channel != nil {
+		if channel.dev != d {
+			return nil, ErrWrongDevice
+		}
+		if err := channel.use(1); err != nil {
+			return nil, err
+		}
 		// Called only once the CQ is armed, by which time cq.impl is set.
 		notify = func() { channel.signal(cq) }
 	}
 	impl, err := d.impl.CreateCQ(depth, notify)
+	if err == nil {
+		cq.impl = impl
+		if err = d.track(nil, cq, nil, true); err != nil {
+			impl.Close()
+		}
+	}
 	if err != nil {
+		if channel != nil {
+			channel.use(-1)
+		}
 		return nil, err
 	}
-	cq.impl = impl
-	d.track(nil, cq, nil, true)
 	return cq, nil
 }
 
@@ -39,6 +56,9 @@ func (d *Device) CreateCQ(depth int, channel *CompChannel) (*CQ, error) {
 // (ibv_poll_cq). It never blocks and does not allocate. After an overrun it returns
 // ErrCQOverflow once the CQ is empty.
 func (cq *CQ) Poll(wcs []WC) (int, error) {
+	if cq.life.closed.Load() { // Device.Close sets it too
+		return 0, errCQClosed
+	}
 	n, err := cq.impl.Poll(noescape(wcs)) // the provider fills wcs in place (see noescape)
 	if err != nil && n == 0 {
 		return 0, err
@@ -46,42 +66,89 @@ func (cq *CQ) Poll(wcs []WC) (int, error) {
 	return n, nil
 }
 
-// Depth returns the number of completions the CQ holds.
+// Depth returns the number of completions the CQ holds; a closed CQ's is the last it had.
 func (cq *CQ) Depth() int { return cq.impl.Depth() }
 
 // Resize changes the CQ's depth, keeping its completions (ibv_resize_cq).
-func (cq *CQ) Resize(depth int) error { return cq.impl.Resize(depth) }
+func (cq *CQ) Resize(depth int) error {
+	if cq.life.closed.Load() {
+		return errCQClosed
+	}
+	return cq.impl.Resize(depth)
+}
 
 // RequestNotify arms the CQ: its channel gets one event at the next completion, or with
 // solicitedOnly at the next solicited or error completion (ibv_req_notify_cq).
-func (cq *CQ) RequestNotify(solicitedOnly bool) error { return cq.impl.RequestNotify(solicitedOnly) }
+func (cq *CQ) RequestNotify(solicitedOnly bool) error {
+	if cq.life.closed.Load() {
+		return errCQClosed
+	}
+	return cq.impl.RequestNotify(solicitedOnly)
+}
 
 // AckEvents acknowledges n events received from the channel for this CQ
 // (ibv_ack_cq_events). Close waits for nothing here, but the count is kept for parity.
 func (cq *CQ) AckEvents(n int) { cq.acked.Add(uint32(n)) }
 
-// Close destroys the CQ; it fails while a QP uses it.
+// Close destroys the CQ (ibv_destroy_cq); it fails with ErrBusy while a QP uses it.
 func (cq *CQ) Close() error {
-	if err := cq.impl.Close(); err != nil {
-		return err
-	}
-	cq.dev.track(nil, cq, nil, false)
-	return nil
+	return cq.life.close(errCQClosed, func() error {
+		if err := cq.impl.Close(); err != nil {
+			return err
+		}
+		cq.dev.track(nil, cq, nil, false)
+		if cq.channel != nil {
+			cq.channel.use(-1)
+		}
+		return nil
+	})
 }
 
 // CompChannel is a completion event channel (struct ibv_comp_channel): armed CQs report
 // their next completion here and a consumer blocks in Wait instead of polling.
 type CompChannel struct {
+	dev    *Device
 	mu     sync.Mutex
 	ready  []*CQ
+	cqs    int // open CQs that report here
 	wake   chan struct{}
 	done   chan struct{}
 	closed bool
 }
 
-// CreateCompChannel creates a completion channel (ibv_create_comp_channel).
+// CreateCompChannel creates a completion channel (ibv_create_comp_channel). On a closed
+// device the channel is closed already: its Wait and Close return ErrClosed.
 func (d *Device) CreateCompChannel() *CompChannel {
-	return &CompChannel{wake: make(chan struct{}, 1), done: make(chan struct{})}
+	c := &CompChannel{dev: d, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	d.mu.Lock()
+	if d.closed.Load() {
+		c.shut()
+	} else {
+		d.chans[c] = struct{}{}
+	}
+	d.mu.Unlock()
+	return c
+}
+
+// use counts a CQ that starts (+1) or stops (-1) reporting to the channel.
+func (c *CompChannel) use(delta int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed && delta > 0 {
+		return errChannelClosed
+	}
+	c.cqs += delta
+	return nil
+}
+
+// shut closes the channel with its device, waking its waiters.
+func (c *CompChannel) shut() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.closed {
+		c.closed = true
+		close(c.done)
+	}
 }
 
 // signal is called by the provider (never blocking) when an armed CQ fires.
@@ -111,7 +178,7 @@ func (c *CompChannel) Wait(ctx context.Context) (*CQ, error) {
 		closed := c.closed
 		c.mu.Unlock()
 		if closed {
-			return nil, ErrClosed
+			return nil, errChannelClosed
 		}
 		select {
 		case <-c.wake:
@@ -122,13 +189,24 @@ func (c *CompChannel) Wait(ctx context.Context) (*CQ, error) {
 	}
 }
 
-// Close destroys the channel; blocked Wait calls return ErrClosed.
+// Close destroys the channel (ibv_destroy_comp_channel); blocked Wait calls return
+// ErrClosed. It fails with ErrBusy while a CQ reports to the channel: close the CQs
+// first.
 func (c *CompChannel) Close() error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.closed {
-		c.closed = true
-		close(c.done)
+	if c.closed {
+		c.mu.Unlock()
+		return errChannelClosed
 	}
+	if c.cqs > 0 {
+		c.mu.Unlock()
+		return errChannelBusy
+	}
+	c.closed = true
+	close(c.done)
+	c.mu.Unlock()
+	c.dev.mu.Lock()
+	delete(c.dev.chans, c)
+	c.dev.mu.Unlock()
 	return nil
 }

@@ -3,6 +3,7 @@ package verbs
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -25,11 +26,14 @@ type Device struct {
 	impl  driver.Device
 	ports uint8
 
+	// closed is set once, by Close under mu; the maps hold what Close marks closed with
+	// it (see lifecycle.go).
+	closed atomic.Bool
 	mu     sync.Mutex
-	closed bool
 	qps    map[driver.QP]*QP
 	cqs    map[driver.CQ]*CQ
 	srqs   map[driver.SRQ]*SRQ
+	chans  map[*CompChannel]struct{}
 	evOnce sync.Once
 	evs    chan AsyncEvent
 	done   chan struct{} // closed by Close
@@ -79,6 +83,7 @@ func newDevice(info DeviceInfo, impl driver.Device) *Device {
 	return &Device{
 		info: info, impl: impl, ports: impl.Query().PhysPortCnt, done: make(chan struct{}),
 		qps: make(map[driver.QP]*QP), cqs: make(map[driver.CQ]*CQ), srqs: make(map[driver.SRQ]*SRQ),
+		chans: make(map[*CompChannel]struct{}),
 	}
 }
 
@@ -88,23 +93,43 @@ func (d *Device) Name() string { return d.info.Name }
 // Info returns the device's listing entry.
 func (d *Device) Info() DeviceInfo { return d.info }
 
-// Close closes the device and everything created on it: QPs stop, sockets close.
+// Close closes the device and everything created on it (ibv_close_device): QPs stop,
+// sockets close, blocked CompChannel.Wait calls return, and every later call on the
+// device or on an object made from it returns an error matching ErrClosed. Closing a
+// closed device returns such an error too.
 func (d *Device) Close() error {
 	d.mu.Lock()
-	if d.closed {
+	if d.closed.Load() {
 		d.mu.Unlock()
-		return nil
+		return errDeviceClosed
 	}
-	d.closed = true
+	d.closed.Store(true)
+	// The data-path objects check only their own flag: set it for them.
+	for _, qp := range d.qps {
+		qp.life.closed.Store(true)
+	}
+	for _, cq := range d.cqs {
+		cq.life.closed.Store(true)
+	}
+	for _, s := range d.srqs {
+		s.life.closed.Store(true)
+	}
+	for c := range d.chans {
+		c.shut()
+	}
 	close(d.done)
 	d.mu.Unlock()
 	return d.impl.Close()
 }
 
-// Query returns the device's attributes (ibv_query_device).
+// Query returns the device's attributes (ibv_query_device); a closed device's are those
+// it had.
 func (d *Device) Query() DeviceAttr { return d.impl.Query() }
 
 func (d *Device) checkPort(port uint8) error {
+	if d.closed.Load() {
+		return errDeviceClosed
+	}
 	if port < 1 || port > d.ports {
 		return fmt.Errorf("%w: %d (the device has %d)", ErrInvalidPort, port, d.ports)
 	}
@@ -142,14 +167,23 @@ func (d *Device) QueryGID(port uint8, index int) (GID, error) {
 // Progress drives a busy-poll device's receive path once: it reads and processes what the
 // socket holds. A program that waits for remote writes by watching memory, instead of
 // polling a CQ, calls it in its wait loop, as a DPDK application calls its poll-mode
-// driver. On other devices it does nothing. It reports whether the device is busy-poll.
-func (d *Device) Progress() bool { return d.impl.Progress() }
+// driver. On other devices, and on a closed one, it does nothing. It reports whether it
+// drove the device.
+func (d *Device) Progress() bool {
+	if d.closed.Load() {
+		return false
+	}
+	return d.impl.Progress()
+}
 
 // Counters returns the device's statistics.
 func (d *Device) Counters() Counters { return d.impl.Counters() }
 
 // AllocPD allocates a protection domain (ibv_alloc_pd).
 func (d *Device) AllocPD() (*PD, error) {
+	if d.closed.Load() {
+		return nil, errDeviceClosed
+	}
 	impl, err := d.impl.AllocPD()
 	if err != nil {
 		return nil, err
@@ -174,6 +208,10 @@ func (e AsyncEvent) String() string { return e.Type.String() }
 func (d *Device) Events() <-chan AsyncEvent {
 	d.evOnce.Do(func() {
 		d.evs = make(chan AsyncEvent, 64)
+		if d.closed.Load() { // the provider's events are gone with its device
+			close(d.evs)
+			return
+		}
 		go func() {
 			defer close(d.evs)
 			for ev := range d.impl.Events() {
@@ -204,9 +242,15 @@ func (d *Device) mapEvent(ev driver.AsyncEvent) AsyncEvent {
 	return out
 }
 
-func (d *Device) track(qp *QP, cq *CQ, srq *SRQ, add bool) {
+// track records a QP, CQ or SRQ made on the device (add) or forgets a closed one. An
+// addition to a device that closed meanwhile fails with ErrClosed: Close did not see the
+// object to mark it.
+func (d *Device) track(qp *QP, cq *CQ, srq *SRQ, add bool) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if add && d.closed.Load() {
+		return errDeviceClosed
+	}
 	switch {
 	case qp != nil && add:
 		d.qps[qp.impl] = qp
@@ -221,4 +265,5 @@ func (d *Device) track(qp *QP, cq *CQ, srq *SRQ, add bool) {
 	case srq != nil:
 		delete(d.srqs, srq.impl)
 	}
+	return nil
 }

@@ -12,19 +12,30 @@ import (
 type PD struct {
 	dev  *Device
 	impl driver.PD
+	life life
 }
 
 // Device returns the device the PD belongs to.
 func (pd *PD) Device() *Device { return pd.dev }
 
-// Close deallocates the PD. It fails while MRs, QPs or SRQs still use it.
-func (pd *PD) Close() error { return pd.impl.Close() }
+// Close deallocates the PD (ibv_dealloc_pd). It fails with ErrBusy while MRs, MWs, QPs
+// or SRQs still use it.
+func (pd *PD) Close() error {
+	if pd.dev.closed.Load() {
+		return errDeviceClosed
+	}
+	return pd.life.close(errPDClosed, pd.impl.Close)
+}
+
+// usable reports why the PD cannot make objects, nil if it can.
+func (pd *PD) usable() error { return pd.dev.usable(&pd.life, errPDClosed) }
 
 // MR is a registered memory region (struct ibv_mr). The region is buf as passed to
 // RegMR; Addr is buf's virtual address, which a peer uses in RDMA and atomic requests.
 type MR struct {
 	pd     *PD
 	impl   driver.MR
+	life   life
 	buf    []byte
 	access Access
 }
@@ -34,6 +45,9 @@ type MR struct {
 // by the garbage collector's moves: Go's heap does not move objects, so any slice works.
 // Remote write and remote atomic need local write (IBTA 10.6.3.1).
 func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
+	if err := pd.usable(); err != nil {
+		return nil, err
+	}
 	impl, err := pd.impl.RegMR(buf, access)
 	if err != nil {
 		return nil, &opError{"register memory region", err}
@@ -41,8 +55,14 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	return &MR{pd: pd, impl: impl, buf: buf, access: access}, nil
 }
 
-// Close deregisters the region (ibv_dereg_mr); its keys stop working at once.
-func (mr *MR) Close() error { return mr.impl.Close() }
+// Close deregisters the region (ibv_dereg_mr); its keys stop working at once. It fails
+// with ErrBusy while memory windows are bound to it.
+func (mr *MR) Close() error {
+	if mr.pd.dev.closed.Load() {
+		return errDeviceClosed
+	}
+	return mr.life.close(errMRClosed, mr.impl.Close)
+}
 
 // LKey is the local key, for SGEs.
 func (mr *MR) LKey() uint32 { return mr.impl.LKey() }
@@ -87,12 +107,16 @@ type AH struct {
 	pd   *PD
 	attr AHAttr
 	impl driver.AH
+	life life
 }
 
 // CreateAH creates an address handle (ibv_create_ah).
 func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
 	if attr.DGID.IsZero() {
 		return nil, fmt.Errorf("%w: address handle needs a destination GID", ErrInvalidAttr)
+	}
+	if err := pd.usable(); err != nil {
+		return nil, err
 	}
 	impl, err := pd.impl.CreateAH(&attr)
 	if err != nil {
@@ -104,8 +128,14 @@ func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
 // Attr returns the address handle's attributes.
 func (ah *AH) Attr() AHAttr { return ah.attr }
 
-// Close destroys the address handle (ibv_destroy_ah).
-func (ah *AH) Close() error { return ah.impl.Close() }
+// Close destroys the address handle (ibv_destroy_ah). A UD request naming it afterwards
+// is refused with ErrClosed.
+func (ah *AH) Close() error {
+	if ah.pd.dev.closed.Load() {
+		return errDeviceClosed
+	}
+	return ah.life.close(errAHClosed, ah.impl.Close)
+}
 
 // DriverAH returns the provider's address handle, for the provider a work request
 // reaches (package verbs/driver); programs have no use for it.

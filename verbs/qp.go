@@ -14,6 +14,7 @@ type QP struct {
 	sendCQ *CQ
 	recvCQ *CQ
 	srq    *SRQ
+	life   life
 }
 
 // CreateQP creates a queue pair in the RESET state (ibv_create_qp).
@@ -29,6 +30,15 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	default:
 		return nil, fmt.Errorf("%w: QP type %v", ErrInvalidAttr, attr.Type)
 	}
+	if err := pd.usable(); err != nil {
+		return nil, err
+	}
+	if attr.SendCQ.life.closed.Load() || attr.RecvCQ.life.closed.Load() {
+		return nil, errCQClosed
+	}
+	if attr.SRQ != nil && attr.SRQ.life.closed.Load() {
+		return nil, errSRQClosed
+	}
 	init := driver.QPInit{Type: attr.Type, SendCQ: attr.SendCQ.impl, RecvCQ: attr.RecvCQ.impl, Cap: attr.Cap, SigAll: attr.SigAll}
 	if attr.SRQ != nil {
 		init.SRQ = attr.SRQ.impl
@@ -38,7 +48,10 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 		return nil, &opError{"create QP", err}
 	}
 	qp := &QP{pd: pd, impl: impl, typ: attr.Type, sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ, srq: attr.SRQ}
-	pd.dev.track(qp, nil, nil, true)
+	if err := pd.dev.track(qp, nil, nil, true); err != nil {
+		impl.Close()
+		return nil, err
+	}
 	return qp, nil
 }
 
@@ -48,8 +61,22 @@ func (qp *QP) QPN() uint32 { return qp.impl.QPN() }
 // Type returns the QP's transport service.
 func (qp *QP) Type() QPType { return qp.typ }
 
-// State returns the QP's current state.
-func (qp *QP) State() QPState { return qp.impl.State() }
+// State returns the QP's current state: ERR once the QP or its device is closed.
+func (qp *QP) State() QPState {
+	if qp.life.closed.Load() {
+		return QPStateErr
+	}
+	return qp.impl.State()
+}
+
+// usable reports why the QP cannot be used, nil if it can. Device.Close marks its QPs
+// closed, so one load tells.
+func (qp *QP) usable() error {
+	if qp.life.closed.Load() {
+		return errQPClosed
+	}
+	return nil
+}
 
 // PD returns the QP's protection domain.
 func (qp *QP) PD() *PD { return qp.pd }
@@ -57,6 +84,9 @@ func (qp *QP) PD() *PD { return qp.pd }
 // Modify changes the QP's attributes and state (ibv_modify_qp). mask says which fields
 // of attr apply; the transition and its attributes are checked against IBTA table 91.
 func (qp *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
+	if err := qp.usable(); err != nil {
+		return err
+	}
 	cur := qp.impl.State()
 	if mask&QPAttrCurState != 0 && attr.CurState != cur {
 		return fmt.Errorf("%w: CUR_STATE %v but the QP is %v", ErrInvalidState, attr.CurState, cur)
@@ -104,58 +134,88 @@ func (qp *QP) Query() QPAttr { return qp.impl.Query() }
 func (qp *QP) PostSend(wrs ...SendWR) error {
 	// The provider reads wrs in place and keeps none of it, so a variadic call and a
 	// literal SGL can stay on the caller's stack (see noescape).
+	if qp.life.closed.Load() {
+		return &PostError{Err: errQPClosed}
+	}
 	return qp.impl.PostSend(noescape(wrs))
 }
 
 // PostRecv posts receive work requests (ibv_post_recv).
-func (qp *QP) PostRecv(wrs ...RecvWR) error { return qp.impl.PostRecv(noescape(wrs)) }
+func (qp *QP) PostRecv(wrs ...RecvWR) error {
+	if qp.life.closed.Load() {
+		return &PostError{Err: errQPClosed}
+	}
+	return qp.impl.PostRecv(noescape(wrs))
+}
 
 // Counters returns the QP's statistics.
 func (qp *QP) Counters() QPCounters { return qp.impl.Counters() }
 
-// Close destroys the QP (ibv_destroy_qp). Outstanding work is discarded.
+// Close destroys the QP (ibv_destroy_qp). Outstanding work is discarded: no completion
+// of it appears afterwards.
 func (qp *QP) Close() error {
-	err := qp.impl.Close()
-	qp.pd.dev.track(qp, nil, nil, false)
-	return err
+	return qp.life.close(errQPClosed, func() error {
+		if err := qp.impl.Close(); err != nil {
+			return err
+		}
+		qp.pd.dev.track(qp, nil, nil, false)
+		return nil
+	})
 }
 
 // SRQ is a shared receive queue (struct ibv_srq).
 type SRQ struct {
 	pd   *PD
 	impl driver.SRQ
+	life life
 }
 
 // CreateSRQ creates a shared receive queue (ibv_create_srq).
 func (pd *PD) CreateSRQ(attr SRQAttr) (*SRQ, error) {
+	if err := pd.usable(); err != nil {
+		return nil, err
+	}
 	impl, err := pd.impl.CreateSRQ(attr)
 	if err != nil {
 		return nil, &opError{"create SRQ", err}
 	}
 	s := &SRQ{pd: pd, impl: impl}
-	pd.dev.track(nil, nil, s, true)
+	if err := pd.dev.track(nil, nil, s, true); err != nil {
+		impl.Close()
+		return nil, err
+	}
 	return s, nil
 }
 
 // PostRecv posts receive work requests to the shared pool (ibv_post_srq_recv).
 func (s *SRQ) PostRecv(wrs ...RecvWR) error {
+	if s.life.closed.Load() { // Device.Close sets it too
+		return &PostError{Err: errSRQClosed}
+	}
 	return s.impl.PostRecv(noescape(wrs))
 }
 
 // Arm sets the SRQ limit: when fewer than limit WQEs remain, one EventSRQLimitReached is
 // raised and the limit disarms (ibv_modify_srq with IBV_SRQ_LIMIT).
-func (s *SRQ) Arm(limit uint32) error { return s.impl.Arm(limit) }
+func (s *SRQ) Arm(limit uint32) error {
+	if s.life.closed.Load() {
+		return errSRQClosed
+	}
+	return s.impl.Arm(limit)
+}
 
 // Query returns the SRQ's attributes (ibv_query_srq).
 func (s *SRQ) Query() SRQAttr { return s.impl.Query() }
 
-// Close destroys the SRQ; it fails while QPs use it.
+// Close destroys the SRQ (ibv_destroy_srq); it fails with ErrBusy while QPs use it.
 func (s *SRQ) Close() error {
-	if err := s.impl.Close(); err != nil {
-		return err
-	}
-	s.pd.dev.track(nil, nil, s, false)
-	return nil
+	return s.life.close(errSRQClosed, func() error {
+		if err := s.impl.Close(); err != nil {
+			return err
+		}
+		s.pd.dev.track(nil, nil, s, false)
+		return nil
+	})
 }
 
 // maxRdAtomic is the largest max_rd_atomic / max_dest_rd_atomic a QP accepts (rxe: 128).

@@ -17,3 +17,5 @@ var softEnv = verbstest.Env{Open: func(t testing.TB) *verbs.Device {
 }}
 
 func TestLifecycle(t *testing.T) { verbstest.TestLifecycle(t, softEnv) }
+
+func TestCloseBusy(t *testing.T) { verbstest.TestCloseBusy(t, softEnv) }

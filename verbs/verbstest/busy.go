@@ -1,0 +1,57 @@
+package verbstest
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// TestCloseBusy checks the parents that refuse to close while children use them
+// (libibverbs' EBUSY): the refusal matches verbs.ErrBusy, the parent stays usable, and
+// it closes once its children are gone.
+func TestCloseBusy(t *testing.T, e Env) {
+	dev := e.Open(t)
+	defer dev.Close()
+	o := e.objects(t, dev)
+
+	busy := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, verbs.ErrBusy) {
+			t.Fatalf("Close of a %s in use: %v, want an error matching verbs.ErrBusy", what, err)
+		}
+	}
+	ok := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+
+	busy("PD", o.pd.Close())
+	mr, err := o.pd.RegMR(make([]byte, 64), verbs.AccessLocalWrite)
+	ok("RegMR on a PD whose Close was refused", err)
+	ok("MR.Close", mr.Close())
+
+	busy("CQ", o.cq.Close())
+	_, err = o.cq.Poll(make([]verbs.WC, 1))
+	ok("Poll of a CQ whose Close was refused", err)
+
+	busy("SRQ", o.srq.Close())
+	ok("SRQ.PostRecv after a refused Close", o.srq.PostRecv(verbs.RecvWR{ID: 1,
+		SGL: []verbs.SGE{{Addr: o.mr.Addr(), Length: 8, LKey: o.mr.LKey()}}}))
+
+	busy("completion channel", o.ch.Close())
+
+	// Children first, then each parent closes.
+	for _, c := range []struct {
+		name  string
+		close func() error
+	}{
+		{"QP", o.qp.Close}, {"UD QP", o.ud.Close}, {"SRQ", o.srq.Close}, {"CQ", o.cq.Close},
+		{"completion channel", o.ch.Close}, {"MW", o.mw1.Close}, {"MW", o.mw2.Close},
+		{"AH", o.ah.Close}, {"MR", o.mr.Close}, {"PD", o.pd.Close},
+	} {
+		ok(c.name+".Close once its users are closed", c.close())
+	}
+}

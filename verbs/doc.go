@@ -38,6 +38,23 @@
 // What happens to a work request on the wire is reported in the Status of its
 // completion ([WC]), as with libibverbs.
 //
+// # Closing
+//
+// Every object has a Close, with the same rules on every provider:
+//
+//   - After X.Close, every call of X that returns an error returns one matching
+//     [ErrClosed], and a second Close does too, as with [os.File]. Calls that return no
+//     error stay safe: a closed QP's [QP.State] is ERR, the others report what they last
+//     knew.
+//   - [Device.Close] closes everything made from the device (ibv_close_device releases
+//     the context's resources): its QPs stop, no completion appears later, blocked
+//     [CompChannel.Wait] calls return and [Device.Events] closes. Every call on the
+//     device or on one of its objects then matches ErrClosed.
+//   - A PD, CQ, SRQ, MR or CompChannel that others still use refuses to close with an
+//     error matching [ErrBusy] and stays open, as libibverbs' destroy calls return
+//     EBUSY: close QPs before their CQs and SRQs, CQs before their channel, regions
+//     after the windows bound to them, and a PD last.
+//
 // # Performance
 //
 // Posting and polling allocate nothing, not even for a work request written in place

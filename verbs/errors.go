@@ -15,7 +15,7 @@ var (
 	// ErrClosed: the object, or the device or PD it belongs to, is closed.
 	ErrClosed = driver.ErrClosed
 	// ErrBusy: the object cannot be closed while others use it (a PD with MRs or QPs,
-	// a CQ with QPs, an MR with bound windows).
+	// a CQ or SRQ with QPs, an MR with bound windows, a CompChannel with CQs).
 	ErrBusy = driver.ErrBusy
 	// ErrInvalidPort: a port number the device does not have.
 	ErrInvalidPort = driver.ErrInvalidPort

@@ -1,0 +1,95 @@
+package verbs
+
+import (
+	"errors"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// sentCounter counts the datagrams a device sends (a Recorder sees both directions).
+type sentCounter struct {
+	from atomic.Pointer[netip.Addr]
+	n    atomic.Int64
+}
+
+func (c *sentCounter) Record(_ time.Time, src, _ netip.AddrPort, _ uint16, _ []byte) error {
+	if a := c.from.Load(); a != nil && src.Addr() == *a {
+		c.n.Add(1)
+	}
+	return nil
+}
+
+// writes posts n signalled 64 KiB WRITEs from qp into the peer's region.
+func writes(t *testing.T, qp *QP, src, dst *MR, n int) {
+	t.Helper()
+	for i := range n {
+		if err := qp.PostSend(SendWR{ID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
+			SGL: []SGE{src.SGE(0, 64<<10)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}); err != nil {
+			t.Fatalf("WRITE %d: %v", i, err)
+		}
+	}
+}
+
+// TestDeviceCloseStopsTraffic: once Device.Close returns, the device sends nothing,
+// refuses posts and polls, and work it had in flight completes nowhere.
+func TestDeviceCloseStopsTraffic(t *testing.T) {
+	rec := &sentCounter{}
+	a, b := newHostCfg(t, SoftConfig{Recorder: rec}), newHost(t)
+	addr := a.gid.Addr()
+	rec.from.Store(&addr)
+	qa, qb := a.qp(t, QPTypeRC), b.qp(t, QPTypeRC)
+	connect(t, qa, defaultRC(), b.gid, qb.QPN(), 0, 0)
+	connect(t, qb, defaultRC(), a.gid, qa.QPN(), 0, 0)
+	src, dst := a.mr(t, 64<<10, allAccess), b.mr(t, 64<<10, allAccess)
+
+	writes(t, qa, src, dst, 1)
+	waitWC(t, a.cq, 1, 5*time.Second)
+	if rec.n.Load() == 0 {
+		t.Fatal("the recorder saw no datagram of a completed WRITE")
+	}
+	writes(t, qa, src, dst, 64) // in flight when the device closes
+	if err := a.dev.Close(); err != nil {
+		t.Fatal(err)
+	}
+	sent := rec.n.Load()
+	if err := qa.PostSend(SendWR{Opcode: WRRDMAWrite, SGL: []SGE{src.SGE(0, 8)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("PostSend after Device.Close: %v, want ErrClosed", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if _, err := a.cq.Poll(make([]WC, 64)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Poll after Device.Close: %v, want ErrClosed", err)
+	}
+	if now := rec.n.Load(); now != sent {
+		t.Fatalf("the closed device sent %d datagrams after Close returned", now-sent)
+	}
+}
+
+// TestQPCloseCompletesNothingLater: work a QP had in flight when it closed never
+// completes afterwards, though its CQ stays open.
+func TestQPCloseCompletesNothingLater(t *testing.T) {
+	a, b := newHost(t), newHost(t)
+	qa, qb := a.qp(t, QPTypeRC), b.qp(t, QPTypeRC)
+	connect(t, qa, defaultRC(), b.gid, qb.QPN(), 0, 0)
+	connect(t, qb, defaultRC(), a.gid, qa.QPN(), 0, 0)
+	src, dst := a.mr(t, 64<<10, allAccess), b.mr(t, 64<<10, allAccess)
+	writes(t, qa, src, dst, 64)
+	if err := qa.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wcs := make([]WC, 64)
+	for { // what completed before Close returned may be polled
+		n, err := a.cq.Poll(wcs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // the peer's ACKs and the retry timer have had time
+	if n, err := a.cq.Poll(wcs); n != 0 || err != nil {
+		t.Fatalf("%d completions (%v) appeared after QP.Close returned: %+v", n, err, wcs[:n])
+	}
+}

@@ -5,13 +5,16 @@ package engine
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
 var (
-	ErrMWType = driver.NewError(driver.ErrInvalidAttr, "memory window type must be 1 or 2")
-	ErrMRBusy = driver.NewError(driver.ErrBusy, "memory region has memory windows bound to it")
+	ErrMWType   = driver.NewError(driver.ErrInvalidAttr, "memory window type must be 1 or 2")
+	ErrMRBusy   = driver.NewError(driver.ErrBusy, "memory region has memory windows bound to it")
+	ErrMWClosed = driver.NewError(driver.ErrClosed, "memory window is closed")
+	ErrMRClosed = driver.NewError(driver.ErrClosed, "memory region is closed")
 )
 
 // MW is a memory window (IBTA 10.6.7): a remotely accessible view of part of a memory
@@ -28,9 +31,9 @@ type MW struct {
 	idx uint32
 
 	mu     sync.Mutex
-	cur    *region // the slot's current content (a placeholder when unbound)
-	mr     *MR     // the region it is bound to, if any
-	closed bool
+	cur    *region     // the slot's current content (a placeholder when unbound)
+	mr     *MR         // the region it is bound to, if any
+	closed atomic.Bool // written under mu; a post reads it without
 }
 
 // BindMW describes a binding (struct ibv_mw_bind_info, plus the new rkey for type 2).
@@ -85,10 +88,10 @@ func (mw *MW) Type() uint8 { return mw.typ }
 func (mw *MW) Close() error {
 	mw.mu.Lock()
 	defer mw.mu.Unlock()
-	if mw.closed {
+	if mw.closed.Load() {
 		return nil
 	}
-	mw.closed = true
+	mw.closed.Store(true)
 	mw.dev.keys.remove(mw.cur) // invalidates and waits for accesses in progress
 	if mw.mr != nil {
 		mw.mr.windows.Add(-1)
@@ -103,7 +106,7 @@ func (mw *MW) Close() error {
 func (mw *MW) bind(pd *PD, b *BindMW) bool {
 	mw.mu.Lock()
 	defer mw.mu.Unlock()
-	if mw.closed || mw.pd != pd {
+	if mw.closed.Load() || mw.pd != pd {
 		return false
 	}
 	if mw.typ == 2 && mw.cur.valid.Load() {

@@ -124,9 +124,9 @@ func (qp *QP) enqueueSend(wr *driver.SendWR) error {
 	}
 	var bind BindMW
 	if wr.Opcode == driver.WRBindMW {
-		var ok bool
-		if bind, ok = resolveBind(wr.Bind); !ok {
-			return ErrBadBind
+		var err error
+		if bind, err = resolveBind(wr.Bind); err != nil {
+			return err
 		}
 	}
 	w := qp.sq.at(qp.sq.tail)
@@ -232,19 +232,25 @@ func (qp *QP) PostRecv(wrs []driver.RecvWR) error {
 // resolveBind reads a BIND_MW request's window and region, which must be this engine's
 // (a *MW and a *MR behind the driver references). A binding without a region (a nil
 // MR reference) unbinds; a reference to a nil region is an error, not an unbind.
-func resolveBind(b *driver.MWBindWR) (BindMW, bool) {
+func resolveBind(b *driver.MWBindWR) (BindMW, error) {
 	if b == nil || b.MW == nil {
-		return BindMW{}, false
+		return BindMW{}, ErrBadBind
 	}
 	mw, _ := b.MW.DriverMW().(*MW)
 	if mw == nil {
-		return BindMW{}, false
+		return BindMW{}, ErrBadBind
+	}
+	if mw.closed.Load() { // ibv_dealloc_mw made it unusable
+		return BindMW{}, ErrMWClosed
 	}
 	out := BindMW{MW: mw, Addr: b.Addr, Length: b.Length, Access: b.Access, RKey: b.RKey}
 	if b.MR != nil {
 		if out.MR, _ = b.MR.DriverMR().(*MR); out.MR == nil {
-			return BindMW{}, false
+			return BindMW{}, ErrBadBind
+		}
+		if !out.MR.valid.Load() { // deregistered
+			return BindMW{}, ErrMRClosed
 		}
 	}
-	return out, true
+	return out, nil
 }

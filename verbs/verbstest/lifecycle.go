@@ -28,7 +28,7 @@ type objects struct {
 	ch     *verbs.CompChannel
 	cq     *verbs.CQ
 	srq    *verbs.SRQ
-	qp     *verbs.QP // RC, in RESET
+	qp     *verbs.QP // RC, in RTS connected to itself
 	ud     *verbs.QP // UD, in RTS, for sends naming the address handle
 	mr     *verbs.MR
 	mw1    *verbs.MW
@@ -71,6 +71,24 @@ func (e Env) objects(t testing.TB, dev *verbs.Device) *objects {
 	for _, s := range steps {
 		if err := o.ud.Modify(&s.attr, s.mask); err != nil {
 			t.Fatalf("UD QP to %v: %v", s.attr.State, err)
+		}
+	}
+	rc := []struct {
+		attr verbs.QPAttr
+		mask verbs.QPAttrMask
+	}{
+		{verbs.QPAttr{State: verbs.QPStateInit, Port: 1, AccessFlags: verbs.AccessRemoteRead | verbs.AccessMWBind},
+			verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags},
+		{verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, DestQPN: o.qp.QPN(), RQPSN: 1, MaxDestRdAtomic: 1, MinRNRTimer: 12,
+			AH: verbs.AHAttr{DGID: o.gid, SGIDIndex: uint8(e.GIDIndex), HopLimit: 64, Port: 1}},
+			verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
+				verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer},
+		{verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: 1, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
+			verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic},
+	}
+	for _, s := range rc {
+		if err := o.qp.Modify(&s.attr, s.mask); err != nil {
+			t.Fatalf("RC QP to %v: %v", s.attr.State, err)
 		}
 	}
 	o.mr = must[*verbs.MR](t, "RegMR")(o.pd.RegMR(make([]byte, 4096), verbs.AccessLocalWrite|verbs.AccessMWBind))
@@ -166,10 +184,16 @@ func lifecycleCases() []lifecycleCase {
 			_, err := o.qp.BindMW(o.mw1, 1, verbs.SendSignaled, verbs.MWBind{MR: o.mr, Addr: o.mr.Addr(), Length: 8, Access: verbs.AccessRemoteRead})
 			return err
 		}},
+		{"QP.PostSend BIND_MW of a closed MR", byMR, func(o *objects) error {
+			return o.qp.PostSend(bindWR(o))
+		}},
 		{"MW.Close", byMW, func(o *objects) error { return o.mw2.Close() }},
 		{"QP.BindMW of a closed MW", byMW, func(o *objects) error {
 			_, err := o.qp.BindMW(o.mw1, 1, verbs.SendSignaled, verbs.MWBind{MR: o.mr, Addr: o.mr.Addr(), Length: 8, Access: verbs.AccessRemoteRead})
 			return err
+		}},
+		{"QP.PostSend BIND_MW of a closed MW", byMW, func(o *objects) error {
+			return o.qp.PostSend(bindWR(o))
 		}},
 		{"AH.Close", byAH, func(o *objects) error { return o.ah.Close() }},
 		{"QP.PostSend naming a closed AH", byAH, func(o *objects) error {
@@ -223,6 +247,13 @@ func lifecycleCases() []lifecycleCase {
 			return err
 		}},
 	}
+}
+
+// bindWR binds the type 2 window to the region's first 8 bytes.
+func bindWR(o *objects) verbs.SendWR {
+	return verbs.SendWR{Opcode: verbs.WRBindMW, Flags: verbs.SendSignaled, Bind: &verbs.MWBindWR{MW: o.mw2,
+		RKey:   o.mw2.RKey()&^0xff | (o.mw2.RKey()+1)&0xff,
+		MWBind: verbs.MWBind{MR: o.mr, Addr: o.mr.Addr(), Length: 8, Access: verbs.AccessRemoteRead}}}
 }
 
 // TestLifecycle checks every method that returns an error, after its object's own Close

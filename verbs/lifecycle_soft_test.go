@@ -1,6 +1,7 @@
 package verbs
 
 import (
+	"context"
 	"errors"
 	"net/netip"
 	"sync/atomic"
@@ -91,5 +92,84 @@ func TestQPCloseCompletesNothingLater(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // the peer's ACKs and the retry timer have had time
 	if n, err := a.cq.Poll(wcs); n != 0 || err != nil {
 		t.Fatalf("%d completions (%v) appeared after QP.Close returned: %+v", n, err, wcs[:n])
+	}
+}
+
+// TestDeviceCloseWhileInUse: goroutines posting, polling and waiting on a channel while
+// the device closes see ErrClosed, never a panic or a race, and all return.
+func TestDeviceCloseWhileInUse(t *testing.T) {
+	a, b := newHost(t), newHost(t)
+	ch := a.dev.CreateCompChannel()
+	cq, err := a.dev.CreateCQ(256, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qa, err := a.pd.CreateQP(QPInitAttr{Type: QPTypeRC, SendCQ: cq, RecvCQ: cq,
+		Cap: QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qb := b.qp(t, QPTypeRC)
+	connect(t, qa, defaultRC(), b.gid, qb.QPN(), 0, 0)
+	connect(t, qb, defaultRC(), a.gid, qa.QPN(), 0, 0)
+	src, dst := a.mr(t, 4096, allAccess), b.mr(t, 4096, allAccess)
+	if err := cq.RequestNotify(false); err != nil {
+		t.Fatal(err)
+	}
+
+	done := make(chan error, 3)
+	go func() { // posts until refused
+		for {
+			err := qa.PostSend(SendWR{Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{src.SGE(0, 64)},
+				RemoteAddr: dst.Addr(), RKey: dst.RKey()})
+			if errors.Is(err, ErrClosed) {
+				done <- nil
+				return
+			}
+			if err != nil && !errors.Is(err, ErrQueueFull) {
+				done <- err
+				return
+			}
+		}
+	}()
+	go func() { // polls until refused
+		wcs := make([]WC, 16)
+		for {
+			if _, err := cq.Poll(wcs); err != nil {
+				if !errors.Is(err, ErrClosed) {
+					done <- err
+					return
+				}
+				done <- nil
+				return
+			}
+		}
+	}()
+	go func() { // waits on the channel, re-arming, until it closes
+		for {
+			if _, err := ch.Wait(context.Background()); err != nil {
+				if !errors.Is(err, ErrClosed) {
+					done <- err
+					return
+				}
+				done <- nil
+				return
+			}
+			cq.RequestNotify(false)
+		}
+	}()
+	time.Sleep(20 * time.Millisecond)
+	if err := a.dev.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("a user of the closing device got %v, want ErrClosed", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a user of the device still runs 10s after Device.Close")
+		}
 	}
 }

@@ -3,6 +3,7 @@ package verbstest
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -42,6 +43,28 @@ func TestCloseBusy(t *testing.T, e Env) {
 		SGL: []verbs.SGE{{Addr: o.mr.Addr(), Length: 8, LKey: o.mr.LKey()}}}))
 
 	busy("completion channel", o.ch.Close())
+
+	// A region with a window bound to it (ibv_dereg_mr: EBUSY).
+	if _, err := o.qp.BindMW(o.mw1, 7, verbs.SendSignaled, verbs.MWBind{MR: o.mr, Addr: o.mr.Addr(), Length: 8,
+		Access: verbs.AccessRemoteRead}); err != nil {
+		t.Fatalf("BindMW: %v", err)
+	}
+	wcs := make([]verbs.WC, 1)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		n, err := o.cq.Poll(wcs)
+		ok("Poll", err)
+		if n == 1 {
+			if wcs[0].Status != verbs.WCSuccess || wcs[0].ID != 7 {
+				t.Fatalf("bind completion %+v, want ID 7 with success", wcs[0])
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no bind completion within 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	busy("memory region", o.mr.Close())
 
 	// Children first, then each parent closes.
 	for _, c := range []struct {

@@ -2,80 +2,97 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+
+	"github.com/spf13/pflag"
 )
 
 // errUsage marks a command-line error whose one-line message is already printed.
 var errUsage = errors.New("usage error")
 
-// flagSet is a flag.FlagSet in which each flag can have a short (-s) and a long
-// (--size) name, as rdma-core and perftest's getopt_long options do. Go's flag package
-// accepts -x and --x alike, so both spellings work with either name.
+// errHelp marks a help page already printed: the command exits 0.
+var errHelp = pflag.ErrHelp
+
+// flagSet parses a command's flags as rdma-core and perftest do with getopt_long:
+// short flags bundle and take their value attached or apart (-aF, -s4096, -s 4096),
+// long flags take it after = or apart (--size=4096, --size 4096), and the server
+// address may stand anywhere among them. spf13/pflag implements exactly these GNU rules.
 type flagSet struct {
-	*flag.FlagSet
+	*pflag.FlagSet
 	name string
+	args string // what follows the flags in the usage line
 }
 
 func newFlagSet(name string) *flagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are reported by parse, as one line
-	return &flagSet{FlagSet: fs, name: name}
-}
-
-func (f *flagSet) names(short, long string) []string {
-	var out []string
-	for _, n := range []string{short, long} {
-		if n != "" {
-			out = append(out, n)
-		}
-	}
-	return out
+	fs.SortFlags = false     // the help lists flags in the order the command registers them
+	return &flagSet{FlagSet: fs, name: name, args: "[server address]"}
 }
 
 func (f *flagSet) intVar(p *int, short, long string, def int, usage string) {
-	for _, n := range f.names(short, long) {
-		f.IntVar(p, n, def, usage)
-	}
+	f.IntVarP(p, long, short, def, usage)
 }
 
 func (f *flagSet) stringVar(p *string, short, long, def, usage string) {
-	for _, n := range f.names(short, long) {
-		f.StringVar(p, n, def, usage)
-	}
+	f.StringVarP(p, long, short, def, usage)
 }
 
 func (f *flagSet) boolVar(p *bool, short, long string, usage string) {
-	for _, n := range f.names(short, long) {
-		f.BoolVar(p, n, false, usage)
+	f.BoolVarP(p, long, short, false, usage)
+}
+
+// usage writes the command's help page: one line per flag, short and long form together.
+func (f *flagSet) usage(w io.Writer) {
+	fmt.Fprintf(w, "usage: goverbs %s\n", strings.TrimSpace(f.name+" [flags] "+f.args))
+	if c, ok := commands[f.name]; ok {
+		fmt.Fprintf(w, "\n%s\n", c.summary)
+	}
+	fmt.Fprintf(w, "\nflags:\n")
+	var lines [][2]string
+	width := 0
+	f.VisitAll(func(fl *pflag.Flag) {
+		if fl.Hidden {
+			return
+		}
+		arg, text := pflag.UnquoteUsage(fl)
+		left := "    "
+		if fl.Shorthand != "" {
+			left = "-" + fl.Shorthand + ", "
+		}
+		left += "--" + fl.Name
+		if fl.Value.Type() == "bool" {
+			arg = ""
+		}
+		if arg != "" {
+			left += " " + arg
+		}
+		if fl.Value.Type() != "bool" && fl.DefValue != "" && fl.DefValue != "0" && fl.DefValue != "0s" {
+			text += fmt.Sprintf(" (default %s)", fl.DefValue)
+		}
+		lines = append(lines, [2]string{left, text})
+		width = max(width, len(left))
+	})
+	for _, l := range lines {
+		fmt.Fprintf(w, "  %-*s  %s\n", width, l[0], l[1])
 	}
 }
 
-// parse parses args, allowing the server address anywhere among the flags as getopt
-// does, and returns the positional arguments.
+// parse parses args and returns the positional arguments. -h/--help prints the help
+// page and returns errHelp.
 func (f *flagSet) parse(args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := f.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				fmt.Fprintf(os.Stdout, "usage: goverbs %s [flags] [server address]\n", f.name)
-				f.SetOutput(os.Stdout)
-				f.PrintDefaults()
-				return nil, flag.ErrHelp
-			}
-			fmt.Fprintf(os.Stderr, "goverbs %s: %v (see 'goverbs %s -h')\n", f.name, err, f.name)
-			return nil, errUsage
+	if err := f.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			f.usage(os.Stdout)
+			return nil, errHelp
 		}
-		rest := f.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
+		fmt.Fprintf(os.Stderr, "goverbs %s: %v (see 'goverbs %s -h')\n", f.name, err, f.name)
+		return nil, errUsage
 	}
+	return f.Args(), nil
 }
 
 // oneArg returns the single optional positional argument (the server's address).

@@ -12,7 +12,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -28,23 +27,28 @@ type command struct {
 	run     func(args []string) error
 }
 
-var commands = map[string]command{
-	"devices":      {"list software RDMA devices (ibv_devices)", runDevices},
-	"devinfo":      {"show device and port attributes (ibv_devinfo)", runDevinfo},
-	"rc_pingpong":  {"RC send/receive ping-pong (ibv_rc_pingpong)", pingpongCmd(ppRC)},
-	"uc_pingpong":  {"UC send/receive ping-pong (ibv_uc_pingpong)", pingpongCmd(ppUC)},
-	"ud_pingpong":  {"UD send/receive ping-pong (ibv_ud_pingpong)", pingpongCmd(ppUD)},
-	"srq_pingpong": {"RC ping-pong over a shared receive queue (ibv_srq_pingpong)", pingpongCmd(ppSRQ)},
-	"send_bw":      {"SEND bandwidth (ib_send_bw)", perfCmd(testSend, false)},
-	"write_bw":     {"RDMA WRITE bandwidth (ib_write_bw)", perfCmd(testWrite, false)},
-	"read_bw":      {"RDMA READ bandwidth (ib_read_bw)", perfCmd(testRead, false)},
-	"atomic_bw":    {"atomic FETCH_AND_ADD bandwidth (ib_atomic_bw)", perfCmd(testAtomic, false)},
-	"send_lat":     {"SEND latency (ib_send_lat)", perfCmd(testSend, true)},
-	"write_lat":    {"RDMA WRITE latency (ib_write_lat)", perfCmd(testWrite, true)},
-	"read_lat":     {"RDMA READ latency (ib_read_lat)", perfCmd(testRead, true)},
-	"atomic_lat":   {"atomic FETCH_AND_ADD latency (ib_atomic_lat)", perfCmd(testAtomic, true)},
-	"soak":         {"long verified RC stream over a simulated faulty network", runSoak},
-	"version":      {"print the goverbs module version and the Go version", runVersion},
+// commands is filled by init: the commands' help pages read their summaries from it.
+var commands map[string]command
+
+func init() {
+	commands = map[string]command{
+		"devices":      {"list software RDMA devices (ibv_devices)", runDevices},
+		"devinfo":      {"show device and port attributes (ibv_devinfo)", runDevinfo},
+		"rc_pingpong":  {"RC send/receive ping-pong (ibv_rc_pingpong)", pingpongCmd(ppRC)},
+		"uc_pingpong":  {"UC send/receive ping-pong (ibv_uc_pingpong)", pingpongCmd(ppUC)},
+		"ud_pingpong":  {"UD send/receive ping-pong (ibv_ud_pingpong)", pingpongCmd(ppUD)},
+		"srq_pingpong": {"RC ping-pong over a shared receive queue (ibv_srq_pingpong)", pingpongCmd(ppSRQ)},
+		"send_bw":      {"SEND bandwidth (ib_send_bw)", perfCmd(testSend, false)},
+		"write_bw":     {"RDMA WRITE bandwidth (ib_write_bw)", perfCmd(testWrite, false)},
+		"read_bw":      {"RDMA READ bandwidth (ib_read_bw)", perfCmd(testRead, false)},
+		"atomic_bw":    {"atomic FETCH_AND_ADD bandwidth (ib_atomic_bw)", perfCmd(testAtomic, false)},
+		"send_lat":     {"SEND latency (ib_send_lat)", perfCmd(testSend, true)},
+		"write_lat":    {"RDMA WRITE latency (ib_write_lat)", perfCmd(testWrite, true)},
+		"read_lat":     {"RDMA READ latency (ib_read_lat)", perfCmd(testRead, true)},
+		"atomic_lat":   {"atomic FETCH_AND_ADD latency (ib_atomic_lat)", perfCmd(testAtomic, true)},
+		"soak":         {"long verified RC stream over a simulated faulty network", runSoak},
+		"version":      {"print the goverbs module version and the Go version", runVersion},
+	}
 }
 
 func usage(w io.Writer) {
@@ -75,8 +79,12 @@ func run(args []string) int {
 	}
 	name := strings.TrimPrefix(strings.TrimPrefix(args[0], "ib_"), "ibv_")
 	if name == "-h" || name == "--help" || name == "help" {
-		usage(os.Stdout)
-		return 0
+		if len(args) < 2 {
+			usage(os.Stdout)
+			return 0
+		}
+		// goverbs help COMMAND: that command's own help page.
+		return run([]string{args[1], "-h"})
 	}
 	cmd, ok := commands[name]
 	if !ok {
@@ -87,7 +95,7 @@ func run(args []string) int {
 	switch {
 	case err == nil:
 		return 0
-	case errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, errHelp):
 		return 0
 	case errors.Is(err, errUsage):
 		// The flag package has already printed the problem and the usage.

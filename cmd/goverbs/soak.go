@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -32,6 +31,7 @@ func runSoak(args []string) error {
 		f                               simnet.Faults
 		custom                          bool
 	)
+	fs.args = ""
 	fs.intVar(&n, "n", "iters", 100000, "number of work requests to complete per run")
 	fs.stringVar(&preset, "", "faults", "all", "fault preset: "+presetNames()+", or each (every preset in turn)")
 	fs.intVar(&maxSize, "s", "size", 0, "largest message in `BYTES` (default 4 MTUs + 7)")
@@ -54,12 +54,9 @@ func runSoak(args []string) error {
 	if len(pos) > 0 {
 		return fmt.Errorf("soak takes no server address (both devices run in this process)")
 	}
-	fs.Visit(func(fl *flag.Flag) {
-		switch fl.Name {
-		case "loss", "reorder", "dup", "corrupt", "delay", "jitter", "reorder-delay":
-			custom = true
-		}
-	})
+	for _, name := range []string{"loss", "reorder", "dup", "corrupt", "delay", "jitter", "reorder-delay"} {
+		custom = custom || fs.Changed(name)
+	}
 	mtuE, err := parseMTU(mtu)
 	if err != nil {
 		return err

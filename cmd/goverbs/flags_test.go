@@ -1,0 +1,50 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestGetoptForms: the spellings perftest and rdma-core users type, parsed as getopt_long
+// does: a value attached to its short flag, bundled short flags, --long=value.
+func TestGetoptForms(t *testing.T) {
+	r := runBin(t, 60*time.Second, "write_bw", "--loopback", "--bind="+loopbackBind(t), "-s4096", "-Fq2", "--iters=100", "--report_gbits")
+	mustSucceed(t, "write_bw -s4096 -Fq2", r)
+	mustContain(t, "write_bw -s4096 -Fq2", r.stdout, " Number of qps   : 2", " 4096       100 ", "BW peak[Gb/sec]")
+}
+
+// TestHelpPages: goverbs help CMD and CMD -h print the same page, the command's own,
+// with every flag once and its short and long forms on one line.
+func TestHelpPages(t *testing.T) {
+	for _, cmd := range []string{"write_bw", "send_lat", "rc_pingpong", "srq_pingpong", "devinfo", "soak"} {
+		a := runBin(t, 10*time.Second, "help", cmd)
+		b := runBin(t, 10*time.Second, cmd, "-h")
+		b2 := runBin(t, 10*time.Second, cmd, "--help")
+		mustSucceed(t, "help "+cmd, a)
+		mustSucceed(t, cmd+" -h", b)
+		if a.stdout != b.stdout || b.stdout != b2.stdout {
+			t.Errorf("help %s, %s -h and %s --help differ:\n%s\n---\n%s\n---\n%s", cmd, cmd, cmd, a.stdout, b.stdout, b2.stdout)
+		}
+		if !strings.HasPrefix(a.stdout, "usage: goverbs "+cmd+" ") {
+			t.Errorf("help %s is not its own page:\n%s", cmd, a.stdout)
+		}
+		seen := map[string]bool{}
+		for _, l := range strings.Split(a.stdout, "\n") {
+			f := strings.Fields(l)
+			if len(f) == 0 || !strings.HasPrefix(f[0], "-") {
+				continue
+			}
+			long := f[0]
+			if len(f) > 1 && strings.HasPrefix(f[1], "--") {
+				long = f[1]
+			}
+			if seen[long] {
+				t.Errorf("help %s lists %s twice:\n%s", cmd, long, a.stdout)
+			}
+			seen[long] = true
+		}
+	}
+	r := runBin(t, 10*time.Second, "help", "write_bw")
+	mustContain(t, "help write_bw", r.stdout, "  -s, --size SIZE ", "  -b, --bidirectional ")
+}

@@ -133,13 +133,16 @@ func bwStats(size int, marks []mark, duration bool) bwRow {
 	if duration {
 		return r // perftest reports no peak in duration mode
 	}
-	// Peak: the best rate over any stretch of at least a tenth of the run.
+	// Peak: the best rate over any stretch of at least a tenth of the run, in messages
+	// and in time (one poll can return many moderated completions at once, so a
+	// stretch short in time would measure the poll, not the wire).
 	minN := max(1, r.Iterations/10)
+	minT := secs / 10
 	for i := 0; i < len(marks); i++ {
 		for j := i + 1; j < len(marks); j++ {
 			dn := marks[j].n - marks[i].n
 			dt := marks[j].t.Sub(marks[i].t).Seconds()
-			if dn < minN || dt <= 0 {
+			if dn < minN || dt <= 0 || dt < minT {
 				continue
 			}
 			if v := float64(size) * float64(dn) / dt / (1 << 20); v > r.PeakMiB {

@@ -302,6 +302,10 @@ type perfSide struct {
 	local  []perfDest
 	remote []perfDest
 	mtu    verbs.MTU
+	sq     int // send queue depth per QP
+	// rxDepth is the receives posted per QP: -r, lowered when the QPs would
+	// overflow the receive CQ.
+	rxDepth int
 }
 
 func (s *perfSide) params() perfParams {
@@ -351,16 +355,36 @@ func (s *perfSide) setup() error {
 	if s.lat {
 		sq = 64
 	}
-	if s.scq, err = newCQ(dev, sq*s.p.qps+1, false, s.ep.busy); err != nil {
+	// The CQs as perftest sizes them (create_cqs): the send CQ holds every QP's send
+	// queue, and only SEND tests have receive completions, hence a receive CQ. The CQs
+	// must fit the device's CQE limit; when many QPs would overflow it the queues are
+	// shortened to fit (perftest would fail to create the CQ).
+	maxCQE := dev.Query().MaxCQE
+	if sq*s.p.qps > maxCQE {
+		sq = maxCQE / s.p.qps
+		s.warnf("tx depth lowered to %d so that %d QPs fit one CQ of %d entries", sq, s.p.qps, maxCQE)
+	}
+	s.rxDepth = s.o.rxDepth
+	if s.rxDepth*s.p.qps > maxCQE {
+		s.rxDepth = maxCQE / s.p.qps
+		if s.t == testSend {
+			s.warnf("rx depth lowered to %d so that %d QPs fit one CQ of %d entries", s.rxDepth, s.p.qps, maxCQE)
+		}
+	}
+	s.sq = sq
+	if s.scq, err = newCQ(dev, sq*s.p.qps, false, s.ep.busy); err != nil {
 		return err
 	}
-	if s.rcq, err = newCQ(dev, s.o.rxDepth*s.p.qps+1, false, s.ep.busy); err != nil {
-		return err
+	s.rcq = s.scq
+	if s.t == testSend {
+		if s.rcq, err = newCQ(dev, s.rxDepth*s.p.qps, false, s.ep.busy); err != nil {
+			return err
+		}
 	}
 	s.index = make(map[uint32]int)
 	for i := 0; i < s.p.qps; i++ {
 		qp, err := s.pd.CreateQP(verbs.QPInitAttr{Type: s.qpType(), SendCQ: s.scq.cq, RecvCQ: s.rcq.cq,
-			Cap: verbs.QPCap{MaxSendWR: uint32(sq), MaxRecvWR: uint32(s.o.rxDepth), MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: uint32(s.o.inline)}})
+			Cap: verbs.QPCap{MaxSendWR: uint32(sq), MaxRecvWR: uint32(s.rxDepth), MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: uint32(s.o.inline)}})
 		if err != nil {
 			return fmt.Errorf("couldn't create %v QP: %v", s.qpType(), err)
 		}
@@ -382,7 +406,7 @@ func (s *perfSide) setup() error {
 	}
 	if s.t == testSend {
 		for i := range s.qps {
-			for k := 0; k < s.o.rxDepth; k++ {
+			for k := 0; k < s.rxDepth; k++ {
 				if err := s.postRecv(i); err != nil {
 					return err
 				}
@@ -392,14 +416,23 @@ func (s *perfSide) setup() error {
 	return nil
 }
 
+// warnf tells the user on stderr that a setting was changed to make the run work. The
+// in-process server of --loopback stays quiet: the client says the same.
+func (s *perfSide) warnf(format string, args ...any) {
+	if s.out.w != io.Discard {
+		fmt.Fprintf(os.Stderr, "goverbs %s: %s\n", s.p.test, fmt.Sprintf(format, args...))
+	}
+}
+
 func (s *perfSide) close() {
 	for _, qp := range s.qps {
 		qp.Close()
 	}
-	for _, c := range []*cqWaiter{s.scq, s.rcq} {
-		if c != nil {
-			c.close()
-		}
+	if s.rcq != nil && s.rcq != s.scq {
+		s.rcq.close()
+	}
+	if s.scq != nil {
+		s.scq.close()
 	}
 	if s.mr != nil {
 		s.mr.Close()

@@ -5,7 +5,9 @@ import (
 	"net/netip"
 	"os"
 
+	"github.com/goverbs/goverbs/netio/simnet"
 	"github.com/goverbs/goverbs/verbs"
+	"github.com/goverbs/goverbs/wire"
 )
 
 // runDevices prints the device list as ibv_devices does.
@@ -31,8 +33,11 @@ func runDevinfo(args []string) error {
 	fs := newFlagSet("devinfo")
 	var dev string
 	var port int
+	var bind string
 	var list, verbose bool
+	fs.args = ""
 	fs.stringVar(&dev, "d", "ib-dev", "", "use IB device `DEV` (default all devices)")
+	fs.stringVar(&bind, "", "bind", "", "describe the software device a tool's --bind `ADDR` opens")
 	fs.intVar(&port, "i", "ib-port", 0, "use `PORT` of IB device (default all ports)")
 	fs.boolVar(&list, "l", "list", "print only the IB devices names")
 	fs.boolVar(&verbose, "v", "verbose", "print all the attributes of the IB device(s)")
@@ -42,6 +47,23 @@ func runDevinfo(args []string) error {
 	devs, err := verbs.Devices()
 	if err != nil {
 		return err
+	}
+	if bind != "" {
+		a, err := netip.ParseAddr(bind)
+		if err != nil {
+			return fmt.Errorf("invalid --bind address %q: not an IP address", bind)
+		}
+		name := dev
+		if name == "" {
+			name = "sw0"
+		}
+		d, err := describeSoft(verbs.SoftConfig{Name: name, Addr: a.Unmap()})
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		printDevinfo(d, verbose)
+		return nil
 	}
 	if list {
 		fmt.Printf("%d HCA%s found:\n", len(devs), plural(len(devs), "", "s"))
@@ -65,14 +87,49 @@ func runDevinfo(args []string) error {
 		return fmt.Errorf("invalid port %d: software devices have one port, 1", port)
 	}
 	for _, info := range devs {
-		d, err := verbs.Open(info.Name)
+		d, err := describeDevice(info)
 		if err != nil {
-			return openErr(info.Name, err)
+			return err
 		}
 		printDevinfo(d, verbose)
 		d.Close()
 	}
 	return nil
+}
+
+// describeDevice opens the device info names without binding its UDP port, so that
+// devinfo works while a tool runs on that address (ibv_devinfo queries a device a
+// program is using): the device runs over an in-memory network of its own that
+// carries nothing, and reports what the real one would (its address gives the GID, the
+// interface holding the address gives the MTU).
+func describeDevice(info verbs.DeviceInfo) (*verbs.Device, error) {
+	cfg, ok := info.SoftConfig()
+	if !ok {
+		d, err := verbs.Open(info.Name)
+		if err != nil {
+			return nil, openErr(info.Name, err)
+		}
+		return d, nil
+	}
+	return describeSoft(cfg)
+}
+
+func describeSoft(cfg verbs.SoftConfig) (*verbs.Device, error) {
+	port := cfg.Port
+	if port == 0 {
+		port = wire.UDPPort
+	}
+	conn, err := simnet.New(0, simnet.Faults{}).Listen(netip.AddrPortFrom(cfg.Addr, port))
+	if err != nil {
+		return nil, fmt.Errorf("describe %s: %v", cfg.Name, err)
+	}
+	cfg.Conn = conn
+	d, err := verbs.OpenSoft(cfg)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("describe %s: %v", cfg.Name, err)
+	}
+	return d, nil
 }
 
 func guidString(g uint64) string {

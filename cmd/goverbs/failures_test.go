@@ -1,7 +1,10 @@
 package main
 
 import (
+	"os"
+	"os/exec"
 	"testing"
+	"time"
 )
 
 // The failures a new user hit (issue 17), each run as that user ran it: the built
@@ -20,4 +23,25 @@ func TestManyQPs(t *testing.T) {
 	mustSucceed(t, "send_bw -q 256 server", srv)
 	mustSucceed(t, "send_bw -q 256 client", cli)
 	mustContain(t, "send_bw -q 256 client", cli.stderr, "rx depth lowered to 127 so that 256 QPs fit one CQ of 32767 entries")
+}
+
+// TestDevinfoWhileRunning: devinfo failed with "UDP port 4791 is in use" while a tool ran
+// on the device's address. It describes a device without binding its socket, and
+// --bind picks the address to describe.
+func TestDevinfoWhileRunning(t *testing.T) {
+	a, _ := addrPair(t)
+	srv := startServer(t, "local address:", "rc_pingpong", "--bind", a, "-p", freePort(t, a))
+	defer srv.cancel()
+	r := runBin(t, 10*time.Second, "devinfo", "--bind", a, "-v")
+	mustSucceed(t, "devinfo --bind "+a, r)
+	mustContain(t, "devinfo --bind", r.stdout, "hca_id:\tsw0\n", "GID[  0]:\t\t::ffff:"+a+", RoCE v2", "\t\t\tactive_mtu:\t\t4096 (5)\n")
+	cmd := exec.Command(binary, "devinfo", "-d", "busy")
+	cmd.Env = append(os.Environ(), "GOVERBS_DEVICES=busy="+a)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("devinfo -d busy (a device on %s, in use): %v\n%s", a, err, out)
+	}
+	mustContain(t, "devinfo -d busy", string(out), "hca_id:\tbusy\n")
+	r = runBin(t, 10*time.Second, "devices")
+	mustSucceed(t, "devices", r)
 }

@@ -20,6 +20,7 @@ type devOpts struct {
 	bind   string // --bind: the device's IP address
 	pcap   string // --pcap: capture file
 	busy   bool   // --busy-poll: the device in busy-poll mode, CQs polled without sleeping
+	stats  bool   // --stats: print the device's and QPs' counters at exit
 }
 
 // register adds the device flags; gidShort/gidLong are -g/--gid-idx for the ping-pongs
@@ -31,21 +32,33 @@ func (o *devOpts) register(fs *flagSet, gidShort, gidLong string) {
 	fs.stringVar(&o.bind, "", "bind", "", "run the software device on IP `ADDR` (each process on a host needs its own)")
 	fs.stringVar(&o.pcap, "", "pcap", "", "record the packets this side sends and receives to pcap `FILE`")
 	fs.boolVar(&o.busy, "", "busy-poll", "busy-poll: CQ polls drive the device and never sleep (lowest latency, burns a core)")
+	fs.boolVar(&o.stats, "", "stats", "print the device's and each QP's counters on stderr at exit, as `rdma statistic` does (also "+envStats+"=1)")
 }
 
 // endpoint is an opened local device with the port facts the tools print and exchange.
 type endpoint struct {
-	busy bool // busy-poll mode: CQ waits spin instead of sleeping
-	dev  *verbs.Device
-	rec  *pcap.Writer
-	port verbs.PortAttr
-	gid  verbs.GID
-	addr netip.Addr
+	busy  bool // busy-poll mode: CQ waits spin instead of sleeping
+	stats bool // print counters at exit
+	dev   *verbs.Device
+	rec   *pcap.Writer
+	port  verbs.PortAttr
+	gid   verbs.GID
+	addr  netip.Addr
+}
+
+// closeQPs closes a tool's QPs, printing their counters first if --stats asked for them.
+func (e *endpoint) closeQPs(qps []*verbs.QP) {
+	for _, qp := range qps {
+		if statsWanted(e.stats) {
+			printQPStats(os.Stderr, qp)
+		}
+		qp.Close()
+	}
 }
 
 func (e *endpoint) close() {
-	if statsWanted(false) {
-		printStats(os.Stderr, e.dev, true)
+	if statsWanted(e.stats) {
+		printStats(os.Stderr, e.dev, false)
 	}
 	e.dev.Close()
 	if e.rec != nil {
@@ -126,7 +139,7 @@ func openKernelDevice(info verbs.DeviceInfo, o devOpts) (*endpoint, error) {
 }
 
 func finishEndpoint(dev *verbs.Device, rec *pcap.Writer, o devOpts) (*endpoint, error) {
-	e := &endpoint{dev: dev, rec: rec, busy: o.busy}
+	e := &endpoint{dev: dev, rec: rec, busy: o.busy, stats: o.stats}
 	var err error
 	if e.port, err = dev.QueryPort(uint8(o.ibPort)); err != nil {
 		e.close()

@@ -45,3 +45,16 @@ func TestDevinfoWhileRunning(t *testing.T) {
 	r = runBin(t, 10*time.Second, "devices")
 	mustSucceed(t, "devices", r)
 }
+
+// TestStatsFlag: README and stat.go promised --stats; the tools refused it.
+func TestStatsFlag(t *testing.T) {
+	srv, cli := pingpong(t, "rc", "-n", "10", "--stats")
+	for who, r := range map[string]result{"server": srv, "client": cli} {
+		mustSucceed(t, "rc_pingpong --stats "+who, r)
+		mustContain(t, "rc_pingpong --stats "+who, r.stderr, "\nlink sw0/1 sent_pkts ", " rcvd_icrc_err 0 ", "qp 0x11 tx_pkts ")
+	}
+	psrv, pcli := perfPair(t, "write_bw", "-n", "10", "--stats")
+	mustSucceed(t, "write_bw --stats server", psrv)
+	mustSucceed(t, "write_bw --stats client", pcli)
+	mustContain(t, "write_bw --stats client", pcli.stderr, "link sw0/1 sent_pkts ", "qp 0x11 tx_pkts 160 ") // 10 messages of 64 KiB, 16 packets each at MTU 4096
+}

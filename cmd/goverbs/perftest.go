@@ -425,9 +425,7 @@ func (s *perfSide) warnf(format string, args ...any) {
 }
 
 func (s *perfSide) close() {
-	for _, qp := range s.qps {
-		qp.Close()
-	}
+	s.ep.closeQPs(s.qps)
 	if s.rcq != nil && s.rcq != s.scq {
 		s.rcq.close()
 	}

@@ -279,9 +279,7 @@ func (c *ppCtx) init() error {
 }
 
 func (c *ppCtx) close() {
-	for _, qp := range c.qps {
-		qp.Close()
-	}
+	c.ep.closeQPs(c.qps)
 	if c.srq != nil {
 		c.srq.Close()
 	}

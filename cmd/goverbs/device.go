@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"os"
 	"strings"
@@ -181,13 +182,19 @@ func findDevice(name string) (verbs.DeviceInfo, error) {
 
 func openErr(what string, err error) error {
 	if errors.Is(err, syscall.EADDRINUSE) {
-		return fmt.Errorf("open device on %s: UDP port 4791 is in use there (another goverbs or rxe?); choose another address with --bind", what)
+		return inUseError{fmt.Sprintf("open device on %s: UDP port 4791 is in use there (another goverbs or rxe?); choose another address with --bind", what)}
 	}
 	if errors.Is(err, syscall.EADDRNOTAVAIL) {
 		return fmt.Errorf("open device on %s: no local interface has this address", what)
 	}
 	return fmt.Errorf("open device: %v", err)
 }
+
+// inUseError says a device's address is taken; errors.Is(err, syscall.EADDRINUSE) holds.
+type inUseError struct{ msg string }
+
+func (e inUseError) Error() string { return e.msg }
+func (e inUseError) Unwrap() error { return syscall.EADDRINUSE }
 
 // parseMTU maps an MTU in bytes (-m) to the enum.
 func parseMTU(n int) (verbs.MTU, error) {
@@ -204,4 +211,48 @@ func parseMTU(n int) (verbs.MTU, error) {
 		return verbs.MTU4096, nil
 	}
 	return 0, fmt.Errorf("invalid MTU %d: must be 256, 512, 1024, 2048 or 4096", n)
+}
+
+// openLoopbackPair opens the two devices of a --loopback run: on --bind's address and
+// the next one, or, without --bind, on the first pair of 127.0.0.0/8 addresses, from a
+// random start, whose UDP ports are both free.
+func openLoopbackPair(so, co *devOpts) (*endpoint, *endpoint, error) {
+	if so.bind != "" {
+		a, err := netip.ParseAddr(so.bind)
+		if err != nil {
+			return nil, nil, fmt.Errorf("invalid --bind address %q: not an IP address", so.bind)
+		}
+		co.bind = a.Next().String()
+		return openPair(so, co)
+	}
+	const tries = 64
+	var err error
+	for i := 0; i < tries; i++ {
+		// 127.0.0.2 .. 127.255.255.253, an even host so that the pair shares a /31.
+		n := 2 + 2*rand.Uint32N((1<<24-4)/2)
+		a := netip.AddrFrom4([4]byte{127, byte(n >> 16), byte(n >> 8), byte(n)})
+		so.bind, co.bind = a.String(), a.Next().String()
+		var s, c *endpoint
+		s, c, err = openPair(so, co)
+		if err == nil {
+			return s, c, nil
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			return nil, nil, err
+		}
+	}
+	return nil, nil, fmt.Errorf("no free pair of loopback addresses in %d tries: %v", tries, err)
+}
+
+func openPair(so, co *devOpts) (*endpoint, *endpoint, error) {
+	s, err := openEndpoint(*so)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := openEndpoint(*co)
+	if err != nil {
+		s.close()
+		return nil, nil, err
+	}
+	return s, c, nil
 }

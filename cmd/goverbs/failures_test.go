@@ -1,8 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
+	"sync"
 	"testing"
 	"time"
 )
@@ -57,4 +59,26 @@ func TestStatsFlag(t *testing.T) {
 	mustSucceed(t, "write_bw --stats server", psrv)
 	mustSucceed(t, "write_bw --stats client", pcli)
 	mustContain(t, "write_bw --stats client", pcli.stderr, "link sw0/1 sent_pkts ", "qp 0x11 tx_pkts 160 ") // 10 messages of 64 KiB, 16 packets each at MTU 4096
+}
+
+// TestLoopbackPicksFreeAddresses: --loopback always bound 127.0.0.2 and .3, so two runs
+// at once (parallel CI jobs) collided. Three runs overlap here (-D 1), beside a tool
+// holding 127.0.0.2, the old fixed address.
+func TestLoopbackPicksFreeAddresses(t *testing.T) {
+	holder := startServer(t, "local address:", "rc_pingpong", "--bind", "127.0.0.2", "-p", freePort(t, "127.0.0.2"))
+	defer holder.cancel()
+	var wg sync.WaitGroup
+	res := make([]result, 3)
+	for i := range res {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res[i] = runBin(t, 30*time.Second, "write_bw", "--loopback", "-D", "1", "-s", "4096")
+		}()
+	}
+	wg.Wait()
+	for i, r := range res {
+		mustSucceed(t, fmt.Sprintf("write_bw --loopback run %d", i), r)
+		mustContain(t, "write_bw --loopback", r.stdout, " 4096       ")
+	}
 }

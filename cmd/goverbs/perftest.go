@@ -228,29 +228,21 @@ func (p perfParams) maxSize(t perfTest) int {
 }
 
 // runLoopback runs the server on one software device and the client on another, in
-// this process, and prints the client's results.
+// this process, and prints the client's results. Without --bind it takes two free
+// loopback addresses, so that several loopback runs (parallel CI jobs) coexist.
 func runLoopback(t perfTest, lat bool, o perfOpts, out *printer) error {
-	a := netip.MustParseAddr("127.0.0.2")
-	if o.dev.bind != "" {
-		var err error
-		if a, err = netip.ParseAddr(o.dev.bind); err != nil {
-			return fmt.Errorf("invalid --bind address %q: not an IP address", o.dev.bind)
-		}
-	}
-	b := a.Next()
 	so, co := o, o
-	so.dev.bind, co.dev.bind = a.String(), b.String()
 	so.dev.pcap = "" // the client's capture sees both directions
-	sep, err := openEndpoint(so.dev)
+	if so.dev.dev == "" {
+		so.dev.dev, co.dev.dev = "sw0", "sw1" // two devices: their --stats lines differ
+	}
+	sep, cep, err := openLoopbackPair(&so.dev, &co.dev)
 	if err != nil {
 		return err
 	}
 	defer sep.close()
-	cep, err := openEndpoint(co.dev)
-	if err != nil {
-		return err
-	}
 	defer cep.close()
+	a := sep.addr.Unmap()
 	l, err := net.Listen("tcp", netip.AddrPortFrom(a, 0).String())
 	if err != nil {
 		return fmt.Errorf("listen for the exchange: %v", err)

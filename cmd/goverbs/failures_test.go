@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -80,5 +81,88 @@ func TestLoopbackPicksFreeAddresses(t *testing.T) {
 	for i, r := range res {
 		mustSucceed(t, fmt.Sprintf("write_bw --loopback run %d", i), r)
 		mustContain(t, "write_bw --loopback", r.stdout, " 4096       ")
+	}
+}
+
+// TestBidirectional: -b was listed in every tool's help and refused to run. Both sides
+// send; each prints the sum of both directions.
+func TestBidirectional(t *testing.T) {
+	for _, c := range []struct{ tool, size string }{{"write_bw", "4096"}, {"send_bw", "4096"}, {"read_bw", "4096"}, {"atomic_bw", "8"}} {
+		t.Run(c.tool, func(t *testing.T) {
+			srv, cli := perfPair(t, c.tool, "-b", "-n", "100", "-s", c.size)
+			mustSucceed(t, c.tool+" -b server", srv)
+			mustSucceed(t, c.tool+" -b client", cli)
+			row := fmt.Sprintf(" %-7s    %-10d ", c.size, 100)
+			mustContain(t, c.tool+" -b client", cli.stdout, row)
+			mustContain(t, c.tool+" -b server", srv.stdout, row)
+			// The sum of both directions: each side prints the same figures.
+			if a, b := lastRow(cli.stdout), lastRow(srv.stdout); a == "" || a != b {
+				t.Errorf("client row %q, server row %q: want the same sum on both sides", a, b)
+			}
+		})
+	}
+	srv, cli := perfPair(t, "send_bw", "-b", "-c", "UD", "-n", "100", "-s", "1024")
+	mustSucceed(t, "send_bw -b UD server", srv)
+	mustSucceed(t, "send_bw -b UD client", cli)
+}
+
+// lastRow returns the last result row of a bandwidth table.
+func lastRow(out string) string {
+	row := ""
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) >= 5 && f[0] != "#bytes" && strings.Trim(f[0], "0123456789") == "" {
+			row = l
+		}
+	}
+	return row
+}
+
+// TestInterruptDuration: Ctrl-C during a -D run printed nothing. It ends the run as
+// its duration would: both sides print the results so far and exit 0.
+func TestInterruptDuration(t *testing.T) {
+	a, b := addrPair(t)
+	port := freePort(t, a)
+	srv := startServer(t, "Waiting for client", "write_bw", "--bind", a, "-p", port, "-D", "30", "-s", "4096")
+	cli := startServer(t, "#bytes", "write_bw", "--bind", b, "-p", port, "-D", "30", "-s", "4096", a)
+	time.Sleep(300 * time.Millisecond)
+	if err := cli.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	cr, sr := cli.wait(t), srv.wait(t)
+	if el := time.Since(start); el > 10*time.Second {
+		t.Errorf("the run took %v after Ctrl-C", el)
+	}
+	mustSucceed(t, "interrupted client", cr)
+	mustSucceed(t, "server of an interrupted client", sr)
+	if lastRow(cr.stdout) == "" || !strings.HasPrefix(strings.TrimSpace(lastRow(cr.stdout)), "4096 ") {
+		t.Errorf("interrupted client printed no result row:\n%s", cr.stdout)
+	}
+	mustContain(t, "server", sr.stdout, " 4096       ")
+
+	// A server waiting for its client ends at once, with 130 and one line.
+	w := startServer(t, "Waiting for client", "write_bw", "--bind", a, "-p", freePort(t, a))
+	w.cmd.Process.Signal(os.Interrupt)
+	wr := w.wait(t)
+	if wr.code != 130 || strings.TrimSpace(wr.stderr) != "goverbs write_bw: interrupted" {
+		t.Errorf("waiting server after Ctrl-C: exit %d, stderr %q", wr.code, wr.stderr)
+	}
+}
+
+// TestInterruptSoak: soak answered Ctrl-C with a raw struct dump and "1 of 1 runs
+// failed". It reports what it verified and exits 130.
+func TestInterruptSoak(t *testing.T) {
+	s := startServer(t, "== soak", "soak", "-n", "100000000")
+	time.Sleep(500 * time.Millisecond)
+	s.cmd.Process.Signal(os.Interrupt)
+	r := s.wait(t)
+	if r.code != 130 {
+		t.Errorf("soak after Ctrl-C: exit %d, want 130\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	mustContain(t, "soak stdout", r.stdout, "interrupted: ", " work requests completed, each verified\n", "link soakA/1 ")
+	for _, bad := range []string{"FAILED", "{TxPackets:", "runs failed"} {
+		if strings.Contains(r.stdout+r.stderr, bad) {
+			t.Errorf("soak after Ctrl-C says %q:\n%s%s", bad, r.stdout, r.stderr)
+		}
 	}
 }

@@ -97,6 +97,9 @@ func run(args []string) int {
 		return 0
 	case errors.Is(err, errHelp):
 		return 0
+	case errors.Is(err, errInterrupted):
+		fmt.Fprintf(os.Stderr, "goverbs %s: interrupted\n", name)
+		return 130
 	case errors.Is(err, errUsage):
 		// The flag package has already printed the problem and the usage.
 		return 2

@@ -17,6 +17,7 @@ type printer struct {
 	w     io.Writer
 	json  bool
 	gbits bool
+	cpu   bool // --cpu_util: a CPU column
 }
 
 func (p *printer) textf(format string, args ...any) {
@@ -32,15 +33,23 @@ type bwRow struct {
 	PeakMiB    float64 `json:"bw_peak_mib_s"`
 	AvgMiB     float64 `json:"bw_avg_mib_s"`
 	MsgRate    float64 `json:"msg_rate_mpps"`
+	CPU        float64 `json:"cpu_util_pct,omitempty"` // --cpu_util: this process's CPU use
 }
 
 func (p *printer) bwHeader() {
+	unit := "MiB/sec"
 	if p.gbits {
-		p.textf(" #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n")
-	} else {
-		p.textf(" #bytes     #iterations    BW peak[MiB/sec]    BW average[MiB/sec]   MsgRate[Mpps]\n")
+		unit = "Gb/sec"
 	}
+	p.textf(" #bytes     #iterations    BW peak[%s]    BW average[%s]   MsgRate[Mpps]", unit, unit)
+	if p.cpu {
+		p.textf("    CPU_Util[%%]")
+	}
+	p.textf("\n")
 }
+
+// gbits converts MiB/s to Gb/s.
+func gbits(mib float64) float64 { return mib * (1 << 20) * 8 / 1e9 }
 
 func (p *printer) bwRow(r bwRow) {
 	if p.json {
@@ -50,9 +59,13 @@ func (p *printer) bwRow(r bwRow) {
 	}
 	peak, avg := r.PeakMiB, r.AvgMiB
 	if p.gbits {
-		peak, avg = peak*(1<<20)*8/1e9, avg*(1<<20)*8/1e9
+		peak, avg = gbits(peak), gbits(avg)
 	}
-	fmt.Fprintf(p.w, " %-7d    %-10d       %-7.2f            %-7.2f\t\t     %-7.6f\n", r.Bytes, r.Iterations, peak, avg, r.MsgRate)
+	fmt.Fprintf(p.w, " %-7d    %-10d       %-7.2f            %-7.2f\t\t     %-7.6f", r.Bytes, r.Iterations, peak, avg, r.MsgRate)
+	if p.cpu {
+		fmt.Fprintf(p.w, "\t    %-3.2f", r.CPU)
+	}
+	fmt.Fprintln(p.w)
 }
 
 // latRow is one line of a latency table, in microseconds.
@@ -66,6 +79,9 @@ type latRow struct {
 	Stdev      float64 `json:"t_stdev_us"`
 	P99        float64 `json:"p99_us"`
 	P999       float64 `json:"p999_us"`
+
+	samples []time.Duration // as measured, for -H and -U
+	div     float64         // 2: samples are round trips, reported one-way
 }
 
 func (p *printer) latHeader() {
@@ -82,9 +98,33 @@ func (p *printer) latRow(r latRow) {
 		r.Bytes, r.Iterations, r.Min, r.Max, r.Typical, r.Avg, r.Stdev, r.P99, r.P999)
 }
 
+// histogram prints every sample of a latency row as perftest's -H and -U do: a
+// "#, usec" header and one "index, time" line per sample, sorted unless -U.
+func (p *printer) histogram(r latRow, sorted bool) {
+	us := make([]float64, len(r.samples))
+	for i, s := range r.samples {
+		us[i] = float64(s.Nanoseconds()) / 1e3 / r.div
+	}
+	if sorted {
+		sort.Float64s(us)
+	}
+	p.textf("#, usec\n")
+	for i, v := range us {
+		p.textf("%d, %g\n", i+1, v)
+	}
+}
+
+// cpuPercent is the CPU time used over a wall-clock interval, in percent of one core.
+func cpuPercent(before, after, wall time.Duration) float64 {
+	if wall <= 0 {
+		return 0
+	}
+	return 100 * float64(after-before) / float64(wall)
+}
+
 // latStats turns samples into a table row; div is 2 for round trips reported one-way.
 func latStats(size, iters int, samples []time.Duration, div float64) latRow {
-	r := latRow{Bytes: size, Iterations: iters}
+	r := latRow{Bytes: size, Iterations: iters, samples: samples, div: div}
 	if len(samples) == 0 {
 		return r
 	}
@@ -120,7 +160,7 @@ type mark struct {
 	t time.Time
 }
 
-func bwStats(size int, marks []mark, duration bool) bwRow {
+func bwStats(size int, marks []mark, noPeak bool) bwRow {
 	last := marks[len(marks)-1]
 	first := marks[0]
 	secs := last.t.Sub(first.t).Seconds()
@@ -130,8 +170,8 @@ func bwStats(size int, marks []mark, duration bool) bwRow {
 	}
 	r.AvgMiB = float64(size) * float64(r.Iterations) / secs / (1 << 20)
 	r.MsgRate = float64(r.Iterations) / secs / 1e6
-	if duration {
-		return r // perftest reports no peak in duration mode
+	if noPeak {
+		return r // perftest reports no peak in duration mode, nor with -N
 	}
 	// Peak: the best rate over any stretch of at least a tenth of the run, in messages
 	// and in time (one poll can return many moderated completions at once, so a

@@ -34,11 +34,14 @@ type perfParams struct {
 	all      bool
 	duration int
 	mtu      int
+	bidir    bool
+	infinite bool
+	atomic   string // atomic tests: FETCH_AND_ADD or CMP_AND_SWAP
 }
 
 func (p perfParams) header() []byte {
-	s := fmt.Sprintf("%s%s conn=%s qps=%d size=%d iters=%d all=%t dur=%d mtu=%d",
-		perfMagic, p.test, p.conn, p.qps, p.size, p.iters, p.all, p.duration, p.mtu)
+	s := fmt.Sprintf("%s%s conn=%s qps=%d size=%d iters=%d all=%t dur=%d mtu=%d bidir=%t inf=%t atomic=%s",
+		perfMagic, p.test, p.conn, p.qps, p.size, p.iters, p.all, p.duration, p.mtu, p.bidir, p.infinite, p.atomic)
 	b := make([]byte, perfHeaderLen)
 	copy(b, s)
 	return b
@@ -81,6 +84,12 @@ func readPerfHeader(c net.Conn) (perfParams, error) {
 			p.duration = n
 		case "mtu":
 			p.mtu = n
+		case "bidir":
+			p.bidir = v == "true"
+		case "inf":
+			p.infinite = v == "true"
+		case "atomic":
+			p.atomic = v
 		}
 	}
 	if p.qps < 1 || p.qps > 256 || p.size < 0 || p.iters < 0 {
@@ -142,26 +151,65 @@ func writePerfDests(c net.Conn, ds []perfDest) error {
 	return writeAll(c, b, "local QP addresses")
 }
 
-// The end of a run: the client sends "DONE <messages sent>\n" padded to 32 bytes, the
-// server answers with the same word so neither side closes its QPs under the other.
+// The end of a round: each side sends "DONE <messages sent> <last>", padded to 32
+// bytes; last is 1 when Ctrl-C ended the run on that side.
 const doneLen = 32
 
-func writeDone(c net.Conn, sent int) error {
+type doneMsg struct {
+	sent int
+	last bool
+}
+
+func writeDone(c net.Conn, d doneMsg) error {
 	b := make([]byte, doneLen)
-	copy(b, fmt.Sprintf("DONE %d", sent))
+	last := 0
+	if d.last {
+		last = 1
+	}
+	copy(b, fmt.Sprintf("DONE %d %d", d.sent, last))
 	return writeAll(c, b, "done")
 }
 
-func readDone(c net.Conn) (int, error) {
+func readDone(c net.Conn) (doneMsg, error) {
 	b := make([]byte, doneLen)
 	c.SetReadDeadline(time.Time{}) // the run may be long; a dead peer closes the connection
 	if _, err := io.ReadFull(c, b); err != nil {
-		return 0, fmt.Errorf("the other side went away before the end of the test: %v", err)
+		return doneMsg{}, fmt.Errorf("the other side went away before the end of the test: %v", err)
 	}
-	s := string(bytes.TrimRight(b, "\x00"))
-	n, err := strconv.Atoi(strings.TrimPrefix(s, "DONE "))
-	if !strings.HasPrefix(s, "DONE ") || err != nil {
-		return 0, errForeignPerfPeer
+	var d doneMsg
+	var last int
+	if n, err := fmt.Sscanf(string(bytes.TrimRight(b, "\x00")), "DONE %d %d", &d.sent, &last); n != 2 || err != nil || d.sent < 0 {
+		return doneMsg{}, errForeignPerfPeer
 	}
-	return n, nil
+	d.last = last != 0
+	return d, nil
 }
+
+// A round's result row, for the other side to print or add to its own: "REPORT" and
+// the row's fields, padded to 128 bytes.
+const reportLen = 128
+
+func writeReport(c net.Conn, r bwRow) error {
+	b := make([]byte, reportLen)
+	copy(b, fmt.Sprintf("REPORT %d %d %g %g %g %g", r.Bytes, r.Iterations, r.PeakMiB, r.AvgMiB, r.MsgRate, r.CPU))
+	return writeAll(c, b, "report")
+}
+
+func readReport(c net.Conn) (bwRow, error) {
+	b := make([]byte, reportLen)
+	if _, err := io.ReadFull(c, b); err != nil {
+		return bwRow{}, fmt.Errorf("the other side went away before reporting: %v", err)
+	}
+	var r bwRow
+	n, err := fmt.Sscanf(string(bytes.TrimRight(b, "\x00")), "REPORT %d %d %g %g %g %g", &r.Bytes, &r.Iterations, &r.PeakMiB, &r.AvgMiB, &r.MsgRate, &r.CPU)
+	if n != 6 || err != nil {
+		return bwRow{}, errForeignPerfPeer
+	}
+	return r, nil
+}
+
+// perftestVersion is the perftest version the tools report (-V) and announce in
+// perftest's exchange: 6.10 is Debian 12's perftest 4.5-0.20. Upstream perftest
+// negotiates parameters only with peers of 6.28 or later, so it talks to 6.10 as
+// Debian's does.
+const perftestVersion = "6.10"

@@ -19,49 +19,38 @@ func (s *perfSide) progress(i, n, size int) {
 	}
 }
 
-// runClient runs the active side over every size and prints its rows. It returns the
-// number of messages sent, for the server's accounting.
-func (s *perfSide) runClient() (int, error) {
+// latRun runs a latency test over every size: the client measures, the server answers
+// (SEND and WRITE are ping-pongs; READ and atomics need nothing from the server's CPU),
+// and a last DONE each way keeps either side from closing its QP under the other.
+func (s *perfSide) latRun(c net.Conn) error {
 	sizes := s.p.sizes(s.t)
 	total := 0
 	for i, size := range sizes {
-		s.progress(i, len(sizes), size)
-		if s.lat {
-			row, err := s.latClient(size)
-			if err != nil {
-				return 0, err
-			}
-			s.out.latRow(row)
+		var row latRow
+		var err error
+		switch {
+		case s.isClient:
+			s.progress(i, len(sizes), size)
+			row, err = s.latClient(size)
 			total += s.p.iters
+		case s.t == testSend || s.t == testWrite:
+			row, err = s.latServer(size)
+		default:
 			continue
 		}
-		row, sent, err := s.bwClient(size)
 		if err != nil {
-			return 0, err
+			return err
 		}
-		total += sent
-		s.out.bwRow(row)
+		s.out.latRow(row)
+		s.lastResult = latResults(row)
+		if s.o.hist {
+			s.out.histogram(row, !s.o.unsorted)
+		}
 	}
-	return total, nil
-}
-
-// runServer runs the passive side until the client says it is done.
-func (s *perfSide) runServer(c net.Conn) error {
-	if s.lat && (s.t == testSend || s.t == testWrite) {
-		for _, size := range s.p.sizes(s.t) {
-			row, err := s.latServer(size)
-			if err != nil {
-				return err
-			}
-			s.out.latRow(row)
-		}
-		_, err := readDone(c)
+	if err := writeDone(c, doneMsg{sent: total}); err != nil {
 		return err
 	}
-	if s.t == testSend && !s.lat {
-		return s.bwSendServer(c)
-	}
-	_, err := readDone(c) // READ, WRITE and atomics need nothing from the server's CPU
+	_, err := readDone(c)
 	return err
 }
 
@@ -87,174 +76,15 @@ func (s *perfSide) wr(i, size int) verbs.SendWR {
 		wr.Opcode = verbs.WRAtomicFetchAdd
 		wr.SGL = []verbs.SGE{s.mr.SGE(base, 8)}
 		wr.CompareAdd = 1
+		if s.p.atomic == "CMP_AND_SWAP" {
+			wr.Opcode = verbs.WRAtomicCmpAndSwp
+			wr.CompareAdd, wr.Swap = 0, 0 // perftest's operands: the target stays 0
+		}
 	}
 	if (s.t == testSend || s.t == testWrite) && size <= s.o.inline {
 		wr.Flags |= verbs.SendInline
 	}
 	return wr
-}
-
-// bwClient streams iters messages of size bytes on every QP, keeping tx-depth in
-// flight and asking for a completion every cq-mod requests, as perftest does.
-func (s *perfSide) bwClient(size int) (bwRow, int, error) {
-	n := len(s.qps)
-	txDepth := s.o.txDepth
-	cqMod := min(s.o.cqMod, txDepth)
-	iters := s.p.iters
-	posted, completed, lastSig := make([]int, n), make([]int, n), make([]int, n)
-	wrs := make([]verbs.SendWR, n)
-	for i := range wrs {
-		wrs[i] = s.wr(i, size)
-		lastSig[i] = -1
-	}
-	duration := s.p.duration > 0
-	var deadline time.Time
-	start := time.Now()
-	if duration {
-		deadline = start.Add(time.Duration(s.p.duration) * time.Second)
-	}
-	marks := []mark{{0, start}}
-	totalDone := 0
-	stopped := false
-	for {
-		if duration && !stopped && time.Now().After(deadline) {
-			stopped = true
-		}
-		finished := true
-		for i := range s.qps {
-			for !stopped && posted[i]-completed[i] < txDepth && (duration || posted[i] < iters) {
-				w := wrs[i]
-				w.ID = uint64(posted[i])
-				w.Flags &^= verbs.SendSignaled
-				if (posted[i]+1)%cqMod == 0 || !duration && posted[i] == iters-1 {
-					w.Flags |= verbs.SendSignaled
-					lastSig[i] = posted[i]
-				}
-				if err := s.qps[i].PostSend(w); err != nil {
-					return bwRow{}, 0, fmt.Errorf("couldn't post send: %v", err)
-				}
-				posted[i]++
-			}
-			if duration {
-				if !stopped || completed[i] < lastSig[i]+1 {
-					finished = false
-				}
-			} else if completed[i] < iters {
-				finished = false
-			}
-		}
-		if finished {
-			break
-		}
-		wcs, err := s.scq.wait()
-		if err != nil {
-			return bwRow{}, 0, err
-		}
-		for j := range wcs {
-			wc := &wcs[j]
-			if wc.Status != verbs.WCSuccess {
-				return bwRow{}, 0, wcError(wc)
-			}
-			i, ok := s.index[wc.QPN]
-			if !ok {
-				return bwRow{}, 0, fmt.Errorf("completion for unknown QPN 0x%06x", wc.QPN)
-			}
-			done := int(wc.ID) + 1
-			totalDone += done - completed[i]
-			completed[i] = done
-		}
-		marks = append(marks, mark{totalDone, time.Now()})
-	}
-	sent := 0
-	for i := range posted {
-		sent += completed[i]
-	}
-	row := bwStats(size, marks, duration)
-	if !duration {
-		row.Iterations = iters // perftest reports the iterations per QP
-	}
-	return row, sent, nil
-}
-
-// bwSendServer receives the client's messages, reposting receives, and reports the
-// receive bandwidth per size when the client is done.
-func (s *perfSide) bwSendServer(c net.Conn) error {
-	type sizeStat struct {
-		size  int
-		marks []mark
-	}
-	var stats []*sizeStat
-	doneCh := make(chan error, 1)
-	var total atomic.Int64
-	total.Store(-1)
-	go func() {
-		n, err := readDone(c)
-		total.Store(int64(n))
-		doneCh <- err
-	}()
-	grh := 0
-	if s.p.conn == "UD" {
-		grh = verbs.GRHLen
-	}
-	received := 0
-	lossy := s.p.conn != "RC"
-	lastRx := time.Now()
-	clientDone := false
-	for {
-		if !clientDone {
-			select {
-			case err := <-doneCh:
-				if err != nil {
-					return err
-				}
-				clientDone = true
-			default:
-			}
-		}
-		if clientDone {
-			want := int(total.Load())
-			if received >= want || lossy && time.Since(lastRx) > 200*time.Millisecond {
-				break
-			}
-		}
-		wcs, err := s.rcq.tryPoll()
-		if err != nil {
-			return err
-		}
-		if len(wcs) == 0 {
-			if time.Since(lastRx) > stallTimeout && received > 0 && !clientDone {
-				return errStall
-			}
-			if !s.ep.busy { // --busy-poll never sleeps: this poll is what reads the socket
-				time.Sleep(20 * time.Microsecond)
-			}
-			continue
-		}
-		now := time.Now()
-		lastRx = now
-		for j := range wcs {
-			wc := &wcs[j]
-			if wc.Status != verbs.WCSuccess {
-				return wcError(wc)
-			}
-			size := int(wc.ByteLen) - grh
-			if len(stats) == 0 || stats[len(stats)-1].size != size {
-				stats = append(stats, &sizeStat{size: size, marks: []mark{{0, now}}})
-			}
-			st := stats[len(stats)-1]
-			st.marks = append(st.marks, mark{st.marks[len(st.marks)-1].n + 1, now})
-			received++
-			if err := s.postRecv(int(wc.ID)); err != nil {
-				return err
-			}
-		}
-	}
-	for _, st := range stats {
-		// The first arrival opens the interval; count it as one message of the run.
-		row := bwStats(st.size, st.marks, s.p.duration > 0)
-		s.out.bwRow(row)
-	}
-	return nil
 }
 
 // latClient measures iters operations of size bytes one at a time.

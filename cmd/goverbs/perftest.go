@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"strings"
 
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -26,8 +25,8 @@ const (
 
 func (t perfTest) verb() string { return [...]string{"send", "write", "read", "atomic"}[t] }
 
-func (t perfTest) title(lat bool) string {
-	s := [...]string{"Send", "RDMA_Write", "RDMA_Read", "Atomic FETCH_AND_ADD"}[t]
+func (t perfTest) title(lat bool, atomic string) string {
+	s := [...]string{"Send", "RDMA_Write", "RDMA_Read", "Atomic " + atomic}[t]
 	if lat {
 		return s + " Latency Test"
 	}
@@ -36,28 +35,6 @@ func (t perfTest) title(lat bool) string {
 
 func perfCmd(t perfTest, lat bool) func([]string) error {
 	return func(args []string) error { return runPerf(t, lat, args) }
-}
-
-type perfOpts struct {
-	dev      devOpts
-	port     int
-	size     int
-	iters    int
-	all      bool
-	duration int
-	numQP    int
-	conn     string
-	mtu      int
-	txDepth  int
-	rxDepth  int
-	inline   int
-	outs     int
-	cqMod    int
-	bidir    bool
-	gbits    bool
-	json     bool
-	loopback bool
-	cpuFreq  bool
 }
 
 func (t perfTest) name(lat bool) string {
@@ -71,143 +48,60 @@ func runPerf(t perfTest, lat bool, args []string) error {
 	name := t.name(lat)
 	fs := newFlagSet(name)
 	var o perfOpts
-	o.dev.register(fs, "x", "gid-index")
-	defSize, defIters, defTx, defInline := 65536, 1000, 128, 0
-	if lat {
-		defSize, defTx, defInline = 2, 1, 236
-	}
-	if t == testAtomic {
-		defSize = 8
-	}
-	if t == testWrite && !lat {
-		defIters = 5000
-	}
-	if t == testRead || t == testAtomic {
-		defInline = 0
-	}
-	fs.intVar(&o.port, "p", "port", defaultTCPPt, "listen on/connect to TCP `PORT`")
-	fs.intVar(&o.size, "s", "size", defSize, "`SIZE` of message to exchange")
-	fs.intVar(&o.iters, "n", "iters", defIters, "`NUMBER` of exchanges")
-	fs.boolVar(&o.all, "a", "all", "run sizes from 2 till 2^23")
-	fs.intVar(&o.duration, "D", "duration", 0, "run the test for `SECONDS` (instead of -n)")
-	fs.intVar(&o.numQP, "q", "qp", 1, "`NUMBER` of QPs")
-	fs.stringVar(&o.conn, "c", "connection", "RC", "connection `TYPE` RC, UC or UD")
-	fs.intVar(&o.mtu, "m", "mtu", 0, "path `MTU` in bytes (default: the port's active MTU)")
-	fs.intVar(&o.txDepth, "t", "tx-depth", defTx, "`SIZE` of the send queue")
-	fs.intVar(&o.rxDepth, "r", "rx-depth", 512, "`SIZE` of the receive queue (send tests)")
-	fs.intVar(&o.inline, "I", "inline_size", defInline, "max `SIZE` of a message sent inline")
-	fs.intVar(&o.outs, "o", "outs", 16, "`NUMBER` of outstanding reads/atomics")
-	fs.intVar(&o.cqMod, "Q", "cq-mod", 100, "generate a completion every `NUMBER` work requests")
-	fs.boolVar(&o.bidir, "b", "bidirectional", "measure bidirectional bandwidth")
-	fs.boolVar(&o.gbits, "", "report_gbits", "report bandwidth in Gb/sec")
-	fs.boolVar(&o.cpuFreq, "F", "CPU-freq", "do not fail on CPU frequency warnings (ignored)")
-	fs.boolVar(&o.json, "", "json", "print one JSON object per result row")
-	fs.boolVar(&o.loopback, "", "loopback", "run server and client in this process over two software devices")
+	o.register(fs, t, lat)
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
+	}
+	if o.version {
+		fmt.Printf("Version: %s\n", perftestVersion)
+		return nil
 	}
 	server, err := oneArg(name, pos)
 	if err != nil {
 		return err
 	}
-	if err := o.check(t, lat); err != nil {
+	if err := o.check(t, lat, fs); err != nil {
 		return err
 	}
-	out := &printer{w: os.Stdout, json: o.json, gbits: o.gbits}
+	out := &printer{w: os.Stdout, json: o.json, gbits: o.gbits, cpu: o.cpuUtil}
+	intr := newInterrupter(name)
+	defer intr.stop()
 	if o.loopback {
 		if server != "" {
 			return fmt.Errorf("--loopback runs both sides itself: give no server address")
 		}
-		return runLoopback(t, lat, o, out)
+		return intr.result(runLoopback(intr, t, lat, o, out))
 	}
 	ep, err := openEndpoint(o.dev)
 	if err != nil {
 		return err
 	}
 	defer ep.close()
-	s := &perfSide{t: t, lat: lat, o: o, ep: ep, out: out}
+	s := &perfSide{t: t, lat: lat, o: o, ep: ep, out: out, intr: intr}
 	if server == "" {
 		l, err := listen(ep.addr, o.port)
 		if err != nil {
 			return err
 		}
+		intr.onStop(func() { l.Close() })
 		out.textf("\n************************************\n* Waiting for client to connect... *\n************************************\n")
 		c, err := accept(l)
 		if err != nil {
-			return err
+			return intr.result(err)
 		}
 		defer c.Close()
-		return s.serve(c)
+		intr.onStop(func() { c.Close() })
+		return intr.result(s.serve(c))
 	}
 	c, err := dial(server, o.port)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	return s.client(c)
-}
-
-func (o *perfOpts) check(t perfTest, lat bool) error {
-	o.conn = strings.ToUpper(o.conn)
-	switch o.conn {
-	case "RC":
-	case "UC":
-		if t == testRead || t == testAtomic {
-			return fmt.Errorf("connection type UC does not support %s: use RC", strings.ToUpper(t.verb()))
-		}
-	case "UD":
-		if t != testSend {
-			return fmt.Errorf("connection type UD supports only send tests: use RC")
-		}
-	default:
-		return fmt.Errorf("invalid connection type %q: must be RC, UC or UD", o.conn)
-	}
-	if o.size < 1 || o.size > 1<<23 {
-		return fmt.Errorf("invalid size %d: must be 1..8388608 bytes", o.size)
-	}
-	if t == testAtomic && o.size != 8 {
-		return fmt.Errorf("invalid size %d: atomic operations are 8 bytes", o.size)
-	}
-	if o.iters < 1 {
-		return fmt.Errorf("invalid iteration count %d", o.iters)
-	}
-	if o.duration < 0 {
-		return fmt.Errorf("invalid duration %d", o.duration)
-	}
-	if o.duration > 0 && (o.all || lat) {
-		return fmt.Errorf("-D works with bandwidth tests of one size only (not with -a or latency tests)")
-	}
-	if o.numQP < 1 || o.numQP > 256 {
-		return fmt.Errorf("invalid number of QPs %d: must be 1..256", o.numQP)
-	}
-	if lat && o.numQP != 1 {
-		return fmt.Errorf("latency tests use one QP")
-	}
-	if o.mtu != 0 {
-		if _, err := parseMTU(o.mtu); err != nil {
-			return err
-		}
-	}
-	if o.txDepth < 1 || o.txDepth > 16384 {
-		return fmt.Errorf("invalid tx depth %d", o.txDepth)
-	}
-	if o.rxDepth < 1 || o.rxDepth > 16384 {
-		return fmt.Errorf("invalid rx depth %d", o.rxDepth)
-	}
-	if o.inline < 0 || o.inline > 512 {
-		return fmt.Errorf("invalid inline size %d: the device supports up to 512 bytes", o.inline)
-	}
-	if o.outs < 1 || o.outs > 128 {
-		return fmt.Errorf("invalid number of outstanding reads %d: must be 1..128", o.outs)
-	}
-	if o.cqMod < 1 {
-		return fmt.Errorf("invalid CQ moderation %d", o.cqMod)
-	}
-	if o.bidir {
-		return fmt.Errorf("-b (bidirectional) is not supported yet")
-	}
-	return nil
+	intr.onStop(func() { c.Close() })
+	s.isClient = true
+	return intr.result(s.client(c))
 }
 
 // sizes are the message sizes of the run: -s, or 2..2^23 with -a.
@@ -230,9 +124,11 @@ func (p perfParams) maxSize(t perfTest) int {
 // runLoopback runs the server on one software device and the client on another, in
 // this process, and prints the client's results. Without --bind it takes two free
 // loopback addresses, so that several loopback runs (parallel CI jobs) coexist.
-func runLoopback(t perfTest, lat bool, o perfOpts, out *printer) error {
+func runLoopback(intr *interrupter, t perfTest, lat bool, o perfOpts, out *printer) error {
 	so, co := o, o
-	so.dev.pcap = "" // the client's capture sees both directions
+	so.dev.pcap = ""   // the client's capture sees both directions
+	so.outJSON = false // the client writes the report
+	so.limitBW, so.limitMR = 0, 0
 	if so.dev.dev == "" {
 		so.dev.dev, co.dev.dev = "sw0", "sw1" // two devices: their --stats lines differ
 	}
@@ -247,7 +143,7 @@ func runLoopback(t perfTest, lat bool, o perfOpts, out *printer) error {
 	if err != nil {
 		return fmt.Errorf("listen for the exchange: %v", err)
 	}
-	srv := &perfSide{t: t, lat: lat, o: so, ep: sep, out: &printer{w: io.Discard, json: true}}
+	srv := &perfSide{t: t, lat: lat, o: so, ep: sep, out: &printer{w: io.Discard, json: true}, intr: intr}
 	errc := make(chan error, 1)
 	go func() {
 		c, err := accept(l)
@@ -264,7 +160,8 @@ func runLoopback(t perfTest, lat bool, o perfOpts, out *printer) error {
 		return fmt.Errorf("connect to the loopback server: %v", err)
 	}
 	defer c.Close()
-	cli := &perfSide{t: t, lat: lat, o: co, ep: cep, out: out}
+	intr.onStop(func() { c.Close() })
+	cli := &perfSide{t: t, lat: lat, o: co, ep: cep, out: out, intr: intr, isClient: true}
 	if err := cli.client(c); err != nil {
 		return err
 	}
@@ -294,15 +191,21 @@ type perfSide struct {
 	local  []perfDest
 	remote []perfDest
 	mtu    verbs.MTU
+	srq    *verbs.SRQ
 	sq     int // send queue depth per QP
 	// rxDepth is the receives posted per QP: -r, lowered when the QPs would
 	// overflow the receive CQ.
 	rxDepth int
+
+	isClient   bool
+	intr       *interrupter
+	lastResult []kv  // the last row printed, for --out_json
+	limitErr   error // -w or -y not met
 }
 
 func (s *perfSide) params() perfParams {
 	return perfParams{test: s.t.name(s.lat), conn: s.o.conn, qps: s.o.numQP, size: s.o.size, iters: s.o.iters,
-		all: s.o.all, duration: s.o.duration, mtu: s.o.mtu}
+		all: s.o.all, duration: s.o.duration, mtu: s.o.mtu, bidir: s.o.bidir, infinite: s.o.infinite, atomic: s.o.atomic}
 }
 
 func (s *perfSide) qpType() verbs.QPType {
@@ -330,7 +233,13 @@ func (s *perfSide) setup() error {
 		s.mtu = m
 	}
 	if s.p.conn == "UD" && s.p.maxSize(s.t) > s.mtu.Bytes() {
-		return fmt.Errorf("size %d is larger than the MTU %d: UD messages are one packet", s.p.maxSize(s.t), s.mtu.Bytes())
+		// As perftest's check_mtu: a size the user did not ask for (the default, or
+		// -a's sweep) is lowered to the MTU; a size asked for with -s is an error.
+		if s.o.sizeSet && !s.p.all {
+			return fmt.Errorf("size %d is larger than the MTU %d: UD messages are one packet", s.p.size, s.mtu.Bytes())
+		}
+		s.warnf("max msg size in UD is the MTU %d: changing to this size", s.mtu.Bytes())
+		s.p.size, s.p.all = s.mtu.Bytes(), false
 	}
 	dev := s.ep.dev
 	var err error
@@ -364,18 +273,25 @@ func (s *perfSide) setup() error {
 		}
 	}
 	s.sq = sq
-	if s.scq, err = newCQ(dev, sq*s.p.qps, false, s.ep.busy); err != nil {
+	if s.scq, err = newCQ(dev, sq*s.p.qps, s.o.events, s.ep.busy); err != nil {
 		return err
 	}
 	s.rcq = s.scq
 	if s.t == testSend {
-		if s.rcq, err = newCQ(dev, s.rxDepth*s.p.qps, false, s.ep.busy); err != nil {
+		if s.rcq, err = newCQ(dev, s.rxDepth*s.p.qps, s.o.events, s.ep.busy); err != nil {
 			return err
+		}
+	}
+	if s.o.srq && s.t == testSend {
+		// --use-srq: every QP receives from one SRQ of --rx-depth entries, as perftest.
+		s.rxDepth = min(s.o.rxDepth, maxCQE)
+		if s.srq, err = s.pd.CreateSRQ(verbs.SRQAttr{MaxWR: uint32(s.rxDepth), MaxSGE: 1}); err != nil {
+			return fmt.Errorf("couldn't create SRQ: %v", err)
 		}
 	}
 	s.index = make(map[uint32]int)
 	for i := 0; i < s.p.qps; i++ {
-		qp, err := s.pd.CreateQP(verbs.QPInitAttr{Type: s.qpType(), SendCQ: s.scq.cq, RecvCQ: s.rcq.cq,
+		qp, err := s.pd.CreateQP(verbs.QPInitAttr{Type: s.qpType(), SendCQ: s.scq.cq, RecvCQ: s.rcq.cq, SRQ: s.srq,
 			Cap: verbs.QPCap{MaxSendWR: uint32(sq), MaxRecvWR: uint32(s.rxDepth), MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: uint32(s.o.inline)}})
 		if err != nil {
 			return fmt.Errorf("couldn't create %v QP: %v", s.qpType(), err)
@@ -397,7 +313,11 @@ func (s *perfSide) setup() error {
 			rkey: s.mr.RKey(), vaddr: s.mr.AddrOf(i * s.slot), gid: s.ep.gid})
 	}
 	if s.t == testSend {
-		for i := range s.qps {
+		qps := s.qps
+		if s.srq != nil {
+			qps = qps[:1] // postRecv posts to the SRQ
+		}
+		for i := range qps {
 			for k := 0; k < s.rxDepth; k++ {
 				if err := s.postRecv(i); err != nil {
 					return err
@@ -418,6 +338,9 @@ func (s *perfSide) warnf(format string, args ...any) {
 
 func (s *perfSide) close() {
 	s.ep.closeQPs(s.qps)
+	if s.srq != nil {
+		s.srq.Close()
+	}
 	if s.rcq != nil && s.rcq != s.scq {
 		s.rcq.close()
 	}
@@ -437,7 +360,14 @@ func (s *perfSide) postRecv(i int) error {
 	if s.p.conn == "UD" {
 		n += verbs.GRHLen
 	}
-	if err := s.qps[i].PostRecv(verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{s.mr.SGE(i*s.slot, n)}}); err != nil {
+	var err error
+	if s.srq != nil {
+		// One buffer for all: a bandwidth test does not look at the data.
+		err = s.srq.PostRecv(verbs.RecvWR{ID: 0, SGL: []verbs.SGE{s.mr.SGE(0, n)}})
+	} else {
+		err = s.qps[i].PostRecv(verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{s.mr.SGE(i*s.slot, n)}})
+	}
+	if err != nil {
 		return fmt.Errorf("couldn't post receive: %v", err)
 	}
 	return nil
@@ -479,7 +409,7 @@ func (s *perfSide) rts() error {
 				verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
 			return fmt.Errorf("failed to modify QP to RTR: %v", err)
 		}
-		if err := qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: l.psn, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: outs},
+		if err := qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: l.psn, Timeout: uint8(s.o.timeout), RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: outs},
 			verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|verbs.QPAttrMaxQPRdAtomic); err != nil {
 			return fmt.Errorf("failed to modify QP to RTS: %v", err)
 		}
@@ -491,12 +421,18 @@ func (s *perfSide) rts() error {
 func (s *perfSide) printHeader() {
 	o := s.out
 	srq := "OFF"
+	if s.srq != nil {
+		srq = "ON"
+	}
 	o.textf("%s\n", resultLine)
-	o.textf("                    %s\n", s.t.title(s.lat))
+	o.textf("                    %s\n", s.t.title(s.lat, s.p.atomic))
 	o.textf(" Dual-port       : OFF\t\tDevice         : %s\n", s.ep.dev.Name())
 	o.textf(" Number of qps   : %d\t\tTransport type : IB\n", s.p.qps)
 	o.textf(" Connection type : %s\t\tUsing SRQ      : %s\n", s.p.conn, srq)
-	o.textf(" TX depth        : %d\n", s.o.txDepth)
+	o.textf(" TX depth        : %d\n", s.sq)
+	if s.o.postList > 1 {
+		o.textf(" Post List       : %d\n", s.o.postList)
+	}
 	if !s.lat {
 		o.textf(" CQ Moderation   : %d\n", min(s.o.cqMod, s.o.txDepth))
 	}
@@ -555,18 +491,11 @@ func (s *perfSide) client(c net.Conn) error {
 		return err
 	}
 	s.printHeader()
-	sent, err := s.runClient()
-	if err != nil {
-		return err
-	}
-	if err := writeDone(c, sent); err != nil {
-		return err
-	}
-	if _, err := readDone(c); err != nil {
+	if err := s.runSizes(c); err != nil {
 		return err
 	}
 	s.out.textf("%s\n", resultLine)
-	return nil
+	return s.finish()
 }
 
 func (s *perfSide) serve(c net.Conn) error {
@@ -581,10 +510,14 @@ func (s *perfSide) serve(c net.Conn) error {
 	if p.conn != want.conn {
 		return fmt.Errorf("the client uses connection type %s but this server %s (-c)", p.conn, want.conn)
 	}
+	if p.atomic != want.atomic {
+		return fmt.Errorf("the client runs atomic type %s but this server %s (-A)", p.atomic, want.atomic)
+	}
 	if p.mtu == 0 {
 		p.mtu = want.mtu
 	}
-	s.p = p // the client's sizes, iterations and QP count rule
+	p.infinite = false // the client prints the periodic rows
+	s.p = p            // the client's sizes, iterations, QP count and direction rule
 	if err := s.setup(); err != nil {
 		return err
 	}
@@ -602,12 +535,40 @@ func (s *perfSide) serve(c net.Conn) error {
 		return err
 	}
 	s.printHeader()
-	if err := s.runServer(c); err != nil {
-		return err
-	}
-	if err := writeDone(c, 0); err != nil {
+	if err := s.runSizes(c); err != nil {
 		return err
 	}
 	s.out.textf("%s\n", resultLine)
+	return s.finish()
+}
+
+// runSizes runs the test over every size of the run.
+func (s *perfSide) runSizes(c net.Conn) error {
+	if s.lat {
+		return s.latRun(c)
+	}
+	sizes := s.p.sizes(s.t)
+	for i, size := range sizes {
+		if s.isClient {
+			s.progress(i, len(sizes), size)
+		}
+		last, err := s.bwRound(s.intr.ctx, c, size)
+		if err != nil {
+			return err
+		}
+		if last {
+			break
+		}
+	}
 	return nil
+}
+
+// finish writes --out_json's file and fails the run if -w or -y was not met.
+func (s *perfSide) finish() error {
+	if s.o.outJSON && s.lastResult != nil {
+		if err := s.writeJSONFile(); err != nil {
+			return err
+		}
+	}
+	return s.limitErr
 }

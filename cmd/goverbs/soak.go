@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -94,6 +95,12 @@ func runSoak(args []string) error {
 		res, err := soak.Run(ctx, cfg)
 		if res != nil {
 			fmt.Print(res.Format())
+		}
+		if errors.Is(err, context.Canceled) {
+			// Ctrl-C is the user's way to end a long run, not a failure: what
+			// completed until then was verified as it completed.
+			fmt.Printf("interrupted: %d of %d work requests completed, each verified\n", res.Messages, n)
+			return errInterrupted
 		}
 		if err != nil {
 			failed++

@@ -12,7 +12,9 @@ import (
 // read or written to r: GRO-coalesced reads and GSO writes are recorded one
 // segment at a time. Written datagrams are recorded after the kernel took
 // them (a datagram skipped with a SendError is still recorded; the Recorder
-// sees what was attempted). Record calls are serialized, so r need not be
+// sees what was attempted), and before any datagram read after the send
+// returned: a request is always recorded before its reply, and a datagram sent
+// because of one read after it. Record calls are serialized, so r need not be
 // safe for concurrent use, and get the datagram's bytes only for the duration
 // of the call.
 //
@@ -99,13 +101,19 @@ func (t *teeConn) WaitReadable(timeout time.Duration) (bool, error) {
 	return p.WaitReadable(timeout)
 }
 
+// WriteBatch holds the record lock across the send itself, so that the capture keeps
+// the order in which datagrams crossed the socket: a reply to a datagram can only be
+// read after the datagram was sent, and the receive loop that reads it must wait for
+// this lock to record it, so it lands after the request. (Recording after the send and
+// taking the lock only then let a fast reply, an ACK on loopback, be recorded first.)
 func (t *teeConn) WriteBatch(msgs []Message) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	n, err := t.Conn.WriteBatch(msgs)
 	if n > 0 {
 		now := time.Now()
 		src := t.Conn.SourceAddr()
 		caps := t.Conn.Caps()
-		t.mu.Lock()
 		for i := range msgs[:n] {
 			run := 0
 			if caps.GSO && msgs[i].SegSize > 0 {
@@ -113,7 +121,6 @@ func (t *teeConn) WriteBatch(msgs []Message) (int, error) {
 			}
 			t.record(now, &msgs[i], src, msgs[i].Addr, run)
 		}
-		t.mu.Unlock()
 	}
 	return n, err
 }

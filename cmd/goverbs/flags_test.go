@@ -48,3 +48,20 @@ func TestHelpPages(t *testing.T) {
 	r := runBin(t, 10*time.Second, "help", "write_bw")
 	mustContain(t, "help write_bw", r.stdout, "  -s, --size SIZE ", "  -b, --bidirectional ")
 }
+
+// TestPingpongMemoryFlags: rdma-core's -o -O -P -t -j -N. What a software device does
+// anyway works; what it lacks fails with rdma-core's own message.
+func TestPingpongMemoryFlags(t *testing.T) {
+	srv, cli := pingpong(t, "rc", "-n", "20", "-o", "-P", "-N", "-c")
+	mustSucceed(t, "rc_pingpong -o -P -N server", srv)
+	mustSucceed(t, "rc_pingpong -o -P -N client", cli)
+	srv, cli = pingpong(t, "srq", "-n", "20", "-q", "2", "-o")
+	mustSucceed(t, "srq_pingpong -o server", srv)
+	mustSucceed(t, "srq_pingpong -o client", cli)
+	badInput(t, "the device doesn't support implicit ODP", "rc_pingpong", "-O")
+	badInput(t, "the device isn't completion timestamp capable", "rc_pingpong", "-t")
+	badInput(t, "device doesn't support dm allocation", "rc_pingpong", "-j")
+	badInput(t, "DM memory region can't be on demand", "rc_pingpong", "-o", "-j")
+	badInput(t, "prefetch is valid only with on-demand memory region", "rc_pingpong", "-P")
+	badInput(t, "unknown shorthand flag: 'o'", "uc_pingpong", "-o")
+}

@@ -50,6 +50,8 @@ type ppOpts struct {
 	numQP   int
 	events  bool
 	chk     bool
+	// rdma-core's memory and API options (see checkMemoryOpts).
+	odp, iodp, prefetch, ts, dm, newSend bool
 }
 
 type ppCtx struct {
@@ -90,6 +92,16 @@ func runPingpong(k ppKind, args []string) error {
 		o.numQP = 1
 	}
 	fs.boolVar(&o.chk, "c", "chk", "validate received buffer")
+	if k == ppRC || k == ppSRQ {
+		fs.boolVar(&o.odp, "o", "odp", "use on demand paging (a software device never pins memory: always so)")
+	}
+	if k == ppRC {
+		fs.boolVar(&o.iodp, "O", "iodp", "use implicit on demand paging (not supported: see the README)")
+		fs.boolVar(&o.prefetch, "P", "prefetch", "prefetch an ODP MR (nothing to fetch: the memory is the process's)")
+		fs.boolVar(&o.ts, "t", "ts", "get CQE with timestamp (not supported: see the README)")
+		fs.boolVar(&o.dm, "j", "dm", "use device memory (not supported: see the README)")
+		fs.boolVar(&o.newSend, "N", "new_send", "use new post send WR API (the Go API has one post path)")
+	}
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -120,8 +132,36 @@ func runPingpong(k ppKind, args []string) error {
 	return ctx.loop(server != "")
 }
 
+// checkMemoryOpts applies rdma-core's rules for -o -O -P -t -j with its messages. A
+// software device reads and writes the process's memory where it lies, never pinned,
+// so every MR already behaves as an on-demand one (-o) and a prefetch (-P) has nothing
+// to do. It has no device memory (-j) and no completion timestamps (-t), and cannot
+// register the whole address space (-O: Go hands the device slices, not addresses):
+// there it fails as rdma-core does on a device without the capability.
+func (o *ppOpts) checkMemoryOpts() error {
+	if o.iodp {
+		o.odp = true
+	}
+	switch {
+	case o.odp && o.dm:
+		return fmt.Errorf("DM memory region can't be on demand")
+	case !o.odp && o.prefetch:
+		return fmt.Errorf("prefetch is valid only with on-demand memory region")
+	case o.iodp:
+		return fmt.Errorf("the device doesn't support implicit ODP")
+	case o.ts:
+		return fmt.Errorf("the device isn't completion timestamp capable")
+	case o.dm:
+		return fmt.Errorf("device doesn't support dm allocation")
+	}
+	return nil
+}
+
 func (c *ppCtx) check() error {
 	o := &c.o
+	if err := o.checkMemoryOpts(); err != nil {
+		return err
+	}
 	if o.size < 1 || o.size > 1<<23 {
 		return fmt.Errorf("invalid size %d: must be 1..8388608 bytes", o.size)
 	}

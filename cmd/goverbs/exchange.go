@@ -153,7 +153,15 @@ func readRemote(c net.Conn, n int) ([]dest, error) {
 	remote := make([]dest, n)
 	buf := make([]byte, ppRecordLen)
 	for i := range remote {
-		if err := readFull(c, buf, "remote address"); err != nil {
+		// The first five bytes tell a foreign peer at once ("LID:" or not): a
+		// perftest-style peer sends 16 bytes of version and waits for an answer.
+		if err := readFull(c, buf[:5], "remote address"); err != nil {
+			return nil, err
+		}
+		if buf[4] != ':' {
+			return nil, errForeignPeer
+		}
+		if err := readFull(c, buf[5:], "remote address"); err != nil {
 			return nil, err
 		}
 		d, err := parseRecord(buf)

@@ -520,7 +520,7 @@ func TestForeignPeer(t *testing.T) {
 	}
 	checkOneLine(t, []string{"rc_pingpong client"}, r.stderr, "")
 	sr = psrv.wait(t)
-	checkOneLine(t, []string{"write_bw server"}, sr.stderr, "does not speak the goverbs perftest exchange")
+	checkOneLine(t, []string{"write_bw server"}, sr.stderr, "does not speak perftest's exchange")
 
 	// A different test on each side.
 	a, b = addrPair(t)

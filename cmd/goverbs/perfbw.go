@@ -40,7 +40,7 @@ func (s *perfSide) bwRound(ctx context.Context, c net.Conn, size int) (last bool
 	recvd := make(chan recvResult, 1)
 	if recvs {
 		go func() {
-			row, err := s.bwRecv(size, target)
+			row, err := s.bwRecv(size, target, s.p.conn != "RC")
 			recvd <- recvResult{row, err}
 		}()
 	}
@@ -226,14 +226,14 @@ func (s *perfSide) ahead(rate float64, perMsg bool, next, size int, start time.T
 }
 
 // bwRecv reaps a SEND test's receives and reposts them until the sender's count
-// arrives on target and that many have come (UC and UD lose messages: there, until
-// none came for 200 ms).
-func (s *perfSide) bwRecv(size int, target <-chan int) (bwRow, error) {
+// arrives on target and that many have come, or, with idleEnd, until none came for
+// 200 ms (UC and UD lose messages; a perftest sender of a -D run sends no count).
+func (s *perfSide) bwRecv(size int, target <-chan int, idleEnd bool) (bwRow, error) {
 	grh := 0
 	if s.p.conn == "UD" {
 		grh = verbs.GRHLen
 	}
-	lossy := s.p.conn != "RC"
+	lossy := idleEnd
 	want := -1
 	received := 0
 	var marks []mark

@@ -47,7 +47,7 @@ func (p perfParams) header() []byte {
 	return b
 }
 
-var errForeignPerfPeer = fmt.Errorf("the peer does not speak the goverbs perftest exchange (a real perftest or an rdma-core ping-pong?)")
+var errForeignPerfPeer = fmt.Errorf("the peer does not speak perftest's exchange (an rdma-core ping-pong?)")
 
 func readPerfHeader(c net.Conn) (perfParams, error) {
 	b := make([]byte, perfHeaderLen)
@@ -209,7 +209,7 @@ func readReport(c net.Conn) (bwRow, error) {
 }
 
 // perftestVersion is the perftest version the tools report (-V) and announce in
-// perftest's exchange: 6.10 is Debian 12's perftest 4.5-0.20. Upstream perftest
-// negotiates parameters only with peers of 6.28 or later, so it talks to 6.10 as
-// Debian's does.
-const perftestVersion = "6.10"
+// perftest's exchange: what Debian 12's perftest 4.5-0.20 announces. Upstream
+// perftest negotiates parameters only with peers of 6.28 or later, so it talks to us
+// as to Debian's.
+const perftestVersion = "6.06"

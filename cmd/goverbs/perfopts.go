@@ -48,6 +48,7 @@ type perfOpts struct {
 	loopback bool
 	cpuFreq  bool
 	version  bool
+	perftest bool // --perftest-exchange: only perftest's own exchange, even with goverbs
 }
 
 // register adds the flags of test t (lat: a latency test) with perftest's defaults.
@@ -111,6 +112,7 @@ func (o *perfOpts) register(fs *flagSet, t perfTest, lat bool) {
 	fs.stringVar(&o.jsonFile, "", "out_json_file", "perftest_out.json", "`FILE` of --out_json")
 	fs.boolVar(&o.json, "", "json", "print one JSON object per result row instead of the table")
 	fs.boolVar(&o.loopback, "", "loopback", "run server and client in this process over two software devices")
+	fs.boolVar(&o.perftest, "", "perftest-exchange", "speak only perftest's exchange, as a real perftest does, even to a goverbs peer (both sides then need the same flags)")
 	fs.boolVar(&o.version, "V", "version", "print the version and exit")
 }
 

@@ -193,6 +193,7 @@ type perfSide struct {
 	mtu    verbs.MTU
 	srq    *verbs.SRQ
 	sq     int // send queue depth per QP
+	cycle  int // a perftest peer's cycle buffer: the span of our area it addresses
 	// rxDepth is the receives posted per QP: -r, lowered when the QPs would
 	// overflow the receive CQ.
 	rxDepth int
@@ -246,7 +247,9 @@ func (s *perfSide) setup() error {
 	if s.pd, err = dev.AllocPD(); err != nil {
 		return fmt.Errorf("couldn't allocate PD: %v", err)
 	}
-	s.half = (s.p.maxSize(s.t) + verbs.GRHLen + 63) &^ 63
+	// Each QP's area holds a message and a GRH, and at least the span in which a
+	// perftest peer cycles its remote address (perftest's cycle buffer).
+	s.half = (max(s.p.maxSize(s.t)+verbs.GRHLen, s.cycle) + 63) &^ 63
 	s.slot = 2 * s.half
 	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
 	if s.mr, err = s.pd.RegMR(make([]byte, s.slot*s.p.qps), access); err != nil {
@@ -469,6 +472,13 @@ func (s *perfSide) printHeader() {
 }
 
 func (s *perfSide) client(c net.Conn) error {
+	goverbs, ver, err := hello(c, true, s.o.perftest)
+	if err != nil {
+		return err
+	}
+	if !goverbs {
+		return s.perftestRun(&pwire{c: c, client: true, ver: ver})
+	}
 	s.p = s.params()
 	if err := s.setup(); err != nil {
 		return err
@@ -483,7 +493,6 @@ func (s *perfSide) client(c net.Conn) error {
 	if _, err := readPerfHeader(c); err != nil {
 		return err
 	}
-	var err error
 	if s.remote, err = readPerfDests(c, s.p.qps); err != nil {
 		return err
 	}
@@ -499,6 +508,13 @@ func (s *perfSide) client(c net.Conn) error {
 }
 
 func (s *perfSide) serve(c net.Conn) error {
+	goverbs, ver, err := hello(c, false, s.o.perftest)
+	if err != nil {
+		return err
+	}
+	if !goverbs {
+		return s.perftestRun(&pwire{c: c, client: false, ver: ver})
+	}
 	want := s.params()
 	p, err := readPerfHeader(c)
 	if err != nil {

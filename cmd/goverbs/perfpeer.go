@@ -1,0 +1,220 @@
+package main
+
+import (
+	"fmt"
+	"math"
+)
+
+// perftestRun runs the test against a real perftest peer, in the order of messages
+// that perftest's program for this test uses (write_bw.c, send_bw.c, send_lat.c, ...).
+// Both sides run with their own flags, as perftest does: its flags marked SYMMETRIC
+// must be given alike on both sides.
+func (s *perfSide) perftestRun(w *pwire) error {
+	if s.o.bidir {
+		return fmt.Errorf("-b with a perftest peer is not supported yet: run it between goverbs tools")
+	}
+	s.p = s.params()
+	s.p.infinite = s.o.infinite
+	cycle, err := w.sysData()
+	if err != nil {
+		return err
+	}
+	mine := s.ep.port.ActiveMTU
+	if s.o.mtu != 0 {
+		if mine, err = parseMTU(s.o.mtu); err != nil {
+			return err
+		}
+	}
+	m, err := w.mtu(mine)
+	if err != nil {
+		return err
+	}
+	s.p.mtu, s.cycle = m.Bytes(), cycle
+	if err := s.setup(); err != nil {
+		return err
+	}
+	defer s.close()
+	var run func() error
+	switch {
+	case !s.lat && s.t == testSend:
+		run = func() error { return s.perftestSendBW(w) }
+	case !s.lat:
+		run = func() error { return s.perftestRDMABW(w) }
+	case s.t == testSend:
+		run = func() error { return s.perftestSendLat(w) }
+	default:
+		run = func() error { return s.perftestLat(w) }
+	}
+	if err := run(); err != nil {
+		return err
+	}
+	s.out.textf("%s\n", resultLine)
+	return s.finish()
+}
+
+// connectKeys: the QP records, the move to RTS, and the records again (perftest prints
+// the second set).
+func (s *perfSide) connectKeys(w *pwire, between func() error) error {
+	if err := s.keys(w); err != nil {
+		return err
+	}
+	if err := s.rts(); err != nil {
+		return err
+	}
+	if between != nil {
+		if err := between(); err != nil {
+			return err
+		}
+	}
+	if err := s.keys(w); err != nil {
+		return err
+	}
+	s.printHeader()
+	return nil
+}
+
+// perftestRDMABW: write_bw, read_bw and atomic_bw. The server only waits; at the end
+// the client sends its report, which the server prints.
+func (s *perfSide) perftestRDMABW(w *pwire) error {
+	if err := s.connectKeys(w, nil); err != nil {
+		return err
+	}
+	if err := s.handshake(w); err != nil {
+		return err
+	}
+	var last bwRow
+	if s.isClient {
+		for i, size := range s.p.sizes(s.t) {
+			s.progress(i, len(s.p.sizes(s.t)), size)
+			row, err := s.sendRow(size)
+			if err != nil {
+				return err
+			}
+			last = row
+			if s.intr.ctx.Err() != nil {
+				break
+			}
+		}
+	}
+	if err := s.handshake(w); err != nil {
+		return err
+	}
+	theirs, err := s.xchgReport(w, last)
+	if err != nil {
+		return err
+	}
+	if !s.isClient {
+		s.printBW(theirs)
+	}
+	return s.handshake(w) // ctx_close_connection
+}
+
+// sendRow streams one size and prints its row.
+func (s *perfSide) sendRow(size int) (bwRow, error) {
+	s.intr.graceful.Store(true)
+	row, _, err := s.bwSend(s.intr.ctx, size)
+	s.intr.graceful.Store(false)
+	if err != nil {
+		return bwRow{}, err
+	}
+	if !s.p.infinite {
+		s.printBW(row)
+	}
+	return row, nil
+}
+
+// perftestSendBW: send_bw. Each side prints its own figures; the receiver expects
+// iterations × QPs messages (or, with -D, receives until the sender stops).
+func (s *perfSide) perftestSendBW(w *pwire) error {
+	if err := s.connectKeys(w, func() error { return s.handshake(w) }); err != nil {
+		return err
+	}
+	sizes := s.p.sizes(s.t)
+	for i, size := range sizes {
+		if err := s.handshake(w); err != nil {
+			return err
+		}
+		if s.isClient {
+			s.progress(i, len(sizes), size)
+			if _, err := s.sendRow(size); err != nil {
+				return err
+			}
+		} else {
+			target := make(chan int, 1)
+			want := s.p.iters * s.p.qps
+			if s.p.duration > 0 {
+				want = math.MaxInt // until the sender stops
+			}
+			target <- want
+			row, err := s.bwRecv(size, target, s.p.conn != "RC" || s.p.duration > 0)
+			if err != nil {
+				return err
+			}
+			s.printBW(row)
+		}
+		if s.p.all {
+			if err := s.handshake(w); err != nil {
+				return err
+			}
+		}
+	}
+	return s.handshake(w)
+}
+
+// perftestSendLat: send_lat, a ping-pong in which both sides print.
+func (s *perfSide) perftestSendLat(w *pwire) error {
+	if err := s.connectKeys(w, func() error { return s.handshake(w) }); err != nil {
+		return err
+	}
+	for i, size := range s.p.sizes(s.t) {
+		if err := s.handshake(w); err != nil {
+			return err
+		}
+		if err := s.latSize(i, size); err != nil {
+			return err
+		}
+	}
+	return s.handshake(w)
+}
+
+// perftestLat: write_lat (a ping-pong) and read_lat, atomic_lat (only the client runs).
+func (s *perfSide) perftestLat(w *pwire) error {
+	if err := s.keys(w); err != nil { // the early handshake carries the records too
+		return err
+	}
+	if err := s.connectKeys(w, nil); err != nil {
+		return err
+	}
+	if err := s.handshake(w); err != nil {
+		return err
+	}
+	if s.isClient || s.t == testWrite {
+		for i, size := range s.p.sizes(s.t) {
+			if err := s.latSize(i, size); err != nil {
+				return err
+			}
+		}
+	}
+	return s.handshake(w)
+}
+
+// latSize measures one size (the client) or answers it (the server), and prints it.
+func (s *perfSide) latSize(i, size int) error {
+	var row latRow
+	var err error
+	if s.isClient {
+		s.progress(i, len(s.p.sizes(s.t)), size)
+		row, err = s.latClient(size)
+	} else {
+		row, err = s.latServer(size)
+	}
+	if err != nil {
+		return err
+	}
+	s.out.latRow(row)
+	s.lastResult = latResults(row)
+	if s.o.hist {
+		s.out.histogram(row, !s.o.unsorted)
+	}
+	return nil
+}

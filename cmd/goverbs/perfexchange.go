@@ -151,6 +151,9 @@ func writePerfDests(c net.Conn, ds []perfDest) error {
 	return writeAll(c, b, "local QP addresses")
 }
 
+// readyMsg: the client's QPs are in RTR; the server may send.
+const readyMsg = "READY\x00\x00\x00"
+
 // The end of a round: each side sends "DONE <messages sent> <last>", padded to 32
 // bytes; last is 1 when Ctrl-C ended the run on that side.
 const doneLen = 32

@@ -28,11 +28,13 @@ func (s *perfSide) latRun(c net.Conn) error {
 	for i, size := range sizes {
 		var row latRow
 		var err error
-		switch {
-		case s.isClient:
+		if s.isClient {
 			s.progress(i, len(sizes), size)
-			row, err = s.latClient(size)
 			total += s.p.iters
+		}
+		switch {
+		case s.initiates():
+			row, err = s.latClient(size)
 		case s.t == testSend || s.t == testWrite:
 			row, err = s.latServer(size)
 		default:
@@ -85,6 +87,17 @@ func (s *perfSide) wr(i, size int) verbs.SendWR {
 		wr.Flags |= verbs.SendInline
 	}
 	return wr
+}
+
+// initiates reports whether this side makes the first move of a latency test, which
+// then runs latClient; the other side answers with latServer. As in perftest, the
+// client initiates, except in write_lat, where the server writes first and the client
+// writes each value back once it has seen it (run_iter_lat_write).
+func (s *perfSide) initiates() bool {
+	if s.t == testWrite {
+		return !s.isClient
+	}
+	return s.isClient
 }
 
 // latClient measures iters operations of size bytes one at a time.

@@ -499,6 +499,12 @@ func (s *perfSide) client(c net.Conn) error {
 	if err := s.rts(); err != nil {
 		return err
 	}
+	// Both sides are ready to receive now: say so, for a server that sends first
+	// (write_lat, -b) must not send before this side's QPs are in RTR (UC and UD
+	// would lose it), as perftest's handshake after RTR ensures.
+	if err := writeAll(c, []byte(readyMsg), "ready"); err != nil {
+		return err
+	}
 	s.printHeader()
 	if err := s.runSizes(c); err != nil {
 		return err
@@ -549,6 +555,13 @@ func (s *perfSide) serve(c net.Conn) error {
 	}
 	if err := writePerfDests(c, s.local); err != nil {
 		return err
+	}
+	ready := make([]byte, len(readyMsg))
+	if err := readFull(c, ready, "the client's ready"); err != nil {
+		return err
+	}
+	if string(ready) != readyMsg {
+		return errForeignPerfPeer
 	}
 	s.printHeader()
 	if err := s.runSizes(c); err != nil {

@@ -22,11 +22,13 @@ type devOpts struct {
 	pcap   string // --pcap: capture file
 	busy   bool   // --busy-poll: the device in busy-poll mode, CQs polled without sleeping
 	stats  bool   // --stats: print the device's and QPs' counters at exit
+	tool   string // the command, named on the stat/asyncwatch socket
 }
 
 // register adds the device flags; gidShort/gidLong are -g/--gid-idx for the ping-pongs
 // and -x/--gid-index for perftest.
 func (o *devOpts) register(fs *flagSet, gidShort, gidLong string) {
+	o.tool = fs.name
 	fs.stringVar(&o.dev, "d", "ib-dev", "", "use IB device `DEV` (default first device found)")
 	fs.intVar(&o.ibPort, "i", "ib-port", 1, "use `PORT` of IB device")
 	fs.intVar(&o.gidIdx, gidShort, gidLong, 0, "local port GID `INDEX`")
@@ -38,8 +40,9 @@ func (o *devOpts) register(fs *flagSet, gidShort, gidLong string) {
 
 // endpoint is an opened local device with the port facts the tools print and exchange.
 type endpoint struct {
-	busy  bool // busy-poll mode: CQ waits spin instead of sleeping
-	stats bool // print counters at exit
+	busy  bool     // busy-poll mode: CQ waits spin instead of sleeping
+	stats bool     // print counters at exit
+	ctl   *control // the stat/asyncwatch socket
 	dev   *verbs.Device
 	rec   *pcap.Writer
 	port  verbs.PortAttr
@@ -49,6 +52,7 @@ type endpoint struct {
 
 // closeQPs closes a tool's QPs, printing their counters first if --stats asked for them.
 func (e *endpoint) closeQPs(qps []*verbs.QP) {
+	e.ctl.track(qps, false)
 	for _, qp := range qps {
 		if statsWanted(e.stats) {
 			printQPStats(os.Stderr, qp)
@@ -57,7 +61,11 @@ func (e *endpoint) closeQPs(qps []*verbs.QP) {
 	}
 }
 
+// trackQPs shows the tool's QPs to goverbs stat.
+func (e *endpoint) trackQPs(qps []*verbs.QP) { e.ctl.track(qps, true) }
+
 func (e *endpoint) close() {
+	e.ctl.close()
 	if statsWanted(e.stats) {
 		printStats(os.Stderr, e.dev, false)
 	}
@@ -152,6 +160,7 @@ func finishEndpoint(dev *verbs.Device, rec *pcap.Writer, o devOpts) (*endpoint, 
 		return nil, fmt.Errorf("invalid GID index %d: the GID table of %s has %d entr%s", o.gidIdx, dev.Name(), len(tbl), plural(len(tbl), "y", "ies"))
 	}
 	e.addr = e.gid.Addr()
+	e.ctl = serveControl(e, o.tool)
 	return e, nil
 }
 

@@ -48,6 +48,8 @@ func init() {
 		"atomic_lat":   {"atomic FETCH_AND_ADD latency (ib_atomic_lat)", perfCmd(testAtomic, true)},
 		"soak":         {"long verified RC stream over a simulated faulty network", runSoak},
 		"version":      {"print the goverbs module version and the Go version", runVersion},
+		"stat":         {"counters of running tools' devices and QPs (rdma statistic)", runStat},
+		"asyncwatch":   {"a running tool's device's async events as they happen (ibv_asyncwatch)", runAsyncwatch},
 	}
 }
 

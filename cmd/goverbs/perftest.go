@@ -300,6 +300,7 @@ func (s *perfSide) setup() error {
 			return fmt.Errorf("couldn't create %v QP: %v", s.qpType(), err)
 		}
 		s.qps = append(s.qps, qp)
+		s.ep.trackQPs([]*verbs.QP{qp})
 		s.index[qp.QPN()] = i
 		init := &verbs.QPAttr{State: verbs.QPStateInit, Port: uint8(s.o.dev.ibPort), AccessFlags: access}
 		mask := verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort

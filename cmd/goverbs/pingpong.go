@@ -289,6 +289,7 @@ func (c *ppCtx) init() error {
 			return fmt.Errorf("couldn't create %v QP: %v", c.qpType(), err)
 		}
 		c.qps = append(c.qps, qp)
+		c.ep.trackQPs([]*verbs.QP{qp})
 		init := &verbs.QPAttr{State: verbs.QPStateInit, Port: uint8(c.o.dev.ibPort)}
 		mask := verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort
 		if c.kind == ppUD {

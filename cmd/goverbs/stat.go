@@ -17,7 +17,7 @@ import (
 //
 // A tool prints them when GOVERBS_STATS is set (to anything but "" or "0") or when its
 // --stats flag is given: statsWanted says whether to, and printStats and printQPStats
-// write them. The counters are those of verbs.Device.Counters and verbs.QP.Counters; a
+// write them. `goverbs stat` shows them while a tool runs (control.go). The counters are those of verbs.Device.Counters and verbs.QP.Counters; a
 // device's counters stay readable after it is closed.
 
 // envStats is the environment variable that asks every tool for its counters.

@@ -4,10 +4,14 @@
 // device (UDP port 4791), so that they talk to Linux Soft-RoCE and to each other.
 //
 //	goverbs devices
-//	goverbs devinfo [-d DEV] [-v]
+//	goverbs devinfo [-d DEV | --bind ADDR] [-v]
 //	goverbs rc_pingpong --bind 127.0.0.2 -g 0            # server
 //	goverbs rc_pingpong --bind 127.0.0.3 -g 0 127.0.0.2  # client
 //	goverbs write_bw --loopback
+//	goverbs write_bw --bind 10.0.0.1 -n 1000             # server for ib_write_bw (perftest)
+//	goverbs stat                                         # counters of the tools running now
+//	goverbs asyncwatch --bind 127.0.0.2                  # that tool's async events
+//	goverbs help write_bw                                # a command's flags
 package main
 
 import (

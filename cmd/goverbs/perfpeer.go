@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"math"
 )
 
@@ -10,9 +9,6 @@ import (
 // Both sides run with their own flags, as perftest does: its flags marked SYMMETRIC
 // must be given alike on both sides.
 func (s *perfSide) perftestRun(w *pwire) error {
-	if s.o.bidir {
-		return fmt.Errorf("-b with a perftest peer is not supported yet: run it between goverbs tools")
-	}
 	s.p = s.params()
 	s.p.infinite = s.o.infinite
 	cycle, err := w.sysData()
@@ -82,11 +78,14 @@ func (s *perfSide) perftestRDMABW(w *pwire) error {
 	if err := s.handshake(w); err != nil {
 		return err
 	}
+	if s.p.bidir {
+		return s.perftestBidir(w)
+	}
 	var last bwRow
 	if s.isClient {
 		for i, size := range s.p.sizes(s.t) {
 			s.progress(i, len(s.p.sizes(s.t)), size)
-			row, err := s.sendRow(size)
+			row, err := s.sendRow(size, true)
 			if err != nil {
 				return err
 			}
@@ -109,18 +108,72 @@ func (s *perfSide) perftestRDMABW(w *pwire) error {
 	return s.handshake(w) // ctx_close_connection
 }
 
-// sendRow streams one size and prints its row.
-func (s *perfSide) sendRow(size int) (bwRow, error) {
+// sendRow streams one size and, with print, prints its row.
+func (s *perfSide) sendRow(size int, print bool) (bwRow, error) {
 	s.intr.graceful.Store(true)
 	row, _, err := s.bwSend(s.intr.ctx, size)
 	s.intr.graceful.Store(false)
 	if err != nil {
 		return bwRow{}, err
 	}
-	if !s.p.infinite {
+	if print && !s.p.infinite {
 		s.printBW(row)
 	}
 	return row, nil
+}
+
+// perftestBidir: write_bw, read_bw and atomic_bw with -b. Per size both sides stream
+// between two handshakes (the second only in an -a sweep, as perftest 4.6 and later),
+// then exchange reports and print the sum of both directions.
+func (s *perfSide) perftestBidir(w *pwire) error {
+	sizes := s.p.sizes(s.t)
+	for i, size := range sizes {
+		if err := s.handshake(w); err != nil {
+			return err
+		}
+		s.progress(i, len(sizes), size)
+		mine, err := s.sendRow(size, false)
+		if err != nil {
+			return err
+		}
+		if s.p.all {
+			if err := s.handshake(w); err != nil {
+				return err
+			}
+		}
+		theirs, err := s.xchgReport(w, mine)
+		if err != nil {
+			return err
+		}
+		s.printBW(sumRows(mine, theirs))
+	}
+	return s.handshake(w)
+}
+
+// bidirSend runs one size of send_bw -b: this side sends and receives at once, as
+// perftest's run_iter_bi, and returns its sending row.
+func (s *perfSide) bidirSend(size int) (bwRow, error) {
+	target := make(chan int, 1)
+	want := s.p.iters * s.p.qps
+	if s.p.duration > 0 {
+		want = math.MaxInt
+	}
+	target <- want
+	type result struct {
+		row bwRow
+		err error
+	}
+	recvd := make(chan result, 1)
+	go func() {
+		row, err := s.bwRecv(size, target, s.p.conn != "RC" || s.p.duration > 0)
+		recvd <- result{row, err}
+	}()
+	mine, err := s.sendRow(size, false)
+	r := <-recvd
+	if err != nil {
+		return bwRow{}, err
+	}
+	return mine, r.err
 }
 
 // perftestSendBW: send_bw. Each side prints its own figures; the receiver expects
@@ -134,12 +187,28 @@ func (s *perfSide) perftestSendBW(w *pwire) error {
 		if err := s.handshake(w); err != nil {
 			return err
 		}
-		if s.isClient {
+		switch {
+		case s.p.bidir:
 			s.progress(i, len(sizes), size)
-			if _, err := s.sendRow(size); err != nil {
+			mine, err := s.bidirSend(size)
+			if err != nil {
 				return err
 			}
-		} else {
+			if s.p.duration > 0 { // perftest exchanges no reports in a -D run
+				s.printBW(mine)
+				break
+			}
+			theirs, err := s.xchgReport(w, mine)
+			if err != nil {
+				return err
+			}
+			s.printBW(sumRows(mine, theirs))
+		case s.isClient:
+			s.progress(i, len(sizes), size)
+			if _, err := s.sendRow(size, true); err != nil {
+				return err
+			}
+		default:
 			target := make(chan int, 1)
 			want := s.p.iters * s.p.qps
 			if s.p.duration > 0 {

@@ -23,6 +23,9 @@ func TestPerftestExchange(t *testing.T) {
 		{"send_bw", []string{"-a", "-n", "3"}, true},
 		{"send_lat", []string{"-n", "100"}, true},
 		{"write_lat", []string{"-n", "100", "-s", "64"}, true},
+		{"write_bw", []string{"-b", "-n", "100", "-s", "4096"}, true},
+		{"read_bw", []string{"-b", "-a", "-n", "3"}, true},
+		{"send_bw", []string{"-b", "-n", "100", "-s", "4096"}, true},
 		{"read_lat", []string{"-n", "100"}, false},
 		{"atomic_lat", []string{"-n", "100"}, false},
 	} {

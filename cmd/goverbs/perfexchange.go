@@ -13,10 +13,13 @@ import (
 	"github.com/goverbs/goverbs/verbs"
 )
 
-// The perf tools' out-of-band exchange, in the spirit of perftest's Ethernet exchange:
-// a header naming the test and its parameters, then one record per QP with LID, the
-// outstanding-reads count, QPN, PSN, RKey, VAddr and GID. The client sends first; the
-// server checks the header, adopts the client's sizes and answers with its own.
+// The exchange between two goverbs perf tools, once their versions (perfwire.go's
+// hello) have shown both are goverbs: a header naming the test and its parameters, then
+// one record per QP with LID, the outstanding-reads count, QPN, PSN, RKey, VAddr and
+// GID. The client sends first; the server checks the header, adopts the client's
+// parameters and answers with its own; the client says READY once its QPs are in RTR.
+// Each bandwidth round ends with DONE and REPORT messages (perfbw.go). Against a real
+// perftest the tools use perftest's own exchange instead (perfwire.go, perfpeer.go).
 
 const (
 	perfMagic     = "GOVERBS-PERF/1 "

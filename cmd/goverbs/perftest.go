@@ -12,7 +12,10 @@ import (
 )
 
 // The perftest-style benchmarks: ib_{send,write,read,atomic}_{bw,lat} with perftest's
-// main flags, its header and its result tables.
+// flags (perfopts.go), header, result tables and out-of-band exchange, so that each
+// side may be a real perftest. This file opens the device and the connection, builds
+// a side's verbs resources and brings its QPs up; perfbw.go and perfrun.go run the
+// tests.
 
 type perfTest int
 

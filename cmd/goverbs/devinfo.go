@@ -13,6 +13,7 @@ import (
 // runDevices prints the device list as ibv_devices does.
 func runDevices(args []string) error {
 	fs := newFlagSet("devices")
+	fs.args = ""
 	if _, err := fs.parse(args); err != nil {
 		return err
 	}

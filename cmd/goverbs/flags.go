@@ -51,6 +51,9 @@ func (f *flagSet) usage(w io.Writer) {
 	if c, ok := commands[f.name]; ok {
 		fmt.Fprintf(w, "\n%s\n", c.summary)
 	}
+	if !f.HasAvailableFlags() {
+		return
+	}
 	fmt.Fprintf(w, "\nflags:\n")
 	var lines [][2]string
 	width := 0

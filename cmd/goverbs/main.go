@@ -45,11 +45,11 @@ func init() {
 		"send_bw":      {"SEND bandwidth (ib_send_bw)", perfCmd(testSend, false)},
 		"write_bw":     {"RDMA WRITE bandwidth (ib_write_bw)", perfCmd(testWrite, false)},
 		"read_bw":      {"RDMA READ bandwidth (ib_read_bw)", perfCmd(testRead, false)},
-		"atomic_bw":    {"atomic FETCH_AND_ADD bandwidth (ib_atomic_bw)", perfCmd(testAtomic, false)},
+		"atomic_bw":    {"atomic FETCH_AND_ADD or CMP_AND_SWAP bandwidth (ib_atomic_bw)", perfCmd(testAtomic, false)},
 		"send_lat":     {"SEND latency (ib_send_lat)", perfCmd(testSend, true)},
 		"write_lat":    {"RDMA WRITE latency (ib_write_lat)", perfCmd(testWrite, true)},
 		"read_lat":     {"RDMA READ latency (ib_read_lat)", perfCmd(testRead, true)},
-		"atomic_lat":   {"atomic FETCH_AND_ADD latency (ib_atomic_lat)", perfCmd(testAtomic, true)},
+		"atomic_lat":   {"atomic FETCH_AND_ADD or CMP_AND_SWAP latency (ib_atomic_lat)", perfCmd(testAtomic, true)},
 		"soak":         {"long verified RC stream over a simulated faulty network", runSoak},
 		"version":      {"print the goverbs module version and the Go version", runVersion},
 		"stat":         {"counters of running tools' devices and QPs (rdma statistic)", runStat},
@@ -67,7 +67,7 @@ func usage(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-13s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintf(w, "\nRun 'goverbs COMMAND -h' for a command's flags.\n")
+	fmt.Fprintf(w, "\nRun 'goverbs help COMMAND' (or 'goverbs COMMAND -h') for a command's flags.\n")
 }
 
 func main() {

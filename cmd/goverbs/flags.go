@@ -22,15 +22,48 @@ var errHelp = pflag.ErrHelp
 // address may stand anywhere among them. spf13/pflag implements exactly these GNU rules.
 type flagSet struct {
 	*pflag.FlagSet
-	name string
-	args string // what follows the flags in the usage line
+	name    string
+	args    string // what follows the flags in the usage line
+	parsing bool   // names are matched as getopt_long matches them (longName)
 }
 
 func newFlagSet(name string) *flagSet {
 	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are reported by parse, as one line
 	fs.SortFlags = false     // the help lists flags in the order the command registers them
-	return &flagSet{FlagSet: fs, name: name, args: "[server address]"}
+	f := &flagSet{FlagSet: fs, name: name, args: "[server address]"}
+	fs.SetNormalizeFunc(f.longName)
+	return f
+}
+
+// longSpellings are long names perftest's getopt_long accepts beside the ones its
+// help prints.
+var longSpellings = map[string]string{"report-histogrm": "report-histogram"}
+
+// longName resolves a long flag as getopt_long does: an unambiguous prefix names its
+// flag (--iter=100, --conn UD), and perftest's other spellings are accepted.
+func (f *flagSet) longName(fs *pflag.FlagSet, name string) pflag.NormalizedName {
+	if !f.parsing {
+		return pflag.NormalizedName(name) // registering: names are as given
+	}
+	if to, ok := longSpellings[name]; ok {
+		return pflag.NormalizedName(to)
+	}
+	var match string
+	n := 0
+	fs.VisitAll(func(fl *pflag.Flag) {
+		switch {
+		case fl.Name == name:
+			match, n = name, -1 // exact: always wins
+		case n >= 0 && strings.HasPrefix(fl.Name, name):
+			match = fl.Name
+			n++
+		}
+	})
+	if n == -1 || n == 1 {
+		return pflag.NormalizedName(match)
+	}
+	return pflag.NormalizedName(name) // unknown or ambiguous: pflag reports it
 }
 
 func (f *flagSet) intVar(p *int, short, long string, def int, usage string) {
@@ -87,6 +120,7 @@ func (f *flagSet) usage(w io.Writer) {
 // parse parses args and returns the positional arguments. -h/--help prints the help
 // page and returns errHelp.
 func (f *flagSet) parse(args []string) ([]string, error) {
+	f.parsing = true
 	if err := f.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			f.usage(os.Stdout)

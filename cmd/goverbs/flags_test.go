@@ -12,6 +12,12 @@ func TestGetoptForms(t *testing.T) {
 	r := runBin(t, 60*time.Second, "write_bw", "--loopback", "--bind="+loopbackBind(t), "-s4096", "-Fq2", "--iters=100", "--report_gbits")
 	mustSucceed(t, "write_bw -s4096 -Fq2", r)
 	mustContain(t, "write_bw -s4096 -Fq2", r.stdout, " Number of qps   : 2", " 4096       100 ", "BW peak[Gb/sec]")
+	// getopt_long takes an unambiguous prefix of a long name, and perftest also
+	// accepts --report-histogrm.
+	r = runBin(t, 60*time.Second, "send_lat", "--loopback", "--iter=20", "--conn", "UC", "--report-histogrm")
+	mustSucceed(t, "send_lat --iter=20 --conn UC --report-histogrm", r)
+	mustContain(t, "send_lat --iter --conn", r.stdout, " Connection type : UC", " 2       20 ", "#, usec\n1, ", "\n20, ")
+	badInput(t, "unknown flag: --r", "write_bw", "--loopback", "--r", "5") // ambiguous
 }
 
 // TestHelpPages: goverbs help CMD and CMD -h print the same page, the command's own,

@@ -126,10 +126,26 @@ func (f *flagSet) parse(args []string) ([]string, error) {
 			f.usage(os.Stdout)
 			return nil, errHelp
 		}
+		if name, ok := strings.CutPrefix(err.Error(), "unknown flag: --"); ok {
+			if m := f.prefixed(name); len(m) > 1 { // as getopt_long words it
+				err = fmt.Errorf("option '--%s' is ambiguous; possibilities: --%s", name, strings.Join(m, " --"))
+			}
+		}
 		fmt.Fprintf(os.Stderr, "goverbs %s: %v (see 'goverbs %s -h')\n", f.name, err, f.name)
 		return nil, errUsage
 	}
 	return f.Args(), nil
+}
+
+// prefixed lists the long flags that begin with name.
+func (f *flagSet) prefixed(name string) []string {
+	var out []string
+	f.VisitAll(func(fl *pflag.Flag) {
+		if strings.HasPrefix(fl.Name, name) {
+			out = append(out, fl.Name)
+		}
+	})
+	return out
 }
 
 // oneArg returns the single optional positional argument (the server's address).

@@ -17,7 +17,8 @@ func TestGetoptForms(t *testing.T) {
 	r = runBin(t, 60*time.Second, "send_lat", "--loopback", "--iter=20", "--conn", "UC", "--report-histogrm")
 	mustSucceed(t, "send_lat --iter=20 --conn UC --report-histogrm", r)
 	mustContain(t, "send_lat --iter --conn", r.stdout, " Connection type : UC", " 2       20 ", "#, usec\n1, ", "\n20, ")
-	badInput(t, "unknown flag: --r", "write_bw", "--loopback", "--r", "5") // ambiguous
+	badInput(t, "option '--r' is ambiguous; possibilities: --run_infinitely --rate_limit --rate_units --rate_limit_type --report_gbits --rx-depth",
+		"write_bw", "--loopback", "--r", "5")
 }
 
 // TestHelpPages: goverbs help CMD and CMD -h print the same page, the command's own,

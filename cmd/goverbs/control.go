@@ -46,6 +46,7 @@ func controlPath(addr netip.Addr) string {
 // control serves one device's socket.
 type control struct {
 	ep   *endpoint
+	addr netip.Addr // the device's (its GID's) address, which names the socket
 	l    net.Listener
 	path string
 	tool string
@@ -59,7 +60,10 @@ type control struct {
 // serveControl starts the socket of ep's device. A failure only costs stat and
 // asyncwatch their view of this tool: it is reported once and the tool runs on.
 func serveControl(ep *endpoint, tool string) *control {
-	path := controlPath(ep.addr)
+	// The GID's address: for a kernel device (-tags ibverbs) the endpoint's own
+	// address is later set to "any" for the exchange, but the device keeps its GID.
+	addr := ep.gid.Addr()
+	path := controlPath(addr)
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		fmt.Fprintf(os.Stderr, "goverbs %s: no stat/asyncwatch socket: %v\n", tool, err)
 		return nil
@@ -75,7 +79,7 @@ func serveControl(ep *endpoint, tool string) *control {
 		fmt.Fprintf(os.Stderr, "goverbs %s: no stat/asyncwatch socket: %v\n", tool, err)
 		return nil
 	}
-	c := &control{ep: ep, l: l, path: path, tool: tool, qps: map[*verbs.QP]bool{}, subs: map[chan string]bool{},
+	c := &control{ep: ep, addr: addr, l: l, path: path, tool: tool, qps: map[*verbs.QP]bool{}, subs: map[chan string]bool{},
 		done: make(chan struct{})}
 	go c.forwardEvents()
 	go c.accept()
@@ -145,7 +149,7 @@ func (c *control) handle(conn net.Conn) {
 		return
 	}
 	conn.SetReadDeadline(time.Time{})
-	fmt.Fprintf(conn, "# goverbs %s (pid %d): device %s on %s\n", c.tool, os.Getpid(), c.ep.dev.Name(), c.ep.addr.Unmap())
+	fmt.Fprintf(conn, "# goverbs %s (pid %d): device %s on %s\n", c.tool, os.Getpid(), c.ep.dev.Name(), c.addr.Unmap())
 	switch strings.TrimSpace(req) {
 	case "stat":
 		printStats(conn, c.ep.dev, false)

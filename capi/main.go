@@ -83,6 +83,25 @@ func handle[T any](h C.uintptr_t) T {
 // newHandle stores v for the C side.
 func newHandle(v any) C.uintptr_t { return C.uintptr_t(cgo.NewHandle(v)) }
 
+// closeHandle closes the object behind h (ibv_dereg_mr, ibv_dealloc_mw, ibv_destroy_ah)
+// and only then forgets the handle, as the C side frees its struct only on success. An
+// object that refuses (EBUSY: a region with a window bound to it) keeps its handle, so
+// that the program's later call finds it again instead of a deleted handle.
+func closeHandle[T interface{ Close() error }](h C.uintptr_t, verb string) C.int {
+	if h == 0 {
+		return C.EINVAL
+	}
+	v, ok := cgo.Handle(h).Value().(T)
+	if !ok {
+		return C.EINVAL
+	}
+	if err := v.Close(); err != nil {
+		return logErr(verb, err)
+	}
+	dropHandle(h)
+	return 0
+}
+
 // dropHandle forgets a handle the C side is about to free.
 func dropHandle(h C.uintptr_t) {
 	if h != 0 {

@@ -83,13 +83,7 @@ func gv_reg_mr(ph C.uintptr_t, addr unsafe.Pointer, length C.size_t, access C.ui
 
 //export gv_dereg_mr
 func gv_dereg_mr(h C.uintptr_t) C.int {
-	mr := handle[*verbs.MR](h)
-	if mr == nil {
-		return C.EINVAL
-	}
-	err := mr.Close()
-	dropHandle(h)
-	return logErr("dereg MR", err)
+	return closeHandle[*verbs.MR](h, "dereg MR")
 }
 
 // compChannel is a completion channel whose events are written, as the C ibv_cq
@@ -393,13 +387,7 @@ func gv_create_ah(ph C.uintptr_t, a *C.struct_ibv_ah_attr, out *C.uintptr_t) C.i
 
 //export gv_destroy_ah
 func gv_destroy_ah(h C.uintptr_t) C.int {
-	ah := handle[*verbs.AH](h)
-	if ah == nil {
-		return C.EINVAL
-	}
-	err := ah.Close()
-	dropHandle(h)
-	return errno(err)
+	return closeHandle[*verbs.AH](h, "destroy AH")
 }
 
 // gv_init_ah_from_wc builds the address vector answering a UD receive from the GRH
@@ -433,13 +421,7 @@ func gv_alloc_mw(ph C.uintptr_t, typ C.int, out *C.uintptr_t, rkey *C.uint32_t) 
 
 //export gv_dealloc_mw
 func gv_dealloc_mw(h C.uintptr_t) C.int {
-	mw := handle[*verbs.MW](h)
-	if mw == nil {
-		return C.EINVAL
-	}
-	err := mw.Close()
-	dropHandle(h)
-	return logErr("dealloc MW", err)
+	return closeHandle[*verbs.MW](h, "dealloc MW")
 }
 
 // mwBind converts a binding; a nil MR (an unbind) is allowed.

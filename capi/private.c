@@ -61,51 +61,47 @@ void ibv_copy_qp_attr_from_kern(struct ibv_qp_attr *dst, struct ib_uverbs_qp_att
 	dst->alt_timeout = src->alt_timeout;
 }
 
+/*
+ * The scalar fields struct ibv_sa_path_rec and struct ib_user_path_rec share, by name:
+ * both copies below go through this one list (the GIDs differ in type and are copied
+ * apart).
+ */
+#define GV_PATH_REC_FIELDS(X) \
+	X(dlid) \
+	X(slid) \
+	X(raw_traffic) \
+	X(flow_label) \
+	X(hop_limit) \
+	X(traffic_class) \
+	X(reversible) \
+	X(numb_path) \
+	X(pkey) \
+	X(sl) \
+	X(mtu_selector) \
+	X(mtu) \
+	X(rate_selector) \
+	X(rate) \
+	X(packet_life_time_selector) \
+	X(packet_life_time) \
+	X(preference)
+#define GV_COPY_FIELD(f) dst->f = src->f;
+
 void ibv_copy_path_rec_from_kern(struct ibv_sa_path_rec *dst, struct ib_user_path_rec *src)
 {
 	memcpy(dst->dgid.raw, src->dgid, sizeof(dst->dgid));
 	memcpy(dst->sgid.raw, src->sgid, sizeof(dst->sgid));
-	dst->dlid = src->dlid;
-	dst->slid = src->slid;
-	dst->raw_traffic = src->raw_traffic;
-	dst->flow_label = src->flow_label;
-	dst->hop_limit = src->hop_limit;
-	dst->traffic_class = src->traffic_class;
-	dst->reversible = src->reversible;
-	dst->numb_path = src->numb_path;
-	dst->pkey = src->pkey;
-	dst->sl = src->sl;
-	dst->mtu_selector = src->mtu_selector;
-	dst->mtu = src->mtu;
-	dst->rate_selector = src->rate_selector;
-	dst->rate = src->rate;
-	dst->packet_life_time_selector = src->packet_life_time_selector;
-	dst->packet_life_time = src->packet_life_time;
-	dst->preference = src->preference;
+	GV_PATH_REC_FIELDS(GV_COPY_FIELD)
 }
 
 void ibv_copy_path_rec_to_kern(struct ib_user_path_rec *dst, struct ibv_sa_path_rec *src)
 {
 	memcpy(dst->dgid, src->dgid.raw, sizeof(dst->dgid));
 	memcpy(dst->sgid, src->sgid.raw, sizeof(dst->sgid));
-	dst->dlid = src->dlid;
-	dst->slid = src->slid;
-	dst->raw_traffic = src->raw_traffic;
-	dst->flow_label = src->flow_label;
-	dst->hop_limit = src->hop_limit;
-	dst->traffic_class = src->traffic_class;
-	dst->reversible = src->reversible;
-	dst->numb_path = src->numb_path;
-	dst->pkey = src->pkey;
-	dst->sl = src->sl;
-	dst->mtu_selector = src->mtu_selector;
-	dst->mtu = src->mtu;
-	dst->rate_selector = src->rate_selector;
-	dst->rate = src->rate;
-	dst->packet_life_time_selector = src->packet_life_time_selector;
-	dst->packet_life_time = src->packet_life_time;
-	dst->preference = src->preference;
+	GV_PATH_REC_FIELDS(GV_COPY_FIELD)
 }
+
+#undef GV_COPY_FIELD
+#undef GV_PATH_REC_FIELDS
 
 /* IBVERBS_1.1's ibv_register_driver: the pre-2017 provider registration. */
 void ibv_register_driver(const char *name, void *init_func)

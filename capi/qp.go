@@ -171,15 +171,15 @@ func gv_post_send(h C.uintptr_t, wr *C.struct_ibv_send_wr, bad *C.int) C.int {
 	for wr != nil {
 		n := 0
 		for ; wr != nil && n < len(wrs); wr = wr.next {
-			if wr.num_sge < 0 || wr.num_sge > 0 && wr.sg_list == nil {
+			sgl, ok := sgList(wr.sg_list, wr.num_sge)
+			if !ok {
 				*bad = C.int(base + n)
 				return C.EINVAL
 			}
 			w := &wrs[n]
 			p := unsafe.Pointer(wr)
 			*w = verbs.SendWR{
-				ID: uint64(wr.wr_id), Opcode: verbs.WROpcode(wr.opcode), Flags: verbs.SendFlags(wr.send_flags),
-				SGL: unsafe.Slice((*verbs.SGE)(unsafe.Pointer(wr.sg_list)), int(wr.num_sge)),
+				ID: uint64(wr.wr_id), Opcode: verbs.WROpcode(wr.opcode), Flags: verbs.SendFlags(wr.send_flags), SGL: sgl,
 				Imm: *(*uint32)(unsafe.Add(p, C.gv_off_imm)),
 			}
 			switch wr.opcode {
@@ -228,6 +228,15 @@ func gv_post_send(h C.uintptr_t, wr *C.struct_ibv_send_wr, bad *C.int) C.int {
 	return 0
 }
 
+// sgList views a work request's ibv_sge array as package verbs' SGEs (the layout the
+// assertions above check), without copying; false for a negative count or a missing list.
+func sgList(list *C.struct_ibv_sge, n C.int) ([]verbs.SGE, bool) {
+	if n < 0 || n > 0 && list == nil {
+		return nil, false
+	}
+	return unsafe.Slice((*verbs.SGE)(unsafe.Pointer(list)), int(n)), true
+}
+
 func postIndex(err error) int {
 	if pe, ok := err.(*verbs.PostError); ok {
 		return pe.Index
@@ -258,11 +267,12 @@ func gv_post_recv(h C.uintptr_t, srq C.int, wr *C.struct_ibv_recv_wr, bad *C.int
 	for wr != nil {
 		n := 0
 		for ; wr != nil && n < len(wrs); wr = wr.next {
-			if wr.num_sge < 0 || wr.num_sge > 0 && wr.sg_list == nil {
+			sgl, ok := sgList(wr.sg_list, wr.num_sge)
+			if !ok {
 				*bad = C.int(base + n)
 				return C.EINVAL
 			}
-			wrs[n] = verbs.RecvWR{ID: uint64(wr.wr_id), SGL: unsafe.Slice((*verbs.SGE)(unsafe.Pointer(wr.sg_list)), int(wr.num_sge))}
+			wrs[n] = verbs.RecvWR{ID: uint64(wr.wr_id), SGL: sgl}
 			n++
 		}
 		var err error

@@ -29,24 +29,9 @@ func TestGatherPinsMemory(t *testing.T) {
 		<-gate
 		sent <- bytes.Clone(b)
 	})
-	dev, err := New(Config{Name: "gather", Conn: conn, MTU: wire.MTU4096})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev, pd, _, qp := rcOnConn(t, "gather", conn, wire.MTU4096, 16,
+		driver.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2})
 	defer dev.Close()
-	pd, err := dev.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cq, err := dev.CreateCQ(16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	qp, err := dev.CreateQP(pd, QPInit{Type: driver.QPTypeRC, SendCQ: cq, RecvCQ: cq,
-		Cap: driver.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	peerAH := driver.AHAttr{DGID: AddrToGID(fuzzPeer.Addr()), Port: 1}
 	must(t, qp.Modify(&driver.QPAttr{State: driver.QPStateInit, Port: 1}, driver.QPAttrState|driver.QPAttrPort|driver.QPAttrPKeyIndex|driver.QPAttrAccessFlags))
 	must(t, qp.Modify(&driver.QPAttr{State: driver.QPStateRTR, AH: peerAH, PathMTU: wire.MTU4096, DestQPN: fuzzPeerQPN, MaxDestRdAtomic: 1},

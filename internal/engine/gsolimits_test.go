@@ -62,18 +62,9 @@ func TestGSORunsWithinCaps(t *testing.T) {
 		t.Run(fmt.Sprintf("MaxSegments=%d,MaxGSOBytes=%d", lim.segs, lim.bytes), func(t *testing.T) {
 			conn := &gsoConn{Conn: netiotest.NewConn(fuzzLocal), caps: netio.Caps{BatchSize: 64, GSO: true,
 				MaxSegments: lim.segs, MaxGSOBytes: lim.bytes, IPv4IDZero: true}}
-			dev, err := New(Config{Name: "gsolimits", Conn: conn, MTU: wire.MTU1024})
-			if err != nil {
-				t.Fatal(err)
-			}
+			dev, pd, _, qp := rcOnConn(t, "gsolimits", conn, wire.MTU1024, 16,
+				driver.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
 			defer dev.Close()
-			pd, _ := dev.AllocPD()
-			cq, _ := dev.CreateCQ(16)
-			qp, err := dev.CreateQP(pd, QPInit{Type: driver.QPTypeRC, SendCQ: cq, RecvCQ: cq,
-				Cap: driver.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
-			if err != nil {
-				t.Fatal(err)
-			}
 			rcUp(t, qp, fuzzPeer.Addr(), fuzzPeerQPN, 0, fuzzSQPSN)
 			buf := make([]byte, 40<<10)
 			mr, err := pd.RegMR(buf, driver.AccessLocalWrite)

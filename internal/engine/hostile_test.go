@@ -266,6 +266,33 @@ func openUDPDevice(t *testing.T) *Device {
 	return d
 }
 
+// rcOnConn opens a device of the MTU given on conn (an in-memory Conn the test plays the
+// peer through) with a PD, a CQ of cqDepth entries and an RC QP of the capacities given,
+// still in RESET. The caller closes the device.
+func rcOnConn(t testing.TB, name string, conn netio.Conn, mtu wire.MTU, cqDepth int, cap driver.QPCap) (*Device, *PD, *CQ, *QP) {
+	t.Helper()
+	dev, err := New(Config{Name: name, Conn: conn, MTU: mtu})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd, err := dev.AllocPD()
+	if err != nil {
+		dev.Close()
+		t.Fatal(err)
+	}
+	cq, err := dev.CreateCQ(cqDepth)
+	if err != nil {
+		dev.Close()
+		t.Fatal(err)
+	}
+	qp, err := dev.CreateQP(pd, QPInit{Type: driver.QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: cap})
+	if err != nil {
+		dev.Close()
+		t.Fatal(err)
+	}
+	return dev, pd, cq, qp
+}
+
 // rcUp brings an RC or UC QP from RESET to RTS towards peer.
 func rcUp(t testing.TB, qp *QP, peer netip.Addr, destQPN uint32, rq, sq wire.PSN) {
 	t.Helper()

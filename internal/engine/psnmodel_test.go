@@ -71,18 +71,9 @@ func psnModelRun(t *testing.T, reads bool, size int, seed uint64) (stalled time.
 	rng := rand.New(rand.NewPCG(seed, 99))
 	conn := netiotest.NewConn(fuzzLocal)
 	conn.KeepWritten()
-	dev, err := New(Config{Name: "psnmodel", Conn: conn, MTU: wire.MTU1024})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev, pd, cq, qp := rcOnConn(t, "psnmodel", conn, wire.MTU1024, 1024,
+		driver.QPCap{MaxSendWR: 64, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
 	defer dev.Close()
-	pd, _ := dev.AllocPD()
-	cq, _ := dev.CreateCQ(1024)
-	qp, err := dev.CreateQP(pd, QPInit{Type: driver.QPTypeRC, SendCQ: cq, RecvCQ: cq,
-		Cap: driver.QPCap{MaxSendWR: 64, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	all := driver.AccessLocalWrite | driver.AccessRemoteWrite | driver.AccessRemoteRead | driver.AccessRemoteAtomic
 	must(t, qp.Modify(&driver.QPAttr{State: driver.QPStateInit, Port: 1, AccessFlags: all}, driver.QPAttrState|driver.QPAttrPort|driver.QPAttrPKeyIndex|driver.QPAttrAccessFlags))
 	must(t, qp.Modify(&driver.QPAttr{State: driver.QPStateRTR, AH: driver.AHAttr{DGID: AddrToGID(fuzzPeer.Addr()), Port: 1},

@@ -20,18 +20,9 @@ import (
 func TestNewMessageAfterAckedRewindTakesFreshPSNs(t *testing.T) {
 	conn := netiotest.NewConn(fuzzLocal)
 	conn.KeepWritten()
-	dev, err := New(Config{Name: "rewind", Conn: conn, MTU: wire.MTU1024})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev, pd, cq, qp := rcOnConn(t, "rewind", conn, wire.MTU1024, 64,
+		driver.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: 64})
 	defer dev.Close()
-	pd, _ := dev.AllocPD()
-	cq, _ := dev.CreateCQ(64)
-	qp, err := dev.CreateQP(pd, QPInit{Type: driver.QPTypeRC, SendCQ: cq, RecvCQ: cq,
-		Cap: driver.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: 64}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	rcUp(t, qp, fuzzPeer.Addr(), fuzzPeerQPN, 0, fuzzSQPSN)
 	mr, err := pd.RegMR([]byte("12345678"), driver.AccessLocalWrite)
 	if err != nil {

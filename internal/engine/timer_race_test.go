@@ -18,17 +18,9 @@ import (
 // overwritten while another goroutine may be about to use it. Only -race sees it.
 func TestResetRacesRNRTimer(t *testing.T) {
 	conn := netiotest.NewConn(netip.MustParseAddrPort("127.0.200.11:4791"))
-	dev, err := New(Config{Name: "race", Conn: conn, MTU: wire.MTU1024})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev, pd, _, qp := rcOnConn(t, "race", conn, wire.MTU1024, 1024,
+		driver.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
 	defer dev.Close()
-	pd, _ := dev.AllocPD()
-	cq, _ := dev.CreateCQ(1024)
-	qp, err := dev.CreateQP(pd, QPInit{Type: driver.QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: driver.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	peer := fuzzPeer
 	src, _ := pd.RegMR(make([]byte, 64), driver.AccessLocalWrite)
 	for i := 0; i < 300; i++ {

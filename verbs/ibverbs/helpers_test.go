@@ -4,6 +4,7 @@ package ibverbs_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"testing"
@@ -183,6 +184,41 @@ func (e *env) pair(t testing.TB, typ verbs.QPType) *pair {
 	e.connect(t, p.a, p.b.QPN())
 	e.connect(t, p.b, p.a.QPN())
 	return p
+}
+
+// write8 is the data-path measurement's setup: an RC pair and the signaled WRITE of 8
+// bytes from one 64-byte region to another that the benchmarks and the allocation test
+// post, a QP to the other.
+func (e *env) write8(t testing.TB) (*pair, verbs.SendWR) {
+	p := e.pair(t, verbs.QPTypeRC)
+	src := e.mr(t, 64, allAccess)
+	dst := e.mr(t, 64, allAccess)
+	return p, verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{src.SGE(0, 8)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}
+}
+
+var errNoCompletion = errors.New("no completion before the deadline")
+
+// pollOne spins on cq until one completion arrives in wcs[0] and returns an error
+// unless it succeeded. Unlike waitWC it allocates nothing, so that it can run once per
+// measured operation; it gives up at deadline, looking at the clock only now and then
+// so as not to slow the spin.
+func pollOne(cq *verbs.CQ, wcs []verbs.WC, deadline time.Time) error {
+	for spins := 1; ; spins++ {
+		n, err := cq.Poll(wcs[:1])
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			if wcs[0].Status != verbs.WCSuccess {
+				return fmt.Errorf("completion %+v (status %v)", wcs[0], wcs[0].Status)
+			}
+			return nil
+		}
+		if spins%1024 == 0 && time.Now().After(deadline) {
+			return errNoCompletion
+		}
+	}
 }
 
 // waitWC polls until n completions arrived.

@@ -353,6 +353,28 @@ static void check_traffic(void)
 			      wcs[i].qp_num == p.b->qp_num, "receive completion with immediate");
 		}
 	}
+
+	/* A region with a window bound to it refuses dereg with EBUSY and stays registered:
+	 * once the window is gone, the same ibv_dereg_mr succeeds. */
+	{
+		uint8_t *mem = p.buf + 4096 + 256;
+		struct ibv_mr *mr = ibv_reg_mr(p.pd, mem, 256, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+					       IBV_ACCESS_MW_BIND);
+		struct ibv_mw *mw = ibv_alloc_mw(p.pd, IBV_MW_TYPE_1);
+		struct ibv_mw_bind bind = { .wr_id = 10, .send_flags = IBV_SEND_SIGNALED,
+					    .bind_info = { .mr = mr, .addr = (uintptr_t)mem, .length = 256,
+							   .mw_access_flags = IBV_ACCESS_REMOTE_WRITE } };
+		int n;
+
+		CHECK(mr && mw, "reg MR with MW_BIND, alloc type 1 MW");
+		CHECK(ibv_bind_mw(p.a, mw, &bind) == 0, "bind_mw");
+		while ((n = ibv_poll_cq(p.cq, 1, &wc)) == 0)
+			;
+		CHECK(n == 1 && wc.status == IBV_WC_SUCCESS && wc.wr_id == 10, "bind completion");
+		CHECK(ibv_dereg_mr(mr) == EBUSY, "dereg_mr with a bound window: EBUSY");
+		CHECK(ibv_dealloc_mw(mw) == 0, "dealloc MW");
+		CHECK(ibv_dereg_mr(mr) == 0, "dereg_mr after its window is gone");
+	}
 	teardown(&p);
 }
 

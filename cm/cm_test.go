@@ -31,9 +31,11 @@ func testAddrs() (netip.Addr, netip.Addr) {
 	return netip.AddrFrom4([4]byte{127, x, y, 1}), netip.AddrFrom4([4]byte{127, x, y, 2})
 }
 
-func newSide(t *testing.T, hub *memHub, addr netip.Addr, cfg *Config) *side {
+// newSide opens the device; its agent's MADs go through hub when hub is
+// not nil, through the device's QP1 otherwise.
+func newSide(t *testing.T, hub *memHub, scfg verbs.SoftConfig, cfg *Config) *side {
 	t.Helper()
-	dev, err := verbs.OpenSoft(verbs.SoftConfig{Addr: addr})
+	dev, err := verbs.OpenSoft(scfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +47,12 @@ func newSide(t *testing.T, hub *memHub, addr netip.Addr, cfg *Config) *side {
 	if s.cq, err = dev.CreateCQ(256, nil); err != nil {
 		t.Fatal(err)
 	}
-	if s.a, err = newAgent(dev, hub.port(addr), cfg); err != nil {
+	if hub != nil {
+		s.a, err = newAgent(dev, hub.port(scfg.Addr), cfg)
+	} else {
+		s.a, err = NewAgent(dev, cfg)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.a.Close() })
@@ -58,10 +65,19 @@ func (s *side) param(pd []byte) *Param {
 		PrivateData: pd, ResponderResources: 1, InitiatorDepth: 1}
 }
 
-func pair(t *testing.T, cfg *Config) (hub *memHub, client, server *side) {
+// pair is two sides on two loopback addresses, speaking over real UDP,
+// MADs included.
+func pair(t *testing.T, cfg *Config) (client, server *side) {
+	ca, sa := testAddrs()
+	return newSide(t, nil, verbs.SoftConfig{Addr: ca}, cfg), newSide(t, nil, verbs.SoftConfig{Addr: sa}, cfg)
+}
+
+// memPair is two sides whose MADs go through an in-memory hub that can
+// lose them.
+func memPair(t *testing.T, cfg *Config) (hub *memHub, client, server *side) {
 	hub = newHub()
 	ca, sa := testAddrs()
-	return hub, newSide(t, hub, ca, cfg), newSide(t, hub, sa, cfg)
+	return hub, newSide(t, hub, verbs.SoftConfig{Addr: ca}, cfg), newSide(t, hub, verbs.SoftConfig{Addr: sa}, cfg)
 }
 
 func ctxT(t *testing.T) context.Context {
@@ -95,7 +111,7 @@ func poll(t *testing.T, cq *verbs.CQ) verbs.WC {
 // TestDialAccept connects two devices through the CM with no side
 // channel, moves data both ways over the QPs it set up, and disconnects.
 func TestDialAccept(t *testing.T) {
-	_, cl, sv := pair(t, nil)
+	cl, sv := pair(t, nil)
 	ctx := ctxT(t)
 	l, err := sv.a.Listen(7174, 4)
 	if err != nil {
@@ -197,7 +213,7 @@ func TestDialAccept(t *testing.T) {
 }
 
 func TestRejects(t *testing.T) {
-	_, cl, sv := pair(t, nil)
+	cl, sv := pair(t, nil)
 	ctx := ctxT(t)
 
 	// Nobody listens: REJ "invalid service ID".
@@ -253,7 +269,7 @@ func TestRejects(t *testing.T) {
 // A flood of REQs: the backlog holds what waits for Accept, the rest is
 // rejected with "no resources".
 func TestBacklog(t *testing.T) {
-	_, cl, sv := pair(t, nil)
+	cl, sv := pair(t, nil)
 	ctx := ctxT(t)
 	l, _ := sv.a.Listen(7174, 2)
 	const n = 6
@@ -284,7 +300,7 @@ func TestBacklog(t *testing.T) {
 // The server never answers: the client's context ends the dial, and its
 // REJ takes the request off the server's queue.
 func TestDialCancelled(t *testing.T) {
-	_, cl, sv := pair(t, nil)
+	cl, sv := pair(t, nil)
 	l, _ := sv.a.Listen(7174, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
@@ -304,7 +320,7 @@ func TestDialCancelled(t *testing.T) {
 // With short CM timeouts and a peer whose MADs vanish, Dial ends in
 // ErrTimeout after the retries.
 func TestDialTimeout(t *testing.T) {
-	hub, cl, sv := pair(t, &Config{ResponseTimeout: 12, MaxRetries: 2, PacketLifetime: 8})
+	hub, cl, sv := memPair(t, &Config{ResponseTimeout: 12, MaxRetries: 2, PacketLifetime: 8})
 	hub.drop = func(from, to netip.Addr, m []byte) bool { return true }
 	start := time.Now()
 	if _, err := cl.a.Dial(ctxT(t), netip.AddrPortFrom(sv.a.Addr(), 7174), cl.param(nil)); !errors.Is(err, ErrTimeout) {
@@ -321,7 +337,7 @@ func TestDialTimeout(t *testing.T) {
 // Many connections at once through one listener, each disconnected by the
 // server this time.
 func TestManyConnections(t *testing.T) {
-	_, cl, sv := pair(t, nil)
+	cl, sv := pair(t, nil)
 	ctx := ctxT(t)
 	l, _ := sv.a.Listen(7174, 16)
 	const n = 8
@@ -373,4 +389,18 @@ func TestManyConnections(t *testing.T) {
 			t.Fatal("a client never saw the disconnect")
 		}
 	}
+}
+
+// One agent per device: QP1 has one receiver.
+func TestOneAgentPerDevice(t *testing.T) {
+	cl, _ := pair(t, nil)
+	if _, err := NewAgent(cl.dev, nil); !errors.Is(err, verbs.ErrGSIBusy) {
+		t.Fatalf("second agent: %v", err)
+	}
+	cl.a.Close()
+	a, err := NewAgent(cl.dev, nil)
+	if err != nil {
+		t.Fatalf("agent after the first closed: %v", err)
+	}
+	a.Close()
 }

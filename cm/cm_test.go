@@ -193,7 +193,7 @@ func TestDialAccept(t *testing.T) {
 	}
 
 	// The client disconnects; the server hears of it.
-	if err := cc.Disconnect([]byte("bye")); err != nil {
+	if err := cc.Disconnect(ctx, []byte("bye")); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -377,7 +377,7 @@ func TestManyConnections(t *testing.T) {
 	wg.Wait()
 	close(server)
 	for c := range server {
-		c.Disconnect(nil)
+		c.Disconnect(ctx, nil)
 	}
 	for _, c := range clients {
 		if c == nil {

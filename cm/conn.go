@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/cm/internal/ibcm"
+	"github.com/goverbs/goverbs/cm/mad"
 	"github.com/goverbs/goverbs/verbs"
 )
 
@@ -58,11 +59,28 @@ func (c *Conn) Err() error {
 	return c.err
 }
 
-// Disconnect ends the connection: the QP goes to the error state and a
-// DREQ carries privateData (at most 220 bytes) to the peer. It does not
-// wait for the peer's DREP; Done is closed at once.
-func (c *Conn) Disconnect(privateData []byte) error {
-	if len(privateData) > 220 {
+// Disconnect ends the connection (rdma_disconnect): the QP goes to the
+// error state, its outstanding work requests flushed, and a DREQ carries
+// privateData (at most 220 bytes) to the peer. It returns when the peer's
+// DREP arrives (or the CM has given up asking), or with ctx's error when
+// ctx ends first; Done is closed either way.
+func (c *Conn) Disconnect(ctx context.Context, privateData []byte) error {
+	if err := c.sendDREQ(privateData); err != nil {
+		return err
+	}
+	select {
+	case <-c.done:
+		return nil
+	case <-ctx.Done():
+		c.finish(ErrDisconnected)
+		return ctx.Err()
+	}
+}
+
+// sendDREQ moves the QP to the error state and sends the DREQ, unless the
+// connection has ended already.
+func (c *Conn) sendDREQ(privateData []byte) error {
+	if len(privateData) > mad.DREQPrivateLen {
 		return ErrPrivateDataTooLong
 	}
 	select {
@@ -70,17 +88,26 @@ func (c *Conn) Disconnect(privateData []byte) error {
 		return nil
 	default:
 	}
-	err := c.a.do(func(now time.Time) error { return c.a.cm.Disconnect(now, c.ic, privateData) })
-	c.finish(ErrDisconnected)
-	if err == ibcm.ErrState {
-		return nil // the peer's DREQ crossed ours
+	c.mu.Lock()
+	qp := c.qp
+	c.mu.Unlock()
+	if qp != nil {
+		qp.Modify(&verbs.QPAttr{State: verbs.QPStateErr}, verbs.QPAttrState)
 	}
-	return err
+	err := c.a.do(func(now time.Time) error { return c.a.cm.Disconnect(now, c.ic, privateData) })
+	if err != nil {
+		// The peer's DREQ crossed ours, or the connection is gone: it has ended.
+		c.finish(ErrDisconnected)
+	}
+	return nil
 }
 
-// Close disconnects and, if the CM created the QP, closes it.
+// Close ends the connection without waiting for the peer's answer (the CM
+// goes on asking while its agent runs) and closes the QP if the CM created
+// it.
 func (c *Conn) Close() error {
-	err := c.Disconnect(nil)
+	err := c.sendDREQ(nil)
+	c.finish(ErrDisconnected)
 	c.mu.Lock()
 	qp, own := c.qp, c.ownQP
 	c.ownQP = false

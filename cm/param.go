@@ -9,7 +9,8 @@ import (
 // rdma_conn_param plus the QP.
 type Param struct {
 	// QP is the program's RC or UC QP, on the agent's device, in the RESET
-	// state; the CM brings it to RTS. When QP is nil the CM creates one in
+	// or INIT state (INIT lets the program post receives first, as
+	// rdma_create_qp's QPs are); the CM brings it to RTS. When QP is nil the CM creates one in
 	// PD with QPInit (its Type defaults to RC) and closes it with the Conn.
 	QP     *verbs.QP
 	PD     *verbs.PD
@@ -48,7 +49,7 @@ func (p *Param) qp(a *Agent) (qp *verbs.QP, own bool, err error) {
 		if t := p.QP.Type(); t != verbs.QPTypeRC && t != verbs.QPTypeUC {
 			return nil, false, ErrQP
 		}
-		if p.QP.State() != verbs.QPStateReset {
+		if s := p.QP.State(); s != verbs.QPStateReset && s != verbs.QPStateInit {
 			return nil, false, ErrQP
 		}
 		return p.QP, false, nil
@@ -72,6 +73,8 @@ const (
 	hopLimit        = 64
 )
 
+// toInit moves a QP to INIT (or, in INIT, sets it again) with the access
+// rights rdma_cm gives: remote READ, WRITE and atomics.
 func toInit(qp *verbs.QP) error {
 	return qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, Port: 1, PKeyIndex: 0,
 		AccessFlags: verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic},

@@ -66,7 +66,7 @@ func TestSimnetHandshakeUnderFaults(t *testing.T) {
 					t.FailNow()
 				}
 				sendOne(t, sv, sc, cl, cc)
-				cc.Disconnect(nil)
+				cc.Disconnect(ctx, nil)
 				select {
 				case <-sc.Done():
 				case <-ctx.Done():

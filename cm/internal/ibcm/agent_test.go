@@ -744,3 +744,23 @@ func TestStrings(t *testing.T) {
 		t.Fatal("names")
 	}
 }
+
+// A client that reconnects from the same address and QPN while the old
+// connection is in TimeWait is served (its device numbers QPs from 17
+// again); only an established connection makes such a REQ stale.
+func TestReconnectDuringTimeWait(t *testing.T) {
+	n := newNet(t)
+	A, B := n.A(), n.B()
+	B.a.Listen(svc, 8)
+	ca, cb := n.connect(t)
+	A.a.Disconnect(n.now, ca, nil)
+	n.flush()
+	if cb.State() != StateTimeWait {
+		t.Fatal(cb.State())
+	}
+	A.events, B.events = nil, nil
+	A2 := n.add(addrA, fastConfig(7))
+	A2.a.Connect(n.now, addrB, req(32, nil))
+	n.flush()
+	B.takeEvent(t, EventRequest)
+}

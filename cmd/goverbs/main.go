@@ -45,6 +45,7 @@ var commands = map[string]command{
 	"atomic_lat":   {"atomic FETCH_AND_ADD latency (ib_atomic_lat)", perfCmd(testAtomic, true)},
 	"soak":         {"long verified RC stream over a simulated faulty network", runSoak},
 	"version":      {"print the goverbs module version and the Go version", runVersion},
+	"rping":        {"RDMA ping through the connection manager (librdmacm's rping)", runRping},
 }
 
 func usage(w io.Writer) {

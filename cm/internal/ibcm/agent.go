@@ -265,8 +265,12 @@ func (a *Agent) Input(now time.Time, from netip.Addr, b []byte) error {
 		return a.onDREQ(now, from, tid, mad.DREQ(d))
 	case mad.AttrDREP:
 		return a.onDREP(now, from, mad.DREP(d))
+	case mad.AttrSIDRReq:
+		return a.onSIDRReq(now, from, tid, mad.SIDRReq(d))
+	case mad.AttrSIDRRep:
+		return a.onSIDRRep(now, from, mad.SIDRRep(d))
 	}
-	return fmt.Errorf("%w: %v", mad.ErrAttribute, h.AttrID()) // SIDR: not served here
+	return fmt.Errorf("%w: %v", mad.ErrAttribute, h.AttrID())
 }
 
 // lookup finds the connection a MAD addressed to our communication ID

@@ -525,7 +525,9 @@ func TestHostileInput(t *testing.T) {
 		{"REJ not stale", addrA, build(mad.AttrREJ, func(d []byte) {
 			mad.REJ(d).Encode(&mad.REJFields{LocalCommID: ca.LocalID, RemoteCommID: cb.LocalID, Reason: mad.ReasonTimeout})
 		}), ErrUnexpected},
-		{"SIDR", addrA, build(mad.AttrSIDRReq, func(d []byte) {}), mad.ErrAttribute},
+		{"LAP", addrA, build(mad.AttrLAP, func(d []byte) {}), mad.ErrAttribute},
+		{"SIDR_REQ for nothing", addrA, build(mad.AttrSIDRReq, func(d []byte) {}), ErrNoListener},
+		{"SIDR_REP for nothing", addrA, build(mad.AttrSIDRRep, func(d []byte) {}), ErrUnknownConn},
 	}
 	for _, tc := range cases {
 		if err := B.a.Input(n.now, tc.from, tc.b); !errors.Is(err, tc.want) {

@@ -19,9 +19,11 @@ type Conn struct {
 	ServiceID uint64 // the REQ's
 	LocalQPN  uint32
 	RemoteQPN uint32
-	REQ       mad.REQFields // the REQ sent or received; PrivateData is a copy
-	REP       mad.REPFields // the REP sent or received, once there is one
-	Context   any           // the consumer's
+	REQ       mad.REQFields     // the REQ sent or received; PrivateData is a copy
+	REP       mad.REPFields     // the REP sent or received, once there is one
+	SIDRReq   mad.SIDRReqFields // a SIDR exchange's request (PrivateData a copy)
+	SIDRRep   mad.SIDRRepFields // and its reply
+	Context   any               // the consumer's
 
 	state        State
 	hasRemoteQPN bool
@@ -192,6 +194,10 @@ func (a *Agent) Abort(now time.Time, c *Conn) {
 		a.forget(c)
 	case StateEstablished:
 		a.Disconnect(now, c, nil)
+	case StateSIDRReqSent:
+		a.forget(c)
+	case StateSIDRReqRcvd:
+		a.SIDRReply(now, c, &mad.SIDRRepFields{Status: mad.SIDRRejected})
 	}
 }
 
@@ -229,7 +235,7 @@ func (a *Agent) enterTimeWait(now time.Time, c *Conn) {
 // expire runs c's timer.
 func (a *Agent) expire(now time.Time, c *Conn) {
 	switch c.state {
-	case StateREQSent, StateREPSent, StateDREQSent:
+	case StateREQSent, StateREPSent, StateDREQSent, StateSIDRReqSent:
 		if c.retries < c.maxRetries {
 			c.retries++
 			c.deadline = now.Add(c.retryTimeout)
@@ -252,6 +258,9 @@ func (a *Agent) expire(now time.Time, c *Conn) {
 	case StateTimeWait:
 		a.forget(c)
 		a.event(EventTimeWaitExit, c, 0, nil)
+	case StateSIDRReqSent, StateSIDRReqRcvd:
+		a.forget(c)
+		a.event(EventTimeout, c, mad.ReasonTimeout, nil)
 	default:
 		c.deadline = time.Time{}
 	}

@@ -18,6 +18,9 @@ const (
 	StateEstablished
 	StateDREQSent // DREQ out, waiting for DREP (retransmitting DREQ)
 	StateTimeWait // disconnected; IDs held until stray packets have drained
+
+	StateSIDRReqSent // active SIDR: SIDR_REQ out, waiting for SIDR_REP (retransmitting)
+	StateSIDRReqRcvd // passive SIDR: waiting for the consumer's answer
 )
 
 var stateNames = [...]string{
@@ -25,6 +28,7 @@ var stateNames = [...]string{
 	StateREPRcvd: "REP_RCVD", StateREQRcvd: "REQ_RCVD", StateMRAREQSent: "MRA_REQ_SENT",
 	StateREPSent: "REP_SENT", StateMRAREPRcvd: "MRA_REP_RCVD", StateEstablished: "ESTABLISHED",
 	StateDREQSent: "DREQ_SENT", StateTimeWait: "TIMEWAIT",
+	StateSIDRReqSent: "SIDR_REQ_SENT", StateSIDRReqRcvd: "SIDR_REQ_RCVD",
 }
 
 func (s State) String() string {
@@ -60,12 +64,17 @@ const (
 	EventDisconnected
 	// EventTimeWaitExit: the connection left TimeWait and is forgotten.
 	EventTimeWaitExit
+	// EventSIDRRequest: a SIDR_REQ for a listened service (12.11); the
+	// consumer answers with SIDRReply.
+	EventSIDRRequest
+	// EventSIDRReply: the SIDR_REP to our SIDR_REQ; Conn.SIDRRep holds it.
+	EventSIDRReply
 )
 
 var eventNames = [...]string{
 	EventRequest: "request", EventReply: "reply", EventEstablished: "established",
 	EventRejected: "rejected", EventTimeout: "timeout", EventDisconnected: "disconnected",
-	EventTimeWaitExit: "timewait exit",
+	EventTimeWaitExit: "timewait exit", EventSIDRRequest: "SIDR request", EventSIDRReply: "SIDR reply",
 }
 
 func (k EventKind) String() string {

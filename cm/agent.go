@@ -46,7 +46,7 @@ type Agent struct {
 	mu        sync.Mutex
 	cm        *ibcm.Agent
 	timer     *time.Timer
-	listeners map[uint16]*Listener
+	listeners map[uint64]*Listener // by service ID
 	conns     map[*Conn]struct{}
 	closed    bool
 
@@ -68,7 +68,7 @@ func newAgent(dev *verbs.Device, port madPort, cfg *Config) (*Agent, error) {
 		icfg.ResponseTimeout, icfg.MaxRetries, icfg.PacketLifetime = cfg.ResponseTimeout, cfg.MaxRetries, cfg.PacketLifetime
 	}
 	a := &Agent{dev: dev, gid: gid, addr: gid.Addr(), mtu: pa.ActiveMTU, guid: guid, port: port,
-		cm: ibcm.New(icfg), listeners: map[uint16]*Listener{}, conns: map[*Conn]struct{}{}}
+		cm: ibcm.New(icfg), listeners: map[uint64]*Listener{}, conns: map[*Conn]struct{}{}}
 	a.timer = time.AfterFunc(time.Hour, a.tick)
 	a.timer.Stop()
 	port.SetMADHandler(a.input)
@@ -154,7 +154,7 @@ func (a *Agent) input(from netip.Addr, m []byte) {
 
 // dispatch hands an event to the listener or connection it concerns.
 func (a *Agent) dispatch(e ibcm.Event) {
-	if e.Kind == ibcm.EventRequest {
+	if e.Kind == ibcm.EventRequest || e.Kind == ibcm.EventSIDRRequest {
 		a.newRequest(e)
 		return
 	}
@@ -168,9 +168,8 @@ func (a *Agent) dispatch(e ibcm.Event) {
 
 // newRequest queues a passive connection for its listener's Accept.
 func (a *Agent) newRequest(e ibcm.Event) {
-	_, port, _ := mad.SplitServiceID(e.Conn.ServiceID)
 	a.mu.Lock()
-	l := a.listeners[port]
+	l := a.listeners[e.Conn.ServiceID]
 	a.mu.Unlock()
 	r, err := a.newPassive(e, l)
 	if err == nil && l != nil {
@@ -181,6 +180,9 @@ func (a *Agent) newRequest(e ibcm.Event) {
 		}
 	}
 	a.do(func(now time.Time) error {
+		if e.Kind == ibcm.EventSIDRRequest {
+			return a.cm.SIDRReply(now, e.Conn, &mad.SIDRRepFields{Status: mad.SIDRRejected})
+		}
 		return a.cm.Reject(now, e.Conn, mad.ReasonConsumerReject, nil)
 	})
 }

@@ -404,3 +404,5 @@ func TestOneAgentPerDevice(t *testing.T) {
 	}
 	a.Close()
 }
+
+func netipPort(s *side, port uint16) netip.AddrPort { return netip.AddrPortFrom(s.a.Addr(), port) }

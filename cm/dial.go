@@ -29,7 +29,7 @@ func (a *Agent) Dial(ctx context.Context, raddr netip.AddrPort, p *Param) (*Conn
 	}
 	c := newConn(a)
 	c.qp, c.ownQP = qp, own
-	c.local = netip.AddrPortFrom(a.addr, uint16(32768+rand.IntN(61000-32768)))
+	c.local = netip.AddrPortFrom(a.addr, ephemeralPort())
 	c.remote = raddr
 	if err := toInit(qp); err != nil {
 		return nil, c.abandon(err)
@@ -83,6 +83,10 @@ func (a *Agent) Dial(ctx context.Context, raddr netip.AddrPort, p *Param) (*Conn
 	}
 	return c, nil
 }
+
+// ephemeralPort is a port for the active side's rdma_cm header, from the
+// range Linux gives ephemeral ports.
+func ephemeralPort() uint16 { return uint16(32768 + rand.IntN(61000-32768)) }
 
 // abandon forgets a connection that never came up and returns err.
 func (c *Conn) abandon(err error) error {

@@ -24,9 +24,15 @@
 // 1 s packet lifetimes); a cancelled context abandons the handshake with a
 // REJ.
 //
+// UD services are resolved rather than connected (SIDR, IBTA 12.11): the server
+// takes requests from ListenUD's Listener and answers with Request.AcceptUD and its
+// UD QP; the client's ResolveUD returns the QPN, the Q_Key (rdma_cm's 0x01234567)
+// and an address handle to send with.
+//
 // Private data has librdmacm's budgets: 56 bytes in Dial (rdma_cm's
 // 36-byte address header takes the rest of the REQ's 92), 196 in Accept,
-// 148 in Reject; more is ErrPrivateDataTooLong before anything is sent.
+// 148 in Reject; 180 in ResolveUD, 136 in AcceptUD; more is
+// ErrPrivateDataTooLong before anything is sent.
 //
 // # Why no event channel
 //

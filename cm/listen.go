@@ -24,6 +24,7 @@ const DefaultBacklog = 64
 // space (rdma_bind_addr and rdma_listen).
 type Listener struct {
 	a      *Agent
+	space  mad.PortSpace
 	port   uint16
 	reqs   chan *Request
 	closed chan struct{}
@@ -34,6 +35,10 @@ type Listener struct {
 // backlog requests wait for Accept and an answer at once; more are
 // rejected with reason "no resources" before the program sees them.
 func (a *Agent) Listen(port uint16, backlog int) (*Listener, error) {
+	return a.listen(mad.PortSpaceTCP, port, backlog)
+}
+
+func (a *Agent) listen(space mad.PortSpace, port uint16, backlog int) (*Listener, error) {
 	if backlog <= 0 {
 		backlog = DefaultBacklog
 	}
@@ -43,18 +48,19 @@ func (a *Agent) Listen(port uint16, backlog int) (*Listener, error) {
 		return nil, ErrClosed
 	}
 	for port == 0 {
-		if p := uint16(32768 + rand.IntN(61000-32768)); a.listeners[p] == nil {
+		if p := uint16(32768 + rand.IntN(61000-32768)); a.listeners[mad.ServiceID(space, p)] == nil {
 			port = p
 		}
 	}
-	if a.listeners[port] != nil {
+	sid := mad.ServiceID(space, port)
+	if a.listeners[sid] != nil {
 		return nil, ErrPortInUse
 	}
-	if err := a.cm.Listen(mad.ServiceID(mad.PortSpaceTCP, port), backlog); err != nil {
+	if err := a.cm.Listen(sid, backlog); err != nil {
 		return nil, ErrPortInUse
 	}
-	l := &Listener{a: a, port: port, reqs: make(chan *Request, backlog), closed: make(chan struct{})}
-	a.listeners[port] = l
+	l := &Listener{a: a, space: space, port: port, reqs: make(chan *Request, backlog), closed: make(chan struct{})}
+	a.listeners[sid] = l
 	return l, nil
 }
 
@@ -79,8 +85,9 @@ func (l *Listener) Close() error {
 	l.once.Do(func() {
 		a := l.a
 		a.mu.Lock()
-		delete(a.listeners, l.port)
-		a.cm.Unlisten(mad.ServiceID(mad.PortSpaceTCP, l.port))
+		sid := mad.ServiceID(l.space, l.port)
+		delete(a.listeners, sid)
+		a.cm.Unlisten(sid)
 		a.mu.Unlock()
 		close(l.closed)
 		for {
@@ -126,20 +133,15 @@ func (a *Agent) newPassive(e ibcm.Event, l *Listener) (*Request, error) {
 		return nil, ErrClosed
 	}
 	ic := e.Conn
+	if e.Kind == ibcm.EventSIDRRequest {
+		return a.newUDRequest(e, l)
+	}
 	f := &ic.REQ
 	h, err := mad.ParseCMAHeader(f.PrivateData)
 	if err != nil {
 		return nil, err
 	}
-	c := newConn(a)
-	c.ic = ic
-	c.remote = netip.AddrPortFrom(h.Src().Unmap(), h.Port())
-	c.local = netip.AddrPortFrom(a.addr, l.port)
-	c.privateData = f.PrivateData[mad.CMAHeaderLen:]
-	a.mu.Lock()
-	ic.Context = c
-	a.conns[c] = struct{}{}
-	a.mu.Unlock()
+	c := a.passiveConn(ic, h, l, f.PrivateData)
 	t := verbs.QPTypeRC
 	if f.TransportServiceType == mad.TransportUC {
 		t = verbs.QPTypeUC
@@ -150,10 +152,27 @@ func (a *Agent) newPassive(e ibcm.Event, l *Listener) (*Request, error) {
 		PathMTU: mtuFromIB(f.PathMTU), QPN: f.LocalQPN, StartingPSN: f.StartingPSN}, nil
 }
 
+// passiveConn makes the Conn of a request the CM took for l.
+func (a *Agent) passiveConn(ic *ibcm.Conn, h mad.CMAHeader, l *Listener, pd []byte) *Conn {
+	c := newConn(a)
+	c.ic = ic
+	c.remote = netip.AddrPortFrom(h.Src().Unmap(), h.Port())
+	c.local = netip.AddrPortFrom(a.addr, l.port)
+	c.privateData = pd[mad.CMAHeaderLen:]
+	a.mu.Lock()
+	ic.Context = c
+	a.conns[c] = struct{}{}
+	a.mu.Unlock()
+	return c
+}
+
 // Accept brings p's QP to RTS with the peer's parameters, sends REP with
 // p.PrivateData (at most 196 bytes) and waits for the peer's RTU
 // (rdma_accept). READ and atomic depths are cut to what the peer offers.
 func (r *Request) Accept(ctx context.Context, p *Param) (*Conn, error) {
+	if r.Transport == verbs.QPTypeUD {
+		return nil, ErrQP // AcceptUD answers a UD request
+	}
 	if len(p.PrivateData) > mad.AcceptPrivateLen {
 		return nil, ErrPrivateDataTooLong
 	}
@@ -206,8 +225,12 @@ func (r *Request) Accept(ctx context.Context, p *Param) (*Conn, error) {
 }
 
 // Reject refuses the request with privateData (at most 148 bytes) in the
-// REJ, reason "consumer reject" (rdma_reject).
+// REJ, reason "consumer reject" (rdma_reject); a UD request is refused with
+// a SIDR_REP of status "rejected" (at most 136 bytes).
 func (r *Request) Reject(privateData []byte) error {
+	if r.Transport == verbs.QPTypeUD {
+		return r.rejectUD(privateData)
+	}
 	if len(privateData) > mad.RejectPrivateLen {
 		return ErrPrivateDataTooLong
 	}

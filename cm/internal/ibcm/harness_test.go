@@ -25,7 +25,7 @@ type packet struct {
 // testNet carries MADs between agents with a virtual clock; deliver decides
 // each packet's fate (0: lost, 1: delivered, 2: delivered twice).
 type testNet struct {
-	t       *testing.T
+	t       testing.TB
 	now     time.Time
 	nodes   map[netip.Addr]*node
 	deliver func(p packet) int
@@ -48,7 +48,7 @@ func fastConfig(seed uint64) Config {
 		ResponseTimeout: 10, MaxRetries: 3, PacketLifetime: 8, MRAServiceTimeout: 14}
 }
 
-func newNet(t *testing.T) *testNet {
+func newNet(t testing.TB) *testNet {
 	n := &testNet{t: t, now: time.Unix(1e9, 0), nodes: map[netip.Addr]*node{}, sent: map[mad.AttrID]int{}}
 	n.add(addrA, fastConfig(1))
 	n.add(addrB, fastConfig(2))

@@ -87,12 +87,12 @@ func TestRping(t *testing.T) {
 	if ops[wire.RCReadRequest] != 100 || ops[wire.RCWriteOnly] != 100 || ops[wire.RCSendOnly] != 400 {
 		t.Fatalf("opcodes %v", ops)
 	}
-	tsharkCM(t, file)
+	tsharkShows(t, file, "ConnectRequest", "ConnectReply", "ReadyToUse", "DisconnectRequest", "DisconnectReply")
 }
 
-// tsharkCM checks that Wireshark's dissector reads the capture's CM MADs (skipped
-// without tshark).
-func tsharkCM(t *testing.T, file string) {
+// tsharkShows checks that Wireshark's dissector names the capture's CM MADs as want
+// says (skipped without tshark).
+func tsharkShows(t *testing.T, file string, want ...string) {
 	ts, err := exec.LookPath("tshark")
 	if err != nil {
 		t.Log("tshark not installed: the dissector check is skipped")
@@ -102,7 +102,7 @@ func tsharkCM(t *testing.T, file string) {
 	if err != nil {
 		t.Fatalf("tshark: %v\n%s", err, out)
 	}
-	for _, w := range []string{"ConnectRequest", "ConnectReply", "ReadyToUse", "DisconnectRequest", "DisconnectReply"} {
+	for _, w := range want {
 		if !strings.Contains(string(out), w) {
 			t.Errorf("tshark does not show %s", w)
 		}

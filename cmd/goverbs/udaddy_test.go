@@ -65,6 +65,7 @@ func TestUdaddy(t *testing.T) {
 	if count[mad.AttrSIDRReq] != 2 || count[mad.AttrSIDRRep] != 2 || sends != 40 {
 		t.Fatalf("MADs %v, %d datagrams", count, sends)
 	}
+	tsharkShows(t, file, "CM ServiceIDResReq (", "CM ServiceIDResReqResp")
 }
 
 // TestUdaddyNoServer: nobody serves the port, and the client says so.

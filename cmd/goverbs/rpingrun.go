@@ -34,7 +34,7 @@ func rpingServer(ctx context.Context, o *rpingOpts) error {
 	if err != nil {
 		return err
 	}
-	defer agent.Close()
+	defer closeAgent(agent, o.stats)
 	o.debugf("created cm agent on %v\n", agent.Addr())
 	l, err := agent.Listen(uint16(o.port), 3)
 	if err != nil {
@@ -63,6 +63,17 @@ func rpingServer(ctx context.Context, o *rpingOpts) error {
 			}
 		})
 	}
+}
+
+// closeAgent stops the CM; with --stats it first prints the agent's MAD counters, in
+// the layout of the device's line.
+func closeAgent(a *cm.Agent, stats bool) {
+	if statsWanted(stats) {
+		c := a.Counters()
+		fmt.Fprintf(os.Stderr, "cm %v mads_sent %d mads_rcvd %d mads_dropped %d send_err %d\n",
+			a.Addr(), c.MADsSent, c.MADsReceived, c.MADsDropped, c.SendErrors)
+	}
+	a.Close()
 }
 
 func closeRpingDevice(o *rpingOpts, dev *verbs.Device, rec *pcap.Writer) {
@@ -174,7 +185,7 @@ func rpingClient(ctx context.Context, o *rpingOpts) error {
 	if err != nil {
 		return err
 	}
-	defer agent.Close()
+	defer closeAgent(agent, o.stats)
 	o.debugf("created cm agent on %v\n", agent.Addr())
 	o.debugf("rdma_resolve_addr - rdma_resolve_route successful\n")
 	s, err := newRpingSession(o, dev, false)

@@ -218,7 +218,7 @@ func udaddyServer(ctx context.Context, o *udaddyOpts) error {
 		return err
 	}
 	defer closeRpingDevice(&rpingOpts{stats: o.stats}, dev, rec)
-	defer agent.Close()
+	defer closeAgent(agent, o.stats)
 	l, err := agent.ListenUD(udaddyPort, 0)
 	if err != nil {
 		return fmt.Errorf("udaddy: failure trying to listen: %v", err)
@@ -292,7 +292,7 @@ func udaddyClient(ctx context.Context, o *udaddyOpts) error {
 		return err
 	}
 	defer closeRpingDevice(&rpingOpts{stats: o.stats}, dev, rec)
-	defer agent.Close()
+	defer closeAgent(agent, o.stats)
 	fmt.Println("udaddy: connecting")
 	nodes := make([]*udNode, 0, o.connections)
 	defer func() {

@@ -46,6 +46,7 @@ var commands = map[string]command{
 	"soak":         {"long verified RC stream over a simulated faulty network", runSoak},
 	"version":      {"print the goverbs module version and the Go version", runVersion},
 	"rping":        {"RDMA ping through the connection manager (librdmacm's rping)", runRping},
+	"ucmatose":     {"RC connections and messages through the connection manager (librdmacm's cmatose)", runUcmatose},
 	"udaddy":       {"UD datagrams to a service found through the connection manager (librdmacm's udaddy)", runUdaddy},
 }
 

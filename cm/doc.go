@@ -14,6 +14,10 @@
 //
 //	conn, err := agent.Dial(ctx, netip.MustParseAddrPort("10.0.0.2:7174"), &cm.Param{QP: qp, ...})
 //
+// The agent's device is the program's choice; DeviceFor finds the configured
+// software device bound to an address, and SourceAddr the address a route to the
+// server leaves from, which is what rdma_resolve_addr binds to without a source.
+//
 // Either way the result is an established connection whose QP is in RTS:
 // the CM has exchanged QPNs, starting PSNs, GIDs, READ depths and retry
 // counts, and walked the QP through INIT, RTR and RTS. conn.Done is closed

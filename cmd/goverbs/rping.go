@@ -116,10 +116,11 @@ func (o *rpingOpts) debugf(format string, args ...any) {
 // invalid addr means the first configured device.
 func rpingDevice(o *rpingOpts, addr netip.Addr) (*verbs.Device, *pcap.Writer, error) {
 	cfg := verbs.SoftConfig{Name: "rping0", Addr: addr}
-	if list, err := verbs.Devices(); err == nil {
+	if info, ok := cm.DeviceFor(addr); ok {
+		cfg, _ = info.SoftConfig()
+	} else if list, err := verbs.Devices(); err == nil && !addr.IsValid() {
 		for _, info := range list {
-			sc, ok := info.SoftConfig()
-			if ok && (!addr.IsValid() || sc.Addr.Unmap() == addr) {
+			if sc, ok := info.SoftConfig(); ok {
 				cfg = sc
 				break
 			}
@@ -157,17 +158,6 @@ func resolveHost(s string) (netip.Addr, error) {
 	}
 	a, _ := netip.AddrFromSlice(ips[0])
 	return a.Unmap(), nil
-}
-
-// routeSource is the local address the kernel would send to dst from: the device a
-// route to the destination would use, as rdma_resolve_addr picks it without -I.
-func routeSource(dst netip.Addr) (netip.Addr, error) {
-	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, 4791)))
-	if err != nil {
-		return netip.Addr{}, fmt.Errorf("rdma_resolve_addr: no route to %v: %v", dst, err)
-	}
-	defer c.Close()
-	return c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap(), nil
 }
 
 // rpingSession is one connection's resources: rping_cb's QP, CQ and buffers.

@@ -173,7 +173,7 @@ func rpingClient(ctx context.Context, o *rpingOpts) error {
 		if src, err = resolveHost(o.source); err != nil {
 			return err
 		}
-	} else if src, err = routeSource(dst); err != nil {
+	} else if src, err = cm.SourceAddr(dst); err != nil {
 		return err
 	}
 	dev, rec, err := rpingDevice(o, src)

@@ -258,7 +258,7 @@ func cmatoseClient(ctx context.Context, o *cmatoseOpts) error {
 	if o.bind != "" {
 		src, err = resolveHost(o.bind)
 	} else {
-		src, err = routeSource(dst)
+		src, err = cm.SourceAddr(dst)
 	}
 	if err != nil {
 		return err

@@ -282,7 +282,7 @@ func udaddyClient(ctx context.Context, o *udaddyOpts) error {
 	if o.bind != "" {
 		src, err = resolveHost(o.bind)
 	} else {
-		src, err = routeSource(dst)
+		src, err = cm.SourceAddr(dst)
 	}
 	if err != nil {
 		return err

@@ -5,13 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/netip"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/goverbs/goverbs/cm/mad"
+	"github.com/goverbs/goverbs/internal/testaddr"
 	"github.com/goverbs/goverbs/verbs"
 )
 
@@ -24,18 +24,21 @@ type side struct {
 	a   *Agent
 }
 
-// testAddrs returns two loopback addresses no other test process is likely
-// to use at the same time (127.x.y.1 and .2 for random x, y).
-func testAddrs() (netip.Addr, netip.Addr) {
-	x, y := byte(20+rand.IntN(200)), byte(1+rand.IntN(250))
-	return netip.AddrFrom4([4]byte{127, x, y, 1}), netip.AddrFrom4([4]byte{127, x, y, 2})
-}
-
-// newSide opens the device; its agent's MADs go through hub when hub is
-// not nil, through the device's QP1 otherwise.
+// newSide opens the device (on a free loopback address when scfg has none);
+// its agent's MADs go through hub when hub is not nil, through the device's
+// QP1 otherwise.
 func newSide(t *testing.T, hub *memHub, scfg verbs.SoftConfig, cfg *Config) *side {
 	t.Helper()
-	dev, err := verbs.OpenSoft(scfg)
+	var dev *verbs.Device
+	var err error
+	if scfg.Addr.IsValid() {
+		dev, err = verbs.OpenSoft(scfg)
+	} else {
+		dev = testaddr.Open(t, testaddr.CM, func(a netip.Addr) (*verbs.Device, error) {
+			scfg.Addr = a
+			return verbs.OpenSoft(scfg)
+		})
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,16 +71,14 @@ func (s *side) param(pd []byte) *Param {
 // pair is two sides on two loopback addresses, speaking over real UDP,
 // MADs included.
 func pair(t *testing.T, cfg *Config) (client, server *side) {
-	ca, sa := testAddrs()
-	return newSide(t, nil, verbs.SoftConfig{Addr: ca}, cfg), newSide(t, nil, verbs.SoftConfig{Addr: sa}, cfg)
+	return newSide(t, nil, verbs.SoftConfig{}, cfg), newSide(t, nil, verbs.SoftConfig{}, cfg)
 }
 
 // memPair is two sides whose MADs go through an in-memory hub that can
 // lose them.
 func memPair(t *testing.T, cfg *Config) (hub *memHub, client, server *side) {
 	hub = newHub()
-	ca, sa := testAddrs()
-	return hub, newSide(t, hub, verbs.SoftConfig{Addr: ca}, cfg), newSide(t, hub, verbs.SoftConfig{Addr: sa}, cfg)
+	return hub, newSide(t, hub, verbs.SoftConfig{}, cfg), newSide(t, hub, verbs.SoftConfig{}, cfg)
 }
 
 func ctxT(t *testing.T) context.Context {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goverbs/goverbs/internal/testaddr"
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -245,10 +246,9 @@ func TestGSICapability(t *testing.T) {
 	if _, err := dev.OpenGSI(); !errors.Is(err, verbs.ErrNoGSI) {
 		t.Fatalf("OpenGSI on a provider without QP1 access: %v", err)
 	}
-	soft, err := verbs.OpenSoft(verbs.SoftConfig{Addr: netip.MustParseAddr("127.31.1.1")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	soft := testaddr.Open(t, testaddr.Verbs, func(a netip.Addr) (*verbs.Device, error) {
+		return verbs.OpenSoft(verbs.SoftConfig{Addr: a})
+	})
 	defer soft.Close()
 	g, err := soft.OpenGSI()
 	if err != nil {

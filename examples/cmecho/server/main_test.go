@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/goverbs/goverbs/internal/testaddr"
 )
 
 // TestEcho builds the pair and runs them as two processes on their own addresses: the
@@ -20,18 +22,19 @@ func TestEcho(t *testing.T) {
 			t.Fatalf("go build %s: %v\n%s", p, err, out)
 		}
 	}
+	a, b := testaddr.Free(t, testaddr.Examples).String(), testaddr.Free(t, testaddr.Examples).String()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	srv := exec.CommandContext(ctx, filepath.Join(dir, "server"), "-a", "127.0.21.2")
+	srv := exec.CommandContext(ctx, filepath.Join(dir, "server"), "-a", a)
 	stdout, _ := srv.StdoutPipe()
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
 	sc := bufio.NewScanner(stdout)
-	if !sc.Scan() || !strings.HasPrefix(sc.Text(), "listening on 127.0.21.2:7471") {
+	if !sc.Scan() || !strings.HasPrefix(sc.Text(), "listening on "+a+":7471") {
 		t.Fatalf("server says %q", sc.Text())
 	}
-	out, err := exec.CommandContext(ctx, filepath.Join(dir, "client"), "-a", "127.0.21.2", "-I", "127.0.21.3").CombinedOutput()
+	out, err := exec.CommandContext(ctx, filepath.Join(dir, "client"), "-a", a, "-I", b).CombinedOutput()
 	if err != nil {
 		t.Fatalf("client: %v\n%s", err, out)
 	}
@@ -47,7 +50,7 @@ func TestEcho(t *testing.T) {
 			t.Errorf("client output lacks %q:\n%s", want, out)
 		}
 	}
-	for _, want := range []string{"request from 127.0.21.3:", `received "hello through the connection manager"`, "client disconnected"} {
+	for _, want := range []string{"request from " + b + ":", `received "hello through the connection manager"`, "client disconnected"} {
 		if !strings.Contains(srvOut.String(), want) {
 			t.Errorf("server output lacks %q:\n%s", want, srvOut.String())
 		}

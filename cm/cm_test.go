@@ -312,6 +312,18 @@ func TestDialCancelled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The client's REJ reaches the server's receive path on its own time: wait for it.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		sv.a.mu.Lock()
+		n := sv.a.cm.Conns()
+		sv.a.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the server never heard the client withdraw")
+		}
+	}
 	var rej *RejectError
 	if _, err := r.Accept(ctxT(t), sv.param(nil)); !errors.As(err, &rej) || rej.Reason != mad.ReasonTimeout {
 		t.Fatalf("accepting a withdrawn request: %v", err)

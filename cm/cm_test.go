@@ -262,7 +262,7 @@ func TestRejects(t *testing.T) {
 		t.Fatalf("after over-budget answers: %v", err)
 	}
 	// The QPs the CM made for the failed dials are gone.
-	if n := len(cl.a.conns); n != 0 {
+	if n := cl.a.tracked(); n != 0 {
 		t.Fatalf("%d connections tracked", n)
 	}
 }
@@ -419,3 +419,10 @@ func TestOneAgentPerDevice(t *testing.T) {
 }
 
 func netipPort(s *side, port uint16) netip.AddrPort { return netip.AddrPortFrom(s.a.Addr(), port) }
+
+// tracked is how many connections the agent and its CM hold, under the lock.
+func (a *Agent) tracked() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.conns) + a.cm.Conns()
+}

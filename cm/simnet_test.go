@@ -139,7 +139,7 @@ func TestSimnetCrashedPeer(t *testing.T) {
 		if reqs != 16 || took < 16*6*time.Second || took > 16*7*time.Second {
 			t.Fatalf("%d REQs over %v", reqs, took)
 		}
-		if len(cl.a.conns) != 0 || cl.a.cm.Conns() != 0 {
+		if cl.a.tracked() != 0 {
 			t.Fatal("the dead connection was kept")
 		}
 		cl.a.Close()

@@ -54,6 +54,9 @@ func init() {
 		"version":      {"print the goverbs module version and the Go version", runVersion},
 		"stat":         {"counters of running tools' devices and QPs (rdma statistic)", runStat},
 		"asyncwatch":   {"a running tool's device's async events as they happen (ibv_asyncwatch)", runAsyncwatch},
+		"rping":        {"RDMA ping through the connection manager (librdmacm's rping)", runRping},
+		"ucmatose":     {"RC connections and messages through the connection manager (librdmacm's cmatose)", runUcmatose},
+		"udaddy":       {"UD datagrams to a service found through the connection manager (librdmacm's udaddy)", runUdaddy},
 	}
 }
 

@@ -76,6 +76,9 @@ type Device struct {
 
 	events chan AsyncEvent
 
+	gsi    atomic.Pointer[GSIHandler] // QP1's receiver (gsi.go)
+	gsiPSN atomic.Uint32
+
 	counters Counters
 	txPool   sync.Pool
 	sender   sender

@@ -44,6 +44,10 @@ func (d *Device) input(b []byte, from netip.AddrPort, seg int) {
 		return
 	}
 	if qp == nil {
+		if p.BTH.DestQP() == GSIQPN {
+			d.inputGSI(p, from)
+			return
+		}
 		d.counters.NoQP.Add(1)
 		return
 	}

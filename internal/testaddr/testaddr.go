@@ -31,6 +31,7 @@ const (
 	Verbs    Block = 65 // verbs
 	Goverbs  Block = 66 // cmd/goverbs
 	Examples Block = 67 // examples/...
+	CM       Block = 68 // cm
 )
 
 // attempts bounds the search: with 64,516 addresses per block, failing this many draws

@@ -4,12 +4,14 @@ import (
 	"errors"
 	"go/parser"
 	"go/token"
+	"net/netip"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/goverbs/goverbs/internal/testaddr"
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -231,4 +233,34 @@ func TestDriverIsALeaf(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A provider without the GSI capability: OpenGSI says so, and the software device,
+// which has it, gives it to one holder at a time.
+func TestGSICapability(t *testing.T) {
+	dev, err := verbs.Open("fake0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	if _, err := dev.OpenGSI(); !errors.Is(err, verbs.ErrNoGSI) {
+		t.Fatalf("OpenGSI on a provider without QP1 access: %v", err)
+	}
+	soft := testaddr.Open(t, testaddr.Verbs, func(a netip.Addr) (*verbs.Device, error) {
+		return verbs.OpenSoft(verbs.SoftConfig{Addr: a})
+	})
+	defer soft.Close()
+	g, err := soft.OpenGSI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := soft.OpenGSI(); !errors.Is(err, verbs.ErrGSIBusy) {
+		t.Fatalf("second OpenGSI: %v", err)
+	}
+	g.Close()
+	g, err = soft.OpenGSI()
+	if err != nil {
+		t.Fatalf("OpenGSI after Close: %v", err)
+	}
+	g.Close()
 }

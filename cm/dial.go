@@ -1,0 +1,102 @@
+package cm
+
+import (
+	"context"
+	"math/rand/v2"
+	"net/netip"
+	"time"
+
+	"github.com/goverbs/goverbs/cm/internal/ibcm"
+	"github.com/goverbs/goverbs/cm/mad"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// Dial connects to the listener at raddr (rdma_resolve_addr,
+// rdma_resolve_route and rdma_connect in one call): it sends a REQ for
+// rdma_cm's TCP port space, brings the QP to RTR and RTS with the peer's
+// answer, and sends RTU. On success the connection is established and its
+// QP in RTS. The peer's refusal is a *RejectError; silence ends in
+// ErrTimeout after the CM's retries, or earlier when ctx is done (the
+// handshake is then abandoned with a REJ).
+func (a *Agent) Dial(ctx context.Context, raddr netip.AddrPort, p *Param) (*Conn, error) {
+	if len(p.PrivateData) > mad.ConnectPrivateLen {
+		return nil, ErrPrivateDataTooLong
+	}
+	raddr = netip.AddrPortFrom(raddr.Addr().Unmap(), raddr.Port())
+	qp, own, err := p.qp(a)
+	if err != nil {
+		return nil, err
+	}
+	c := newConn(a)
+	c.qp, c.ownQP = qp, own
+	c.local = netip.AddrPortFrom(a.addr, ephemeralPort())
+	c.remote = raddr
+	if err := toInit(qp); err != nil {
+		return nil, c.abandon(err)
+	}
+	pd := make([]byte, mad.REQPrivateLen)
+	mad.CMAHeader(pd).Encode(&mad.CMAHeaderFields{Port: c.local.Port(), Src: a.addr, Dst: raddr.Addr()})
+	copy(pd[mad.CMAHeaderLen:], p.PrivateData)
+	psn := rand.Uint32() & 0xffffff
+	req := mad.REQFields{
+		ServiceID: mad.ServiceID(mad.PortSpaceTCP, raddr.Port()), LocalQPN: qp.QPN(),
+		ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
+		TransportServiceType: transportOf(qp), StartingPSN: psn, RetryCount: orDefault(p.RetryCount, 7),
+		PKey: mad.PKeyDefault, PathMTU: uint8(a.mtu), RNRRetryCount: orDefault(p.RNRRetryCount, 7),
+		SRQ: p.QPInit.SRQ != nil,
+		Primary: mad.Path{LocalLID: 0xffff, RemoteLID: 0xffff, LocalGID: a.gid,
+			RemoteGID: verbs.GIDFromAddr(raddr.Addr()), HopLimit: hopLimit, LocalACKTimeout: localACKTimeout},
+		PrivateData: pd,
+	}
+	a.track(c, true)
+	err = a.do(func(now time.Time) error {
+		if a.closed {
+			return ErrClosed
+		}
+		ic, err := a.cm.Connect(now, raddr.Addr(), &req)
+		if err == nil {
+			ic.Context, c.ic = c, ic
+		}
+		return err
+	})
+	if err != nil {
+		return nil, c.abandon(err)
+	}
+	e, err := c.wait(ctx, ibcm.EventReply)
+	if err != nil {
+		return nil, c.abandon(err)
+	}
+	rep := e.Conn.REP
+	c.privateData = e.PrivateData
+	err = toRTR(qp, rtr{peer: req.Primary.RemoteGID, mtu: a.mtu, destQPN: rep.LocalQPN, rqPSN: rep.StartingPSN,
+		maxDestRdAtomic: rep.InitiatorDepth, minRNRTimer: orDefault(p.MinRNRTimer, 12)})
+	if err == nil {
+		err = toRTS(qp, rts{sqPSN: psn, timeout: localACKTimeout, retry: req.RetryCount,
+			rnrRetry: rep.RNRRetryCount, maxRdAtomic: rep.ResponderResources})
+	}
+	if err != nil {
+		a.do(func(now time.Time) error { return a.cm.Reject(now, c.ic, mad.ReasonConsumerReject, nil) })
+		return nil, c.abandon(err)
+	}
+	if err := a.do(func(now time.Time) error { return a.cm.RTU(now, c.ic, nil) }); err != nil {
+		return nil, c.abandon(ErrTimeout) // the REP's sender gave up meanwhile
+	}
+	return c, nil
+}
+
+// ephemeralPort is a port for the active side's rdma_cm header, from the
+// range Linux gives ephemeral ports.
+func ephemeralPort() uint16 { return uint16(32768 + rand.IntN(61000-32768)) }
+
+// abandon forgets a connection that never came up and returns err.
+func (c *Conn) abandon(err error) error {
+	c.a.track(c, false)
+	c.mu.Lock()
+	qp, own := c.qp, c.ownQP
+	c.qp, c.ownQP = nil, false
+	c.mu.Unlock()
+	if own {
+		qp.Close()
+	}
+	return err
+}

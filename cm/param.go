@@ -1,0 +1,136 @@
+package cm
+
+import (
+	"github.com/goverbs/goverbs/cm/mad"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// Param is one side's part of a connection, as librdmacm's struct
+// rdma_conn_param plus the QP.
+type Param struct {
+	// QP is the program's RC or UC QP, on the agent's device, in the RESET
+	// or INIT state (INIT lets the program post receives first, as
+	// rdma_create_qp's QPs are); the CM brings it to RTS. When QP is nil the CM creates one in
+	// PD with QPInit (its Type defaults to RC) and closes it with the Conn.
+	QP     *verbs.QP
+	PD     *verbs.PD
+	QPInit verbs.QPInitAttr
+
+	// PrivateData goes to the peer: at most 56 bytes in Dial (rdma_cm's
+	// header takes 36 of the REQ's 92), 196 in Accept.
+	PrivateData []byte
+
+	// ResponderResources is how many RDMA READs and atomics the peer may
+	// have outstanding at this side; InitiatorDepth how many this side
+	// will have outstanding at the peer. Each is cut to what the other
+	// side offers, as rdma_cm does.
+	ResponderResources uint8
+	InitiatorDepth     uint8
+
+	// RetryCount and RNRRetryCount are the transport's retry counts
+	// (ibv_qp_attr's retry_cnt and rnr_retry); 0 means 7, the value every
+	// librdmacm example sets. MinRNRTimer is the RNR NAK delay this side
+	// asks for (0 means 12, 0.64 ms).
+	RetryCount    uint8
+	RNRRetryCount uint8
+	MinRNRTimer   uint8
+}
+
+func orDefault(v, d uint8) uint8 {
+	if v == 0 {
+		return d
+	}
+	return v
+}
+
+// qp returns the QP to bring up, creating it when Param asks the CM to.
+func (p *Param) qp(a *Agent) (qp *verbs.QP, own bool, err error) {
+	if p.QP != nil {
+		if t := p.QP.Type(); t != verbs.QPTypeRC && t != verbs.QPTypeUC {
+			return nil, false, ErrQP
+		}
+		if s := p.QP.State(); s != verbs.QPStateReset && s != verbs.QPStateInit {
+			return nil, false, ErrQP
+		}
+		return p.QP, false, nil
+	}
+	if p.PD == nil {
+		return nil, false, ErrQP
+	}
+	init := p.QPInit
+	if init.Type == 0 {
+		init.Type = verbs.QPTypeRC
+	}
+	qp, err = p.PD.CreateQP(init)
+	return qp, err == nil, err
+}
+
+// The path values rdma_cm uses on RoCE, where there is no subnet manager
+// to ask: a packet lifetime of 18 (about 1 s), so the QPs' local ACK
+// timeout is 19 (2.1 s); hop limit 64.
+const (
+	localACKTimeout = 19
+	hopLimit        = 64
+)
+
+// toInit moves a QP to INIT (or, in INIT, sets it again) with the access
+// rights rdma_cm gives: remote READ, WRITE and atomics.
+func toInit(qp *verbs.QP) error {
+	return qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, Port: 1, PKeyIndex: 0,
+		AccessFlags: verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic},
+		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags)
+}
+
+// rtr is what a QP needs to receive from its peer.
+type rtr struct {
+	peer            verbs.GID
+	mtu             verbs.MTU
+	destQPN, rqPSN  uint32
+	maxDestRdAtomic uint8
+	minRNRTimer     uint8
+}
+
+func toRTR(qp *verbs.QP, r rtr) error {
+	attr := verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: r.mtu, DestQPN: r.destQPN, RQPSN: r.rqPSN,
+		AH: verbs.AHAttr{DGID: r.peer, Port: 1, HopLimit: hopLimit}}
+	mask := verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN
+	if qp.Type() == verbs.QPTypeRC {
+		attr.MaxDestRdAtomic, attr.MinRNRTimer = r.maxDestRdAtomic, r.minRNRTimer
+		mask |= verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
+	}
+	return qp.Modify(&attr, mask)
+}
+
+// rts is what a QP needs to send to its peer.
+type rts struct {
+	sqPSN                    uint32
+	timeout, retry, rnrRetry uint8
+	maxRdAtomic              uint8
+}
+
+func toRTS(qp *verbs.QP, r rts) error {
+	attr := verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: r.sqPSN}
+	mask := verbs.QPAttrState | verbs.QPAttrSQPSN
+	if qp.Type() == verbs.QPTypeRC {
+		attr.Timeout, attr.RetryCnt, attr.RNRRetry, attr.MaxRdAtomic = r.timeout, r.retry, r.rnrRetry, r.maxRdAtomic
+		mask |= verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic
+	}
+	return qp.Modify(&attr, mask)
+}
+
+func transportOf(qp *verbs.QP) mad.TransportType {
+	if qp.Type() == verbs.QPTypeUC {
+		return mad.TransportUC
+	}
+	return mad.TransportRC
+}
+
+// mtuFromIB converts the REQ's path MTU field, which uses the same
+// enumeration as verbs (1 = 256 ... 5 = 4096).
+func mtuFromIB(v uint8) verbs.MTU {
+	m := verbs.MTU(v)
+	if m < verbs.MTU256 || m > verbs.MTU4096 {
+		return verbs.MTU1024
+	}
+	return m
+}

@@ -1,0 +1,326 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"github.com/goverbs/goverbs/cm"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// ucmatose is librdmacm's cmatose (installed as ucmatose): -c RC connections through
+// the connection manager, -C messages of -S bytes from the server on each, as many
+// back from the client, then the server disconnects them all. Same flags and output as
+// rdma-core's librdmacm/examples/cmatose.c.
+
+type cmatoseOpts struct {
+	server, bind string
+	port         int
+	connections  int
+	count, size  int
+	portSpace    string
+	pcap         string
+	stats        bool
+}
+
+// rcNode is one of cmatose's cmatest_nodes: an RC QP with a send and a receive CQ
+// (sq_sig_all) and one message buffer.
+type rcNode struct {
+	pd     *verbs.PD
+	sendCQ *cqWaiter
+	recvCQ *cqWaiter
+	qp     *verbs.QP
+	mr     *verbs.MR
+	conn   *cm.Conn
+}
+
+func runUcmatose(args []string) error {
+	var o cmatoseOpts
+	fs := newFlagSet("ucmatose")
+	fs.args = "" // the addresses are flags, as in librdmacm's ucmatose
+	fs.stringVar(&o.server, "s", "server", "", "server `ADDRESS` (client mode)")
+	fs.stringVar(&o.bind, "b", "bind", "", "bind `ADDRESS`: the local software device's")
+	fs.intVar(&o.port, "p", "port", 7471, "`PORT`")
+	fs.intVar(&o.connections, "c", "connections", 1, "`CONNECTIONS`")
+	fs.intVar(&o.count, "C", "count", 10, "message `COUNT`")
+	fs.intVar(&o.size, "S", "size", 100, "message `SIZE`")
+	fs.stringVar(&o.portSpace, "P", "port-space", "tcp", "port `SPACE` (tcp)")
+	fs.stringVar(&o.pcap, "", "pcap", "", "record the packets this side sends and receives to pcap `FILE`")
+	fs.boolVar(&o.stats, "", "stats", "print the device's and the CM's counters at exit")
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) > 0:
+		return fmt.Errorf("unexpected argument %q (the server's address goes after -s)", pos[0])
+	case !strings.EqualFold(o.portSpace, "tcp"):
+		return fmt.Errorf("port space %q: only tcp is supported", o.portSpace)
+	case o.connections < 1 || o.count < 0 || o.size < 0:
+		return errors.New("connections must be at least 1, count and size not negative")
+	case o.port <= 0 || o.port > 65535:
+		return fmt.Errorf("invalid port %d", o.port)
+	}
+	if o.size == 0 {
+		o.count = 0
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	var status error
+	if o.server != "" {
+		status = cmatoseClient(ctx, &o)
+	} else {
+		status = cmatoseServer(ctx, &o)
+	}
+	fmt.Println("test complete")
+	code := 0
+	if status != nil {
+		code = -1 // the error itself is goverbs' last line, on stderr
+	}
+	fmt.Printf("return status %d\n", code)
+	return status
+}
+
+// newRCNode is init_node and post_recvs: the QP in INIT with its receives posted, as
+// rdma_create_qp leaves it for the CM.
+func newRCNode(o *cmatoseOpts, dev *verbs.Device) (*rcNode, error) {
+	n := &rcNode{}
+	var err error
+	if n.pd, err = dev.AllocPD(); err != nil {
+		return nil, errors.New("cmatose: unable to allocate PD")
+	}
+	cqe := max(o.count, 1)
+	if n.sendCQ, err = newCQ(dev, cqe, false, false); err != nil {
+		return nil, errors.New("cmatose: unable to create CQ")
+	}
+	if n.recvCQ, err = newCQ(dev, cqe, false, false); err != nil {
+		return nil, errors.New("cmatose: unable to create CQ")
+	}
+	n.qp, err = n.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: n.sendCQ.cq, RecvCQ: n.recvCQ.cq, SigAll: true,
+		Cap: verbs.QPCap{MaxSendWR: uint32(cqe), MaxRecvWR: uint32(cqe), MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		return nil, fmt.Errorf("cmatose: unable to create QP: %v", err)
+	}
+	if err := n.qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, Port: 1},
+		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+		return nil, err
+	}
+	if o.count == 0 {
+		return n, nil
+	}
+	if n.mr, err = n.pd.RegMR(make([]byte, o.size), verbs.AccessLocalWrite); err != nil {
+		return nil, errors.New("failed to reg MR")
+	}
+	for range o.count {
+		if err := n.qp.PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{n.mr.SGE(0, o.size)}}); err != nil {
+			return nil, fmt.Errorf("failed to post receives: %v", err)
+		}
+	}
+	return n, nil
+}
+
+func (n *rcNode) close() {
+	if n.conn != nil {
+		n.conn.Close()
+	}
+	if n.mr != nil {
+		n.mr.Close()
+	}
+	if n.qp != nil {
+		n.qp.Close()
+	}
+	for _, w := range []*cqWaiter{n.sendCQ, n.recvCQ} {
+		if w != nil {
+			w.close()
+		}
+	}
+	if n.pd != nil {
+		n.pd.Close()
+	}
+}
+
+func (n *rcNode) postSends(o *cmatoseOpts) error {
+	for range o.count {
+		if err := n.qp.PostSend(verbs.SendWR{ID: 2, Opcode: verbs.WRSend, SGL: []verbs.SGE{n.mr.SGE(0, o.size)}}); err != nil {
+			return fmt.Errorf("failed to post sends: %v", err)
+		}
+	}
+	return nil
+}
+
+// pollN waits for count successful completions on w (poll_cqs).
+func pollN(w *cqWaiter, count int) error {
+	for done := 0; done < count; {
+		wcs, err := w.wait()
+		if err != nil {
+			return fmt.Errorf("cmatose: failed polling CQ: %v", err)
+		}
+		for _, wc := range wcs {
+			if wc.Status != verbs.WCSuccess {
+				return fmt.Errorf("cmatose: completion failed: %v", wc.Status)
+			}
+			done++
+		}
+	}
+	return nil
+}
+
+func cmatoseServer(ctx context.Context, o *cmatoseOpts) error {
+	var addr netip.Addr
+	if o.bind != "" {
+		a, err := resolveHost(o.bind)
+		if err != nil {
+			return err
+		}
+		addr = a
+	}
+	dev, rec, err := rpingDevice(&rpingOpts{pcap: o.pcap}, addr)
+	if err != nil {
+		return err
+	}
+	defer closeRpingDevice(&rpingOpts{stats: o.stats}, dev, rec)
+	agent, err := cm.NewAgent(dev, nil)
+	if err != nil {
+		return err
+	}
+	defer closeAgent(agent, o.stats)
+	l, err := agent.Listen(uint16(o.port), 0)
+	if err != nil {
+		return fmt.Errorf("cmatose: failure trying to listen: %v", err)
+	}
+	defer l.Close()
+	fmt.Println("cmatose: starting server") // once listening: a client may come at once
+	nodes := make([]*rcNode, 0, o.connections)
+	defer func() {
+		for _, n := range nodes {
+			n.close()
+		}
+	}()
+	for len(nodes) < o.connections {
+		req, err := l.Accept(ctx)
+		if err != nil {
+			return err
+		}
+		n, err := newRCNode(o, dev)
+		if err != nil {
+			fmt.Println("cmatose: failing connection request")
+			req.Reject(nil)
+			return err
+		}
+		nodes = append(nodes, n)
+		if n.conn, err = req.Accept(ctx, &cm.Param{QP: n.qp, ResponderResources: 1, InitiatorDepth: 1}); err != nil {
+			return fmt.Errorf("cmatose: failure accepting: %v", err)
+		}
+	}
+	if o.count > 0 {
+		fmt.Println("initiating data transfers")
+		for _, n := range nodes {
+			if err := n.postSends(o); err != nil {
+				return err
+			}
+		}
+		fmt.Println("completing sends")
+		for _, n := range nodes {
+			if err := pollN(n.sendCQ, o.count); err != nil {
+				return err
+			}
+		}
+		fmt.Println("receiving data transfers")
+		for _, n := range nodes {
+			if err := pollN(n.recvCQ, o.count); err != nil {
+				return err
+			}
+		}
+		fmt.Println("data transfers complete")
+	}
+	fmt.Println("cmatose: disconnecting")
+	for _, n := range nodes {
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		n.conn.Disconnect(dctx, nil)
+		cancel()
+	}
+	fmt.Println("disconnected")
+	return nil
+}
+
+func cmatoseClient(ctx context.Context, o *cmatoseOpts) error {
+	fmt.Println("cmatose: starting client")
+	dst, err := resolveHost(o.server)
+	if err != nil {
+		return err
+	}
+	var src netip.Addr
+	if o.bind != "" {
+		src, err = resolveHost(o.bind)
+	} else {
+		src, err = cm.SourceAddr(dst)
+	}
+	if err != nil {
+		return err
+	}
+	dev, rec, err := rpingDevice(&rpingOpts{pcap: o.pcap}, src)
+	if err != nil {
+		return err
+	}
+	defer closeRpingDevice(&rpingOpts{stats: o.stats}, dev, rec)
+	agent, err := cm.NewAgent(dev, nil)
+	if err != nil {
+		return err
+	}
+	defer closeAgent(agent, o.stats)
+	fmt.Println("cmatose: connecting")
+	nodes := make([]*rcNode, 0, o.connections)
+	defer func() {
+		for _, n := range nodes {
+			n.close()
+		}
+	}()
+	for range o.connections {
+		n, err := newRCNode(o, dev)
+		if err != nil {
+			return err
+		}
+		nodes = append(nodes, n)
+		n.conn, err = agent.Dial(ctx, netip.AddrPortFrom(dst, uint16(o.port)),
+			&cm.Param{QP: n.qp, ResponderResources: 1, InitiatorDepth: 1, RetryCount: 5})
+		if err != nil {
+			var rej *cm.RejectError
+			if errors.As(err, &rej) {
+				return fmt.Errorf("cmatose: event: RDMA_CM_EVENT_REJECTED, error: %d", rej.Reason)
+			}
+			return fmt.Errorf("cmatose: failure connecting: %v", err)
+		}
+	}
+	if o.count > 0 {
+		fmt.Println("receiving data transfers")
+		for _, n := range nodes {
+			if err := pollN(n.recvCQ, o.count); err != nil {
+				return err
+			}
+		}
+		fmt.Println("sending replies")
+		for _, n := range nodes {
+			if err := n.postSends(o); err != nil {
+				return err
+			}
+		}
+		fmt.Println("data transfers complete")
+	}
+	// The server disconnects (cmatose's client waits for its DISCONNECTED events).
+	for _, n := range nodes {
+		select {
+		case <-n.conn.Done():
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(60 * time.Second):
+			return errors.New("cmatose: the server never disconnected")
+		}
+	}
+	return nil
+}

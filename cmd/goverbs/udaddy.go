@@ -1,0 +1,339 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"github.com/goverbs/goverbs/cm"
+	"github.com/goverbs/goverbs/pcap"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// udaddy is librdmacm's udaddy: UD QPs found through the connection manager's service
+// ID resolution (SIDR), then message_count datagrams from the client, each a SEND WITH
+// IMMEDIATE carrying the sender's QPN, and as many replies from the server, which
+// learns where to reply from the first datagram. Same flags and output as rdma-core's
+// librdmacm/examples/udaddy.c.
+
+const udaddyPort = 7174 // udaddy's fixed port in the UDP port space
+
+type udaddyOpts struct {
+	server, bind string
+	connections  int
+	count, size  int
+	portSpace    string
+	pcap         string
+	stats        bool
+}
+
+// udNode is one of udaddy's cmatest_nodes: a UD QP and its message buffer.
+type udNode struct {
+	pd      *verbs.PD
+	cq      *cqWaiter
+	qp      *verbs.QP
+	mem     []byte // GRH area + message
+	mr      *verbs.MR
+	ah      *verbs.AH
+	remote  uint32 // QPN
+	qkey    uint32
+	sends   int // signaled sends whose completions are still due
+	replyTo netip.Addr
+}
+
+func runUdaddy(args []string) error {
+	var o udaddyOpts
+	fs := newFlagSet("udaddy")
+	fs.args = "" // the addresses are flags, as in librdmacm's udaddy
+	fs.stringVar(&o.server, "s", "server", "", "server `ADDRESS` (client mode)")
+	fs.stringVar(&o.bind, "b", "bind", "", "bind `ADDRESS`: the local software device's")
+	fs.intVar(&o.connections, "c", "connections", 1, "`CONNECTIONS`")
+	fs.intVar(&o.count, "C", "count", 10, "message `COUNT`")
+	fs.intVar(&o.size, "S", "size", 100, "message `SIZE`")
+	fs.stringVar(&o.portSpace, "P", "port-space", "udp", "port `SPACE` (udp)")
+	fs.stringVar(&o.pcap, "", "pcap", "", "record the packets this side sends and receives to pcap `FILE`")
+	fs.boolVar(&o.stats, "", "stats", "print the device's counters at exit")
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) > 0:
+		return fmt.Errorf("unexpected argument %q (the server's address goes after -s)", pos[0])
+	case !strings.EqualFold(o.portSpace, "udp"):
+		return fmt.Errorf("port space %q: only udp is supported", o.portSpace)
+	case o.connections < 1 || o.count < 0 || o.size < 0:
+		return errors.New("connections must be at least 1, count and size not negative")
+	}
+	if o.size == 0 {
+		o.count = 0
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	var status error
+	if o.server != "" {
+		status = udaddyClient(ctx, &o)
+	} else {
+		status = udaddyServer(ctx, &o)
+	}
+	fmt.Println("test complete")
+	code := 0
+	if status != nil {
+		code = -1 // the error itself is goverbs' last line, on stderr
+	}
+	fmt.Printf("return status %d\n", code)
+	return status
+}
+
+// udaddyDevice opens the software device for addr (see rpingDevice).
+func udaddyDevice(o *udaddyOpts, addr netip.Addr) (*verbs.Device, *pcap.Writer, *cm.Agent, error) {
+	dev, rec, err := rpingDevice(&rpingOpts{pcap: o.pcap}, addr)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	agent, err := cm.NewAgent(dev, nil)
+	if err != nil {
+		dev.Close()
+		if rec != nil {
+			rec.Close()
+		}
+		return nil, nil, nil, err
+	}
+	return dev, rec, agent, nil
+}
+
+func newUDNode(o *udaddyOpts, dev *verbs.Device) (*udNode, error) {
+	pa, err := dev.QueryPort(1)
+	if err != nil {
+		return nil, err
+	}
+	if o.count > 0 && o.size > pa.ActiveMTU.Bytes() {
+		return nil, fmt.Errorf("udaddy: message_size %d is larger than active mtu %d", o.size, pa.ActiveMTU.Bytes())
+	}
+	n := &udNode{}
+	if n.pd, err = dev.AllocPD(); err != nil {
+		return nil, errors.New("udaddy: unable to allocate PD")
+	}
+	if n.cq, err = newCQ(dev, 2*max(o.count, 1), false, false); err != nil {
+		return nil, errors.New("udaddy: unable to create CQ")
+	}
+	n.qp, err = n.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeUD, SendCQ: n.cq.cq, RecvCQ: n.cq.cq,
+		Cap: verbs.QPCap{MaxSendWR: uint32(max(o.count, 1)), MaxRecvWR: uint32(max(o.count, 1)), MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		return nil, fmt.Errorf("udaddy: unable to create QP: %v", err)
+	}
+	if err := cm.ReadyUD(n.qp); err != nil { // as rdma_create_qp leaves a UD id's QP
+		return nil, err
+	}
+	n.mem = make([]byte, 40+o.size)
+	for i := range n.mem[40:] {
+		n.mem[40+i] = byte(i)
+	}
+	if n.mr, err = n.pd.RegMR(n.mem, verbs.AccessLocalWrite); err != nil {
+		return nil, errors.New("failed to reg MR")
+	}
+	for range o.count {
+		if err := n.qp.PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{n.mr.SGE(0, len(n.mem))}}); err != nil {
+			return nil, fmt.Errorf("failed to post receives: %v", err)
+		}
+	}
+	return n, nil
+}
+
+func (n *udNode) close() {
+	if n.ah != nil {
+		n.ah.Close()
+	}
+	if n.mr != nil {
+		n.mr.Close()
+	}
+	if n.qp != nil {
+		n.qp.Close()
+	}
+	if n.cq != nil {
+		n.cq.close()
+	}
+	if n.pd != nil {
+		n.pd.Close()
+	}
+}
+
+// postSends sends count datagrams of size bytes, each with this QP's number as the
+// immediate data; signaled or not as udaddy's two sides do.
+func (n *udNode) postSends(o *udaddyOpts, signaled bool) error {
+	var flags verbs.SendFlags
+	if signaled {
+		flags = verbs.SendSignaled
+		n.sends = o.count
+	}
+	for range o.count {
+		if err := n.qp.PostSend(verbs.SendWR{ID: 2, Opcode: verbs.WRSendWithImm, Flags: flags, Imm: n.qp.QPN(),
+			SGL: []verbs.SGE{n.mr.SGE(40, o.size)}, AH: n.ah, RemoteQPN: n.remote, RemoteQKey: n.qkey}); err != nil {
+			return fmt.Errorf("failed to post sends: %v", err)
+		}
+	}
+	return nil
+}
+
+// poll waits for count completions (poll_cqs). On the server, the first received
+// datagram says where the replies go: its immediate data is the client's QPN.
+func (n *udNode) poll(o *udaddyOpts, server bool) error {
+	for done := 0; done < o.count; {
+		wcs, err := n.cq.wait()
+		if err != nil {
+			return fmt.Errorf("udaddy: failed polling CQ: %v", err)
+		}
+		for _, wc := range wcs {
+			if wc.Status != verbs.WCSuccess {
+				return fmt.Errorf("udaddy: completion failed: %v", wc.Status)
+			}
+			done++
+			if server && n.ah == nil && wc.Opcode == verbs.WCRecv {
+				ah, err := n.pd.CreateAH(verbs.AHAttr{DGID: verbs.GIDFromAddr(n.replyTo), Port: 1, HopLimit: 64})
+				if err != nil {
+					return errors.New("udaddy: failed to create reply AH")
+				}
+				n.ah, n.remote, n.qkey = ah, wc.Imm, n.qp.Query().QKey
+			}
+		}
+	}
+	return nil
+}
+
+func udaddyServer(ctx context.Context, o *udaddyOpts) error {
+	var addr netip.Addr
+	if o.bind != "" {
+		a, err := resolveHost(o.bind)
+		if err != nil {
+			return err
+		}
+		addr = a
+	}
+	dev, rec, agent, err := udaddyDevice(o, addr)
+	if err != nil {
+		return err
+	}
+	defer closeRpingDevice(&rpingOpts{stats: o.stats}, dev, rec)
+	defer closeAgent(agent, o.stats)
+	l, err := agent.ListenUD(udaddyPort, 0)
+	if err != nil {
+		return fmt.Errorf("udaddy: failure trying to listen: %v", err)
+	}
+	defer l.Close()
+	fmt.Println("udaddy: starting server") // once listening: a client may come at once
+	nodes := make([]*udNode, 0, o.connections)
+	defer func() {
+		for _, n := range nodes {
+			n.close()
+		}
+	}()
+	for len(nodes) < o.connections {
+		req, err := l.Accept(ctx)
+		if err != nil {
+			return err
+		}
+		n, err := newUDNode(o, dev)
+		if err != nil {
+			fmt.Println("udaddy: failing connection request")
+			req.Reject(nil)
+			return err
+		}
+		n.replyTo = req.Remote.Addr()
+		nodes = append(nodes, n)
+		if err := req.AcceptUD(&cm.Param{QP: n.qp}); err != nil {
+			return fmt.Errorf("udaddy: failure accepting: %v", err)
+		}
+	}
+	if o.count == 0 {
+		return nil
+	}
+	fmt.Println("receiving data transfers")
+	for _, n := range nodes {
+		if err := n.poll(o, true); err != nil {
+			return err
+		}
+	}
+	fmt.Println("sending replies")
+	for _, n := range nodes {
+		if err := n.postSends(o, true); err != nil {
+			return err
+		}
+	}
+	for _, n := range nodes {
+		if err := n.poll(o, true); err != nil {
+			return err
+		}
+	}
+	fmt.Println("data transfers complete")
+	return nil
+}
+
+func udaddyClient(ctx context.Context, o *udaddyOpts) error {
+	fmt.Println("udaddy: starting client")
+	dst, err := resolveHost(o.server)
+	if err != nil {
+		return err
+	}
+	var src netip.Addr
+	if o.bind != "" {
+		src, err = resolveHost(o.bind)
+	} else {
+		src, err = cm.SourceAddr(dst)
+	}
+	if err != nil {
+		return err
+	}
+	dev, rec, agent, err := udaddyDevice(o, src)
+	if err != nil {
+		return err
+	}
+	defer closeRpingDevice(&rpingOpts{stats: o.stats}, dev, rec)
+	defer closeAgent(agent, o.stats)
+	fmt.Println("udaddy: connecting")
+	nodes := make([]*udNode, 0, o.connections)
+	defer func() {
+		for _, n := range nodes {
+			n.close()
+		}
+	}()
+	for range o.connections {
+		n, err := newUDNode(o, dev)
+		if err != nil {
+			return err
+		}
+		nodes = append(nodes, n)
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		d, err := agent.ResolveUD(rctx, netip.AddrPortFrom(dst, udaddyPort), &cm.Param{QP: n.qp})
+		cancel()
+		if err != nil {
+			var serr *cm.SIDRError
+			if errors.As(err, &serr) {
+				return fmt.Errorf("udaddy: event: RDMA_CM_EVENT_UNREACHABLE, error: %d", serr.Status)
+			}
+			return fmt.Errorf("udaddy: failure connecting: %v", err)
+		}
+		n.ah, n.remote, n.qkey = d.AH, d.QPN, d.QKey
+	}
+	if o.count == 0 {
+		return nil
+	}
+	fmt.Println("initiating data transfers")
+	for _, n := range nodes {
+		if err := n.postSends(o, false); err != nil {
+			return err
+		}
+	}
+	fmt.Println("receiving data transfers")
+	for _, n := range nodes {
+		if err := n.poll(o, false); err != nil {
+			return err
+		}
+	}
+	fmt.Println("data transfers complete")
+	return nil
+}

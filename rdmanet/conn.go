@@ -34,7 +34,9 @@ type Conn struct {
 	ep           *endpoint
 	peer         setup
 	laddr, raddr *Addr
-	release      func() // after teardown: disconnect, give back the device
+	// disconnect runs when the last message is acknowledged, before the endpoint is
+	// released (the CM's DREQ); release after it (the shared device's reference).
+	disconnect, release func()
 
 	rmu, wmu sync.Mutex // one Read and one Write at a time, as net.Conn's callers may race
 	rdl, wdl deadline
@@ -67,8 +69,8 @@ type Conn struct {
 
 // newConn starts the stream over an endpoint whose QP is in RTS, towards a peer that
 // advertised peer.
-func newConn(ep *endpoint, peer setup, laddr, raddr *Addr, release func()) *Conn {
-	c := &Conn{ep: ep, peer: peer, laddr: laddr, raddr: raddr, release: release,
+func newConn(ep *endpoint, peer setup, laddr, raddr *Addr, disconnect, release func()) *Conn {
+	c := &Conn{ep: ep, peer: peer, laddr: laddr, raddr: raddr, disconnect: disconnect, release: release,
 		rdl: newDeadline(), wdl: newDeadline(),
 		rxReady: make(chan struct{}, 1), txReady: make(chan struct{}, 1),
 		drained: make(chan struct{}, 1), done: make(chan struct{}),
@@ -203,10 +205,10 @@ func (c *Conn) Write(b []byte) (int, error) {
 			err = net.ErrClosed
 		case c.finSent:
 			err = errWriteClosed
-		case c.err != nil:
-			err = c.err
 		case c.peerClosed:
 			err = ErrPeerClosed
+		case c.err != nil:
+			err = c.err
 		case isClosed(c.wdl.wait()):
 			err = os.ErrDeadlineExceeded
 		}
@@ -324,6 +326,9 @@ func (c *Conn) teardown() {
 	}
 	c.stopPoll()
 	<-c.pollDone
+	if c.disconnect != nil {
+		c.disconnect()
+	}
 	c.ep.close()
 	if c.release != nil {
 		c.release()

@@ -57,8 +57,8 @@ func testPair(t testing.TB, a, b *verbs.Device) (ca, cb *Conn, err error) {
 	addr := func(d *verbs.Device, qp *verbs.QP) *Addr {
 		return &Addr{netip.AddrPortFrom(gidAddr(t, d), uint16(qp.QPN()))}
 	}
-	ca = newConn(epa, sa, addr(a, epa.qp), addr(b, epb.qp), nil)
-	cb = newConn(epb, sb, addr(b, epb.qp), addr(a, epa.qp), nil)
+	ca = newConn(epa, sa, addr(a, epa.qp), addr(b, epb.qp), nil, nil)
+	cb = newConn(epb, sb, addr(b, epb.qp), addr(a, epa.qp), nil, nil)
 	return ca, cb, nil
 }
 

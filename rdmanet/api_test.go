@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -146,5 +147,56 @@ func TestDialErrors(t *testing.T) {
 	}
 	if time.Since(start) > 5*time.Second {
 		t.Errorf("refusal took %v", time.Since(start))
+	}
+}
+
+// Connections closed from either side end their CM connections, and once the
+// listener closes too the shared devices close: no goroutine or device is left.
+func TestCloseReleasesDevices(t *testing.T) {
+	before := runtime.NumGoroutine()
+	l, d := listenDial(t)
+	for i := range 4 {
+		accepted := make(chan net.Conn, 1)
+		go func() {
+			c, _ := l.Accept()
+			accepted <- c
+		}()
+		c, err := d.DialContext(context.Background(), "rdma", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := <-accepted
+		if s == nil {
+			t.Fatal("Accept failed")
+		}
+		if _, err := c.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		first, second := c.(*Conn), s.(*Conn)
+		if i%2 == 1 {
+			first, second = second, first
+		}
+		first.Close()
+		if _, err := io.ReadAll(second); err != nil {
+			t.Fatalf("reading after the peer's Close: %v", err)
+		}
+		second.Close()
+		<-first.tornDown
+		<-second.tornDown
+	}
+	l.Close()
+	devices.mu.Lock()
+	open := len(devices.m)
+	devices.mu.Unlock()
+	if open != 0 {
+		t.Errorf("%d devices open after every user closed", open)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		buf := make([]byte, 1<<16)
+		t.Fatalf("%d goroutines after closing, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
 	}
 }

@@ -102,34 +102,48 @@ func (c *Conn) Read(b []byte) (int, error) {
 	defer c.rmu.Unlock()
 	for {
 		c.mu.Lock()
+		ready, err := c.readable()
 		switch {
-		case c.closed:
+		case err != nil:
 			c.mu.Unlock()
-			return 0, c.opErr("read", net.ErrClosed)
-		case isClosed(c.rdl.wait()):
-			c.mu.Unlock()
-			return 0, c.opErr("read", os.ErrDeadlineExceeded)
+			return 0, c.opErr("read", err)
 		case len(b) == 0:
 			c.mu.Unlock()
 			return 0, nil
-		case c.rxAvail > 0:
+		case ready:
 			n := c.copyOut(b)
 			c.mu.Unlock()
 			return n, nil
-		case c.eof:
-			c.mu.Unlock()
-			return 0, io.EOF
-		case c.err != nil:
-			err := c.err
-			c.mu.Unlock()
-			return 0, c.opErr("read", err)
 		}
 		c.mu.Unlock()
-		select {
-		case <-c.rxReady:
-		case <-c.rdl.wait():
-		case <-c.done:
-		}
+		c.waitReadable()
+	}
+}
+
+// readable says whether there are bytes to read, or else why there will be none
+// (io.EOF after the peer's FIN or CLOSE). c.mu is held.
+func (c *Conn) readable() (bool, error) {
+	switch {
+	case c.closed:
+		return false, net.ErrClosed
+	case isClosed(c.rdl.wait()):
+		return false, os.ErrDeadlineExceeded
+	case c.rxAvail > 0:
+		return true, nil
+	case c.eof:
+		return false, io.EOF
+	case c.err != nil:
+		return false, c.err
+	}
+	return false, nil
+}
+
+// waitReadable waits for the peer's data, the read deadline or Close.
+func (c *Conn) waitReadable() {
+	select {
+	case <-c.rxReady:
+	case <-c.rdl.wait():
+	case <-c.done:
 	}
 }
 
@@ -142,12 +156,18 @@ func (c *Conn) copyOut(b []byte) int {
 		off := int(c.rxHead % uint64(len(ring)))
 		m := copy(b[n:], ring[off:min(len(ring), off+c.rxAvail)])
 		n += m
-		c.rxHead += uint64(m)
-		c.rxAvail -= m
+		c.consumed(m)
 	}
-	c.owedBytes += n
 	c.giveCredit()
 	return n
+}
+
+// consumed moves the read position past n bytes the application has taken. c.mu is
+// held.
+func (c *Conn) consumed(n int) {
+	c.rxHead += uint64(n)
+	c.rxAvail -= n
+	c.owedBytes += n
 }
 
 // giveCredit tells the peer what it may send again when enough is owed that the
@@ -199,19 +219,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 	n := 0
 	for {
 		c.mu.Lock()
-		var err error
-		switch {
-		case c.closed:
-			err = net.ErrClosed
-		case c.finSent:
-			err = errWriteClosed
-		case c.peerClosed:
-			err = ErrPeerClosed
-		case c.err != nil:
-			err = c.err
-		case isClosed(c.wdl.wait()):
-			err = os.ErrDeadlineExceeded
-		}
+		err := c.writeErr()
 		if err != nil || n == len(b) {
 			c.mu.Unlock()
 			return n, c.opErr("write", err)
@@ -226,11 +234,34 @@ func (c *Conn) Write(b []byte) (int, error) {
 			continue
 		}
 		c.mu.Unlock()
-		select {
-		case <-c.txReady:
-		case <-c.wdl.wait():
-		case <-c.done:
-		}
+		c.waitWritable()
+	}
+}
+
+// writeErr is why nothing more may be written now, if anything. c.mu is held.
+func (c *Conn) writeErr() error {
+	switch {
+	case c.closed:
+		return net.ErrClosed
+	case c.finSent:
+		return errWriteClosed
+	case c.peerClosed:
+		return ErrPeerClosed
+	case c.err != nil:
+		return c.err
+	case isClosed(c.wdl.wait()):
+		return os.ErrDeadlineExceeded
+	}
+	return nil
+}
+
+// waitWritable waits for the peer's credits or completions, the write deadline or
+// Close.
+func (c *Conn) waitWritable() {
+	select {
+	case <-c.txReady:
+	case <-c.wdl.wait():
+	case <-c.done:
 	}
 }
 
@@ -249,16 +280,26 @@ func (c *Conn) txSpace(want int) int {
 // postData copies p to the staging buffer at the stream position, which mirrors the
 // peer's ring, and WRITEs it there with the length in the immediate. c.mu is held.
 func (c *Conn) postData(p []byte) error {
-	off := int(c.sent % uint64(c.peer.ringSize))
-	copy(c.ep.stage.Buf()[off:], p)
-	err := c.ep.qp.PostSend(verbs.SendWR{ID: wrData | uint64(len(p)), Opcode: verbs.WRRDMAWriteWithImm,
-		Flags: verbs.SendSignaled, SGL: []verbs.SGE{c.ep.stage.SGE(off, len(p))}, Imm: dataImm(len(p)),
+	copy(c.ep.stage.Buf()[c.stageOff():], p)
+	return c.postStaged(len(p))
+}
+
+// stageOff is the stream position in the staging buffer (and the peer's ring).
+// c.mu is held.
+func (c *Conn) stageOff() int { return int(c.sent % uint64(c.peer.ringSize)) }
+
+// postStaged WRITEs the next n staged bytes to the same place in the peer's ring,
+// with the length in the immediate. c.mu is held.
+func (c *Conn) postStaged(n int) error {
+	off := c.stageOff()
+	err := c.ep.qp.PostSend(verbs.SendWR{ID: wrData | uint64(n), Opcode: verbs.WRRDMAWriteWithImm,
+		Flags: verbs.SendSignaled, SGL: []verbs.SGE{c.ep.stage.SGE(off, n)}, Imm: dataImm(n),
 		RemoteAddr: c.peer.ringAddr + uint64(off), RKey: c.peer.ringRKey})
 	if err != nil {
 		c.fail(err)
 		return err
 	}
-	c.sent += uint64(len(p))
+	c.sent += uint64(n)
 	c.msgs++
 	c.posted++
 	return nil

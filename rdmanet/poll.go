@@ -36,7 +36,12 @@ func (c *Conn) poll(ctx context.Context) {
 		}
 		cq, err := c.ep.ch.Wait(ctx)
 		if err != nil {
-			return // stopped by teardown, or the device closed
+			if ctx.Err() == nil { // the device closed under the connection
+				c.mu.Lock()
+				c.fail(err)
+				c.mu.Unlock()
+			}
+			return
 		}
 		cq.AckEvents(1)
 		if err := cq.RequestNotify(false); err != nil {

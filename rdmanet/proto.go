@@ -16,11 +16,14 @@ const (
 	setupLen = 24
 
 	// ringSize is the receive ring each side advertises: the most bytes a peer may have
-	// written and not yet seen read. The sender's staging buffer mirrors it.
-	ringSize = 1 << 20
+	// written and not yet seen read. The sender's staging buffer mirrors it, so a
+	// connection holds twice this. A 1 MiB ring with 256 KiB messages streamed no
+	// faster in-process (0.87× Go TCP against 0.84×, one run on a loaded machine:
+	// indicative only) at four times the memory.
+	ringSize = 256 << 10
 	// maxChunk bounds one data message, so that a large Write is several messages in
 	// flight at once and the reader starts on the first while the rest arrive.
-	maxChunk = 256 << 10
+	maxChunk = 64 << 10
 	// msgCredits is how many data messages a side may have in flight and not yet
 	// credited; the receiver posts that many receives for them.
 	msgCredits = 256

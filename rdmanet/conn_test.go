@@ -207,3 +207,29 @@ func TestImmediateRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// A peer that vanishes mid-stream (its device gone, as when its process is killed)
+// fails the writer once the transport's retries run out: nothing waits forever.
+func TestPeerKilledFailsWriter(t *testing.T) {
+	da, db := testDevices(t)
+	a, b, err := testPair(t, da, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); b.Close(); <-a.tornDown })
+	if _, err := a.Write([]byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	start := time.Now()
+	for err == nil && time.Since(start) < 20*time.Second {
+		_, err = a.Write(make([]byte, 4096))
+	}
+	if err == nil || errors.Is(err, ErrPeerClosed) {
+		t.Fatalf("Write to a killed peer: %v after %v, want a transport error", err, time.Since(start))
+	}
+	if _, rerr := a.Read(make([]byte, 1)); rerr == nil || rerr == io.EOF {
+		t.Fatalf("Read after the peer was killed: %v, want the error", rerr)
+	}
+	t.Logf("writer failed after %v: %v", time.Since(start).Round(time.Millisecond), err)
+}

@@ -177,9 +177,9 @@ func (c *Conn) giveCredit() {
 	if c.owedBytes < ringSize/4 && c.owedMsgs < msgCredits/4 {
 		return
 	}
-	// One control slot stays free for FIN and CLOSE; the credit goes when a slot
+	// Two control slots stay free, for FIN and CLOSE; the credit goes when a slot
 	// frees (the poller calls again).
-	if c.err != nil || c.closed || c.peerClosed || c.ctrls >= ctrlSlots-1 {
+	if c.err != nil || c.closed || c.peerClosed || c.ctrls >= ctrlSlots-2 {
 		return
 	}
 	if c.postCtrl(creditImm(c.owedMsgs, c.owedBytes)) == nil {

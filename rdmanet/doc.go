@@ -59,7 +59,11 @@
 // IMMEDIATE and a zero-length SEND only need the slot). The connection's completion
 // goroutine reposts each as it completes, whatever the reader does; data messages
 // use at most 256 of them (the credits), control messages at most 32 (a side keeps
-// no more than 32 in flight, one of them reserved for FIN and CLOSE).
+// no more than 32 in flight, two of them reserved for FIN and CLOSE). A
+// control receive is reposted when the goroutine sees its completion, a moment
+// after the sender has its ACK; a sender sends control messages only as the peer's
+// data and credits arrive, which that goroutine handles too, so few can be awaiting
+// reposting, and the QPs' RNR retry covers the rest.
 //
 // Copies. Write copies into the staging buffer (the sender's only copy; the
 // receiver's is Read's, out of the ring). io.Copy avoids one of them on either side:

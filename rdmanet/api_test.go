@@ -13,23 +13,13 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/goverbs/goverbs/internal/testaddr"
 )
 
-// freeAddr returns a loopback address with nothing bound to RoCEv2's port: a random
-// 127.x.y.z, bind-probed.
-func freeAddr(t testing.TB) netip.Addr {
-	t.Helper()
-	for range 50 {
-		ip := netip.AddrFrom4([4]byte{127, byte(1 + rand.IntN(254)), byte(rand.IntN(256)), byte(1 + rand.IntN(254))})
-		c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(ip, 4791)))
-		if err == nil {
-			c.Close()
-			return ip
-		}
-	}
-	t.Fatal("no free loopback address")
-	return netip.Addr{}
-}
+// freeAddr returns a loopback address with nothing bound to RoCEv2's port, for
+// Listen or a Dialer to open a device on.
+func freeAddr(t testing.TB) netip.Addr { return testaddr.Free(t, testaddr.RDMANet) }
 
 // listenDial returns a listener on a fresh device and a Dialer from another.
 func listenDial(t *testing.T) (net.Listener, *Dialer) {

@@ -2,28 +2,22 @@ package rdmanet
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"net/netip"
 	"testing"
 
+	"github.com/goverbs/goverbs/internal/testaddr"
 	"github.com/goverbs/goverbs/verbs"
 )
 
-// testDevices opens two software devices on loopback addresses no other test uses:
-// random 127.x.y.z, tried until both bind.
+// testDevices opens two software devices on loopback addresses no other test uses.
 func testDevices(t testing.TB) (a, b *verbs.Device) {
 	t.Helper()
 	open := func() *verbs.Device {
-		for range 50 {
-			ip := netip.AddrFrom4([4]byte{127, byte(1 + rand.IntN(254)), byte(rand.IntN(256)), byte(1 + rand.IntN(254))})
-			dev, err := verbs.OpenSoft(verbs.SoftConfig{Addr: ip})
-			if err == nil {
-				t.Cleanup(func() { dev.Close() })
-				return dev
-			}
-		}
-		t.Fatal("no free loopback address for a software device")
-		return nil
+		dev := testaddr.Open(t, testaddr.RDMANet, func(ip netip.Addr) (*verbs.Device, error) {
+			return verbs.OpenSoft(verbs.SoftConfig{Addr: ip})
+		})
+		t.Cleanup(func() { dev.Close() })
+		return dev
 	}
 	return open(), open()
 }

@@ -54,6 +54,7 @@ type Conn struct {
 	msgs                      int // data messages in flight and not yet credited
 	ctrls                     int // control messages in flight
 	posted, retired           int // every send posted and completed
+	unacked                   int // data WRITEs posted and not completed
 	finSent                   bool
 	peerClosed                bool
 	err                       error // the QP failed or the peer broke the protocol
@@ -269,7 +270,10 @@ func (c *Conn) waitWritable() {
 // room for, in one contiguous piece of its ring, within the message credits. c.mu is
 // held.
 func (c *Conn) txSpace(want int) int {
-	if c.msgs >= int(c.peer.credits) {
+	// The send queue too: a credit can overtake the ACK of the WRITE it credits
+	// (the peer's responder coalesces ACKs; its completion goroutine sends credits),
+	// so WRITEs read at the peer may still hold send queue slots here.
+	if c.msgs >= int(c.peer.credits) || c.unacked >= sendDepth-ctrlSlots {
 		return 0
 	}
 	size := uint64(c.peer.ringSize)
@@ -301,6 +305,7 @@ func (c *Conn) postStaged(n int) error {
 	}
 	c.sent += uint64(n)
 	c.msgs++
+	c.unacked++
 	c.posted++
 	return nil
 }

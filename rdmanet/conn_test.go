@@ -233,3 +233,31 @@ func TestPeerKilledFailsWriter(t *testing.T) {
 	}
 	t.Logf("writer failed after %v: %v", time.Since(start).Round(time.Millisecond), err)
 }
+
+// Many more one-byte writes than there are message credits and send queue slots:
+// the writer waits for credits and completions, never overruns a queue.
+func TestManyTinyWrites(t *testing.T) {
+	a, b := pair(t)
+	const n = 20 * sendDepth
+	go func() {
+		for i := range n {
+			if _, err := a.Write([]byte{byte(i)}); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+		a.CloseWrite()
+	}()
+	got, err := io.ReadAll(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != n {
+		t.Fatalf("read %d bytes, want %d", len(got), n)
+	}
+	for i, c := range got {
+		if c != byte(i) {
+			t.Fatalf("byte %d is %d, want %d", i, c, byte(i))
+		}
+	}
+}

@@ -49,7 +49,8 @@
 // and read the bytes (its credit).
 //
 // Credits. A writer may have at most ring size bytes unread at the peer and at most
-// the advertised message credits of DATA messages uncredited. The reader returns
+// the advertised message credits of DATA messages uncredited (and no more WRITEs
+// unacknowledged than its send queue holds: a credit may overtake the ACK). The reader returns
 // bytes as they are read and messages as their receives are reposted, in one CREDIT
 // when a quarter of either is owed. A slow reader therefore stops the writer at one
 // ring's worth: memory is bounded by the ring, and nothing is ever sent that has no

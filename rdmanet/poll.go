@@ -69,6 +69,7 @@ func (c *Conn) complete(wc *verbs.WC) {
 	switch kind {
 	case wrData:
 		c.completed += wc.ID &^ wrKind
+		c.unacked--
 		wake(c.txReady)
 	case wrCtrl:
 		c.ctrls--

@@ -32,6 +32,7 @@ const (
 	Goverbs  Block = 66 // cmd/goverbs
 	Examples Block = 67 // examples/...
 	CM       Block = 68 // cm
+	RDMANet  Block = 69 // rdmanet
 )
 
 // attempts bounds the search: with 64,516 addresses per block, failing this many draws

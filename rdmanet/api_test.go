@@ -1,0 +1,192 @@
+package rdmanet
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/netip"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/goverbs/goverbs/internal/testaddr"
+)
+
+// freeAddr returns a loopback address with nothing bound to RoCEv2's port, for
+// Listen or a Dialer to open a device on.
+func freeAddr(t testing.TB) netip.Addr { return testaddr.Free(t, testaddr.RDMANet) }
+
+// listenDial returns a listener on a fresh device and a Dialer from another.
+func listenDial(t *testing.T) (net.Listener, *Dialer) {
+	t.Helper()
+	l, err := Listen("rdma", netip.AddrPortFrom(freeAddr(t), 0).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l, &Dialer{LocalAddr: freeAddr(t), Timeout: 10 * time.Second}
+}
+
+func TestListenDialEcho(t *testing.T) {
+	l, d := listenDial(t)
+	if l.Addr().Network() != "rdma" || l.Addr().(*Addr).AddrPort.Port() == 0 {
+		t.Fatalf("listener address %v (%s): want a chosen port", l.Addr(), l.Addr().Network())
+	}
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		io.Copy(c, c)
+	}()
+	c, err := d.DialContext(context.Background(), "rdma", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.RemoteAddr().String() != l.Addr().String() {
+		t.Errorf("RemoteAddr %v, want the listener's %v", c.RemoteAddr(), l.Addr())
+	}
+	if got := c.LocalAddr().(*Addr).AddrPort.Addr(); got != d.LocalAddr {
+		t.Errorf("LocalAddr %v, want the dialer's device %v", got, d.LocalAddr)
+	}
+	msg := bytes.Repeat([]byte("echo over rdma "), 10000)
+	go c.Write(msg)
+	got := make([]byte, len(msg))
+	if _, err := io.ReadFull(c, got); err != nil || !bytes.Equal(got, msg) {
+		t.Fatalf("echo: %v, equal %v", err, bytes.Equal(got, msg))
+	}
+}
+
+// net/http over rdmanet moves a 64 MiB body each way intact.
+func TestHTTP64MiB(t *testing.T) {
+	l, d := listenDial(t)
+	const size = 64 << 20
+	body := make([]byte, size)
+	for i := range body {
+		body[i] = byte(rand.Uint32())
+	}
+	want := sha256.Sum256(body)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := sha256.New()
+		n, err := io.Copy(h, r.Body)
+		if err != nil || n != size || !bytes.Equal(h.Sum(nil), want[:]) {
+			http.Error(w, "request body damaged", http.StatusBadRequest)
+			return
+		}
+		w.Write(body)
+	})}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	// http.Transport dials "tcp"; the program says which network it means.
+	dial := func(ctx context.Context, _, addr string) (net.Conn, error) { return d.DialContext(ctx, "rdma", addr) }
+	client := &http.Client{Transport: &http.Transport{DialContext: dial}}
+	defer client.CloseIdleConnections()
+	resp, err := client.Post("http://"+l.Addr().String()+"/", "application/octet-stream", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %s", resp.Status)
+	}
+	h := sha256.New()
+	if n, err := io.Copy(h, resp.Body); err != nil || n != size || !bytes.Equal(h.Sum(nil), want[:]) {
+		t.Fatalf("response body: %d bytes, %v, intact %v", n, err, bytes.Equal(h.Sum(nil), want[:]))
+	}
+}
+
+func TestListenerCloseUnblocksAccept(t *testing.T) {
+	l, _ := listenDial(t)
+	errc := make(chan error)
+	go func() {
+		_, err := l.Accept()
+		errc <- err
+	}()
+	time.Sleep(10 * time.Millisecond)
+	l.Close()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("Accept after Close: %v, want net.ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Accept still blocked after Close")
+	}
+}
+
+func TestDialErrors(t *testing.T) {
+	l, d := listenDial(t)
+	if _, err := d.DialContext(context.Background(), "tcp", l.Addr().String()); err == nil {
+		t.Error(`dial on network "tcp" succeeded`)
+	}
+	if _, err := d.DialContext(context.Background(), "rdma", "no port"); err == nil {
+		t.Error("dial without a port succeeded")
+	}
+	// A port nobody listens on: the CM's REJ, "invalid service ID", not a timeout.
+	ap := l.Addr().(*Addr).AddrPort
+	start := time.Now()
+	if _, err := d.DialContext(context.Background(), "rdma", netip.AddrPortFrom(ap.Addr(), ap.Port()+1).String()); err == nil {
+		t.Error("dial to a port nobody listens on succeeded")
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Errorf("refusal took %v", time.Since(start))
+	}
+}
+
+// Connections closed from either side end their CM connections, and once the
+// listener closes too the shared devices close: no goroutine or device is left.
+func TestCloseReleasesDevices(t *testing.T) {
+	before := runtime.NumGoroutine()
+	l, d := listenDial(t)
+	for i := range 4 {
+		accepted := make(chan net.Conn, 1)
+		go func() {
+			c, _ := l.Accept()
+			accepted <- c
+		}()
+		c, err := d.DialContext(context.Background(), "rdma", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := <-accepted
+		if s == nil {
+			t.Fatal("Accept failed")
+		}
+		if _, err := c.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		first, second := c.(*Conn), s.(*Conn)
+		if i%2 == 1 {
+			first, second = second, first
+		}
+		first.Close()
+		if _, err := io.ReadAll(second); err != nil {
+			t.Fatalf("reading after the peer's Close: %v", err)
+		}
+		second.Close()
+		<-first.tornDown
+		<-second.tornDown
+	}
+	l.Close()
+	devices.mu.Lock()
+	open := len(devices.m)
+	devices.mu.Unlock()
+	if open != 0 {
+		t.Errorf("%d devices open after every user closed", open)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		buf := make([]byte, 1<<16)
+		t.Fatalf("%d goroutines after closing, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
+	}
+}

@@ -1,0 +1,422 @@
+package rdmanet
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// Work request IDs: the top bits say what completed, a data WRITE's low bits its length.
+const (
+	wrRecv  uint64 = 0
+	wrCtrl  uint64 = 1 << 62
+	wrData  uint64 = 2 << 62
+	wrKind  uint64 = 3 << 62
+	lingerT        = 10 * time.Second // how long a closed Conn waits for its last bytes' ACKs
+)
+
+var (
+	// ErrPeerClosed is the error of a Write after the peer closed the connection.
+	ErrPeerClosed  = errors.New("rdmanet: connection closed by peer")
+	errWriteClosed = errors.New("rdmanet: write after CloseWrite")
+	errProtocol    = errors.New("rdmanet: protocol violation by peer")
+)
+
+// Conn is a stream connection over an RC queue pair. It implements net.Conn, and
+// CloseWrite as *net.TCPConn does.
+type Conn struct {
+	ep           *endpoint
+	peer         setup
+	laddr, raddr *Addr
+	// disconnect runs when the last message is acknowledged, before the endpoint is
+	// released (the CM's DREQ); release after it (the shared device's reference).
+	disconnect, release func()
+
+	rmu, wmu sync.Mutex // one Read and one Write at a time, as net.Conn's callers may race
+	rdl, wdl deadline
+
+	mu sync.Mutex
+	// Receiving: the ring holds rxAvail unread bytes from position rxHead on.
+	rxHead    uint64
+	rxAvail   int
+	owedBytes int  // read but not yet credited to the peer
+	owedMsgs  int  // data messages received (their receives reposted), not yet credited
+	eof       bool // the peer sent FIN or CLOSE: after rxAvail, nothing more comes
+	// Sending: cumulative bytes posted, completed (ACKed) and credited (read by the
+	// peer); a staging position may be reused once both have passed it.
+	sent, completed, credited uint64
+	msgs                      int // data messages in flight and not yet credited
+	ctrls                     int // control messages in flight
+	posted, retired           int // every send posted and completed
+	unacked                   int // data WRITEs posted and not completed
+	finSent                   bool
+	peerClosed                bool
+	err                       error // the QP failed or the peer broke the protocol
+	closed                    bool
+
+	rxReady, txReady chan struct{} // wake the reader, the writer (capacity 1)
+	drained          chan struct{} // after Close: every send completed or failed
+	done             chan struct{} // closed by Close
+	stopPoll         context.CancelFunc
+	pollDone         chan struct{}
+	tornDown         chan struct{} // the endpoint is released
+}
+
+// newConn starts the stream over an endpoint whose QP is in RTS, towards a peer that
+// advertised peer.
+func newConn(ep *endpoint, peer setup, laddr, raddr *Addr, disconnect, release func()) *Conn {
+	c := &Conn{ep: ep, peer: peer, laddr: laddr, raddr: raddr, disconnect: disconnect, release: release,
+		rdl: newDeadline(), wdl: newDeadline(),
+		rxReady: make(chan struct{}, 1), txReady: make(chan struct{}, 1),
+		drained: make(chan struct{}, 1), done: make(chan struct{}),
+		pollDone: make(chan struct{}), tornDown: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.stopPoll = cancel
+	go c.poll(ctx)
+	return c
+}
+
+func wake(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Conn) opErr(op string, err error) error {
+	if err == nil || err == io.EOF {
+		return err
+	}
+	return &net.OpError{Op: op, Net: Network, Source: c.laddr, Addr: c.raddr, Err: err}
+}
+
+// Read reads what the peer wrote, blocking until some bytes are there, the peer
+// half-closes (io.EOF), the read deadline passes or the connection closes.
+func (c *Conn) Read(b []byte) (int, error) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	for {
+		c.mu.Lock()
+		ready, err := c.readable()
+		switch {
+		case err != nil:
+			c.mu.Unlock()
+			return 0, c.opErr("read", err)
+		case len(b) == 0:
+			c.mu.Unlock()
+			return 0, nil
+		case ready:
+			n := c.copyOut(b)
+			c.mu.Unlock()
+			return n, nil
+		}
+		c.mu.Unlock()
+		c.waitReadable()
+	}
+}
+
+// readable says whether there are bytes to read, or else why there will be none
+// (io.EOF after the peer's FIN or CLOSE). c.mu is held.
+func (c *Conn) readable() (bool, error) {
+	switch {
+	case c.closed:
+		return false, net.ErrClosed
+	case isClosed(c.rdl.wait()):
+		return false, os.ErrDeadlineExceeded
+	case c.rxAvail > 0:
+		return true, nil
+	case c.eof:
+		return false, io.EOF
+	case c.err != nil:
+		return false, c.err
+	}
+	return false, nil
+}
+
+// waitReadable waits for the peer's data, the read deadline or Close.
+func (c *Conn) waitReadable() {
+	select {
+	case <-c.rxReady:
+	case <-c.rdl.wait():
+	case <-c.done:
+	}
+}
+
+// copyOut copies unread bytes from the ring into b and credits them to the peer
+// once enough are owed. c.mu is held.
+func (c *Conn) copyOut(b []byte) int {
+	ring := c.ep.ring.Buf()
+	n := 0
+	for n < len(b) && c.rxAvail > 0 {
+		off := int(c.rxHead % uint64(len(ring)))
+		m := copy(b[n:], ring[off:min(len(ring), off+c.rxAvail)])
+		n += m
+		c.consumed(m)
+	}
+	c.giveCredit()
+	return n
+}
+
+// consumed moves the read position past n bytes the application has taken. c.mu is
+// held.
+func (c *Conn) consumed(n int) {
+	c.rxHead += uint64(n)
+	c.rxAvail -= n
+	c.owedBytes += n
+}
+
+// giveCredit tells the peer what it may send again when enough is owed that the
+// peer could be waiting for it: a quarter of the ring, or of the message credits.
+// c.mu is held.
+func (c *Conn) giveCredit() {
+	if c.owedBytes < ringSize/4 && c.owedMsgs < msgCredits/4 {
+		return
+	}
+	// Two control slots stay free, for FIN and CLOSE; the credit goes when a slot
+	// frees (the poller calls again).
+	if c.err != nil || c.closed || c.peerClosed || c.ctrls >= ctrlSlots-2 {
+		return
+	}
+	if c.postCtrl(creditImm(c.owedMsgs, c.owedBytes)) == nil {
+		c.owedBytes, c.owedMsgs = 0, 0
+	}
+}
+
+// postCtrl sends a control message: a zero-length SEND WITH IMMEDIATE. c.mu is held.
+func (c *Conn) postCtrl(imm uint32) error {
+	err := c.ep.qp.PostSend(verbs.SendWR{ID: wrCtrl, Opcode: verbs.WRSendWithImm,
+		Flags: verbs.SendSignaled, Imm: imm})
+	if err != nil {
+		c.fail(err)
+		return err
+	}
+	c.ctrls++
+	c.posted++
+	return nil
+}
+
+// fail records the connection's first error and wakes every waiter. c.mu is held.
+func (c *Conn) fail(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+	wake(c.rxReady)
+	wake(c.txReady)
+	wake(c.drained)
+}
+
+// Write writes b to the stream. It returns once every byte is on its way (copied to
+// the staging buffer and posted), or with the count written so far when the write
+// deadline passes, the connection closes or fails.
+func (c *Conn) Write(b []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	n := 0
+	for {
+		c.mu.Lock()
+		err := c.writeErr()
+		if err != nil || n == len(b) {
+			c.mu.Unlock()
+			return n, c.opErr("write", err)
+		}
+		if chunk := c.txSpace(len(b) - n); chunk > 0 {
+			if err := c.postData(b[n : n+chunk]); err != nil {
+				c.mu.Unlock()
+				return n, c.opErr("write", err)
+			}
+			n += chunk
+			c.mu.Unlock()
+			continue
+		}
+		c.mu.Unlock()
+		c.waitWritable()
+	}
+}
+
+// writeErr is why nothing more may be written now, if anything. c.mu is held.
+func (c *Conn) writeErr() error {
+	switch {
+	case c.closed:
+		return net.ErrClosed
+	case c.finSent:
+		return errWriteClosed
+	case c.peerClosed:
+		return ErrPeerClosed
+	case c.err != nil:
+		return c.err
+	case isClosed(c.wdl.wait()):
+		return os.ErrDeadlineExceeded
+	}
+	return nil
+}
+
+// waitWritable waits for the peer's credits or completions, the write deadline or
+// Close.
+func (c *Conn) waitWritable() {
+	select {
+	case <-c.txReady:
+	case <-c.wdl.wait():
+	case <-c.done:
+	}
+}
+
+// txSpace is how many of want bytes may be written now: no more than the peer has
+// room for, in one contiguous piece of its ring, within the message credits. c.mu is
+// held.
+func (c *Conn) txSpace(want int) int {
+	// The send queue too: a credit can overtake the ACK of the WRITE it credits
+	// (the peer's responder coalesces ACKs; its completion goroutine sends credits),
+	// so WRITEs read at the peer may still hold send queue slots here.
+	if c.msgs >= int(c.peer.credits) || c.unacked >= sendDepth-ctrlSlots {
+		return 0
+	}
+	size := uint64(c.peer.ringSize)
+	free := size - (c.sent - min(c.completed, c.credited))
+	return int(min(uint64(want), free, size-c.sent%size, maxChunk))
+}
+
+// postData copies p to the staging buffer at the stream position, which mirrors the
+// peer's ring, and WRITEs it there with the length in the immediate. c.mu is held.
+func (c *Conn) postData(p []byte) error {
+	copy(c.ep.stage.Buf()[c.stageOff():], p)
+	return c.postStaged(len(p))
+}
+
+// stageOff is the stream position in the staging buffer (and the peer's ring).
+// c.mu is held.
+func (c *Conn) stageOff() int { return int(c.sent % uint64(c.peer.ringSize)) }
+
+// postStaged WRITEs the next n staged bytes to the same place in the peer's ring,
+// with the length in the immediate. c.mu is held.
+func (c *Conn) postStaged(n int) error {
+	off := c.stageOff()
+	err := c.ep.qp.PostSend(verbs.SendWR{ID: wrData | uint64(n), Opcode: verbs.WRRDMAWriteWithImm,
+		Flags: verbs.SendSignaled, SGL: []verbs.SGE{c.ep.stage.SGE(off, n)}, Imm: dataImm(n),
+		RemoteAddr: c.peer.ringAddr + uint64(off), RKey: c.peer.ringRKey})
+	if err != nil {
+		c.fail(err)
+		return err
+	}
+	c.sent += uint64(n)
+	c.msgs++
+	c.unacked++
+	c.posted++
+	return nil
+}
+
+// CloseWrite shuts down the sending side: the peer reads what was written, then
+// io.EOF. Reading goes on.
+func (c *Conn) CloseWrite() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.closed:
+		return c.opErr("close", net.ErrClosed)
+	case c.finSent:
+		return nil
+	case c.err != nil:
+		return c.opErr("close", c.err)
+	}
+	c.finSent = true
+	wake(c.txReady) // a blocked Write fails now
+	if c.peerClosed {
+		return nil
+	}
+	return c.opErr("close", c.postCtrl(ctrlImm(opFin)))
+}
+
+// Close closes the connection: blocked calls return net.ErrClosed at once, the peer
+// reads what was written and then io.EOF, and its writes fail. The queue pair and
+// buffers are released in the background once the last bytes are acknowledged.
+func (c *Conn) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return c.opErr("close", net.ErrClosed)
+	}
+	c.closed = true
+	close(c.done)
+	if c.err == nil && !c.peerClosed {
+		c.postCtrl(ctrlImm(opClose))
+	}
+	c.mu.Unlock()
+	go c.teardown()
+	return nil
+}
+
+// teardown waits until every send has completed (or failed, or lingerT passed), then
+// stops the poller and releases the endpoint.
+func (c *Conn) teardown() {
+	defer close(c.tornDown)
+	t := time.NewTimer(lingerT)
+	defer t.Stop()
+	for {
+		c.mu.Lock()
+		quiet := c.posted == c.retired || c.err != nil
+		c.mu.Unlock()
+		if quiet {
+			break
+		}
+		select {
+		case <-c.drained:
+			continue
+		case <-t.C:
+		}
+		break
+	}
+	c.stopPoll()
+	<-c.pollDone
+	if c.disconnect != nil {
+		c.disconnect()
+	}
+	c.ep.close()
+	if c.release != nil {
+		c.release()
+	}
+}
+
+// LocalAddr returns this side's address.
+func (c *Conn) LocalAddr() net.Addr { return c.laddr }
+
+// RemoteAddr returns the peer's address.
+func (c *Conn) RemoteAddr() net.Addr { return c.raddr }
+
+// SetDeadline sets the read and write deadlines.
+func (c *Conn) SetDeadline(t time.Time) error {
+	if err := c.SetReadDeadline(t); err != nil {
+		return err
+	}
+	return c.SetWriteDeadline(t)
+}
+
+// SetReadDeadline sets the time after which Read fails with os.ErrDeadlineExceeded
+// (a net.Error whose Timeout is true); the zero time means never.
+func (c *Conn) SetReadDeadline(t time.Time) error {
+	if c.isClosed() {
+		return c.opErr("set", net.ErrClosed)
+	}
+	c.rdl.set(t)
+	return nil
+}
+
+// SetWriteDeadline sets the time after which Write fails with os.ErrDeadlineExceeded;
+// the zero time means never.
+func (c *Conn) SetWriteDeadline(t time.Time) error {
+	if c.isClosed() {
+		return c.opErr("set", net.ErrClosed)
+	}
+	c.wdl.set(t)
+	return nil
+}
+
+func (c *Conn) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}

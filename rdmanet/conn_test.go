@@ -1,0 +1,263 @@
+package rdmanet
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"runtime"
+	"testing"
+	"time"
+)
+
+func pair(t *testing.T) (a, b *Conn) {
+	t.Helper()
+	da, db := testDevices(t)
+	a, b, err := testPair(t, da, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		a.Close()
+		b.Close()
+		<-a.tornDown
+		<-b.tornDown
+	})
+	return a, b
+}
+
+// A reader much slower than the writer gets every byte in order, the writer is held
+// back by credits (never more than a ring in flight) and no RNR NAK is ever sent.
+func TestSlowReaderGetsEverythingWithoutRNR(t *testing.T) {
+	a, b := pair(t)
+	want := make([]byte, 6*ringSize+12345)
+	for i := range want {
+		want[i] = byte(rand.Uint32())
+	}
+	errc := make(chan error, 1)
+	go func() {
+		// Many sizes, from single bytes to several rings in one call.
+		p := want
+		for len(p) > 0 {
+			n := min(len(p), []int{1, 7, 4096, 70000, 3 * ringSize}[rand.IntN(5)])
+			if _, err := a.Write(p[:n]); err != nil {
+				errc <- err
+				return
+			}
+			p = p[n:]
+		}
+		errc <- a.CloseWrite()
+	}()
+	var got bytes.Buffer
+	buf := make([]byte, 50000)
+	for i := 0; ; i++ {
+		if i%8 == 0 {
+			time.Sleep(time.Millisecond) // slow
+		}
+		n, err := b.Read(buf[:1+rand.IntN(len(buf))])
+		got.Write(buf[:n])
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.mu.Lock()
+		inFlight := a.sent - a.credited
+		a.mu.Unlock()
+		if inFlight > ringSize {
+			t.Fatalf("%d bytes unread at the peer, more than the ring's %d", inFlight, ringSize)
+		}
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Bytes(), want) {
+		t.Fatalf("read %d bytes, not the %d written", got.Len(), len(want))
+	}
+	for _, c := range []*Conn{a, b} {
+		if k := c.ep.qp.Counters(); k.RNRNakSent+k.RNRNakReceived != 0 {
+			t.Errorf("RNR NAKs: %+v", k)
+		}
+	}
+}
+
+// After CloseWrite the peer reads what was written, then io.EOF, and can still answer.
+func TestCloseWriteHalfCloses(t *testing.T) {
+	a, b := pair(t)
+	if _, err := a.Write([]byte("request")); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Write([]byte("x")); err == nil {
+		t.Fatal("Write after CloseWrite succeeded")
+	}
+	req, err := io.ReadAll(b)
+	if err != nil || string(req) != "request" {
+		t.Fatalf("ReadAll = %q, %v", req, err)
+	}
+	if _, err := b.Write([]byte("response")); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	resp, err := io.ReadAll(a)
+	if err != nil || string(resp) != "response" {
+		t.Fatalf("ReadAll = %q, %v", resp, err)
+	}
+}
+
+// A peer's Close ends the stream for the reader and fails the writer.
+func TestPeerCloseFailsWrites(t *testing.T) {
+	a, b := pair(t)
+	b.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	var err error
+	for err == nil && time.Now().Before(deadline) {
+		_, err = a.Write(make([]byte, 1000))
+	}
+	if !errors.Is(err, ErrPeerClosed) {
+		t.Fatalf("Write to a closed peer: %v, want ErrPeerClosed", err)
+	}
+	if n, err := a.Read(make([]byte, 10)); n != 0 || err != io.EOF {
+		t.Fatalf("Read from a closed peer: %d, %v; want io.EOF", n, err)
+	}
+}
+
+// Deadlines fail with os.ErrDeadlineExceeded as a net.Error whose Timeout is true,
+// and a blocked Write returns what it wrote before.
+func TestWriteDeadlineReportsPartialWrite(t *testing.T) {
+	a, _ := pair(t)
+	a.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+	n, err := a.Write(make([]byte, 3*ringSize))
+	var ne net.Error
+	if !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("Write past the deadline: %v", err)
+	}
+	if n != ringSize {
+		t.Fatalf("wrote %d bytes before the deadline, want a ring's %d", n, ringSize)
+	}
+}
+
+// Closing releases everything: the completion goroutine ends and the QP is gone.
+func TestCloseLeavesNoGoroutine(t *testing.T) {
+	da, db := testDevices(t)
+	before := runtime.NumGoroutine()
+	for range 5 {
+		a, b, err := testPair(t, da, db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Write([]byte("bye")); err != nil {
+			t.Fatal(err)
+		}
+		a.Close()
+		b.Close()
+		<-a.tornDown
+		<-b.tornDown
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		t.Fatalf("%d goroutines after closing, %d before", n, before)
+	}
+}
+
+func TestParseSetupRejectsBadInput(t *testing.T) {
+	good := setup{credits: msgCredits, ringSize: ringSize, ringAddr: 0x1000, ringRKey: 7}.marshal(nil)
+	if s, err := parseSetup(append(good, 0, 0, 0)); err != nil || s.ringAddr != 0x1000 || s.ringRKey != 7 {
+		t.Fatalf("parseSetup(good + padding) = %+v, %v", s, err)
+	}
+	mod := func(f func(b []byte)) []byte {
+		b := bytes.Clone(good)
+		f(b)
+		return b
+	}
+	for name, b := range map[string][]byte{
+		"short":        good[:setupLen-1],
+		"empty":        nil,
+		"version":      mod(func(b []byte) { b[0] = 2 }),
+		"no credits":   mod(func(b []byte) { b[2], b[3] = 0, 0 }),
+		"many credits": mod(func(b []byte) { b[2] = 0xff }),
+		"no ring":      mod(func(b []byte) { b[4], b[5], b[6], b[7] = 0, 0, 0, 0 }),
+		"huge ring":    mod(func(b []byte) { b[4] = 0x10 }),
+	} {
+		if _, err := parseSetup(b); !errors.Is(err, errSetup) {
+			t.Errorf("%s: parseSetup = %v, want errSetup", name, err)
+		}
+	}
+}
+
+func TestImmediateRoundTrip(t *testing.T) {
+	if o, n := immOp(dataImm(ringSize)), immLen(dataImm(ringSize)); o != opData || n != ringSize {
+		t.Errorf("data: %v %d", o, n)
+	}
+	imm := creditImm(msgCredits, ringSize)
+	if m, n := immCredit(imm); immOp(imm) != opCredit || m != msgCredits || n != ringSize {
+		t.Errorf("credit: %v %d %d", immOp(imm), m, n)
+	}
+	for _, o := range []op{opFin, opClose} {
+		if immOp(ctrlImm(o)) != o {
+			t.Errorf("op %d does not round-trip", o)
+		}
+	}
+}
+
+// A peer that vanishes mid-stream (its device gone, as when its process is killed)
+// fails the writer once the transport's retries run out: nothing waits forever.
+func TestPeerKilledFailsWriter(t *testing.T) {
+	da, db := testDevices(t)
+	a, b, err := testPair(t, da, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); b.Close(); <-a.tornDown })
+	if _, err := a.Write([]byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	start := time.Now()
+	for err == nil && time.Since(start) < 20*time.Second {
+		_, err = a.Write(make([]byte, 4096))
+	}
+	if err == nil || errors.Is(err, ErrPeerClosed) {
+		t.Fatalf("Write to a killed peer: %v after %v, want a transport error", err, time.Since(start))
+	}
+	if _, rerr := a.Read(make([]byte, 1)); rerr == nil || rerr == io.EOF {
+		t.Fatalf("Read after the peer was killed: %v, want the error", rerr)
+	}
+	t.Logf("writer failed after %v: %v", time.Since(start).Round(time.Millisecond), err)
+}
+
+// Many more one-byte writes than there are message credits and send queue slots:
+// the writer waits for credits and completions, never overruns a queue.
+func TestManyTinyWrites(t *testing.T) {
+	a, b := pair(t)
+	const n = 20 * sendDepth
+	go func() {
+		for i := range n {
+			if _, err := a.Write([]byte{byte(i)}); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+		a.CloseWrite()
+	}()
+	got, err := io.ReadAll(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != n {
+		t.Fatalf("read %d bytes, want %d", len(got), n)
+	}
+	for i, c := range got {
+		if c != byte(i) {
+			t.Fatalf("byte %d is %d, want %d", i, c, byte(i))
+		}
+	}
+}

@@ -1,0 +1,5 @@
+//go:build race
+
+package rdmanet
+
+const raceEnabled = true

@@ -149,8 +149,23 @@ func (c *control) handle(conn net.Conn) {
 		return
 	}
 	conn.SetReadDeadline(time.Time{})
+	req = strings.TrimSpace(req)
+	// A watcher subscribes before it reads the header: asyncwatch tells its user it is
+	// watching once it has the header, and no event may fall between the two.
+	var ch chan string
+	if req == "events" {
+		ch = make(chan string, 256)
+		c.mu.Lock()
+		c.subs[ch] = true
+		c.mu.Unlock()
+		defer func() {
+			c.mu.Lock()
+			delete(c.subs, ch)
+			c.mu.Unlock()
+		}()
+	}
 	fmt.Fprintf(conn, "# goverbs %s (pid %d): device %s on %s\n", c.tool, os.Getpid(), c.ep.dev.Name(), c.addr.Unmap())
-	switch strings.TrimSpace(req) {
+	switch req {
 	case "stat":
 		printStats(conn, c.ep.dev, false)
 		c.mu.Lock()
@@ -164,15 +179,6 @@ func (c *control) handle(conn net.Conn) {
 			printQPStats(conn, qp)
 		}
 	case "events":
-		ch := make(chan string, 256)
-		c.mu.Lock()
-		c.subs[ch] = true
-		c.mu.Unlock()
-		defer func() {
-			c.mu.Lock()
-			delete(c.subs, ch)
-			c.mu.Unlock()
-		}()
 		gone := make(chan struct{})
 		go func() { io.Copy(io.Discard, conn); close(gone) }() // the watcher hung up
 		for {
@@ -188,7 +194,7 @@ func (c *control) handle(conn net.Conn) {
 			}
 		}
 	default:
-		fmt.Fprintf(conn, "error: unknown request %q (stat, events)\n", strings.TrimSpace(req))
+		fmt.Fprintf(conn, "error: unknown request %q (stat, events)\n", req)
 	}
 }
 

@@ -49,6 +49,7 @@ type perfOpts struct {
 	cpuFreq  bool
 	version  bool
 	perftest bool // --perftest-exchange: only perftest's own exchange, even with goverbs
+	rdmaCM   bool // -R: the QPs are connected by the connection manager (perfcm.go)
 }
 
 // register adds the flags of test t (lat: a latency test) with perftest's defaults.
@@ -112,6 +113,7 @@ func (o *perfOpts) register(fs *flagSet, t perfTest, lat bool) {
 	fs.stringVar(&o.jsonFile, "", "out_json_file", "perftest_out.json", "`FILE` of --out_json")
 	fs.boolVar(&o.json, "", "json", "print one JSON object per result row instead of the table")
 	fs.boolVar(&o.loopback, "", "loopback", "run server and client in this process over two software devices")
+	fs.boolVar(&o.rdmaCM, "R", "rdma_cm", "connect the QPs with rdma_cm (the connection manager on QP1) instead of the exchanged QP numbers")
 	fs.boolVar(&o.perftest, "", "perftest-exchange", "speak only perftest's exchange, as a real perftest does, even to a goverbs peer (both sides then need the same flags)")
 	fs.boolVar(&o.version, "V", "version", "print the version and exit")
 }
@@ -214,6 +216,12 @@ func (o *perfOpts) check(t perfTest, lat bool, fs *flagSet) error {
 		default:
 			return fmt.Errorf("invalid --rate_units %q: must be M (MB/s), g (Gb/s) or p (packets/s)", o.rateUnit)
 		}
+	}
+	if o.rdmaCM && o.conn == "UC" {
+		return fmt.Errorf("-R: UC is not supported in librdmacm (perftest refuses it too): use RC")
+	}
+	if o.rdmaCM && o.conn == "UD" {
+		return fmt.Errorf("-R with UD (SIDR) is not supported by the perf tools yet: use RC, or UD without -R")
 	}
 	if o.srq && o.conn == "UD" {
 		return fmt.Errorf("--use-srq works with RC and UC here")

@@ -30,6 +30,18 @@ func (s *perfSide) perftestRun(w *pwire) error {
 		return err
 	}
 	defer s.close()
+	if s.o.rdmaCM {
+		// create_rdma_cm_connection: a handshake either side of the CM's connections.
+		if err := s.handshake(w); err != nil {
+			return err
+		}
+		if err := s.cmConnect(); err != nil {
+			return err
+		}
+		if err := s.handshake(w); err != nil {
+			return err
+		}
+	}
 	var run func() error
 	switch {
 	case !s.lat && s.t == testSend:
@@ -48,14 +60,16 @@ func (s *perfSide) perftestRun(w *pwire) error {
 	return s.finish()
 }
 
-// connectKeys: the QP records, the move to RTS, and the records again (perftest prints
-// the second set).
+// connectKeys: the QP records, the move to RTS (not with -R: the CM has connected the
+// QPs), and the records again (perftest prints the second set).
 func (s *perfSide) connectKeys(w *pwire, between func() error) error {
 	if err := s.keys(w); err != nil {
 		return err
 	}
-	if err := s.rts(); err != nil {
-		return err
+	if !s.o.rdmaCM {
+		if err := s.rts(); err != nil {
+			return err
+		}
 	}
 	if between != nil {
 		if err := between(); err != nil {

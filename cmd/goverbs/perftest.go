@@ -82,7 +82,13 @@ func runPerf(t perfTest, lat bool, args []string) error {
 	}
 	defer ep.close()
 	s := &perfSide{t: t, lat: lat, o: o, ep: ep, out: out, intr: intr}
+	defer s.closeCM()
 	if server == "" {
+		if o.rdmaCM {
+			if s.cm, err = newPerfCM(ep, true, o.port, netip.AddrPort{}); err != nil {
+				return err
+			}
+		}
 		l, err := listen(ep.addr, o.port)
 		if err != nil {
 			return err
@@ -96,6 +102,15 @@ func runPerf(t perfTest, lat bool, args []string) error {
 		defer c.Close()
 		intr.onStop(func() { c.Close() })
 		return intr.result(s.serve(c))
+	}
+	if o.rdmaCM {
+		a, err := resolveHost(server)
+		if err != nil {
+			return err
+		}
+		if s.cm, err = newPerfCM(ep, false, o.port, netip.AddrPortFrom(a, uint16(o.port))); err != nil {
+			return err
+		}
 	}
 	c, err := dial(server, o.port)
 	if err != nil {
@@ -147,6 +162,20 @@ func runLoopback(intr *interrupter, t perfTest, lat bool, o perfOpts, out *print
 		return fmt.Errorf("listen for the exchange: %v", err)
 	}
 	srv := &perfSide{t: t, lat: lat, o: so, ep: sep, out: &printer{w: io.Discard, json: true}, intr: intr}
+	cli := &perfSide{t: t, lat: lat, o: co, ep: cep, out: out, intr: intr, isClient: true}
+	if o.rdmaCM {
+		port := l.Addr().(*net.TCPAddr).Port
+		if srv.cm, err = newPerfCM(sep, true, port, netip.AddrPort{}); err != nil {
+			l.Close()
+			return err
+		}
+		defer srv.closeCM()
+		if cli.cm, err = newPerfCM(cep, false, 0, netip.AddrPortFrom(a, uint16(port))); err != nil {
+			l.Close()
+			return err
+		}
+		defer cli.closeCM()
+	}
 	errc := make(chan error, 1)
 	go func() {
 		c, err := accept(l)
@@ -164,7 +193,6 @@ func runLoopback(intr *interrupter, t perfTest, lat bool, o perfOpts, out *print
 	}
 	defer c.Close()
 	intr.onStop(func() { c.Close() })
-	cli := &perfSide{t: t, lat: lat, o: co, ep: cep, out: out, intr: intr, isClient: true}
 	if err := cli.client(c); err != nil {
 		return err
 	}
@@ -203,13 +231,15 @@ type perfSide struct {
 
 	isClient   bool
 	intr       *interrupter
-	lastResult []kv  // the last row printed, for --out_json
-	limitErr   error // -w or -y not met
+	lastResult []kv    // the last row printed, for --out_json
+	limitErr   error   // -w or -y not met
+	cm         *perfCM // -R
 }
 
 func (s *perfSide) params() perfParams {
 	return perfParams{test: s.t.name(s.lat), conn: s.o.conn, qps: s.o.numQP, size: s.o.size, iters: s.o.iters,
-		all: s.o.all, duration: s.o.duration, mtu: s.o.mtu, bidir: s.o.bidir, infinite: s.o.infinite, atomic: s.o.atomic}
+		all: s.o.all, duration: s.o.duration, mtu: s.o.mtu, bidir: s.o.bidir, infinite: s.o.infinite, atomic: s.o.atomic,
+		rdmaCM: s.o.rdmaCM}
 }
 
 func (s *perfSide) qpType() verbs.QPType {
@@ -344,6 +374,7 @@ func (s *perfSide) warnf(format string, args ...any) {
 }
 
 func (s *perfSide) close() {
+	s.closeCM() // disconnect before the QPs go
 	s.ep.closeQPs(s.qps)
 	if s.srq != nil {
 		s.srq.Close()
@@ -450,7 +481,7 @@ func (s *perfSide) printHeader() {
 		o.textf(" Outstand reads  : %d\n", s.o.outs)
 	}
 	o.textf(" Max inline data : %d[B]\n", s.o.inline)
-	o.textf(" rdma_cm QPs\t : OFF\n")
+	o.textf(" rdma_cm QPs\t : %s\n", onOff(s.o.rdmaCM))
 	o.textf(" Data ex. method : Ethernet\n")
 	o.textf("%s\n", resultLine)
 	line := func(which string, d perfDest) {
@@ -500,7 +531,7 @@ func (s *perfSide) client(c net.Conn) error {
 	if s.remote, err = readPerfDests(c, s.p.qps); err != nil {
 		return err
 	}
-	if err := s.rts(); err != nil {
+	if err := s.connectQPs(); err != nil {
 		return err
 	}
 	// Both sides are ready to receive now: say so, for a server that sends first
@@ -536,6 +567,9 @@ func (s *perfSide) serve(c net.Conn) error {
 	if p.conn != want.conn {
 		return fmt.Errorf("the client uses connection type %s but this server %s (-c)", p.conn, want.conn)
 	}
+	if p.rdmaCM != want.rdmaCM {
+		return fmt.Errorf("the client uses -R (rdma_cm) %s but this server %s: give both sides the same -R", onOff(p.rdmaCM), onOff(want.rdmaCM))
+	}
 	if p.atomic != want.atomic {
 		return fmt.Errorf("the client runs atomic type %s but this server %s (-A)", p.atomic, want.atomic)
 	}
@@ -551,14 +585,21 @@ func (s *perfSide) serve(c net.Conn) error {
 	if s.remote, err = readPerfDests(c, s.p.qps); err != nil {
 		return err
 	}
-	if err := s.rts(); err != nil {
-		return err
+	if !s.o.rdmaCM {
+		if err := s.rts(); err != nil {
+			return err
+		}
 	}
 	if err := writeAll(c, s.p.header(), "parameters"); err != nil {
 		return err
 	}
 	if err := writePerfDests(c, s.local); err != nil {
 		return err
+	}
+	if s.o.rdmaCM {
+		if err := s.cmConnect(); err != nil {
+			return err
+		}
 	}
 	ready := make([]byte, len(readyMsg))
 	if err := readFull(c, ready, "the client's ready"); err != nil {

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/goverbs/goverbs/cm"
+)
+
+// perftest's -R (--rdma_cm): the QPs are connected by the connection manager (package
+// cm: the IB CM in MADs on QP1, as Linux's rdma_cm on RoCE) instead of being moved to
+// RTR and RTS with the QPN and PSN of the TCP exchange. The TCP exchange still carries
+// everything else: versions, MTU, the key records with RKeys and addresses, the
+// handshakes and reports. Learned from perftest's create_rdma_cm_connection
+// (perftest_communication.c), after the QPs exist and before the first key record:
+//
+//   - a handshake, so that both sides are past their setup;
+//   - the server listens on the TCP port's number in rdma_cm's own port space (RDMA_PS_TCP),
+//     with a backlog of the QP count, and gives its QP i to the i-th request;
+//   - the client connects one rdma_cm id per QP to that port, with no private data
+//     (rdma_getaddrinfo's ai_connect is empty on RoCE), and, since the server may not be
+//     listening yet, tries again up to 10 times 100 ms apart;
+//   - READ and atomic tests offer -o READs each way; both retry counts are 7, and the
+//     server's QP asks for perftest's RNR timer 12;
+//   - a second handshake; the key records follow, and the QPs are not moved again.
+//
+// UC and UD are refused as perftest refuses them with -R (UC: librdmacm has none; UD
+// goes through SIDR, which the perf tools do not speak yet).
+
+const (
+	cmDialTries = 10 // rdma_cm_client_connection's max_retries
+	cmDialDelay = 100 * time.Millisecond
+	// cmTimeout bounds the whole connection step; the CM's own retries (4.3 s each)
+	// end a dead peer's handshake earlier than a user would otherwise wait.
+	cmTimeout = 30 * time.Second
+	// cmRNRTimer is perftest's MIN_RNR_TIMER, which its server sets after rdma_accept.
+	cmRNRTimer = 12
+)
+
+// perfCM is one side's connection manager for -R.
+type perfCM struct {
+	agent   *cm.Agent
+	passive bool           // the server's side
+	l       *cm.Listener   // the server's, until every QP is connected
+	server  netip.AddrPort // the client's peer
+	conns   []*cm.Conn
+}
+
+// newPerfCM starts the CM on the endpoint's device. A server listens at once on port,
+// so that a client's first request finds it even when the client is quicker than
+// perftest's own server would be; a client connects to server later.
+func newPerfCM(ep *endpoint, listen bool, port int, server netip.AddrPort) (*perfCM, error) {
+	a, err := cm.NewAgent(ep.dev, nil)
+	if err != nil {
+		return nil, fmt.Errorf("-R: %v", err)
+	}
+	c := &perfCM{agent: a, server: server, passive: listen}
+	if listen {
+		if c.l, err = a.Listen(uint16(port), 256); err != nil {
+			a.Close()
+			return nil, fmt.Errorf("-R: rdma_listen on port %d: %v", port, err)
+		}
+	}
+	return c, nil
+}
+
+// connectQPs brings the QPs to RTS towards their remotes: through the CM with -R, else
+// with the exchanged records.
+func (s *perfSide) connectQPs() error {
+	if s.o.rdmaCM {
+		return s.cmConnect()
+	}
+	return s.rts()
+}
+
+// cmParam is the rdma_conn_param of QP i.
+func (s *perfSide) cmParam(i int) *cm.Param {
+	p := &cm.Param{QP: s.qps[i], RetryCount: 7, RNRRetryCount: 7, MinRNRTimer: cmRNRTimer}
+	if s.t == testRead || s.t == testAtomic {
+		p.ResponderResources, p.InitiatorDepth = uint8(s.o.outs), uint8(s.o.outs)
+	}
+	return p
+}
+
+// cmConnect connects every QP through the CM: the client dials, the server accepts.
+func (s *perfSide) cmConnect() error {
+	ctx, cancel := context.WithTimeout(s.intr.ctx, cmTimeout)
+	defer cancel()
+	c := s.cm
+	if !s.isClient {
+		defer func() {
+			c.l.Close() // perftest destroys its listening id once the QPs are connected
+			c.l = nil
+		}()
+		for i := range s.qps {
+			req, err := c.l.Accept(ctx)
+			if err != nil {
+				return fmt.Errorf("-R: waiting for connection request %d of %d: %v", i+1, len(s.qps), err)
+			}
+			conn, err := req.Accept(ctx, s.cmParam(i))
+			if err != nil {
+				return fmt.Errorf("-R: rdma_accept: %v", err)
+			}
+			c.conns = append(c.conns, conn)
+		}
+		return nil
+	}
+	for i := range s.qps {
+		var conn *cm.Conn
+		var err error
+		for try := 0; try < cmDialTries; try++ {
+			if try > 0 {
+				select {
+				case <-ctx.Done():
+				case <-time.After(cmDialDelay):
+				}
+			}
+			conn, err = c.agent.Dial(ctx, c.server, s.cmParam(i))
+			if err == nil || !errors.Is(err, cm.ErrRejected) || ctx.Err() != nil {
+				break
+			}
+			// A rejection (no such service: the server is not listening yet): as
+			// perftest, try again. A refused Dial leaves the QP in INIT, usable again.
+		}
+		if err != nil {
+			var rej *cm.RejectError
+			if errors.As(err, &rej) {
+				return fmt.Errorf("-R: rdma_connect to %v: RDMA_CM_EVENT_REJECTED, error %d", c.server, rej.Reason)
+			}
+			return fmt.Errorf("-R: rdma_connect to %v: %v", c.server, err)
+		}
+		c.conns = append(c.conns, conn)
+	}
+	return nil
+}
+
+// closeCM ends the connections as perftest's rdma_cm_disconnect_nodes does, and stops
+// the CM; the QPs are the side's to close after. Once. The server disconnects each
+// (DREQ) and waits for the DREP; the client sends nothing and waits for the server's
+// DREQ, answering it, so that a perftest server waiting for its DREPs ends (and the
+// DREQs never cross). A peer that is gone is waited for 2 s at most.
+func (s *perfSide) closeCM() {
+	c := s.cm
+	if c == nil {
+		return
+	}
+	s.cm = nil
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for _, conn := range c.conns {
+		if c.passive {
+			conn.Disconnect(ctx, nil)
+		} else {
+			select {
+			case <-conn.Done():
+			case <-ctx.Done():
+			}
+		}
+		conn.Close()
+	}
+	if c.l != nil {
+		c.l.Close()
+	}
+	closeAgent(c.agent, s.ep.stats) // with --stats, the CM's MAD counters first
+}
+
+func onOff(on bool) string {
+	if on {
+		return "ON"
+	}
+	return "OFF"
+}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// cmSent is the "cm ... mads_sent N" of a --stats run's stderr: how many MADs the
+// side's connection manager sent, -1 without the line.
+func cmSent(stderr string) int {
+	m := regexp.MustCompile(`(?m)^cm \S+ mads_sent (\d+) `).FindStringSubmatch(stderr)
+	if m == nil {
+		return -1
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+// TestPerfRDMACM runs every perf tool with -R between two processes, with goverbs'
+// exchange and with perftest's (--perftest-exchange: the message sequence perftest -R
+// follows, create_rdma_cm_connection's handshakes included). The QPs are connected by
+// the CM alone: each side's CM must have sent its share of the handshake (client: a
+// REQ and an RTU per QP and the DREP; server: a REP per QP and the DREQ), and the run
+// must move data.
+func TestPerfRDMACM(t *testing.T) {
+	for _, exch := range []string{"goverbs", "perftest"} {
+		for _, c := range []struct {
+			tool string
+			args []string
+			qps  int
+		}{
+			{"write_bw", []string{"-n", "100", "-s", "4096", "-q", "2"}, 2},
+			{"read_bw", []string{"-n", "100", "-s", "4096", "-q", "2"}, 2},
+			{"send_bw", []string{"-n", "100", "-s", "4096", "-q", "2"}, 2},
+			{"atomic_bw", []string{"-n", "100"}, 1},
+			{"write_lat", []string{"-n", "100"}, 1},
+			{"read_lat", []string{"-n", "100"}, 1},
+			{"send_lat", []string{"-n", "100"}, 1},
+			{"atomic_lat", []string{"-n", "100", "-A", "CMP_AND_SWAP"}, 1},
+		} {
+			t.Run(exch+"/"+c.tool, func(t *testing.T) {
+				args := append([]string{"-R", "--stats"}, c.args...)
+				if exch == "perftest" {
+					args = append(args, "--perftest-exchange")
+				}
+				srv, cli := perfPair(t, c.tool, args...)
+				mustSucceed(t, c.tool+" server", srv)
+				mustSucceed(t, c.tool+" client", cli)
+				for _, r := range []result{srv, cli} {
+					mustContain(t, c.tool, r.stdout, " rdma_cm QPs\t : ON\n")
+				}
+				if lastRow(cli.stdout) == "" {
+					t.Errorf("client printed no result:\n%s", cli.stdout)
+				}
+				if n := cmSent(cli.stderr); n < 2*c.qps+1 {
+					t.Errorf("the client's CM sent %d MADs, want at least %d (REQ and RTU per QP, DREP):\n%s", n, 2*c.qps+1, cli.stderr)
+				}
+				if n := cmSent(srv.stderr); n < 2*c.qps {
+					t.Errorf("the server's CM sent %d MADs, want at least %d (REP and DREQ per QP):\n%s", n, 2*c.qps, srv.stderr)
+				}
+			})
+		}
+	}
+}
+
+// TestPerfRDMACMLoopback: --loopback -R connects its two in-process sides through two CMs.
+func TestPerfRDMACMLoopback(t *testing.T) {
+	r := runBin(t, 60*time.Second, "send_bw", "--loopback", "--bind", loopbackBind(t), "-R", "-n", "100", "-s", "1000")
+	mustSucceed(t, "send_bw --loopback -R", r)
+	mustContain(t, "send_bw --loopback -R", r.stdout, " rdma_cm QPs\t : ON\n", " 1000       100 ")
+}
+
+// TestPerfRDMACMRefused: what perftest refuses with -R is refused with a clear error, and
+// a goverbs server and client that disagree on -R say so rather than wait.
+func TestPerfRDMACMRefused(t *testing.T) {
+	for _, c := range []struct{ args []string }{
+		{[]string{"write_bw", "-R", "-c", "UC", "127.0.0.1"}},
+		{[]string{"send_bw", "-R", "-c", "UD", "127.0.0.1"}},
+	} {
+		r := runBin(t, 10*time.Second, c.args...)
+		if r.code == 0 || !strings.Contains(r.stderr, "-R") {
+			t.Errorf("goverbs %s: exit %d, stderr %q; want a refusal naming -R", strings.Join(c.args, " "), r.code, r.stderr)
+		}
+	}
+	a, b := addrPair(t)
+	port := freePort(t, a)
+	srv := startServer(t, "Waiting for client", "write_bw", "--bind", a, "-p", port, "-R", "-n", "10")
+	cli := runBin(t, 30*time.Second, "write_bw", "--bind", b, "-p", port, "-n", "10", a)
+	sr := srv.wait(t)
+	if sr.code == 0 || cli.code == 0 {
+		t.Fatalf("a -R server and a plain client both ran: server %d, client %d", sr.code, cli.code)
+	}
+	mustContain(t, "server", sr.stderr, "give both sides the same -R")
+}

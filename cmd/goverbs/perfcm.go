@@ -18,8 +18,9 @@ import (
 // (perftest_communication.c), after the QPs exist and before the first key record:
 //
 //   - a handshake, so that both sides are past their setup;
-//   - the server listens on the TCP port's number in rdma_cm's own port space (RDMA_PS_TCP),
-//     with a backlog of the QP count, and gives its QP i to the i-th request;
+//   - the server listens on the TCP port's number in rdma_cm's own port space (RDMA_PS_TCP)
+//     and gives its QP i to the i-th request (perftest's backlog is the QP count; ours is
+//     the most QPs a run may have, since a goverbs server learns the count from its client);
 //   - the client connects one rdma_cm id per QP to that port, with no private data
 //     (rdma_getaddrinfo's ai_connect is empty on RoCE), and, since the server may not be
 //     listening yet, tries again up to 10 times 100 ms apart;
@@ -33,8 +34,8 @@ import (
 const (
 	cmDialTries = 10 // rdma_cm_client_connection's max_retries
 	cmDialDelay = 100 * time.Millisecond
-	// cmTimeout bounds the whole connection step; the CM's own retries (4.3 s each)
-	// end a dead peer's handshake earlier than a user would otherwise wait.
+	// cmTimeout bounds the whole connection step: a client that never connects, or a
+	// peer that goes quiet mid-handshake (the CM alone retries for over a minute).
 	cmTimeout = 30 * time.Second
 	// cmRNRTimer is perftest's MIN_RNR_TIMER, which its server sets after rdma_accept.
 	cmRNRTimer = 12

@@ -169,15 +169,16 @@ func runLoopback(intr *interrupter, t perfTest, lat bool, o perfOpts, out *print
 			l.Close()
 			return err
 		}
-		defer srv.closeCM()
 		if cli.cm, err = newPerfCM(cep, false, 0, netip.AddrPortFrom(a, uint16(port))); err != nil {
 			l.Close()
+			srv.closeCM()
 			return err
 		}
 		defer cli.closeCM()
 	}
 	errc := make(chan error, 1)
 	go func() {
+		defer srv.closeCM() // the server's goroutine owns its CM, even when the client fails
 		c, err := accept(l)
 		if err != nil {
 			errc <- err

@@ -37,6 +37,10 @@ func (a *Agent) Dial(ctx context.Context, raddr netip.AddrPort, p *Param) (*Conn
 	pd := make([]byte, mad.REQPrivateLen)
 	mad.CMAHeader(pd).Encode(&mad.CMAHeaderFields{Port: c.local.Port(), Src: a.addr, Dst: raddr.Addr()})
 	copy(pd[mad.CMAHeaderLen:], p.PrivateData)
+	// The REQ's Starting PSN is the one this side expects to receive first;
+	// the REP's is the one it sends first. That is how Linux's ib_cm reads
+	// them (cm_rep_handler takes sq_psn from the REP), so rxe and every
+	// RNIC driven by rdma_cm start their send queues there.
 	psn := rand.Uint32() & 0xffffff
 	req := mad.REQFields{
 		ServiceID: mad.ServiceID(mad.PortSpaceTCP, raddr.Port()), LocalQPN: qp.QPN(),
@@ -68,10 +72,10 @@ func (a *Agent) Dial(ctx context.Context, raddr netip.AddrPort, p *Param) (*Conn
 	}
 	rep := e.Conn.REP
 	c.privateData = e.PrivateData
-	err = toRTR(qp, rtr{peer: req.Primary.RemoteGID, mtu: a.mtu, destQPN: rep.LocalQPN, rqPSN: rep.StartingPSN,
+	err = toRTR(qp, rtr{peer: req.Primary.RemoteGID, mtu: a.mtu, destQPN: rep.LocalQPN, rqPSN: psn,
 		maxDestRdAtomic: rep.InitiatorDepth, minRNRTimer: orDefault(p.MinRNRTimer, 12)})
 	if err == nil {
-		err = toRTS(qp, rts{sqPSN: psn, timeout: localACKTimeout, retry: req.RetryCount,
+		err = toRTS(qp, rts{sqPSN: rep.StartingPSN, timeout: localACKTimeout, retry: req.RetryCount,
 			rnrRetry: rep.RNRRetryCount, maxRdAtomic: rep.ResponderResources})
 	}
 	if err != nil {

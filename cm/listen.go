@@ -122,7 +122,8 @@ type Request struct {
 	RNRRetryCount      uint8
 	Transport          verbs.QPType
 	PathMTU            verbs.MTU
-	// QPN and StartingPSN are the peer QP's.
+	// QPN is the peer QP's; StartingPSN is the REQ's, the PSN the peer
+	// expects this side's first request to carry.
 	QPN         uint32
 	StartingPSN uint32
 }
@@ -198,14 +199,16 @@ func (r *Request) Accept(ctx context.Context, p *Param) (*Conn, error) {
 	if timeout == 0 {
 		timeout = localACKTimeout
 	}
+	// psn is the PSN this side expects first, which the REP carries; it
+	// sends from the REQ's (see Dial).
 	psn := rand.Uint32() & 0xffffff
 	err = toInit(qp)
 	if err == nil {
 		err = toRTR(qp, rtr{peer: f.Primary.LocalGID, mtu: min(a.mtu, r.PathMTU), destQPN: f.LocalQPN,
-			rqPSN: f.StartingPSN, maxDestRdAtomic: respRes, minRNRTimer: orDefault(p.MinRNRTimer, 12)})
+			rqPSN: psn, maxDestRdAtomic: respRes, minRNRTimer: orDefault(p.MinRNRTimer, 12)})
 	}
 	if err == nil {
-		err = toRTS(qp, rts{sqPSN: psn, timeout: timeout, retry: f.RetryCount, rnrRetry: f.RNRRetryCount,
+		err = toRTS(qp, rts{sqPSN: f.StartingPSN, timeout: timeout, retry: f.RetryCount, rnrRetry: f.RNRRetryCount,
 			maxRdAtomic: initDepth})
 	}
 	if err != nil {

@@ -47,7 +47,8 @@ func (r REP) LocalQPN() uint32 { return u24(r[12:]) }
 // LocalEECN is the replier's EE context (RD only).
 func (r REP) LocalEECN() uint32 { return u24(r[16:]) }
 
-// StartingPSN is the PSN of the replier's first request.
+// StartingPSN is the PSN the replier expects the requester's first request
+// to carry (Linux's ib_cm starts the active side's send queue there).
 func (r REP) StartingPSN() uint32 { return u24(r[20:]) }
 
 // ResponderResources is the replier's max_dest_rd_atomic.

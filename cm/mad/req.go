@@ -181,7 +181,8 @@ func (r REQ) TransportServiceType() TransportType { return TransportType(bits(r[
 // EndToEndFlowControl says the sender issues end-to-end credits.
 func (r REQ) EndToEndFlowControl() bool { return bit(r[43], 7) }
 
-// StartingPSN is the PSN the sender's first request carries.
+// StartingPSN is the PSN the sender expects the receiver's first request to
+// carry (Linux's ib_cm starts the passive side's send queue there).
 func (r REQ) StartingPSN() uint32 { return u24(r[44:]) }
 
 // LocalCMResponseTimeout is how long the sender takes to answer a CM message.

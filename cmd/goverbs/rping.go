@@ -99,7 +99,7 @@ func (o *rpingOpts) debugf(format string, args ...any) {
 // rpingDevice opens the software device for a local address: a configured device
 // (GOVERBS_DEVICES) with that address if there is one, else a new one bound to it. An
 // invalid addr means the first configured device.
-func rpingDevice(o *rpingOpts, addr netip.Addr) (*verbs.Device, *pcap.Writer, error) {
+func rpingDevice(pcapFile string, addr netip.Addr) (*verbs.Device, *pcap.Writer, error) {
 	cfg := verbs.SoftConfig{Name: "rping0", Addr: addr}
 	if info, ok := cm.DeviceFor(addr); ok {
 		cfg, _ = info.SoftConfig()
@@ -115,8 +115,8 @@ func rpingDevice(o *rpingOpts, addr netip.Addr) (*verbs.Device, *pcap.Writer, er
 		return nil, nil, errors.New("no software device to listen on (give -a ADDR)")
 	}
 	var rec *pcap.Writer
-	if o.pcap != "" {
-		w, err := pcap.Create(o.pcap)
+	if pcapFile != "" {
+		w, err := pcap.Create(pcapFile)
 		if err != nil {
 			return nil, nil, fmt.Errorf("pcap: %w", err)
 		}

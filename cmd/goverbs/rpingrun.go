@@ -10,31 +10,22 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/cm"
-	"github.com/goverbs/goverbs/pcap"
 	"github.com/goverbs/goverbs/verbs"
 )
 
 // rpingServer is rping -s: listen, and for each connection (one, or any number with -P)
 // run the server's side of the pings until the client disconnects.
 func rpingServer(ctx context.Context, o *rpingOpts) error {
-	var addr netip.Addr
-	if o.addr != "" {
-		a, err := resolveHost(o.addr)
-		if err != nil {
-			return err
-		}
-		addr = a
-	}
-	dev, rec, err := rpingDevice(o, addr)
+	addr, err := serverAddr(o.addr)
 	if err != nil {
 		return err
 	}
-	defer closeRpingDevice(o, dev, rec)
-	agent, err := cm.NewAgent(dev, nil)
+	side, err := openCMSide(addr, o.pcap, o.stats)
 	if err != nil {
 		return err
 	}
-	defer closeAgent(agent, o.stats)
+	defer side.close()
+	dev, agent := side.dev, side.agent
 	o.debugf("created cm agent on %v\n", agent.Addr())
 	l, err := agent.Listen(uint16(o.port), 3)
 	if err != nil {
@@ -62,27 +53,6 @@ func rpingServer(ctx context.Context, o *rpingOpts) error {
 				fmt.Fprintf(os.Stderr, "rping server failed: %v\n", err)
 			}
 		})
-	}
-}
-
-// closeAgent stops the CM; with --stats it first prints the agent's MAD counters, in
-// the layout of the device's line.
-func closeAgent(a *cm.Agent, stats bool) {
-	if statsWanted(stats) {
-		c := a.Counters()
-		fmt.Fprintf(os.Stderr, "cm %v mads_sent %d mads_rcvd %d mads_dropped %d send_err %d\n",
-			a.Addr(), c.MADsSent, c.MADsReceived, c.MADsDropped, c.SendErrors)
-	}
-	a.Close()
-}
-
-func closeRpingDevice(o *rpingOpts, dev *verbs.Device, rec *pcap.Writer) {
-	if statsWanted(o.stats) {
-		printStats(os.Stderr, dev, true)
-	}
-	dev.Close()
-	if rec != nil {
-		rec.Close()
 	}
 }
 
@@ -164,28 +134,16 @@ func (s *rpingSession) serve() error {
 
 // rpingClient is rping -c: connect, ping -C times (or until interrupted), disconnect.
 func rpingClient(ctx context.Context, o *rpingOpts) error {
-	dst, err := resolveHost(o.addr)
+	dst, src, err := clientAddrs(o.addr, o.source)
 	if err != nil {
 		return err
 	}
-	var src netip.Addr
-	if o.source != "" {
-		if src, err = resolveHost(o.source); err != nil {
-			return err
-		}
-	} else if src, err = cm.SourceAddr(dst); err != nil {
-		return err
-	}
-	dev, rec, err := rpingDevice(o, src)
+	side, err := openCMSide(src, o.pcap, o.stats)
 	if err != nil {
 		return err
 	}
-	defer closeRpingDevice(o, dev, rec)
-	agent, err := cm.NewAgent(dev, nil)
-	if err != nil {
-		return err
-	}
-	defer closeAgent(agent, o.stats)
+	defer side.close()
+	dev, agent := side.dev, side.agent
 	o.debugf("created cm agent on %v\n", agent.Addr())
 	o.debugf("rdma_resolve_addr - rdma_resolve_route successful\n")
 	s, err := newRpingSession(o, dev, false)

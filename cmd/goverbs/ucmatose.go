@@ -172,24 +172,16 @@ func pollN(w *cqWaiter, count int) error {
 }
 
 func cmatoseServer(ctx context.Context, o *cmatoseOpts) error {
-	var addr netip.Addr
-	if o.bind != "" {
-		a, err := resolveHost(o.bind)
-		if err != nil {
-			return err
-		}
-		addr = a
-	}
-	dev, rec, err := rpingDevice(&rpingOpts{pcap: o.pcap}, addr)
+	addr, err := serverAddr(o.bind)
 	if err != nil {
 		return err
 	}
-	defer closeRpingDevice(&rpingOpts{stats: o.stats}, dev, rec)
-	agent, err := cm.NewAgent(dev, nil)
+	side, err := openCMSide(addr, o.pcap, o.stats)
 	if err != nil {
 		return err
 	}
-	defer closeAgent(agent, o.stats)
+	defer side.close()
+	dev, agent := side.dev, side.agent
 	l, err := agent.Listen(uint16(o.port), 0)
 	if err != nil {
 		return fmt.Errorf("cmatose: failure trying to listen: %v", err)
@@ -251,29 +243,16 @@ func cmatoseServer(ctx context.Context, o *cmatoseOpts) error {
 
 func cmatoseClient(ctx context.Context, o *cmatoseOpts) error {
 	fmt.Println("cmatose: starting client")
-	dst, err := resolveHost(o.server)
+	dst, src, err := clientAddrs(o.server, o.bind)
 	if err != nil {
 		return err
 	}
-	var src netip.Addr
-	if o.bind != "" {
-		src, err = resolveHost(o.bind)
-	} else {
-		src, err = cm.SourceAddr(dst)
-	}
+	side, err := openCMSide(src, o.pcap, o.stats)
 	if err != nil {
 		return err
 	}
-	dev, rec, err := rpingDevice(&rpingOpts{pcap: o.pcap}, src)
-	if err != nil {
-		return err
-	}
-	defer closeRpingDevice(&rpingOpts{stats: o.stats}, dev, rec)
-	agent, err := cm.NewAgent(dev, nil)
-	if err != nil {
-		return err
-	}
-	defer closeAgent(agent, o.stats)
+	defer side.close()
+	dev, agent := side.dev, side.agent
 	fmt.Println("cmatose: connecting")
 	nodes := make([]*rcNode, 0, o.connections)
 	defer func() {

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/cm"
-	"github.com/goverbs/goverbs/pcap"
 	"github.com/goverbs/goverbs/verbs"
 )
 
@@ -88,23 +87,6 @@ func runUdaddy(args []string) error {
 	}
 	fmt.Printf("return status %d\n", code)
 	return status
-}
-
-// udaddyDevice opens the software device for addr (see rpingDevice).
-func udaddyDevice(o *udaddyOpts, addr netip.Addr) (*verbs.Device, *pcap.Writer, *cm.Agent, error) {
-	dev, rec, err := rpingDevice(&rpingOpts{pcap: o.pcap}, addr)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	agent, err := cm.NewAgent(dev, nil)
-	if err != nil {
-		dev.Close()
-		if rec != nil {
-			rec.Close()
-		}
-		return nil, nil, nil, err
-	}
-	return dev, rec, agent, nil
 }
 
 func newUDNode(o *udaddyOpts, dev *verbs.Device) (*udNode, error) {
@@ -206,20 +188,16 @@ func (n *udNode) poll(o *udaddyOpts, server bool) error {
 }
 
 func udaddyServer(ctx context.Context, o *udaddyOpts) error {
-	var addr netip.Addr
-	if o.bind != "" {
-		a, err := resolveHost(o.bind)
-		if err != nil {
-			return err
-		}
-		addr = a
-	}
-	dev, rec, agent, err := udaddyDevice(o, addr)
+	addr, err := serverAddr(o.bind)
 	if err != nil {
 		return err
 	}
-	defer closeRpingDevice(&rpingOpts{stats: o.stats}, dev, rec)
-	defer closeAgent(agent, o.stats)
+	side, err := openCMSide(addr, o.pcap, o.stats)
+	if err != nil {
+		return err
+	}
+	defer side.close()
+	dev, agent := side.dev, side.agent
 	l, err := agent.ListenUD(udaddyPort, 0)
 	if err != nil {
 		return fmt.Errorf("udaddy: failure trying to listen: %v", err)
@@ -275,25 +253,16 @@ func udaddyServer(ctx context.Context, o *udaddyOpts) error {
 
 func udaddyClient(ctx context.Context, o *udaddyOpts) error {
 	fmt.Println("udaddy: starting client")
-	dst, err := resolveHost(o.server)
+	dst, src, err := clientAddrs(o.server, o.bind)
 	if err != nil {
 		return err
 	}
-	var src netip.Addr
-	if o.bind != "" {
-		src, err = resolveHost(o.bind)
-	} else {
-		src, err = cm.SourceAddr(dst)
-	}
+	side, err := openCMSide(src, o.pcap, o.stats)
 	if err != nil {
 		return err
 	}
-	dev, rec, agent, err := udaddyDevice(o, src)
-	if err != nil {
-		return err
-	}
-	defer closeRpingDevice(&rpingOpts{stats: o.stats}, dev, rec)
-	defer closeAgent(agent, o.stats)
+	defer side.close()
+	dev, agent := side.dev, side.agent
 	fmt.Println("udaddy: connecting")
 	nodes := make([]*udNode, 0, o.connections)
 	defer func() {

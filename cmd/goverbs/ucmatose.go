@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
-	"os/signal"
-	"strings"
 	"time"
 
 	"github.com/goverbs/goverbs/cm"
@@ -18,16 +15,6 @@ import (
 // the connection manager, -C messages of -S bytes from the server on each, as many
 // back from the client, then the server disconnects them all. Same flags and output as
 // rdma-core's librdmacm/examples/cmatose.c.
-
-type cmatoseOpts struct {
-	server, bind string
-	port         int
-	connections  int
-	count, size  int
-	portSpace    string
-	pcap         string
-	stats        bool
-}
 
 // rcNode is one of cmatose's cmatest_nodes: an RC QP with a send and a receive CQ
 // (sq_sig_all) and one message buffer.
@@ -41,55 +28,13 @@ type rcNode struct {
 }
 
 func runUcmatose(args []string) error {
-	var o cmatoseOpts
-	fs := newFlagSet("ucmatose")
-	fs.args = "" // the addresses are flags, as in librdmacm's ucmatose
-	fs.stringVar(&o.server, "s", "server", "", "server `ADDRESS` (client mode)")
-	fs.stringVar(&o.bind, "b", "bind", "", "bind `ADDRESS`: the local software device's")
-	fs.intVar(&o.port, "p", "port", 7471, "`PORT`")
-	fs.intVar(&o.connections, "c", "connections", 1, "`CONNECTIONS`")
-	fs.intVar(&o.count, "C", "count", 10, "message `COUNT`")
-	fs.intVar(&o.size, "S", "size", 100, "message `SIZE`")
-	fs.stringVar(&o.portSpace, "P", "port-space", "tcp", "port `SPACE` (tcp)")
-	fs.stringVar(&o.pcap, "", "pcap", "", "record the packets this side sends and receives to pcap `FILE`")
-	fs.boolVar(&o.stats, "", "stats", "print the device's and the CM's counters at exit")
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
-	switch {
-	case len(pos) > 0:
-		return fmt.Errorf("unexpected argument %q (the server's address goes after -s)", pos[0])
-	case !strings.EqualFold(o.portSpace, "tcp"):
-		return fmt.Errorf("port space %q: only tcp is supported", o.portSpace)
-	case o.connections < 1 || o.count < 0 || o.size < 0:
-		return errors.New("connections must be at least 1, count and size not negative")
-	case o.port <= 0 || o.port > 65535:
-		return fmt.Errorf("invalid port %d", o.port)
-	}
-	if o.size == 0 {
-		o.count = 0
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	var status error
-	if o.server != "" {
-		status = cmatoseClient(ctx, &o)
-	} else {
-		status = cmatoseServer(ctx, &o)
-	}
-	fmt.Println("test complete")
-	code := 0
-	if status != nil {
-		code = -1 // the error itself is goverbs' last line, on stderr
-	}
-	fmt.Printf("return status %d\n", code)
-	return status
+	t := cmtest{name: "ucmatose", portSpace: "tcp", port: 7471, portFlag: true, client: cmatoseClient, server: cmatoseServer}
+	return t.run(args)
 }
 
 // newRCNode is init_node and post_recvs: the QP in INIT with its receives posted, as
 // rdma_create_qp leaves it for the CM.
-func newRCNode(o *cmatoseOpts, dev *verbs.Device) (*rcNode, error) {
+func newRCNode(o *cmtestOpts, dev *verbs.Device) (*rcNode, error) {
 	n := &rcNode{}
 	var err error
 	if n.pd, err = dev.AllocPD(); err != nil {
@@ -145,7 +90,7 @@ func (n *rcNode) close() {
 	}
 }
 
-func (n *rcNode) postSends(o *cmatoseOpts) error {
+func (n *rcNode) postSends(o *cmtestOpts) error {
 	for range o.count {
 		if err := n.qp.PostSend(verbs.SendWR{ID: 2, Opcode: verbs.WRSend, SGL: []verbs.SGE{n.mr.SGE(0, o.size)}}); err != nil {
 			return fmt.Errorf("failed to post sends: %v", err)
@@ -171,7 +116,7 @@ func pollN(w *cqWaiter, count int) error {
 	return nil
 }
 
-func cmatoseServer(ctx context.Context, o *cmatoseOpts) error {
+func cmatoseServer(ctx context.Context, o *cmtestOpts) error {
 	addr, err := serverAddr(o.bind)
 	if err != nil {
 		return err
@@ -241,7 +186,7 @@ func cmatoseServer(ctx context.Context, o *cmatoseOpts) error {
 	return nil
 }
 
-func cmatoseClient(ctx context.Context, o *cmatoseOpts) error {
+func cmatoseClient(ctx context.Context, o *cmtestOpts) error {
 	fmt.Println("cmatose: starting client")
 	dst, src, err := clientAddrs(o.server, o.bind)
 	if err != nil {

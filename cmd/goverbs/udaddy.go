@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
-	"os/signal"
-	"strings"
 	"time"
 
 	"github.com/goverbs/goverbs/cm"
@@ -21,15 +18,6 @@ import (
 // librdmacm/examples/udaddy.c.
 
 const udaddyPort = 7174 // udaddy's fixed port in the UDP port space
-
-type udaddyOpts struct {
-	server, bind string
-	connections  int
-	count, size  int
-	portSpace    string
-	pcap         string
-	stats        bool
-}
 
 // udNode is one of udaddy's cmatest_nodes: a UD QP and its message buffer.
 type udNode struct {
@@ -46,50 +34,11 @@ type udNode struct {
 }
 
 func runUdaddy(args []string) error {
-	var o udaddyOpts
-	fs := newFlagSet("udaddy")
-	fs.args = "" // the addresses are flags, as in librdmacm's udaddy
-	fs.stringVar(&o.server, "s", "server", "", "server `ADDRESS` (client mode)")
-	fs.stringVar(&o.bind, "b", "bind", "", "bind `ADDRESS`: the local software device's")
-	fs.intVar(&o.connections, "c", "connections", 1, "`CONNECTIONS`")
-	fs.intVar(&o.count, "C", "count", 10, "message `COUNT`")
-	fs.intVar(&o.size, "S", "size", 100, "message `SIZE`")
-	fs.stringVar(&o.portSpace, "P", "port-space", "udp", "port `SPACE` (udp)")
-	fs.stringVar(&o.pcap, "", "pcap", "", "record the packets this side sends and receives to pcap `FILE`")
-	fs.boolVar(&o.stats, "", "stats", "print the device's counters at exit")
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
-	switch {
-	case len(pos) > 0:
-		return fmt.Errorf("unexpected argument %q (the server's address goes after -s)", pos[0])
-	case !strings.EqualFold(o.portSpace, "udp"):
-		return fmt.Errorf("port space %q: only udp is supported", o.portSpace)
-	case o.connections < 1 || o.count < 0 || o.size < 0:
-		return errors.New("connections must be at least 1, count and size not negative")
-	}
-	if o.size == 0 {
-		o.count = 0
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	var status error
-	if o.server != "" {
-		status = udaddyClient(ctx, &o)
-	} else {
-		status = udaddyServer(ctx, &o)
-	}
-	fmt.Println("test complete")
-	code := 0
-	if status != nil {
-		code = -1 // the error itself is goverbs' last line, on stderr
-	}
-	fmt.Printf("return status %d\n", code)
-	return status
+	t := cmtest{name: "udaddy", portSpace: "udp", port: udaddyPort, portFlag: false, client: udaddyClient, server: udaddyServer}
+	return t.run(args)
 }
 
-func newUDNode(o *udaddyOpts, dev *verbs.Device) (*udNode, error) {
+func newUDNode(o *cmtestOpts, dev *verbs.Device) (*udNode, error) {
 	pa, err := dev.QueryPort(1)
 	if err != nil {
 		return nil, err
@@ -147,7 +96,7 @@ func (n *udNode) close() {
 
 // postSends sends count datagrams of size bytes, each with this QP's number as the
 // immediate data; signaled or not as udaddy's two sides do.
-func (n *udNode) postSends(o *udaddyOpts, signaled bool) error {
+func (n *udNode) postSends(o *cmtestOpts, signaled bool) error {
 	var flags verbs.SendFlags
 	if signaled {
 		flags = verbs.SendSignaled
@@ -164,7 +113,7 @@ func (n *udNode) postSends(o *udaddyOpts, signaled bool) error {
 
 // poll waits for count completions (poll_cqs). On the server, the first received
 // datagram says where the replies go: its immediate data is the client's QPN.
-func (n *udNode) poll(o *udaddyOpts, server bool) error {
+func (n *udNode) poll(o *cmtestOpts, server bool) error {
 	for done := 0; done < o.count; {
 		wcs, err := n.cq.wait()
 		if err != nil {
@@ -187,7 +136,7 @@ func (n *udNode) poll(o *udaddyOpts, server bool) error {
 	return nil
 }
 
-func udaddyServer(ctx context.Context, o *udaddyOpts) error {
+func udaddyServer(ctx context.Context, o *cmtestOpts) error {
 	addr, err := serverAddr(o.bind)
 	if err != nil {
 		return err
@@ -251,7 +200,7 @@ func udaddyServer(ctx context.Context, o *udaddyOpts) error {
 	return nil
 }
 
-func udaddyClient(ctx context.Context, o *udaddyOpts) error {
+func udaddyClient(ctx context.Context, o *cmtestOpts) error {
 	fmt.Println("udaddy: starting client")
 	dst, src, err := clientAddrs(o.server, o.bind)
 	if err != nil {

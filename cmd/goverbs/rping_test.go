@@ -1,8 +1,6 @@
 package main
 
 import (
-	"errors"
-	"io"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -10,7 +8,6 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/cm/mad"
-	"github.com/goverbs/goverbs/pcap"
 	"github.com/goverbs/goverbs/wire"
 )
 
@@ -21,11 +18,8 @@ import (
 func TestRping(t *testing.T) {
 	a, b := addrPair(t)
 	file := filepath.Join(t.TempDir(), "rping.pcap")
-	srv := startServer(t, "rdma_listen", "rping", "-s", "-a", a, "-d", "-v")
-	cli := runBin(t, 60*time.Second, "rping", "-c", "-a", a, "-I", b, "-C", "100", "-vV", "--pcap", file)
-	mustSucceed(t, "client", cli)
-	sr := srv.wait(t)
-	mustSucceed(t, "server", sr)
+	sr, cli := runCMPair(t, "rdma_listen", []string{"rping", "-s", "-a", a, "-d", "-v"},
+		[]string{"rping", "-c", "-a", a, "-I", b, "-C", "100", "-vV", "--pcap", file})
 	mustContain(t, "client", cli.stdout, "ping data: rdma-ping-0: ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqr\n",
 		"ping data: rdma-ping-99: ")
 	mustContain(t, "client", cli.stderr, "client DISCONNECT EVENT...")
@@ -37,32 +31,9 @@ func TestRping(t *testing.T) {
 
 	// The capture: every packet parses and has a correct ICRC; the CM MADs are the
 	// handshake and the disconnection; each ping is one READ and one WRITE.
-	r, f, err := pcap.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	var mads []mad.AttrID
 	ops := map[wire.Opcode]int{}
-	for {
-		_, pkt, err := r.NextIP()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		ip, udp, err := wire.ParseIPUDP(pkt)
-		if err != nil || ip.DstPort != wire.UDPPort {
-			t.Fatalf("not RoCEv2: %v", err)
-		}
-		var p wire.Packet
-		if err := p.Parse(udp, 4096); err != nil {
-			t.Fatal(err)
-		}
-		if !wire.CheckICRC(&ip, udp) {
-			t.Fatalf("%v: bad ICRC", p.BTH.Opcode())
-		}
+	eachRoCEPacket(t, file, func(p *wire.Packet) {
 		ops[p.BTH.Opcode()]++
 		if p.BTH.DestQP() == mad.QPNGSI {
 			m, err := mad.ParseCM(p.Payload)
@@ -71,7 +42,7 @@ func TestRping(t *testing.T) {
 			}
 			mads = append(mads, m.Header().AttrID())
 		}
-	}
+	})
 	// One of each. Not checked in order: the Tee on main records a send once the kernel
 	// has taken it, by which time the answer may be recorded already.
 	want := []mad.AttrID{mad.AttrREQ, mad.AttrREP, mad.AttrRTU, mad.AttrDREQ, mad.AttrDREP}

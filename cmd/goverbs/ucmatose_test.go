@@ -3,18 +3,14 @@ package main
 import (
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestUcmatose runs cmatose's server and client as two processes with three
 // connections and twenty messages each way on each.
 func TestUcmatose(t *testing.T) {
 	a, b := addrPair(t)
-	srv := startServer(t, "cmatose: starting server", "ucmatose", "-b", a, "-c", "3", "-C", "20")
-	cli := runBin(t, 60*time.Second, "ucmatose", "-s", a, "-b", b, "-c", "3", "-C", "20", "--stats")
-	mustSucceed(t, "client", cli)
-	sr := srv.wait(t)
-	mustSucceed(t, "server", sr)
+	sr, cli := runCMPair(t, "cmatose: starting server", []string{"ucmatose", "-b", a, "-c", "3", "-C", "20"},
+		[]string{"ucmatose", "-s", a, "-b", b, "-c", "3", "-C", "20", "--stats"})
 	mustContain(t, "client", cli.stdout, "cmatose: starting client\ncmatose: connecting\nreceiving data transfers\n"+
 		"sending replies\ndata transfers complete\ntest complete\nreturn status 0\n")
 	mustContain(t, "server", sr.stdout, "initiating data transfers\ncompleting sends\nreceiving data transfers\n"+

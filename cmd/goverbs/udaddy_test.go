@@ -1,15 +1,12 @@
 package main
 
 import (
-	"errors"
-	"io"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/goverbs/goverbs/cm/mad"
-	"github.com/goverbs/goverbs/pcap"
 	"github.com/goverbs/goverbs/wire"
 )
 
@@ -19,39 +16,16 @@ import (
 func TestUdaddy(t *testing.T) {
 	a, b := addrPair(t)
 	file := filepath.Join(t.TempDir(), "udaddy.pcap")
-	srv := startServer(t, "udaddy: starting server", "udaddy", "-b", a, "-c", "2")
-	cli := runBin(t, 60*time.Second, "udaddy", "-s", a, "-b", b, "-c", "2", "--pcap", file)
-	mustSucceed(t, "client", cli)
-	sr := srv.wait(t)
-	mustSucceed(t, "server", sr)
+	sr, cli := runCMPair(t, "udaddy: starting server", []string{"udaddy", "-b", a, "-c", "2"},
+		[]string{"udaddy", "-s", a, "-b", b, "-c", "2", "--pcap", file})
 	mustContain(t, "client", cli.stdout, "udaddy: starting client\nudaddy: connecting\ninitiating data transfers\n"+
 		"receiving data transfers\ndata transfers complete\ntest complete\nreturn status 0\n")
 	mustContain(t, "server", sr.stdout, "receiving data transfers\nsending replies\ndata transfers complete\n"+
 		"test complete\nreturn status 0\n")
 
-	r, f, err := pcap.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	count := map[mad.AttrID]int{}
 	sends := 0
-	for {
-		_, pkt, err := r.NextIP()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		ip, udp, err := wire.ParseIPUDP(pkt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var p wire.Packet
-		if err := p.Parse(udp, 4096); err != nil || !wire.CheckICRC(&ip, udp) {
-			t.Fatalf("bad packet: %v", err)
-		}
+	eachRoCEPacket(t, file, func(p *wire.Packet) {
 		if p.BTH.DestQP() == mad.QPNGSI {
 			m, err := mad.ParseCM(p.Payload)
 			if err != nil {
@@ -61,7 +35,7 @@ func TestUdaddy(t *testing.T) {
 		} else if p.BTH.Opcode() == wire.UDSendOnlyImm && p.DETH.QKey() == 0x01234567 {
 			sends++
 		}
-	}
+	})
 	if count[mad.AttrSIDRReq] != 2 || count[mad.AttrSIDRRep] != 2 || sends != 40 {
 		t.Fatalf("MADs %v, %d datagrams", count, sends)
 	}

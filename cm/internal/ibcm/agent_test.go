@@ -188,10 +188,7 @@ func TestRejectNoListener(t *testing.T) {
 func TestRejectByConsumer(t *testing.T) {
 	n := newNet(t)
 	A, B := n.A(), n.B()
-	B.a.Listen(svc, 8)
-	A.a.Connect(n.now, addrB, req(32, nil))
-	n.flush()
-	cb := B.takeEvent(t, EventRequest).Conn
+	_, cb := n.request(t)
 	if err := B.a.Reject(n.now, cb, mad.ReasonConsumerReject, make([]byte, mad.REJPrivateLen+1)); !errors.Is(err, ErrPrivateData) {
 		t.Fatalf("over-long REJ private data: %v", err)
 	}
@@ -211,10 +208,8 @@ func TestRejectByConsumer(t *testing.T) {
 func TestActiveRejectsREP(t *testing.T) {
 	n := newNet(t)
 	A, B := n.A(), n.B()
-	B.a.Listen(svc, 8)
-	ca, _ := A.a.Connect(n.now, addrB, req(32, nil))
-	n.flush()
-	B.a.Accept(n.now, B.takeEvent(t, EventRequest).Conn, rep(28, nil))
+	ca, cb := n.request(t)
+	B.a.Accept(n.now, cb, rep(28, nil))
 	n.flush()
 	A.takeEvent(t, EventReply)
 	if err := A.a.Reject(n.now, ca, mad.ReasonConsumerReject, nil); err != nil {
@@ -327,10 +322,7 @@ func TestREQTimeout(t *testing.T) {
 func TestSlowAcceptorMRA(t *testing.T) {
 	n := newNet(t)
 	A, B := n.A(), n.B()
-	B.a.Listen(svc, 8)
-	ca, _ := A.a.Connect(n.now, addrB, req(32, nil))
-	n.flush()
-	cb := B.takeEvent(t, EventRequest).Conn
+	ca, cb := n.request(t)
 	n.toNextDeadline() // the REQ again
 	if n.sent[mad.AttrREQ] != 2 || n.sent[mad.AttrMRA] != 1 || ca.State() != StateMRAREQRcvd || cb.State() != StateMRAREQSent {
 		t.Fatalf("sent %v states %v %v", n.sent, ca.State(), cb.State())
@@ -582,11 +574,8 @@ func TestPrivateDataBudget(t *testing.T) {
 func TestAbort(t *testing.T) {
 	n := newNet(t)
 	A, B := n.A(), n.B()
-	B.a.Listen(svc, 8)
 	// The active side gives up mid-handshake (a cancelled context).
-	ca, _ := A.a.Connect(n.now, addrB, req(32, nil))
-	n.flush()
-	B.takeEvent(t, EventRequest)
+	ca, _ := n.request(t)
 	A.a.Abort(n.now, ca)
 	n.flush()
 	if e := B.takeEvent(t, EventRejected); e.Reason != mad.ReasonTimeout {
@@ -690,13 +679,10 @@ func TestIBATime(t *testing.T) {
 func TestEstablishBeforeRTU(t *testing.T) {
 	n := newNet(t)
 	A, B := n.A(), n.B()
-	B.a.Listen(svc, 8)
+	ca, cb := n.request(t)
 	if err := B.a.Listen(svc, 8); !errors.Is(err, ErrServiceInUse) {
 		t.Fatal(err)
 	}
-	ca, _ := A.a.Connect(n.now, addrB, req(32, nil))
-	n.flush()
-	cb := B.takeEvent(t, EventRequest).Conn
 	if err := B.a.Establish(n.now, cb); !errors.Is(err, ErrState) {
 		t.Fatal("Establish before REP:", err)
 	}
@@ -718,10 +704,7 @@ func TestEstablishBeforeRTU(t *testing.T) {
 func TestMRAForREP(t *testing.T) {
 	n := newNet(t)
 	A, B := n.A(), n.B()
-	B.a.Listen(svc, 8)
-	ca, _ := A.a.Connect(n.now, addrB, req(32, nil))
-	n.flush()
-	cb := B.takeEvent(t, EventRequest).Conn
+	ca, cb := n.request(t)
 	B.a.Accept(n.now, cb, rep(28, nil))
 	n.flush()
 	m := make(mad.MAD, mad.Len)

@@ -196,3 +196,19 @@ func (n *testNet) connect(t *testing.T) (ca, cb *Conn) {
 	}
 	return ca, cb
 }
+
+// request starts the handshake most tests begin with: B listens on svc, A (QPN 32)
+// sends it a REQ, and both ends are returned as B's EventRequest leaves them.
+func (n *testNet) request(t *testing.T) (ca, cb *Conn) {
+	t.Helper()
+	A, B := n.A(), n.B()
+	if err := B.a.Listen(svc, 8); err != nil {
+		t.Fatal(err)
+	}
+	ca, err := A.a.Connect(n.now, addrB, req(32, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.flush()
+	return ca, B.takeEvent(t, EventRequest).Conn
+}

@@ -64,27 +64,38 @@ func closeAgent(a *cm.Agent, stats bool) {
 	a.Close()
 }
 
-// serverAddr is the address a server listens on: bind if given, else the invalid
-// address that makes rpingDevice take the first configured device.
-func serverAddr(bind string) (netip.Addr, error) {
-	if bind == "" {
-		return netip.Addr{}, nil
+// openServerSide opens a server's side on bind, or without it on the first
+// configured device (see rpingDevice).
+func openServerSide(bind, pcapFile string, stats bool) (*cmSide, error) {
+	var addr netip.Addr
+	if bind != "" {
+		a, err := resolveHost(bind)
+		if err != nil {
+			return nil, err
+		}
+		addr = a
 	}
-	return resolveHost(bind)
+	return openCMSide(addr, pcapFile, stats)
 }
 
-// clientAddrs resolves the server's address and the local one to reach it from: bind
-// if given, else the one the host's routes pick.
-func clientAddrs(server, bind string) (dst, src netip.Addr, err error) {
-	if dst, err = resolveHost(server); err != nil {
-		return dst, src, err
+// openClientSide resolves the server's address and opens a client's side on bind,
+// or without it on the local address the host's routes pick to reach the server.
+func openClientSide(server, bind, pcapFile string, stats bool) (*cmSide, netip.Addr, error) {
+	dst, err := resolveHost(server)
+	if err != nil {
+		return nil, dst, err
 	}
+	var src netip.Addr
 	if bind != "" {
 		src, err = resolveHost(bind)
 	} else {
 		src, err = cm.SourceAddr(dst)
 	}
-	return dst, src, err
+	if err != nil {
+		return nil, dst, err
+	}
+	side, err := openCMSide(src, pcapFile, stats)
+	return side, dst, err
 }
 
 // cmtestOpts are the flags librdmacm's cmatose and udaddy share (their common.c and

@@ -16,11 +16,7 @@ import (
 // rpingServer is rping -s: listen, and for each connection (one, or any number with -P)
 // run the server's side of the pings until the client disconnects.
 func rpingServer(ctx context.Context, o *rpingOpts) error {
-	addr, err := serverAddr(o.addr)
-	if err != nil {
-		return err
-	}
-	side, err := openCMSide(addr, o.pcap, o.stats)
+	side, err := openServerSide(o.addr, o.pcap, o.stats)
 	if err != nil {
 		return err
 	}
@@ -134,11 +130,7 @@ func (s *rpingSession) serve() error {
 
 // rpingClient is rping -c: connect, ping -C times (or until interrupted), disconnect.
 func rpingClient(ctx context.Context, o *rpingOpts) error {
-	dst, src, err := clientAddrs(o.addr, o.source)
-	if err != nil {
-		return err
-	}
-	side, err := openCMSide(src, o.pcap, o.stats)
+	side, dst, err := openClientSide(o.addr, o.source, o.pcap, o.stats)
 	if err != nil {
 		return err
 	}

@@ -117,11 +117,7 @@ func pollN(w *cqWaiter, count int) error {
 }
 
 func cmatoseServer(ctx context.Context, o *cmtestOpts) error {
-	addr, err := serverAddr(o.bind)
-	if err != nil {
-		return err
-	}
-	side, err := openCMSide(addr, o.pcap, o.stats)
+	side, err := openServerSide(o.bind, o.pcap, o.stats)
 	if err != nil {
 		return err
 	}
@@ -188,11 +184,7 @@ func cmatoseServer(ctx context.Context, o *cmtestOpts) error {
 
 func cmatoseClient(ctx context.Context, o *cmtestOpts) error {
 	fmt.Println("cmatose: starting client")
-	dst, src, err := clientAddrs(o.server, o.bind)
-	if err != nil {
-		return err
-	}
-	side, err := openCMSide(src, o.pcap, o.stats)
+	side, dst, err := openClientSide(o.server, o.bind, o.pcap, o.stats)
 	if err != nil {
 		return err
 	}

@@ -137,11 +137,7 @@ func (n *udNode) poll(o *cmtestOpts, server bool) error {
 }
 
 func udaddyServer(ctx context.Context, o *cmtestOpts) error {
-	addr, err := serverAddr(o.bind)
-	if err != nil {
-		return err
-	}
-	side, err := openCMSide(addr, o.pcap, o.stats)
+	side, err := openServerSide(o.bind, o.pcap, o.stats)
 	if err != nil {
 		return err
 	}
@@ -202,11 +198,7 @@ func udaddyServer(ctx context.Context, o *cmtestOpts) error {
 
 func udaddyClient(ctx context.Context, o *cmtestOpts) error {
 	fmt.Println("udaddy: starting client")
-	dst, src, err := clientAddrs(o.server, o.bind)
-	if err != nil {
-		return err
-	}
-	side, err := openCMSide(src, o.pcap, o.stats)
+	side, dst, err := openClientSide(o.server, o.bind, o.pcap, o.stats)
 	if err != nil {
 		return err
 	}

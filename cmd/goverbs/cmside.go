@@ -1,13 +1,9 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
-	"os/signal"
-	"strings"
 
 	"github.com/goverbs/goverbs/cm"
 	"github.com/goverbs/goverbs/pcap"
@@ -96,78 +92,4 @@ func openClientSide(server, bind, pcapFile string, stats bool) (*cmSide, netip.A
 	}
 	side, err := openCMSide(src, pcapFile, stats)
 	return side, dst, err
-}
-
-// cmtestOpts are the flags librdmacm's cmatose and udaddy share (their common.c and
-// option parsing).
-type cmtestOpts struct {
-	server, bind string
-	port         int
-	connections  int
-	count, size  int
-	portSpace    string
-	pcap         string
-	stats        bool
-}
-
-// cmtest is one of librdmacm's cmatose-style examples: its name, the one port space
-// it speaks, its port (a -p flag only when portFlag: udaddy's is fixed), and its
-// two sides.
-type cmtest struct {
-	name           string
-	portSpace      string
-	port           int
-	portFlag       bool
-	client, server func(context.Context, *cmtestOpts) error
-}
-
-// run parses args, runs the side they ask for, and ends with the two lines the C
-// examples end with.
-func (t *cmtest) run(args []string) error {
-	o := cmtestOpts{port: t.port}
-	fs := newFlagSet(t.name)
-	fs.args = "" // the addresses are flags, as in librdmacm's examples
-	fs.stringVar(&o.server, "s", "server", "", "server `ADDRESS` (client mode)")
-	fs.stringVar(&o.bind, "b", "bind", "", "bind `ADDRESS`: the local software device's")
-	if t.portFlag {
-		fs.intVar(&o.port, "p", "port", t.port, "`PORT`")
-	}
-	fs.intVar(&o.connections, "c", "connections", 1, "`CONNECTIONS`")
-	fs.intVar(&o.count, "C", "count", 10, "message `COUNT`")
-	fs.intVar(&o.size, "S", "size", 100, "message `SIZE`")
-	fs.stringVar(&o.portSpace, "P", "port-space", t.portSpace, "port `SPACE` ("+t.portSpace+")")
-	fs.stringVar(&o.pcap, "", "pcap", "", "record the packets this side sends and receives to pcap `FILE`")
-	fs.boolVar(&o.stats, "", "stats", "print the device's and the CM's counters at exit")
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
-	switch {
-	case len(pos) > 0:
-		return fmt.Errorf("unexpected argument %q (the server's address goes after -s)", pos[0])
-	case !strings.EqualFold(o.portSpace, t.portSpace):
-		return fmt.Errorf("port space %q: only %s is supported", o.portSpace, t.portSpace)
-	case o.connections < 1 || o.count < 0 || o.size < 0:
-		return errors.New("connections must be at least 1, count and size not negative")
-	case o.port <= 0 || o.port > 65535:
-		return fmt.Errorf("invalid port %d", o.port)
-	}
-	if o.size == 0 {
-		o.count = 0
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	var status error
-	if o.server != "" {
-		status = t.client(ctx, &o)
-	} else {
-		status = t.server(ctx, &o)
-	}
-	fmt.Println("test complete")
-	code := 0
-	if status != nil {
-		code = -1 // the error itself is goverbs' last line, on stderr
-	}
-	fmt.Printf("return status %d\n", code)
-	return status
 }

@@ -122,53 +122,35 @@ func cmatoseServer(ctx context.Context, o *cmtestOpts) error {
 		return err
 	}
 	defer side.close()
-	dev, agent := side.dev, side.agent
-	l, err := agent.Listen(uint16(o.port), 0)
+	l, err := side.agent.Listen(uint16(o.port), 0)
 	if err != nil {
 		return fmt.Errorf("cmatose: failure trying to listen: %v", err)
 	}
 	defer l.Close()
 	fmt.Println("cmatose: starting server") // once listening: a client may come at once
-	nodes := make([]*rcNode, 0, o.connections)
-	defer func() {
-		for _, n := range nodes {
-			n.close()
-		}
-	}()
-	for len(nodes) < o.connections {
-		req, err := l.Accept(ctx)
-		if err != nil {
+	var nodes cmtestNodes[*rcNode]
+	defer func() { nodes.close() }()
+	err = nodes.accept(ctx, "cmatose", l, o.connections,
+		func() (*rcNode, error) { return newRCNode(o, side.dev) },
+		func(req *cm.Request, n *rcNode) (err error) {
+			n.conn, err = req.Accept(ctx, &cm.Param{QP: n.qp, ResponderResources: 1, InitiatorDepth: 1})
 			return err
-		}
-		n, err := newRCNode(o, dev)
-		if err != nil {
-			fmt.Println("cmatose: failing connection request")
-			req.Reject(nil)
-			return err
-		}
-		nodes = append(nodes, n)
-		if n.conn, err = req.Accept(ctx, &cm.Param{QP: n.qp, ResponderResources: 1, InitiatorDepth: 1}); err != nil {
-			return fmt.Errorf("cmatose: failure accepting: %v", err)
-		}
+		})
+	if err != nil {
+		return err
 	}
 	if o.count > 0 {
 		fmt.Println("initiating data transfers")
-		for _, n := range nodes {
-			if err := n.postSends(o); err != nil {
-				return err
-			}
+		if err := nodes.each(func(n *rcNode) error { return n.postSends(o) }); err != nil {
+			return err
 		}
 		fmt.Println("completing sends")
-		for _, n := range nodes {
-			if err := pollN(n.sendCQ, o.count); err != nil {
-				return err
-			}
+		if err := nodes.each(func(n *rcNode) error { return pollN(n.sendCQ, o.count) }); err != nil {
+			return err
 		}
 		fmt.Println("receiving data transfers")
-		for _, n := range nodes {
-			if err := pollN(n.recvCQ, o.count); err != nil {
-				return err
-			}
+		if err := nodes.each(func(n *rcNode) error { return pollN(n.recvCQ, o.count) }); err != nil {
+			return err
 		}
 		fmt.Println("data transfers complete")
 	}
@@ -189,42 +171,33 @@ func cmatoseClient(ctx context.Context, o *cmtestOpts) error {
 		return err
 	}
 	defer side.close()
-	dev, agent := side.dev, side.agent
 	fmt.Println("cmatose: connecting")
-	nodes := make([]*rcNode, 0, o.connections)
-	defer func() {
-		for _, n := range nodes {
-			n.close()
-		}
-	}()
-	for range o.connections {
-		n, err := newRCNode(o, dev)
-		if err != nil {
-			return err
-		}
-		nodes = append(nodes, n)
-		n.conn, err = agent.Dial(ctx, netip.AddrPortFrom(dst, uint16(o.port)),
-			&cm.Param{QP: n.qp, ResponderResources: 1, InitiatorDepth: 1, RetryCount: 5})
-		if err != nil {
+	var nodes cmtestNodes[*rcNode]
+	defer func() { nodes.close() }()
+	err = nodes.connect(o.connections,
+		func() (*rcNode, error) { return newRCNode(o, side.dev) },
+		func(n *rcNode) (err error) {
+			n.conn, err = side.agent.Dial(ctx, netip.AddrPortFrom(dst, uint16(o.port)),
+				&cm.Param{QP: n.qp, ResponderResources: 1, InitiatorDepth: 1, RetryCount: 5})
 			var rej *cm.RejectError
 			if errors.As(err, &rej) {
 				return fmt.Errorf("cmatose: event: RDMA_CM_EVENT_REJECTED, error: %d", rej.Reason)
+			} else if err != nil {
+				return fmt.Errorf("cmatose: failure connecting: %v", err)
 			}
-			return fmt.Errorf("cmatose: failure connecting: %v", err)
-		}
+			return nil
+		})
+	if err != nil {
+		return err
 	}
 	if o.count > 0 {
 		fmt.Println("receiving data transfers")
-		for _, n := range nodes {
-			if err := pollN(n.recvCQ, o.count); err != nil {
-				return err
-			}
+		if err := nodes.each(func(n *rcNode) error { return pollN(n.recvCQ, o.count) }); err != nil {
+			return err
 		}
 		fmt.Println("sending replies")
-		for _, n := range nodes {
-			if err := n.postSends(o); err != nil {
-				return err
-			}
+		if err := nodes.each(func(n *rcNode) error { return n.postSends(o) }); err != nil {
+			return err
 		}
 		fmt.Println("data transfers complete")
 	}

@@ -142,55 +142,34 @@ func udaddyServer(ctx context.Context, o *cmtestOpts) error {
 		return err
 	}
 	defer side.close()
-	dev, agent := side.dev, side.agent
-	l, err := agent.ListenUD(udaddyPort, 0)
+	l, err := side.agent.ListenUD(udaddyPort, 0)
 	if err != nil {
 		return fmt.Errorf("udaddy: failure trying to listen: %v", err)
 	}
 	defer l.Close()
 	fmt.Println("udaddy: starting server") // once listening: a client may come at once
-	nodes := make([]*udNode, 0, o.connections)
-	defer func() {
-		for _, n := range nodes {
-			n.close()
-		}
-	}()
-	for len(nodes) < o.connections {
-		req, err := l.Accept(ctx)
-		if err != nil {
-			return err
-		}
-		n, err := newUDNode(o, dev)
-		if err != nil {
-			fmt.Println("udaddy: failing connection request")
-			req.Reject(nil)
-			return err
-		}
-		n.replyTo = req.Remote.Addr()
-		nodes = append(nodes, n)
-		if err := req.AcceptUD(&cm.Param{QP: n.qp}); err != nil {
-			return fmt.Errorf("udaddy: failure accepting: %v", err)
-		}
+	var nodes cmtestNodes[*udNode]
+	defer func() { nodes.close() }()
+	err = nodes.accept(ctx, "udaddy", l, o.connections,
+		func() (*udNode, error) { return newUDNode(o, side.dev) },
+		func(req *cm.Request, n *udNode) error {
+			n.replyTo = req.Remote.Addr()
+			return req.AcceptUD(&cm.Param{QP: n.qp})
+		})
+	if err != nil || o.count == 0 {
+		return err
 	}
-	if o.count == 0 {
-		return nil
-	}
+	poll := func(n *udNode) error { return n.poll(o, true) }
 	fmt.Println("receiving data transfers")
-	for _, n := range nodes {
-		if err := n.poll(o, true); err != nil {
-			return err
-		}
+	if err := nodes.each(poll); err != nil {
+		return err
 	}
 	fmt.Println("sending replies")
-	for _, n := range nodes {
-		if err := n.postSends(o, true); err != nil {
-			return err
-		}
+	if err := nodes.each(func(n *udNode) error { return n.postSends(o, true) }); err != nil {
+		return err
 	}
-	for _, n := range nodes {
-		if err := n.poll(o, true); err != nil {
-			return err
-		}
+	if err := nodes.each(poll); err != nil {
+		return err
 	}
 	fmt.Println("data transfers complete")
 	return nil
@@ -203,46 +182,34 @@ func udaddyClient(ctx context.Context, o *cmtestOpts) error {
 		return err
 	}
 	defer side.close()
-	dev, agent := side.dev, side.agent
 	fmt.Println("udaddy: connecting")
-	nodes := make([]*udNode, 0, o.connections)
-	defer func() {
-		for _, n := range nodes {
-			n.close()
-		}
-	}()
-	for range o.connections {
-		n, err := newUDNode(o, dev)
-		if err != nil {
-			return err
-		}
-		nodes = append(nodes, n)
-		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		d, err := agent.ResolveUD(rctx, netip.AddrPortFrom(dst, udaddyPort), &cm.Param{QP: n.qp})
-		cancel()
-		if err != nil {
+	var nodes cmtestNodes[*udNode]
+	defer func() { nodes.close() }()
+	err = nodes.connect(o.connections,
+		func() (*udNode, error) { return newUDNode(o, side.dev) },
+		func(n *udNode) error {
+			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			d, err := side.agent.ResolveUD(rctx, netip.AddrPortFrom(dst, udaddyPort), &cm.Param{QP: n.qp})
 			var serr *cm.SIDRError
 			if errors.As(err, &serr) {
 				return fmt.Errorf("udaddy: event: RDMA_CM_EVENT_UNREACHABLE, error: %d", serr.Status)
+			} else if err != nil {
+				return fmt.Errorf("udaddy: failure connecting: %v", err)
 			}
-			return fmt.Errorf("udaddy: failure connecting: %v", err)
-		}
-		n.ah, n.remote, n.qkey = d.AH, d.QPN, d.QKey
-	}
-	if o.count == 0 {
-		return nil
+			n.ah, n.remote, n.qkey = d.AH, d.QPN, d.QKey
+			return nil
+		})
+	if err != nil || o.count == 0 {
+		return err
 	}
 	fmt.Println("initiating data transfers")
-	for _, n := range nodes {
-		if err := n.postSends(o, false); err != nil {
-			return err
-		}
+	if err := nodes.each(func(n *udNode) error { return n.postSends(o, false) }); err != nil {
+		return err
 	}
 	fmt.Println("receiving data transfers")
-	for _, n := range nodes {
-		if err := n.poll(o, false); err != nil {
-			return err
-		}
+	if err := nodes.each(func(n *udNode) error { return n.poll(o, false) }); err != nil {
+		return err
 	}
 	fmt.Println("data transfers complete")
 	return nil

@@ -150,8 +150,7 @@ func TestDisconnectAndTimeWait(t *testing.T) {
 			if n.sent[mad.AttrDREP] != 1 {
 				t.Fatal("no DREP for a DREQ in TimeWait")
 			}
-			for n.toNextDeadline() {
-			}
+			n.runTimers()
 			from.takeEvent(t, EventTimeWaitExit)
 			to.takeEvent(t, EventTimeWaitExit)
 			from.noEvents(t)
@@ -200,8 +199,9 @@ func TestRejectByConsumer(t *testing.T) {
 	if e.Reason != mad.ReasonConsumerReject || !bytes.HasPrefix(e.PrivateData, []byte("go away")) {
 		t.Fatalf("event %+v", e)
 	}
-	if A.a.Conns() != 0 || B.a.Conns() != 0 || B.a.listeners[svc].pending != 0 {
-		t.Fatal("state left behind")
+	n.noConns(t)
+	if B.a.listeners[svc].pending != 0 {
+		t.Fatal("REQ still pending at the listener")
 	}
 }
 
@@ -219,9 +219,7 @@ func TestActiveRejectsREP(t *testing.T) {
 	if e := B.takeEvent(t, EventRejected); e.Reason != mad.ReasonConsumerReject {
 		t.Fatalf("event %+v", e)
 	}
-	if A.a.Conns()+B.a.Conns() != 0 {
-		t.Fatal("state left behind")
-	}
+	n.noConns(t)
 }
 
 // Each handshake message lost once: the timers bring it back.
@@ -296,8 +294,7 @@ func TestREQTimeout(t *testing.T) {
 	start := n.now
 	ca, _ := A.a.Connect(n.now, addrB, req(32, nil))
 	n.flush()
-	for n.toNextDeadline() {
-	}
+	n.runTimers()
 	if n.sent[mad.AttrREQ] != 4 {
 		t.Fatalf("REQ sent %d times", n.sent[mad.AttrREQ])
 	}
@@ -312,9 +309,7 @@ func TestREQTimeout(t *testing.T) {
 	if got := n.now.Sub(start); got != want {
 		t.Fatalf("gave up after %v, want %v", got, want)
 	}
-	if A.a.Conns() != 0 {
-		t.Fatal("connection left behind")
-	}
+	n.noConns(t)
 }
 
 // A slow acceptor: the repeated REQ draws an MRA, after which the active
@@ -369,8 +364,7 @@ func TestPassiveForgetsVanishedPeer(t *testing.T) {
 	n.flush()
 	cb := B.takeEvent(t, EventRequest).Conn
 	delete(n.nodes, addrA) // crashed
-	for n.toNextDeadline() {
-	}
+	n.runTimers()
 	if e := B.takeEvent(t, EventTimeout); e.Conn != cb || B.a.Conns() != 0 || B.a.listeners[svc].pending != 0 {
 		t.Fatalf("event %+v conns %d", e, B.a.Conns())
 	}
@@ -381,15 +375,12 @@ func TestPassiveForgetsVanishedPeer(t *testing.T) {
 	cb = B.takeEvent(t, EventRequest).Conn
 	delete(n.nodes, addrA)
 	B.a.Accept(n.now, cb, rep(28, nil))
-	for n.toNextDeadline() {
-	}
+	n.runTimers()
 	if n.sent[mad.AttrREP] != 4 {
 		t.Fatalf("REP sent %d times", n.sent[mad.AttrREP])
 	}
 	B.takeEvent(t, EventTimeout)
-	if B.a.Conns() != 0 {
-		t.Fatal("connection left behind")
-	}
+	n.noConns(t)
 }
 
 func TestBacklog(t *testing.T) {
@@ -445,12 +436,9 @@ func TestStaleConnection(t *testing.T) {
 	if !errors.Is(n.errs[0], ErrStaleRequest) {
 		t.Fatalf("errs %v", n.errs)
 	}
-	for n.toNextDeadline() {
-	}
+	n.runTimers()
 	B.takeEvent(t, EventDisconnected)
-	if B.a.Conns() != 0 || A2.a.Conns() != 0 {
-		t.Fatal("left behind")
-	}
+	n.noConns(t)
 }
 
 func TestDuplicateREQInTimeWait(t *testing.T) {

@@ -212,3 +212,19 @@ func (n *testNet) request(t *testing.T) (ca, cb *Conn) {
 	n.flush()
 	return ca, B.takeEvent(t, EventRequest).Conn
 }
+
+// runTimers jumps from deadline to deadline until no agent has a timer left.
+func (n *testNet) runTimers() {
+	for n.toNextDeadline() {
+	}
+}
+
+// noConns fails the test if any agent on the network still holds a connection.
+func (n *testNet) noConns(t *testing.T) {
+	t.Helper()
+	for addr, nd := range n.nodes {
+		if c := nd.a.Conns(); c != 0 {
+			t.Fatalf("%v still holds %d connections", addr, c)
+		}
+	}
+}

@@ -93,8 +93,7 @@ func TestSIDRTimeout(t *testing.T) {
 	A := n.A()
 	ca, _ := A.a.SIDRRequest(n.now, addrB, sidrReq(nil))
 	n.flush()
-	for n.toNextDeadline() {
-	}
+	n.runTimers()
 	if e := A.takeEvent(t, EventTimeout); e.Conn != ca || n.sent[mad.AttrSIDRReq] != 4 || A.a.Conns() != 0 {
 		t.Fatalf("%+v, %d sent", e, n.sent[mad.AttrSIDRReq])
 	}

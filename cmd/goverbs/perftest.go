@@ -88,6 +88,13 @@ func runPerf(t perfTest, lat bool, args []string) error {
 			if s.cm, err = newPerfCM(ep, true, o.port, netip.AddrPort{}); err != nil {
 				return err
 			}
+			out.textf("\n************************************\n* Waiting for client to connect... *\n************************************\n")
+			w, err := acceptCMWire(intr.ctx, s.cm)
+			if err != nil {
+				return intr.result(err)
+			}
+			defer w.Close()
+			return intr.result(s.serve(w))
 		}
 		l, err := listen(ep.addr, o.port)
 		if err != nil {
@@ -111,6 +118,13 @@ func runPerf(t perfTest, lat bool, args []string) error {
 		if s.cm, err = newPerfCM(ep, false, o.port, netip.AddrPortFrom(a, uint16(o.port))); err != nil {
 			return err
 		}
+		w, err := dialCMWire(intr.ctx, s.cm)
+		if err != nil {
+			return intr.result(err)
+		}
+		defer w.Close()
+		s.isClient = true
+		return intr.result(s.client(w))
 	}
 	c, err := dial(server, o.port)
 	if err != nil {
@@ -175,6 +189,8 @@ func runLoopback(intr *interrupter, t perfTest, lat bool, o perfOpts, out *print
 			return err
 		}
 		defer cli.closeCM()
+		l.Close() // its port number only: with -R the exchange goes over rdma_cm
+		return loopbackCM(intr, srv, cli)
 	}
 	errc := make(chan error, 1)
 	go func() {
@@ -483,7 +499,7 @@ func (s *perfSide) printHeader() {
 	}
 	o.textf(" Max inline data : %d[B]\n", s.o.inline)
 	o.textf(" rdma_cm QPs\t : %s\n", onOff(s.o.rdmaCM))
-	o.textf(" Data ex. method : Ethernet\n")
+	o.textf(" Data ex. method : %s\n", map[bool]string{false: "Ethernet", true: "rdma_cm"}[s.o.rdmaCM])
 	o.textf("%s\n", resultLine)
 	line := func(which string, d perfDest) {
 		out := ""
@@ -508,7 +524,7 @@ func (s *perfSide) printHeader() {
 }
 
 func (s *perfSide) client(c net.Conn) error {
-	goverbs, ver, err := hello(c, true, s.o.perftest)
+	goverbs, ver, err := hello(c, true, s.o.perftest || s.o.rdmaCM) // -R: perftest's exchange only, over rdma_cm
 	if err != nil {
 		return err
 	}
@@ -550,7 +566,7 @@ func (s *perfSide) client(c net.Conn) error {
 }
 
 func (s *perfSide) serve(c net.Conn) error {
-	goverbs, ver, err := hello(c, false, s.o.perftest)
+	goverbs, ver, err := hello(c, false, s.o.perftest || s.o.rdmaCM)
 	if err != nil {
 		return err
 	}

@@ -208,24 +208,51 @@ func parseKeyRecord(b []byte) (perfDest, error) {
 	return d, nil
 }
 
+// xchgKey exchanges one QP record: perftest's text over TCP, its binary struct over
+// rdma_cm (rdma_write_keys), whose length the peer's version decides.
+func (w *pwire) xchgKey(d perfDest, what string) (perfDest, error) {
+	cw, ok := w.c.(*cmWire)
+	if !ok {
+		b, err := w.xchg(keyRecord(d), what)
+		if err != nil {
+			return perfDest{}, err
+		}
+		return parseKeyRecord(b)
+	}
+	mine := keyRecordBin(d, w.ver)
+	if w.client {
+		if err := writeAll(cw, mine, what); err != nil {
+			return perfDest{}, err
+		}
+	}
+	b, err := cw.readMsg()
+	if err != nil {
+		return perfDest{}, fmt.Errorf("couldn't read the peer's %s: %v", what, err)
+	}
+	if !w.client {
+		if err := writeAll(cw, mine, what); err != nil {
+			return perfDest{}, err
+		}
+	}
+	return parseKeyRecordBin(b)
+}
+
 // keys exchanges every QP's record and keeps the peer's.
 func (s *perfSide) keys(w *pwire) error {
 	s.remote = make([]perfDest, len(s.local))
 	for i, d := range s.local {
-		b, err := w.xchg(keyRecord(d), "QP record")
+		r, err := w.xchgKey(d, "QP record")
 		if err != nil {
 			return err
 		}
-		if s.remote[i], err = parseKeyRecord(b); err != nil {
-			return err
-		}
+		s.remote[i] = r
 	}
 	return nil
 }
 
 // handshake is perftest's ctx_hand_shake used as a barrier: QP 0's record once more.
 func (s *perfSide) handshake(w *pwire) error {
-	_, err := w.xchg(keyRecord(s.local[0]), "handshake")
+	_, err := w.xchgKey(s.local[0], "handshake")
 	return err
 }
 

@@ -48,6 +48,7 @@ type perfCM struct {
 	l       *cm.Listener   // the server's, until every QP is connected
 	server  netip.AddrPort // the client's peer
 	conns   []*cm.Conn
+	wire    *cmWire // the exchange's connection (perfcmwire.go)
 }
 
 // newPerfCM starts the CM on the endpoint's device. A server listens at once on port,
@@ -164,6 +165,9 @@ func (s *perfSide) closeCM() {
 	}
 	if c.l != nil {
 		c.l.Close()
+	}
+	if c.wire != nil {
+		c.wire.Close() // after the data QPs' connections, as perftest destroys its comm context last
 	}
 	closeAgent(c.agent, s.ep.stats) // with --stats, the CM's MAD counters first
 }

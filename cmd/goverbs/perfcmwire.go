@@ -130,6 +130,7 @@ func dialCMWire(ctx context.Context, c *perfCM) (*cmWire, error) {
 		return nil, fmt.Errorf("-R: couldn't connect the exchange to %v: %v", c.server, err)
 	}
 	w.connected(conn)
+	c.wire = w
 	return w, nil
 }
 
@@ -151,6 +152,7 @@ func acceptCMWire(ctx context.Context, c *perfCM) (*cmWire, error) {
 		return nil, fmt.Errorf("-R: rdma_accept of the exchange: %v", err)
 	}
 	w.connected(conn)
+	c.wire = w
 	return w, nil
 }
 
@@ -297,14 +299,12 @@ func loopbackCM(intr *interrupter, srv, cli *perfSide) error {
 			errc <- err
 			return
 		}
-		defer w.Close()
 		errc <- srv.serve(w)
 	}()
 	w, err := dialCMWire(intr.ctx, cli.cm)
 	if err != nil {
 		return err
 	}
-	defer w.Close()
 	intr.onStop(func() { w.Close() })
 	if err := cli.client(w); err != nil {
 		return err

@@ -93,7 +93,6 @@ func runPerf(t perfTest, lat bool, args []string) error {
 			if err != nil {
 				return intr.result(err)
 			}
-			defer w.Close()
 			return intr.result(s.serve(w))
 		}
 		l, err := listen(ep.addr, o.port)
@@ -122,7 +121,6 @@ func runPerf(t perfTest, lat bool, args []string) error {
 		if err != nil {
 			return intr.result(err)
 		}
-		defer w.Close()
 		s.isClient = true
 		return intr.result(s.client(w))
 	}

@@ -12,15 +12,16 @@ import (
 
 // perftest's -R (--rdma_cm): the QPs are connected by the connection manager (package
 // cm: the IB CM in MADs on QP1, as Linux's rdma_cm on RoCE) instead of being moved to
-// RTR and RTS with the QPN and PSN of the TCP exchange. The TCP exchange still carries
-// everything else: versions, MTU, the key records with RKeys and addresses, the
-// handshakes and reports. Learned from perftest's create_rdma_cm_connection
+// RTR and RTS with the QPN and PSN of the exchange. The exchange itself (versions, MTU,
+// key records, handshakes, reports) goes over an rdma_cm connection of its own
+// (perfcmwire.go), never TCP. Learned from perftest's create_rdma_cm_connection
 // (perftest_communication.c), after the QPs exist and before the first key record:
 //
 //   - a handshake, so that both sides are past their setup;
 //   - the server listens on the TCP port's number in rdma_cm's own port space (RDMA_PS_TCP)
 //     and gives its QP i to the i-th request (perftest's backlog is the QP count; ours is
-//     the most QPs a run may have, since a goverbs server learns the count from its client);
+//     the most QPs a run may have). Ours listens from the start and keeps listening,
+//     where perftest listens anew here: its first request was the exchange's;
 //   - the client connects one rdma_cm id per QP to that port, with no private data
 //     (rdma_getaddrinfo's ai_connect is empty on RoCE), and, since the server may not be
 //     listening yet, tries again up to 10 times 100 ms apart;

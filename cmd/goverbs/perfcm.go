@@ -179,3 +179,11 @@ func onOff(on bool) string {
 	}
 	return "OFF"
 }
+
+// dataExMethod is the banner's "Data ex. method": perftest's -R exchanges over rdma_cm.
+func (o *perfOpts) dataExMethod() string {
+	if o.rdmaCM {
+		return "rdma_cm"
+	}
+	return "Ethernet"
+}

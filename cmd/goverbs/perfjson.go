@@ -87,7 +87,7 @@ func (s *perfSide) testInfo() []kv {
 	if s.t == testRead || s.t == testAtomic {
 		info = append(info, kv{"Outstand_reads", s.o.outs})
 	}
-	return append(info, kv{"rdma_cm_QPs", onOff(s.o.rdmaCM)}, kv{"Data_ex_method", "Ethernet"})
+	return append(info, kv{"rdma_cm_QPs", onOff(s.o.rdmaCM)}, kv{"Data_ex_method", s.o.dataExMethod()})
 }
 
 func bwResults(r bwRow, gb, cpu bool) []kv {

@@ -497,7 +497,7 @@ func (s *perfSide) printHeader() {
 	}
 	o.textf(" Max inline data : %d[B]\n", s.o.inline)
 	o.textf(" rdma_cm QPs\t : %s\n", onOff(s.o.rdmaCM))
-	o.textf(" Data ex. method : %s\n", map[bool]string{false: "Ethernet", true: "rdma_cm"}[s.o.rdmaCM])
+	o.textf(" Data ex. method : %s\n", s.o.dataExMethod())
 	o.textf("%s\n", resultLine)
 	line := func(which string, d perfDest) {
 		out := ""

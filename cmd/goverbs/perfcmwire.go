@@ -44,10 +44,10 @@ type cmWire struct {
 	rbuf, sbuf    []byte
 	rmr, smr      *verbs.MR
 	cur           []byte // the unread rest of the message last received
-	lastLen       int    // the length of the message last received
 	deadline      time.Time
 	closed        chan struct{}
 	once          sync.Once
+	wc            [1]verbs.WC
 	local, remote net.Addr
 }
 
@@ -199,7 +199,7 @@ func (w *cmWire) Read(b []byte) (int, error) {
 		if err := w.postRecv(slot); err != nil {
 			return 0, err
 		}
-		w.cur, w.lastLen = msg, len(msg)
+		w.cur = msg
 	}
 	n := copy(b, w.cur)
 	w.cur = w.cur[n:]
@@ -208,14 +208,15 @@ func (w *cmWire) Read(b []byte) (int, error) {
 
 // next waits for one completion on q: for as long as the other side's run takes, but
 // no longer than the deadline, the wire's closing or the connection's end.
+// It polls one completion at a time: a goverbs peer's messages may wait several at once.
 func (w *cmWire) next(q *cqWaiter, deadline time.Time) (verbs.WC, error) {
+	poll := func() (verbs.WC, bool, error) {
+		n, err := q.cq.Poll(w.wc[:])
+		return w.wc[0], n > 0, err
+	}
 	for {
-		wcs, err := q.tryPoll()
-		if err != nil {
-			return verbs.WC{}, err
-		}
-		if len(wcs) > 0 {
-			return wcs[0], nil // depth-1 use: one completion at a time
+		if wc, ok, err := poll(); err != nil || ok {
+			return wc, err
 		}
 		select {
 		case <-w.closed:
@@ -230,14 +231,11 @@ func (w *cmWire) next(q *cqWaiter, deadline time.Time) (verbs.WC, error) {
 		if err := q.cq.RequestNotify(false); err != nil {
 			return verbs.WC{}, err
 		}
-		if wcs, err := q.tryPoll(); err != nil || len(wcs) > 0 {
-			if err != nil {
-				return verbs.WC{}, err
-			}
-			return wcs[0], nil
+		if wc, ok, err := poll(); err != nil || ok {
+			return wc, err
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		_, err = q.ch.Wait(ctx)
+		_, err := q.ch.Wait(ctx)
 		cancel()
 		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 			return verbs.WC{}, err

@@ -49,6 +49,11 @@ type Agent struct {
 	listeners map[uint64]*Listener // by service ID
 	conns     map[*Conn]struct{}
 	closed    bool
+	// sending counts the do calls whose MADs are on their way to the port;
+	// Close waits for them (sent signals it) so that what the CM said before
+	// the agent closed, a DREP above all, reaches the wire.
+	sending int
+	sent0   sync.Cond
 
 	sent, received, dropped, sendErrs atomic.Uint64
 }
@@ -69,6 +74,7 @@ func newAgent(dev *verbs.Device, port madPort, cfg *Config) (*Agent, error) {
 	}
 	a := &Agent{dev: dev, gid: gid, addr: gid.Addr(), mtu: pa.ActiveMTU, guid: guid, port: port,
 		cm: ibcm.New(icfg), listeners: map[uint64]*Listener{}, conns: map[*Conn]struct{}{}}
+	a.sent0.L = &a.mu
 	a.timer = time.AfterFunc(time.Hour, a.tick)
 	a.timer.Stop()
 	port.SetMADHandler(a.input)
@@ -114,6 +120,15 @@ func (a *Agent) Close() error {
 		c.finish(ErrClosed)
 	}
 	a.timer.Stop()
+	// A DREP the CM produced just before (the peer disconnected and our user,
+	// seeing it, closed the device) may still be between the lock and the
+	// port: lost, the peer would retry its DREQ into the void and keep the
+	// connection, making our next REQ from the same QPN stale.
+	a.mu.Lock()
+	for a.sending > 0 {
+		a.sent0.Wait()
+	}
+	a.mu.Unlock()
 	return a.port.Close()
 }
 
@@ -129,13 +144,23 @@ func (a *Agent) do(f func(now time.Time) error) error {
 	} else {
 		a.timer.Stop()
 	}
+	if len(outs) > 0 {
+		a.sending++
+	}
 	a.mu.Unlock()
-	for i := range outs {
-		if e := a.port.SendMAD(outs[i].To, outs[i].MAD[:]); e != nil {
-			a.sendErrs.Add(1)
-		} else {
-			a.sent.Add(1)
+	if len(outs) > 0 {
+		for i := range outs {
+			if e := a.port.SendMAD(outs[i].To, outs[i].MAD[:]); e != nil {
+				a.sendErrs.Add(1)
+			} else {
+				a.sent.Add(1)
+			}
 		}
+		a.mu.Lock()
+		if a.sending--; a.sending == 0 {
+			a.sent0.Broadcast()
+		}
+		a.mu.Unlock()
 	}
 	for _, e := range evs {
 		a.dispatch(e)

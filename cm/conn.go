@@ -108,6 +108,7 @@ func (c *Conn) sendDREQ(privateData []byte) error {
 func (c *Conn) Close() error {
 	err := c.sendDREQ(nil)
 	c.finish(ErrDisconnected)
+	<-c.done // a finish under way elsewhere may still be moving the QP to ERR
 	c.mu.Lock()
 	qp, own := c.qp, c.ownQP
 	c.ownQP = false
@@ -120,7 +121,10 @@ func (c *Conn) Close() error {
 	return err
 }
 
-// finish ends the connection once: the QP to the error state, Done closed.
+// finish ends the connection once: the QP to the error state, then Done
+// closed, as rdma_cm moves the QP to ERR before it reports
+// RDMA_CM_EVENT_DISCONNECTED, so that whoever sees Done finds the QP
+// flushing.
 func (c *Conn) finish(why error) {
 	c.mu.Lock()
 	if c.err != nil {
@@ -129,11 +133,11 @@ func (c *Conn) finish(why error) {
 	}
 	c.err = why
 	qp := c.qp
-	close(c.done)
 	c.mu.Unlock()
 	if qp != nil {
 		qp.Modify(&verbs.QPAttr{State: verbs.QPStateErr}, verbs.QPAttrState)
 	}
+	close(c.done)
 	c.a.track(c, false)
 }
 

@@ -172,6 +172,7 @@ func (cq *CQ) push(wc *driver.WC, solicited bool) {
 	}
 	cq.mu.Unlock()
 	if fire != nil {
+		cq.dev.woke.Store(true)
 		fire()
 	}
 }

@@ -90,6 +90,10 @@ type Device struct {
 	rxMu   sync.Mutex
 	poller netio.Poller  // busy-poll mode
 	polls  atomic.Uint32 // CQ-driven polls so far (busy-poll mode; busyLoop watches it)
+	// woke is set when a completion wakes a CQ's event handler (a completion channel's
+	// waiter) during a receive batch; the default-mode drive then lets that waiter run
+	// before it sends the batch's ACKs (processRx).
+	woke   atomic.Bool
 	rxMsgs []netio.Message
 	rxPkt  wire.Packet
 	acks   deviceAcks

@@ -149,8 +149,20 @@ func (d *Device) pollLocked(slots int) {
 
 // processRx runs the first n messages of the receive batch through the device and sends
 // the ACKs they earned.
+//
+// When the batch woke a completion channel's waiter and ACKs are owed, the receive
+// goroutine yields before sending them. The waiter was made runnable on this P (a channel
+// hand-off puts it next in line), so it runs at once; a ping-pong replies, and the reply
+// takes the owed ACK along in its own sendmmsg (ackAlong). The peer then gets one wake-up
+// per turn instead of two (ACK, then reply), and this side saves a send. If the waiter
+// posts nothing, the ACKs leave when this goroutine runs again: after the waiter blocks,
+// or sooner on another P.
 func (d *Device) processRx(n int) {
+	d.woke.Store(false)
 	d.inputBatch(n)
+	if len(d.acks.owing) > 0 && d.woke.Load() {
+		runtime.Gosched()
+	}
 	d.flushAcks()
 }
 

@@ -166,6 +166,7 @@ func (d *Device) processRx(n int) {
 	d.flushAcks()
 }
 
+// inputBatch runs the first n messages of the receive batch through the device.
 func (d *Device) inputBatch(n int) {
 	for i := range d.rxMsgs[:n] {
 		m := &d.rxMsgs[i]
@@ -178,6 +179,13 @@ func (d *Device) inputBatch(n int) {
 			}
 		} else {
 			d.input(b, m.Addr, 0)
+		}
+		// A GRO run is a stream's burst (up to 64 KiB): in the default mode the ACKs it
+		// earned leave before the rest of the batch is copied, so that the requester's
+		// window (MaxUnackedPSNs) reopens while this side works. A busy poller keeps its
+		// deferral (sendDueAcks).
+		if d.poller == nil && i < n-1 && len(d.acks.owing) > 0 && m.SegSize > 0 {
+			d.flushAcks()
 		}
 	}
 }

@@ -77,6 +77,9 @@ func (w *cqWaiter) wait() ([]verbs.WC, error) {
 					spins = w.spin // budget spent: sleep on the channel
 				}
 				runtime.Gosched()
+				if w.spin != math.MaxInt {
+					yieldCPU() // the netpoller's thread needs this CPU: see waitByte
+				}
 			}
 			continue
 		}

@@ -16,7 +16,8 @@
 #
 # Tests per round: Go TCP stream vs RC WRITE, SEND, READ 64 KiB; Go UDP 8 B datagram rate
 # vs RC WRITE 8 B message rate, default and busy-poll; Go UDP 8 B ping-pong vs RC SEND and
-# WRITE 8 B latency, default (netpoller) and busy-poll (spinning) modes; Go TCP 64 B
+# WRITE 8 B latency, default (netpoller; SEND also blocked on its completion channel, -e) and
+# busy-poll (spinning) modes; Go TCP 64 B
 # request/response, both modes, as a baseline of its own.
 #
 # Uses only Go and this repository. Each side binds its own loopback address
@@ -45,6 +46,8 @@ for round in $(seq "$R"); do
   for t in send_lat write_lat; do
     pair $t $round    $g $t --bind $S -s 8 -n $N --json -- $g $t --bind $C -s 8 -n $N --json $S
   done
+  # Blocked on the completion channel, as the UDP baseline's reader is blocked in Read.
+  pair send_lat_ev $round $g send_lat --bind $S -s 8 -n $N --json -e -- $g send_lat --bind $C -s 8 -n $N --json -e $S
   pair udp_lat_busy $round    $n udp_lat --bind $S --busy-poll -- $n udp_lat --bind $C -s 8 -n $N --busy-poll $S
   for t in send_lat write_lat; do
     pair ${t}_busy $round $g $t --bind $S -s 8 -n $N --json --busy-poll -- $g $t --bind $C -s 8 -n $N --json --busy-poll $S

@@ -59,6 +59,7 @@ var comparisons = []struct{ run, base, key, unit, what string }{
 	{"write_bw_8", "udp_rate", "msg_rate_mpps", "M/s", "RC WRITE 8 B message rate vs Go UDP 8 B datagrams (one write each, delivered)"},
 	{"write_bw_8_busy", "udp_rate", "msg_rate_mpps", "M/s", "RC WRITE 8 B message rate, busy-poll, vs Go UDP 8 B datagrams"},
 	{"send_lat", "udp_lat", "t_typical_us", "µs", "RC SEND 8 B latency (one-way, median) vs Go UDP ping-pong"},
+	{"send_lat_ev", "udp_lat", "t_typical_us", "µs", "RC SEND 8 B latency, blocked on the completion channel (-e), vs Go UDP ping-pong"},
 	{"write_lat", "udp_lat", "t_typical_us", "µs", "RC WRITE 8 B latency (one-way, median) vs Go UDP ping-pong"},
 	{"send_lat_busy", "udp_lat_busy", "t_typical_us", "µs", "RC SEND 8 B latency, busy-poll, vs Go UDP spinning ping-pong"},
 	{"write_lat_busy", "udp_lat_busy", "t_typical_us", "µs", "RC WRITE 8 B latency, busy-poll, vs Go UDP spinning ping-pong"},

@@ -16,9 +16,9 @@
 #
 # Tests per round: Go TCP stream vs RC WRITE, SEND, READ 64 KiB; Go UDP 8 B datagram rate
 # vs RC WRITE 8 B message rate, default and busy-poll; Go UDP 8 B ping-pong vs RC SEND and
-# WRITE 8 B latency, default (netpoller; SEND also blocked on its completion channel, -e) and
-# busy-poll (spinning) modes; Go TCP 64 B
-# request/response, both modes, as a baseline of its own.
+# WRITE 8 B latency, default (netpoller; SEND also blocked on its completion channel, -e)
+# and busy-poll (spinning) modes; Go TCP 64 B request/response, both modes, as a baseline
+# of its own.
 #
 # Uses only Go and this repository. Each side binds its own loopback address
 # (127.50.0.2 serves, 127.50.0.3 is the client); nothing leaves the machine.

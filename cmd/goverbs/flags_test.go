@@ -11,7 +11,7 @@ import (
 func TestGetoptForms(t *testing.T) {
 	r := runBin(t, 60*time.Second, "write_bw", "--loopback", "--bind="+loopbackBind(t), "-s4096", "-Fq2", "--iters=100", "--report_gbits")
 	mustSucceed(t, "write_bw -s4096 -Fq2", r)
-	mustContain(t, "write_bw -s4096 -Fq2", r.stdout, " Number of qps   : 2", " 4096       100 ", "BW peak[Gb/sec]")
+	mustContain(t, "write_bw -s4096 -Fq2", r.stdout, " Number of qps   : 2", " 4096       200 ", "BW peak[Gb/sec]")
 	// getopt_long takes an unambiguous prefix of a long name, and perftest also
 	// accepts --report-histogrm.
 	r = runBin(t, 60*time.Second, "send_lat", "--loopback", "--iter=20", "--conn", "UC", "--report-histogrm")

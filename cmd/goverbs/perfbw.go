@@ -208,7 +208,8 @@ func (s *perfSide) bwSend(ctx context.Context, size int) (bwRow, int, error) {
 	}
 	row := bwStats(size, marks[period:], duration || stopped || s.o.noPeak)
 	if !duration && !stopped {
-		row.Iterations = iters // perftest reports the iterations per QP
+		// perftest's print_report_bw counts every QP's: -n 100 -q 4 reports 400.
+		row.Iterations = iters * n
 	}
 	if s.o.cpuUtil {
 		row.CPU = cpuPercent(cpu0, processCPU(), time.Since(start))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/goverbs/goverbs/cm"
@@ -141,10 +142,13 @@ func (s *perfSide) cmConnect() error {
 }
 
 // closeCM ends the connections as perftest's rdma_cm_disconnect_nodes does, and stops
-// the CM; the QPs are the side's to close after. Once. The server disconnects each
-// (DREQ) and waits for the DREP; the client sends nothing and waits for the server's
-// DREQ, answering it, so that a perftest server waiting for its DREPs ends (and the
-// DREQs never cross). A peer that is gone is waited for 2 s at most.
+// the CM; the QPs are the side's to close after. Once. The server sends a DREQ on every
+// connection at once and then waits for the DREPs: perftest 6.29's client answers none
+// before all its connections are DISCONNECTED (it waits for every one, then destroys its
+// ids, which sends the DREPs), so a DREQ at a time waits out the timeout from the second
+// QP on. The client sends nothing and waits for the server's DREQs, answering them, so
+// that a perftest server waiting for its DREPs ends. A peer that is gone is waited for
+// 2 s at most.
 func (s *perfSide) closeCM() {
 	c := s.cm
 	if c == nil {
@@ -153,15 +157,19 @@ func (s *perfSide) closeCM() {
 	s.cm = nil
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	var wg sync.WaitGroup
 	for _, conn := range c.conns {
 		if c.passive {
-			conn.Disconnect(ctx, nil)
+			wg.Go(func() { conn.Disconnect(ctx, nil) })
 		} else {
 			select {
 			case <-conn.Done():
 			case <-ctx.Done():
 			}
 		}
+	}
+	wg.Wait()
+	for _, conn := range c.conns {
 		conn.Close()
 	}
 	if c.l != nil {

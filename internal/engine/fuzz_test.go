@@ -194,7 +194,7 @@ func (r *fuzzRig) bindWindows(t testing.TB) {
 		if bound {
 			continue
 		}
-		b := &driver.MWBindWR{MW: w.mw, RKey: NextRKey(w.mw.RKey()),
+		b := &driver.MWBindWR{MW: w.mw, RKey: driver.IncRKey(w.mw.RKey()),
 			MWBind: driver.MWBind{MR: m, Addr: w.va, Length: uint64(w.n), Access: w.access}}
 		must(t, r.rc.PostSend([]driver.SendWR{{ID: uint64(1000 + i), Opcode: driver.WRBindMW, Bind: b}}))
 		// A post right after another may be left to the device's sender goroutine

@@ -155,16 +155,13 @@ func (mw *MW) replace(r *region, mr *MR, valid bool) {
 	}
 }
 
-// NextRKey returns key with its 8-bit key part incremented (ibv_inc_rkey).
-func NextRKey(key uint32) uint32 { return key&^0xff | (key+1)&0xff }
-
 // BindType1 posts the bind of a type 1 window on qp's send queue (ibv_bind_mw) and
 // returns the rkey the window will have.
 func (qp *QP) BindType1(id uint64, flags driver.SendFlags, b BindMW) (uint32, error) {
 	if b.MW == nil || b.MW.typ != 1 {
 		return 0, ErrMWType
 	}
-	b.RKey = NextRKey(b.MW.RKey())
+	b.RKey = driver.IncRKey(b.MW.RKey())
 	bw := &driver.MWBindWR{MW: b.MW, RKey: b.RKey, MWBind: driver.MWBind{Addr: b.Addr, Length: b.Length, Access: b.Access}}
 	if b.MR != nil {
 		bw.MR = b.MR

@@ -42,8 +42,8 @@ func (l *life) close(gone error, closeImpl func() error) error {
 	return nil
 }
 
-// The errors of calls on closed objects. They are made once: a post or poll on a closed
-// object allocates nothing to say so.
+// The errors of calls on closed objects, made once. A poll on a closed CQ returns one as
+// it is; a post wraps it in a *PostError naming the request, which allocates.
 var (
 	errDeviceClosed  = driver.NewError(ErrClosed, "device is closed")
 	errPDClosed      = driver.NewError(ErrClosed, "protection domain is closed")

@@ -17,8 +17,10 @@ func TestCopyWRKeepsEveryField(t *testing.T) {
 	for i := range v.NumField() {
 		f := v.Field(i)
 		switch f.Kind() {
-		case reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Int, reflect.Int32:
+		case reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 			f.SetUint(uint64(i + 1))
+		case reflect.Int, reflect.Int32, reflect.Int64:
+			f.SetInt(int64(i + 1))
 		case reflect.Slice:
 			f.Set(reflect.MakeSlice(f.Type(), 1, 1))
 		case reflect.Pointer:

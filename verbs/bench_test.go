@@ -4,10 +4,7 @@ import (
 	"context"
 	"io"
 	"net"
-	"net/netip"
 	"testing"
-
-	"github.com/goverbs/goverbs/netio"
 )
 
 // Benchmarks of the RC data path between two software devices on loopback, each beside
@@ -290,55 +287,6 @@ func BenchmarkRCSendPingPong8BusyPoll(b *testing.B) {
 		qa.PostSend(ping)
 		spin(b, a.rcq, wcs)
 		qa.PostRecv(recvA)
-	}
-	b.StopTimer()
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2/1000, "us-one-way")
-}
-
-// BenchmarkUDPPingPong8BusyPoll is the busy-poll baseline: both sides spin on a
-// non-blocking receive of the same socket layer the devices use.
-func BenchmarkUDPPingPong8BusyPoll(b *testing.B) {
-	open := func(addr string) (netio.Conn, netio.Poller) {
-		c, err := netio.ListenUDP(netip.MustParseAddrPort(addr), netio.UDPOptions{BusyPoll: true})
-		if err != nil {
-			b.Fatal(err)
-		}
-		p, _ := netio.AsPoller(c)
-		return c, p
-	}
-	ca, pa := open("127.10.0.2:0")
-	cc, pc := open("127.10.0.3:0")
-	defer ca.Close()
-	defer cc.Close()
-	stop := make(chan struct{})
-	go func() {
-		msgs := []netio.Message{{Buf: make([]byte, 1<<16)}}
-		out := make([]netio.Message, 1)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if n, _ := pc.PollBatch(msgs); n > 0 {
-				// To ca's receive socket: its datagrams come from its send socket.
-				out[0] = netio.Message{Buf: msgs[0].Buf, N: msgs[0].N, Addr: ca.LocalAddr()}
-				cc.WriteBatch(out)
-			}
-		}
-	}()
-	defer close(stop)
-	msgs := []netio.Message{{Buf: make([]byte, 1<<16)}}
-	ping := []netio.Message{{Buf: make([]byte, 8), N: 8, Addr: cc.LocalAddr()}}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		ca.WriteBatch(ping)
-		for {
-			if n, _ := pa.PollBatch(msgs); n > 0 {
-				break
-			}
-		}
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2/1000, "us-one-way")

@@ -428,10 +428,11 @@ func gv_dealloc_mw(h C.uintptr_t) C.int {
 func mwBind(b *C.struct_ibv_mw_bind_info) (verbs.MWBind, bool) {
 	out := verbs.MWBind{Addr: uint64(b.addr), Length: uint64(b.length), Access: verbs.Access(b.mw_access_flags)}
 	if b.mr != nil {
-		out.MR = handle[*verbs.MR]((*C.struct_gv_mr)(unsafe.Pointer(b.mr)).h)
-		if out.MR == nil {
+		mr := handle[*verbs.MR]((*C.struct_gv_mr)(unsafe.Pointer(b.mr)).h)
+		if mr == nil {
 			return out, false
 		}
+		out.MR = mr
 	}
 	return out, true
 }

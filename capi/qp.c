@@ -146,10 +146,12 @@ int ibv_destroy_qp(struct ibv_qp *qp)
 	if (gv_fork_guard())
 		return ENOSYS;
 	rc = gv_destroy_qp(((struct gv_qp *)qp)->h);
+	if (rc)
+		return rc;
 	pthread_mutex_destroy(&qp->mutex);
 	pthread_cond_destroy(&qp->cond);
 	free(qp);
-	return rc;
+	return 0;
 }
 
 int gv_op_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)

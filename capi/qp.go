@@ -80,12 +80,14 @@ func gv_destroy_qp(h C.uintptr_t) C.int {
 	if q == nil {
 		return C.EINVAL
 	}
-	err := q.qp.Close()
+	if err := q.qp.Close(); err != nil {
+		return logErr("destroy QP", err)
+	}
 	q.ctx.mu.Lock()
 	delete(q.ctx.qps, q.qp)
 	q.ctx.mu.Unlock()
 	dropHandle(h)
-	return logErr("destroy QP", err)
+	return 0
 }
 
 // The attribute mask bits goverbs' QPs take (package verbs checks them per transition).

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/goverbs/goverbs/cm"
+	"github.com/goverbs/goverbs/verbs"
 )
 
 // cmtestOpts are the flags librdmacm's cmatose and udaddy share (their common.c and
@@ -138,6 +139,29 @@ func (ns *cmtestNodes[N]) connect(want int, newNode func() (N, error), connect f
 		*ns = append(*ns, n)
 		if err := connect(n); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// pollN waits for count successful completions on w (poll_cqs), handing each to seen
+// when it is not nil; name prefixes the errors as the tool's own.
+func pollN(name string, w *cqWaiter, count int, seen func(*verbs.WC) error) error {
+	for done := 0; done < count; {
+		wcs, err := w.wait()
+		if err != nil {
+			return fmt.Errorf("%s: failed polling CQ: %v", name, err)
+		}
+		for i := range wcs {
+			if wcs[i].Status != verbs.WCSuccess {
+				return fmt.Errorf("%s: completion failed: %v", name, wcs[i].Status)
+			}
+			done++
+			if seen != nil {
+				if err := seen(&wcs[i]); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	return nil

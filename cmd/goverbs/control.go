@@ -2,12 +2,14 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -174,7 +176,7 @@ func (c *control) handle(conn net.Conn) {
 			qps = append(qps, qp)
 		}
 		c.mu.Unlock()
-		sortQPs(qps)
+		slices.SortFunc(qps, func(a, b *verbs.QP) int { return cmp.Compare(a.QPN(), b.QPN()) })
 		for _, qp := range qps {
 			printQPStats(conn, qp)
 		}
@@ -195,14 +197,6 @@ func (c *control) handle(conn net.Conn) {
 		}
 	default:
 		fmt.Fprintf(conn, "error: unknown request %q (stat, events)\n", req)
-	}
-}
-
-func sortQPs(qps []*verbs.QP) {
-	for i := 1; i < len(qps); i++ {
-		for j := i; j > 0 && qps[j].QPN() < qps[j-1].QPN(); j-- {
-			qps[j], qps[j-1] = qps[j-1], qps[j]
-		}
 	}
 }
 

@@ -71,15 +71,6 @@ func newPerfCM(ep *endpoint, listen bool, port int, server netip.AddrPort) (*per
 	return c, nil
 }
 
-// connectQPs brings the QPs to RTS towards their remotes: through the CM with -R, else
-// with the exchanged records.
-func (s *perfSide) connectQPs() error {
-	if s.o.rdmaCM {
-		return s.cmConnect()
-	}
-	return s.rts()
-}
-
 // cmParam is the rdma_conn_param of QP i.
 func (s *perfSide) cmParam(i int) *cm.Param {
 	p := &cm.Param{QP: s.qps[i], RetryCount: 7, RNRRetryCount: 7, MinRNRTimer: cmRNRTimer}

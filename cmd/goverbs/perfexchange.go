@@ -40,12 +40,11 @@ type perfParams struct {
 	bidir    bool
 	infinite bool
 	atomic   string // atomic tests: FETCH_AND_ADD or CMP_AND_SWAP
-	rdmaCM   bool   // -R: the QPs are connected through the CM (a peer without cm= has not)
 }
 
 func (p perfParams) header() []byte {
-	s := fmt.Sprintf("%s%s conn=%s qps=%d size=%d iters=%d all=%t dur=%d mtu=%d bidir=%t inf=%t atomic=%s cm=%t",
-		perfMagic, p.test, p.conn, p.qps, p.size, p.iters, p.all, p.duration, p.mtu, p.bidir, p.infinite, p.atomic, p.rdmaCM)
+	s := fmt.Sprintf("%s%s conn=%s qps=%d size=%d iters=%d all=%t dur=%d mtu=%d bidir=%t inf=%t atomic=%s",
+		perfMagic, p.test, p.conn, p.qps, p.size, p.iters, p.all, p.duration, p.mtu, p.bidir, p.infinite, p.atomic)
 	b := make([]byte, perfHeaderLen)
 	copy(b, s)
 	return b
@@ -94,8 +93,6 @@ func readPerfHeader(c net.Conn) (perfParams, error) {
 			p.infinite = v == "true"
 		case "atomic":
 			p.atomic = v
-		case "cm":
-			p.rdmaCM = v == "true"
 		}
 	}
 	if p.qps < 1 || p.qps > 256 || p.size < 0 || p.iters < 0 {

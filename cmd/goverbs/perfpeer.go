@@ -301,10 +301,6 @@ func (s *perfSide) latSize(i, size int) error {
 	if err != nil {
 		return err
 	}
-	s.out.latRow(row)
-	s.lastResult = latResults(row)
-	if s.o.hist {
-		s.out.histogram(row, !s.o.unsorted)
-	}
+	s.printLat(row)
 	return nil
 }

@@ -19,6 +19,15 @@ func (s *perfSide) progress(i, n, size int) {
 	}
 }
 
+// printLat prints one latency row (and its histogram with -H) and keeps it for --out_json.
+func (s *perfSide) printLat(row latRow) {
+	s.out.latRow(row)
+	s.lastResult = latResults(row)
+	if s.o.hist {
+		s.out.histogram(row, !s.o.unsorted)
+	}
+}
+
 // latRun runs a latency test over every size: the client measures, the server answers
 // (SEND and WRITE are ping-pongs; READ and atomics need nothing from the server's CPU),
 // and a last DONE each way keeps either side from closing its QP under the other.
@@ -43,11 +52,7 @@ func (s *perfSide) latRun(c net.Conn) error {
 		if err != nil {
 			return err
 		}
-		s.out.latRow(row)
-		s.lastResult = latResults(row)
-		if s.o.hist {
-			s.out.histogram(row, !s.o.unsorted)
-		}
+		s.printLat(row)
 	}
 	if err := writeDone(c, doneMsg{sent: total}); err != nil {
 		return err

@@ -253,8 +253,7 @@ type perfSide struct {
 
 func (s *perfSide) params() perfParams {
 	return perfParams{test: s.t.name(s.lat), conn: s.o.conn, qps: s.o.numQP, size: s.o.size, iters: s.o.iters,
-		all: s.o.all, duration: s.o.duration, mtu: s.o.mtu, bidir: s.o.bidir, infinite: s.o.infinite, atomic: s.o.atomic,
-		rdmaCM: s.o.rdmaCM}
+		all: s.o.all, duration: s.o.duration, mtu: s.o.mtu, bidir: s.o.bidir, infinite: s.o.infinite, atomic: s.o.atomic}
 }
 
 func (s *perfSide) qpType() verbs.QPType {
@@ -546,7 +545,7 @@ func (s *perfSide) client(c net.Conn) error {
 	if s.remote, err = readPerfDests(c, s.p.qps); err != nil {
 		return err
 	}
-	if err := s.connectQPs(); err != nil {
+	if err := s.rts(); err != nil {
 		return err
 	}
 	// Both sides are ready to receive now: say so, for a server that sends first
@@ -582,9 +581,6 @@ func (s *perfSide) serve(c net.Conn) error {
 	if p.conn != want.conn {
 		return fmt.Errorf("the client uses connection type %s but this server %s (-c)", p.conn, want.conn)
 	}
-	if p.rdmaCM != want.rdmaCM {
-		return fmt.Errorf("the client uses -R (rdma_cm) %s but this server %s: give both sides the same -R", onOff(p.rdmaCM), onOff(want.rdmaCM))
-	}
 	if p.atomic != want.atomic {
 		return fmt.Errorf("the client runs atomic type %s but this server %s (-A)", p.atomic, want.atomic)
 	}
@@ -600,21 +596,14 @@ func (s *perfSide) serve(c net.Conn) error {
 	if s.remote, err = readPerfDests(c, s.p.qps); err != nil {
 		return err
 	}
-	if !s.o.rdmaCM {
-		if err := s.rts(); err != nil {
-			return err
-		}
+	if err := s.rts(); err != nil {
+		return err
 	}
 	if err := writeAll(c, s.p.header(), "parameters"); err != nil {
 		return err
 	}
 	if err := writePerfDests(c, s.local); err != nil {
 		return err
-	}
-	if s.o.rdmaCM {
-		if err := s.cmConnect(); err != nil {
-			return err
-		}
 	}
 	ready := make([]byte, len(readyMsg))
 	if err := readFull(c, ready, "the client's ready"); err != nil {

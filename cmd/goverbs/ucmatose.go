@@ -99,23 +99,6 @@ func (n *rcNode) postSends(o *cmtestOpts) error {
 	return nil
 }
 
-// pollN waits for count successful completions on w (poll_cqs).
-func pollN(w *cqWaiter, count int) error {
-	for done := 0; done < count; {
-		wcs, err := w.wait()
-		if err != nil {
-			return fmt.Errorf("cmatose: failed polling CQ: %v", err)
-		}
-		for _, wc := range wcs {
-			if wc.Status != verbs.WCSuccess {
-				return fmt.Errorf("cmatose: completion failed: %v", wc.Status)
-			}
-			done++
-		}
-	}
-	return nil
-}
-
 func cmatoseServer(ctx context.Context, o *cmtestOpts) error {
 	side, err := openServerSide(o.bind, o.pcap, o.stats)
 	if err != nil {
@@ -145,11 +128,11 @@ func cmatoseServer(ctx context.Context, o *cmtestOpts) error {
 			return err
 		}
 		fmt.Println("completing sends")
-		if err := nodes.each(func(n *rcNode) error { return pollN(n.sendCQ, o.count) }); err != nil {
+		if err := nodes.each(func(n *rcNode) error { return pollN("cmatose", n.sendCQ, o.count, nil) }); err != nil {
 			return err
 		}
 		fmt.Println("receiving data transfers")
-		if err := nodes.each(func(n *rcNode) error { return pollN(n.recvCQ, o.count) }); err != nil {
+		if err := nodes.each(func(n *rcNode) error { return pollN("cmatose", n.recvCQ, o.count, nil) }); err != nil {
 			return err
 		}
 		fmt.Println("data transfers complete")
@@ -192,7 +175,7 @@ func cmatoseClient(ctx context.Context, o *cmtestOpts) error {
 	}
 	if o.count > 0 {
 		fmt.Println("receiving data transfers")
-		if err := nodes.each(func(n *rcNode) error { return pollN(n.recvCQ, o.count) }); err != nil {
+		if err := nodes.each(func(n *rcNode) error { return pollN("cmatose", n.recvCQ, o.count, nil) }); err != nil {
 			return err
 		}
 		fmt.Println("sending replies")

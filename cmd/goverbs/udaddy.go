@@ -114,26 +114,16 @@ func (n *udNode) postSends(o *cmtestOpts, signaled bool) error {
 // poll waits for count completions (poll_cqs). On the server, the first received
 // datagram says where the replies go: its immediate data is the client's QPN.
 func (n *udNode) poll(o *cmtestOpts, server bool) error {
-	for done := 0; done < o.count; {
-		wcs, err := n.cq.wait()
-		if err != nil {
-			return fmt.Errorf("udaddy: failed polling CQ: %v", err)
-		}
-		for _, wc := range wcs {
-			if wc.Status != verbs.WCSuccess {
-				return fmt.Errorf("udaddy: completion failed: %v", wc.Status)
+	return pollN("udaddy", n.cq, o.count, func(wc *verbs.WC) error {
+		if server && n.ah == nil && wc.Opcode == verbs.WCRecv {
+			ah, err := n.pd.CreateAH(verbs.AHAttr{DGID: verbs.GIDFromAddr(n.replyTo), Port: 1, HopLimit: 64})
+			if err != nil {
+				return errors.New("udaddy: failed to create reply AH")
 			}
-			done++
-			if server && n.ah == nil && wc.Opcode == verbs.WCRecv {
-				ah, err := n.pd.CreateAH(verbs.AHAttr{DGID: verbs.GIDFromAddr(n.replyTo), Port: 1, HopLimit: 64})
-				if err != nil {
-					return errors.New("udaddy: failed to create reply AH")
-				}
-				n.ah, n.remote, n.qkey = ah, wc.Imm, n.qp.Query().QKey
-			}
+			n.ah, n.remote, n.qkey = ah, wc.Imm, n.qp.Query().QKey
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 func udaddyServer(ctx context.Context, o *cmtestOpts) error {

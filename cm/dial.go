@@ -88,8 +88,8 @@ func (a *Agent) Dial(ctx context.Context, raddr netip.AddrPort, p *Param) (*Conn
 	return c, nil
 }
 
-// ephemeralPort is a port for the active side's rdma_cm header, from the
-// range Linux gives ephemeral ports.
+// ephemeralPort is a port from the range Linux gives ephemeral ports: the
+// active side's port in its rdma_cm header, and a Listen's on port 0.
 func ephemeralPort() uint16 { return uint16(32768 + rand.IntN(61000-32768)) }
 
 // abandon forgets a connection that never came up and returns err.

@@ -23,8 +23,6 @@ var (
 	ErrDisconnected = errors.New("cm: disconnected")
 	// ErrNoGSI: the device cannot send or receive MADs on QP1.
 	ErrNoGSI = errors.New("cm: device has no GSI (QP1)")
-	// ErrNoDevice: no software device has the address.
-	ErrNoDevice = errors.New("cm: no device with that address")
 	// ErrAnswered: the Request was already accepted or rejected.
 	ErrAnswered = errors.New("cm: request already answered")
 	// ErrQP: the QP given is not one the CM can bring up (wrong type, state

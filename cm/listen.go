@@ -48,7 +48,7 @@ func (a *Agent) listen(space mad.PortSpace, port uint16, backlog int) (*Listener
 		return nil, ErrClosed
 	}
 	for port == 0 {
-		if p := uint16(32768 + rand.IntN(61000-32768)); a.listeners[mad.ServiceID(space, p)] == nil {
+		if p := ephemeralPort(); a.listeners[mad.ServiceID(space, p)] == nil {
 			port = p
 		}
 	}

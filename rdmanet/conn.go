@@ -151,16 +151,22 @@ func (c *Conn) waitReadable() {
 // copyOut copies unread bytes from the ring into b and credits them to the peer
 // once enough are owed. c.mu is held.
 func (c *Conn) copyOut(b []byte) int {
-	ring := c.ep.ring.Buf()
 	n := 0
 	for n < len(b) && c.rxAvail > 0 {
-		off := int(c.rxHead % uint64(len(ring)))
-		m := copy(b[n:], ring[off:min(len(ring), off+c.rxAvail)])
+		m := copy(b[n:], c.unread())
 		n += m
 		c.consumed(m)
 	}
 	c.giveCredit()
 	return n
+}
+
+// unread is the contiguous run of unread bytes at the read position in the ring (the
+// rest, if the run wraps, follows from the ring's start). c.mu is held.
+func (c *Conn) unread() []byte {
+	ring := c.ep.ring.Buf()
+	off := int(c.rxHead % uint64(len(ring)))
+	return ring[off:min(len(ring), off+c.rxAvail)]
 }
 
 // consumed moves the read position past n bytes the application has taken. c.mu is

@@ -84,9 +84,7 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 		}
 		// Bytes not yet credited stay put while unlocked: the peer cannot reuse
 		// their place before this side says it may.
-		ring := c.ep.ring.Buf()
-		off := int(c.rxHead % uint64(len(ring)))
-		p := ring[off:min(len(ring), off+c.rxAvail)]
+		p := c.unread()
 		c.mu.Unlock()
 		n, werr := w.Write(p)
 		n = max(0, min(n, len(p))) // nor a misbehaving writer free unread bytes

@@ -25,8 +25,9 @@ var (
 	ErrNoGSI = errors.New("cm: device has no GSI (QP1)")
 	// ErrAnswered: the Request was already accepted or rejected.
 	ErrAnswered = errors.New("cm: request already answered")
-	// ErrQP: the QP given is not one the CM can bring up (wrong type, state
-	// or device).
+	// ErrQP: the QP given is not one the CM can bring up (wrong type or state).
+	// Its device is not checked: a QP on another device fails later, at its first
+	// packet.
 	ErrQP = errors.New("cm: unusable QP")
 )
 

@@ -26,8 +26,7 @@ var (
 	// ErrAnswered: the Request was already accepted or rejected.
 	ErrAnswered = errors.New("cm: request already answered")
 	// ErrQP: the QP given is not one the CM can bring up (wrong type or state).
-	// Its device is not checked: a QP on another device fails later, at its first
-	// packet.
+	// Whether it belongs to the agent's device is not checked.
 	ErrQP = errors.New("cm: unusable QP")
 )
 

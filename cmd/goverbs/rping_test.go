@@ -12,20 +12,20 @@ import (
 )
 
 // TestRping runs rping's server and client as two processes on two loopback
-// addresses, connected by the CM with no side channel: 100 validated pings, the data
-// printed as rping prints it, and a capture that is valid RoCEv2 with the CM's
-// handshake and disconnection in it.
+// addresses, connected by the CM with no side channel: `rping -C 1000 -V`, 1000
+// validated pings, the data printed as rping prints it, and a capture that is valid
+// RoCEv2 with the CM's handshake and disconnection in it.
 func TestRping(t *testing.T) {
 	a, b := addrPair(t)
 	file := filepath.Join(t.TempDir(), "rping.pcap")
 	sr, cli := runCMPair(t, "rdma_listen", []string{"rping", "-s", "-a", a, "-d", "-v"},
-		[]string{"rping", "-c", "-a", a, "-I", b, "-C", "100", "-vV", "--pcap", file})
+		[]string{"rping", "-c", "-a", a, "-I", b, "-C", "1000", "-vV", "--pcap", file})
 	mustContain(t, "client", cli.stdout, "ping data: rdma-ping-0: ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqr\n",
-		"ping data: rdma-ping-99: ")
+		"ping data: rdma-ping-999: ")
 	mustContain(t, "client", cli.stderr, "client DISCONNECT EVENT...")
-	mustContain(t, "server", sr.stdout, "server ping data: rdma-ping-0: ABC", "server ping data: rdma-ping-99: ")
+	mustContain(t, "server", sr.stdout, "server ping data: rdma-ping-0: ABC", "server ping data: rdma-ping-999: ")
 	mustContain(t, "server", sr.stderr, "server DISCONNECT EVENT...")
-	if n := strings.Count(cli.stdout, "ping data: "); n != 100 {
+	if n := strings.Count(cli.stdout, "ping data: "); n != 1000 {
 		t.Fatalf("%d pings printed", n)
 	}
 
@@ -55,7 +55,7 @@ func TestRping(t *testing.T) {
 			t.Fatalf("CM MADs %v, want one each of %v", mads, want)
 		}
 	}
-	if ops[wire.RCReadRequest] != 100 || ops[wire.RCWriteOnly] != 100 || ops[wire.RCSendOnly] != 400 {
+	if ops[wire.RCReadRequest] != 1000 || ops[wire.RCWriteOnly] != 1000 || ops[wire.RCSendOnly] != 4000 {
 		t.Fatalf("opcodes %v", ops)
 	}
 	tsharkShows(t, file, "ConnectRequest", "ConnectReply", "ReadyToUse", "DisconnectRequest", "DisconnectReply")

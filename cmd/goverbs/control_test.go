@@ -9,7 +9,8 @@ import (
 )
 
 // TestStatCommand: goverbs stat shows a running tool's device and QP counters, found
-// by the device's address or by listing every running tool.
+// by the device's address or by listing every running tool; an address not given
+// with --bind is refused.
 func TestStatCommand(t *testing.T) {
 	a, _ := addrPair(t)
 	srv := startServer(t, "local address:", "rc_pingpong", "--bind", a, "-p", freePort(t, a))
@@ -22,6 +23,10 @@ func TestStatCommand(t *testing.T) {
 	mustSucceed(t, "stat", r)
 	mustContain(t, "stat", r.stdout, "device sw0 on "+a+"\n")
 	badInput(t, "no goverbs tool runs a device on 127.0.99.99", "stat", "--bind", "127.0.99.99")
+	// The address goes after --bind: given bare, it was ignored, and stat showed every
+	// tool and asyncwatch whichever one ran.
+	badInput(t, `unexpected argument "`+a+`"`, "stat", a)
+	badInput(t, `unexpected argument "`+a+`"`, "asyncwatch", a)
 }
 
 // TestAsyncwatch: goverbs asyncwatch prints a running device's async events as rdma-core's

@@ -36,18 +36,30 @@ func watchTarget(bind, dev string) (addrs []netip.Addr, all bool, err error) {
 	return runningDevices(), true, nil
 }
 
+// watchFlags parses the flags stat and asyncwatch share, which name the tool to look
+// at, and returns watchTarget's choice. The tool is named by flags only; a bare address
+// is refused, for ignoring it would show every tool, or some other tool, instead.
+func watchFlags(name string, args []string, bindUsage, devUsage string) (addrs []netip.Addr, all bool, err error) {
+	fs := newFlagSet(name)
+	fs.args = ""
+	var bind, dev string
+	fs.stringVar(&bind, "", "bind", "", bindUsage)
+	fs.stringVar(&dev, "d", "ib-dev", "", devUsage)
+	pos, err := fs.parse(args)
+	if err != nil {
+		return nil, false, err
+	}
+	if len(pos) > 0 {
+		return nil, false, fmt.Errorf("unexpected argument %q (name the tool's device with --bind ADDR or -d DEV)", pos[0])
+	}
+	return watchTarget(bind, dev)
+}
+
 // runStat prints the counters of running tools' devices and QPs, as `rdma statistic
 // show` prints a kernel device's.
 func runStat(args []string) error {
-	fs := newFlagSet("stat")
-	fs.args = ""
-	var bind, dev string
-	fs.stringVar(&bind, "", "bind", "", "the tool whose device is on `ADDR` (default: every running tool)")
-	fs.stringVar(&dev, "d", "ib-dev", "", "the tool running configured device `DEV` (GOVERBS_DEVICES)")
-	if _, err := fs.parse(args); err != nil {
-		return err
-	}
-	addrs, all, err := watchTarget(bind, dev)
+	addrs, all, err := watchFlags("stat", args, "the tool whose device is on `ADDR` (default: every running tool)",
+		"the tool running configured device `DEV` (GOVERBS_DEVICES)")
 	if err != nil {
 		return err
 	}
@@ -75,30 +87,20 @@ func runStat(args []string) error {
 // runAsyncwatch prints a running tool's device's async events as they happen, as
 // rdma-core's asyncwatch prints a kernel device's, until the tool closes the device.
 func runAsyncwatch(args []string) error {
-	fs := newFlagSet("asyncwatch")
-	fs.args = ""
-	var bind, dev string
-	fs.stringVar(&bind, "", "bind", "", "watch the tool whose device is on `ADDR`")
-	fs.stringVar(&dev, "d", "ib-dev", "", "watch the tool running configured device `DEV` (GOVERBS_DEVICES)")
-	if _, err := fs.parse(args); err != nil {
-		return err
-	}
-	addrs, all, err := watchTarget(bind, dev)
+	addrs, all, err := watchFlags("asyncwatch", args, "watch the tool whose device is on `ADDR`",
+		"watch the tool running configured device `DEV` (GOVERBS_DEVICES)")
 	if err != nil {
 		return err
 	}
-	if all {
-		switch len(addrs) {
-		case 0:
-			return fmt.Errorf("no goverbs tool is running (start one, or say which with --bind)")
-		case 1:
-		default:
-			var s []string
-			for _, a := range addrs {
-				s = append(s, a.String())
-			}
-			return fmt.Errorf("several tools are running: choose one with --bind (%s)", strings.Join(s, ", "))
+	if all && len(addrs) == 0 {
+		return fmt.Errorf("no goverbs tool is running (start one, or say which with --bind)")
+	}
+	if all && len(addrs) > 1 {
+		var s []string
+		for _, a := range addrs {
+			s = append(s, a.String())
 		}
+		return fmt.Errorf("several tools are running: choose one with --bind (%s)", strings.Join(s, ", "))
 	}
 	c, err := dialControl(addrs[0], "events")
 	if err != nil {

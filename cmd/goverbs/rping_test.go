@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -109,5 +110,46 @@ func TestRpingPersistent(t *testing.T) {
 	for range 2 {
 		r := runBin(t, 30*time.Second, "rping", "-c", "-a", a, "-I", b, "-C", "5", "-V")
 		mustSucceed(t, "client", r)
+	}
+}
+
+// TestRpingInterruptServer: Ctrl-C on a server whose client pings forever was ignored,
+// since the serve loop never looked at it; with -P the server could not end at all. It
+// disconnects the client, and both sides exit 0.
+func TestRpingInterruptServer(t *testing.T) {
+	for _, mode := range []string{"-s", "-sP"} {
+		t.Run(mode, func(t *testing.T) {
+			a, b := addrPair(t)
+			srv := startServer(t, "rdma_listen", "rping", mode, "-a", a, "-d", "-v")
+			cli := startServer(t, "rdma_connect successful", "rping", "-c", "-a", a, "-I", b, "-d") // -C 0: forever
+			waitOutput(t, srv, "server ping data: rdma-ping-")
+			if err := srv.cmd.Process.Signal(os.Interrupt); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			sr, cr := srv.wait(t), cli.wait(t)
+			if el := time.Since(start); el > 5*time.Second {
+				t.Errorf("the server took %v to end after Ctrl-C", el)
+			}
+			mustSucceed(t, "interrupted server", sr)
+			mustSucceed(t, "client of an interrupted server", cr)
+			mustContain(t, "client", cr.stderr, "client DISCONNECT EVENT...")
+		})
+	}
+}
+
+// waitOutput waits until the running process has printed want.
+func waitOutput(t *testing.T, s *server, want string) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		s.mu.Lock()
+		seen := strings.Contains(s.out.String(), want)
+		s.mu.Unlock()
+		if seen {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q within 20s", want)
+		}
 	}
 }

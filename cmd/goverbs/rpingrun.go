@@ -62,12 +62,30 @@ func rpingServe(ctx context.Context, o *rpingOpts, dev *verbs.Device, req *cm.Re
 	defer s.close()
 	o.debugf("accepting client connection request\n")
 	if s.conn, err = req.Accept(ctx, s.param()); err != nil {
+		if ctx.Err() != nil {
+			return nil // interrupted
+		}
 		return fmt.Errorf("rdma_accept: %v", err)
 	}
 	if statsWanted(o.stats) {
 		defer printQPStats(os.Stderr, s.qp)
 	}
+	// Ctrl-C disconnects, as the client's leaving would: serve waits on the CQ, which
+	// the disconnection flushes. The disconnection is over before the session closes.
+	disconnected := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(disconnected)
+		s.conn.Disconnect(ctx, nil) // ctx is done: the DREQ goes, the DREP is not waited for
+	})
+	defer func() {
+		if !stop() {
+			<-disconnected
+		}
+	}()
 	err = s.serve()
+	if ctx.Err() != nil {
+		return nil // interrupted
+	}
 	if errors.Is(err, errRpingDisconnected) {
 		fmt.Fprintf(os.Stderr, "server DISCONNECT EVENT...\n")
 		return nil

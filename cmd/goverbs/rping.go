@@ -166,45 +166,55 @@ type rpingSession struct {
 // errRpingDisconnected: the connection ended while waiting (rping's DISCONNECTED state).
 var errRpingDisconnected = errors.New("disconnected")
 
+// newRpingSession is rping_setup_qp and rping_setup_buffers, and the first receive. On
+// failure it releases what it made: a -P server goes on serving other clients.
 func newRpingSession(o *rpingOpts, dev *verbs.Device, server bool) (*rpingSession, error) {
 	s := &rpingSession{o: o, server: server}
-	var err error
-	if s.pd, err = dev.AllocPD(); err != nil {
+	if err := s.open(dev); err != nil {
+		s.close()
 		return nil, err
 	}
+	return s, nil
+}
+
+func (s *rpingSession) open(dev *verbs.Device) error {
+	var err error
+	if s.pd, err = dev.AllocPD(); err != nil {
+		return err
+	}
 	if s.cq, err = newCQ(dev, rpingSQDepth*2, false, false); err != nil {
-		return nil, err
+		return err
 	}
 	s.qp, err = s.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: s.cq.cq, RecvCQ: s.cq.cq,
 		Cap: verbs.QPCap{MaxSendWR: rpingSQDepth, MaxRecvWR: 2, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	// In INIT, as rdma_create_qp leaves it, so that the first receive can be posted
 	// before connecting; the CM sets the access rights.
 	if err = s.qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, Port: 1},
 		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
-		return nil, err
+		return err
 	}
 	s.recvBuf, s.sendBuf = make([]byte, rpingInfoLen), make([]byte, rpingInfoLen)
-	s.rdmaBuf = make([]byte, o.size)
+	s.rdmaBuf = make([]byte, s.o.size)
 	rw := verbs.AccessLocalWrite | verbs.AccessRemoteRead | verbs.AccessRemoteWrite
 	if s.recvMR, err = s.pd.RegMR(s.recvBuf, verbs.AccessLocalWrite); err != nil {
-		return nil, err
+		return err
 	}
 	if s.sendMR, err = s.pd.RegMR(s.sendBuf, 0); err != nil {
-		return nil, err
+		return err
 	}
 	if s.rdmaMR, err = s.pd.RegMR(s.rdmaBuf, rw); err != nil {
-		return nil, err
+		return err
 	}
-	if !server {
-		s.startBuf = make([]byte, o.size)
+	if !s.server {
+		s.startBuf = make([]byte, s.o.size)
 		if s.startMR, err = s.pd.RegMR(s.startBuf, rw); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return s, s.postRecv()
+	return s.postRecv()
 }
 
 func (s *rpingSession) close() {

@@ -362,19 +362,13 @@ func (c *Conn) teardown() {
 	defer close(c.tornDown)
 	t := time.NewTimer(lingerT)
 	defer t.Stop()
-	for {
-		c.mu.Lock()
-		quiet := c.posted == c.retired || c.err != nil
-		c.mu.Unlock()
-		if quiet {
-			break
-		}
+linger:
+	for !c.quiet() {
 		select {
 		case <-c.drained:
-			continue
 		case <-t.C:
+			break linger
 		}
-		break
 	}
 	c.stopPoll()
 	<-c.pollDone
@@ -385,6 +379,13 @@ func (c *Conn) teardown() {
 	if c.release != nil {
 		c.release()
 	}
+}
+
+// quiet says whether every send has completed, or the QP failed and none will.
+func (c *Conn) quiet() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.posted == c.retired || c.err != nil
 }
 
 // LocalAddr returns this side's address.

@@ -14,14 +14,17 @@ import (
 // the writer.
 func (c *Conn) poll(ctx context.Context) {
 	defer close(c.pollDone)
+	fail := func(err error) {
+		c.mu.Lock()
+		c.fail(err)
+		c.mu.Unlock()
+	}
 	wcs := make([]verbs.WC, 64)
 	for {
 		for {
 			n, err := c.ep.cq.Poll(wcs)
 			if err != nil {
-				c.mu.Lock()
-				c.fail(err)
-				c.mu.Unlock()
+				fail(err)
 				return
 			}
 			if n == 0 {
@@ -37,17 +40,13 @@ func (c *Conn) poll(ctx context.Context) {
 		cq, err := c.ep.ch.Wait(ctx)
 		if err != nil {
 			if ctx.Err() == nil { // the device closed under the connection
-				c.mu.Lock()
-				c.fail(err)
-				c.mu.Unlock()
+				fail(err)
 			}
 			return
 		}
 		cq.AckEvents(1)
 		if err := cq.RequestNotify(false); err != nil {
-			c.mu.Lock()
-			c.fail(err)
-			c.mu.Unlock()
+			fail(err)
 			return
 		}
 	}

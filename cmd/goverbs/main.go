@@ -11,6 +11,8 @@
 //	goverbs write_bw --bind 10.0.0.1 -n 1000             # server for ib_write_bw (perftest)
 //	goverbs stat                                         # counters of the tools running now
 //	goverbs asyncwatch --bind 127.0.0.2                  # that tool's async events
+//	goverbs rstream -b 127.0.0.2                         # stream server (rdmanet)
+//	goverbs rstream -b 127.0.0.3 -s 127.0.0.2            # client; --tcp: the same over Go TCP
 //	goverbs help write_bw                                # a command's flags
 package main
 
@@ -57,6 +59,7 @@ func init() {
 		"rping":        {"RDMA ping through the connection manager (librdmacm's rping)", runRping},
 		"ucmatose":     {"RC connections and messages through the connection manager (librdmacm's cmatose)", runUcmatose},
 		"udaddy":       {"UD datagrams to a service found through the connection manager (librdmacm's udaddy)", runUdaddy},
+		"rstream":      {"stream bandwidth and latency over rdmanet, or Go TCP with --tcp (librdmacm's rstream)", runRstream},
 	}
 }
 

@@ -1,0 +1,214 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"time"
+)
+
+// rstream's run: the connections, the transfers and the result table, as rstream.c's
+// run, run_test and show_perf.
+
+// rstreamTest is one row: iterations of count transfers of size bytes each way.
+type rstreamTest struct {
+	name                    string
+	size, count, iterations int
+}
+
+// rstreamSession is one side's state across its tests.
+type rstreamSession struct {
+	o      *rstreamOpts
+	in     *interrupter
+	l      net.Listener // the server's
+	conn   net.Conn
+	buf    []byte
+	txByte byte // the next byte -T v writes (rstream's format_buf)
+	rxByte byte // the next byte -T v expects (rstream's verify_buf)
+	rxSeen int64
+}
+
+func (o *rstreamOpts) run(in *interrupter) error {
+	s := &rstreamSession{o: o, in: in}
+	size := o.xferSize
+	if !o.custom {
+		size = rstreamSizes[len(rstreamSizes)-1].size
+	}
+	s.buf = make([]byte, max(size, 16))
+	if o.server == "" {
+		l, err := o.listen()
+		if err != nil {
+			return fmt.Errorf("%s listen: %w", o.network(), err)
+		}
+		s.l = l
+		in.onStop(func() { l.Close() })
+		defer l.Close()
+	}
+	fmt.Printf("%-10s%-8s%-8s%-8s%-8s%8s %10s%13s\n",
+		"name", "bytes", "xfers", "iters", "total", "time", "Gb/sec", "usec/xfer")
+	if o.custom {
+		return in.result(s.runTests([]rstreamTest{{"custom", o.xferSize, o.count, o.iterations}}))
+	}
+	// rstream's default: the latency tests on one connection, then the bandwidth tests
+	// on another.
+	var lat, bw []rstreamTest
+	for _, t := range rstreamSizes {
+		if t.all && !o.all {
+			continue
+		}
+		n := rstreamCount(t.size)
+		lat = append(lat, rstreamTest{sizeStr(int64(t.size)) + "_lat", t.size, 1, n})
+		bw = append(bw, rstreamTest{sizeStr(int64(t.size)) + "_bw", t.size, n, 1})
+	}
+	if err := s.runTests(lat); err != nil {
+		return in.result(err)
+	}
+	return in.result(s.runTests(bw))
+}
+
+// rstreamCount is rstream's size_to_count: fewer transfers of larger sizes.
+func rstreamCount(size int) int {
+	switch {
+	case size >= 1<<20:
+		return 100
+	case size >= 1<<16:
+		return 1000
+	case size >= 1<<10:
+		return 10000
+	}
+	return 100000
+}
+
+// runTests connects, runs tests on the connection and closes it.
+func (s *rstreamSession) runTests(tests []rstreamTest) error {
+	if err := s.connect(); err != nil {
+		return err
+	}
+	defer s.conn.Close()
+	for _, t := range tests {
+		if err := s.runTest(t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *rstreamSession) connect() error {
+	var err error
+	if s.l != nil {
+		s.conn, err = s.l.Accept()
+		if err != nil {
+			return fmt.Errorf("%s accept: %w", s.o.network(), err)
+		}
+	} else if s.conn, err = s.o.dial(s.in.ctx); err != nil {
+		return fmt.Errorf("%s connect: %w", s.o.network(), err)
+	}
+	c := s.conn
+	s.in.onStop(func() { c.Close() })
+	return s.o.setBuffers(c)
+}
+
+// runTest is rstream's run_test: a 16-byte exchange to start together, then the timed
+// transfers (the client sends count, the server sends them back, iterations times),
+// and the row.
+func (s *rstreamSession) runTest(t rstreamTest) error {
+	client := s.l == nil
+	if err := s.exchange(client, 16); err != nil {
+		return err
+	}
+	start := time.Now()
+	for range t.iterations {
+		for range t.count {
+			if err := s.xfer(client, t.size); err != nil {
+				return err
+			}
+		}
+		for range t.count {
+			if err := s.xfer(!client, t.size); err != nil {
+				return err
+			}
+		}
+	}
+	showPerf(t, time.Since(start))
+	return nil
+}
+
+// exchange sends size bytes one way and then the other, the client first.
+func (s *rstreamSession) exchange(client bool, size int) error {
+	if err := s.xfer(client, size); err != nil {
+		return err
+	}
+	return s.xfer(!client, size)
+}
+
+// xfer sends (or receives) one transfer of size bytes, with -T v's running byte pattern.
+func (s *rstreamSession) xfer(send bool, size int) error {
+	b := s.buf[:size]
+	if send {
+		if s.o.verify {
+			for i := range b {
+				b[i] = s.txByte
+				s.txByte++
+			}
+		}
+		if _, err := s.conn.Write(b); err != nil {
+			return fmt.Errorf("send: %w", err)
+		}
+		return nil
+	}
+	if _, err := io.ReadFull(s.conn, b); err != nil {
+		return fmt.Errorf("recv: %w", err)
+	}
+	if s.o.verify {
+		for i := range b {
+			if b[i] != s.rxByte {
+				return fmt.Errorf("data verification failed byte %d", s.rxSeen+int64(i))
+			}
+			s.rxByte++
+		}
+		s.rxSeen += int64(size)
+	}
+	return nil
+}
+
+// showPerf prints one row as rstream's show_perf: bytes count both directions,
+// Gb/sec is 10^9 bits, usec/xfer is the time of one transfer one way.
+func showPerf(t rstreamTest, d time.Duration) {
+	usec := float64(d.Nanoseconds()) / 1e3
+	bytes := int64(t.iterations) * int64(t.count) * int64(t.size) * 2
+	fmt.Printf("%-10s%-8s%-8s%-8s%-8s%8.2fs%10.2f%11.2f\n", t.name, sizeStr(int64(t.size)),
+		cntStr(int64(t.count)), cntStr(int64(t.iterations)), sizeStr(bytes),
+		usec/1e6, float64(bytes)*8/(1000*usec), usec/float64(t.iterations)/float64(t.count*2))
+}
+
+// sizeStr is librdmacm's size_str: 64, 1.5k, 4k, 1m; one decimal below 10.
+func sizeStr(n int64) string {
+	base, mag := int64(1), ""
+	switch {
+	case n >= 1<<30:
+		base, mag = 1<<30, "g"
+	case n >= 1<<20:
+		base, mag = 1<<20, "m"
+	case n >= 1<<10:
+		base, mag = 1<<10, "k"
+	}
+	if n/base < 10 {
+		if frac := n % base * 10 / base; frac != 0 {
+			return fmt.Sprintf("%d.%d%s", n/base, frac, mag)
+		}
+	}
+	return fmt.Sprintf("%d%s", n/base, mag)
+}
+
+// cntStr is librdmacm's cnt_str: 100k, 1m, in powers of ten.
+func cntStr(n int64) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%db", n/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%dm", n/1e6)
+	case n >= 1e3:
+		return fmt.Sprintf("%dk", n/1e3)
+	}
+	return fmt.Sprintf("%d", n)
+}

@@ -1,0 +1,85 @@
+// Package examples_test runs the examples that live in modules of their own, which
+// the main module's `go test ./...` does not reach: it builds each with the go
+// command in its directory, as a user would.
+package examples_test
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/goverbs/goverbs/internal/testaddr"
+)
+
+// TestGRPC builds examples/grpc (its own module, so that this one does not depend on
+// gRPC) and runs its server and client as two processes on their own devices: the
+// unchanged gRPC stack greets over rdmanet, several calls on one connection, and the
+// server stops gracefully on SIGTERM.
+func TestGRPC(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	goCmd := func(args ...string) *exec.Cmd {
+		cmd := exec.CommandContext(ctx, "go", args...)
+		cmd.Dir = "grpc"
+		// The example module's own go.sum decides its dependencies; a GOFLAGS meant for
+		// this module (-mod=vendor, say) is not for it.
+		cmd.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false")
+		return cmd
+	}
+	// Fetching gRPC needs the module proxy (or a filled module cache): without it
+	// there is nothing to test here, which is not the example's failure.
+	if out, err := goCmd("mod", "download").CombinedOutput(); err != nil {
+		t.Skipf("the gRPC example's modules could not be downloaded: %v\n%s", err, out)
+	}
+	bin := t.TempDir()
+	if out, err := goCmd("build", "-o", bin+string(filepath.Separator), "./server", "./client").CombinedOutput(); err != nil {
+		t.Fatalf("building examples/grpc: %v\n%s", err, out)
+	}
+
+	a, b := testaddr.Free(t, testaddr.Examples), testaddr.Free(t, testaddr.Examples)
+	srv := exec.CommandContext(ctx, filepath.Join(bin, "server"), "-addr", a.String()+":0")
+	stdout, err := srv.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var srvLog strings.Builder
+	srv.Stderr = &srvLog
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Process.Kill()
+	sc := bufio.NewScanner(stdout)
+	if !sc.Scan() || !strings.HasPrefix(sc.Text(), "listening on rdma "+a.String()+":") {
+		srv.Process.Kill()
+		srv.Wait()
+		t.Fatalf("server says %q\n%s", sc.Text(), srvLog.String())
+	}
+	addr := strings.TrimPrefix(sc.Text(), "listening on rdma ")
+
+	out, err := exec.CommandContext(ctx, filepath.Join(bin, "client"),
+		"-addr", addr, "-local", b.String(), "-name", "goverbs", "-n", "3").CombinedOutput()
+	if err != nil {
+		t.Fatalf("client: %v\n%s", err, out)
+	}
+	if got, want := string(out), strings.Repeat("greeting: Hello, goverbs\n", 3); got != want {
+		t.Errorf("client printed %q, want %q", got, want)
+	}
+
+	start := time.Now()
+	if err := srv.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Wait(); err != nil {
+		t.Fatalf("server after SIGTERM: %v\n%s", err, srvLog.String())
+	}
+	t.Logf("server stopped %v after SIGTERM", time.Since(start))
+	if got := srvLog.String(); strings.Count(got, `server: greeting "goverbs"`) != 3 || !strings.HasSuffix(got, "server: stopped\n") {
+		t.Errorf("server's log:\n%s", got)
+	}
+}

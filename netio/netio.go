@@ -303,6 +303,31 @@ type Poller interface {
 	WaitReadable(timeout time.Duration) (bool, error)
 }
 
+// Multicaster is implemented by Conns that can receive IP multicast (the UDP backend on
+// Linux, and a Tee over one). RoCEv2 carries a multicast GID's traffic as IP multicast
+// to the group's address at the RoCEv2 port (IBTA Annex A17.4.5.2): sending needs
+// nothing more than WriteBatch to that address, receiving needs the group joined.
+type Multicaster interface {
+	// JoinGroup joins the IP multicast group on the interface of the Conn's address
+	// and returns a Conn that reads what is sent to the group at the Conn's port: its
+	// LocalAddr is group:port, its WriteBatch and SourceAddr are the joining Conn's.
+	// Closing it leaves the group. The joining Conn keeps receiving its own traffic;
+	// closing it does not close the group's Conn.
+	JoinGroup(group netip.Addr) (Conn, error)
+}
+
+// AsMulticaster returns c as a Multicaster if it can join groups, looking through Tees.
+func AsMulticaster(c Conn) (Multicaster, bool) {
+	if t, ok := c.(*teeConn); ok {
+		if _, ok := AsMulticaster(t.Conn); !ok {
+			return nil, false
+		}
+		return t, true
+	}
+	m, ok := c.(Multicaster)
+	return m, ok
+}
+
 // Recorder receives a copy of every datagram crossing a Tee'd Conn.
 // pcap.Writer implements it. ipID is the IPv4 Identification the datagram
 // carries (0 on IPv6).

@@ -26,14 +26,34 @@ import (
 // log) and kept; RecordErr on the returned Conn reports it. Recording
 // continues after an error.
 func Tee(c Conn, r Recorder) Conn {
-	return &teeConn{Conn: c, r: r}
+	return &teeConn{Conn: c, teeRec: &teeRec{r: r}}
 }
 
 type teeConn struct {
 	Conn
+	*teeRec
+}
+
+// teeRec is the recording side of a Tee, shared with the Tees of the groups it joins
+// (JoinGroup), so that one Recorder sees every datagram in one order.
+type teeRec struct {
 	r     Recorder
 	mu    sync.Mutex
 	first error
+}
+
+// JoinGroup joins the group underneath (see Multicaster) and records what the group's
+// Conn reads, with the group's address as the destination.
+func (t *teeConn) JoinGroup(group netip.Addr) (Conn, error) {
+	m, ok := AsMulticaster(t.Conn)
+	if !ok {
+		return nil, errors.ErrUnsupported
+	}
+	g, err := m.JoinGroup(group)
+	if err != nil {
+		return nil, err
+	}
+	return &teeConn{Conn: g, teeRec: t.teeRec}, nil
 }
 
 // RecordErr returns the first error the Recorder returned, if any.

@@ -106,6 +106,7 @@ func ListenUDP(addr netip.AddrPort, opts UDPOptions) (Conn, error) {
 			return err
 		}
 		c.sndBuf = setBuf(s, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, sendWant)
+		setMulticastSend(s, c.local.Addr(), c.v6)
 		return pmtu(s)
 	}
 	if opts.BusyPoll {

@@ -33,6 +33,7 @@ const (
 	Examples Block = 67 // examples/...
 	CM       Block = 68 // cm
 	RDMANet  Block = 69 // rdmanet
+	NetIO    Block = 70 // netio (its multicast groups; its sockets bind port 0)
 )
 
 // attempts bounds the search: with 64,516 addresses per block, failing this many draws
@@ -78,4 +79,13 @@ func Free(tb testing.TB, b Block) netip.Addr {
 		}
 		return a, c.Close()
 	})
+}
+
+// Group returns a random IPv4 multicast group of block b, 239.B.x.y (organisation-local
+// scope, RFC 2365). Groups are shared by every socket on the host that joins them, and a
+// software device receives a group at port 4791 like any other member: a random group
+// per test keeps one test's multicast out of another's devices, as Addr keeps unicast
+// apart.
+func Group(b Block) netip.Addr {
+	return netip.AddrFrom4([4]byte{239, byte(b), byte(rand.IntN(256)), byte(1 + rand.IntN(254))})
 }

@@ -599,15 +599,17 @@ int gv_op_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind
 	return rc;
 }
 
-/* Multicast: RoCEv2 multicast needs IGMP joins goverbs does not make. */
+/* Multicast: a UD QP joins a group's IP multicast (verbs.QP.AttachMcast). */
 int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 {
-	(void)qp; (void)gid; (void)lid;
-	return EOPNOTSUPP;
+	if (!qp || !gid)
+		return EINVAL;
+	return gv_mcast(((struct gv_qp *)qp)->h, (void *)gid->raw, lid, 1);
 }
 
 int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 {
-	(void)qp; (void)gid; (void)lid;
-	return EOPNOTSUPP;
+	if (!qp || !gid)
+		return EINVAL;
+	return gv_mcast(((struct gv_qp *)qp)->h, (void *)gid->raw, lid, 0);
 }

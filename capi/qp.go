@@ -291,3 +291,19 @@ func gv_post_recv(h C.uintptr_t, srq C.int, wr *C.struct_ibv_recv_wr, bad *C.int
 	}
 	return 0
 }
+
+// gv_mcast attaches a QP to a multicast group or detaches it (ibv_attach_mcast,
+// ibv_detach_mcast); gid points at the group's 16 bytes.
+//
+//export gv_mcast
+func gv_mcast(qh C.uintptr_t, gid unsafe.Pointer, lid C.uint16_t, attach C.int) C.int {
+	q := handle[*queuePair](qh)
+	if q == nil {
+		return C.EINVAL
+	}
+	g := verbs.GID(*(*[16]byte)(gid))
+	if attach != 0 {
+		return logErr("attach multicast", q.qp.AttachMcast(g, uint16(lid)))
+	}
+	return logErr("detach multicast", q.qp.DetachMcast(g, uint16(lid)))
+}

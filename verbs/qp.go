@@ -39,7 +39,8 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	if attr.SRQ != nil && attr.SRQ.life.closed.Load() {
 		return nil, errSRQClosed
 	}
-	init := driver.QPInit{Type: attr.Type, SendCQ: attr.SendCQ.impl, RecvCQ: attr.RecvCQ.impl, Cap: attr.Cap, SigAll: attr.SigAll}
+	init := driver.QPInit{Type: attr.Type, SendCQ: attr.SendCQ.impl, RecvCQ: attr.RecvCQ.impl, Cap: attr.Cap, SigAll: attr.SigAll,
+		BlockSelfMcastLoopback: attr.BlockSelfMcastLoopback}
 	if attr.SRQ != nil {
 		init.SRQ = attr.SRQ.impl
 	}
@@ -150,6 +151,48 @@ func (qp *QP) PostRecv(wrs ...RecvWR) error {
 
 // Counters returns the QP's statistics.
 func (qp *QP) Counters() QPCounters { return qp.impl.Counters() }
+
+// AttachMcast attaches a UD QP to the multicast group gid (ibv_attach_mcast): the QP
+// receives a copy of every UD SEND to the group (remote QPN 0xFFFFFF, McastQPN) whose
+// Q_Key is its own. On RoCEv2 a group GID is an IP multicast address, IPv4-mapped
+// (::ffff:239.1.2.3, GIDFromAddr) or IPv6 (ff0e::...); lid is InfiniBand's and unused.
+// Attaching twice is no error. To send to the group, post to an AH whose DGID is gid.
+func (qp *QP) AttachMcast(gid GID, lid uint16) error {
+	if err := qp.checkMcast(gid); err != nil {
+		return err
+	}
+	if err := qp.impl.AttachMcast(gid, lid); err != nil {
+		return &opError{"attach multicast", err}
+	}
+	return nil
+}
+
+// DetachMcast detaches the QP from the group (ibv_detach_mcast); once it returns, the
+// group's packets no longer reach the QP. A QP not attached is an ErrInvalidAttr.
+// Closing a QP detaches it from every group.
+func (qp *QP) DetachMcast(gid GID, lid uint16) error {
+	if err := qp.checkMcast(gid); err != nil {
+		return err
+	}
+	if err := qp.impl.DetachMcast(gid, lid); err != nil {
+		return &opError{"detach multicast", err}
+	}
+	return nil
+}
+
+// checkMcast is what every provider's attach needs: a live UD QP and a multicast GID.
+func (qp *QP) checkMcast(gid GID) error {
+	if err := qp.usable(); err != nil {
+		return err
+	}
+	if qp.typ != QPTypeUD {
+		return fmt.Errorf("%w: only a UD QP joins a multicast group, not %v", ErrInvalidAttr, qp.typ)
+	}
+	if !gid.Addr().IsMulticast() {
+		return fmt.Errorf("%w: %v is not a multicast GID", ErrInvalidAttr, gid.Addr())
+	}
+	return nil
+}
 
 // Close destroys the QP (ibv_destroy_qp). Outstanding work is discarded: no completion
 // of it appears afterwards.

@@ -32,8 +32,10 @@ func (s *softDevice) Query() DeviceAttr {
 		MaxCQ: 1 << 14, MaxCQE: engine.MaxCQE, MaxMR: 1<<16 - 2, MaxPD: 1 << 16,
 		MaxQPRdAtom: engine.MaxRdAtomic, MaxQPInitRdAtom: engine.MaxRdAtomic,
 		MaxSRQ: 1 << 14, MaxSRQWR: engine.MaxQPWR, MaxSRQSGE: engine.MaxSGE, MaxAH: 1 << 15, MaxMW: 1 << 16,
-		MaxInlineData: engine.MaxInline,
-		AtomicCap:     AtomicHCA, PhysPortCnt: 1, MaxPKeys: 64,
+		MaxMcastGrp: engine.MaxMcastGroups, MaxMcastQPAttach: engine.MaxMcastQPAttach,
+		MaxTotalMcastQPAttach: engine.MaxTotalMcastQPAttach,
+		MaxInlineData:         engine.MaxInline,
+		AtomicCap:             AtomicHCA, PhysPortCnt: 1, MaxPKeys: 64,
 	}
 }
 
@@ -195,6 +197,9 @@ func (q *softQP) PostRecv(wrs []RecvWR) error { return q.qp.PostRecv(wrs) }
 
 func (q *softQP) Modify(a *QPAttr, mask QPAttrMask) error { return q.qp.Modify(a, mask) }
 func (q *softQP) Query() QPAttr                           { return q.qp.Query() }
+
+func (q *softQP) AttachMcast(gid GID, lid uint16) error { return q.qp.AttachMcast(gid, lid) }
+func (q *softQP) DetachMcast(gid GID, lid uint16) error { return q.qp.DetachMcast(gid, lid) }
 
 func (q *softQP) BindMW(mw driver.MW, id uint64, flags SendFlags, b MWBind) (uint32, error) {
 	m, ok := mw.(*engine.MW)

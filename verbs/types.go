@@ -91,4 +91,8 @@ type QPInitAttr struct {
 	Cap    QPCap
 	// SigAll makes every send WR signaled (sq_sig_all).
 	SigAll bool
+	// BlockSelfMcastLoopback keeps a UD QP's own multicast sends out of its receive
+	// queue (IBV_QP_CREATE_BLOCK_SELF_MCAST_LB, mckey -l); other members, on this host
+	// too, still receive them.
+	BlockSelfMcastLoopback bool
 }

@@ -177,9 +177,9 @@ func printDevinfo(d *verbs.Device, verbose bool) {
 		fmt.Fprintf(w, "\tmax_mw:\t\t\t\t%d\n", a.MaxMW)
 		fmt.Fprintf(w, "\tmax_raw_ipv6_qp:\t\t%d\n", 0)
 		fmt.Fprintf(w, "\tmax_raw_ethy_qp:\t\t%d\n", 0)
-		fmt.Fprintf(w, "\tmax_mcast_grp:\t\t\t%d\n", 0)
-		fmt.Fprintf(w, "\tmax_mcast_qp_attach:\t\t%d\n", 0)
-		fmt.Fprintf(w, "\tmax_total_mcast_qp_attach:\t%d\n", 0)
+		fmt.Fprintf(w, "\tmax_mcast_grp:\t\t\t%d\n", a.MaxMcastGrp)
+		fmt.Fprintf(w, "\tmax_mcast_qp_attach:\t\t%d\n", a.MaxMcastQPAttach)
+		fmt.Fprintf(w, "\tmax_total_mcast_qp_attach:\t%d\n", a.MaxTotalMcastQPAttach)
 		fmt.Fprintf(w, "\tmax_ah:\t\t\t\t%d\n", a.MaxAH)
 		fmt.Fprintf(w, "\tmax_srq:\t\t\t%d\n", a.MaxSRQ)
 		if a.MaxSRQ > 0 {

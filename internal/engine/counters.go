@@ -39,6 +39,7 @@ type Counters struct {
 	AccessErrors  atomic.Uint64 // remote requests refused for key, bounds or rights
 	NoRecvWQE     atomic.Uint64 // dropped: UD/UC message with no receive WQE posted
 	CNPReceived   atomic.Uint64
+	McastPackets  atomic.Uint64 // multicast packets accepted for a joined group, before each member's checks
 	CQOverflows   atomic.Uint64
 	SendErrors    atomic.Uint64 // the socket refused a datagram
 	EventsLost    atomic.Uint64
@@ -74,6 +75,7 @@ func (c *Counters) Each(f func(name string, v uint64)) {
 	f("remote_access_err", c.AccessErrors.Load())
 	f("no_recv_wqe_drop", c.NoRecvWQE.Load())
 	f("rcvd_cnp", c.CNPReceived.Load())
+	f("rcvd_mcast_pkts", c.McastPackets.Load())
 	f("cq_overflow", c.CQOverflows.Load())
 	f("send_err", c.SendErrors.Load())
 	f("async_events_lost", c.EventsLost.Load())

@@ -79,6 +79,7 @@ type Device struct {
 	gsi    atomic.Pointer[GSIHandler] // QP1's receiver (gsi.go)
 	gsiPSN atomic.Uint32
 
+	mcast    mcastTable
 	counters Counters
 	txPool   sync.Pool
 	sender   sender
@@ -117,6 +118,7 @@ func New(cfg Config) (*Device, error) {
 		mtu:      cfg.MTU,
 		log:      cfg.Logger,
 		qps:      make(map[uint32]*QP),
+		mcast:    mcastTable{groups: make(map[[16]byte]*mcastGroup)},
 		nextQPN:  firstQPN,
 		events:   make(chan AsyncEvent, 256),
 		rxDone:   make(chan struct{}),
@@ -176,6 +178,7 @@ func (d *Device) Close() error {
 	for _, qp := range qps {
 		qp.Close()
 	}
+	d.closeMcast()
 	err := d.conn.Close()
 	<-d.rxDone
 	close(d.sender.stop)

@@ -57,7 +57,10 @@ func (d *Device) emit(tx *txBatch, dst netip.AddrPort, h *wire.Headers, pl paylo
 		if last.Addr == dst && last.N%last.SegSize == 0 &&
 			(last.SegSize == size || endRun && size < last.SegSize) &&
 			last.N+size <= tx.maxBytes && last.N/last.SegSize < tx.maxSeg &&
-			len(last.Iov)+pieces+3 <= netio.MaxIov {
+			len(last.Iov)+pieces+3 <= netio.MaxIov && !dst.Addr().IsMulticast() {
+			// (A multicast group's members read its socket without GRO, so a segment's
+			// number, its IPv4 Identification, would be lost to them: every multicast
+			// packet leaves on its own, with Identification 0.)
 			tx.appendRun = true
 			buf = last.Buf[tx.used[tx.n-1]:]
 		}

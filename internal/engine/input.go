@@ -30,7 +30,7 @@ func (d *Device) input(b []byte, from netip.AddrPort, seg int) {
 		return
 	}
 	qp := d.rxLookupQP(p.BTH.DestQP())
-	if !d.checkICRC(b, from, qp, seg) {
+	if !d.checkICRC(b, from, d.local, qp, seg) {
 		d.counters.ICRCErrors.Add(1)
 		return
 	}
@@ -52,7 +52,7 @@ func (d *Device) input(b []byte, from netip.AddrPort, seg int) {
 		return
 	}
 	qp.mu.Lock()
-	qp.receive(p, from)
+	qp.receive(p, from, d.local)
 	qp.mu.Unlock()
 }
 
@@ -62,7 +62,8 @@ func (d *Device) logMalformed(from netip.AddrPort, perr wire.ParseError) {
 	d.log.Debug("malformed packet", "dev", d.name, "from", from, "err", &perr)
 }
 
-// checkICRC verifies the packet's ICRC for the IP header it arrived in (Annex A17.3.3).
+// checkICRC verifies the packet's ICRC for the IP header it arrived in (Annex A17.3.3),
+// from the peer to the device (to is its own address) or to a multicast group it joined.
 // goverbs peers send IPv4 with DF and Identification 0, or, in a GSO run, the segment's
 // number (0…63). Other peers (Linux rxe) number their packets with a counter, and a UDP
 // socket cannot see the number: for those the Identification that makes the ICRC match
@@ -71,19 +72,25 @@ func (d *Device) logMalformed(from netip.AddrPort, perr wire.ParseError) {
 // goverbs-style Identifications and never another kind is held to those: a corrupted
 // packet then passes with a chance near 2^-25. A counting peer can never qualify: its
 // counter leaves 0…63 within 64 packets (it does pass through 0 every 65536).
-func (d *Device) checkICRC(b []byte, from netip.AddrPort, qp *QP, seg int) bool {
+func (d *Device) checkICRC(b []byte, from, to netip.AddrPort, qp *QP, seg int) bool {
 	n := len(b) - wire.ICRCLen
 	if n < 0 {
 		return false
 	}
 	icrc := binary.LittleEndian.Uint32(b[n:])
-	f := d.rxFlowFrom(qp, from)
+	var f wire.ICRCFlow
+	if qp != nil {
+		f = d.rxFlowFrom(qp, from)
+	} else {
+		ip := rxIP(from, to)
+		f = wire.NewICRCFlow(&ip)
+	}
 	if seg > 0 && seg < netio.MaxGSOSegments && f.Sum(netio.GSOSegmentID(0, seg), b[:n], nil, 0) == icrc ||
 		f.Sum(0, b[:n], nil, 0) == icrc {
 		qp.sawGoverbsID()
 		return true
 	}
-	ip := d.rxIP(from)
+	ip := rxIP(from, to)
 	if !ip.Src.Unmap().Is4() {
 		return false
 	}
@@ -106,13 +113,10 @@ func (d *Device) checkICRC(b []byte, from netip.AddrPort, qp *QP, seg int) bool 
 	return true
 }
 
-// rxFlowFrom returns the ICRC's share for packets from a peer, as goverbs peers send
-// them (DF set), kept on the QP they are for: its peer rarely changes. Only the receive
-// path (rxLoop, or the holder of rxMu) calls it.
+// rxFlowFrom returns the ICRC's share for packets from a peer to the device, as goverbs
+// peers send them (DF set), kept on the QP they are for: its peer rarely changes. Only
+// the receive path (rxLoop, or the holder of rxMu) calls it.
 func (d *Device) rxFlowFrom(qp *QP, from netip.AddrPort) wire.ICRCFlow {
-	if qp == nil {
-		return d.newRxFlow(from)
-	}
 	if from != qp.rxFlowFrom || !from.IsValid() {
 		qp.rxFlowFrom, qp.rxFlow = from, d.newRxFlow(from)
 	}
@@ -120,14 +124,15 @@ func (d *Device) rxFlowFrom(qp *QP, from netip.AddrPort) wire.ICRCFlow {
 }
 
 func (d *Device) newRxFlow(from netip.AddrPort) wire.ICRCFlow {
-	ip := d.rxIP(from)
+	ip := rxIP(from, d.local)
 	return wire.NewICRCFlow(&ip)
 }
 
-// rxIP is the IP header of a packet from a peer as a goverbs peer sends it (DF set); its
-// Identification is the caller's to add or recover.
-func (d *Device) rxIP(from netip.AddrPort) wire.IPHeader {
-	return wire.IPHeader{Src: from.Addr(), Dst: d.local.Addr(), SrcPort: from.Port(), DstPort: d.local.Port(), DF: true}
+// rxIP is the IP header of a packet from a peer to an address of the device's (its own,
+// or a group's) as a goverbs peer sends it (DF set); its Identification is the caller's
+// to add or recover.
+func rxIP(from, to netip.AddrPort) wire.IPHeader {
+	return wire.IPHeader{Src: from.Addr(), Dst: to.Addr(), SrcPort: from.Port(), DstPort: to.Port(), DF: true}
 }
 
 // strictSafeRun is how many goverbs-style packets in a row make a QP verify strictly.
@@ -147,9 +152,9 @@ func (qp *QP) strictICRC() bool {
 
 var transportOf = [...]wire.Transport{driver.QPTypeRC: wire.TransportRC, driver.QPTypeUC: wire.TransportUC, driver.QPTypeUD: wire.TransportUD}
 
-// receive applies the per-QP checks and hands the packet to the responder or completer.
-// qp.mu is held.
-func (qp *QP) receive(p *wire.Packet, from netip.AddrPort) {
+// receive applies the per-QP checks and hands the packet to the responder or completer;
+// to is where it was sent (the device, or a multicast group). qp.mu is held.
+func (qp *QP) receive(p *wire.Packet, from, to netip.AddrPort) {
 	d := qp.dev
 	if qp.closed {
 		d.counters.NoQP.Add(1)
@@ -193,7 +198,7 @@ func (qp *QP) receive(p *wire.Packet, from netip.AddrPort) {
 	case driver.QPTypeUC:
 		qp.respondUC(p)
 	case driver.QPTypeUD:
-		qp.respondUD(p, from)
+		qp.respondUD(p, from, to)
 	}
 }
 

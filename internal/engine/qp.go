@@ -38,6 +38,9 @@ type QPInit struct {
 	SRQ    *SRQ
 	Cap    driver.QPCap
 	SigAll bool
+	// BlockSelfMcastLoopback keeps the QP's own multicast sends from its own receive
+	// queue (IBV_QP_CREATE_BLOCK_SELF_MCAST_LB); other members still get them.
+	BlockSelfMcastLoopback bool
 }
 
 // wqeState is where a send WQE is in its life (rxe's wqe_state).
@@ -134,6 +137,10 @@ type QP struct {
 	lastPost   int64 // nanotime at which the last PostSend returned (doorbell batching)
 	txQueued   bool  // on the sender's list to run the requester (doorbell batching)
 	mtu        int   // path MTU in bytes
+	// The multicast groups the QP is attached to (mcast.go): changed under the
+	// device's group table lock and this QP's, read on delivery under this QP's.
+	mcast          []*mcastGroup
+	blockSelfMcast bool
 
 	sq     sendQueue
 	rq     recvQueue
@@ -185,6 +192,7 @@ func (d *Device) CreateQP(pd *PD, init QPInit) (*QP, error) {
 	qp := &QP{
 		dev: d, pd: pd, typ: init.Type, sendCQ: init.SendCQ, recvCQ: init.RecvCQ,
 		srq: init.SRQ, sigAll: init.SigAll, cap: c, state: driver.QPStateReset,
+		blockSelfMcast: init.BlockSelfMcastLoopback,
 	}
 	qp.sq.wqes = make([]sendWQE, c.MaxSendWR)
 	sges := make([]driver.SGE, int(c.MaxSendWR*c.MaxSendSGE))
@@ -474,6 +482,7 @@ func (qp *QP) Close() error {
 	qp.state = driver.QPStateErr
 	qp.comp.stopTimers()
 	qp.mu.Unlock()
+	qp.detachAll() // after closed is set: AttachMcast refuses from then on
 
 	d := qp.dev
 	d.qpMu.Lock()

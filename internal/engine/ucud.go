@@ -57,8 +57,9 @@ func (qp *QP) ucDrop(psn wire.PSN) {
 	r.inMsg = msgNone
 }
 
-// respondUD delivers a UD SEND (IBTA 9.8.4, 11.4.1.2 for the GRH area). qp.mu is held.
-func (qp *QP) respondUD(p *wire.Packet, from netip.AddrPort) {
+// respondUD delivers a UD SEND sent to the address to (the device's, or a multicast
+// group's: the GRH's destination) (IBTA 9.8.4, 11.4.1.2 for the GRH area). qp.mu is held.
+func (qp *QP) respondUD(p *wire.Packet, from, to netip.AddrPort) {
 	d := qp.dev
 	if p.DETH.QKey() != qp.attr.QKey {
 		d.counters.BadQKey.Add(1) // IBTA 10.2.5, C10-15: a Q_Key mismatch is silently dropped
@@ -89,7 +90,7 @@ func (qp *QP) respondUD(p *wire.Packet, from netip.AddrPort) {
 		return
 	}
 	var grh [grhLen]byte
-	qp.fillGRH(&grh, from, len(p.Buf))
+	fillGRH(&grh, from, to, len(p.Buf))
 	if !w.local.copyIn(grh[:], 0) || !w.local.copyIn(p.Payload, grhLen) {
 		wc.Status = driver.WCLocProtErr
 		qp.recvCQ.push(&wc, false)
@@ -109,8 +110,8 @@ const grhLen = 40
 
 // fillGRH writes the GRH area as Linux rxe does for RoCEv2: for IPv4 the 20-byte IPv4
 // header in its last 20 bytes (the first 20 are zero), for IPv6 the IPv6 header.
-func (qp *QP) fillGRH(grh *[grhLen]byte, from netip.AddrPort, udpPayload int) {
-	ip := qp.dev.rxIP(from)
+func fillGRH(grh *[grhLen]byte, from, to netip.AddrPort, udpPayload int) {
+	ip := rxIP(from, to)
 	var hdr [48]byte
 	b := wire.AppendIPUDP(hdr[:0], &ip, udpPayload)
 	if from.Addr().Unmap().Is4() {

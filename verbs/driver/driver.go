@@ -114,6 +114,11 @@ type QP interface {
 	PostRecv(wrs []RecvWR) error
 	// BindMW binds a type 1 window (ibv_bind_mw) and returns the rkey it will have.
 	BindMW(mw MW, id uint64, flags SendFlags, b MWBind) (uint32, error)
+	// AttachMcast and DetachMcast attach a UD QP to a multicast group and detach it
+	// (ibv_attach_mcast, ibv_detach_mcast); package verbs has checked the QP's type and
+	// that gid is a multicast GID. On RoCE lid is unused.
+	AttachMcast(gid GID, lid uint16) error
+	DetachMcast(gid GID, lid uint16) error
 	Counters() QPCounters
 }
 

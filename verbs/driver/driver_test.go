@@ -108,6 +108,8 @@ func (*fakeQP) PostRecv(wrs []driver.RecvWR) error             { return nil }
 func (*fakeQP) BindMW(driver.MW, uint64, driver.SendFlags, driver.MWBind) (uint32, error) {
 	return 0, errors.ErrUnsupported
 }
+func (*fakeQP) AttachMcast(driver.GID, uint16) error { return errors.ErrUnsupported }
+func (*fakeQP) DetachMcast(driver.GID, uint16) error { return errors.ErrUnsupported }
 
 // PostSend reads the requests in place, as a provider copies them into its WQEs.
 func (q *fakeQP) PostSend(wrs []driver.SendWR) error {

@@ -160,11 +160,15 @@ type DeviceAttr struct {
 	MaxSRQWR        int
 	MaxSRQSGE       int
 	MaxAH           int
-	MaxMW           int
-	MaxInlineData   int
-	AtomicCap       AtomicCap
-	PhysPortCnt     uint8
-	MaxPKeys        uint16
+	// The multicast limits: groups, QPs attached to one group, attachments in all.
+	MaxMcastGrp           int
+	MaxMcastQPAttach      int
+	MaxTotalMcastQPAttach int
+	MaxMW                 int
+	MaxInlineData         int
+	AtomicCap             AtomicCap
+	PhysPortCnt           uint8
+	MaxPKeys              uint16
 }
 
 // PortAttr describes a port (struct ibv_port_attr).
@@ -282,6 +286,9 @@ type QPInit struct {
 	SRQ    SRQ // nil without a shared receive queue
 	Cap    QPCap
 	SigAll bool // every send WR is signaled (sq_sig_all)
+	// BlockSelfMcastLoopback: the QP does not receive the multicast packets it sent
+	// itself (IBV_QP_CREATE_BLOCK_SELF_MCAST_LB); other members still do.
+	BlockSelfMcastLoopback bool
 }
 
 // AsyncEvent is an asynchronous event as a provider reports it, naming its own objects;

@@ -10,7 +10,9 @@ package ibverbs
 import "C"
 
 import (
+	"errors"
 	"sync"
+	"syscall"
 	"unsafe"
 
 	"github.com/goverbs/goverbs/verbs/driver"
@@ -45,6 +47,10 @@ func (p *pd) CreateQP(init *driver.QPInit) (driver.QP, error) {
 	rcq, ok2 := init.RecvCQ.(*cq)
 	if !ok1 || !ok2 {
 		return nil, errWrongDevice("CQ")
+	}
+	if init.BlockSelfMcastLoopback {
+		// It needs ibv_create_qp_ex and the device's IBV_QP_CREATE_BLOCK_SELF_MCAST_LB.
+		return nil, &driver.Error{Kind: driver.ErrInvalidAttr, Err: errors.ErrUnsupported}
 	}
 	var a C.struct_ibv_qp_init_attr
 	scq.mu.Lock()
@@ -207,5 +213,36 @@ func (q *qp) Close() error {
 	q.send.free()
 	q.recv.free()
 	q.dev.remove(q, key)
+	return nil
+}
+
+// AttachMcast attaches the QP to a multicast group (ibv_attach_mcast).
+func (q *qp) AttachMcast(gid driver.GID, lid uint16) error {
+	return q.mcast(gid, lid, true)
+}
+
+// DetachMcast detaches the QP from a multicast group (ibv_detach_mcast).
+func (q *qp) DetachMcast(gid driver.GID, lid uint16) error {
+	return q.mcast(gid, lid, false)
+}
+
+func (q *qp) mcast(gid driver.GID, lid uint16, attach bool) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.qp == nil {
+		return errClosed("QP")
+	}
+	var g C.union_ibv_gid
+	*(*[16]byte)(unsafe.Pointer(&g)) = gid
+	// Both return an errno value rather than setting errno.
+	if attach {
+		if rc := C.ibv_attach_mcast(q.qp, &g, C.uint16_t(lid)); rc != 0 {
+			return ibvErr("ibv_attach_mcast", syscall.Errno(rc))
+		}
+		return nil
+	}
+	if rc := C.ibv_detach_mcast(q.qp, &g, C.uint16_t(lid)); rc != 0 {
+		return ibvErr("ibv_detach_mcast", syscall.Errno(rc))
+	}
 	return nil
 }

@@ -33,6 +33,10 @@
 // UD QP; the client's ResolveUD returns the QPN, the Q_Key (rdma_cm's 0x01234567)
 // and an address handle to send with.
 //
+// Multicast is joined rather than resolved: JoinMulticast (rdma_join_multicast on
+// RoCE, where no MAD is sent) attaches a UD QP to the group and returns the group's
+// address handle, QPN (0xFFFFFF) and Q_Key; Multicast.Leave is rdma_leave_multicast.
+//
 // Private data has librdmacm's budgets: 56 bytes in Dial (rdma_cm's
 // 36-byte address header takes the rest of the REQ's 92), 196 in Accept,
 // 148 in Reject; 180 in ResolveUD, 136 in AcceptUD; more is

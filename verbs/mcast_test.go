@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/goverbs/goverbs/internal/testaddr"
 )
@@ -55,4 +56,52 @@ func TestMcastAttachAndSend(t *testing.T) {
 	if err := qa.AttachMcast(gid, 0); !errors.Is(err, ErrClosed) {
 		t.Errorf("attach after close: %v", err)
 	}
+}
+
+// BlockSelfMcastLoopback reaches the provider: the QP does not hear its own send to a
+// group it is attached to, while another QP of the device, attached too, does.
+func TestMcastBlockSelfLoopback(t *testing.T) {
+	const qkey = 0x01234567
+	h := newHost(t)
+	gid := GIDFromAddr(testaddr.Group(testaddr.Verbs))
+	quiet, err := h.pd.CreateQP(QPInitAttr{Type: QPTypeUD, SendCQ: h.cq, RecvCQ: h.rcq, BlockSelfMcastLoopback: true,
+		Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := readyUD(quiet, qkey); err != nil {
+		t.Fatal(err)
+	}
+	other := udQP(t, h, qkey)
+	buf := h.mr(t, 2*(64+GRHLen), allAccess)
+	for i, qp := range []*QP{quiet, other} {
+		if err := qp.AttachMcast(gid, 0); err != nil {
+			t.Fatal(err)
+		}
+		qp.PostRecv(RecvWR{ID: uint64(10 + i), SGL: []SGE{buf.SGE(i*(64+GRHLen), 64+GRHLen)}})
+	}
+	ah, _ := h.pd.CreateAH(AHAttr{DGID: gid, Port: 1})
+	if err := quiet.PostSend(SendWR{ID: 1, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{buf.SGE(0, 8)},
+		AH: ah, RemoteQPN: 0xFFFFFF, RemoteQKey: qkey}); err != nil {
+		t.Fatal(err)
+	}
+	expectStatus(t, h.cq, 1, WCSuccess)
+	if wc := expectStatus(t, h.rcq, 11, WCSuccess); wc.QPN != other.QPN() {
+		t.Fatalf("completion %+v", wc)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n, _ := h.rcq.Poll(make([]WC, 4)); n != 0 {
+		t.Fatal("the blocking QP heard its own send")
+	}
+}
+
+// readyUD brings a UD QP to RTS with the Q_Key (udQP for a QP made elsewhere).
+func readyUD(qp *QP, qkey uint32) error {
+	if err := qp.Modify(&QPAttr{State: QPStateInit, Port: 1, QKey: qkey}, QPAttrState|QPAttrPKeyIndex|QPAttrPort|QPAttrQKey); err != nil {
+		return err
+	}
+	if err := qp.Modify(&QPAttr{State: QPStateRTR}, QPAttrState); err != nil {
+		return err
+	}
+	return qp.Modify(&QPAttr{State: QPStateRTS}, QPAttrState|QPAttrSQPSN)
 }

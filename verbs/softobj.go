@@ -142,7 +142,8 @@ func (p *softPD) CreateQP(init *driver.QPInit) (driver.QP, error) {
 	if !ok1 || !ok2 {
 		return nil, ErrWrongDevice
 	}
-	e := engine.QPInit{Type: init.Type, SendCQ: send, RecvCQ: recv, Cap: init.Cap, SigAll: init.SigAll}
+	e := engine.QPInit{Type: init.Type, SendCQ: send, RecvCQ: recv, Cap: init.Cap, SigAll: init.SigAll,
+		BlockSelfMcastLoopback: init.BlockSelfMcastLoopback}
 	if init.SRQ != nil {
 		srq, ok := init.SRQ.(*softSRQ)
 		if !ok {

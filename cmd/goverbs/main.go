@@ -60,6 +60,7 @@ func init() {
 		"ucmatose":     {"RC connections and messages through the connection manager (librdmacm's cmatose)", runUcmatose},
 		"udaddy":       {"UD datagrams to a service found through the connection manager (librdmacm's udaddy)", runUdaddy},
 		"rstream":      {"stream bandwidth and latency over rdmanet, or Go TCP with --tcp (librdmacm's rstream)", runRstream},
+		"mckey":        {"UD datagrams to a multicast group joined through the connection manager (librdmacm's mckey)", runMckey},
 	}
 }
 

@@ -19,6 +19,11 @@ const (
 	wrData  uint64 = 2 << 62
 	wrKind  uint64 = 3 << 62
 	lingerT        = 10 * time.Second // how long a closed Conn waits for its last bytes' ACKs
+	// closeWait is how much of lingerT Close itself waits: a live peer's transport
+	// acknowledges within a round trip whatever its reader does, so only a peer that
+	// is gone (or a network that drops everything) takes longer, and the rest of the
+	// linger goes on after Close returns.
+	closeWait = time.Second
 )
 
 var (
@@ -62,6 +67,7 @@ type Conn struct {
 
 	rxReady, txReady chan struct{} // wake the reader, the writer (capacity 1)
 	drained          chan struct{} // after Close: every send completed or failed
+	flushed          chan struct{} // closed when the linger ends (every send completed, or lingerT)
 	done             chan struct{} // closed by Close
 	stopPoll         context.CancelFunc
 	pollDone         chan struct{}
@@ -74,7 +80,7 @@ func newConn(ep *endpoint, peer setup, laddr, raddr *Addr, disconnect, release f
 	c := &Conn{ep: ep, peer: peer, laddr: laddr, raddr: raddr, disconnect: disconnect, release: release,
 		rdl: newDeadline(), wdl: newDeadline(),
 		rxReady: make(chan struct{}, 1), txReady: make(chan struct{}, 1),
-		drained: make(chan struct{}, 1), done: make(chan struct{}),
+		drained: make(chan struct{}, 1), flushed: make(chan struct{}), done: make(chan struct{}),
 		pollDone: make(chan struct{}), tornDown: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stopPoll = cancel
@@ -338,8 +344,10 @@ func (c *Conn) CloseWrite() error {
 }
 
 // Close closes the connection: blocked calls return net.ErrClosed at once, the peer
-// reads what was written and then io.EOF, and its writes fail. The queue pair and
-// buffers are released in the background once the last bytes are acknowledged.
+// reads what was written and then io.EOF, and its writes fail. Close returns once the
+// peer has acknowledged every byte and the close itself (at most closeWait, 1 s, for a
+// peer that does not answer), so that a program may exit right after it; the queue
+// pair and buffers are released in the background.
 func (c *Conn) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -353,6 +361,16 @@ func (c *Conn) Close() error {
 	}
 	c.mu.Unlock()
 	go c.teardown()
+	// Nothing of this stack outlives the process (a kernel's TCP still sends the last
+	// bytes and the FIN after exit), so Close waits for the peer's acknowledgements,
+	// as rsockets' rclose does: without it, a program that writes, closes and exits
+	// loses whatever the sender goroutine had not sent yet.
+	t := time.NewTimer(closeWait)
+	defer t.Stop()
+	select {
+	case <-c.flushed:
+	case <-t.C:
+	}
 	return nil
 }
 
@@ -370,6 +388,7 @@ linger:
 			break linger
 		}
 	}
+	close(c.flushed)
 	c.stopPoll()
 	<-c.pollDone
 	if c.disconnect != nil {

@@ -76,7 +76,10 @@
 // then io.EOF; this side may still read. Close sends CLOSE: the peer reads what was
 // sent and then io.EOF, and its writes fail with ErrPeerClosed. The closing side
 // keeps its queue pair until every message it posted is acknowledged (at most 10 s),
-// then releases it.
+// then releases it. Close itself returns once they are acknowledged (or after 1 s,
+// for a peer that does not answer), as rsockets' rclose waits for its sends: nothing
+// of a user-space stack outlives its process, so a program that exits right after
+// Close would otherwise lose the bytes and the CLOSE not yet sent.
 //
 // # The API
 //

@@ -12,19 +12,35 @@ import (
 	"github.com/goverbs/goverbs/verbs"
 )
 
-// Work request IDs: the top bits say what completed, a data WRITE's low bits its length.
+// Work request IDs: the top two bits say what completed. The rest of a send's ID
+// counts the data WRITEs its completion retires and their bytes: WRITEs are signaled
+// selectively (signalEvery), and a send queue completes in order, so one completion
+// stands for every unsignaled WRITE posted before it.
 const (
-	wrRecv  uint64 = 0
-	wrCtrl  uint64 = 1 << 62
-	wrData  uint64 = 2 << 62
-	wrKind  uint64 = 3 << 62
-	lingerT        = 10 * time.Second // how long a closed Conn waits for its last bytes' ACKs
+	wrRecv      uint64 = 0
+	wrCtrl      uint64 = 1 << 62
+	wrData      uint64 = 2 << 62
+	wrKind      uint64 = 3 << 62
+	wrMsgsShift        = 32
+	wrBytesMask uint64 = 1<<32 - 1
+	lingerT            = 10 * time.Second // how long a closed Conn waits for its last bytes' ACKs
 	// closeWait is how much of lingerT Close itself waits: a live peer's transport
 	// acknowledges within a round trip whatever its reader does, so only a peer that
 	// is gone (or a network that drops everything) takes longer, and the rest of the
 	// linger goes on after Close returns.
 	closeWait = time.Second
 )
+
+// signalEvery is how many data WRITEs go per signaled one, as rsockets signals only
+// some sends: each completion costs the completion goroutine a wake-up, and in a
+// request/response stream it is a wake-up per message on each side. A WRITE is also
+// signaled whenever it leaves no room for the next (the writer will wait for its
+// completion), so a writer never waits for a completion that was not asked for.
+const signalEvery = 16
+
+func sendID(kind uint64, msgs, bytes int) uint64 {
+	return kind | uint64(msgs)<<wrMsgsShift | uint64(bytes)
+}
 
 var (
 	// ErrPeerClosed is the error of a Write after the peer closed the connection.
@@ -60,6 +76,7 @@ type Conn struct {
 	ctrls                     int // control messages in flight
 	posted, retired           int // every send posted and completed
 	unacked                   int // data WRITEs posted and not completed
+	quietMsgs, quietBytes     int // data WRITEs posted unsignaled since the last signaled send
 	finSent                   bool
 	peerClosed                bool
 	err                       error // the QP failed or the peer broke the protocol
@@ -202,12 +219,13 @@ func (c *Conn) giveCredit() {
 
 // postCtrl sends a control message: a zero-length SEND WITH IMMEDIATE. c.mu is held.
 func (c *Conn) postCtrl(imm uint32) error {
-	err := c.ep.qp.PostSend(verbs.SendWR{ID: wrCtrl, Opcode: verbs.WRSendWithImm,
-		Flags: verbs.SendSignaled, Imm: imm})
+	err := c.ep.qp.PostSend(verbs.SendWR{ID: sendID(wrCtrl, c.quietMsgs, c.quietBytes),
+		Opcode: verbs.WRSendWithImm, Flags: verbs.SendSignaled, Imm: imm})
 	if err != nil {
 		c.fail(err)
 		return err
 	}
+	c.quietMsgs, c.quietBytes = 0, 0 // this completion retires them
 	c.ctrls++
 	c.posted++
 	return nil
@@ -305,19 +323,32 @@ func (c *Conn) postData(p []byte) error {
 func (c *Conn) stageOff() int { return int(c.sent % uint64(c.peer.ringSize)) }
 
 // postStaged WRITEs the next n staged bytes to the same place in the peer's ring,
-// with the length in the immediate. c.mu is held.
+// with the length in the immediate, signaled as signalEvery says. c.mu is held.
 func (c *Conn) postStaged(n int) error {
 	off := c.stageOff()
-	err := c.ep.qp.PostSend(verbs.SendWR{ID: wrData | uint64(n), Opcode: verbs.WRRDMAWriteWithImm,
-		Flags: verbs.SendSignaled, SGL: []verbs.SGE{c.ep.stage.SGE(off, n)}, Imm: dataImm(n),
-		RemoteAddr: c.peer.ringAddr + uint64(off), RKey: c.peer.ringRKey})
-	if err != nil {
-		c.fail(err)
-		return err
-	}
+	wr := verbs.SendWR{ID: wrData, Opcode: verbs.WRRDMAWriteWithImm,
+		SGL: []verbs.SGE{c.ep.stage.SGE(off, n)}, Imm: dataImm(n),
+		RemoteAddr: c.peer.ringAddr + uint64(off), RKey: c.peer.ringRKey}
 	c.sent += uint64(n)
 	c.msgs++
 	c.unacked++
+	c.quietMsgs++
+	c.quietBytes += n
+	if c.quietMsgs >= signalEvery || c.txSpace(1) == 0 {
+		wr.ID, wr.Flags = sendID(wrData, c.quietMsgs, c.quietBytes), verbs.SendSignaled
+	}
+	if err := c.ep.qp.PostSend(wr); err != nil {
+		c.sent -= uint64(n)
+		c.msgs--
+		c.unacked--
+		c.quietMsgs--
+		c.quietBytes -= n
+		c.fail(err)
+		return err
+	}
+	if wr.Flags != 0 {
+		c.quietMsgs, c.quietBytes = 0, 0
+	}
 	c.posted++
 	return nil
 }

@@ -55,25 +55,35 @@ func (c *Conn) poll(ctx context.Context) {
 // complete handles one completion. c.mu is held.
 func (c *Conn) complete(wc *verbs.WC) {
 	kind := wc.ID & wrKind
-	if kind != wrRecv {
-		c.retired++
-		if c.posted == c.retired {
-			wake(c.drained)
-		}
-	}
 	if wc.Status != verbs.WCSuccess {
+		if kind != wrRecv {
+			c.retired++ // posted == retired no more: the failure ends the linger
+		}
 		c.fail(fmt.Errorf("rdmanet: %v", wc.Status))
 		return
 	}
+	// A send's completion retires the unsignaled data WRITEs before it (and itself).
+	msgs, bytes := int(wc.ID&^wrKind>>wrMsgsShift), wc.ID&wrBytesMask
 	switch kind {
 	case wrData:
-		c.completed += wc.ID &^ wrKind
-		c.unacked--
+		c.retired += msgs
+		c.completed += bytes
+		c.unacked -= msgs
 		wake(c.txReady)
 	case wrCtrl:
+		c.retired += msgs + 1
+		c.completed += bytes
+		c.unacked -= msgs
 		c.ctrls--
+		if msgs > 0 {
+			wake(c.txReady)
+		}
 	case wrRecv:
 		c.received(wc)
+		return
+	}
+	if c.posted == c.retired {
+		wake(c.drained)
 	}
 }
 

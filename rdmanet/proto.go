@@ -20,7 +20,7 @@ const (
 	// connection holds twice this. A 1 MiB ring with 256 KiB messages streamed no
 	// faster in-process (0.87× Go TCP against 0.84×, one run on a loaded machine:
 	// indicative only) at four times the memory.
-	ringSize = 256 << 10
+	ringSize = 1 << 20
 	// maxChunk bounds one data message, so that a large Write is several messages in
 	// flight at once and the reader starts on the first while the rest arrive.
 	maxChunk = 64 << 10

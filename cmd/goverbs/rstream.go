@@ -73,7 +73,7 @@ func runRstream(args []string) error {
 	fs.stringVar(&o.server, "s", "server", "", "connect to the server at `ADDR` (without it, be the server)")
 	fs.stringVar(&o.bind, "b", "bind", "", "`ADDR` to bind: the server listens there, the client connects from there")
 	fs.stringVar(&o.format, "f", "format", "", "address `FORMAT`: name, ip or ipv6 (gid is InfiniBand's, not RoCE's)")
-	fs.intVar(&o.bufSize, "B", "buffer", 0, "socket buffer `SIZE` in bytes (TCP; rdmanet's ring is fixed at 256 KiB)")
+	fs.intVar(&o.bufSize, "B", "buffer", 0, "socket buffer `SIZE` in bytes (TCP; rdmanet's ring has a fixed size)")
 	fs.intVar(&o.iterations, "I", "iterations", 1, "`N` iterations (a custom test)")
 	fs.intVar(&o.count, "C", "count", 1000, "`N` transfers each way per iteration (a custom test)")
 	fs.stringVar(&o.size, "S", "size", "", "transfer `SIZE` in bytes (a custom test), or 'all' for every test size")
@@ -140,7 +140,7 @@ func (o *rstreamOpts) check(fs *flagSet) error {
 	case o.bufSize < 0:
 		return fmt.Errorf("-B %d: a size in bytes", o.bufSize)
 	case o.bufSize > 0 && !o.tcp:
-		return errors.New("-B: rdmanet's ring is fixed at 256 KiB; -B sizes TCP's socket buffers (with --tcp)")
+		return errors.New("-B: rdmanet's ring has a fixed size; -B sizes TCP's socket buffers (with --tcp)")
 	}
 	if p, err := strconv.Atoi(o.port); err != nil || p <= 0 || p > 65535 {
 		return fmt.Errorf("-p %s: a port number", o.port)

@@ -42,7 +42,7 @@ func TestRstreamRefuses(t *testing.T) {
 		{[]string{"-T", "a"}, "only blocking is offered"},
 		{[]string{"-T", "x"}, "unknown test option"},
 		{[]string{"-f", "gid"}, "InfiniBand's"},
-		{[]string{"-B", "65536"}, "-B: rdmanet's ring is fixed"},
+		{[]string{"-B", "65536"}, "-B: rdmanet's ring has a fixed size"},
 		{[]string{"-S", "0"}, "a size in bytes or 'all'"},
 		{[]string{"-C", "0"}, "transfers must be at least 1"},
 		{[]string{"-I", "-1"}, "iterations must be at least 1"},

@@ -90,6 +90,29 @@ func (s *rstreamSession) runTests(tests []rstreamTest) error {
 			return err
 		}
 	}
+	return s.shutdown()
+}
+
+// rstreamLinger bounds how long a side waits for its peer's end of stream.
+const rstreamLinger = 5 * time.Second
+
+// shutdown ends the connection as rstream's rs_shutdown(SHUT_RDWR) before close, and
+// makes sure the peer has everything before this process exits: an rdmanet
+// connection's stack is in the process, so its unacknowledged bytes die with it
+// (TCP's stay with the kernel). Each side half-closes and reads until the peer's
+// half-close, which comes after everything the peer read.
+func (s *rstreamSession) shutdown() error {
+	cw, ok := s.conn.(interface{ CloseWrite() error })
+	if !ok {
+		return nil
+	}
+	if err := cw.CloseWrite(); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	s.conn.SetReadDeadline(time.Now().Add(rstreamLinger))
+	if n, err := io.Copy(io.Discard, s.conn); err != nil || n > 0 {
+		return fmt.Errorf("shutdown: %d bytes more, %v", n, err)
+	}
 	return nil
 }
 

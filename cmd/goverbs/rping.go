@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	endian "encoding/binary"
 	"errors"
@@ -9,7 +10,6 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
-	"strings"
 
 	"github.com/goverbs/goverbs/cm"
 	"github.com/goverbs/goverbs/pcap"
@@ -315,7 +315,7 @@ func (s *rpingSession) recvInfo() (addr uint64, rkey, size uint32, err error) {
 
 // cString is the bytes of b up to its first NUL, as printf's %s reads them.
 func cString(b []byte) []byte {
-	if i := strings.IndexByte(string(b), 0); i >= 0 {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
 		return b[:i]
 	}
 	return b

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"syscall"
 
 	"github.com/goverbs/goverbs/cm"
 	"github.com/goverbs/goverbs/pcap"
@@ -126,6 +127,10 @@ func rpingDevice(pcapFile string, addr netip.Addr) (*verbs.Device, *pcap.Writer,
 	if err != nil {
 		if rec != nil {
 			rec.Close()
+		}
+		if errors.Is(err, syscall.EADDRINUSE) {
+			// openErr's hint names the perf tools' --bind, which rping (-a, -I) lacks.
+			return nil, nil, inUseError{fmt.Sprintf("open device on %s: UDP port 4791 is in use there (another goverbs or rxe?); choose another local address", cfg.Addr)}
 		}
 		return nil, nil, openErr(cfg.Addr.String(), err)
 	}

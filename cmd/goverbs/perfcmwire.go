@@ -28,13 +28,17 @@ import (
 // the exchange's context, which disconnects its rdma_cm id.
 //
 // cmWire is that exchange QP as a net.Conn, so that the exchanges over TCP and over
-// rdma_cm share their code: every Write is one SEND (split into slots for a goverbs
-// peer's longer messages), Read reads the received messages as a stream.
+// rdma_cm share their code: every Write is one SEND, and Read reads the received
+// messages as a stream. Like perftest's, it keeps one receive posted: each message is
+// answered before the next is sent (ctx_xchg_data_rdma), and the receive is reposted
+// before the answer goes, so a SEND always finds it. Two goverbs tools with -R speak
+// perftest's exchange too (hello is plain with -R), so nothing longer goes over it.
 
-const (
-	cmWireSlot  = 4096 // the largest SEND; a perftest message is at most 64 bytes
-	cmWireSlots = 16   // receives kept posted, so that a goverbs peer's bursts need no RNR retry
-)
+// cmWireMsgLen is the longest message of the exchange over rdma_cm: a binary key
+// record (64 bytes; the version is 16, the others 8 or fewer). perftest's receive is
+// larger, to hold its parameter negotiation (perftest_parameters_negotiate), which it
+// sends only to a peer of version 6.28 or later; we announce 6.06.
+const cmWireMsgLen = keyBinLen
 
 type cmWire struct {
 	conn          *cm.Conn
@@ -43,7 +47,8 @@ type cmWire struct {
 	scq, rcq      *cqWaiter
 	rbuf, sbuf    []byte
 	rmr, smr      *verbs.MR
-	cur           []byte // the unread rest of the message last received
+	msg           [cmWireMsgLen]byte // the message last received, copied out of rbuf
+	cur           []byte             // its unread rest
 	deadline      time.Time
 	closed        chan struct{}
 	once          sync.Once
@@ -51,8 +56,8 @@ type cmWire struct {
 	local, remote net.Addr
 }
 
-// newCMWire creates the exchange QP in INIT with its receives posted (perftest posts
-// its one receive before rdma_connect and rdma_accept).
+// newCMWire creates the exchange QP in INIT with its receive posted (perftest posts it
+// before rdma_connect and rdma_accept).
 func newCMWire(dev *verbs.Device) (*cmWire, error) {
 	w := &cmWire{closed: make(chan struct{})}
 	err := w.open(dev)
@@ -68,37 +73,32 @@ func (w *cmWire) open(dev *verbs.Device) error {
 	if w.pd, err = dev.AllocPD(); err != nil {
 		return err
 	}
-	if w.scq, err = newCQ(dev, 4, true, false); err != nil {
+	if w.scq, err = newCQ(dev, 1, true, false); err != nil {
 		return err
 	}
-	if w.rcq, err = newCQ(dev, cmWireSlots, true, false); err != nil {
+	if w.rcq, err = newCQ(dev, 1, true, false); err != nil {
 		return err
 	}
 	if w.qp, err = w.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: w.scq.cq, RecvCQ: w.rcq.cq,
-		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: cmWireSlots, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 		return err
 	}
 	if err = w.qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, Port: 1},
 		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
 		return err
 	}
-	w.rbuf, w.sbuf = make([]byte, cmWireSlot*cmWireSlots), make([]byte, cmWireSlot)
+	w.rbuf, w.sbuf = make([]byte, cmWireMsgLen), make([]byte, cmWireMsgLen)
 	if w.rmr, err = w.pd.RegMR(w.rbuf, verbs.AccessLocalWrite); err != nil {
 		return err
 	}
 	if w.smr, err = w.pd.RegMR(w.sbuf, 0); err != nil {
 		return err
 	}
-	for i := range cmWireSlots {
-		if err := w.postRecv(i); err != nil {
-			return err
-		}
-	}
-	return nil
+	return w.postRecv()
 }
 
-func (w *cmWire) postRecv(slot int) error {
-	return w.qp.PostRecv(verbs.RecvWR{ID: uint64(slot), SGL: []verbs.SGE{w.rmr.SGE(slot*cmWireSlot, cmWireSlot)}})
+func (w *cmWire) postRecv() error {
+	return w.qp.PostRecv(verbs.RecvWR{SGL: []verbs.SGE{w.rmr.SGE(0, cmWireMsgLen)}})
 }
 
 // param is the exchange connection's rdma_conn_param (rdma_client_connect and
@@ -156,31 +156,32 @@ func acceptCMWire(ctx context.Context, c *perfCM) (*cmWire, error) {
 	return w, nil
 }
 
-// Write sends b, one SEND per slot, each waited for as perftest's rdma_write_data.
+// Write sends b as one SEND and waits for its completion, as perftest's
+// rdma_write_data. A message longer than the peer's receive is refused, unsent.
 func (w *cmWire) Write(b []byte) (int, error) {
-	n := 0
-	for n < len(b) || len(b) == 0 {
-		m := copy(w.sbuf, b[n:])
-		if err := w.qp.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
-			SGL: []verbs.SGE{w.smr.SGE(0, m)}}); err != nil {
-			return n, err
-		}
-		wc, err := w.next(w.scq, time.Time{})
-		if err != nil {
-			return n, err
-		}
-		if wc.Status != verbs.WCSuccess {
-			return n, fmt.Errorf("the exchange's SEND failed: %v", wcError(&wc))
-		}
-		n += m
-		if len(b) == 0 {
-			break
-		}
+	if len(b) > cmWireMsgLen {
+		return 0, fmt.Errorf("a %d-byte message is longer than the exchange's %d-byte receive", len(b), cmWireMsgLen)
+	}
+	if len(b) == 0 {
+		return 0, nil
+	}
+	n := copy(w.sbuf, b)
+	if err := w.qp.PostSend(verbs.SendWR{Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{w.smr.SGE(0, n)}}); err != nil {
+		return 0, err
+	}
+	wc, err := w.next(w.scq, time.Time{})
+	if err != nil {
+		return 0, err
+	}
+	if wc.Status != verbs.WCSuccess {
+		return 0, fmt.Errorf("the exchange's SEND failed: %v", wcError(&wc))
 	}
 	return n, nil
 }
 
-// Read returns what is left of the last message, or waits for the next.
+// Read returns what is left of the last message, or waits for the next; the receive
+// is posted again at once, before this side answers.
 func (w *cmWire) Read(b []byte) (int, error) {
 	if len(w.cur) == 0 {
 		wc, err := w.next(w.rcq, w.deadline)
@@ -190,16 +191,10 @@ func (w *cmWire) Read(b []byte) (int, error) {
 		if wc.Status != verbs.WCSuccess {
 			return 0, fmt.Errorf("the exchange's RECV failed: %v", wcError(&wc))
 		}
-		slot := int(wc.ID)
-		if slot < 0 || slot >= cmWireSlots {
-			return 0, fmt.Errorf("the exchange's RECV completed an unknown slot %d", slot)
-		}
-		msg := make([]byte, wc.ByteLen)
-		copy(msg, w.rbuf[slot*cmWireSlot:])
-		if err := w.postRecv(slot); err != nil {
+		w.cur = w.msg[:copy(w.msg[:], w.rbuf[:min(int(wc.ByteLen), len(w.rbuf))])]
+		if err := w.postRecv(); err != nil {
 			return 0, err
 		}
-		w.cur = msg
 	}
 	n := copy(b, w.cur)
 	w.cur = w.cur[n:]
@@ -208,7 +203,6 @@ func (w *cmWire) Read(b []byte) (int, error) {
 
 // next waits for one completion on q: for as long as the other side's run takes, but
 // no longer than the deadline, the wire's closing or the connection's end.
-// It polls one completion at a time: a goverbs peer's messages may wait several at once.
 func (w *cmWire) next(q *cqWaiter, deadline time.Time) (verbs.WC, error) {
 	poll := func() (verbs.WC, bool, error) {
 		n, err := q.cq.Poll(w.wc[:])

@@ -9,9 +9,10 @@ import (
 	"time"
 )
 
-// TestCMWire: the -R exchange QP carries messages both ways as a stream: one SEND per
-// Write up to a slot, longer ones split, several in a row, and a key record keeps its
-// length (the peer's layout).
+// TestCMWire: the -R exchange QP carries perftest's messages both ways as a stream, each
+// one SEND answered before the next, as ctx_xchg_data_rdma sends them into one receive;
+// a message longer than that receive is refused unsent, and a key record keeps its length
+// (the peer's layout).
 func TestCMWire(t *testing.T) {
 	so, co := devOpts{dev: "sw0", ibPort: 1}, devOpts{dev: "sw1", ibPort: 1}
 	sep, cep, err := openLoopbackPair(&so, &co)
@@ -50,24 +51,32 @@ func TestCMWire(t *testing.T) {
 	sw := r.w
 	defer sw.Close()
 
-	long := bytes.Repeat([]byte("0123456789abcdef"), 700) // 11200 bytes: three SENDs
-	msgs := [][]byte{[]byte("6.06\x00"), make([]byte, 256), long}
-	// All written (and acknowledged) before the first read: several completions wait
-	// in the receive CQ at once, and none may be lost.
-	for _, m := range msgs {
+	// The version, the cycle buffer and MTU, a report field: the client writes, the
+	// server reads (in pieces: a stream) and answers, as xchg does.
+	for _, m := range [][]byte{append([]byte("6.06\x00"), make([]byte, 11)...), {0, 0, 16, 0}, []byte("5\x00"), make([]byte, 8)} {
 		if _, err := cw.Write(m); err != nil {
 			t.Fatal(err)
 		}
-	}
-	for _, m := range msgs {
 		got := make([]byte, len(m))
 		sw.SetReadDeadline(time.Now().Add(10 * time.Second))
-		if _, err := io.ReadFull(sw, got); err != nil {
-			t.Fatalf("reading %d bytes: %v", len(m), err)
+		if _, err := io.ReadFull(sw, got[:1]); err != nil {
+			t.Fatalf("reading the first byte: %v", err)
+		}
+		if _, err := io.ReadFull(sw, got[1:]); err != nil {
+			t.Fatalf("reading %d bytes: %v", len(m)-1, err)
 		}
 		if !bytes.Equal(got, m) {
-			t.Fatalf("got %q..., want %q...", got[:min(16, len(got))], m[:min(16, len(m))])
+			t.Fatalf("server got %q, want %q", got, m)
 		}
+		if _, err := sw.Write(m); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(cw, got); err != nil || !bytes.Equal(got, m) {
+			t.Fatalf("client got %q, %v; want %q", got, err, m)
+		}
+	}
+	if n, err := cw.Write(make([]byte, cmWireMsgLen+1)); err == nil || n != 0 {
+		t.Fatalf("a %d-byte message: wrote %d, %v; want it refused", cmWireMsgLen+1, n, err)
 	}
 	// A binary key record, as perftest 6.28+ and before.
 	d := perfDest{lid: 1, outReads: 16, qpn: 0x123456, psn: 0xabcdef, rkey: 0xdeadbeef, vaddr: 0x7f0011223344, gid: [16]byte{10: 0xff, 11: 0xff, 12: 127, 15: 1}}

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -85,12 +87,43 @@ func TestPerfOutJSON(t *testing.T) {
 	if rep.Results["MsgSize"] != 4096 || rep.Results["n_iterations"] != 100 || rep.Results["BW_average"] <= 0 {
 		t.Errorf("results: %v", rep.Results)
 	}
+	// perftest's keys in perftest's order (write_test_info_to_file, REPORT_FMT_JSON),
+	// and its decimals: BW to 2, the message rate to 6.
+	wantKeys(t, "write_bw", b, "test_info", "test", "Dual_port", "Device", "Number_of_qps", "Transport_type",
+		"Connection_type", "Using_SRQ", "PCIe_relax_order", "ibv_wr_API", "TX_depth", "CQ_Moderation", "Mtu", "Link_type",
+		"GID_index", "Max_inline_data", "rdma_cm_QPs", "Use_ROCm_memory", "Data_ex_method",
+		"results", "MsgSize", "n_iterations", "BW_peak", "BW_average", "MsgRate", "CPU_util")
+	if !regexp.MustCompile(`"BW_peak": [0-9]+\.[0-9]{2},\n"BW_average": [0-9]+\.[0-9]{2},\n"MsgRate": [0-9]+\.[0-9]{6},\n"CPU_util": [0-9]+\.[0-9]{2}\n`).Match(b) {
+		t.Errorf("write_bw --out_json's numbers are not written as perftest's (%%.2f, %%.6f):\n%s", b)
+	}
+	// READ and atomics report their outstanding reads where the others report inline data.
+	loop(t, "read_lat", "-n", "50", "--out_json", "--out_json_file", file)
+	b, _ = os.ReadFile(file)
+	wantKeys(t, "read_lat", b, "test_info", "test", "Dual_port", "Device", "Number_of_qps", "Transport_type",
+		"Connection_type", "Using_SRQ", "PCIe_relax_order", "ibv_wr_API", "TX_depth", "Mtu", "Link_type",
+		"GID_index", "Outstand_reads", "rdma_cm_QPs", "Use_ROCm_memory", "Data_ex_method",
+		"results", "MsgSize", "n_iterations", "t_min", "t_max", "t_typical", "t_avg", "t_stdev", "percentile_99", "percentile_99.9")
 	loop(t, "send_lat", "-n", "50", "--out_json", "--out_json_file", file)
 	b, _ = os.ReadFile(file)
 	for _, k := range []string{`"test": "Send_Latency_Test"`, `"t_typical": `, `"percentile_99.9": `} {
 		if !strings.Contains(string(b), k) {
 			t.Errorf("send_lat --out_json lacks %s:\n%s", k, b)
 		}
+	}
+	if !regexp.MustCompile(`"t_min": [0-9]+\.[0-9]{2},\n`).Match(b) {
+		t.Errorf("send_lat --out_json's latencies are not written as perftest's (%%.2f):\n%s", b)
+	}
+}
+
+// wantKeys checks the keys of an --out_json file, in their order.
+func wantKeys(t *testing.T, tool string, b []byte, want ...string) {
+	t.Helper()
+	var got []string
+	for _, m := range regexp.MustCompile(`(?m)^"([^"]+)": `).FindAllSubmatch(b, -1) {
+		got = append(got, string(m[1]))
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("%s --out_json keys\n%q\nwant\n%q", tool, got, want)
 	}
 }
 

@@ -19,6 +19,13 @@ type kv struct {
 	v any
 }
 
+// decimals is a number written with n digits after the point, as perftest's %.2lf and
+// %.6lf write its results.
+type decimals struct {
+	v float64
+	n int
+}
+
 func writeObject(b *bytes.Buffer, members []kv) {
 	b.WriteString("{\n")
 	for i, m := range members {
@@ -28,8 +35,8 @@ func writeObject(b *bytes.Buffer, members []kv) {
 		switch v := m.v.(type) {
 		case []kv:
 			writeObject(b, v)
-		case float64:
-			fmt.Fprintf(b, "%.6f", v)
+		case decimals:
+			fmt.Fprintf(b, "%.*f", v.n, v.v)
 		default:
 			val, _ := json.Marshal(v)
 			b.Write(val)
@@ -82,29 +89,41 @@ func (s *perfSide) testInfo() []kv {
 	if !s.lat {
 		info = append(info, kv{"CQ_Moderation", min(s.o.cqMod, s.o.txDepth)})
 	}
-	info = append(info, kv{"Mtu", s.mtu.Bytes()}, kv{"Link_type", "Ethernet"}, kv{"GID_index", s.o.dev.gidIdx},
-		kv{"Max_inline_data", s.o.inline})
+	info = append(info, kv{"Mtu", s.mtu.Bytes()}, kv{"Link_type", "Ethernet"}, kv{"GID_index", s.o.dev.gidIdx})
 	if s.t == testRead || s.t == testAtomic {
-		info = append(info, kv{"Outstand_reads", s.o.outs})
+		info = append(info, kv{"Outstand_reads", s.o.outs}) // in place of Max_inline_data: nothing goes inline
+	} else {
+		info = append(info, kv{"Max_inline_data", s.o.inline})
 	}
-	return append(info, kv{"rdma_cm_QPs", onOff(s.o.rdmaCM)}, kv{"Data_ex_method", s.o.dataExMethod()})
+	return append(info, kv{"rdma_cm_QPs", onOff(s.o.rdmaCM)}, kv{"Use_ROCm_memory", "OFF"},
+		kv{"Data_ex_method", s.o.dataExMethod()})
 }
 
+// bwResults is perftest's REPORT_FMT_JSON: bandwidths to 2 decimals, or 6 when an
+// average under 0.1 Gb/s would round away (its inc_accuracy), the message rate to 6.
 func bwResults(r bwRow, gb, cpu bool) []kv {
 	peak, avg := r.PeakMiB, r.AvgMiB
 	if gb {
 		peak, avg = gbits(peak), gbits(avg)
 	}
-	out := []kv{{"MsgSize", r.Bytes}, {"n_iterations", r.Iterations}, {"BW_peak", peak}, {"BW_average", avg}, {"MsgRate", r.MsgRate}}
+	n := 2
+	if gb && avg < 0.1 {
+		n = 6
+	}
+	out := []kv{{"MsgSize", r.Bytes}, {"n_iterations", r.Iterations}, {"BW_peak", decimals{peak, n}},
+		{"BW_average", decimals{avg, n}}, {"MsgRate", decimals{r.MsgRate, 6}}}
 	if cpu {
-		out = append(out, kv{"CPU_util", r.CPU})
+		out = append(out, kv{"CPU_util", decimals{r.CPU, 2}})
 	}
 	return out
 }
 
+// latResults is perftest's REPORT_FMT_LAT_JSON: microseconds to 2 decimals.
 func latResults(r latRow) []kv {
-	return []kv{{"MsgSize", r.Bytes}, {"n_iterations", r.Iterations}, {"t_min", r.Min}, {"t_max", r.Max},
-		{"t_typical", r.Typical}, {"t_avg", r.Avg}, {"t_stdev", r.Stdev}, {"percentile_99", r.P99}, {"percentile_99.9", r.P999}}
+	us := func(v float64) decimals { return decimals{v, 2} }
+	return []kv{{"MsgSize", r.Bytes}, {"n_iterations", r.Iterations}, {"t_min", us(r.Min)}, {"t_max", us(r.Max)},
+		{"t_typical", us(r.Typical)}, {"t_avg", us(r.Avg)}, {"t_stdev", us(r.Stdev)}, {"percentile_99", us(r.P99)},
+		{"percentile_99.9", us(r.P999)}}
 }
 
 // writeJSONFile writes --out_json's file with the last row printed.

@@ -271,11 +271,9 @@ func (s *perfSide) perftestLat(w *pwire) error {
 	if err := s.handshake(w); err != nil {
 		return err
 	}
-	if s.isClient || s.t == testWrite {
-		for i, size := range s.p.sizes(s.t) {
-			if err := s.latSize(i, size); err != nil {
-				return err
-			}
+	for i, size := range s.p.sizes(s.t) {
+		if err := s.latSize(i, size); err != nil { // a read_lat or atomic_lat server only waits
+			return err
 		}
 	}
 	if s.t == testWrite {
@@ -284,23 +282,4 @@ func (s *perfSide) perftestLat(w *pwire) error {
 		return nil
 	}
 	return s.handshake(w)
-}
-
-// latSize measures one size (the client) or answers it (the server), and prints it.
-func (s *perfSide) latSize(i, size int) error {
-	var row latRow
-	var err error
-	if s.isClient {
-		s.progress(i, len(s.p.sizes(s.t)), size)
-	}
-	if s.initiates() {
-		row, err = s.latClient(size)
-	} else {
-		row, err = s.latServer(size)
-	}
-	if err != nil {
-		return err
-	}
-	s.printLat(row)
-	return nil
 }

@@ -28,37 +28,48 @@ func (s *perfSide) printLat(row latRow) {
 	}
 }
 
-// latRun runs a latency test over every size: the client measures, the server answers
-// (SEND and WRITE are ping-pongs; READ and atomics need nothing from the server's CPU),
-// and a last DONE each way keeps either side from closing its QP under the other.
+// latRun runs a latency test over every size, and a last DONE each way keeps either
+// side from closing its QP under the other.
 func (s *perfSide) latRun(c net.Conn) error {
 	sizes := s.p.sizes(s.t)
-	total := 0
 	for i, size := range sizes {
-		var row latRow
-		var err error
-		if s.isClient {
-			s.progress(i, len(sizes), size)
-			total += s.p.iters
-		}
-		switch {
-		case s.initiates():
-			row, err = s.latClient(size)
-		case s.t == testSend || s.t == testWrite:
-			row, err = s.latServer(size)
-		default:
-			continue
-		}
-		if err != nil {
+		if err := s.latSize(i, size); err != nil {
 			return err
 		}
-		s.printLat(row)
+	}
+	total := 0
+	if s.isClient {
+		total = len(sizes) * s.p.iters
 	}
 	if err := writeDone(c, doneMsg{sent: total}); err != nil {
 		return err
 	}
 	_, err := readDone(c)
 	return err
+}
+
+// latSize runs one size of a latency test, whichever exchange set it up: the side that
+// initiates measures, the other answers (SEND and WRITE are ping-pongs), and each
+// prints its row; in READ and atomic tests the server's CPU takes no part.
+func (s *perfSide) latSize(i, size int) error {
+	if s.isClient {
+		s.progress(i, len(s.p.sizes(s.t)), size)
+	}
+	var row latRow
+	var err error
+	switch {
+	case s.initiates():
+		row, err = s.latClient(size)
+	case s.t == testSend || s.t == testWrite:
+		row, err = s.latServer(size)
+	default:
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	s.printLat(row)
+	return nil
 }
 
 // wr builds the work request of this test for QP i and size bytes.

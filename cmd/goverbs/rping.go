@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	endian "encoding/binary"
 	"errors"
@@ -9,7 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
-	"strings"
+	"syscall"
 
 	"github.com/goverbs/goverbs/cm"
 	"github.com/goverbs/goverbs/pcap"
@@ -126,6 +127,10 @@ func rpingDevice(pcapFile string, addr netip.Addr) (*verbs.Device, *pcap.Writer,
 	if err != nil {
 		if rec != nil {
 			rec.Close()
+		}
+		if errors.Is(err, syscall.EADDRINUSE) {
+			// openErr's hint names the perf tools' --bind, which rping (-a, -I) lacks.
+			return nil, nil, inUseError{fmt.Sprintf("open device on %s: UDP port 4791 is in use there (another goverbs or rxe?); choose another local address", cfg.Addr)}
 		}
 		return nil, nil, openErr(cfg.Addr.String(), err)
 	}
@@ -315,7 +320,7 @@ func (s *rpingSession) recvInfo() (addr uint64, rkey, size uint32, err error) {
 
 // cString is the bytes of b up to its first NUL, as printf's %s reads them.
 func cString(b []byte) []byte {
-	if i := strings.IndexByte(string(b), 0); i >= 0 {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
 		return b[:i]
 	}
 	return b

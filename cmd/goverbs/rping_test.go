@@ -82,13 +82,19 @@ func tsharkShows(t *testing.T, file string, want ...string) {
 }
 
 // TestRpingErrors: a client to a port nobody listens on is rejected (reason 8,
-// invalid service ID, as rping reports it); bad flags are refused before anything runs.
+// invalid service ID, as rping reports it); a second server on a device's address is
+// told so; bad flags are refused before anything runs.
 func TestRpingErrors(t *testing.T) {
 	a, b := addrPair(t)
 	srv := startServer(t, "rdma_listen", "rping", "-s", "-a", a, "-d", "-p", "7000")
 	r := runBin(t, 30*time.Second, "rping", "-c", "-a", a, "-I", b, "-p", "7001", "-C", "1")
 	if r.code != 1 || !strings.Contains(r.stderr, "RDMA_CM_EVENT_REJECTED, error 8") {
 		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+	// A second server on the address: the hint names no flag rping lacks (--bind).
+	r = runBin(t, 30*time.Second, "rping", "-s", "-a", a, "-p", "7002")
+	if r.code == 0 || !strings.Contains(r.stderr, "UDP port 4791 is in use") || strings.Contains(r.stderr, "--bind") {
+		t.Errorf("a second server on %s: exit %d, stderr %q", a, r.code, r.stderr)
 	}
 	srv.cancel()
 	for _, args := range [][]string{

@@ -105,3 +105,54 @@ func readyUD(qp *QP, qkey uint32) error {
 	}
 	return qp.Modify(&QPAttr{State: QPStateRTS}, QPAttrState|QPAttrSQPSN)
 }
+
+// A multicast round, post to the group and poll the member's completion, allocates
+// nothing: the group's receive goroutine and its delivery to each member reuse their
+// buffers as the device's own receive path does.
+func TestMcastAllocsNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under the race detector (sync.Pool drops items)")
+	}
+	const qkey = 0x01234567
+	a, b := newHost(t), newHost(t)
+	gid := GIDFromAddr(testaddr.Group(testaddr.Verbs))
+	qa, qb := udQP(t, a, qkey), udQP(t, b, qkey)
+	if err := qb.AttachMcast(gid, 0); err != nil {
+		t.Fatal(err)
+	}
+	src, dst := a.mr(t, 64, allAccess), b.mr(t, 64+GRHLen, allAccess)
+	ah, err := a.pd.CreateAH(AHAttr{DGID: gid, Port: 1, HopLimit: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wcs := make([]WC, 4)
+	round := func() {
+		if err := qb.PostRecv(RecvWR{ID: 1, SGL: []SGE{dst.SGE(0, dst.Len())}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := qa.PostSend(SendWR{ID: 2, Opcode: WRSend, SGL: []SGE{src.SGE(0, 8)},
+			AH: ah, RemoteQPN: 0xFFFFFF, RemoteQKey: qkey}); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			n, err := b.rcq.Poll(wcs)
+			if err != nil || n > 0 && wcs[0].Status != WCSuccess {
+				t.Fatalf("poll: %v %+v", err, wcs[0])
+			}
+			if n > 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("no multicast completion")
+			}
+			// Sleep, not yield: AllocsPerRun runs on one P, and a goroutine that only
+			// yields keeps the scheduler from polling the network for the group's reader.
+			time.Sleep(time.Microsecond)
+		}
+	}
+	round() // warm up: the first packet sizes pools
+	if n := testing.AllocsPerRun(50, round); n != 0 {
+		t.Errorf("multicast post, delivery and poll: %v allocations per round", n)
+	}
+}

@@ -88,3 +88,13 @@ func TestMckeyRefuses(t *testing.T) {
 		}
 	}
 }
+
+// -M names the group by its MGID, as an IPv6 address: ::ffff:a.b.c.d is the IPv4 group.
+func TestMckeyUnmapped(t *testing.T) {
+	group := testaddr.Group(testaddr.Goverbs).String()
+	r := runBin(t, 30*time.Second, "mckey", "-M", "::ffff:"+group, "-b", testaddr.Free(t, testaddr.Goverbs).String(),
+		"-s", "-o", "--settle", "0", "--stats")
+	mustSucceed(t, "mckey -M", r)
+	mustContain(t, "mckey -M", r.stdout, "mckey: joined dgid: ::ffff:"+group+" mlid 0x0 sl 0\n")
+	mustContain(t, "mckey -M", r.stderr, "sent_pkts 10")
+}

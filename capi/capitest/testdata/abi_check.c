@@ -3,7 +3,8 @@
  * by capi_test.go. With no argument it checks, on the first device, that bad arguments
  * fail with the errno libibverbs documents, that RC traffic reads and writes the
  * program's own memory in place, that completion channels and the async event fd are
- * pollable fds, and that a child after fork() gets ENOSYS instead of hanging. It prints
+ * pollable fds, that a UD QP attaches to a multicast group, and that a child after fork()
+ * gets ENOSYS instead of hanging. It prints
  * "ok" and exits 0, or names the first failed check and exits 1.
  *
  * "abi_check bench N" times N signaled 8-byte RDMA WRITEs, each posted and polled to
@@ -374,6 +375,32 @@ static void check_traffic(void)
 		CHECK(ibv_dereg_mr(mr) == EBUSY, "dereg_mr with a bound window: EBUSY");
 		CHECK(ibv_dealloc_mw(mw) == 0, "dealloc MW");
 		CHECK(ibv_dereg_mr(mr) == 0, "dereg_mr after its window is gone");
+	}
+
+	/* Multicast: a UD QP attaches to a group's GID (IPv4-mapped 239.x.y.z, a group of
+	 * this process's own) and detaches; an RC QP, a unicast GID and a second detach are
+	 * EINVAL. */
+	{
+		struct ibv_device_attr da;
+		struct ibv_qp_init_attr ia = {
+			.send_cq = p.cq, .recv_cq = p.cq, .qp_type = IBV_QPT_UD,
+			.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
+		};
+		struct ibv_qp *ud = ibv_create_qp(p.pd, &ia);
+		union ibv_gid mgid = { .raw = { [10] = 0xff, [11] = 0xff, [12] = 239, [13] = 71,
+						[14] = (uint8_t)(getpid() >> 8), [15] = (uint8_t)getpid() | 1 } };
+		union ibv_gid ucast = mgid;
+
+		ucast.raw[12] = 127;
+		CHECK(ibv_query_device(p.ctx, &da) == 0 && da.max_mcast_grp > 0 && da.max_mcast_qp_attach > 0,
+		      "device advertises multicast");
+		CHECK(ud, "create UD QP");
+		CHECK(ibv_attach_mcast(ud, &mgid, 0) == 0, "attach_mcast");
+		CHECK(ibv_detach_mcast(ud, &mgid, 0) == 0, "detach_mcast");
+		CHECK(ibv_detach_mcast(ud, &mgid, 0) == EINVAL, "second detach_mcast: EINVAL");
+		CHECK(ibv_attach_mcast(ud, &ucast, 0) == EINVAL, "attach_mcast to a unicast GID: EINVAL");
+		CHECK(ibv_attach_mcast(p.a, &mgid, 0) == EINVAL, "attach_mcast of an RC QP: EINVAL");
+		CHECK(ibv_destroy_qp(ud) == 0, "destroy UD QP");
 	}
 	teardown(&p);
 }

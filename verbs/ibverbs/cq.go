@@ -21,6 +21,36 @@ import (
 // pollBatch is how many completions one cgo call fetches at most.
 const pollBatch = 64
 
+// gv_poll_cq writes the caller's driver.WC values in place: struct gv_wc has their layout,
+// which these declarations check when compiling (an array length may not be negative, so
+// each difference must be 0), and the flags it keeps have driver.WCFlags' values.
+var (
+	_ [unsafe.Sizeof(driver.WC{}) - C.sizeof_struct_gv_wc]struct{}
+	_ [C.sizeof_struct_gv_wc - unsafe.Sizeof(driver.WC{})]struct{}
+	_ [unsafe.Offsetof(driver.WC{}.Status) - unsafe.Offsetof(C.struct_gv_wc{}.status)]struct{}
+	_ [unsafe.Offsetof(C.struct_gv_wc{}.status) - unsafe.Offsetof(driver.WC{}.Status)]struct{}
+	_ [unsafe.Offsetof(driver.WC{}.Opcode) - unsafe.Offsetof(C.struct_gv_wc{}.opcode)]struct{}
+	_ [unsafe.Offsetof(C.struct_gv_wc{}.opcode) - unsafe.Offsetof(driver.WC{}.Opcode)]struct{}
+	_ [unsafe.Offsetof(driver.WC{}.ByteLen) - unsafe.Offsetof(C.struct_gv_wc{}.byte_len)]struct{}
+	_ [unsafe.Offsetof(C.struct_gv_wc{}.byte_len) - unsafe.Offsetof(driver.WC{}.ByteLen)]struct{}
+	_ [unsafe.Offsetof(driver.WC{}.Imm) - unsafe.Offsetof(C.struct_gv_wc{}.imm)]struct{}
+	_ [unsafe.Offsetof(C.struct_gv_wc{}.imm) - unsafe.Offsetof(driver.WC{}.Imm)]struct{}
+	_ [unsafe.Offsetof(driver.WC{}.QPN) - unsafe.Offsetof(C.struct_gv_wc{}.qp_num)]struct{}
+	_ [unsafe.Offsetof(C.struct_gv_wc{}.qp_num) - unsafe.Offsetof(driver.WC{}.QPN)]struct{}
+	_ [unsafe.Offsetof(driver.WC{}.SrcQP) - unsafe.Offsetof(C.struct_gv_wc{}.src_qp)]struct{}
+	_ [unsafe.Offsetof(C.struct_gv_wc{}.src_qp) - unsafe.Offsetof(driver.WC{}.SrcQP)]struct{}
+	_ [unsafe.Offsetof(driver.WC{}.Flags) - unsafe.Offsetof(C.struct_gv_wc{}.wc_flags)]struct{}
+	_ [unsafe.Offsetof(C.struct_gv_wc{}.wc_flags) - unsafe.Offsetof(driver.WC{}.Flags)]struct{}
+	_ [unsafe.Offsetof(driver.WC{}.VendorErr) - unsafe.Offsetof(C.struct_gv_wc{}.vendor_err)]struct{}
+	_ [unsafe.Offsetof(C.struct_gv_wc{}.vendor_err) - unsafe.Offsetof(driver.WC{}.VendorErr)]struct{}
+	_ [driver.WCWithGRH - C.IBV_WC_GRH]struct{}
+	_ [C.IBV_WC_GRH - driver.WCWithGRH]struct{}
+	_ [driver.WCWithImm - C.IBV_WC_WITH_IMM]struct{}
+	_ [C.IBV_WC_WITH_IMM - driver.WCWithImm]struct{}
+	_ [driver.WCWithInv - C.IBV_WC_WITH_INV]struct{}
+	_ [C.IBV_WC_WITH_INV - driver.WCWithInv]struct{}
+)
+
 // cq is a completion queue (struct ibv_cq) with the C memory its polls use.
 type cq struct {
 	dev     *device
@@ -30,7 +60,6 @@ type cq struct {
 	mu      sync.Mutex
 	cq      *C.struct_ibv_cq // nil once closed
 	scratch *C.struct_ibv_wc
-	out     *C.struct_gv_wc
 }
 
 func (c *cq) rank() int { return rankCQ }
@@ -49,14 +78,14 @@ func (d *device) CreateCQ(depth int, notify func()) (driver.CQ, error) {
 	}
 	c := &cq{dev: d, notify: notify, cq: h,
 		scratch: (*C.struct_ibv_wc)(C.calloc(pollBatch, C.sizeof_struct_ibv_wc)),
-		out:     (*C.struct_gv_wc)(C.calloc(pollBatch, C.sizeof_struct_gv_wc)),
 	}
 	d.add(c)
 	return c, nil
 }
 
-// Poll fetches up to len(wcs) completions, pollBatch per cgo call, and converts them
-// in place: no allocation.
+// Poll fetches up to len(wcs) completions, pollBatch per cgo call, which writes them
+// into wcs in place: no allocation, and no copy on the Go side. The slice holds no Go
+// pointers, so cgo's rules let C write it.
 func (c *cq) Poll(wcs []driver.WC) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -66,17 +95,10 @@ func (c *cq) Poll(wcs []driver.WC) (int, error) {
 	n := 0
 	for n < len(wcs) {
 		want := min(len(wcs)-n, pollBatch)
-		got := int(C.gv_poll_cq(c.cq, C.int(want), c.scratch, c.out, c.dev.kernelWCFlags))
+		out := (*C.struct_gv_wc)(unsafe.Pointer(&wcs[n]))
+		got := int(C.gv_poll_cq(c.cq, C.int(want), c.scratch, out, c.dev.kernelWCFlags))
 		if got < 0 {
 			return n, rcErr("ibv_poll_cq", got)
-		}
-		for i, g := range unsafe.Slice(c.out, got) {
-			wcs[n+i] = driver.WC{
-				ID: uint64(g.wr_id), Status: driver.WCStatus(g.status), Opcode: driver.WCOpcode(g.opcode),
-				ByteLen: uint32(g.byte_len), Imm: uint32(g.imm), QPN: uint32(g.qp_num), SrcQP: uint32(g.src_qp),
-				Flags:     driver.WCFlags(g.wc_flags) & (driver.WCWithGRH | driver.WCWithImm | driver.WCWithInv),
-				VendorErr: uint32(g.vendor_err),
-			}
 		}
 		n += got
 		if got < want {
@@ -132,7 +154,6 @@ func (c *cq) Close() error {
 	}
 	c.cq = nil
 	C.free(unsafe.Pointer(c.scratch))
-	C.free(unsafe.Pointer(c.out))
 	c.dev.remove(c, key)
 	return nil
 }

@@ -94,21 +94,23 @@ int gv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *scratch, struct gv_wc *o
 	for (i = 0; i < got; i++) {
 		const struct ibv_wc *w = &scratch[i];
 		struct gv_wc *g = &out[i];
+		uint32_t flags = w->wc_flags;
 
+		if (kernel_flags && (flags & IBV_WC_IP_CSUM_OK))
+			flags = (flags & ~IBV_WC_IP_CSUM_OK) | IBV_WC_WITH_INV;
 		g->wr_id = w->wr_id;
-		g->status = w->status;
-		g->opcode = w->opcode;
+		g->status = (uint8_t)w->status;
+		g->opcode = (uint8_t)w->opcode;
+		g->pad = 0;
 		g->byte_len = w->byte_len;
-		g->wc_flags = w->wc_flags;
-		if (kernel_flags && (g->wc_flags & IBV_WC_IP_CSUM_OK))
-			g->wc_flags = (g->wc_flags & ~IBV_WC_IP_CSUM_OK) | IBV_WC_WITH_INV;
 		g->imm = 0;
-		if (g->wc_flags & IBV_WC_WITH_INV)
+		if (flags & IBV_WC_WITH_INV)
 			g->imm = w->invalidated_rkey;
-		else if (g->wc_flags & IBV_WC_WITH_IMM)
+		else if (flags & IBV_WC_WITH_IMM)
 			g->imm = be32toh(w->imm_data);
 		g->qp_num = w->qp_num;
 		g->src_qp = w->src_qp;
+		g->wc_flags = flags & (IBV_WC_GRH | IBV_WC_WITH_IMM | IBV_WC_WITH_INV);
 		g->vendor_err = w->vendor_err;
 	}
 	return got;

@@ -36,20 +36,24 @@ int gv_post_send(struct ibv_qp *qp, const struct gv_send_wr *in, int n, struct i
 		 struct ibv_sge *sges, int max_sge, int *bad);
 int gv_post_recv(struct ibv_qp *qp, struct ibv_srq *srq, struct ibv_recv_wr *wrs, int n,
 		 struct ibv_sge *sges, int max_sge, int *bad);
-// gv_wc is a work completion without the union: imm is in host order, the immediate data
-// or the invalidated rkey as wc_flags say.
+// gv_wc is a work completion in the layout of Go's driver.WC (cq.go checks it when
+// compiling), so that gv_poll_cq writes the caller's completions in place: no union, imm
+// in host order (the immediate data or the invalidated rkey, as wc_flags say), status and
+// opcode in a byte each (every ibv_wc_status and ibv_wc_opcode value fits).
 struct gv_wc {
 	uint64_t wr_id;
-	uint32_t status;
-	uint32_t opcode;
+	uint8_t status;
+	uint8_t opcode;
+	uint16_t pad;
 	uint32_t byte_len;
 	uint32_t imm;
 	uint32_t qp_num;
 	uint32_t src_qp;
-	uint32_t wc_flags;
+	uint32_t wc_flags; // only GRH, WITH_IMM and WITH_INV, the flags driver.WC defines
 	uint32_t vendor_err;
 };
 
+// gv_poll_cq polls up to n completions into scratch and converts them into out.
 // kernel_flags says the provider hands over the kernel's IB_WC_* flag values unconverted
 // (rxe does: its user CQ holds the kernel's struct ib_uverbs_wc, copied as it is), where
 // the kernel's WITH_INVALIDATE is 1<<2, libibverbs' IP_CSUM_OK; libibverbs' WITH_INV is 1<<3.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -91,4 +92,26 @@ func TestPerfRDMACMRefused(t *testing.T) {
 		t.Errorf("a plain client against a -R server: exit %d, stderr %q; want connection refused", cli.code, cli.stderr)
 	}
 	_ = srv
+}
+
+// TestPerfRDMACMInterrupt: Ctrl-C on a -R server waiting for its client closes the
+// exchange's connection, as it closes the TCP one without -R, so the server returns at
+// once through its own cleanup (its --stats lines printed, DREQs sent) instead of
+// being ended by the interrupter's 2-second os.Exit; the client then ends too.
+func TestPerfRDMACMInterrupt(t *testing.T) {
+	a, b := addrPair(t)
+	port := freePort(t, a)
+	srv := startServer(t, "Waiting for client", "write_bw", "--bind", a, "-p", port, "-R", "--stats", "-D", "30", "-s", "4096")
+	cli := startServer(t, "#bytes", "write_bw", "--bind", b, "-p", port, "-R", "-D", "30", "-s", "4096", a)
+	time.Sleep(300 * time.Millisecond)
+	if err := srv.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	sr, cr := srv.wait(t), cli.wait(t)
+	if sr.code != 130 || cmSent(sr.stderr) < 0 {
+		t.Errorf("interrupted -R server: exit %d, want 130 with its --stats lines; stderr:\n%s", sr.code, sr.stderr)
+	}
+	if cr.code == 0 {
+		t.Errorf("the client of an interrupted server exited 0:\n%s%s", cr.stdout, cr.stderr)
+	}
 }

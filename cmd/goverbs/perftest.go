@@ -93,6 +93,7 @@ func runPerf(t perfTest, lat bool, args []string) error {
 			if err != nil {
 				return intr.result(err)
 			}
+			intr.onStop(func() { w.Close() })
 			return intr.result(s.serve(w))
 		}
 		l, err := listen(ep.addr, o.port)
@@ -121,6 +122,7 @@ func runPerf(t perfTest, lat bool, args []string) error {
 		if err != nil {
 			return intr.result(err)
 		}
+		intr.onStop(func() { w.Close() })
 		s.isClient = true
 		return intr.result(s.client(w))
 	}

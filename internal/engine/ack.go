@@ -30,9 +30,8 @@ type ackState struct {
 // state (sendDueAcks). Owned by the receive path.
 type deviceAcks struct {
 	owing []*QP
-	// The last poll found nothing; polls the owed ACKs have waited.
-	pollIdle bool
-	age      int
+	// Polls the oldest owed ACK has waited.
+	age int
 }
 
 // maxPktsPerAck is how many packets of a long stream may go without AckReq.
@@ -178,17 +177,50 @@ func (d *Device) flushAcks() {
 // The poller is the application's thread, so ACKs wait: an ACK's send is a syscall, and
 // it should stand neither between a packet and the completion the application spins for
 // nor between that completion and the application's next post. An owed ACK leaves with
-// the QP's next requests (ackAlong), which a ping-pong posts at once; otherwise at a
-// poll that follows an empty one (the application is idle, waiting), or after two polls
-// at most while traffic keeps arriving. A poller that stops polling leaves them to the
-// background goroutine (busyLoop), within two busyIdle periods.
+// the QP's next requests (ackAlong), which a ping-pong posts at once; otherwise at the
+// third poll after it was earned, whatever the polls in between found. A poller that
+// stops polling leaves them to the background goroutine (busyLoop), within two busyIdle
+// periods.
+//
+// An empty poll in between does not mean the application has nothing to post: a peer's
+// request and the ACK that rides with it (ackAlong) are two datagrams, and an
+// application that waits for that ACK (its send completion) before it replies, as
+// perftest's latency tools do, may look once between them. Sending at the poll after an
+// empty one sent the ACK alone in a quarter of ib_send_lat's turns on the capi library,
+// a sendmmsg of its own between the request and the reply.
 func (d *Device) sendDueAcks() {
-	if d.acks.pollIdle || d.acks.age >= 2 {
+	d.pruneAcks()
+	if len(d.acks.owing) == 0 {
+		return
+	}
+	if d.acks.age >= 2 {
 		d.flushAcks()
 	} else {
 		d.acks.age++
 	}
 }
 
-// polled records whether a busy poll found anything, for sendDueAcks.
-func (a *deviceAcks) polled(n int) { a.pollIdle = n == 0 }
+// pruneAcks drops from the device's list the QPs whose owed ACK has left with their
+// requests (ackAlong) since they were listed, and starts the deferral's count afresh when
+// none is left, so that it counts polls from the oldest ACK still owed. Without it a
+// ping-pong's QP, listed again in every turn, stayed listed, the count ran on across
+// turns, and an ACK earned at a turn's first poll was sent at once, alone (a sendmmsg of
+// its own on the critical path, and one more datagram for the peer to read), in about
+// half the turns of perftest's ib_send_lat on the capi library. d.rxMu is held.
+func (d *Device) pruneAcks() {
+	kept := d.acks.owing[:0]
+	for _, qp := range d.acks.owing {
+		qp.mu.Lock()
+		if qp.acks.owed {
+			kept = append(kept, qp)
+		} else {
+			qp.acks.listed = false
+		}
+		qp.mu.Unlock()
+	}
+	clear(d.acks.owing[len(kept):])
+	d.acks.owing = kept
+	if len(kept) == 0 {
+		d.acks.age = 0
+	}
+}

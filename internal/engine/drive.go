@@ -141,7 +141,6 @@ func (d *Device) pollLocked(slots int) {
 	}
 	n, err := d.poller.PollBatch(d.rxMsgs[:slots])
 	raceAcquireWire()
-	d.acks.polled(n)
 	if err == nil && n > 0 {
 		d.inputBatch(n)
 	}

@@ -82,6 +82,8 @@ type Device struct {
 	counters Counters
 	txPool   sync.Pool
 	sender   sender
+	doorbell doorbell      // busy-poll mode: streamed posts waiting for a poll
+	alarmEnd chan struct{} // closed when the doorbell's alarm goroutine has ended
 	rxDone   chan struct{}
 	done     chan struct{}
 
@@ -139,7 +141,13 @@ func New(cfg Config) (*Device, error) {
 	d.gid = AddrToGID(d.local.Addr())
 	d.txPool.New = func() any { return newTxBatch(d.conn.Caps()) }
 	d.sender.init()
-	go d.sender.run()
+	go d.sender.run(&d.doorbell)
+	if d.poller != nil { // only a busy-poll device defers posts to its polls
+		if d.doorbell.alarm = newAlarm(); d.doorbell.alarm != nil {
+			d.alarmEnd = make(chan struct{})
+			go d.runAlarm(d.alarmEnd)
+		}
+	}
 	go d.rxLoop()
 	d.raise(AsyncEvent{Type: driver.EventPortActive, Port: 1})
 	return d, nil
@@ -175,6 +183,11 @@ func (d *Device) Close() error {
 	d.qpMu.RUnlock()
 	for _, qp := range qps {
 		qp.Close()
+	}
+	d.doorbell.close()
+	if d.alarmEnd != nil {
+		<-d.alarmEnd
+		d.doorbell.alarm.release()
 	}
 	err := d.conn.Close()
 	<-d.rxDone

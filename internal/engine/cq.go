@@ -68,8 +68,11 @@ func (cq *CQ) Depth() int {
 	return len(cq.ring)
 }
 
-// Poll copies up to len(out) completions, oldest first, and returns how many.
+// Poll copies up to len(out) completions, oldest first, and returns how many. It first
+// sends the device's deferred posts (doorbell batching): a program polls when it has
+// posted what it can.
 func (cq *CQ) Poll(out []driver.WC) (int, error) {
+	cq.dev.doorbell.flush()
 	if cq.dev.poller != nil && cq.held.Load() == 0 {
 		cq.dev.PollRx() // busy-poll mode: the poller drives the device
 	}
@@ -99,8 +102,11 @@ func (cq *CQ) Poll(out []driver.WC) (int, error) {
 	return k, nil
 }
 
-// Resize changes the ring size, keeping the completions in it (ibv_resize_cq).
+// Resize changes the ring size, keeping the completions in it (ibv_resize_cq). Deferred
+// posts are sent first: an RNIC has long completed a UD send posted before, and a
+// resize below the completions it holds must fail (pyverbs' test_resize_cq).
 func (cq *CQ) Resize(depth int) error {
+	cq.dev.doorbell.flush()
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	if depth < 1 || depth > MaxCQE || depth < cq.n {
@@ -123,8 +129,10 @@ func (cq *CQ) SetHandler(f func()) {
 }
 
 // RequestNotify arms the CQ for one event: on the next completion, or only on the next
-// solicited or error completion (IBTA 11.4.2.2).
+// solicited or error completion (IBTA 11.4.2.2). Deferred posts are sent first: the
+// program is about to sleep until a completion comes.
 func (cq *CQ) RequestNotify(solicitedOnly bool) error {
+	cq.dev.doorbell.flush()
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	if cq.closed {

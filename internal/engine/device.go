@@ -83,6 +83,8 @@ type Device struct {
 	counters Counters
 	txPool   sync.Pool
 	sender   sender
+	doorbell doorbell      // busy-poll mode: streamed posts waiting for a poll
+	alarmEnd chan struct{} // closed when the doorbell's alarm goroutine has ended
 	rxDone   chan struct{}
 	done     chan struct{}
 
@@ -141,7 +143,13 @@ func New(cfg Config) (*Device, error) {
 	d.gid = AddrToGID(d.local.Addr())
 	d.txPool.New = func() any { return newTxBatch(d.conn.Caps()) }
 	d.sender.init()
-	go d.sender.run()
+	go d.sender.run(&d.doorbell)
+	if d.poller != nil { // only a busy-poll device defers posts to its polls
+		if d.doorbell.alarm = newAlarm(); d.doorbell.alarm != nil {
+			d.alarmEnd = make(chan struct{})
+			go d.runAlarm(d.alarmEnd)
+		}
+	}
 	go d.rxLoop()
 	d.raise(AsyncEvent{Type: driver.EventPortActive, Port: 1})
 	return d, nil
@@ -179,6 +187,11 @@ func (d *Device) Close() error {
 		qp.Close()
 	}
 	d.closeMcast()
+	d.doorbell.close()
+	if d.alarmEnd != nil {
+		<-d.alarmEnd
+		d.doorbell.alarm.release()
+	}
 	err := d.conn.Close()
 	<-d.rxDone
 	close(d.sender.stop)

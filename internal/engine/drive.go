@@ -125,6 +125,7 @@ const busyIdle = time.Millisecond
 // It reports whether it ran. Busy-poll devices call it from CQ polls.
 func (d *Device) PollRx() bool {
 	d.polls.Add(1)
+	d.doorbell.flush() // the stream's posts go before the socket is read
 	if !d.rxMu.TryLock() {
 		return false
 	}
@@ -189,8 +190,9 @@ func (d *Device) inputBatch(n int) {
 	}
 }
 
-// sender is a device's goroutine that finishes what response bursts left, and sends the
-// posts PostSend batched (see PostSend).
+// sender is a device's goroutine that finishes what response bursts left, sends the
+// posts PostSend batched on a default-mode device, and, where a busy-poll device's
+// doorbell has no alarm, the posts that doorbell deferred (doorbell.go).
 type sender struct {
 	mu   sync.Mutex
 	qps  []*QP
@@ -209,13 +211,18 @@ func (s *sender) add(qp *QP) {
 	s.mu.Lock()
 	s.qps = append(s.qps, qp)
 	s.mu.Unlock()
+	s.kick()
+}
+
+// kick wakes the sender goroutine.
+func (s *sender) kick() {
 	select {
 	case s.wake <- struct{}{}:
 	default:
 	}
 }
 
-func (s *sender) run() {
+func (s *sender) run(db *doorbell) {
 	defer close(s.done)
 	var work []*QP
 	for {
@@ -224,6 +231,7 @@ func (s *sender) run() {
 		case <-s.stop:
 			return
 		}
+		db.flush()
 		for {
 			s.mu.Lock()
 			work, s.qps = s.qps, work[:0]

@@ -30,23 +30,24 @@ func (qp *QP) PostSend(wrs []driver.SendWR) error {
 		}
 	}
 	// Doorbell batching: a post that follows the previous one within streamGap is part
-	// of a stream, and the device's sender goroutine sends it, together with whatever
-	// else is posted meanwhile, in as few syscalls as GSO allows. An isolated post (a
+	// of a stream, and is sent later together with whatever else is posted meanwhile, in
+	// as few syscalls as GSO allows: by the device's sender goroutine, or on a busy-poll
+	// device at the application's next poll (doorbell.go). An isolated post (a
 	// ping-pong, a request) still leaves before PostSend returns.
-	// A busy-poll device sends inline always: its application thread is the fast path.
-	if qp.dev.poller != nil {
-		qp.kickSend()
-		return nil
-	}
 	// The gap that counts is from the end of the previous post: an inline send takes a
 	// syscall, and a stream of them must still be recognized. A queued post is short,
 	// so its start serves as its end (one clock read per post in a stream: at 1 M
 	// posts/s a second read was 4% of the posting thread).
 	now := nanotime()
-	if now-qp.lastPost < int64(streamGap) && qp.state == driver.QPStateRTS {
+	if now-qp.lastPost < int64(streamGap) && qp.state == driver.QPStateRTS &&
+		(qp.dev.poller == nil || qp.sq.tail-qp.sq.req < maxDeferred) {
 		if !qp.txQueued {
 			qp.txQueued = true
-			qp.dev.sender.add(qp)
+			if qp.dev.poller != nil {
+				qp.dev.doorbell.add(qp.dev, qp)
+			} else {
+				qp.dev.sender.add(qp)
+			}
 		}
 		qp.lastPost = now
 	} else {

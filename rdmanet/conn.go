@@ -204,7 +204,7 @@ func (c *Conn) consumed(n int) {
 // peer could be waiting for it: a quarter of the ring, or of the message credits.
 // c.mu is held.
 func (c *Conn) giveCredit() {
-	if c.owedBytes < ringSize/4 && c.owedMsgs < msgCredits/4 {
+	if c.owedBytes < len(c.ep.ring.Buf())/4 && c.owedMsgs < c.ep.credits/4 {
 		return
 	}
 	// Two control slots stay free, for FIN and CLOSE; the credit goes when a slot

@@ -261,3 +261,47 @@ func TestManyTinyWrites(t *testing.T) {
 		}
 	}
 }
+
+// TestSmallPeerRingNeverStallsTheWriter: WRITEs are signaled selectively, so a writer
+// that runs out of room must have asked for a completion of its last WRITE, or it
+// waits for ever. A peer with a 20000-byte ring and 5 message credits runs out after
+// 3 messages of 7000-byte writes, long before every 16th WRITE is signaled.
+func TestSmallPeerRingNeverStallsTheWriter(t *testing.T) {
+	da, db := testDevices(t)
+	a, b, err := testPairSized(t, da, db, 20000, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		a.Close()
+		b.Close()
+		<-a.tornDown
+		<-b.tornDown
+	})
+	want := make([]byte, 1<<20)
+	for i := range want {
+		want[i] = byte(i * 7)
+	}
+	werr := make(chan error, 1)
+	go func() {
+		a.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		for p := want; len(p) > 0; p = p[min(len(p), 7000):] {
+			if _, err := a.Write(p[:min(len(p), 7000)]); err != nil {
+				werr <- err
+				return
+			}
+		}
+		werr <- nil
+	}()
+	got := make([]byte, len(want))
+	b.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(b, got); err != nil {
+		t.Fatalf("read: %v (writer: %v)", err, <-werr)
+	}
+	if err := <-werr; err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("the bytes read are not the bytes written")
+	}
+}

@@ -34,7 +34,10 @@ const (
 // signalEvery is how many data WRITEs go per signaled one, as rsockets signals only
 // some sends: each completion costs the completion goroutine a wake-up, and in a
 // request/response stream it is a wake-up per message on each side. A WRITE is also
-// signaled whenever it leaves no room for the next (the writer will wait for its
+// signaled once a quarter of the peer's ring has gone unsignaled, because the writer
+// reuses staging space only as completions retire it (signaling only every 16th
+// 64 KiB WRITE of a 1 MiB ring drained the whole ring before each completion), and
+// whenever it leaves the writer no room for the next (the writer will wait for its
 // completion), so a writer never waits for a completion that was not asked for.
 const signalEvery = 16
 
@@ -334,7 +337,7 @@ func (c *Conn) postStaged(n int) error {
 	c.unacked++
 	c.quietMsgs++
 	c.quietBytes += n
-	if c.quietMsgs >= signalEvery || c.txSpace(1) == 0 {
+	if c.quietMsgs >= signalEvery || c.quietBytes >= int(c.peer.ringSize)/4 || c.txSpace(1) == 0 {
 		wr.ID, wr.Flags = sendID(wrData, c.quietMsgs, c.quietBytes), verbs.SendSignaled
 	}
 	if err := c.ep.qp.PostSend(wr); err != nil {

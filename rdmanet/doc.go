@@ -49,9 +49,10 @@
 // reuse a position once the peer has both acknowledged the WRITE (its completion)
 // and read the bytes (its credit).
 //
-// Signaling. A data WRITE is signaled only every 16th, and whenever it leaves the
-// writer no room for the next (the writer will wait for its completion); a send queue
-// completes in order, so one completion retires the unsignaled WRITEs before it.
+// Signaling. A data WRITE is signaled only every 16th, once a quarter of the ring
+// has gone unsignaled, and whenever it leaves the writer no room for the next (the
+// writer will wait for its completion); a send queue completes in order, so one
+// completion retires the unsignaled WRITEs before it.
 // Control SENDs are always signaled.
 //
 // Credits. A writer may have at most ring size bytes unread at the peer and at most

@@ -19,7 +19,7 @@ const (
 	// written and not yet seen read. The sender's staging buffer mirrors it, so a
 	// connection holds twice this. Between two processes a 256 KiB ring kept only four
 	// 64 KiB messages between the writer and the credit that frees them, and streamed
-	// 0.68× Go TCP; 1 MiB (with selective signaling) 0.94× (bench/rstream.sh, README).
+	// 0.56× Go TCP; 1 MiB (with selective signaling) 0.92× (bench/rstream.sh, README).
 	ringSize = 1 << 20
 	// maxChunk bounds one data message, so that a large Write is several messages in
 	// flight at once and the reader starts on the first while the rest arrive. 256 KiB

@@ -434,11 +434,14 @@ linger:
 	}
 }
 
-// quiet says whether every send has completed, or the QP failed and none will.
+// quiet says whether every send has completed, or the QP failed and none will. The
+// data WRITEs still unsignaled are left out: when Close sent CLOSE, its completion
+// retires them (there are none left out); when it did not, the peer had closed and
+// reads no more, and no completion would ever stand for them.
 func (c *Conn) quiet() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.posted == c.retired || c.err != nil
+	return c.posted-c.quietMsgs == c.retired || c.err != nil
 }
 
 // LocalAddr returns this side's address.

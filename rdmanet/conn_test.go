@@ -303,3 +303,26 @@ func TestSmallPeerRingNeverStallsTheWriter(t *testing.T) {
 		t.Fatal("the bytes read are not the bytes written")
 	}
 }
+
+// TestCloseAfterPeerClosedDoesNotWait: a side whose peer has closed sends no CLOSE, so
+// no completion will stand for its last unsignaled WRITEs; they no longer matter (the
+// peer reads no more), and Close must not wait for them.
+func TestCloseAfterPeerClosedDoesNotWait(t *testing.T) {
+	a, b := pair(t)
+	if _, err := a.Write([]byte("unsignaled")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(b, make([]byte, 10)); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	a.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := a.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("read after the peer's close: %v, want io.EOF", err)
+	}
+	start := time.Now()
+	a.Close()
+	if d := time.Since(start); d > closeWait/2 {
+		t.Fatalf("Close took %v", d)
+	}
+}

@@ -82,7 +82,7 @@ func (c *Conn) complete(wc *verbs.WC) {
 		c.received(wc)
 		return
 	}
-	if c.posted == c.retired {
+	if c.posted-c.quietMsgs == c.retired { // as quiet reckons it
 		wake(c.drained)
 	}
 }

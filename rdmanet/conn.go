@@ -34,7 +34,10 @@ const (
 // signalEvery is how many data WRITEs go per signaled one, as rsockets signals only
 // some sends: each completion costs the completion goroutine a wake-up, and in a
 // request/response stream it is a wake-up per message on each side. A WRITE is also
-// signaled whenever it leaves no room for the next (the writer will wait for its
+// signaled once a quarter of the peer's ring has gone unsignaled, because the writer
+// reuses staging space only as completions retire it (signaling only every 16th
+// 64 KiB WRITE of a 1 MiB ring drained the whole ring before each completion), and
+// whenever it leaves the writer no room for the next (the writer will wait for its
 // completion), so a writer never waits for a completion that was not asked for.
 const signalEvery = 16
 
@@ -204,7 +207,7 @@ func (c *Conn) consumed(n int) {
 // peer could be waiting for it: a quarter of the ring, or of the message credits.
 // c.mu is held.
 func (c *Conn) giveCredit() {
-	if c.owedBytes < ringSize/4 && c.owedMsgs < msgCredits/4 {
+	if c.owedBytes < len(c.ep.ring.Buf())/4 && c.owedMsgs < c.ep.credits/4 {
 		return
 	}
 	// Two control slots stay free, for FIN and CLOSE; the credit goes when a slot
@@ -334,7 +337,7 @@ func (c *Conn) postStaged(n int) error {
 	c.unacked++
 	c.quietMsgs++
 	c.quietBytes += n
-	if c.quietMsgs >= signalEvery || c.txSpace(1) == 0 {
+	if c.quietMsgs >= signalEvery || c.quietBytes >= int(c.peer.ringSize)/4 || c.txSpace(1) == 0 {
 		wr.ID, wr.Flags = sendID(wrData, c.quietMsgs, c.quietBytes), verbs.SendSignaled
 	}
 	if err := c.ep.qp.PostSend(wr); err != nil {
@@ -431,11 +434,14 @@ linger:
 	}
 }
 
-// quiet says whether every send has completed, or the QP failed and none will.
+// quiet says whether every send has completed, or the QP failed and none will. The
+// data WRITEs still unsignaled are left out: when Close sent CLOSE, its completion
+// retires them (there are none left out); when it did not, the peer had closed and
+// reads no more, and no completion would ever stand for them.
 func (c *Conn) quiet() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.posted == c.retired || c.err != nil
+	return c.posted-c.quietMsgs == c.retired || c.err != nil
 }
 
 // LocalAddr returns this side's address.

@@ -14,8 +14,14 @@ import (
 
 func pair(t *testing.T) (a, b *Conn) {
 	t.Helper()
+	return pairSized(t, ringSize, msgCredits)
+}
+
+// pairSized is pair with rings of ring bytes and credits message credits.
+func pairSized(t *testing.T, ring, credits int) (a, b *Conn) {
+	t.Helper()
 	da, db := testDevices(t)
-	a, b, err := testPair(t, da, db)
+	a, b, err := testPairSized(t, da, db, ring, credits)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,17 +134,19 @@ func TestPeerCloseFailsWrites(t *testing.T) {
 }
 
 // Deadlines fail with os.ErrDeadlineExceeded as a net.Error whose Timeout is true,
-// and a blocked Write returns what it wrote before.
+// and a blocked Write returns what it wrote before: a ring's worth, here a small ring
+// (filling a full one can outlast the deadline under the race detector).
 func TestWriteDeadlineReportsPartialWrite(t *testing.T) {
-	a, _ := pair(t)
+	const ring = 64 << 10
+	a, _ := pairSized(t, ring, msgCredits)
 	a.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
-	n, err := a.Write(make([]byte, 3*ringSize))
+	n, err := a.Write(make([]byte, 3*ring))
 	var ne net.Error
 	if !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
 		t.Fatalf("Write past the deadline: %v", err)
 	}
-	if n != ringSize {
-		t.Fatalf("wrote %d bytes before the deadline, want a ring's %d", n, ringSize)
+	if n != ring {
+		t.Fatalf("wrote %d bytes before the deadline, want a ring's %d", n, ring)
 	}
 }
 
@@ -259,5 +267,62 @@ func TestManyTinyWrites(t *testing.T) {
 		if c != byte(i) {
 			t.Fatalf("byte %d is %d, want %d", i, c, byte(i))
 		}
+	}
+}
+
+// TestSmallPeerRingNeverStallsTheWriter: WRITEs are signaled selectively, so a writer
+// that runs out of room must have asked for a completion of its last WRITE, or it
+// waits for ever. A peer with a 20000-byte ring and 5 message credits runs out after
+// 3 messages of 7000-byte writes, long before every 16th WRITE is signaled.
+func TestSmallPeerRingNeverStallsTheWriter(t *testing.T) {
+	a, b := pairSized(t, 20000, 5)
+	want := make([]byte, 1<<20)
+	for i := range want {
+		want[i] = byte(i * 7)
+	}
+	werr := make(chan error, 1)
+	go func() {
+		a.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		for p := want; len(p) > 0; p = p[min(len(p), 7000):] {
+			if _, err := a.Write(p[:min(len(p), 7000)]); err != nil {
+				werr <- err
+				return
+			}
+		}
+		werr <- nil
+	}()
+	got := make([]byte, len(want))
+	b.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(b, got); err != nil {
+		t.Fatalf("read: %v (writer: %v)", err, <-werr)
+	}
+	if err := <-werr; err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("the bytes read are not the bytes written")
+	}
+}
+
+// TestCloseAfterPeerClosedDoesNotWait: a side whose peer has closed sends no CLOSE, so
+// no completion will stand for its last unsignaled WRITEs; they no longer matter (the
+// peer reads no more), and Close must not wait for them.
+func TestCloseAfterPeerClosedDoesNotWait(t *testing.T) {
+	a, b := pair(t)
+	if _, err := a.Write([]byte("unsignaled")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(b, make([]byte, 10)); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	a.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := a.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("read after the peer's close: %v, want io.EOF", err)
+	}
+	start := time.Now()
+	a.Close()
+	if d := time.Since(start); d > closeWait/2 {
+		t.Fatalf("Close took %v", d)
 	}
 }

@@ -27,7 +27,7 @@
 //	0      version (1)
 //	1      flags (0; ignored on receipt)
 //	2..3   message credits: data messages the peer may have in flight (1..256)
-//	4..7   ring size in bytes (1 B..256 KiB, the most a version-1 peer stages)
+//	4..7   ring size in bytes (1 B..1 MiB, the most a version-1 peer stages)
 //	8..15  ring address, as the peer's WRITEs name it
 //	16..19 ring rkey
 //	20..23 reserved (0)
@@ -48,6 +48,12 @@
 // a staging buffer that mirrors the peer's ring position for position, and may
 // reuse a position once the peer has both acknowledged the WRITE (its completion)
 // and read the bytes (its credit).
+//
+// Signaling. A data WRITE is signaled only every 16th, once a quarter of the ring
+// has gone unsignaled, and whenever it leaves the writer no room for the next (the
+// writer will wait for its completion); a send queue completes in order, so one
+// completion retires the unsignaled WRITEs before it.
+// Control SENDs are always signaled.
 //
 // Credits. A writer may have at most ring size bytes unread at the peer and at most
 // the advertised message credits of DATA messages uncredited (and no more WRITEs

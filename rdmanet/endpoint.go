@@ -19,11 +19,20 @@ type endpoint struct {
 	qp    *verbs.QP
 	ring  *verbs.MR // the peer's RDMA WRITEs land here
 	stage *verbs.MR // this side's outgoing bytes, mirroring the peer's ring
+	// credits is how many data messages the peer may have in flight: the receives
+	// kept for them.
+	credits int
 }
 
-func newEndpoint(pd *verbs.PD) (ep *endpoint, err error) {
+func newEndpoint(pd *verbs.PD) (*endpoint, error) {
+	return newEndpointSized(pd, ringSize, msgCredits)
+}
+
+// newEndpointSized makes an endpoint whose ring and message credits are smaller than
+// the protocol's most (tests use it to reach the limits quickly).
+func newEndpointSized(pd *verbs.PD, ring, credits int) (ep *endpoint, err error) {
 	dev := pd.Device()
-	ep = &endpoint{pd: pd, ch: dev.CreateCompChannel()}
+	ep = &endpoint{pd: pd, ch: dev.CreateCompChannel(), credits: credits}
 	defer func() {
 		if err != nil {
 			ep.close()
@@ -37,7 +46,7 @@ func newEndpoint(pd *verbs.PD) (ep *endpoint, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if ep.ring, err = pd.RegMR(make([]byte, ringSize), verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+	if ep.ring, err = pd.RegMR(make([]byte, ring), verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
 		return nil, err
 	}
 	if ep.stage, err = pd.RegMR(make([]byte, ringSize), verbs.AccessLocalWrite); err != nil {
@@ -65,7 +74,8 @@ func newEndpoint(pd *verbs.PD) (ep *endpoint, err error) {
 
 // setup is what this side advertises to the peer.
 func (ep *endpoint) setup() setup {
-	return setup{credits: msgCredits, ringSize: ringSize, ringAddr: ep.ring.Addr(), ringRKey: ep.ring.RKey()}
+	return setup{credits: uint16(ep.credits), ringSize: uint32(len(ep.ring.Buf())), ringAddr: ep.ring.Addr(),
+		ringRKey: ep.ring.RKey()}
 }
 
 // close releases everything, QP first so that no access to the buffers follows.

@@ -25,11 +25,16 @@ func testDevices(t testing.TB) (a, b *verbs.Device) {
 // testPair connects two Conns over RC QPs on devices a and b, exchanging the setup
 // messages directly (the CM's job in Dial and Listen).
 func testPair(t testing.TB, a, b *verbs.Device) (ca, cb *Conn, err error) {
-	epa, err := newTestEndpoint(t, a)
+	return testPairSized(t, a, b, ringSize, msgCredits)
+}
+
+// testPairSized is testPair with rings of ring bytes and credits message credits.
+func testPairSized(t testing.TB, a, b *verbs.Device, ring, credits int) (ca, cb *Conn, err error) {
+	epa, err := newTestEndpoint(t, a, ring, credits)
 	if err != nil {
 		return nil, nil, err
 	}
-	epb, err := newTestEndpoint(t, b)
+	epb, err := newTestEndpoint(t, b, ring, credits)
 	if err != nil {
 		epa.close()
 		return nil, nil, err
@@ -56,13 +61,13 @@ func testPair(t testing.TB, a, b *verbs.Device) (ca, cb *Conn, err error) {
 	return ca, cb, nil
 }
 
-func newTestEndpoint(t testing.TB, d *verbs.Device) (*endpoint, error) {
+func newTestEndpoint(t testing.TB, d *verbs.Device, ring, credits int) (*endpoint, error) {
 	pd, err := d.AllocPD()
 	if err != nil {
 		return nil, err
 	}
 	t.Cleanup(func() { pd.Close() })
-	return newEndpoint(pd)
+	return newEndpointSized(pd, ring, credits)
 }
 
 func gidAddr(t testing.TB, d *verbs.Device) netip.Addr {

@@ -82,7 +82,7 @@ func (c *Conn) complete(wc *verbs.WC) {
 		c.received(wc)
 		return
 	}
-	if c.posted == c.retired {
+	if c.posted-c.quietMsgs == c.retired { // as quiet reckons it
 		wake(c.drained)
 	}
 }
@@ -101,7 +101,7 @@ func (c *Conn) received(wc *verbs.WC) {
 	case opData:
 		n := immLen(imm)
 		if wc.Opcode != verbs.WCRecvRDMAWithImm || n != int(wc.ByteLen) || n == 0 ||
-			c.rxAvail+n > ringSize || c.eof {
+			c.rxAvail+n > len(c.ep.ring.Buf()) || c.eof {
 			c.fail(fmt.Errorf("%w: data message of %d bytes", errProtocol, n))
 			return
 		}

@@ -106,7 +106,7 @@ func (f *flagSet) usage(w io.Writer) {
 		if arg != "" {
 			left += " " + arg
 		}
-		if fl.Value.Type() != "bool" && fl.DefValue != "" && fl.DefValue != "0" && fl.DefValue != "0s" {
+		if fl.Value.Type() != "bool" && fl.DefValue != "" && fl.DefValue != "0" && fl.DefValue != "0s" && fl.DefValue != "[]" {
 			text += fmt.Sprintf(" (default %s)", fl.DefValue)
 		}
 		lines = append(lines, [2]string{left, text})

@@ -20,7 +20,9 @@ import (
 // -T s, rstream's "use standard sockets") runs the same test over Go's net.TCPConn,
 // written as a Go program would use it (plain Read and Write, Go's defaults:
 // TCP_NODELAY on), so the two compare in one run. Flags, test sizes, transfer counts
-// and the result table are rstream.c's (rdma-core librdmacm/examples).
+// and the result table are rstream.c's (rdma-core librdmacm/examples), but for -i
+// (rsockets' inline size: rdmanet has no such knob) and -k (keepalive: rdmanet has
+// none), which are not offered.
 
 const rstreamPort = "7471"
 

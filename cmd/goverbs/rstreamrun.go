@@ -96,11 +96,10 @@ func (s *rstreamSession) runTests(tests []rstreamTest) error {
 // rstreamLinger bounds how long a side waits for its peer's end of stream.
 const rstreamLinger = 5 * time.Second
 
-// shutdown ends the connection as rstream's rs_shutdown(SHUT_RDWR) before close, and
-// makes sure the peer has everything before this process exits: an rdmanet
-// connection's stack is in the process, so its unacknowledged bytes die with it
-// (TCP's stay with the kernel). Each side half-closes and reads until the peer's
-// half-close, which comes after everything the peer read.
+// shutdown ends the connection as rstream's rs_shutdown(SHUT_RDWR) before close: each
+// side half-closes and reads to the peer's half-close, which comes after everything
+// the peer sent, so neither side leaves while the other still sends, and a peer that
+// sent more than the test says is an error.
 func (s *rstreamSession) shutdown() error {
 	cw, ok := s.conn.(interface{ CloseWrite() error })
 	if !ok {

@@ -45,7 +45,7 @@ func newRxMsgs(caps netio.Caps) []netio.Message {
 // interrupted, they read the socket themselves (Serve, lead.go) and this goroutine steps
 // aside: after each batch it looks whether a waiter has come since it last looked, and if
 // one has it lets the socket go and sleeps until waiters have stopped coming for a
-// busyIdle period; then it sends what they left owing and reads again.
+// leadIdle period; then it sends what they left owing and reads again.
 func (d *Device) rxLoop() {
 	defer close(d.rxDone)
 	if d.poller != nil {
@@ -86,7 +86,7 @@ func (d *Device) rxLoop() {
 }
 
 // takeRx makes the receive goroutine the socket's reader again once no waiter has come
-// since *seen (a count of Serve calls and batches) for a busyIdle period, and reports
+// since *seen (a count of Serve calls and batches) for a leadIdle period, and reports
 // whether it did. While waiters come it sleeps, offering the socket to one that may be
 // blocked on its channel (Waiter.Turn); while one holds the socket it waits for it to
 // let go.

@@ -328,6 +328,40 @@ func AsMulticaster(c Conn) (Multicaster, bool) {
 	return m, ok
 }
 
+// Interrupter is implemented by Conns whose blocked ReadBatch another goroutine can end
+// without closing the Conn: the UDP backend in the default mode (its socket is in Go's
+// netpoller) and a Tee over one. A device lets the goroutine that waits for a completion
+// read the socket itself (leader/follower), and a completion that arrives by another
+// path (a retry timer's error, a flush, a cancelled wait) must reach that goroutine.
+type Interrupter interface {
+	// Interrupt makes the ReadBatch blocked now, or else the next one, return at once
+	// with an error satisfying errors.Is(err, ErrInterrupted), having read nothing.
+	// Safe for concurrent use.
+	Interrupt()
+}
+
+// ErrInterrupted is the error of a ReadBatch that Interrupter.Interrupt ended.
+var ErrInterrupted = errors.New("netio: read interrupted")
+
+// AsInterrupter returns c as an Interrupter if its reads can be interrupted, looking
+// through Tees.
+func AsInterrupter(c Conn) (Interrupter, bool) {
+	if t, ok := c.(*teeConn); ok {
+		return AsInterrupter(t.Conn)
+	}
+	if u, ok := c.(interruptible); ok && u.interruptible() {
+		return u, true
+	}
+	return nil, false
+}
+
+// interruptible is a Conn type whose values may or may not support Interrupt (the UDP
+// backend does only outside busy-poll mode).
+type interruptible interface {
+	Interrupter
+	interruptible() bool
+}
+
 // Recorder receives a copy of every datagram crossing a Tee'd Conn.
 // pcap.Writer implements it. ipID is the IPv4 Identification the datagram
 // carries (0 on IPv6).

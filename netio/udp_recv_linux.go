@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"strconv"
 	"syscall"
 	"time"
@@ -127,6 +128,20 @@ func (c *udpConn) WaitReadable(timeout time.Duration) (bool, error) {
 	}
 }
 
+// Interrupt ends a ReadBatch blocked in the netpoller, or the next one, with
+// ErrInterrupted (Interrupter): a read deadline in the past wakes the reader the
+// netpoller parked. Busy-poll Conns are not interruptible (AsInterrupter says so).
+func (c *udpConn) Interrupt() {
+	if c.pc != nil {
+		c.pc.SetReadDeadline(longAgo)
+	}
+}
+
+func (c *udpConn) interruptible() bool { return c.pc != nil }
+
+// longAgo is a read deadline that has passed.
+var longAgo = time.Unix(1, 0)
+
 // closeWait releases the eventfd. c.waitMu is held, no waiter is inside.
 func (c *udpConn) closeWait() {
 	if c.evfd > 0 {
@@ -201,6 +216,13 @@ func (c *udpConn) read(msgs []Message, fn func(fd uintptr) bool) (int, error) {
 		c.disableGRO()
 	}
 	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) && c.pc != nil {
+			// Interrupt's past deadline: clear it for the next read. An Interrupt that
+			// comes after this read returned and before the clear is not lost: its
+			// caller set what the interrupted goroutine looks at next (see Interrupter).
+			c.pc.SetReadDeadline(time.Time{})
+			return 0, fmt.Errorf("netio: read %v: %w", c.local, ErrInterrupted)
+		}
 		return 0, c.readErr(err)
 	}
 	if r.n == 0 && r.errno != 0 {

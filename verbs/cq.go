@@ -107,7 +107,12 @@ func (cq *CQ) Close() error {
 // CompChannel is a completion event channel (struct ibv_comp_channel): armed CQs report
 // their next completion here and a consumer blocks in Wait instead of polling.
 type CompChannel struct {
-	dev    *Device
+	dev *Device
+	// lead, when the provider offers one, lets the goroutine blocked in Wait read and
+	// process the device's traffic itself instead of being handed the completion by the
+	// device's receive goroutine: one thread wake-up per completion instead of two (see
+	// driver.Waiter).
+	lead   driver.Waiter
 	mu     sync.Mutex
 	ready  []*CQ
 	cqs    int // open CQs that report here
@@ -120,6 +125,9 @@ type CompChannel struct {
 // device the channel is closed already: its Wait and Close return ErrClosed.
 func (d *Device) CreateCompChannel() *CompChannel {
 	c := &CompChannel{dev: d, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	if l, ok := d.impl.(driver.Leader); ok {
+		c.lead = l.NewWaiter()
+	}
 	d.mu.Lock()
 	if d.closed.Load() {
 		c.shut()
@@ -148,6 +156,14 @@ func (c *CompChannel) shut() {
 	if !c.closed {
 		c.closed = true
 		close(c.done)
+		c.wakeLeader()
+	}
+}
+
+// wakeLeader ends the wait of a goroutine serving the device in Wait.
+func (c *CompChannel) wakeLeader() {
+	if c.lead != nil {
+		c.lead.Wake()
 	}
 }
 
@@ -160,11 +176,22 @@ func (c *CompChannel) signal(cq *CQ) {
 	case c.wake <- struct{}{}:
 	default:
 	}
+	c.wakeLeader()
 }
 
 // Wait blocks until an armed CQ of this channel has a completion, and returns that CQ
 // (ibv_get_cq_event). It returns ctx.Err() when ctx ends first, and ErrClosed after Close.
+//
+// On a software device in the default mode the waiting goroutine reads and processes the
+// device's traffic itself while it waits, if no other goroutine does (leader/follower),
+// so that the socket's arrival wakes the goroutine that wants the completion.
 func (c *CompChannel) Wait(ctx context.Context) (*CQ, error) {
+	var stop func() bool
+	defer func() {
+		if stop != nil {
+			stop()
+		}
+	}()
 	for {
 		c.mu.Lock()
 		if len(c.ready) > 0 {
@@ -180,9 +207,23 @@ func (c *CompChannel) Wait(ctx context.Context) (*CQ, error) {
 		if closed {
 			return nil, errChannelClosed
 		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		var turn <-chan struct{}
+		if c.lead != nil {
+			if stop == nil && ctx.Done() != nil {
+				stop = context.AfterFunc(ctx, c.lead.Wake) // ctx's end ends a Serve too
+			}
+			if c.lead.Serve() {
+				continue // woken: a completion, ctx's end or Close
+			}
+			turn = c.lead.Turn() // another goroutine reads: follow, and lead when it leaves
+		}
 		select {
 		case <-c.wake:
 		case <-c.done:
+		case <-turn:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -205,6 +246,7 @@ func (c *CompChannel) Close() error {
 	c.closed = true
 	close(c.done)
 	c.mu.Unlock()
+	c.wakeLeader()
 	c.dev.mu.Lock()
 	delete(c.dev.chans, c)
 	c.dev.mu.Unlock()

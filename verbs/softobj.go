@@ -24,6 +24,14 @@ func (s *softDevice) Progress() bool {
 	return true
 }
 
+// NewWaiter lets a completion channel's waiter serve the device (driver.Leader).
+func (s *softDevice) NewWaiter() driver.Waiter {
+	if w := s.d.NewWaiter(); w != nil {
+		return w
+	}
+	return nil
+}
+
 func (s *softDevice) Query() DeviceAttr {
 	return DeviceAttr{
 		FWVer: "0.1.0", NodeGUID: s.guid, SysImageGUID: s.guid, MaxMRSize: 1<<64 - 1,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/goverbs/goverbs/verbs"
@@ -25,6 +26,37 @@ type cqWaiter struct {
 	buf    []verbs.WC
 	events bool // -e: always sleep on the channel, never spin
 	spin   int
+	stall  stallWatch
+}
+
+// stallWatch ends a channel wait that has lasted stallTimeout. One context serves every
+// wait, checked by a watchdog each second, instead of a context with a timeout per wait:
+// each of those adds a runtime timer, and a timer that becomes a P's earliest wakes a
+// second thread to watch it (wakeNetPoller, then wakep), a futex wake-up per completion
+// on a ping-pong's critical path.
+type stallWatch struct {
+	ctx     context.Context
+	cancel  context.CancelFunc
+	tick    *time.Timer
+	waiting atomic.Int64 // when the wait in progress began (UnixNano), or 0
+}
+
+func (s *stallWatch) start() {
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.tick = time.AfterFunc(time.Second, s.check)
+}
+
+func (s *stallWatch) check() {
+	if t := s.waiting.Load(); t != 0 && time.Since(time.Unix(0, t)) > stallTimeout {
+		s.cancel()
+		return
+	}
+	s.tick.Reset(time.Second)
+}
+
+func (s *stallWatch) stop() {
+	s.tick.Stop()
+	s.cancel()
 }
 
 // newCQ creates a CQ with its channel. With busy (--busy-poll) wait never sleeps: every
@@ -37,6 +69,7 @@ func newCQ(dev *verbs.Device, depth int, events, busy bool) (*cqWaiter, error) {
 		return nil, fmt.Errorf("couldn't create CQ of depth %d: %v", depth, err)
 	}
 	w := &cqWaiter{cq: cq, ch: ch, buf: make([]verbs.WC, 64), events: events, spin: 1 << 30}
+	w.stall.start()
 	if busy && !events {
 		w.spin = math.MaxInt
 	}
@@ -44,6 +77,7 @@ func newCQ(dev *verbs.Device, depth int, events, busy bool) (*cqWaiter, error) {
 }
 
 func (w *cqWaiter) close() {
+	w.stall.stop()
 	w.cq.Close()
 	w.ch.Close()
 }
@@ -89,10 +123,10 @@ func (w *cqWaiter) wait() ([]verbs.WC, error) {
 		if wcs, err := w.tryPoll(); err != nil || len(wcs) > 0 {
 			return wcs, err
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), stallTimeout)
-		_, err = w.ch.Wait(ctx)
-		cancel()
-		if errors.Is(err, context.DeadlineExceeded) {
+		w.stall.waiting.Store(time.Now().UnixNano())
+		_, err = w.ch.Wait(w.stall.ctx)
+		w.stall.waiting.Store(0)
+		if errors.Is(err, context.Canceled) {
 			if wcs, err := w.tryPoll(); err != nil || len(wcs) > 0 {
 				return wcs, err
 			}

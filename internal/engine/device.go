@@ -91,7 +91,16 @@ type Device struct {
 	// Receive state: owned by the receive goroutine, or in busy-poll mode by whoever
 	// holds rxMu.
 	rxMu   sync.Mutex
-	poller netio.Poller  // busy-poll mode
+	poller netio.Poller // busy-poll mode
+	// Default mode, when the Conn can be interrupted: goroutines waiting for completions
+	// read the socket (lead.go). leads counts their Serve calls and batches, parked is
+	// the one blocked in the socket's read, rxFree is signalled when a reader lets go,
+	// rxStop closed when the device closes.
+	intr   netio.Interrupter
+	leads  atomic.Uint32
+	parked atomic.Pointer[Waiter]
+	rxFree chan struct{}
+	rxStop chan struct{}
 	polls  atomic.Uint32 // CQ-driven polls so far (busy-poll mode; busyLoop watches it)
 	// woke is set when a completion wakes a CQ's event handler (a completion channel's
 	// waiter) during a receive batch; the default-mode drive then lets that waiter run
@@ -125,6 +134,8 @@ func New(cfg Config) (*Device, error) {
 		events:   make(chan AsyncEvent, 256),
 		rxDone:   make(chan struct{}),
 		done:     make(chan struct{}),
+		rxFree:   make(chan struct{}, 1),
+		rxStop:   make(chan struct{}),
 	}
 	if d.peerPort == 0 {
 		d.peerPort = wire.UDPPort
@@ -138,6 +149,8 @@ func New(cfg Config) (*Device, error) {
 	d.debug = d.log.Enabled(context.Background(), slog.LevelDebug)
 	if p, ok := netio.AsPoller(d.conn); ok && cfg.BusyPoll {
 		d.poller = p
+	} else if i, ok := netio.AsInterrupter(d.conn); ok {
+		d.intr = i
 	}
 	d.rxMsgs = newRxMsgs(d.conn.Caps())
 	d.gid = AddrToGID(d.local.Addr())
@@ -192,6 +205,7 @@ func (d *Device) Close() error {
 		<-d.alarmEnd
 		d.doorbell.alarm.release()
 	}
+	close(d.rxStop)
 	err := d.conn.Close()
 	<-d.rxDone
 	close(d.sender.stop)

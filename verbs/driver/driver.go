@@ -55,6 +55,30 @@ type Device interface {
 	Progress() bool
 }
 
+// Leader is implemented by a Device whose receive path the goroutine that waits on a
+// completion channel can run itself (leader/follower): the software provider in the
+// default mode, where the socket's arrival then wakes the goroutine that wants the
+// completion instead of the device's receive goroutine, which would have to hand it on.
+type Leader interface {
+	// NewWaiter returns the Waiter of one completion channel, or nil when the device
+	// cannot be served by its waiters.
+	NewWaiter() Waiter
+}
+
+// Waiter is a completion channel's hold on its device's receive path (Leader).
+type Waiter interface {
+	// Serve reads and processes the device's traffic in the calling goroutine until
+	// Wake is called (or was, since the last Serve returned), and reports true; it
+	// reports false at once when another goroutine is doing that work, and the caller
+	// then blocks on its channel and on Turn.
+	Serve() bool
+	// Wake ends the Serve running now, or else the next one. Any goroutine, any time.
+	Wake()
+	// Turn is signalled when the goroutine doing the device's work stops: a caller
+	// whose Serve reported false may try again.
+	Turn() <-chan struct{}
+}
+
 // PD is a protection domain.
 type PD interface {
 	Close() error

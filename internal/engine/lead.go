@@ -1,0 +1,121 @@
+// Leader/follower receive in the default mode: the goroutine that blocks waiting for a
+// completion event reads and processes the socket itself, so that the netpoller wakes the
+// goroutine that wants the packet, as it wakes a goroutine blocked in UDPConn.Read. The
+// receive goroutine (rxLoop) reads only while nobody waits; drive.go has its side.
+
+package engine
+
+import (
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/goverbs/goverbs/netio"
+)
+
+// Waiter lets one completion channel's waiting goroutine run its device's receive path
+// (Serve). Wake ends a Serve, from any goroutine.
+type Waiter struct {
+	d     *Device
+	woken atomic.Bool
+}
+
+// NewWaiter returns a Waiter for a completion channel on d, or nil when d cannot be
+// read by a waiting goroutine: a busy-poll device (its pollers read it already) or a Conn
+// whose blocked read cannot be interrupted (netio.Interrupter).
+func (d *Device) NewWaiter() *Waiter {
+	if d.intr == nil {
+		return nil
+	}
+	return &Waiter{d: d}
+}
+
+// Serve runs the device's receive path in the calling goroutine until Wake is called,
+// or was called since the last Serve returned: it blocks in the socket's read (the
+// netpoller) and processes each batch to completion. It reports false at once when
+// another goroutine holds the socket; the caller then blocks on its channel and on
+// Turn, which tells it when to try again.
+//
+// The ACKs a batch earns are sent at once unless the batch woke this waiter: then they
+// wait for the caller's reply to carry them (ackAlong), as a busy poller's do, or for its
+// next Serve, or for the receive goroutine when nobody has served for a while.
+func (w *Waiter) Serve() bool {
+	d := w.d
+	if w.woken.Swap(false) {
+		return true
+	}
+	if d.closed.Load() {
+		return false
+	}
+	d.leads.Add(1) // the receive goroutine stays out of the way (rxLoop)
+	if !d.rxMu.TryLock() {
+		return false
+	}
+	defer d.leaveRx()
+	for !d.closed.Load() {
+		if len(d.acks.owing) > 0 {
+			d.flushAcks()
+		}
+		// Wake stores woken and then looks at parked; this stores parked and then
+		// looks at woken: one of the two sees the other, so no Wake is missed.
+		d.parked.Store(w)
+		if w.woken.Swap(false) {
+			d.parked.Store(nil)
+			return true
+		}
+		n, err := d.conn.ReadBatch(d.rxMsgs)
+		d.parked.Store(nil)
+		raceAcquireWire()
+		if err != nil {
+			if isClosed(err) {
+				return true
+			}
+			if !isInterrupted(err) {
+				d.rxError(err)
+			}
+			continue
+		}
+		d.leads.Add(1)
+		d.inputBatch(n)
+		if w.woken.Swap(false) {
+			return true // the ACKs wait for the reply (see above)
+		}
+		d.flushAcks()
+	}
+	return true
+}
+
+// Wake ends the Serve running now, or else the next one. A completion pushed from outside
+// the receive path (a timer, a flush, a post) interrupts the socket read the serving
+// goroutine is blocked in; one pushed by that goroutine's own processing costs nothing
+// more than the flag.
+func (w *Waiter) Wake() {
+	w.woken.Store(true)
+	if w.d.parked.Load() == w {
+		w.d.intr.Interrupt()
+	}
+}
+
+// Turn is signalled when the goroutine that held the socket lets it go: a Waiter whose
+// Serve returned false waits on it as well as on its channel.
+func (w *Waiter) Turn() <-chan struct{} { return w.d.rxFree }
+
+// leaveRx lets the socket go and offers it to a waiting goroutine, if any.
+func (d *Device) leaveRx() {
+	d.rxMu.Unlock()
+	select {
+	case d.rxFree <- struct{}{}:
+	default:
+	}
+}
+
+// rxError logs a receive error other than a closed socket, and pauses: a persistent
+// socket error must not spin a core.
+func (d *Device) rxError(err error) {
+	if d.debug {
+		d.log.Debug("receive error", "dev", d.name, "err", err)
+	}
+	time.Sleep(time.Millisecond)
+}
+
+func isInterrupted(err error) bool { return errors.Is(err, netio.ErrInterrupted) }

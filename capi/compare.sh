@@ -5,6 +5,11 @@
 # spell of the machine slows both alike. Prints each round and the median of the
 # per-round ratios (C/Go: issue 14 asks >= 0.9x bandwidth, <= 1.2x latency).
 #
+# Latency is compared twice: against goverbs send_lat as it runs by default, and against
+# goverbs send_lat --wait-send, which runs ib_send_lat's own loop (each send's completion,
+# the peer's ACK, awaited before the reply is looked for; perftest's tx depth is 1). The
+# second is the price of the C ABI itself; the first adds what perftest's loop costs.
+#
 #   bash capi/compare.sh            ROUNDS=5 DURATION=3 ITERS=20000 MODE=busy by default
 #
 # MODE=busy: busy-poll on both sides (the C library's default, the Go tools' --busy-poll);
@@ -50,11 +55,14 @@ for r in $(seq "$R"); do
              cenv c0 $C ib_send_lat -d c0 -x 0 -p $P -s 8 -n "$N" 127.0.0.1 | awk '{print $5}')
   glat=$(run "$tmp/goverbs" send_lat --bind $S -p $P -s 8 -n "$N" $gflag -- \
              "$tmp/goverbs" send_lat --bind $C -p $P -s 8 -n "$N" $gflag $S | awk '{print $5}')
+  wlat=$(run "$tmp/goverbs" send_lat --bind $S -p $P -s 8 -n "$N" $gflag --wait-send -- \
+             "$tmp/goverbs" send_lat --bind $C -p $P -s 8 -n "$N" $gflag --wait-send $S | awk '{print $5}')
   echo "$cbw $gbw" >>"$tmp/bw"
   echo "$clat $glat" >>"$tmp/lat"
-  printf 'round %d: write_bw 64 KiB C %s Go %s MiB/s (%.2fx)   send_lat 8 B C %s Go %s us (%.2fx)\n' \
+  echo "$clat $wlat" >>"$tmp/wlat"
+  printf 'round %d: write_bw 64 KiB C %s Go %s MiB/s (%.2fx)   send_lat 8 B C %s us, Go %s (%.2fx), Go --wait-send %s (%.2fx)\n' \
     "$r" "$cbw" "$gbw" "$(echo "$cbw $gbw" | awk '{print $1/$2}')" \
-    "$clat" "$glat" "$(echo "$clat $glat" | awk '{print $1/$2}')"
+    "$clat" "$glat" "$(echo "$clat $glat" | awk '{print $1/$2}')" "$wlat" "$(echo "$clat $wlat" | awk '{print $1/$2}')"
 done
 median() { awk '{print $1/$2}' "$1" | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-echo "median per-round ratio C/Go ($MODE): write_bw $(median "$tmp/bw")x, send_lat $(median "$tmp/lat")x"
+echo "median per-round ratio C/Go ($MODE): write_bw $(median "$tmp/bw")x, send_lat $(median "$tmp/lat")x, send_lat against --wait-send $(median "$tmp/wlat")x"

@@ -72,3 +72,13 @@ func TestPingpongMemoryFlags(t *testing.T) {
 	badInput(t, "prefetch is valid only with on-demand memory region", "rc_pingpong", "-P")
 	badInput(t, "unknown shorthand flag: 'o'", "uc_pingpong", "-o")
 }
+
+// TestWaitSend: the latency tools' --wait-send (each send's completion before the
+// reply, as perftest's latency tools wait) runs the SEND and WRITE ping-pongs to the end.
+func TestWaitSend(t *testing.T) {
+	for _, tool := range []string{"send_lat", "write_lat"} {
+		r := runBin(t, 60*time.Second, tool, "--loopback", "--bind="+loopbackBind(t), "--wait-send", "-n", "200", "-s", "8")
+		mustSucceed(t, tool+" --wait-send", r)
+		mustContain(t, tool+" --wait-send", r.stdout, " 8       200 ")
+	}
+}

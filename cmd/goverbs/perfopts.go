@@ -45,6 +45,7 @@ type perfOpts struct {
 	cycles   bool
 	hist     bool
 	unsorted bool
+	waitSend bool // --wait-send: each send's completion before the reply (perftest's tx depth 1)
 	loopback bool
 	cpuFreq  bool
 	version  bool
@@ -99,6 +100,7 @@ func (o *perfOpts) register(fs *flagSet, t perfTest, lat bool) {
 		fs.boolVar(&o.cycles, "C", "report-cycles", "report times in cpu cycle units (not supported: see the README)")
 		fs.boolVar(&o.hist, "H", "report-histogram", "print every sample, sorted (after the summary)")
 		fs.boolVar(&o.unsorted, "U", "report-unsorted", "print every sample in the order measured (implies -H)")
+		fs.boolVar(&o.waitSend, "", "wait-send", "wait for each send's completion (the peer's ACK) before looking for the reply, as perftest's latency tools do")
 	}
 	fs.intVar(&o.rxDepth, "r", "rx-depth", 512, "`SIZE` of the receive queue (send tests)")
 	fs.intVar(&o.inline, "I", "inline_size", defInline, "max `SIZE` of a message sent inline")

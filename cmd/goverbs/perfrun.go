@@ -139,9 +139,9 @@ func (s *perfSide) latClient(size int) (latRow, error) {
 				return latRow{}, fmt.Errorf("couldn't post send: %v", err)
 			}
 			outstanding++
-			// Reap send completions while the reply is on its way, as perftest does
-			// after each post, not between the reply and the next post.
-			if err := s.drainSends(&outstanding, 32); err != nil {
+			// Reap send completions after each post, while the reply is on its way,
+			// not between the reply and the next post (see sendsKept).
+			if err := s.drainSends(&outstanding, s.sendsKept()); err != nil {
 				return latRow{}, err
 			}
 			if err := s.waitRecv(); err != nil {
@@ -159,7 +159,7 @@ func (s *perfSide) latClient(size int) (latRow, error) {
 				return latRow{}, fmt.Errorf("couldn't post write: %v", err)
 			}
 			outstanding++
-			if err := s.drainSends(&outstanding, 32); err != nil {
+			if err := s.drainSends(&outstanding, s.sendsKept()); err != nil {
 				return latRow{}, err
 			}
 			if err := s.waitByte(buf, size-1, v); err != nil {
@@ -214,7 +214,7 @@ func (s *perfSide) latServer(size int) (latRow, error) {
 			return latRow{}, fmt.Errorf("couldn't post send: %v", err)
 		}
 		outstanding++
-		if err := s.drainSends(&outstanding, 32); err != nil {
+		if err := s.drainSends(&outstanding, s.sendsKept()); err != nil {
 			return latRow{}, err
 		}
 	}
@@ -235,6 +235,19 @@ func (s *perfSide) waitRecv() error {
 		return wcError(wc)
 	}
 	return s.postRecv(int(wc.ID))
+}
+
+// sendsKept is how many send completions a latency loop leaves outstanding after a
+// post. perftest's latency tools (tx depth 1, a completion per send) wait for each one
+// before they look for the reply (--wait-send does too); by default goverbs' reap them
+// while the next reply is on its way. On a software device the difference is a whole
+// datagram per one-way trip: the ACK travels behind the peer's reply, in the same
+// sendmmsg, and a tool that waits for it waits for the second datagram too.
+func (s *perfSide) sendsKept() int {
+	if s.o.waitSend {
+		return 0
+	}
+	return 32
 }
 
 // drainSends polls send completions until at most keep are outstanding.

@@ -27,6 +27,9 @@ type device struct {
 	path string // the device's sysfs directory, for counters
 	// kernelWCFlags: completions carry the kernel's flag values (rxe), see gv_poll_cq.
 	kernelWCFlags C.int
+	// postsRunTransport: a send doorbell runs the transport in the kernel, in the
+	// poster's thread (rxe), so posters yield now and then (yield.go).
+	postsRunTransport bool
 
 	// One completion channel serves every CQ of the device; its events are read by a
 	// goroutine parked in the netpoller on chFile, as the async events are on asyncFile.
@@ -77,6 +80,7 @@ func openDevice(d *C.struct_ibv_device, name string) (*device, error) {
 	dev.attr = deviceAttr(&a)
 	if dev.attr.VendorID == rxeVendorID {
 		dev.kernelWCFlags = 1
+		dev.postsRunTransport = true
 	}
 	if err := dev.startPumps(); err != nil {
 		dev.pumps.Wait()

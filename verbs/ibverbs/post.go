@@ -16,8 +16,10 @@ import "C"
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/goverbs/goverbs/verbs/driver"
@@ -39,7 +41,8 @@ var (
 // requests at most per call, each with room for the QP's max_send_sge SGEs.
 type sendQueue struct {
 	mu     sync.Mutex
-	n      int // work requests the scratch holds
+	yield  yieldPacer // used when the device's posts run the transport
+	n      int        // work requests the scratch holds
 	maxSGE int
 	in     *C.struct_gv_send_wr
 	wrs    *C.struct_ibv_send_wr
@@ -92,14 +95,24 @@ func postErr(op string, rc int) error {
 
 // PostSend converts up to postBatch work requests at a time into the QP's C memory and
 // posts them with one cgo call. A request refused while converting is reported after the
-// ones before it are posted.
+// ones before it are posted. On a device whose posts run the transport (rxe) it passes
+// through the scheduler now and then, outside the lock: see yield.go.
 func (q *qp) PostSend(wrs []driver.SendWR) error {
+	yield, err := q.postSend(wrs)
+	if yield {
+		runtime.Gosched()
+	}
+	return err
+}
+
+func (q *qp) postSend(wrs []driver.SendWR) (yield bool, err error) {
 	s := &q.send
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if q.qp == nil {
-		return &driver.PostError{Index: 0, Err: errClosed("QP")}
+		return false, &driver.PostError{Index: 0, Err: errClosed("QP")}
 	}
+	yield = q.dev.postsRunTransport && s.yield.due(time.Now())
 	in := unsafe.Slice(s.in, s.n)
 	sges := unsafe.Slice((*driver.SGE)(unsafe.Pointer(s.sges)), s.n*s.maxSGE)
 	for base := 0; base < len(wrs); base += s.n {
@@ -114,14 +127,14 @@ func (q *qp) PostSend(wrs []driver.SendWR) error {
 		if n > 0 {
 			var bad C.int
 			if rc := C.gv_post_send(q.qp, &in[0], C.int(n), s.wrs, s.sges, C.int(s.maxSGE), &bad); rc != 0 {
-				return &driver.PostError{Index: base + int(bad), Err: postErr("ibv_post_send", int(rc))}
+				return yield, &driver.PostError{Index: base + int(bad), Err: postErr("ibv_post_send", int(rc))}
 			}
 		}
 		if convErr != nil {
-			return &driver.PostError{Index: base + n, Err: convErr}
+			return yield, &driver.PostError{Index: base + n, Err: convErr}
 		}
 	}
-	return nil
+	return yield, nil
 }
 
 // convert fills one C work request from wr; sges is its room for SGEs. It refuses what

@@ -33,7 +33,7 @@ const (
 	MaxInline      = 512
 	MaxRdAtomic    = 128
 	MaxMsgSize     = 1 << 23 // 8 MiB, port max_msg_sz
-	MaxUnackedPSNs = 128     // requester window, as rxe
+	MaxUnackedPSNs = 128     // requester window at the largest MTU, as rxe (see QP.window)
 	firstQPN       = 0x11    // QP0/QP1 are special (IBTA 10.2.4.1); rxe starts at 17 too
 )
 

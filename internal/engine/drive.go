@@ -240,7 +240,7 @@ func (d *Device) inputBatch(n int) {
 		}
 		// A GRO run is a stream's burst (up to 64 KiB): in the default mode the ACKs it
 		// earned leave before the rest of the batch is copied, so that the requester's
-		// window (MaxUnackedPSNs) reopens while this side works. A busy poller keeps its
+		// window (QP.window) reopens while this side works. A busy poller keeps its
 		// deferral (sendDueAcks).
 		if d.poller == nil && i < n-1 && len(d.acks.owing) > 0 && m.SegSize > 0 {
 			d.flushAcks()

@@ -70,6 +70,20 @@ func (qp *QP) opcodeFor(w *sendWQE, k, n uint32) wire.Opcode {
 	return t.last
 }
 
+// window is how many PSNs the requester may have sent and not had acknowledged: rxe's
+// 128 packets, counted at the largest MTU (512 KiB) so that a smaller path MTU keeps as
+// many bytes in flight: 512 packets at 1024. A window of 128 packets whatever the MTU
+// held a stream at 1 KiB packets to 128 KiB per round trip, and the stream was bound by
+// the round trip, not by either side's work (write_bw 64 KiB at MTU 1024 on loopback:
+// both processes about half busy). IBTA 9.7.5.1 leaves the window to the requester
+// within half the PSN space.
+func (qp *QP) window() int32 {
+	if qp.mtu <= 0 {
+		return MaxUnackedPSNs
+	}
+	return int32(max(MaxUnackedPSNs, MaxUnackedPSNs*wire.MTU4096.Bytes()/qp.mtu))
+}
+
 // runRequester sends what the send queue and the window allow. qp.mu is held.
 func (qp *QP) runRequester() {
 	if qp.state != driver.QPStateRTS || qp.comp.rnrWait {
@@ -98,7 +112,7 @@ func (qp *QP) runRequester() {
 				continue
 			}
 		}
-		if qp.typ == driver.QPTypeRC && qp.req.psn.Diff(qp.comp.psn) >= MaxUnackedPSNs {
+		if qp.typ == driver.QPTypeRC && qp.req.psn.Diff(qp.comp.psn) >= qp.window() {
 			break // window full: the completer kicks us when ACKs arrive
 		}
 		if tx == nil {
@@ -215,7 +229,7 @@ func (qp *QP) sendPackets(w *sendWQE, tx *txBatch) bool {
 		dst = w.udDst
 	}
 	for w.next < w.npkts {
-		if qp.typ == driver.QPTypeRC && qp.req.psn.Diff(qp.comp.psn) >= MaxUnackedPSNs {
+		if qp.typ == driver.QPTypeRC && qp.req.psn.Diff(qp.comp.psn) >= qp.window() {
 			return true
 		}
 		k := w.next
@@ -275,7 +289,7 @@ func (qp *QP) sendPackets(w *sendWQE, tx *txBatch) bool {
 // sendReadAtomic sends a READ request (for the responses not yet received) or an atomic
 // request. Either occupies its whole PSN range at once.
 func (qp *QP) sendReadAtomic(w *sendWQE, tx *txBatch) {
-	if qp.req.psn.Diff(qp.comp.psn) >= MaxUnackedPSNs {
+	if qp.req.psn.Diff(qp.comp.psn) >= qp.window() {
 		return
 	}
 	psn := w.firstPSN.Add(w.next)

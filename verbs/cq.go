@@ -119,6 +119,12 @@ type CompChannel struct {
 	wake   chan struct{}
 	done   chan struct{}
 	closed bool
+	// ctxDone and ctxStop keep the context.AfterFunc that wakes a serving Wait when its
+	// context ends, for the context that waits again and again (a program's loop, an
+	// rdmanet Conn): registering one per Wait allocates. Keyed by ctx.Done(), which
+	// every call of a context returns the same, and which any context type gives.
+	ctxDone <-chan struct{}
+	ctxStop func() bool
 }
 
 // CreateCompChannel creates a completion channel (ibv_create_comp_channel). On a closed
@@ -156,7 +162,25 @@ func (c *CompChannel) shut() {
 	if !c.closed {
 		c.closed = true
 		close(c.done)
+		c.releaseCtx()
 		c.wakeLeader()
+	}
+}
+
+func isDone(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// releaseCtx drops the cached context registration. c.mu is held.
+func (c *CompChannel) releaseCtx() {
+	if c.ctxStop != nil {
+		c.ctxStop()
+		c.ctxDone, c.ctxStop = nil, nil
 	}
 }
 
@@ -186,12 +210,7 @@ func (c *CompChannel) signal(cq *CQ) {
 // device's traffic itself while it waits, if no other goroutine does (leader/follower),
 // so that the socket's arrival wakes the goroutine that wants the completion.
 func (c *CompChannel) Wait(ctx context.Context) (*CQ, error) {
-	var stop func() bool
-	defer func() {
-		if stop != nil {
-			stop()
-		}
-	}()
+	var stop func() bool // a registration of this call's own, when the cached one is another context's
 	for {
 		c.mu.Lock()
 		if len(c.ready) > 0 {
@@ -200,21 +219,36 @@ func (c *CompChannel) Wait(ctx context.Context) (*CQ, error) {
 			c.ready = c.ready[:len(c.ready)-1]
 			c.mu.Unlock()
 			cq.events.Add(1)
+			if stop != nil {
+				stop()
+			}
 			return cq, nil
 		}
 		closed := c.closed
+		var turn <-chan struct{}
+		if c.lead != nil && !closed && stop == nil {
+			if done := ctx.Done(); done != nil && done != c.ctxDone {
+				if c.ctxDone != nil && isDone(c.ctxDone) {
+					c.releaseCtx() // that context is over: the cache serves the next one
+				}
+				if c.ctxDone == nil {
+					c.ctxDone, c.ctxStop = done, context.AfterFunc(ctx, c.lead.Wake) // ctx's end ends a Serve too
+				} else {
+					stop = context.AfterFunc(ctx, c.lead.Wake)
+				}
+			}
+		}
 		c.mu.Unlock()
 		if closed {
 			return nil, errChannelClosed
 		}
 		if err := ctx.Err(); err != nil {
+			if stop != nil {
+				stop()
+			}
 			return nil, err
 		}
-		var turn <-chan struct{}
 		if c.lead != nil {
-			if stop == nil && ctx.Done() != nil {
-				stop = context.AfterFunc(ctx, c.lead.Wake) // ctx's end ends a Serve too
-			}
 			if c.lead.Serve() {
 				continue // woken: a completion, ctx's end or Close
 			}
@@ -225,6 +259,9 @@ func (c *CompChannel) Wait(ctx context.Context) (*CQ, error) {
 		case <-c.done:
 		case <-turn:
 		case <-ctx.Done():
+			if stop != nil {
+				stop()
+			}
 			return nil, ctx.Err()
 		}
 	}
@@ -245,6 +282,7 @@ func (c *CompChannel) Close() error {
 	}
 	c.closed = true
 	close(c.done)
+	c.releaseCtx()
 	c.mu.Unlock()
 	c.wakeLeader()
 	c.dev.mu.Lock()

@@ -33,8 +33,9 @@ type doorbell struct {
 	armed  bool         // the alarm is set, or the sender woken
 	closed bool         // the alarm is closed
 
-	flushMu sync.Mutex // one flush at a time: it owns work
-	work    []*QP
+	flushMu  sync.Mutex // one flush at a time: it owns work
+	work     []*QP
+	flushing atomic.Bool // a flush has taken qps and not sent them yet
 
 	alarm *alarm // nil: the sender goroutine is the backstop
 }
@@ -64,12 +65,18 @@ func (b *doorbell) add(d *Device, qp *QP) {
 }
 
 // flush sends every deferred post. Any goroutine may call it but one holding a QP lock.
+//
+// It returns once everything deferred before the call has been sent, also when another
+// goroutine's flush (the alarm's) took it: a poll or resize after a post must see that
+// post's local completion, as pyverbs' test_resize_cq expects. flushing is set before n
+// is cleared, so a caller that reads n == 0 reads flushing after it.
 func (b *doorbell) flush() {
-	if b.n.Load() == 0 {
+	if b.n.Load() == 0 && !b.flushing.Load() {
 		return
 	}
 	b.flushMu.Lock()
 	b.mu.Lock()
+	b.flushing.Store(true)
 	b.work, b.qps = b.qps, b.work[:0]
 	b.n.Store(0)
 	if b.armed {
@@ -90,6 +97,7 @@ func (b *doorbell) flush() {
 		qp.mu.Unlock()
 		b.work[i] = nil
 	}
+	b.flushing.Store(false)
 	b.flushMu.Unlock()
 }
 

@@ -59,9 +59,11 @@ func TestBusyPollStreamLeavesAtPoll(t *testing.T) {
 	src, dst := a.mr(t, posts*8, allAccess), c.mr(t, posts*8, allAccess)
 	fill(src.Buf(), 1)
 	wrs := writeStream(posts, src, dst)
-	// Whether each post comes within the stream gap of the previous one is up to the
-	// scheduler: try a few times for a run in which the stream was recognized.
-	for try := 0; ; try++ {
+	// Whether each post comes within the stream gap of the previous one, and all of them
+	// before the alarm, is up to the machine: a try counts only if the posting took less
+	// than the alarm's delay (never under the race detector, which skips the check).
+	judged := false
+	for try := 0; try < 20 && !judged; try++ {
 		before := ca.writes.Load()
 		start := time.Now()
 		for i := range wrs {
@@ -73,12 +75,12 @@ func TestBusyPollStreamLeavesAtPoll(t *testing.T) {
 		took := time.Since(start)
 		waitWC(t, a.cq, 1, 5*time.Second) // polling sends the rest
 		sent := ca.writes.Load() - before
-		if queued <= 2 && sent <= 4 {
-			break
-		}
-		if try == 4 {
+		if judged = took < 40*time.Microsecond; judged && (queued > 2 || sent > 4) {
 			t.Fatalf("%d posts in %v: %d send calls before the poll, %d in all; want the stream sent at the poll, in a few", posts, took, queued, sent)
 		}
+	}
+	if !judged {
+		t.Skipf("%d posts never took less than 40 µs here", posts)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for string(dst.Buf()) != string(src.Buf()) {

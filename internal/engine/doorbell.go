@@ -33,8 +33,9 @@ type doorbell struct {
 	armed  bool         // the alarm is set, or the sender woken
 	closed bool         // the alarm is closed
 
-	flushMu sync.Mutex // one flush at a time: it owns work
-	work    []*QP
+	flushMu  sync.Mutex // one flush at a time: it owns work
+	work     []*QP
+	flushing atomic.Bool // a flush has taken the list and not yet sent all of it
 
 	alarm *alarm // nil: the sender goroutine is the backstop
 }
@@ -63,13 +64,18 @@ func (b *doorbell) add(d *Device, qp *QP) {
 	b.mu.Unlock()
 }
 
-// flush sends every deferred post. Any goroutine may call it but one holding a QP lock.
+// flush sends every deferred post, and returns when they have left, whoever sent them:
+// a flush running meanwhile (the alarm's) is waited for, so that a resize counts the
+// completions of every post before it. Any goroutine may call it but one holding a QP
+// lock.
 func (b *doorbell) flush() {
-	if b.n.Load() == 0 {
+	if b.n.Load() == 0 && !b.flushing.Load() {
 		return
 	}
 	b.flushMu.Lock()
+	defer b.flushMu.Unlock()
 	b.mu.Lock()
+	b.flushing.Store(true) // before n goes to 0: whoever sees 0 then sees this
 	b.work, b.qps = b.qps, b.work[:0]
 	b.n.Store(0)
 	if b.armed {
@@ -90,7 +96,7 @@ func (b *doorbell) flush() {
 		qp.mu.Unlock()
 		b.work[i] = nil
 	}
-	b.flushMu.Unlock()
+	b.flushing.Store(false)
 }
 
 // runAlarm is the alarm's goroutine: it sends what no poll came for in time, until the

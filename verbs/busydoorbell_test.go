@@ -65,9 +65,11 @@ func TestBusyPollStreamLeavesAtPoll(t *testing.T) {
 	src, dst := a.mr(t, posts*8, allAccess), c.mr(t, posts*8, allAccess)
 	fill(src.Buf(), 1)
 	wrs := writeStream(posts, src, dst)
-	// Whether each post comes within the stream gap of the previous one is up to the
-	// scheduler: try a few times for a run in which the stream was recognized.
-	for try := 0; ; try++ {
+	// Whether each post comes within the stream gap of the previous one, and all of them
+	// before the alarm, is up to the machine: a try counts only if the posting took less
+	// than the alarm's delay (never under the race detector, which skips the check).
+	judged := false
+	for try := 0; try < 20 && !judged; try++ {
 		before := ca.writes.Load()
 		start := time.Now()
 		for i := range wrs {
@@ -79,12 +81,12 @@ func TestBusyPollStreamLeavesAtPoll(t *testing.T) {
 		took := time.Since(start)
 		waitWC(t, a.cq, 1, 5*time.Second) // polling sends the rest
 		sent := ca.writes.Load() - before
-		if queued <= 2 && sent <= 4 {
-			break
-		}
-		if try == 4 {
+		if judged = took < 40*time.Microsecond; judged && (queued > 2 || sent > 4) {
 			t.Fatalf("%d posts in %v: %d send calls before the poll, %d in all; want the stream sent at the poll, in a few", posts, took, queued, sent)
 		}
+	}
+	if !judged {
+		t.Skipf("%d posts never took less than 40 µs here", posts)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for string(dst.Buf()) != string(src.Buf()) {
@@ -200,6 +202,41 @@ func TestBusyPollResizeSeesStreamedCompletions(t *testing.T) {
 		}
 		if try == 9 {
 			t.Fatal("no post was ever deferred: the stream gap never held")
+		}
+	}
+}
+
+// TestBusyPollPostAfterPollLeavesInline: a post that follows a poll is not part of the
+// stream before it, however soon it comes: a busy ping-pong's next request leaves before
+// PostSend returns, as an isolated post does, and pays no doorbell deferral (whose
+// timerfd syscalls took send_lat 8 B from 2.6 to 11 us one-way).
+func TestBusyPollPostAfterPollLeavesInline(t *testing.T) {
+	a, ca, c := busyPipePair(t, 10, 11)
+	p := newPair(t, a, c, QPTypeRC, defaultRC())
+	src, dst := a.mr(t, 8, allAccess), c.mr(t, 8, allAccess)
+	wr := writeStream(1, src, dst)[0]
+	wcs := make([]WC, 1)
+	for turn := range 200 {
+		before := ca.writes.Load()
+		if err := p.qa.PostSend(wr); err != nil {
+			t.Fatal(err)
+		}
+		if ca.writes.Load() == before {
+			t.Fatalf("turn %d: the post after a poll waited for the next poll", turn)
+		}
+		// Spin as a busy ping-pong does (no sleep), so the next post comes within the
+		// stream gap of this one.
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			n, err := a.cq.Poll(wcs)
+			if err != nil || n == 1 && wcs[0].Status != WCSuccess {
+				t.Fatalf("poll: %v %+v", err, wcs[0])
+			}
+			if n == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("turn %d: no completion", turn)
+			}
 		}
 	}
 }

@@ -35,7 +35,7 @@ type doorbell struct {
 
 	flushMu  sync.Mutex // one flush at a time: it owns work
 	work     []*QP
-	flushing atomic.Bool // a flush has taken qps and not sent them yet
+	flushing atomic.Bool // a flush has taken the list and not yet sent all of it
 
 	alarm *alarm // nil: the sender goroutine is the backstop
 }
@@ -64,19 +64,18 @@ func (b *doorbell) add(d *Device, qp *QP) {
 	b.mu.Unlock()
 }
 
-// flush sends every deferred post. Any goroutine may call it but one holding a QP lock.
-//
-// It returns once everything deferred before the call has been sent, also when another
-// goroutine's flush (the alarm's) took it: a poll or resize after a post must see that
-// post's local completion, as pyverbs' test_resize_cq expects. flushing is set before n
-// is cleared, so a caller that reads n == 0 reads flushing after it.
+// flush sends every deferred post, and returns when they have left, whoever sent them:
+// a flush running meanwhile (the alarm's) is waited for, so that a resize counts the
+// completions of every post before it. Any goroutine may call it but one holding a QP
+// lock.
 func (b *doorbell) flush() {
 	if b.n.Load() == 0 && !b.flushing.Load() {
 		return
 	}
 	b.flushMu.Lock()
+	defer b.flushMu.Unlock()
 	b.mu.Lock()
-	b.flushing.Store(true)
+	b.flushing.Store(true) // before n goes to 0: whoever sees 0 then sees this
 	b.work, b.qps = b.qps, b.work[:0]
 	b.n.Store(0)
 	if b.armed {
@@ -98,7 +97,6 @@ func (b *doorbell) flush() {
 		b.work[i] = nil
 	}
 	b.flushing.Store(false)
-	b.flushMu.Unlock()
 }
 
 // runAlarm is the alarm's goroutine: it sends what no poll came for in time, until the

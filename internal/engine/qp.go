@@ -133,10 +133,11 @@ type QP struct {
 	// since it depends on the address alone.
 	rxFlowFrom netip.AddrPort
 	rxFlow     wire.ICRCFlow
-	commEst    bool  // EventCommEst raised
-	lastPost   int64 // nanotime at which the last PostSend returned (doorbell batching)
-	txQueued   bool  // on the sender's list to run the requester (doorbell batching)
-	mtu        int   // path MTU in bytes
+	commEst    bool   // EventCommEst raised
+	lastPost   int64  // nanotime at which the last PostSend returned (doorbell batching)
+	lastPolls  uint32 // the device's poll count at the last PostSend (busy-poll doorbell batching)
+	txQueued   bool   // on the sender's list to run the requester (doorbell batching)
+	mtu        int    // path MTU in bytes
 	// The multicast groups the QP is attached to (mcast.go): changed under the
 	// device's group table lock and this QP's, read on delivery under this QP's.
 	mcast          []*mcastGroup

@@ -8,8 +8,10 @@ package ibverbs
 import "C"
 
 import (
+	"fmt"
 	"runtime"
 	"sync"
+	"syscall"
 	"unsafe"
 
 	"github.com/goverbs/goverbs/verbs/driver"
@@ -106,18 +108,34 @@ func (p *pd) RegMR(buf []byte, access driver.Access) (driver.MR, error) {
 }
 
 func (m *mr) Close() error {
+	rc := m.dereg()
+	if rc == 0 {
+		return nil
+	}
+	// A region with a window bound to it cannot go: the spec's EBUSY
+	// (IBA 10.6.7.2.6), which rxe reports as EINVAL. Both are verbs.ErrBusy when a window
+	// of this device was last bound to the region. Asked after m.mu is let go: a bind
+	// holds its window's lock while it takes the region's.
+	if rc == C.EINVAL && m.dev.windowOn(m) {
+		return &driver.Error{Kind: driver.ErrBusy, Err: fmt.Errorf("ibv_dereg_mr: a window is bound to the region: %w", syscall.Errno(rc))}
+	}
+	return rcErr("ibv_dereg_mr", int(rc))
+}
+
+// dereg deregisters m, unpinning its memory; it returns ibv_dereg_mr's errno.
+func (m *mr) dereg() C.int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return nil
+		return 0
 	}
 	if rc := C.ibv_dereg_mr(m.mr); rc != 0 {
-		return rcErr("ibv_dereg_mr", int(rc)) // EBUSY while a window is bound to it
+		return rc
 	}
 	m.closed = true
 	m.pin.Unpin()
 	m.dev.remove(m, nil)
-	return nil
+	return 0
 }
 
 func (m *mr) LKey() uint32 { return m.lkey }
@@ -188,6 +206,28 @@ func (a *ah) Close() error {
 	a.ah = nil
 	a.dev.remove(a, nil)
 	return nil
+}
+
+// windowOn reports whether a live window of d was last bound to m. The windows are
+// gathered first: a window's Close holds its lock while it takes d.mu.
+func (d *device) windowOn(m *mr) bool {
+	var ws []*mw
+	d.mu.Lock()
+	for o := range d.live {
+		if w, ok := o.(*mw); ok {
+			ws = append(ws, w)
+		}
+	}
+	d.mu.Unlock()
+	for _, w := range ws {
+		w.mu.Lock()
+		on := w.bound == m
+		w.mu.Unlock()
+		if on {
+			return true
+		}
+	}
+	return false
 }
 
 // mw is a memory window (struct ibv_mw).

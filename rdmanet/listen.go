@@ -32,15 +32,19 @@ type Listener struct {
 // Listen listens on address ("host:port") on network "rdma": host is the IP address
 // of an RDMA device (opened on demand, shared in the process), port an rdma_cm port
 // in the TCP port space; port 0 picks a free one, which Addr reports.
+// An error is a *net.OpError, as net.Listen's, naming the address once it is known.
 func Listen(network, address string) (net.Listener, error) {
-	l, err := listen(network, address)
+	op := &net.OpError{Op: "listen", Net: network}
+	l, err := listen(network, address, op)
 	if err != nil {
-		return nil, &net.OpError{Op: "listen", Net: network, Err: err}
+		op.Err = err
+		return nil, op
 	}
 	return l, nil
 }
 
-func listen(network, address string) (*Listener, error) {
+// listen listens, filling in op's address once it is resolved.
+func listen(network, address string, op *net.OpError) (*Listener, error) {
 	if network != Network {
 		return nil, net.UnknownNetworkError(network)
 	}
@@ -48,6 +52,7 @@ func listen(network, address string) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
+	op.Addr = &Addr{laddr}
 	if !laddr.Addr().IsValid() || laddr.Addr().IsUnspecified() {
 		return nil, fmt.Errorf("rdmanet: listen needs a device's address, not %q", address)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/goverbs/goverbs/cm"
 )
@@ -13,6 +14,12 @@ import (
 // backlog is how many connections may be in their handshake or waiting for Accept at
 // once; the CM refuses more requests (REJ, "no resources").
 const backlog = cm.DefaultBacklog
+
+// handshakeTimeout bounds a handshake once the request is taken. It is not cut short
+// by Listener.Close: the CM's Accept abandoned after its REP would leave the dialer
+// (which may already have sent its RTU) connected to nobody, never told. A handshake
+// finished after Close is closed at once instead, which the dialer hears of.
+const handshakeTimeout = 5 * time.Second
 
 // Listener takes rdmanet connections on one port of a device: an rdma_cm listener on
 // the wire. It implements net.Listener.
@@ -102,8 +109,11 @@ func (l *Listener) serve() {
 			select {
 			case l.ready <- c:
 			case <-l.ctx.Done():
+				// Nobody took it: Listener.Close (waiting on wg) returns once it is
+				// gone, its hold on the device with it.
 				<-l.slots
 				c.Close()
+				<-c.tornDown
 			}
 		}()
 	}
@@ -122,7 +132,9 @@ func (l *Listener) handshake(req *cm.Request) (*Conn, error) {
 		req.Reject(nil)
 		return nil, err
 	}
-	cmc, err := req.Accept(l.ctx, &cm.Param{QP: ep.qp, PrivateData: ep.setup().marshal(nil),
+	ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
+	defer cancel()
+	cmc, err := req.Accept(ctx, &cm.Param{QP: ep.qp, PrivateData: ep.setup().marshal(nil),
 		ResponderResources: 1, InitiatorDepth: 1})
 	if err != nil {
 		ep.close()
@@ -150,7 +162,8 @@ func (l *Listener) opErr(err error) error {
 	return &net.OpError{Op: "accept", Net: Network, Addr: l.addr, Err: err}
 }
 
-// Close stops listening; connections already accepted stay up.
+// Close stops listening; connections already accepted stay up, and those set up but
+// not yet accepted are closed and released before Close returns.
 func (l *Listener) Close() error {
 	err := net.ErrClosed
 	l.once.Do(func() {

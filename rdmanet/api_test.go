@@ -121,25 +121,6 @@ func TestListenerCloseUnblocksAccept(t *testing.T) {
 	}
 }
 
-func TestDialErrors(t *testing.T) {
-	l, d := listenDial(t)
-	if _, err := d.DialContext(context.Background(), "tcp", l.Addr().String()); err == nil {
-		t.Error(`dial on network "tcp" succeeded`)
-	}
-	if _, err := d.DialContext(context.Background(), "rdma", "no port"); err == nil {
-		t.Error("dial without a port succeeded")
-	}
-	// A port nobody listens on: the CM's REJ, "invalid service ID", not a timeout.
-	ap := l.Addr().(*Addr).AddrPort
-	start := time.Now()
-	if _, err := d.DialContext(context.Background(), "rdma", netip.AddrPortFrom(ap.Addr(), ap.Port()+1).String()); err == nil {
-		t.Error("dial to a port nobody listens on succeeded")
-	}
-	if time.Since(start) > 5*time.Second {
-		t.Errorf("refusal took %v", time.Since(start))
-	}
-}
-
 // Connections closed from either side end their CM connections, and once the
 // listener closes too the shared devices close: no goroutine or device is left.
 func TestCloseReleasesDevices(t *testing.T) {
@@ -175,11 +156,11 @@ func TestCloseReleasesDevices(t *testing.T) {
 		<-second.tornDown
 	}
 	l.Close()
-	devices.mu.Lock()
-	open := len(devices.m)
-	devices.mu.Unlock()
-	if open != 0 {
-		t.Errorf("%d devices open after every user closed", open)
+	// This test's devices only: another test's connections may still be releasing
+	// theirs in the background, as Close allows (that was this test's flake, under
+	// load: "1 devices open after every user closed").
+	if open := openDevices(l.Addr().(*Addr).AddrPort.Addr(), d.LocalAddr); len(open) > 0 {
+		t.Errorf("devices on %v open after every user closed", open)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
@@ -188,5 +169,39 @@ func TestCloseReleasesDevices(t *testing.T) {
 	if n := runtime.NumGoroutine(); n > before {
 		buf := make([]byte, 1<<16)
 		t.Fatalf("%d goroutines after closing, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+// openDevices returns which of addrs have a device open.
+func openDevices(addrs ...netip.Addr) []netip.Addr {
+	devices.mu.Lock()
+	defer devices.mu.Unlock()
+	var open []netip.Addr
+	for _, a := range addrs {
+		if devices.m[a] != nil {
+			open = append(open, a)
+		}
+	}
+	return open
+}
+
+// A connection set up but never accepted is closed with the listener, and
+// Listener.Close returns only once it is released: the listener's device is closed
+// by then.
+func TestListenerCloseReleasesUnacceptedConns(t *testing.T) {
+	l, d := listenDial(t)
+	c, err := d.DialContext(context.Background(), "rdma", l.Addr().String()) // set up with no Accept
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l.Close()
+	if open := openDevices(l.Addr().(*Addr).AddrPort.Addr()); len(open) > 0 {
+		t.Fatalf("the listener's device on %v still open after Listener.Close", open)
+	}
+	// The client hears of it as of any peer's close.
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := c.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+		t.Errorf("reading from the connection the listener closed: %d, %v; want io.EOF", n, err)
 	}
 }

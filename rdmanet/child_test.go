@@ -19,6 +19,7 @@ const childEnv = "RDMANET_TEST_CHILD"
 
 var childRoles = map[string]func() error{
 	"write-close-exit": childWriteCloseExit,
+	"soak":             childSoak,
 }
 
 func TestMain(m *testing.M) {

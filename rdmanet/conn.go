@@ -20,6 +20,7 @@ const (
 	wrRecv      uint64 = 0
 	wrCtrl      uint64 = 1 << 62
 	wrData      uint64 = 2 << 62
+	wrProbe     uint64 = 3 << 62
 	wrKind      uint64 = 3 << 62
 	wrMsgsShift        = 32
 	wrBytesMask uint64 = 1<<32 - 1
@@ -29,6 +30,9 @@ const (
 	// is gone (or a network that drops everything) takes longer, and the rest of the
 	// linger goes on after Close returns.
 	closeWait = time.Second
+	// probeInterval is how long a Write waits for credits, with nothing awaiting an
+	// ACK, before it probes the peer (see probe).
+	probeInterval = time.Second
 )
 
 // signalEvery is how many data WRITEs go per signaled one, as rsockets signals only
@@ -86,6 +90,7 @@ type Conn struct {
 	closed                    bool
 
 	rxReady, txReady chan struct{} // wake the reader, the writer (capacity 1)
+	probeTimer       *time.Timer   // the waiting writer's (stopped when it does not wait)
 	drained          chan struct{} // after Close: every send completed or failed
 	flushed          chan struct{} // closed when the linger ends (every send completed, or lingerT)
 	done             chan struct{} // closed by Close
@@ -101,7 +106,8 @@ func newConn(ep *endpoint, peer setup, laddr, raddr *Addr, disconnect, release f
 		rdl: newDeadline(), wdl: newDeadline(),
 		rxReady: make(chan struct{}, 1), txReady: make(chan struct{}, 1),
 		drained: make(chan struct{}, 1), flushed: make(chan struct{}), done: make(chan struct{}),
-		pollDone: make(chan struct{}), tornDown: make(chan struct{})}
+		pollDone: make(chan struct{}), tornDown: make(chan struct{}), probeTimer: time.NewTimer(probeInterval)}
+	c.probeTimer.Stop()
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stopPoll = cancel
 	go c.poll(ctx)
@@ -290,13 +296,42 @@ func (c *Conn) writeErr() error {
 }
 
 // waitWritable waits for the peer's credits or completions, the write deadline or
-// Close.
+// Close, or probeInterval: a peer that is gone sends no credit, and once everything
+// sent to it is acknowledged no retry can run out, so a wait that long probes it.
 func (c *Conn) waitWritable() {
+	c.probeTimer.Reset(probeInterval)
+	defer c.probeTimer.Stop()
 	select {
 	case <-c.txReady:
 	case <-c.wdl.wait():
 	case <-c.done:
+	case <-c.probeTimer.C:
+		c.probe()
 	}
+}
+
+// probe sends a zero-length RDMA WRITE, which the peer's transport acknowledges
+// without its application (it consumes no receive and checks no key, IBTA
+// 9.7.4.1.5): from a peer that is gone no ACK comes, the retries run out and the
+// connection fails, as TCP's zero-window probes end a connection whose peer went
+// silent. rsockets' keepalive probes the same way. While something else awaits its
+// ACK, that serves as the probe.
+func (c *Conn) probe() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil || c.closed || c.peerClosed || c.posted-c.quietMsgs != c.retired {
+		return
+	}
+	// Signaled, it retires the unsignaled WRITEs before it, as a control message does.
+	err := c.ep.qp.PostSend(verbs.SendWR{ID: sendID(wrProbe, c.quietMsgs, c.quietBytes),
+		Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		RemoteAddr: c.peer.ringAddr, RKey: c.peer.ringRKey})
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	c.quietMsgs, c.quietBytes = 0, 0
+	c.posted++
 }
 
 // txSpace is how many of want bytes may be written now: no more than the peer has

@@ -34,15 +34,20 @@ func Dial(network, address string) (net.Conn, error) {
 
 // DialContext connects to address on network "rdma": the CM's handshake (REQ, REP,
 // RTU) carries each side's ring in its private data. ctx ending first abandons it.
+// An error is a *net.OpError, as net.Dial's, naming the server's address once it is
+// known.
 func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
-	c, err := d.dial(ctx, network, address)
+	op := &net.OpError{Op: "dial", Net: network}
+	c, err := d.dial(ctx, network, address, op)
 	if err != nil {
-		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
+		op.Err = err
+		return nil, op
 	}
 	return c, nil
 }
 
-func (d *Dialer) dial(ctx context.Context, network, address string) (*Conn, error) {
+// dial connects, filling in op's address once it is resolved.
+func (d *Dialer) dial(ctx context.Context, network, address string, op *net.OpError) (*Conn, error) {
 	if network != Network {
 		return nil, net.UnknownNetworkError(network)
 	}
@@ -58,6 +63,7 @@ func (d *Dialer) dial(ctx context.Context, network, address string) (*Conn, erro
 	if !raddr.Addr().IsValid() || raddr.Port() == 0 {
 		return nil, fmt.Errorf("rdmanet: dial needs a host and a port, not %q", address)
 	}
+	op.Addr = &Addr{raddr}
 	local := d.LocalAddr
 	if !local.IsValid() {
 		if local, err = cm.SourceAddr(raddr.Addr()); err != nil {

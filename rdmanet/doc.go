@@ -61,7 +61,9 @@
 // bytes as they are read and messages as their receives are reposted, in one CREDIT
 // when a quarter of either is owed. A slow reader therefore stops the writer at one
 // ring's worth: memory is bounded by the ring, and nothing is ever sent that has no
-// receive waiting, so there are no RNR NAKs.
+// receive waiting, so there are no RNR NAKs. A writer that has waited for credits
+// for a second probes the peer with a zero-length RDMA WRITE, which only a peer that
+// is gone leaves unacknowledged: its retries then fail the connection.
 //
 // Receives. Each side keeps 256 + 32 receives posted, without buffers (a WRITE WITH
 // IMMEDIATE and a zero-length SEND only need the slot). The connection's completion

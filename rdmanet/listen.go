@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/goverbs/goverbs/cm"
 )
@@ -13,6 +14,12 @@ import (
 // backlog is how many connections may be in their handshake or waiting for Accept at
 // once; the CM refuses more requests (REJ, "no resources").
 const backlog = cm.DefaultBacklog
+
+// handshakeTimeout bounds a handshake once the request is taken. It is not cut short
+// by Listener.Close: the CM's Accept abandoned after its REP would leave the dialer
+// (which may already have sent its RTU) connected to nobody, never told. A handshake
+// finished after Close is closed at once instead, which the dialer hears of.
+const handshakeTimeout = 5 * time.Second
 
 // Listener takes rdmanet connections on one port of a device: an rdma_cm listener on
 // the wire. It implements net.Listener.
@@ -32,15 +39,19 @@ type Listener struct {
 // Listen listens on address ("host:port") on network "rdma": host is the IP address
 // of an RDMA device (opened on demand, shared in the process), port an rdma_cm port
 // in the TCP port space; port 0 picks a free one, which Addr reports.
+// An error is a *net.OpError, as net.Listen's, naming the address once it is known.
 func Listen(network, address string) (net.Listener, error) {
-	l, err := listen(network, address)
+	op := &net.OpError{Op: "listen", Net: network}
+	l, err := listen(network, address, op)
 	if err != nil {
-		return nil, &net.OpError{Op: "listen", Net: network, Err: err}
+		op.Err = err
+		return nil, op
 	}
 	return l, nil
 }
 
-func listen(network, address string) (*Listener, error) {
+// listen listens, filling in op's address once it is resolved.
+func listen(network, address string, op *net.OpError) (*Listener, error) {
 	if network != Network {
 		return nil, net.UnknownNetworkError(network)
 	}
@@ -48,6 +59,7 @@ func listen(network, address string) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
+	op.Addr = &Addr{laddr}
 	if !laddr.Addr().IsValid() || laddr.Addr().IsUnspecified() {
 		return nil, fmt.Errorf("rdmanet: listen needs a device's address, not %q", address)
 	}
@@ -97,8 +109,11 @@ func (l *Listener) serve() {
 			select {
 			case l.ready <- c:
 			case <-l.ctx.Done():
+				// Nobody took it: Listener.Close (waiting on wg) returns once it is
+				// gone, its hold on the device with it.
 				<-l.slots
 				c.Close()
+				<-c.tornDown
 			}
 		}()
 	}
@@ -117,7 +132,9 @@ func (l *Listener) handshake(req *cm.Request) (*Conn, error) {
 		req.Reject(nil)
 		return nil, err
 	}
-	cmc, err := req.Accept(l.ctx, &cm.Param{QP: ep.qp, PrivateData: ep.setup().marshal(nil),
+	ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
+	defer cancel()
+	cmc, err := req.Accept(ctx, &cm.Param{QP: ep.qp, PrivateData: ep.setup().marshal(nil),
 		ResponderResources: 1, InitiatorDepth: 1})
 	if err != nil {
 		ep.close()
@@ -145,7 +162,8 @@ func (l *Listener) opErr(err error) error {
 	return &net.OpError{Op: "accept", Net: Network, Addr: l.addr, Err: err}
 }
 
-// Close stops listening; connections already accepted stay up.
+// Close stops listening; connections already accepted stay up, and those set up but
+// not yet accepted are closed and released before Close returns.
 func (l *Listener) Close() error {
 	err := net.ErrClosed
 	l.once.Do(func() {

@@ -78,6 +78,13 @@ func (c *Conn) complete(wc *verbs.WC) {
 		if msgs > 0 {
 			wake(c.txReady)
 		}
+	case wrProbe: // the peer is there, and the WRITEs before the probe are acknowledged
+		c.retired += msgs + 1
+		c.completed += bytes
+		c.unacked -= msgs
+		if msgs > 0 {
+			wake(c.txReady)
+		}
 	case wrRecv:
 		c.received(wc)
 		return

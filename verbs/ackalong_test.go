@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goverbs/goverbs/netio"
 	"github.com/goverbs/goverbs/netio/netiotest"
 	"github.com/goverbs/goverbs/wire"
 )
@@ -22,18 +23,13 @@ func TestChannelWaiterReplyCarriesAck(t *testing.T) {
 	ea, ec := netip.MustParseAddrPort("127.10.0.2:4791"), netip.MustParseAddrPort("127.10.0.3:4791")
 	ca, cc := netiotest.Pipe(ea, ec)
 	a := newHostCfg(t, SoftConfig{Addr: ea.Addr(), Conn: ca})
-	c := newHostCfg(t, SoftConfig{Addr: ec.Addr(), Conn: cc})
+	bc := &batchConn{Conn: cc}
+	c := newHostCfg(t, SoftConfig{Addr: ec.Addr(), Conn: bc})
 	wc := newCQWaiter(t, c.dev, 64)
 	pp := newPingPong(t, a, c, a.rcq, wc.cq)
 	pp.ping.Flags |= SendSignaled
 
-	var mu sync.Mutex
-	var ops []wire.Opcode // what c sends, in order
-	cc.OnWrite(func(_ netip.AddrPort, d []byte) {
-		mu.Lock()
-		ops = append(ops, wire.Opcode(d[0]))
-		mu.Unlock()
-	})
+	cc.OnWrite(func(_ netip.AddrPort, d []byte) { bc.record(wire.Opcode(d[0])) })
 	const rounds = 50
 	done := make(chan struct{})
 	go func() { // the far side answers every ping, blocked on its channel in between
@@ -59,26 +55,53 @@ func TestChannelWaiterReplyCarriesAck(t *testing.T) {
 	}
 	<-done
 
-	mu.Lock()
-	defer mu.Unlock()
+	bc.mu.Lock()
+	defer bc.mu.Unlock()
 	// Each ping asks for an ACK and gets one (a ping is acknowledged before the next
-	// leaves): the k-th ACK is the k-th round's.
-	ackFirst, replies, acks := 0, 0, 0
-	for _, op := range ops {
-		switch op {
-		case wire.RCSendOnly:
-			replies++
-		case wire.RCAck:
-			acks++
-			if acks > replies {
-				ackFirst++ // this round's ACK left alone, before the reply
+	// leaves). An ACK in a send call with no reply in it left alone.
+	alone, replies := 0, 0
+	for _, b := range bc.batches {
+		ack, send := false, false
+		for _, op := range b {
+			switch op {
+			case wire.RCSendOnly:
+				send = true
+				replies++
+			case wire.RCAck:
+				ack = true
 			}
+		}
+		if ack && !send {
+			alone++
 		}
 	}
 	if replies != rounds {
-		t.Fatalf("c sent %d replies, want %d: %v", replies, rounds, ops)
+		t.Fatalf("c sent %d replies, want %d: %v", replies, rounds, bc.batches)
 	}
-	if ackFirst > rounds/10 {
-		t.Errorf("in %d of %d rounds the ACK left before the reply instead of with it: %v", ackFirst, rounds, ops)
+	if alone > rounds/10 {
+		t.Errorf("in %d of %d rounds the ACK left alone instead of with the reply: %v", alone, rounds, bc.batches)
 	}
+}
+
+// batchConn records what each WriteBatch call (a sendmmsg, on the UDP backend) sent.
+type batchConn struct {
+	*netiotest.Conn
+	mu      sync.Mutex
+	batches [][]wire.Opcode
+}
+
+func (c *batchConn) WriteBatch(msgs []netio.Message) (int, error) {
+	c.mu.Lock()
+	c.batches = append(c.batches, nil)
+	c.mu.Unlock()
+	return c.Conn.WriteBatch(msgs)
+}
+
+// record is the OnWrite hook: WriteBatch calls it for each datagram it sends.
+func (c *batchConn) record(op wire.Opcode) {
+	c.mu.Lock()
+	if n := len(c.batches); n > 0 {
+		c.batches[n-1] = append(c.batches[n-1], op)
+	}
+	c.mu.Unlock()
 }

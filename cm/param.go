@@ -1,6 +1,8 @@
 package cm
 
 import (
+	"fmt"
+
 	"github.com/goverbs/goverbs/cm/mad"
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -9,9 +11,10 @@ import (
 // rdma_conn_param plus the QP.
 type Param struct {
 	// QP is the program's RC or UC QP, on the agent's device, in the RESET
-	// or INIT state (INIT lets the program post receives first, as
-	// rdma_create_qp's QPs are); the CM brings it to RTS. When QP is nil the CM creates one in
-	// PD with QPInit (its Type defaults to RC) and closes it with the Conn.
+	// or INIT state (InitQP brings it to INIT as rdma_create_qp does, so the
+	// program can post receives first); the CM brings it to RTS. When QP is
+	// nil the CM creates one in PD with QPInit (its Type defaults to RC) and
+	// closes it with the Conn.
 	QP     *verbs.QP
 	PD     *verbs.PD
 	QPInit verbs.QPInitAttr
@@ -72,6 +75,30 @@ const (
 	localACKTimeout = 19
 	hopLimit        = 64
 )
+
+// InitQP moves a new RC or UC QP from RESET to INIT, the state librdmacm's
+// rdma_create_qp leaves the QP of a connected id in. A QP in INIT takes
+// receives but no traffic (IBTA Vol. 1 10.3.1, the QP state diagram), so a
+// program can post its first receives before Dial or Request.Accept and the
+// peer's first SEND finds one; the CM takes the QP on to RTR and RTS.
+//
+// The attributes are the ones Dial and Accept set: port 1, P_Key index 0
+// (RoCE's one default P_Key) and the access rights the CM grants every
+// connection, local write and remote WRITE, READ and atomics. rdma_create_qp
+// leaves the rights 0 until the connection sets them; a QP in INIT executes no
+// request, so the two cannot be told apart.
+//
+// A UD QP is ReadyUD's. A QP of another type or in a state other than RESET
+// is left as it is, with an error that wraps ErrQP.
+func InitQP(qp *verbs.QP) error {
+	if t := qp.Type(); t != verbs.QPTypeRC && t != verbs.QPTypeUC {
+		return fmt.Errorf("%w: InitQP takes an RC or UC QP, not %v", ErrQP, t)
+	}
+	if s := qp.State(); s != verbs.QPStateReset {
+		return fmt.Errorf("%w: InitQP takes a QP in RESET, this one is in %v", ErrQP, s)
+	}
+	return toInit(qp)
+}
 
 // toInit moves a QP to INIT (or, in INIT, sets it again) with the access
 // rights rdma_cm gives: remote READ, WRITE and atomics.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/goverbs/goverbs/cm"
 	"github.com/goverbs/goverbs/verbs"
 )
 
@@ -52,10 +53,9 @@ func newEndpointSized(pd *verbs.PD, ring, credits int) (ep *endpoint, err error)
 	if ep.stage, err = pd.RegMR(make([]byte, ringSize), verbs.AccessLocalWrite); err != nil {
 		return nil, err
 	}
-	err = ep.qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, Port: 1,
-		AccessFlags: verbs.AccessLocalWrite | verbs.AccessRemoteWrite},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags)
-	if err != nil {
+	// The CM's INIT, rights included: it sets them again when it connects the QP,
+	// and the tests that connect it by hand then get what a connection has.
+	if err = cm.InitQP(ep.qp); err != nil {
 		return nil, err
 	}
 	// Receives carry no buffer: data arrives by RDMA WRITE WITH IMMEDIATE into the

@@ -83,8 +83,7 @@ func (w *cmWire) open(dev *verbs.Device) error {
 		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 		return err
 	}
-	if err = w.qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, Port: 1},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+	if err = cm.InitQP(w.qp); err != nil {
 		return err
 	}
 	w.rbuf, w.sbuf = make([]byte, cmWireMsgLen), make([]byte, cmWireMsgLen)

@@ -196,9 +196,8 @@ func (s *rpingSession) open(dev *verbs.Device) error {
 		return err
 	}
 	// In INIT, as rdma_create_qp leaves it, so that the first receive can be posted
-	// before connecting; the CM sets the access rights.
-	if err = s.qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, Port: 1},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+	// before connecting.
+	if err = cm.InitQP(s.qp); err != nil {
 		return err
 	}
 	s.recvBuf, s.sendBuf = make([]byte, rpingInfoLen), make([]byte, rpingInfoLen)

@@ -52,8 +52,7 @@ func newRCNode(o *cmtestOpts, dev *verbs.Device) (*rcNode, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cmatose: unable to create QP: %v", err)
 	}
-	if err := n.qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, Port: 1},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+	if err := cm.InitQP(n.qp); err != nil {
 		return nil, err
 	}
 	if o.count == 0 {

@@ -56,8 +56,7 @@ func main() {
 	check(err)
 	// The receive goes in before the connection is accepted, so the client's first SEND
 	// finds it: the QP in INIT, which the CM takes from there.
-	check(qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, Port: 1},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags))
+	check(cm.InitQP(qp))
 	check(qp.PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{mr.SGE(0, len(buf))}}))
 
 	conn, err := req.Accept(ctx, &cm.Param{QP: qp, PrivateData: []byte("welcome")})

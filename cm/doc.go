@@ -14,6 +14,10 @@
 //
 //	conn, err := agent.Dial(ctx, netip.MustParseAddrPort("10.0.0.2:7174"), &cm.Param{QP: qp, ...})
 //
+// The QP may be the program's, in RESET or in INIT: InitQP brings a new one to
+// INIT as rdma_create_qp does, so its first receives can be posted before
+// connecting. With no QP, the CM creates one from Param's PD and QPInit.
+//
 // The agent's device is the program's choice; DeviceFor finds the configured
 // software device bound to an address, and SourceAddr the address a route to the
 // server leaves from, which is what rdma_resolve_addr binds to without a source.

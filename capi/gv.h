@@ -7,6 +7,7 @@
 #ifndef GOVERBS_CAPI_GV_H
 #define GOVERBS_CAPI_GV_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stddef.h>
 #include <infiniband/verbs.h>
@@ -64,7 +65,21 @@ struct gv_qp {
 	int wr_err;
 	struct ibv_send_wr wrs[GV_WR_BATCH];
 	struct ibv_sge sges[GV_WR_BATCH][GV_WR_SGE];
+	/* IBV_SEND_INLINE staging (inline.c); stage is NULL when max_inline is 0 */
+	uint32_t max_inline, max_send_sge;
+	uint8_t *stage; /* 2 * GV_WR_BATCH slots of max_inline bytes: the post's, then the builder's */
+	uintptr_t stage_mr;
+	uint32_t stage_lkey;
+	pthread_mutex_t stage_mu; /* one post call at a time uses the post's slots */
+	struct ibv_send_wr stage_wrs[GV_WR_BATCH];
+	struct ibv_sge stage_sges[GV_WR_BATCH];
 };
+
+int gv_inline_init(struct gv_qp *q, uintptr_t pd, const struct ibv_qp_cap *cap);
+void gv_inline_free(struct gv_qp *q);
+int gv_wants_staging(const struct gv_qp *q, const struct ibv_send_wr *wr);
+int gv_post_send_staged(struct gv_qp *q, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
+void gv_wr_inline(struct gv_qp *q, struct ibv_send_wr *w, size_t n, const struct ibv_data_buf *bufs);
 
 static inline struct gv_context *gv_ctx(struct ibv_context *c)
 {

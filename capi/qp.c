@@ -35,6 +35,13 @@ static struct ibv_qp *gv_create(struct ibv_pd *pd, void *qp_context, struct ibv_
 		errno = rc;
 		return NULL;
 	}
+	rc = gv_inline_init(q, ((struct gv_pd *)pd)->h, cap);
+	if (rc) {
+		gv_destroy_qp(q->h);
+		free(q);
+		errno = rc;
+		return NULL;
+	}
 	struct ibv_qp *qp = &q->qpx.qp_base;
 	qp->context = pd->context;
 	qp->qp_context = qp_context;
@@ -148,6 +155,7 @@ int ibv_destroy_qp(struct ibv_qp *qp)
 	rc = gv_destroy_qp(((struct gv_qp *)qp)->h);
 	if (rc)
 		return rc;
+	gv_inline_free((struct gv_qp *)qp);
 	pthread_mutex_destroy(&qp->mutex);
 	pthread_cond_destroy(&qp->cond);
 	free(qp);
@@ -162,6 +170,8 @@ int gv_op_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_w
 		return EINVAL;
 	if (gv_fork_guard())
 		return ENOSYS;
+	if (gv_wants_staging((struct gv_qp *)qp, wr))
+		return gv_post_send_staged((struct gv_qp *)qp, wr, bad);
 	rc = gv_post_send(((struct gv_qp *)qp)->h, wr, &idx);
 	if (rc && bad) {
 		for (*bad = wr; idx > 0 && (*bad)->next; idx--)
@@ -356,21 +366,20 @@ static void gv_wr_set_sge(struct ibv_qp_ex *x, uint32_t lkey, uint64_t addr, uin
 	gv_wr_set_sge_list(x, 1, &s);
 }
 
-/*
- * Inline data through ibv_wr_* needs no lkey, but the engine copies inline payload out
- * of registered memory only: not supported (ibv_post_send's IBV_SEND_INLINE is, from
- * registered buffers).
- */
-static void gv_wr_set_inline_data(struct ibv_qp_ex *x, void *addr, size_t length)
-{
-	(void)addr; (void)length;
-	gv_qpx(x)->wr_err = EOPNOTSUPP;
-}
-
+/* Inline data through ibv_wr_*: copied at the call (inline.c). */
 static void gv_wr_set_inline_data_list(struct ibv_qp_ex *x, size_t n, const struct ibv_data_buf *bufs)
 {
-	(void)n; (void)bufs;
-	gv_qpx(x)->wr_err = EOPNOTSUPP;
+	struct ibv_send_wr *w = gv_wr_cur(x);
+
+	if (w)
+		gv_wr_inline(gv_qpx(x), w, n, bufs);
+}
+
+static void gv_wr_set_inline_data(struct ibv_qp_ex *x, void *addr, size_t length)
+{
+	struct ibv_data_buf b = { .addr = addr, .length = length };
+
+	gv_wr_set_inline_data_list(x, 1, &b);
 }
 
 static void gv_init_qp_ex(struct gv_qp *q)

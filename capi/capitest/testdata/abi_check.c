@@ -4,7 +4,8 @@
  * fail with the errno libibverbs documents, that RC traffic reads and writes the
  * program's own memory in place, that completion channels and the async event fd are
  * pollable fds, that a UD QP attaches to a multicast group, and that a child after fork()
- * gets ENOSYS instead of hanging. It prints
+ * gets ENOSYS instead of hanging, and that IBV_SEND_INLINE and ibv_wr_set_inline_data send
+ * from unregistered memory (lkey 0), copied at the call. It prints
  * "ok" and exits 0, or names the first failed check and exits 1.
  *
  * "abi_check bench N" times N signaled 8-byte RDMA WRITEs, each posted and polled to
@@ -31,6 +32,9 @@
 	fprintf(stderr, "FAIL %s (line %d, errno %d %s)\n", what, __LINE__, errno, strerror(errno)); \
 	exit(1); } } while (0)
 
+/* The max_inline_data the RC QPs ask for. */
+enum { INLINE_MAX = 64 };
+
 struct pair {
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
@@ -45,11 +49,12 @@ static struct ibv_qp *make_qp(struct pair *p)
 {
 	struct ibv_qp_init_attr ia = {
 		.send_cq = p->cq, .recv_cq = p->cq, .qp_type = IBV_QPT_RC,
-		.cap = { .max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 1, .max_recv_sge = 1 },
+		.cap = { .max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 1, .max_recv_sge = 1,
+			 .max_inline_data = INLINE_MAX },
 	};
 	struct ibv_qp *qp = ibv_create_qp(p->pd, &ia);
 
-	CHECK(qp, "create RC QP");
+	CHECK(qp && ia.cap.max_inline_data >= INLINE_MAX, "create RC QP");
 	return qp;
 }
 
@@ -405,6 +410,109 @@ static void check_traffic(void)
 	teardown(&p);
 }
 
+/* wait for n completions, all successful; returns how many were receives. */
+static int await(struct pair *p, int n)
+{
+	struct ibv_wc wc;
+	int recvs = 0, got;
+
+	while (n > 0) {
+		got = ibv_poll_cq(p->cq, 1, &wc);
+		CHECK(got >= 0, "poll CQ");
+		if (got == 0)
+			continue;
+		CHECK(wc.status == IBV_WC_SUCCESS, "inline completion status");
+		recvs += wc.opcode == IBV_WC_RECV;
+		n--;
+	}
+	return recvs;
+}
+
+static void post_recv_at(struct pair *p, size_t off)
+{
+	struct ibv_sge rsge = { .addr = (uintptr_t)p->buf + off, .length = 128, .lkey = p->mr->lkey };
+	struct ibv_recv_wr rwr = { .wr_id = off, .sg_list = &rsge, .num_sge = 1 }, *rbad;
+
+	CHECK(ibv_post_recv(p->b, &rwr, &rbad) == 0, "post recv");
+}
+
+/*
+ * Inline sends name a stack buffer with lkey 0, which is scribbled over as soon as the
+ * post returns: the bytes that arrive are the ones the post saw.
+ */
+static void check_inline(void)
+{
+	struct pair p;
+	char data[1024];
+	struct ibv_sge sge = { .addr = (uintptr_t)data, .length = 0, .lkey = 0 };
+	struct ibv_send_wr wr = { .sg_list = &sge, .num_sge = 1, .send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED },
+			   *bad = NULL;
+	struct ibv_qp_ex *x;
+
+	setup(&p, 1);
+	memcpy(data, "inline SEND from the stack", 27);
+	sge.length = 27;
+	wr.opcode = IBV_WR_SEND;
+	post_recv_at(&p, 4096);
+	CHECK(ibv_post_send(p.a, &wr, &bad) == 0, "post inline SEND, lkey 0");
+	memset(data, 'x', sizeof(data));
+	CHECK(await(&p, 2) == 1, "inline SEND completions");
+	CHECK(memcmp(p.buf + 4096, "inline SEND from the stack", 27) == 0, "inline SEND bytes");
+
+	memcpy(data, "inline WRITE from the stack", 28);
+	sge.length = 28;
+	wr.opcode = IBV_WR_RDMA_WRITE;
+	wr.wr.rdma.remote_addr = (uintptr_t)p.buf + 4096 + 256;
+	wr.wr.rdma.rkey = p.mr->rkey;
+	CHECK(ibv_post_send(p.a, &wr, &bad) == 0, "post inline WRITE, lkey 0");
+	memset(data, 'x', sizeof(data));
+	CHECK(await(&p, 1) == 0, "inline WRITE completion");
+	CHECK(memcmp(p.buf + 4096 + 256, "inline WRITE from the stack", 28) == 0, "inline WRITE bytes");
+
+	{
+		struct ibv_qp_attr qa;
+		struct ibv_qp_init_attr qia;
+
+		CHECK(ibv_query_qp(p.a, &qa, IBV_QP_CAP, &qia) == 0 && qia.cap.max_inline_data < sizeof(data),
+		      "query QP");
+		sge.length = qia.cap.max_inline_data + 1;
+	}
+	bad = NULL;
+	CHECK(ibv_post_send(p.a, &wr, &bad) == EINVAL && bad == &wr, "inline beyond max_inline_data: EINVAL");
+
+	/* ibv_qp_ex: a WRITE and a SEND of two pieces in one batch, each copied at the call. */
+	x = ibv_qp_to_qp_ex(p.a);
+	CHECK(x, "qp_to_qp_ex");
+	post_recv_at(&p, 4096 + 512);
+	ibv_wr_start(x);
+	x->wr_id = 21;
+	x->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_write(x, p.mr->rkey, (uintptr_t)p.buf + 4096 + 768);
+	memcpy(data, "wr_set_inline_data", 19);
+	ibv_wr_set_inline_data(x, data, 19);
+	memset(data, 'x', sizeof(data));
+	x->wr_id = 22;
+	ibv_wr_send(x);
+	{
+		char one[8] = "two ", two[8] = "pieces";
+		struct ibv_data_buf bufs[2] = { { one, 4 }, { two, 7 } };
+
+		ibv_wr_set_inline_data_list(x, 2, bufs);
+		memset(one, 'x', sizeof(one));
+		memset(two, 'x', sizeof(two));
+	}
+	CHECK(ibv_wr_complete(x) == 0, "wr_complete of inline WRs");
+	CHECK(await(&p, 3) == 1, "wr_* inline completions");
+	CHECK(memcmp(p.buf + 4096 + 768, "wr_set_inline_data", 19) == 0, "wr_set_inline_data bytes");
+	CHECK(memcmp(p.buf + 4096 + 512, "two pieces", 11) == 0, "wr_set_inline_data_list bytes");
+
+	ibv_wr_start(x);
+	ibv_wr_send(x);
+	ibv_wr_set_inline_data(x, data, sizeof(data));
+	CHECK(ibv_wr_complete(x) == EINVAL, "wr_set_inline_data beyond max_inline_data: EINVAL");
+	teardown(&p);
+}
+
 static void check_fork(void)
 {
 	pid_t pid = fork();
@@ -428,6 +536,7 @@ int main(int argc, char **argv)
 		return bench(atol(argv[2]));
 	check_bad_arguments();
 	check_traffic();
+	check_inline();
 	check_fork();
 	printf("ok\n");
 	return 0;

@@ -11,7 +11,8 @@
  * "abi_check bench N" times N signaled 8-byte RDMA WRITEs, each posted and polled to
  * completion, over a QP looped back to a second QP of the same device, and prints
  * "ns/op X" and, on goverbs' library (which exports goverbs_heap_allocs), "allocs/op Y":
- * the Go heap objects allocated per post and poll.
+ * the Go heap objects allocated per post and poll. "abi_check bench N inline" posts the
+ * same WRITEs with IBV_SEND_INLINE from an unregistered word (lkey 0).
  */
 #include <errno.h>
 #include <arpa/inet.h>
@@ -156,7 +157,7 @@ static double now_ns(void)
 	return ts.tv_sec * 1e9 + ts.tv_nsec;
 }
 
-static int bench(long iters)
+static int bench(long iters, int inline_stack)
 {
 	uint64_t (*heap_allocs)(void) = (uint64_t (*)(void))dlsym(RTLD_DEFAULT, "goverbs_heap_allocs");
 	struct pair p;
@@ -171,6 +172,12 @@ static int bench(long iters)
 				   .send_flags = IBV_SEND_SIGNALED };
 	wr.wr.rdma.remote_addr = (uintptr_t)p.buf + 4096;
 	wr.wr.rdma.rkey = p.mr->rkey;
+	if (inline_stack) {
+		static volatile uint64_t word = 42; /* unregistered: the library stages it */
+
+		sge = (struct ibv_sge){ .addr = (uintptr_t)&word, .length = 8, .lkey = 0 };
+		wr.send_flags |= IBV_SEND_INLINE;
+	}
 	for (long i = 0; i < iters / 10 + 1; i++) /* warm up */
 		CHECK(run(&p, &wr).status == IBV_WC_SUCCESS, "warm-up WRITE");
 	if (heap_allocs)
@@ -532,8 +539,8 @@ static void check_fork(void)
 
 int main(int argc, char **argv)
 {
-	if (argc == 3 && strcmp(argv[1], "bench") == 0)
-		return bench(atol(argv[2]));
+	if ((argc == 3 || (argc == 4 && strcmp(argv[3], "inline") == 0)) && strcmp(argv[1], "bench") == 0)
+		return bench(atol(argv[2]), argc == 4);
 	check_bad_arguments();
 	check_traffic();
 	check_inline();

@@ -154,7 +154,9 @@ func (qp *QP) enqueueSend(wr *driver.SendWR) error {
 	w.local.total = 0
 	if inline {
 		// Inline data is copied now: the caller may reuse its buffer as soon as PostSend
-		// returns, and no lkey is needed (IBV_SEND_INLINE).
+		// returns (IBV_SEND_INLINE). The SGEs must still name registered memory here, as
+		// a Go SGE has no other way to name bytes; the C library stages a C program's
+		// unregistered inline bytes in a region of its own (capi/inline.c).
 		w.inline = w.inline[:0]
 		ok := true
 		for _, s := range wr.SGL {

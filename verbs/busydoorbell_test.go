@@ -144,7 +144,7 @@ func TestBusyPollStreamLeavesWithoutPoll(t *testing.T) {
 			t.Fatal("no post was ever deferred: the stream gap never held")
 		}
 	}
-	// How soon is the alarm's (engine's TestAlarmFiresInMicroseconds); here it depends
+	// How soon is the alarm's (engine's BenchmarkAlarm); here it depends
 	// on how soon the machine runs the alarm's thread.
 	slices.Sort(took)
 	t.Logf("deferred sends arrived a median %v after the last post (slowest %v)", took[len(took)/2], took[len(took)-1])

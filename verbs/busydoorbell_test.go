@@ -53,12 +53,6 @@ func writeStream(n int, src, dst *MR) []SendWR {
 // together, instead of a send call each; the first post of a stream leaves at once; and
 // every byte arrives.
 func TestBusyPollStreamLeavesAtPoll(t *testing.T) {
-	if raceEnabled {
-		// The race detector makes 32 posts take about a millisecond, far past the
-		// doorbell's 50 µs alarm, which then sends them before the poll: the stream this
-		// test is about never forms.
-		t.Skip("under the race detector posts are too slow to form a stream")
-	}
 	a, ca, c := busyPipePair(t, 4, 5)
 	p := newPair(t, a, c, QPTypeRC, defaultRC())
 	const posts = 32
@@ -85,15 +79,15 @@ func TestBusyPollStreamLeavesAtPoll(t *testing.T) {
 			t.Fatalf("%d posts in %v: %d send calls before the poll, %d in all; want the stream sent at the poll, in a few", posts, took, queued, sent)
 		}
 	}
-	if !judged {
-		t.Skipf("%d posts never took less than 40 µs here", posts)
-	}
 	deadline := time.Now().Add(5 * time.Second)
 	for string(dst.Buf()) != string(src.Buf()) {
 		if time.Now().After(deadline) {
 			t.Fatalf("target memory %v, want %v", dst.Buf(), src.Buf())
 		}
 		time.Sleep(time.Millisecond)
+	}
+	if !judged { // the bytes arrived; the batching itself could not be judged here
+		t.Skipf("%d posts never took less than 40 µs here (the race detector slows them 10×)", posts)
 	}
 }
 

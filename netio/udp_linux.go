@@ -8,7 +8,6 @@
 package netio
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"net/netip"
@@ -28,15 +27,17 @@ const (
 // through syscall.RawConn.
 //
 // It has two sockets. The receive socket is bound to the address asked for (port 4791
-// for RoCEv2) and sits in Go's netpoller, which wakes a reader blocked in ReadBatch, or
-// for BusyPoll is polled outside it. The send socket is bound to the same IP address
+// for RoCEv2) and is watched through an epoll instance of the Conn's own that sits in
+// Go's netpoller, which wakes a reader blocked in ReadBatch (epollRecv), or for BusyPoll
+// is polled outside it. The send socket is bound to the same IP address
 // with a port of the kernel's choosing, is in no epoll set at all, and drops anything
 // sent to it. RoCEv2 leaves the UDP source port free (peers tell flows apart by it, and
 // answer to port 4791, never to the source port), and a send-only socket saves the
 // epoll write-readiness wake-up that every send from a netpoller socket costs (see
 // rawFD): two-process RDMA WRITE of 64 KiB messages, about 15% more bandwidth.
 type udpConn struct {
-	pc    *net.UDPConn    // the receive socket in the netpoller; nil with BusyPoll
+	er    *epollRecv      // the receive socket in the default mode (see epollRecv)
+	pc    *net.UDPConn    // a multicast group's receive socket (groupConn), in the netpoller
 	rfd   *rawFD          // the receive socket with BusyPoll
 	rc    syscall.RawConn // the receive socket, either kind
 	snd   *rawFD          // the send socket
@@ -116,8 +117,16 @@ func ListenUDP(addr netip.AddrPort, opts UDPOptions) (Conn, error) {
 		}
 		c.rfd = &rawFD{fd: fd, busy: true}
 		c.rc, c.local = c.rfd, local
-	} else if err := c.listenNetpoll(addr, network, recvSetup); err != nil {
-		return nil, fmt.Errorf("netio: listen %v: %w", addr, err)
+	} else {
+		fd, local, err := openRaw(addr, c.v6, recvSetup)
+		if err != nil {
+			return nil, fmt.Errorf("netio: listen %v: %w", addr, err)
+		}
+		if c.er, err = newEpollRecv(fd); err != nil {
+			unix.Close(fd)
+			return nil, fmt.Errorf("netio: listen %v: %w", addr, err)
+		}
+		c.rc, c.local = c.er, local
 	}
 	fd, src, err := openRaw(netip.AddrPortFrom(c.local.Addr(), 0), c.v6, sendSetup)
 	if err != nil {
@@ -132,32 +141,6 @@ func ListenUDP(addr netip.AddrPort, opts UDPOptions) (Conn, error) {
 	c.r.onceFn = c.recvOnceFn
 	c.w.fn = c.sendFn
 	return c, nil
-}
-
-// listenNetpoll opens the socket through package net: Go's netpoller wakes a reader
-// blocked in ReadBatch.
-func (c *udpConn) listenNetpoll(addr netip.AddrPort, network string, setup func(fd int) error) error {
-	lc := net.ListenConfig{Control: func(_, _ string, raw syscall.RawConn) error {
-		var serr error
-		if err := raw.Control(func(fd uintptr) { serr = setup(int(fd)) }); err != nil {
-			return err
-		}
-		return serr
-	}}
-	pc, err := lc.ListenPacket(context.Background(), network, net.UDPAddrFromAddrPort(addr).String())
-	if err != nil {
-		return err
-	}
-	c.pc = pc.(*net.UDPConn)
-	c.local = c.pc.LocalAddr().(*net.UDPAddr).AddrPort()
-	if !c.v6 {
-		c.local = netip.AddrPortFrom(c.local.Addr().Unmap(), c.local.Port())
-	}
-	if c.rc, err = c.pc.SyscallConn(); err != nil {
-		c.pc.Close()
-		return err
-	}
-	return nil
 }
 
 // openRaw opens a non-blocking UDP socket outside Go's netpoller (see rawFD), applies
@@ -310,6 +293,9 @@ func (c *udpConn) Close() error {
 func (c *udpConn) closeRecv() error {
 	if c.rfd != nil {
 		return c.rfd.close()
+	}
+	if c.er != nil {
+		return c.er.close()
 	}
 	return c.pc.Close()
 }

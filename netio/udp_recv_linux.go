@@ -58,12 +58,14 @@ func (c *udpConn) initRecv() {
 // first time a buffer shorter than MaxGROSize is seen, GRO is switched off on
 // the socket so later runs are not coalesced at all.
 func (c *udpConn) ReadBatch(msgs []Message) (int, error) {
-	return c.read(msgs, c.r.fn)
+	return c.read(msgs, c.r.fn, false)
 }
 
-// PollBatch reads what is queued now without waiting; 0 means nothing was (Poller).
+// PollBatch reads what is queued now without waiting; 0 means nothing was (Poller). On a
+// default-mode Conn it also stops the netpoller watching the socket until the next
+// ReadBatch (epollRecv): a program that polls is not woken for each datagram it reads.
 func (c *udpConn) PollBatch(msgs []Message) (int, error) {
-	return c.read(msgs, c.r.onceFn)
+	return c.read(msgs, c.r.onceFn, true)
 }
 
 // WaitReadable blocks until a datagram is queued or the timeout passes (Poller). It
@@ -132,12 +134,15 @@ func (c *udpConn) WaitReadable(timeout time.Duration) (bool, error) {
 // ErrInterrupted (Interrupter): a read deadline in the past wakes the reader the
 // netpoller parked. Busy-poll Conns are not interruptible (AsInterrupter says so).
 func (c *udpConn) Interrupt() {
-	if c.pc != nil {
+	switch {
+	case c.er != nil:
+		c.er.setReadDeadline(longAgo)
+	case c.pc != nil:
 		c.pc.SetReadDeadline(longAgo)
 	}
 }
 
-func (c *udpConn) interruptible() bool { return c.pc != nil }
+func (c *udpConn) interruptible() bool { return c.er != nil || c.pc != nil }
 
 // longAgo is a read deadline that has passed.
 var longAgo = time.Unix(1, 0)
@@ -166,8 +171,9 @@ func (c *udpConn) recvOnceFn(fd uintptr) bool {
 	return true
 }
 
-// read runs one receive with fn (recvFn waits for a datagram, recvOnceFn does not).
-func (c *udpConn) read(msgs []Message, fn func(fd uintptr) bool) (int, error) {
+// read runs one receive with fn (recvFn waits for a datagram, recvOnceFn does not);
+// once is set for PollBatch.
+func (c *udpConn) read(msgs []Message, fn func(fd uintptr) bool, once bool) (int, error) {
 	if len(msgs) == 0 {
 		return 0, nil
 	}
@@ -203,7 +209,12 @@ func (c *udpConn) read(msgs []Message, fn func(fd uintptr) bool) (int, error) {
 	}
 	r.dirty = 0
 	r.msgs, r.k, r.n, r.errno = msgs, k, 0, 0
-	err := c.rc.Read(fn)
+	var err error
+	if once && c.er != nil {
+		err = c.er.poll(fn)
+	} else {
+		err = c.rc.Read(fn)
+	}
 	traceRecv(r.n)
 	r.dirty = r.n
 	if r.errno != 0 {
@@ -216,11 +227,15 @@ func (c *udpConn) read(msgs []Message, fn func(fd uintptr) bool) (int, error) {
 		c.disableGRO()
 	}
 	if err != nil {
-		if errors.Is(err, os.ErrDeadlineExceeded) && c.pc != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) && c.interruptible() {
 			// Interrupt's past deadline: clear it for the next read. An Interrupt that
 			// comes after this read returned and before the clear is not lost: its
 			// caller set what the interrupted goroutine looks at next (see Interrupter).
-			c.pc.SetReadDeadline(time.Time{})
+			if c.er != nil {
+				c.er.setReadDeadline(time.Time{})
+			} else {
+				c.pc.SetReadDeadline(time.Time{})
+			}
 			return 0, fmt.Errorf("netio: read %v: %w", c.local, ErrInterrupted)
 		}
 		return 0, c.readErr(err)

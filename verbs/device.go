@@ -164,11 +164,15 @@ func (d *Device) QueryGID(port uint8, index int) (GID, error) {
 	return t[index].GID, nil
 }
 
-// Progress drives a busy-poll device's receive path once: it reads and processes what the
+// Progress drives a software device's receive path once: it reads and processes what the
 // socket holds. A program that waits for remote writes by watching memory, instead of
 // polling a CQ, calls it in its wait loop, as a DPDK application calls its poll-mode
-// driver. On other devices, and on a closed one, it does nothing. It reports whether it
-// drove the device.
+// driver. On a busy-poll device that is how the device is driven. In the default mode
+// the device has a receive goroutine of its own and Progress reads only while nothing
+// else does; a program that calls it in a loop finds its packets on its own thread
+// instead of waiting for that goroutine's wake-up (CQ.Poll does the same when the CQ is
+// empty). On other devices (kernel RNICs), and on a closed one, it does nothing. It
+// reports whether it drove the device.
 func (d *Device) Progress() bool {
 	if d.closed.Load() {
 		return false

@@ -17,11 +17,8 @@ type softDevice struct {
 func (s *softDevice) Close() error { return s.d.Close() }
 
 func (s *softDevice) Progress() bool {
-	if !s.d.BusyPoll() {
-		return false
-	}
-	s.d.PollRx()
-	return true
+	ran := s.d.PollRx()
+	return s.d.BusyPoll() || ran
 }
 
 // NewWaiter lets a completion channel's waiter serve the device (driver.Leader).

@@ -276,9 +276,10 @@ func (s *perfSide) drainSends(outstanding *int, keep int) error {
 }
 
 // waitByte waits until buf[off] holds v, as perftest's write latency test polls the
-// last byte of its buffer. The device writes the buffer from its own goroutine, so the
-// byte is read atomically through its aligned 32-bit word. A busy-poll device is driven
-// from this loop (Device.Progress); otherwise the loop yields to the device's goroutine.
+// last byte of its buffer. The device may write the buffer from its own goroutine, so the
+// byte is read atomically through its aligned 32-bit word. The loop drives the device
+// (Device.Progress): a busy-poll device only from here; a default-mode one from here
+// while the loop spins, and from its own goroutine once the loop sleeps.
 func (s *perfSide) waitByte(buf []byte, off int, v byte) error {
 	word := (*uint32)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(buf)), off&^3))
 	shift := uint(off&3) * 8
@@ -287,7 +288,7 @@ func (s *perfSide) waitByte(buf []byte, off int, v byte) error {
 		if byte(atomic.LoadUint32(word)>>shift) == v {
 			return nil
 		}
-		if s.ep.dev.Progress() {
+		if s.ep.dev.Progress() && s.ep.busy {
 			continue // busy-poll: this loop drives the device
 		}
 		if spins%64 != 63 {

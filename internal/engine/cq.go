@@ -73,8 +73,8 @@ func (cq *CQ) Depth() int {
 // posted what it can.
 func (cq *CQ) Poll(out []driver.WC) (int, error) {
 	cq.dev.doorbell.flush()
-	if cq.dev.poller != nil && cq.held.Load() == 0 {
-		cq.dev.PollRx() // busy-poll mode: the poller drives the device
+	if cq.held.Load() == 0 {
+		cq.dev.PollRx() // an empty CQ: the poller drives the device if it can
 	}
 	cq.mu.Lock()
 	if cq.closed {

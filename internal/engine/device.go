@@ -101,7 +101,10 @@ type Device struct {
 	parked atomic.Pointer[Waiter]
 	rxFree chan struct{}
 	rxStop chan struct{}
-	polls  atomic.Uint32 // CQ-driven polls so far (busy-poll mode; busyLoop watches it)
+	polls  atomic.Uint32 // CQ-driven polls so far (busyLoop and, in the default mode, rxLoop watch it)
+	// idlePoller is the default mode's non-blocking read: a CQ poll that finds the CQ
+	// empty reads the socket itself when no goroutine is reading it (PollRx).
+	idlePoller netio.Poller
 	// woke is set when a completion wakes a CQ's event handler (a completion channel's
 	// waiter) during a receive batch; the default-mode drive then lets that waiter run
 	// before it sends the batch's ACKs (processRx).
@@ -151,6 +154,7 @@ func New(cfg Config) (*Device, error) {
 		d.poller = p
 	} else if i, ok := netio.AsInterrupter(d.conn); ok {
 		d.intr = i
+		d.idlePoller, _ = netio.AsPoller(d.conn)
 	}
 	d.rxMsgs = newRxMsgs(d.conn.Caps())
 	d.gid = AddrToGID(d.local.Addr())

@@ -56,13 +56,13 @@ func (d *Device) rxLoop() {
 	if held {
 		d.rxMu.Lock()
 	}
-	seen := d.leads.Load()
+	seen, polled := d.leads.Load(), d.polls.Load()
 	for {
 		if !held {
 			if d.closed.Load() {
 				return
 			}
-			if !d.takeRx(&seen) {
+			if !d.takeRx(&seen, &polled) {
 				continue
 			}
 			held = true
@@ -78,19 +78,19 @@ func (d *Device) rxLoop() {
 		case !isInterrupted(err):
 			d.rxError(err)
 		}
-		if d.intr != nil && d.leads.Load() != seen {
-			d.leaveRx() // a waiter wants the socket (Serve)
+		if d.intr != nil && (d.leads.Load() != seen || d.polls.Load() != polled) {
+			d.leaveRx() // a waiter wants the socket (Serve), or pollers read it (PollRx)
 			held = false
 		}
 	}
 }
 
 // takeRx makes the receive goroutine the socket's reader again once no waiter has come
-// since *seen (a count of Serve calls and batches) for a leadIdle period, and reports
-// whether it did. While waiters come it sleeps, offering the socket to one that may be
-// blocked on its channel (Waiter.Turn); while one holds the socket it waits for it to
-// let go.
-func (d *Device) takeRx(seen *uint32) bool {
+// since *seen (a count of Serve calls and batches) for a leadIdle period and no CQ poll
+// since *polled for a pollIdle period, and reports whether it did. While waiters or
+// polls come it sleeps, offering the socket to a waiter that may be blocked on its
+// channel (Waiter.Turn); while one holds the socket it waits for it to let go.
+func (d *Device) takeRx(seen, polled *uint32) bool {
 	if n := d.leads.Load(); n != *seen {
 		*seen = n
 		select {
@@ -98,6 +98,15 @@ func (d *Device) takeRx(seen *uint32) bool {
 		default:
 		}
 		time.Sleep(leadIdle)
+		return false
+	}
+	if n := d.polls.Load(); n != *polled {
+		*polled = n
+		select {
+		case d.rxFree <- struct{}{}:
+		default:
+		}
+		time.Sleep(pollIdle)
 		return false
 	}
 	if !d.rxMu.TryLock() {
@@ -148,7 +157,7 @@ func (d *Device) busyLoop() {
 			runtime.Gosched()
 			continue
 		}
-		d.pollLocked(min(len(d.rxMsgs), busyBatch))
+		d.pollLocked(d.poller, min(len(d.rxMsgs), busyBatch))
 		d.flushAcks() // no application thread to spare here: answer at once
 		d.rxMu.Unlock()
 	}
@@ -175,30 +184,56 @@ const busyBatch = 8
 // was no better than with the hand-off; with 50 ms one thread did 88% of the switches.
 const leadIdle = 10 * time.Millisecond
 
+// pollIdle is how long the default mode's receive goroutine leaves the socket to the
+// application's CQ polls once it has seen one (PollRx), so it bounds how long traffic
+// that arrives after the polls stop, and ACKs they left owing, wait: between one and
+// two periods. Polls that find the socket held by a blocked waiter or by this goroutine
+// do nothing, so a program that mixes polls with channel waits loses nothing.
+const pollIdle = time.Millisecond
+
 // busyIdle is how long the background goroutine leaves a busy-poll device to its
 // pollers once it has seen them poll.
 const busyIdle = time.Millisecond
 
 // PollRx reads and processes what the socket holds now, if no one else is doing so.
-// It reports whether it ran. Busy-poll devices call it from CQ polls.
+// It reports whether it ran. CQ polls that find their CQ empty call it, and so does
+// Device.Progress.
+//
+// In busy-poll mode that is how the device is driven. In the default mode the device
+// has readers of its own (rxLoop, or a waiter's Serve), and a poll reads only while
+// neither holds the socket: a program that polls in a loop, as perftest's tools and
+// DPDK-style programs do, then finds its packets itself, on its own thread, instead of
+// waiting for the netpoller to wake another thread that hands them over (on a VM,
+// waking an idle vCPU is most of a one-way trip). rxLoop steps aside while polls come
+// (pollIdle) and takes the socket back when they stop; a poll never blocks.
 func (d *Device) PollRx() bool {
+	p := d.poller
+	if p == nil {
+		if p = d.idlePoller; p == nil {
+			return false
+		}
+	}
 	d.polls.Add(1)
 	d.doorbell.flush() // the stream's posts go before the socket is read
 	if !d.rxMu.TryLock() {
 		return false
 	}
-	d.pollLocked(1)
-	d.rxMu.Unlock()
+	d.pollLocked(p, 1)
+	if d.poller != nil {
+		d.rxMu.Unlock()
+	} else {
+		d.leaveRx() // a waiter that found the socket held may be waiting for it (Turn)
+	}
 	return true
 }
 
-// pollLocked reads and processes one batch of up to slots datagrams; d.rxMu is held.
-// The ACKs it earns wait (sendDueAcks).
-func (d *Device) pollLocked(slots int) {
+// pollLocked reads and processes one batch of up to slots datagrams from p; d.rxMu is
+// held. The ACKs it earns wait (sendDueAcks).
+func (d *Device) pollLocked(p netio.Poller, slots int) {
 	if len(d.acks.owing) > 0 {
 		d.sendDueAcks()
 	}
-	n, err := d.poller.PollBatch(d.rxMsgs[:slots])
+	n, err := p.PollBatch(d.rxMsgs[:slots])
 	raceAcquireWire()
 	if err == nil && n > 0 {
 		d.inputBatch(n)

@@ -186,3 +186,66 @@ func waitCQ(t *testing.T, cq *CQ, within time.Duration) {
 	}
 	t.Fatal("no completion")
 }
+
+// TestPollReadsTheSocket: on a default-mode device, a program that polls its CQ in a
+// loop reads and processes the packets itself: once the receive goroutine has seen the
+// polls and stepped aside, the completion is pushed from inside the polling goroutine's
+// Poll (PollRx), with no other goroutine's wake-up between the packet and the program.
+// The receive goroutine takes the socket back after a pause in the polls (pollIdle), which
+// a loaded machine may make between two rounds, so most rounds, not all, must show it.
+func TestPollReadsTheSocket(t *testing.T) {
+	p := newLeadPair(t)
+	inPoll := make(chan bool, 1)
+	p.cqb.SetHandler(func() {
+		buf := make([]byte, 64<<10)
+		inPoll <- strings.Contains(string(buf[:runtime.Stack(buf, false)]), "(*Device).PollRx")
+	})
+	wcs := make([]driver.WC, 4)
+	const rounds = 20
+	polled := 0
+	for i := range rounds {
+		p.recvB(t)
+		must(t, p.cqb.RequestNotify(false))
+		for range 100 { // polls before the packet comes: the receive goroutine sees them
+			p.cqb.Poll(wcs)
+		}
+		p.sendA(t)
+		n := 0
+		for deadline := time.Now().Add(5 * time.Second); n == 0 && time.Now().Before(deadline); {
+			n, _ = p.cqb.Poll(wcs)
+		}
+		if n != 1 || wcs[0].Status != driver.WCSuccess || wcs[0].ID != 1 {
+			t.Fatalf("round %d: polled %d completions %+v, want the receive", i, n, wcs[:n])
+		}
+		if <-inPoll {
+			polled++
+		}
+	}
+	if polled < rounds/2 {
+		t.Fatalf("%d of %d completions were pushed inside the poller's Poll, want most", polled, rounds)
+	}
+}
+
+// TestPollerLeavesTheSocket: a program that polled and then stopped polling (it sleeps,
+// or waits for something else) loses nothing: the receive goroutine takes the socket
+// back and the traffic is served, ACKs included, with no poll on that device.
+func TestPollerLeavesTheSocket(t *testing.T) {
+	p := newLeadPair(t)
+	wcs := make([]driver.WC, 4)
+	p.recvB(t)
+	p.sendA(t)
+	for n := 0; n == 0; { // b receives by polling: its receive goroutine steps aside
+		n, _ = p.cqb.Poll(wcs)
+	}
+	waitCQ(t, p.cqa, 5*time.Second)
+	// b stops polling. a sends again; b must receive and ACK from its own goroutine.
+	p.recvB(t)
+	p.sendA(t)
+	waitCQ(t, p.cqa, 5*time.Second) // the ACK came: b processed the SEND
+	if r := p.a.counters.RetryTimeouts.Load(); r != 0 {
+		t.Fatalf("a's retry timer expired %d times: b served the SEND only for a retransmission", r)
+	}
+	if n, _ := p.cqb.Poll(wcs); n != 1 || wcs[0].Status != driver.WCSuccess {
+		t.Fatalf("b's CQ holds %d completions %+v, want the receive", n, wcs[:n])
+	}
+}

@@ -395,6 +395,10 @@ func (qp *QP) setState(s driver.QPState) {
 		}
 	case driver.QPStateErr:
 		if prev != driver.QPStateErr {
+			// rdma_cm moves the QP to ERR and then sends the DREQ: an ACK still owed for
+			// the last request (a poller's deferral) must leave before it, or the peer's
+			// QP is in ERR when it comes and the request's completion is flushed.
+			qp.sendOwedAck()
 			qp.flush()
 		}
 	}

@@ -50,8 +50,8 @@ type Device interface {
 	Events() <-chan AsyncEvent
 	Counters() Counters
 	// Progress drives the device's receive path once where the application's thread
-	// does that work (busy polling), and reports whether it does; otherwise it does
-	// nothing and returns false.
+	// can do that work (busy polling; a software device's idle socket), and reports
+	// whether it did; otherwise it does nothing and returns false.
 	Progress() bool
 }
 

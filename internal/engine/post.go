@@ -39,13 +39,14 @@ func (qp *QP) PostSend(wrs []driver.SendWR) error {
 	// so its start serves as its end (one clock read per post in a stream: at 1 M
 	// posts/s a second read was 4% of the posting thread).
 	//
-	// On a busy-poll device, a post after one of the application's polls of the device
-	// (PollRx) is not part of the stream before it either: a busy ping-pong's reply
+	// A post after one of the application's polls of the device (PollRx: on a busy-poll
+	// device, or a default-mode one whose CQ polls read the socket) is not part of the
+	// stream before it either: a busy ping-pong's reply
 	// follows the previous post's return by less than streamGap (the send took most of
 	// the round trip), and deferring it cost two timerfd syscalls a turn (send_lat 8 B
 	// one-way 2.6 -> 11 us). A stream is posted between polls.
 	now := nanotime()
-	polls := qp.dev.polls.Load() // 0 on a default-mode device
+	polls := qp.dev.polls.Load()
 	if now-qp.lastPost < int64(streamGap) && qp.state == driver.QPStateRTS && polls == qp.lastPolls &&
 		(qp.dev.poller == nil || qp.sq.tail-qp.sq.req < maxDeferred) {
 		if !qp.txQueued {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/goverbs/goverbs/verbs"
@@ -90,13 +91,20 @@ type Conn struct {
 	closed                    bool
 
 	rxReady, txReady chan struct{} // wake the reader, the writer (capacity 1)
-	probeTimer       *time.Timer   // the waiting writer's (stopped when it does not wait)
-	drained          chan struct{} // after Close: every send completed or failed
-	flushed          chan struct{} // closed when the linger ends (every send completed, or lingerT)
-	done             chan struct{} // closed by Close
-	stopPoll         context.CancelFunc
-	pollDone         chan struct{}
-	tornDown         chan struct{} // the endpoint is released
+	// The CQ's pollers (poll.go): pollMu is held by whoever polls and handles
+	// completions, and wcs is theirs; readSpin counts Reads polling it, while which the
+	// completion loop parks until pollKick.
+	pollMu     sync.Mutex
+	wcs        []verbs.WC
+	readSpin   atomic.Int32
+	pollKick   chan struct{}
+	probeTimer *time.Timer   // the waiting writer's (stopped when it does not wait)
+	drained    chan struct{} // after Close: every send completed or failed
+	flushed    chan struct{} // closed when the linger ends (every send completed, or lingerT)
+	done       chan struct{} // closed by Close
+	stopPoll   context.CancelFunc
+	pollDone   chan struct{}
+	tornDown   chan struct{} // the endpoint is released
 }
 
 // newConn starts the stream over an endpoint whose QP is in RTS, towards a peer that
@@ -105,6 +113,7 @@ func newConn(ep *endpoint, peer setup, laddr, raddr *Addr, disconnect, release f
 	c := &Conn{ep: ep, peer: peer, laddr: laddr, raddr: raddr, disconnect: disconnect, release: release,
 		rdl: newDeadline(), wdl: newDeadline(),
 		rxReady: make(chan struct{}, 1), txReady: make(chan struct{}, 1),
+		pollKick: make(chan struct{}, 1), wcs: make([]verbs.WC, 64),
 		drained: make(chan struct{}, 1), flushed: make(chan struct{}), done: make(chan struct{}),
 		pollDone: make(chan struct{}), tornDown: make(chan struct{}), probeTimer: time.NewTimer(probeInterval)}
 	c.probeTimer.Stop()
@@ -133,30 +142,43 @@ func (c *Conn) opErr(op string, err error) error {
 func (c *Conn) Read(b []byte) (int, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
+	// The reader polls the CQ itself for a while before it parks (spinner), and the
+	// completion loop stays out of the way meanwhile (poll): in a request/response the
+	// answer then reaches the goroutine that wants it with no hand-off. A reader parked
+	// on rxReady is a goroutine the completion loop must wake, and on a 2-core machine
+	// that wake-up (wakep: a thread woken for the idle P) was most of what a 64 B
+	// request/response cost over Go TCP's (bench/rstream.sh).
 	var spin spinner
+	c.readSpin.Add(1)
+	spinning := true
 	for {
 		c.mu.Lock()
 		ready, err := c.readable()
-		switch {
-		case err != nil:
+		if err != nil || len(b) == 0 || ready {
+			n := 0
+			if err == nil && ready {
+				n = c.copyOut(b)
+			}
 			c.mu.Unlock()
-			return 0, c.opErr("read", err)
-		case len(b) == 0:
-			c.mu.Unlock()
-			return 0, nil
-		case ready:
-			n := c.copyOut(b)
-			c.mu.Unlock()
-			return n, nil
+			if spinning {
+				c.readSpin.Add(-1)
+				if err != nil {
+					c.kick() // this reader may not come back: the loop takes over
+				}
+			}
+			return n, c.opErr("read", err)
 		}
 		c.mu.Unlock()
-		// Nothing yet: look again for a while before parking (spinner), as the
-		// completion loop polls before it sleeps. A reader parked on rxReady is a
-		// goroutine the completion loop must wake, and on a 2-core machine that wake-up
-		// (wakep: a thread woken for the idle P) was most of what a 64 B
-		// request/response cost over Go TCP's: 1.24x -> 1.08x, bench/rstream.sh.
-		if spin.more() {
-			continue
+		if spinning {
+			if c.pollMu.TryLock() {
+				c.pollCQ()
+				c.pollMu.Unlock()
+			}
+			if spin.more() {
+				continue
+			}
+			spinning = false
+			c.readSpin.Add(-1)
 		}
 		c.waitReadable()
 	}
@@ -180,8 +202,10 @@ func (c *Conn) readable() (bool, error) {
 	return false, nil
 }
 
-// waitReadable waits for the peer's data, the read deadline or Close.
+// waitReadable waits for the peer's data, the read deadline or Close. The data comes
+// through the completion loop, which a spinning Read may have parked: it is kicked.
 func (c *Conn) waitReadable() {
+	c.kick()
 	select {
 	case <-c.rxReady:
 	case <-c.rdl.wait():
@@ -308,6 +332,7 @@ func (c *Conn) writeErr() error {
 // Close, or probeInterval: a peer that is gone sends no credit, and once everything
 // sent to it is acknowledged no retry can run out, so a wait that long probes it.
 func (c *Conn) waitWritable() {
+	c.kick() // credits and completions come through the completion loop
 	c.probeTimer.Reset(probeInterval)
 	defer c.probeTimer.Stop()
 	select {
@@ -438,6 +463,7 @@ func (c *Conn) Close() error {
 		c.postCtrl(ctrlImm(opClose))
 	}
 	c.mu.Unlock()
+	c.kick() // the acknowledgements Close waits for come through the completion loop
 	go c.teardown()
 	// Nothing of this stack outlives the process (a kernel's TCP still sends the last
 	// bytes and the FIN after exit), so Close waits for the peer's acknowledgements,

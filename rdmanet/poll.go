@@ -21,29 +21,33 @@ import (
 // poll reads the device's socket itself (engine.Device.PollRx), so the answer reaches
 // this goroutine without a wake-up. Sleeping at once made every turn pay the netpoller's
 // wake-up, which on a VM is a thread woken on another vCPU (64 B request/response about
-// 44 µs one-way against Go TCP's 6-18 µs; spinning, see README).
+// 44 µs one-way against Go TCP's 6-18 µs).
+//
+// While a Read spins it polls the CQ itself (Read), and this loop steps aside until a
+// goroutine of the connection is about to block (kick): one goroutine spinning per
+// connection, and the reader gets its bytes without a hand-off from this one.
 func (c *Conn) poll(ctx context.Context) {
 	defer close(c.pollDone)
-	fail := func(err error) {
-		c.mu.Lock()
-		c.fail(err)
-		c.mu.Unlock()
-	}
-	wcs := make([]verbs.WC, 64)
 	var spin spinner
 	for {
-		n, err := c.ep.cq.Poll(wcs)
+		if c.readSpin.Load() > 0 {
+			select {
+			case <-c.pollKick:
+			case <-ctx.Done():
+				return
+			}
+			continue // and no new spin: whoever kicked has stopped polling
+		}
+		if !c.pollMu.TryLock() {
+			runtime.Gosched() // a Read that is leaving its spin polls once more
+			continue
+		}
+		n, err := c.pollCQ()
+		c.pollMu.Unlock()
 		if err != nil {
-			fail(err)
 			return
 		}
 		if n > 0 {
-			c.mu.Lock()
-			for i := range wcs[:n] {
-				c.complete(&wcs[i])
-			}
-			c.giveCredit()
-			c.mu.Unlock()
 			spin.reset()
 			continue
 		}
@@ -53,19 +57,48 @@ func (c *Conn) poll(ctx context.Context) {
 		cq, err := c.ep.ch.Wait(ctx)
 		if err != nil {
 			if ctx.Err() == nil { // the device closed under the connection
-				fail(err)
+				c.mu.Lock()
+				c.fail(err)
+				c.mu.Unlock()
 			}
 			return
 		}
 		cq.AckEvents(1)
 		if err := cq.RequestNotify(false); err != nil {
-			fail(err)
+			c.mu.Lock()
+			c.fail(err)
+			c.mu.Unlock()
 			return
 		}
 		// No new spin: a wake-up that finds nothing (an event the spin's own polls
 		// raised) sleeps again at once; one that finds completions resets the spin.
 	}
 }
+
+// pollCQ polls the CQ once and handles what it finds; c.pollMu is held (so that
+// completions are handled in the order the CQ gives them: a FIN must not overtake the
+// data before it). A failed poll fails the connection and is returned.
+func (c *Conn) pollCQ() (int, error) {
+	n, err := c.ep.cq.Poll(c.wcs)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		c.fail(err)
+		return 0, err
+	}
+	if n > 0 {
+		for i := range c.wcs[:n] {
+			c.complete(&c.wcs[i])
+		}
+		c.giveCredit()
+	}
+	return n, nil
+}
+
+// kick hands the CQ back to the completion loop: a goroutine that polled it (Read) has
+// stopped, or one is about to block for something only completions bring (a Write
+// waiting for credits, Close waiting for acknowledgements).
+func (c *Conn) kick() { wake(c.pollKick) }
 
 // spinBudget is how long the completion loop polls an empty CQ before it sleeps.
 const spinBudget = 50 * time.Microsecond

@@ -191,8 +191,8 @@ func waitCQ(t *testing.T, cq *CQ, within time.Duration) {
 // loop reads and processes the packets itself: once the receive goroutine has seen the
 // polls and stepped aside, the completion is pushed from inside the polling goroutine's
 // Poll (PollRx), with no other goroutine's wake-up between the packet and the program.
-// The receive goroutine takes the socket back after a pause in the polls (pollIdle), which
-// a loaded machine may make between two rounds, so most rounds, not all, must show it.
+// The receive goroutine takes the socket back when the polls slow down (tightGap), which
+// a loaded machine may make them do, so most rounds, not all, must show it.
 func TestPollReadsTheSocket(t *testing.T) {
 	p := newLeadPair(t)
 	inPoll := make(chan bool, 1)
@@ -221,8 +221,14 @@ func TestPollReadsTheSocket(t *testing.T) {
 			polled++
 		}
 	}
-	if polled < rounds/2 {
-		t.Fatalf("%d of %d completions were pushed inside the poller's Poll, want most", polled, rounds)
+	// Under the race detector a poll takes longer than tightGap, and the receive
+	// goroutine may keep the socket in most rounds: the polls must still win some.
+	want := rounds / 2
+	if raceEnabled {
+		want = 1
+	}
+	if polled < want {
+		t.Fatalf("%d of %d completions were pushed inside the poller's Poll, want at least %d", polled, rounds, want)
 	}
 }
 

@@ -256,6 +256,19 @@ func (d *Device) drainLocked(p netio.Poller) {
 	if len(d.acks.owing) > 0 {
 		d.sendDueAcks()
 	}
+	// One datagram first, as a busy poller reads: a ping-pong finds one, and a wider
+	// recvmmsg costs a second pass through the socket layer before the completion
+	// (busyBatch). A GRO run is a stream's: then read on in batches.
+	n, err := p.PollBatch(d.rxMsgs[:1])
+	raceAcquireWire()
+	if err != nil || n == 0 {
+		return
+	}
+	d.inputBatch(n)
+	if d.rxMsgs[0].SegSize == 0 {
+		return
+	}
+	d.flushAcks()
 	slots := min(len(d.rxMsgs), busyBatch)
 	for range drainBatches {
 		n, err := p.PollBatch(d.rxMsgs[:slots])

@@ -80,6 +80,13 @@
 // ReadFrom reads its source straight into the staging buffer, and WriteTo hands the
 // ring's bytes to its destination, crediting them after.
 //
+// Waiting. A Read that finds nothing polls the connection's CQ itself for up to 50 µs,
+// yielding between polls, before it blocks, as rsockets polls for its polling_time: on a
+// software device an empty poll reads the socket, so a request/response's answer reaches
+// the reader without a wake-up (64 B request/response below Go TCP's time on loopback;
+// README). A waiting Read therefore keeps a core busy for up to 50 µs, and the
+// completion goroutine does the same after its last completion.
+//
 // Close. CloseWrite sends FIN after every DATA already posted: the peer reads them,
 // then io.EOF; this side may still read. Close sends CLOSE: the peer reads what was
 // sent and then io.EOF, and its writes fail with ErrPeerClosed. The closing side

@@ -17,9 +17,18 @@
 // pins a whole buffer, or many small ones cut a large write up) and reassembly
 // across them; a READ-based pull costs a round trip before every transfer (the
 // reader must first hear where the bytes are), which is a request/response's
-// latency doubled. The engine's own figures point the same way: in perftest's
-// 64 KiB bandwidth runs, SEND reaches 0.90× and READ 0.88× of WRITE (README:
-// 3745 and 3653 against 4167 MiB/s).
+// latency doubled. The engine's own figures, goverbs' perftest tools between two
+// processes on loopback (3 interleaved rounds, 2026-11-23; bandwidth in MiB/s,
+// latency one-way, the ranges of the rounds):
+//
+//	            64 B        4 KiB        64 KiB       64 B latency
+//	WRITE       103-114     2798-2964    3698-3906    2.5-2.7 µs
+//	SEND        63-69       2288-2318    4429-4454    2.5-3.4 µs
+//	READ        16-17       963-1006     3973-4158    5.1-5.3 µs
+//
+// WRITE leads for small and middling writes (1.65× SEND at 64 B, 1.25× at 4 KiB),
+// which is where a stream's messages mostly are; SEND leads by 14% at 64 KiB, where
+// both are well past Go TCP; READ pays the extra round trip everywhere.
 //
 // Setup. When the connection is made (in rdma_cm's private data: the REQ's and the
 // REP's), each side tells the other where its ring is, in 24 bytes, big-endian:

@@ -97,6 +97,7 @@ type Conn struct {
 	pollMu     sync.Mutex
 	wcs        []verbs.WC
 	readSpin   atomic.Int32
+	blocked    atomic.Int32 // goroutines blocked on what completions bring (block)
 	pollKick   chan struct{}
 	probeTimer *time.Timer   // the waiting writer's (stopped when it does not wait)
 	drained    chan struct{} // after Close: every send completed or failed
@@ -205,7 +206,8 @@ func (c *Conn) readable() (bool, error) {
 // waitReadable waits for the peer's data, the read deadline or Close. The data comes
 // through the completion loop, which a spinning Read may have parked: it is kicked.
 func (c *Conn) waitReadable() {
-	c.kick()
+	c.block()
+	defer c.blocked.Add(-1)
 	select {
 	case <-c.rxReady:
 	case <-c.rdl.wait():
@@ -332,7 +334,8 @@ func (c *Conn) writeErr() error {
 // Close, or probeInterval: a peer that is gone sends no credit, and once everything
 // sent to it is acknowledged no retry can run out, so a wait that long probes it.
 func (c *Conn) waitWritable() {
-	c.kick() // credits and completions come through the completion loop
+	c.block() // credits and completions come through the completion loop
+	defer c.blocked.Add(-1)
 	c.probeTimer.Reset(probeInterval)
 	defer c.probeTimer.Stop()
 	select {

@@ -327,3 +327,47 @@ func TestCloseAfterPeerClosedDoesNotWait(t *testing.T) {
 		t.Fatalf("Close took %v", d)
 	}
 }
+
+// TestFullDuplexWriterNeverWaitsForTheProbe: one side writes several rings' worth while
+// its reader takes the peer's small messages one at a time and pauses between them, so
+// the writer often waits for credits while the reader has just spun and returned. The
+// credits must reach the writer through whoever polls the CQ; a writer left waiting
+// until its probe (probeInterval, 1 s) would take seconds over this transfer.
+func TestFullDuplexWriterNeverWaitsForTheProbe(t *testing.T) {
+	a, b := pairSized(t, 64<<10, msgCredits)
+	const total = 64 * (64 << 10)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // b's chatter towards a's reader
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(200 * time.Microsecond):
+			}
+			if _, err := b.Write([]byte{1}); err != nil {
+				return
+			}
+		}
+	}()
+	go func() { // a's reader: one message, then a pause without reading
+		buf := make([]byte, 1)
+		for {
+			if _, err := a.Read(buf); err != nil {
+				return
+			}
+			time.Sleep(300 * time.Microsecond)
+		}
+	}()
+	go io.Copy(io.Discard, b)
+	start := time.Now()
+	chunk := make([]byte, 16<<10)
+	for sent := 0; sent < total; sent += len(chunk) {
+		if _, err := a.Write(chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("writing %d bytes through a 64 KiB ring took %v: the writer waited for its probe instead of the credits", total, took)
+	}
+}

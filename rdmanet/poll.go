@@ -30,7 +30,10 @@ func (c *Conn) poll(ctx context.Context) {
 	defer close(c.pollDone)
 	var spin spinner
 	for {
-		if c.readSpin.Load() > 0 {
+		// Park while a Read polls, unless a goroutine is blocked on what only
+		// completions bring: the Read may return with its bytes and stop polling while
+		// that goroutine still waits (a Write out of credits would wait for its probe).
+		if c.readSpin.Load() > 0 && c.blocked.Load() == 0 && !isClosed(c.done) {
 			select {
 			case <-c.pollKick:
 			case <-ctx.Done():
@@ -98,8 +101,17 @@ func (c *Conn) pollCQ() (int, error) {
 
 // kick hands the CQ back to the completion loop: a goroutine that polled it (Read) has
 // stopped, or one is about to block for something only completions bring (a Write
-// waiting for credits, Close waiting for acknowledgements).
+// waiting for credits, Close waiting for acknowledgements). A blocking goroutine counts
+// itself in c.blocked first (block), so that the loop does not park again behind a
+// spinning Read while it waits.
 func (c *Conn) kick() { wake(c.pollKick) }
+
+// block counts a goroutine about to block on completions (the caller uncounts it when
+// it stops waiting) and kicks the loop.
+func (c *Conn) block() {
+	c.blocked.Add(1)
+	c.kick()
+}
 
 // spinBudget is how long the completion loop polls an empty CQ before it sleeps.
 const spinBudget = 50 * time.Microsecond

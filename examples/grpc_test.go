@@ -4,7 +4,6 @@
 package examples_test
 
 import (
-	"bufio"
 	"context"
 	"os"
 	"os/exec"
@@ -43,24 +42,8 @@ func TestGRPC(t *testing.T) {
 	}
 
 	a, b := testaddr.Free(t, testaddr.Examples), testaddr.Free(t, testaddr.Examples)
-	srv := exec.CommandContext(ctx, filepath.Join(bin, "server"), "-addr", a.String()+":0")
-	stdout, err := srv.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var srvLog strings.Builder
-	srv.Stderr = &srvLog
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Process.Kill()
-	sc := bufio.NewScanner(stdout)
-	if !sc.Scan() || !strings.HasPrefix(sc.Text(), "listening on rdma "+a.String()+":") {
-		srv.Process.Kill()
-		srv.Wait()
-		t.Fatalf("server says %q\n%s", sc.Text(), srvLog.String())
-	}
-	addr := strings.TrimPrefix(sc.Text(), "listening on rdma ")
+	srv := startServer(t, ctx, filepath.Join(bin, "server"), a)
+	addr := srv.addr
 
 	out, err := exec.CommandContext(ctx, filepath.Join(bin, "client"),
 		"-addr", addr, "-local", b.String(), "-name", "goverbs", "-n", "3").CombinedOutput()
@@ -72,18 +55,18 @@ func TestGRPC(t *testing.T) {
 	}
 
 	start := time.Now()
-	if err := srv.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Wait(); err != nil {
-		t.Fatalf("server after SIGTERM: %v\n%s", err, srvLog.String())
+	if err := srv.cmd.Wait(); err != nil {
+		t.Fatalf("server after SIGTERM: %v\n%s", err, srv.log.String())
 	}
 	// GracefulStop ends at once when every client has gone; a client whose close never
 	// arrived is given 5 s (gRPC's ping timeout before its second GOAWAY).
 	if took := time.Since(start); took > 3*time.Second {
 		t.Errorf("server took %v to stop after SIGTERM: the client's close did not reach it", took)
 	}
-	if got := srvLog.String(); strings.Count(got, `server: greeting "goverbs"`) != 3 || !strings.HasSuffix(got, "server: stopped\n") {
+	if got := srv.log.String(); strings.Count(got, `server: greeting "goverbs"`) != 3 || !strings.HasSuffix(got, "server: stopped\n") {
 		t.Errorf("server's log:\n%s", got)
 	}
 }

@@ -1,7 +1,6 @@
 package examples_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os/exec"
@@ -28,30 +27,14 @@ func TestHTTP(t *testing.T) {
 	}
 
 	a, b := testaddr.Free(t, testaddr.Examples), testaddr.Free(t, testaddr.Examples)
-	srv := exec.CommandContext(ctx, filepath.Join(bin, "server"), "-addr", a.String()+":0")
-	stdout, err := srv.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var srvLog strings.Builder
-	srv.Stderr = &srvLog
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Process.Kill()
-	sc := bufio.NewScanner(stdout)
-	if !sc.Scan() || !strings.HasPrefix(sc.Text(), "listening on rdma "+a.String()+":") {
-		srv.Process.Kill()
-		srv.Wait()
-		t.Fatalf("server says %q\n%s", sc.Text(), srvLog.String())
-	}
-	addr := strings.TrimPrefix(sc.Text(), "listening on rdma ")
+	srv := startServer(t, ctx, filepath.Join(bin, "server"), a)
+	addr := srv.addr
 
 	const size = 64 << 20
 	out, err := exec.CommandContext(ctx, filepath.Join(bin, "client"),
 		"-addr", addr, "-local", b.String(), "-size", fmt.Sprint(size)).CombinedOutput()
 	if err != nil {
-		t.Fatalf("client: %v\n%s\nserver:\n%s", err, out, srvLog.String())
+		t.Fatalf("client: %v\n%s\nserver:\n%s", err, out, srv.log.String())
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	if len(lines) != 2 || !strings.HasPrefix(lines[0], "hello over RDMA, "+b.String()+":") ||
@@ -59,13 +42,13 @@ func TestHTTP(t *testing.T) {
 		t.Errorf("client printed:\n%s", out)
 	}
 
-	if err := srv.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Wait(); err != nil {
-		t.Fatalf("server after SIGTERM: %v\n%s", err, srvLog.String())
+	if err := srv.cmd.Wait(); err != nil {
+		t.Fatalf("server after SIGTERM: %v\n%s", err, srv.log.String())
 	}
-	if got := srvLog.String(); !strings.Contains(got, fmt.Sprintf("server: sent %d bytes to %s:", size, b)) ||
+	if got := srv.log.String(); !strings.Contains(got, fmt.Sprintf("server: sent %d bytes to %s:", size, b)) ||
 		!strings.HasSuffix(got, "server: stopped\n") {
 		t.Errorf("server's log:\n%s", got)
 	}

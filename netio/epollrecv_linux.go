@@ -16,7 +16,7 @@ import (
 // sees, watched by an epoll instance of the Conn's own, and that instance sits in the
 // netpoller. A ReadBatch blocks in the netpoller as on any socket of package net (the
 // goroutine parks; no thread is held in a syscall), and Interrupt ends it with a read
-// deadline. What the extra instance buys is a switch: PollBatch takes the socket out of
+// deadline. What the extra instance buys is a switch: Unwatch takes the socket out of
 // the instance (disarm), and ReadBatch puts it back (arm).
 //
 // A socket in the netpoller's epoll set runs the set's callback for every datagram the
@@ -127,9 +127,8 @@ func (e *epollRecv) tryOnce(uintptr) bool {
 	return e.cur(uintptr(s.fd))
 }
 
-// poll calls f on the socket once, disarmed: PollBatch's read.
+// poll calls f on the socket once: PollBatch's read, which leaves the watch as it is.
 func (e *epollRecv) poll(f func(fd uintptr) bool) error {
-	e.disarm()
 	s := e.sock
 	s.mu.RLock()
 	defer s.mu.RUnlock()

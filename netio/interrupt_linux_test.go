@@ -60,8 +60,8 @@ func TestInterrupt(t *testing.T) {
 	}
 }
 
-// TestPollThenBlock: a default-mode Conn read by PollBatch (which stops the netpoller
-// watching it) and then by a blocking ReadBatch loses nothing: a datagram queued while
+// TestPollThenBlock: a default-mode Conn read by PollBatch, its watch stopped
+// (Unwatch), and then by a blocking ReadBatch loses nothing: a datagram queued while
 // nobody watched is returned at once, one that arrives while the ReadBatch is parked
 // wakes it, and PollBatch finds nothing without waiting when nothing is queued. An
 // Interrupt still ends a ReadBatch after polls.
@@ -109,7 +109,12 @@ func TestPollThenBlock(t *testing.T) {
 	if n != 1 || got(n) != "one" {
 		t.Fatalf("PollBatch = %d %q; want the datagram", n, got(n))
 	}
+	u, ok := AsUnwatcher(c)
+	if !ok {
+		t.Fatal("a default-mode UDP Conn is not an Unwatcher")
+	}
 	// Queued while the socket is out of the netpoller's watch.
+	u.Unwatch()
 	send("two")
 	time.Sleep(10 * time.Millisecond)
 	if n, err := read(); n != 1 || got(n) != "two" {
@@ -117,11 +122,13 @@ func TestPollThenBlock(t *testing.T) {
 	}
 	// Arriving while parked.
 	p.PollBatch(msgs)
+	u.Unwatch()
 	go func() { time.Sleep(20 * time.Millisecond); send("three") }()
 	if n, err := read(); n != 1 || got(n) != "three" {
 		t.Fatalf("ReadBatch after polls, a datagram arriving = %d, %v; want it", n, err)
 	}
 	p.PollBatch(msgs)
+	u.Unwatch()
 	in, _ := AsInterrupter(c)
 	go func() { time.Sleep(20 * time.Millisecond); in.Interrupt() }()
 	if n, err := read(); n != 0 || !errors.Is(err, ErrInterrupted) {

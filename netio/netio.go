@@ -303,6 +303,27 @@ type Poller interface {
 	WaitReadable(timeout time.Duration) (bool, error)
 }
 
+// Unwatcher is implemented by Conns whose socket a blocked ReadBatch waits for through
+// the netpoller (the UDP backend in the default mode, and a Tee over one). Unwatch
+// takes the socket out of the netpoller's watch until the next ReadBatch: while a
+// program reads the Conn only by polling (PollBatch), as a spinning one does, each
+// datagram then wakes no runtime thread that sleeps in epoll_pwait for nothing.
+type Unwatcher interface {
+	Unwatch()
+}
+
+// AsUnwatcher returns c as an Unwatcher if it has a watch to stop, looking through Tees.
+func AsUnwatcher(c Conn) (Unwatcher, bool) {
+	if t, ok := c.(*teeConn); ok {
+		if _, ok := AsUnwatcher(t.Conn); !ok {
+			return nil, false
+		}
+		return t, true
+	}
+	u, ok := c.(Unwatcher)
+	return u, ok
+}
+
 // Multicaster is implemented by Conns that can receive IP multicast (the UDP backend on
 // Linux, and a Tee over one). RoCEv2 carries a multicast GID's traffic as IP multicast
 // to the group's address at the RoCEv2 port (IBTA Annex A17.4.5.2): sending needs

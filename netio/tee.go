@@ -101,6 +101,14 @@ func AsPoller(c Conn) (Poller, bool) {
 	p, ok := c.(Poller)
 	return p, ok
 }
+
+// Unwatch passes through to the Tee'd Conn (Unwatcher).
+func (t *teeConn) Unwatch() {
+	if u, ok := t.Conn.(Unwatcher); ok {
+		u.Unwatch()
+	}
+}
+
 func (t *teeConn) PollBatch(msgs []Message) (int, error) {
 	p, ok := t.Conn.(Poller)
 	if !ok {

@@ -61,11 +61,20 @@ func (c *udpConn) ReadBatch(msgs []Message) (int, error) {
 	return c.read(msgs, c.r.fn, false)
 }
 
-// PollBatch reads what is queued now without waiting; 0 means nothing was (Poller). On a
-// default-mode Conn it also stops the netpoller watching the socket until the next
-// ReadBatch (epollRecv): a program that polls is not woken for each datagram it reads.
+// PollBatch reads what is queued now without waiting; 0 means nothing was (Poller).
 func (c *udpConn) PollBatch(msgs []Message) (int, error) {
 	return c.read(msgs, c.r.onceFn, true)
+}
+
+// Unwatch stops the netpoller watching a default-mode Conn's socket until the next
+// ReadBatch (Unwatcher, epollRecv).
+func (c *udpConn) Unwatch() {
+	if c.er == nil {
+		return
+	}
+	c.rmu.Lock()
+	c.er.disarm()
+	c.rmu.Unlock()
 }
 
 // WaitReadable blocks until a datagram is queued or the timeout passes (Poller). It

@@ -105,6 +105,12 @@ type Device struct {
 	// idlePoller is the default mode's non-blocking read: a CQ poll that finds the CQ
 	// empty reads the socket itself when no goroutine is reading it (PollRx).
 	idlePoller netio.Poller
+	// unwatch takes the socket out of the netpoller's watch once a program polls tightly
+	// (drainLocked): pollsSinceRead counts the polls since the last blocking read, under
+	// rxMu. A program that polls once or twice between channel waits (perftest -e) keeps
+	// the watch, and no epoll_ctl per turn.
+	unwatch        netio.Unwatcher
+	pollsSinceRead int
 	// woke is set when a completion wakes a CQ's event handler (a completion channel's
 	// waiter) during a receive batch; the default-mode drive then lets that waiter run
 	// before it sends the batch's ACKs (processRx).
@@ -155,6 +161,7 @@ func New(cfg Config) (*Device, error) {
 	} else if i, ok := netio.AsInterrupter(d.conn); ok {
 		d.intr = i
 		d.idlePoller, _ = netio.AsPoller(d.conn)
+		d.unwatch, _ = netio.AsUnwatcher(d.conn)
 	}
 	d.rxMsgs = newRxMsgs(d.conn.Caps())
 	d.gid = AddrToGID(d.local.Addr())

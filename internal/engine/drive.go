@@ -68,6 +68,7 @@ func (d *Device) rxLoop() {
 			held = true
 		}
 		slept := nanotime()
+		d.pollsSinceRead = 0
 		n, err := d.conn.ReadBatch(d.rxMsgs)
 		raceAcquireWire()
 		switch {
@@ -300,6 +301,9 @@ func (d *Device) PollRx() bool {
 func (d *Device) drainLocked(p netio.Poller) {
 	if len(d.acks.owing) > 0 {
 		d.sendDueAcks()
+	}
+	if d.pollsSinceRead++; d.pollsSinceRead == tightPolls && d.unwatch != nil {
+		d.unwatch.Unwatch() // a spinning program: no runtime thread woken per datagram
 	}
 	// One datagram first, as a busy poller reads: a ping-pong finds one, and a wider
 	// recvmmsg costs a second pass through the socket layer before the completion

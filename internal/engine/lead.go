@@ -63,6 +63,7 @@ func (w *Waiter) Serve() bool {
 			d.parked.Store(nil)
 			return true
 		}
+		d.pollsSinceRead = 0
 		n, err := d.conn.ReadBatch(d.rxMsgs)
 		d.parked.Store(nil)
 		raceAcquireWire()

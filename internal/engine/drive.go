@@ -99,8 +99,9 @@ func (d *Device) rxLoop() {
 // socket's read was shorter than denseGap. A stream that comes in bursts (a sender
 // whose window of 128 small WRITEs empties and refills every 50-100 µs) then finds this
 // goroutine awake, not asleep on an idle vCPU whose wake-up costs about 25 µs here: the
-// 8 B WRITE rate went from 1.13-1.18 to 2.17 M/s (perftest's default tx depth of 128;
-// with 512 it was 1.84 M/s without the spin, the window being the limit). Sporadic
+// 8 B WRITE rate went from 1.13-1.18 to about 2.1 M/s (1.8-2.2 across runs; perftest's
+// default tx depth of 128; with 512 it was 1.84 M/s without the spin, the window being
+// the limit). Sporadic
 // traffic costs no spin: a sleep longer than denseGap ends it. It stops at once for a
 // waiter or a spinning poller, which then read the socket themselves.
 func (d *Device) spinRx(seen, polled uint32) {
@@ -246,10 +247,10 @@ const busyBatch = 8
 // was no better than with the hand-off; with 50 ms one thread did 88% of the switches.
 const leadIdle = 10 * time.Millisecond
 
-// pollIdle is how long the default mode's receive goroutine leaves the socket to the
-// application's CQ polls once it has seen one (PollRx), so it bounds how long traffic
-// that arrives after the polls stop, and ACKs they left owing, wait: between one and
-// two periods. Polls that find the socket held by a blocked waiter or by this goroutine
+// pollIdle is how long the default mode's receive goroutine leaves the socket to a
+// program that spins on its CQ (PollRx, tightPolls) before it looks again, so it bounds
+// how long traffic that arrives after the polls stop, and ACKs they left owing, wait:
+// between one and two periods. Polls that find the socket held by a blocked waiter or by this goroutine
 // do nothing, so a program that mixes polls with channel waits loses nothing.
 const pollIdle = time.Millisecond
 
@@ -266,8 +267,9 @@ const busyIdle = time.Millisecond
 // neither holds the socket: a program that polls in a loop, as perftest's tools and
 // DPDK-style programs do, then finds its packets itself, on its own thread, instead of
 // waiting for the netpoller to wake another thread that hands them over (on a VM,
-// waking an idle vCPU is most of a one-way trip). rxLoop steps aside while polls come
-// (pollIdle) and takes the socket back when they stop; a poll never blocks.
+// waking an idle vCPU is most of a one-way trip). rxLoop steps aside while a program
+// spins (tightPolls, tightGap) and takes the socket back when it stops; a poll never
+// blocks.
 func (d *Device) PollRx() bool {
 	p := d.poller
 	if p == nil {
@@ -290,14 +292,13 @@ func (d *Device) PollRx() bool {
 	return true
 }
 
-// drainLocked is a default-mode poll's read (d.rxMu is held): batches of up to busyBatch
-// datagrams while they come full, at most drainBatches of them. A busy poller spins and
-// reads one datagram a poll; a default-mode program may sleep between polls (goverbs'
-// send_bw receiver sleeps 20 µs), and with the receive goroutine out of the way for
-// pollIdle, what a poll leaves in the socket waits for its next one: reading one
-// datagram a poll took RC SEND 64 KiB from 3476 to 335 MiB/s. For the same reason the
-// ACKs a stream's batch earned leave at once; a single datagram's ACK waits, as a busy
-// poller's does, for the reply that carries it (sendDueAcks).
+// drainLocked is a default-mode poll's read (d.rxMu is held): one datagram, and after a
+// GRO run (a stream's) batches of up to busyBatch datagrams while they come full, at
+// most drainBatches of them, so that a stream does not wait a poll per datagram when
+// the program pauses between polls. A stream's ACKs leave at once; a single datagram's
+// ACK waits, as a busy poller's does, for the reply that carries it (sendDueAcks). At
+// the tightPolls-th poll since the last blocking read the socket leaves the
+// netpoller's watch (Unwatch).
 func (d *Device) drainLocked(p netio.Poller) {
 	if len(d.acks.owing) > 0 {
 		d.sendDueAcks()

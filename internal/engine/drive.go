@@ -106,6 +106,12 @@ func (d *Device) rxLoop() {
 // traffic costs no spin: a sleep longer than denseGap ends it. It stops at once for a
 // waiter or a spinning poller, which then read the socket themselves.
 func (d *Device) spinRx(seen, polled uint32) {
+	if d.unwatch != nil {
+		// While this goroutine polls, the netpoller need not watch the socket: each
+		// datagram would wake a runtime thread for nothing (netio.Unwatcher). The next
+		// ReadBatch watches it again.
+		d.unwatch.Unwatch()
+	}
 	start := nanotime()
 	for {
 		if d.closed.Load() || d.leads.Load() != seen || d.polls.Load()-polled >= tightPolls {

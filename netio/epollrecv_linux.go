@@ -44,6 +44,13 @@ type epollRecv struct {
 	cur  func(fd uintptr) bool
 	serr error
 	try  func(fd uintptr) bool
+
+	// ctl's arguments and result, and its call (ctlOnce), likewise.
+	op     int
+	ev     *unix.EpollEvent
+	evIn   unix.EpollEvent // arm's event, here so that its address does not escape
+	ctlErr error
+	ctlFn  func(fd uintptr)
 }
 
 // newEpollRecv watches sock (a bound, non-blocking socket it now owns) with an epoll
@@ -68,7 +75,7 @@ func newEpollRecv(sock int) (*epollRecv, error) {
 		e.ep.Close()
 		return nil, err
 	}
-	e.try = e.tryOnce
+	e.try, e.ctlFn = e.tryOnce, e.ctlOnce
 	return e, nil
 }
 
@@ -76,8 +83,8 @@ func (e *epollRecv) arm() error {
 	if e.armed {
 		return nil
 	}
-	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(e.sock.fd)}
-	if err := unix.EpollCtl(e.epfd, unix.EPOLL_CTL_ADD, e.sock.fd, &ev); err != nil {
+	e.evIn = unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(e.sock.fd)}
+	if err := e.ctl(unix.EPOLL_CTL_ADD, &e.evIn); err != nil {
 		return fmt.Errorf("epoll_ctl add: %w", err)
 	}
 	e.armed = true
@@ -88,10 +95,28 @@ func (e *epollRecv) disarm() {
 	if !e.armed {
 		return
 	}
-	if unix.EpollCtl(e.epfd, unix.EPOLL_CTL_DEL, e.sock.fd, nil) == nil {
+	if e.ctl(unix.EPOLL_CTL_DEL, nil) == nil {
 		e.armed = false
 	}
 }
+
+// ctl changes the instance's watch of the socket. Once the instance is an os.File it
+// goes through its RawConn, which holds the descriptor open for the call: a Conn closed
+// meanwhile fails it instead of letting it reach a number reused by another file.
+func (e *epollRecv) ctl(op int, ev *unix.EpollEvent) error {
+	if e.eprc == nil {
+		return unix.EpollCtl(e.epfd, op, e.sock.fd, ev)
+	}
+	e.op, e.ev = op, ev
+	if cerr := e.eprc.Control(e.ctlFn); cerr != nil {
+		return cerr
+	}
+	return e.ctlErr
+}
+
+// ctlOnce is ctl's call on the instance's descriptor (its arguments in e: a closure per
+// call would allocate on ReadBatch's path back from polling).
+func (e *epollRecv) ctlOnce(fd uintptr) { e.ctlErr = unix.EpollCtl(int(fd), e.op, e.sock.fd, e.ev) }
 
 // Control runs f on the socket (syscall.RawConn).
 func (e *epollRecv) Control(f func(fd uintptr)) error { return e.sock.Control(f) }

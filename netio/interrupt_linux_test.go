@@ -139,3 +139,25 @@ func TestPollThenBlock(t *testing.T) {
 		t.Error("PollBatch on a closed Conn succeeded")
 	}
 }
+
+// TestUnwatchReadAllocatesNothing: the way back from polling to a blocking read (Unwatch,
+// then a ReadBatch that watches the socket again) allocates nothing.
+func TestUnwatchReadAllocatesNothing(t *testing.T) {
+	c := listen(t, "127.0.0.2:0", UDPOptions{})
+	peer := listen(t, "127.0.0.3:0", UDPOptions{})
+	u, _ := AsUnwatcher(c)
+	msgs := newMsgs(1, MaxGROSize)
+	out := []Message{{Buf: []byte("x"), N: 1, Addr: c.LocalAddr()}}
+	allocs := testing.AllocsPerRun(100, func() {
+		u.Unwatch()
+		if _, err := peer.WriteBatch(out); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := c.ReadBatch(msgs); n != 1 || err != nil {
+			t.Fatalf("ReadBatch = %d, %v", n, err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("Unwatch and ReadBatch: %v allocations a round, want 0", allocs)
+	}
+}

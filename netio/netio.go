@@ -307,7 +307,8 @@ type Poller interface {
 // the netpoller (the UDP backend in the default mode, and a Tee over one). Unwatch
 // takes the socket out of the netpoller's watch until the next ReadBatch: while a
 // program reads the Conn only by polling (PollBatch), as a spinning one does, each
-// datagram then wakes no runtime thread that sleeps in epoll_pwait for nothing.
+// datagram then wakes no runtime thread that sleeps in epoll_pwait for nothing. Unwatch
+// waits for a ReadBatch in progress, and does nothing on a closed Conn.
 type Unwatcher interface {
 	Unwatch()
 }

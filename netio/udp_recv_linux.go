@@ -67,7 +67,7 @@ func (c *udpConn) PollBatch(msgs []Message) (int, error) {
 }
 
 // Unwatch stops the netpoller watching a default-mode Conn's socket until the next
-// ReadBatch (Unwatcher, epollRecv).
+// ReadBatch (Unwatcher, epollRecv). It waits for a ReadBatch in progress.
 func (c *udpConn) Unwatch() {
 	if c.er == nil {
 		return

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goverbs/goverbs/cm/internal/ibcm"
 	"github.com/goverbs/goverbs/cm/mad"
 	"github.com/goverbs/goverbs/internal/testaddr"
 	"github.com/goverbs/goverbs/verbs"
@@ -425,4 +426,23 @@ func (a *Agent) tracked() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return len(a.conns) + a.cm.Conns()
+}
+
+// TestPendingErrWaitsForTheEvent: a handshake call that finds its connection gone reports
+// the event that took it even when the event is delivered a moment later (the agent
+// delivers events after it has released its lock and sent the MADs), and def when none
+// comes.
+func TestPendingErrWaitsForTheEvent(t *testing.T) {
+	c := newConn(nil)
+	go func() {
+		time.Sleep(10 * time.Millisecond)
+		c.ev <- ibcm.Event{Kind: ibcm.EventRejected, Reason: mad.ReasonTimeout}
+	}()
+	var rej *RejectError
+	if err := c.pendingErr(ErrTimeout); !errors.As(err, &rej) || rej.Reason != mad.ReasonTimeout {
+		t.Fatalf("pendingErr with the REJ's event on its way = %v, want the RejectError", err)
+	}
+	if err := newConn(nil).pendingErr(ErrTimeout); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("pendingErr with no event = %v, want the default", err)
+	}
 }

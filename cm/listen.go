@@ -256,9 +256,15 @@ func (r *Request) reject(reason mad.Reason) {
 	a.do(func(now time.Time) error { return a.cm.Reject(now, r.c.ic, reason, nil) })
 }
 
-// pendingErr is why a handshake call found the connection gone: the
-// event that took it, if one is queued, else def.
+// pendingErr is why a handshake call found the connection gone: the event that took
+// it, else def. The CM drops the connection under the agent's lock and delivers the
+// event after it (Agent.do sends the MADs first), so the event may still be on its way
+// when the call finds the connection gone: it is waited for, pendingWait at most. A
+// peer's REJ that crossed an Accept was reported as ErrTimeout without the wait
+// (TestDialCancelled, seen once in CI).
 func (c *Conn) pendingErr(def error) error {
+	t := time.NewTimer(pendingWait)
+	defer t.Stop()
 	select {
 	case e := <-c.ev:
 		switch e.Kind {
@@ -267,7 +273,10 @@ func (c *Conn) pendingErr(def error) error {
 		case ibcm.EventTimeout:
 			return ErrTimeout
 		}
-	default:
+	case <-t.C:
 	}
 	return def
 }
+
+// pendingWait bounds pendingErr's wait for the event that ended a connection.
+const pendingWait = 100 * time.Millisecond

@@ -28,7 +28,6 @@ import (
 // on ADDR:4791 that can be bound once.
 type devContext struct {
 	dev     *verbs.Device
-	busy    bool // the device is in busy-poll mode
 	shared  *sharedDevice
 	asyncFD int // write end of the async event pipe
 
@@ -42,7 +41,6 @@ type devContext struct {
 type sharedDevice struct {
 	name string
 	dev  *verbs.Device
-	busy bool
 	ctxs map[*devContext]struct{} // under devicesMu
 	done chan struct{}            // closed when the event pump has stopped
 }
@@ -85,16 +83,16 @@ func gv_open(name *C.char, asyncFD C.int, out *C.uintptr_t) C.int {
 	defer devicesMu.Unlock()
 	sd := devices[n]
 	if sd == nil {
-		dev, busy, err := openDevice(n)
+		dev, err := openDevice(n)
 		if err != nil {
 			return logErr("open device", err)
 		}
-		sd = &sharedDevice{name: n, dev: dev, busy: busy, ctxs: map[*devContext]struct{}{}, done: make(chan struct{})}
+		sd = &sharedDevice{name: n, dev: dev, ctxs: map[*devContext]struct{}{}, done: make(chan struct{})}
 		devices[n] = sd
 		go sd.pumpEvents()
 	}
 	c := &devContext{
-		dev: sd.dev, shared: sd, asyncFD: int(asyncFD), busy: sd.busy,
+		dev: sd.dev, shared: sd, asyncFD: int(asyncFD),
 		qps: map[*verbs.QP]unsafe.Pointer{}, cqs: map[*verbs.CQ]unsafe.Pointer{}, srqs: map[*verbs.SRQ]unsafe.Pointer{},
 	}
 	sd.ctxs[c] = struct{}{}
@@ -104,16 +102,17 @@ func gv_open(name *C.char, asyncFD C.int, out *C.uintptr_t) C.int {
 
 // EnvBusyPoll turns busy polling off ("0") or on (anything else; the default) for the
 // devices the C library opens. C programs poll their CQs in a loop, as they would read
-// an RNIC's CQ memory: in busy-poll mode that poll reads the socket itself, instead of
-// waiting for the device's receive goroutine to be scheduled.
+// an RNIC's CQ memory, and that poll reads the socket itself in either mode; in
+// busy-poll mode the socket is never in the netpoller and posts wait for the next poll
+// (doorbell batching).
 const EnvBusyPoll = "GOVERBS_BUSY_POLL"
 
-// openDevice opens a listed software device, in busy-poll mode unless EnvBusyPoll is
-// "0", and says whether it is.
-func openDevice(name string) (*verbs.Device, bool, error) {
+// openDevice opens a listed device: a software one in busy-poll mode unless EnvBusyPoll
+// is "0".
+func openDevice(name string) (*verbs.Device, error) {
 	list, err := verbs.Devices()
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	for _, info := range list {
 		if info.Name != name {
@@ -121,14 +120,12 @@ func openDevice(name string) (*verbs.Device, bool, error) {
 		}
 		cfg, ok := info.SoftConfig()
 		if !ok {
-			d, err := verbs.Open(name)
-			return d, false, err
+			return verbs.Open(name)
 		}
 		cfg.BusyPoll = os.Getenv(EnvBusyPoll) != "0"
-		d, err := verbs.OpenSoft(cfg)
-		return d, cfg.BusyPoll, err
+		return verbs.OpenSoft(cfg)
 	}
-	return nil, false, fmt.Errorf("%w: %q", verbs.ErrNoDevice, name)
+	return nil, fmt.Errorf("%w: %q", verbs.ErrNoDevice, name)
 }
 
 // pumpEvents writes each async event to the async fd of the context whose object it

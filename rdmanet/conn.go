@@ -285,6 +285,13 @@ func (c *Conn) fail(err error) {
 	wake(c.drained)
 }
 
+// failLocking is fail for a caller that does not hold c.mu.
+func (c *Conn) failLocking(err error) {
+	c.mu.Lock()
+	c.fail(err)
+	c.mu.Unlock()
+}
+
 // Write writes b to the stream. It returns once every byte is on its way (copied to
 // the staging buffer and posted), or with the count written so far when the write
 // deadline passes, the connection closes or fails.

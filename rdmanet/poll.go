@@ -60,17 +60,13 @@ func (c *Conn) poll(ctx context.Context) {
 		cq, err := c.ep.ch.Wait(ctx)
 		if err != nil {
 			if ctx.Err() == nil { // the device closed under the connection
-				c.mu.Lock()
-				c.fail(err)
-				c.mu.Unlock()
+				c.failLocking(err)
 			}
 			return
 		}
 		cq.AckEvents(1)
 		if err := cq.RequestNotify(false); err != nil {
-			c.mu.Lock()
-			c.fail(err)
-			c.mu.Unlock()
+			c.failLocking(err)
 			return
 		}
 		// No new spin: a wake-up that finds nothing (an event the spin's own polls
@@ -113,12 +109,13 @@ func (c *Conn) block() {
 	c.kick()
 }
 
-// spinBudget is how long the completion loop polls an empty CQ before it sleeps.
+// spinBudget is how long the completion loop, or a Read, polls an empty CQ before it
+// sleeps.
 const spinBudget = 50 * time.Microsecond
 
-// spinner paces the completion loop's polls of an empty CQ: it yields between them, so
-// that a goroutine a completion woke (the reader, the writer) runs on this thread, and
-// ends the spin once spinBudget has passed. It reads no clock for the first polls.
+// spinner paces the polls of an empty CQ, the completion loop's and a waiting Read's:
+// it yields between them, so that a goroutine a completion woke runs on this thread,
+// and ends the spin once spinBudget has passed. It reads no clock for the first polls.
 type spinner struct {
 	polls int
 	start time.Time

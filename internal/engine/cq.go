@@ -70,11 +70,13 @@ func (cq *CQ) Depth() int {
 
 // Poll copies up to len(out) completions, oldest first, and returns how many. It first
 // sends the device's deferred posts (doorbell batching): a program polls when it has
-// posted what it can.
+// posted what it can. An empty CQ's poll drives the device if it can (PollRx, which
+// sends them itself).
 func (cq *CQ) Poll(out []driver.WC) (int, error) {
-	cq.dev.doorbell.flush()
 	if cq.held.Load() == 0 {
-		cq.dev.PollRx() // an empty CQ: the poller drives the device if it can
+		cq.dev.PollRx()
+	} else {
+		cq.dev.doorbell.flush()
 	}
 	cq.mu.Lock()
 	if cq.closed {

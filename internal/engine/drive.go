@@ -68,14 +68,12 @@ func (d *Device) rxLoop() {
 			held = true
 		}
 		slept := nanotime()
-		d.pollsSinceRead = 0
-		n, err := d.conn.ReadBatch(d.rxMsgs)
-		raceAcquireWire()
+		n, err := d.readBlocking()
 		switch {
 		case err == nil:
-			dense := nanotime()-slept < int64(denseGap) && d.smallBatch(n)
+			dense := d.idlePoller != nil && nanotime()-slept < int64(denseGap) && d.smallBatch(n)
 			d.processRx(n)
-			if dense && d.idlePoller != nil {
+			if dense {
 				d.spinRx(seen, polled)
 			}
 		case isClosed(err) || d.closed.Load():
@@ -91,6 +89,16 @@ func (d *Device) rxLoop() {
 			polled = d.polls.Load()
 		}
 	}
+}
+
+// readBlocking reads a batch, waiting in the netpoller for one: the receive goroutine's
+// read, or a serving waiter's (lead.go). d.rxMu is held. The polls that may take the
+// socket out of the netpoller's watch are counted from here (drainLocked).
+func (d *Device) readBlocking() (int, error) {
+	d.pollsSinceRead = 0
+	n, err := d.conn.ReadBatch(d.rxMsgs)
+	raceAcquireWire()
+	return n, err
 }
 
 // spinRx keeps reading the socket without blocking for up to rxSpin after the last
@@ -304,6 +312,7 @@ const busyIdle = time.Millisecond
 // spins (tightPolls, tightGap) and takes the socket back when it stops; a poll never
 // blocks.
 func (d *Device) PollRx() bool {
+	d.doorbell.flush() // the stream's posts go before the socket is read
 	p := d.poller
 	if p == nil {
 		if p = d.idlePoller; p == nil {
@@ -311,7 +320,6 @@ func (d *Device) PollRx() bool {
 		}
 	}
 	d.polls.Add(1)
-	d.doorbell.flush() // the stream's posts go before the socket is read
 	if !d.rxMu.TryLock() {
 		return false
 	}

@@ -63,10 +63,8 @@ func (w *Waiter) Serve() bool {
 			d.parked.Store(nil)
 			return true
 		}
-		d.pollsSinceRead = 0
-		n, err := d.conn.ReadBatch(d.rxMsgs)
+		n, err := d.readBlocking()
 		d.parked.Store(nil)
-		raceAcquireWire()
 		if err != nil {
 			if isClosed(err) {
 				return true

@@ -20,9 +20,6 @@ import (
 // McastQPN is the destination QP of every multicast send (the join event's qp_num).
 const McastQPN = 0xFFFFFF
 
-// mcastHopLimit is the hop limit rdma_cm gives a RoCEv2 group (IPV6_DEFAULT_HOPLIMIT).
-const mcastHopLimit = 64
-
 // JoinParam is what a join needs besides the group.
 type JoinParam struct {
 	// QP is the program's UD QP on the agent's device: brought to RTS with rdma_cm's
@@ -56,10 +53,6 @@ type Multicast struct {
 // reach (another address family, or not multicast at all).
 var ErrNotMulticast = errors.New("cm: not a multicast group of the device's address family")
 
-// MGIDOf is the GID rdma_cm gives an IP multicast group on RoCEv2: the IPv4-mapped
-// address for IPv4 (cma_iboe_set_mgid), the address itself for IPv6.
-func MGIDOf(group netip.Addr) verbs.GID { return verbs.GIDFromAddr(group.Unmap()) }
-
 // JoinMulticast joins the IP multicast group (rdma_join_multicast on a UDP-port-space
 // id of this agent's device) and returns the group's address handle, QPN and Q_Key,
 // with p.QP attached unless p.SendOnly. Leave ends the membership.
@@ -77,7 +70,8 @@ func (a *Agent) JoinMulticast(group netip.Addr, p *JoinParam) (*Multicast, error
 	if closed {
 		return nil, ErrClosed
 	}
-	m := &Multicast{Group: group, MGID: MGIDOf(group), QPN: McastQPN, QKey: UDPQKey, HopLimit: mcastHopLimit}
+	// The MGID as cma_iboe_set_mgid makes it: IPv4-mapped for IPv4.
+	m := &Multicast{Group: group, MGID: verbs.GIDFromAddr(group), QPN: McastQPN, QKey: UDPQKey, HopLimit: hopLimit}
 	pd := p.PD
 	if p.QP != nil {
 		if err := ReadyUD(p.QP); err != nil {

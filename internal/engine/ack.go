@@ -1,7 +1,8 @@
 // Acknowledgements: every decision about sending one. The requester's (which packets ask
 // for an ACK), the responder's (one coalesced ACK per QP per receive batch, one sequence
 // NAK per loss, ACKs and NAKs queued behind READ responses), and the busy-poll deferral
-// (an ACK a poller earns waits for the QP's next requests or the next idle poll).
+// (an ACK a poller earns waits for the QP's next requests, or for the third poll after
+// it was earned).
 // Consuming ACKs is the completer's (completer.go).
 
 package engine
@@ -189,13 +190,12 @@ func (d *Device) flushAcks() {
 // empty one sent the ACK alone in a quarter of ib_send_lat's turns on the capi library,
 // a sendmmsg of its own between the request and the reply.
 func (d *Device) sendDueAcks() {
-	d.pruneAcks()
-	if len(d.acks.owing) == 0 {
+	if d.acks.age >= 2 {
+		d.flushAcks() // what left meanwhile with its requests is not sent again (flushAck)
 		return
 	}
-	if d.acks.age >= 2 {
-		d.flushAcks()
-	} else {
+	d.pruneAcks()
+	if len(d.acks.owing) > 0 {
 		d.acks.age++
 	}
 }

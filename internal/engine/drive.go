@@ -498,10 +498,7 @@ func (s *sender) run(db *doorbell) {
 							qp.resp.out.queued = false
 						}
 					}
-					if qp.txQueued { // posts batched by PostSend (doorbell batching)
-						qp.txQueued = false
-						qp.kickSend()
-					}
+					qp.sendQueued()
 				}
 				if more {
 					s.mu.Lock()

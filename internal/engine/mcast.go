@@ -14,7 +14,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/goverbs/goverbs/netio"
 	"github.com/goverbs/goverbs/verbs/driver"
@@ -57,9 +56,8 @@ type mcastGroup struct {
 
 // mcastTable is the device's groups.
 type mcastTable struct {
-	mu       sync.Mutex
-	groups   map[[16]byte]*mcastGroup
-	attached int // attachments over all groups
+	mu     sync.Mutex
+	groups map[[16]byte]*mcastGroup
 }
 
 // AttachMcast attaches a UD QP to the multicast group gid (ibv_attach_mcast): from now
@@ -91,8 +89,8 @@ func (qp *QP) AttachMcast(gid [16]byte, lid uint16) error {
 	if g != nil && slices.Contains(*g.qps.Load(), qp) {
 		return nil
 	}
-	if t.attached >= MaxTotalMcastQPAttach || g != nil && len(*g.qps.Load()) >= MaxMcastQPAttach ||
-		g == nil && len(t.groups) >= MaxMcastGroups {
+	// The device-wide limit (MaxTotalMcastQPAttach) is the product of these two.
+	if g != nil && len(*g.qps.Load()) >= MaxMcastQPAttach || g == nil && len(t.groups) >= MaxMcastGroups {
 		return ErrMcastLimit
 	}
 	if g == nil {
@@ -104,7 +102,6 @@ func (qp *QP) AttachMcast(gid [16]byte, lid uint16) error {
 	}
 	qps := append(slices.Clone(*g.qps.Load()), qp)
 	g.qps.Store(&qps)
-	t.attached++
 	qp.mu.Lock()
 	qp.mcast = append(qp.mcast, g)
 	qp.mu.Unlock()
@@ -158,7 +155,6 @@ func (d *Device) detachLocked(qp *QP, g *mcastGroup) bool {
 	t := &d.mcast
 	qps := slices.DeleteFunc(slices.Clone(*g.qps.Load()), func(q *QP) bool { return q == qp })
 	g.qps.Store(&qps)
-	t.attached--
 	qp.mu.Lock()
 	qp.mcast = slices.DeleteFunc(qp.mcast, func(x *mcastGroup) bool { return x == g })
 	qp.mu.Unlock()
@@ -198,7 +194,6 @@ func (d *Device) closeMcast() {
 	t.mu.Lock()
 	groups := slices.Collect(maps.Values(t.groups))
 	clear(t.groups)
-	t.attached = 0
 	t.mu.Unlock()
 	for _, g := range groups {
 		d.leaveGroup(g)
@@ -224,7 +219,7 @@ func (d *Device) mcastLoop(g *mcastGroup) {
 			if isClosed(err) {
 				return
 			}
-			time.Sleep(time.Millisecond) // a persistent socket error must not spin a core
+			d.rxError(err)
 			continue
 		}
 		for i := range msgs[:n] {

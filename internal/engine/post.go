@@ -1,5 +1,6 @@
 // Posting: PostSend and PostRecv check and copy work requests into the queues, and
-// decide whether the requester runs now or on the sender goroutine (doorbell batching).
+// decide whether the requester runs now or later (doorbell batching): on the sender
+// goroutine, or on a busy-poll device at the application's next poll.
 
 package engine
 
@@ -86,6 +87,19 @@ var monoStart = time.Now()
 
 // nanotime is a monotonic clock reading for the doorbell-batching gap.
 func nanotime() int64 { return int64(time.Since(monoStart)) }
+
+// sendQueued sends the posts PostSend batched (txQueued), unless the QP has closed or
+// been reset since: the sender goroutine's work, and a busy-poll doorbell's. qp.mu is
+// held.
+func (qp *QP) sendQueued() {
+	if !qp.txQueued {
+		return
+	}
+	qp.txQueued = false
+	if !qp.closed && qp.state != driver.QPStateReset {
+		qp.kickSend()
+	}
+}
 
 func (qp *QP) kickSend() {
 	if qp.state == driver.QPStateErr {

@@ -136,7 +136,7 @@ type QP struct {
 	commEst    bool   // EventCommEst raised
 	lastPost   int64  // nanotime at which the last PostSend returned (doorbell batching)
 	lastPolls  uint32 // the device's poll count at the last PostSend (busy-poll doorbell batching)
-	txQueued   bool   // on the sender's list to run the requester (doorbell batching)
+	txQueued   bool   // on the sender's or the doorbell's list to run the requester (doorbell batching)
 	mtu        int    // path MTU in bytes
 	// The multicast groups the QP is attached to (mcast.go): changed under the
 	// device's group table lock and this QP's, read on delivery under this QP's.

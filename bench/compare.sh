@@ -13,6 +13,8 @@
 #   DURATION=3   seconds per bandwidth and message-rate run
 #   ITERS=20000  round trips per latency run
 #   SWEEP=1      0 skips the size sweep (goverbs write_bw -a against Go TCP) and its plot
+#   ONLY=lat     only the latency pairs (UDP ping-pongs against SEND and WRITE, default
+#                and busy-poll), no sweep: for work on latency
 #
 # Tests per round: Go TCP stream vs RC WRITE, SEND, READ 64 KiB; Go UDP 8 B datagram rate
 # vs RC WRITE 8 B message rate, default and busy-poll; Go UDP 8 B ping-pong vs RC SEND and
@@ -25,23 +27,27 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bench/results}
-R=${ROUNDS:-3} D=${DURATION:-3} N=${ITERS:-20000} SWEEP=${SWEEP:-1}
+R=${ROUNDS:-3} D=${DURATION:-3} N=${ITERS:-20000} SWEEP=${SWEEP:-1} ONLY=${ONLY:-}
+[ "$ONLY" = lat ] && SWEEP=0
 S=127.50.0.2 C=127.50.0.3
-repro="ROUNDS=$R DURATION=$D ITERS=$N SWEEP=$SWEEP bench/compare.sh $out"
+repro="ROUNDS=$R DURATION=$D ITERS=$N SWEEP=$SWEEP${ONLY:+ ONLY=$ONLY} bench/compare.sh $out"
 mkdir -p "$out"
 rm -f "$out"/*.json "$out/log.txt"
 . bench/lib.sh
 build
 echo "$repro" >&2
 
+# skip_lat runs a pair that is not a latency pair, unless ONLY=lat.
+skip_lat() { [ "$ONLY" != lat ] || return 0; "$@"; }
+
 for round in $(seq "$R"); do
-  pair tcp_bw $round  $n tcp_bw --bind $S -- $n tcp_bw --bind $C -s 65536 -D $D $S
+  skip_lat pair tcp_bw $round  $n tcp_bw --bind $S -- $n tcp_bw --bind $C -s 65536 -D $D $S
   for t in write_bw send_bw read_bw; do
-    pair $t $round    $g $t --bind $S --json -- $g $t --bind $C -s 65536 -D $D --json $S
+    skip_lat pair $t $round    $g $t --bind $S --json -- $g $t --bind $C -s 65536 -D $D --json $S
   done
-  pair udp_rate $round        $n udp_rate --bind $S -- $n udp_rate --bind $C -s 8 -D $D $S
-  pair write_bw_8 $round      $g write_bw --bind $S --json -- $g write_bw --bind $C -s 8 -D $D --json $S
-  pair write_bw_8_busy $round $g write_bw --bind $S --json --busy-poll -- $g write_bw --bind $C -s 8 -D $D --json --busy-poll $S
+  skip_lat pair udp_rate $round        $n udp_rate --bind $S -- $n udp_rate --bind $C -s 8 -D $D $S
+  skip_lat pair write_bw_8 $round      $g write_bw --bind $S --json -- $g write_bw --bind $C -s 8 -D $D --json $S
+  skip_lat pair write_bw_8_busy $round $g write_bw --bind $S --json --busy-poll -- $g write_bw --bind $C -s 8 -D $D --json --busy-poll $S
   pair udp_lat $round         $n udp_lat --bind $S -- $n udp_lat --bind $C -s 8 -n $N $S
   for t in send_lat write_lat; do
     pair $t $round    $g $t --bind $S -s 8 -n $N --json -- $g $t --bind $C -s 8 -n $N --json $S
@@ -52,8 +58,8 @@ for round in $(seq "$R"); do
   for t in send_lat write_lat; do
     pair ${t}_busy $round $g $t --bind $S -s 8 -n $N --json --busy-poll -- $g $t --bind $C -s 8 -n $N --json --busy-poll $S
   done
-  pair tcp_lat $round         $n tcp_lat --bind $S -- $n tcp_lat --bind $C -s 64 -n $N $S
-  pair tcp_lat_busy $round    $n tcp_lat --bind $S --busy-poll -- $n tcp_lat --bind $C -s 64 -n $N --busy-poll $S
+  skip_lat pair tcp_lat $round         $n tcp_lat --bind $S -- $n tcp_lat --bind $C -s 64 -n $N $S
+  skip_lat pair tcp_lat_busy $round    $n tcp_lat --bind $S --busy-poll -- $n tcp_lat --bind $C -s 64 -n $N --busy-poll $S
 done
 
 svg=()

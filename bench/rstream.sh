@@ -13,7 +13,7 @@
 #   cpu excl bench/rstream.sh                  # ROUNDS=5 BW_COUNT=4000 RR_ITERS=20000
 #   cpu excl bench/rstream.sh bd5994b HEAD     # before and after a change, beside TCP
 #
-# Run it alone on the machine: the figures move by tens of percent with other load.
+# Run it alone on the machine: other load moves the figures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${ROUNDS:-5}
@@ -34,7 +34,9 @@ else
 		variants+=("$name")
 	done
 fi
-cp "$work/${variants[0]}" "$work/tcp"
+# The TCP baseline is the working tree's `rstream --tcp`, whatever revisions are compared.
+[ -x "$work/rdma-tree" ] || go build -o "$work/rdma-tree" ./cmd/goverbs
+cp "$work/rdma-tree" "$work/tcp"
 variants+=(tcp)
 
 # One rstream pair on fresh loopback addresses: the server, then the client; prints the

@@ -10,8 +10,8 @@
 #   OLD=/tmp/goverbs-old bench/rxebw.sh   # also a second goverbs binary in each round
 #
 # The VM is shared (take its lock) and slow (TCG): run it alone on the machine, e.g.
-# under `cpu excl`; a loaded host moves every figure. rxe's retransmissions, which
-# differ from run to run, move a run's figure by a few percent each way.
+# under `cpu excl`; a loaded host moves every figure. rxe's retransmissions differ from
+# run to run and move a run's figure too: read the median of several rounds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${ROUNDS:-5}

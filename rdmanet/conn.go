@@ -98,6 +98,7 @@ type Conn struct {
 	wcs        []verbs.WC
 	readSpin   atomic.Int32
 	blocked    atomic.Int32 // goroutines blocked on what completions bring (block)
+	probeWaits atomic.Int32 // Write waits that lasted probeInterval (waitWritable)
 	pollKick   chan struct{}
 	probeTimer *time.Timer   // the waiting writer's (stopped when it does not wait)
 	drained    chan struct{} // after Close: every send completed or failed
@@ -350,6 +351,7 @@ func (c *Conn) waitWritable() {
 	case <-c.wdl.wait():
 	case <-c.done:
 	case <-c.probeTimer.C:
+		c.probeWaits.Add(1)
 		c.probe()
 	}
 }

@@ -34,7 +34,7 @@ type soakConfig struct {
 func soakConfigFromEnv(t *testing.T) soakConfig {
 	cfg := soakConfig{live: 48, victims: 16, frames: 400}
 	if raceEnabled {
-		cfg.frames = 40 // the race detector makes the framing ten times slower
+		cfg.frames = 40 // the race detector makes the framing much slower
 	}
 	if s := os.Getenv("RDMANET_SOAK"); s != "" {
 		d, err := time.ParseDuration(s)

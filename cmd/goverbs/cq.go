@@ -47,6 +47,9 @@ func (s *stallWatch) start() {
 }
 
 func (s *stallWatch) check() {
+	if s.ctx.Err() != nil {
+		return // stopped (or fired): a Reset now would tick on for nothing
+	}
 	if t := s.waiting.Load(); t != 0 && time.Since(time.Unix(0, t)) > stallTimeout {
 		s.cancel()
 		return
@@ -55,8 +58,8 @@ func (s *stallWatch) check() {
 }
 
 func (s *stallWatch) stop() {
+	s.cancel() // first: a check running now then does not re-arm the timer
 	s.tick.Stop()
-	s.cancel()
 }
 
 // newCQ creates a CQ with its channel. With busy (--busy-poll) wait never sleeps: every

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 
 	"golang.org/x/sys/unix"
 )
@@ -121,9 +120,11 @@ func (c *udpConn) JoinGroup(group netip.Addr) (Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("netio: join %v on %v: %w", group, local, err)
 	}
-	if err := g.adopt(fd); err != nil {
+	if g.er, err = newEpollRecv(fd); err != nil {
+		unix.Close(fd)
 		return nil, fmt.Errorf("netio: join %v on %v: %w", group, local, err)
 	}
+	g.rc = g.er
 	g.local = netip.AddrPortFrom(group, c.local.Port())
 	g.src = c.src
 	g.rcvWant = c.rcvWant
@@ -131,23 +132,6 @@ func (c *udpConn) JoinGroup(group netip.Addr) (Conn, error) {
 	g.r.fn = g.recvFn
 	g.r.onceFn = g.recvOnceFn
 	return g, nil
-}
-
-// adopt puts a bound socket into Go's netpoller as the Conn's receive socket (package
-// net takes a duplicate; the original is closed).
-func (c *udpConn) adopt(fd int) error {
-	f := os.NewFile(uintptr(fd), "udp")
-	pc, err := net.FilePacketConn(f)
-	f.Close()
-	if err != nil {
-		return err
-	}
-	c.pc = pc.(*net.UDPConn)
-	if c.rc, err = c.pc.SyscallConn(); err != nil {
-		c.pc.Close()
-		return err
-	}
-	return nil
 }
 
 // groupConn reads one multicast group's datagrams (udpConn's receive side, without a

@@ -36,8 +36,7 @@ const (
 // epoll write-readiness wake-up that every send from a netpoller socket costs (see
 // rawFD): two-process RDMA WRITE of 64 KiB messages, about 15% more bandwidth.
 type udpConn struct {
-	er    *epollRecv      // the receive socket in the default mode (see epollRecv)
-	pc    *net.UDPConn    // a multicast group's receive socket (groupConn), in the netpoller
+	er    *epollRecv      // the receive socket in the default mode, and a group's (see epollRecv)
 	rfd   *rawFD          // the receive socket with BusyPoll
 	rc    syscall.RawConn // the receive socket, either kind
 	snd   *rawFD          // the send socket
@@ -294,8 +293,5 @@ func (c *udpConn) closeRecv() error {
 	if c.rfd != nil {
 		return c.rfd.close()
 	}
-	if c.er != nil {
-		return c.er.close()
-	}
-	return c.pc.Close()
+	return c.er.close()
 }

@@ -143,15 +143,12 @@ func (c *udpConn) WaitReadable(timeout time.Duration) (bool, error) {
 // ErrInterrupted (Interrupter): a read deadline in the past wakes the reader the
 // netpoller parked. Busy-poll Conns are not interruptible (AsInterrupter says so).
 func (c *udpConn) Interrupt() {
-	switch {
-	case c.er != nil:
+	if c.er != nil {
 		c.er.setReadDeadline(longAgo)
-	case c.pc != nil:
-		c.pc.SetReadDeadline(longAgo)
 	}
 }
 
-func (c *udpConn) interruptible() bool { return c.er != nil || c.pc != nil }
+func (c *udpConn) interruptible() bool { return c.er != nil }
 
 // longAgo is a read deadline that has passed.
 var longAgo = time.Unix(1, 0)
@@ -240,11 +237,7 @@ func (c *udpConn) read(msgs []Message, fn func(fd uintptr) bool, once bool) (int
 			// Interrupt's past deadline: clear it for the next read. An Interrupt that
 			// comes after this read returned and before the clear is not lost: its
 			// caller set what the interrupted goroutine looks at next (see Interrupter).
-			if c.er != nil {
-				c.er.setReadDeadline(time.Time{})
-			} else {
-				c.pc.SetReadDeadline(time.Time{})
-			}
+			c.er.setReadDeadline(time.Time{})
 			return 0, fmt.Errorf("netio: read %v: %w", c.local, ErrInterrupted)
 		}
 		return 0, c.readErr(err)

@@ -43,10 +43,8 @@ type Multicast struct {
 	HopLimit uint8
 	AH       *verbs.AH // to the group, in the QP's PD or JoinParam.PD; nil with neither
 
-	qp       *verbs.QP // attached, or nil
-	leaveMu  sync.Mutex
-	left     bool
-	leaveErr error
+	qp    *verbs.QP    // attached, or nil
+	leave func() error // leaveOnce, once (sync.OnceValue)
 }
 
 // ErrNotMulticast: the address to join is not a multicast group the agent's device can
@@ -72,6 +70,7 @@ func (a *Agent) JoinMulticast(group netip.Addr, p *JoinParam) (*Multicast, error
 	}
 	// The MGID as cma_iboe_set_mgid makes it: IPv4-mapped for IPv4.
 	m := &Multicast{Group: group, MGID: verbs.GIDFromAddr(group), QPN: McastQPN, QKey: UDPQKey, HopLimit: hopLimit}
+	m.leave = sync.OnceValue(m.leaveOnce)
 	pd := p.PD
 	if p.QP != nil {
 		if err := ReadyUD(p.QP); err != nil {
@@ -98,13 +97,10 @@ func (a *Agent) JoinMulticast(group netip.Addr, p *JoinParam) (*Multicast, error
 
 // Leave leaves the group (rdma_leave_multicast): the QP is detached and the address
 // handle closed. Leaving twice returns the first Leave's result.
-func (m *Multicast) Leave() error {
-	m.leaveMu.Lock()
-	defer m.leaveMu.Unlock()
-	if m.left {
-		return m.leaveErr
-	}
-	m.left = true
+func (m *Multicast) Leave() error { return m.leave() }
+
+// leaveOnce detaches the QP and closes the AH.
+func (m *Multicast) leaveOnce() error {
 	var errs []error
 	if m.qp != nil {
 		if err := m.qp.DetachMcast(m.MGID, 0); err != nil && !errors.Is(err, verbs.ErrClosed) {
@@ -116,6 +112,5 @@ func (m *Multicast) Leave() error {
 			errs = append(errs, err)
 		}
 	}
-	m.leaveErr = errors.Join(errs...)
-	return m.leaveErr
+	return errors.Join(errs...)
 }

@@ -211,6 +211,11 @@ func (c *CompChannel) signal(cq *CQ) {
 // so that the socket's arrival wakes the goroutine that wants the completion.
 func (c *CompChannel) Wait(ctx context.Context) (*CQ, error) {
 	var stop func() bool // a registration of this call's own, when the cached one is another context's
+	defer func() {
+		if stop != nil {
+			stop()
+		}
+	}()
 	for {
 		c.mu.Lock()
 		if len(c.ready) > 0 {
@@ -219,9 +224,6 @@ func (c *CompChannel) Wait(ctx context.Context) (*CQ, error) {
 			c.ready = c.ready[:len(c.ready)-1]
 			c.mu.Unlock()
 			cq.events.Add(1)
-			if stop != nil {
-				stop()
-			}
 			return cq, nil
 		}
 		closed := c.closed
@@ -243,9 +245,6 @@ func (c *CompChannel) Wait(ctx context.Context) (*CQ, error) {
 			return nil, errChannelClosed
 		}
 		if err := ctx.Err(); err != nil {
-			if stop != nil {
-				stop()
-			}
 			return nil, err
 		}
 		if c.lead != nil {
@@ -259,9 +258,6 @@ func (c *CompChannel) Wait(ctx context.Context) (*CQ, error) {
 		case <-c.done:
 		case <-turn:
 		case <-ctx.Done():
-			if stop != nil {
-				stop()
-			}
 			return nil, ctx.Err()
 		}
 	}

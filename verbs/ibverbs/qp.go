@@ -12,7 +12,6 @@ import "C"
 import (
 	"errors"
 	"sync"
-	"syscall"
 	"unsafe"
 
 	"github.com/goverbs/goverbs/verbs/driver"
@@ -236,13 +235,7 @@ func (q *qp) mcast(gid driver.GID, lid uint16, attach bool) error {
 	*(*[16]byte)(unsafe.Pointer(&g)) = gid
 	// Both return an errno value rather than setting errno.
 	if attach {
-		if rc := C.ibv_attach_mcast(q.qp, &g, C.uint16_t(lid)); rc != 0 {
-			return ibvErr("ibv_attach_mcast", syscall.Errno(rc))
-		}
-		return nil
+		return rcErr("ibv_attach_mcast", int(C.ibv_attach_mcast(q.qp, &g, C.uint16_t(lid))))
 	}
-	if rc := C.ibv_detach_mcast(q.qp, &g, C.uint16_t(lid)); rc != 0 {
-		return ibvErr("ibv_detach_mcast", syscall.Errno(rc))
-	}
-	return nil
+	return rcErr("ibv_detach_mcast", int(C.ibv_detach_mcast(q.qp, &g, C.uint16_t(lid))))
 }

@@ -162,14 +162,7 @@ func TestCloseReleasesDevices(t *testing.T) {
 	if open := openDevices(l.Addr().(*Addr).AddrPort.Addr(), d.LocalAddr); len(open) > 0 {
 		t.Errorf("devices on %v open after every user closed", open)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > before {
-		buf := make([]byte, 1<<16)
-		t.Fatalf("%d goroutines after closing, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
-	}
+	checkGoroutines(t, before)
 }
 
 // openDevices returns which of addrs have a device open.

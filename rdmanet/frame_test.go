@@ -82,8 +82,10 @@ type frameReader struct {
 	buf    []byte
 }
 
-func newFrameReader(r io.Reader, id int64) *frameReader {
-	return &frameReader{r: bufio.NewReaderSize(r, 64<<10), want: id,
+// newFrameReader reads a connection's frames; the first names the connection, and every
+// later one must come from it.
+func newFrameReader(r io.Reader) *frameReader {
+	return &frameReader{r: bufio.NewReaderSize(r, 64<<10), want: -1,
 		buf: make([]byte, frameHeader+maxPayload+frameTrailer)}
 }
 

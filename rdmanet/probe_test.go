@@ -1,7 +1,6 @@
 package rdmanet
 
 import (
-	"bytes"
 	"strings"
 	"testing"
 	"time"
@@ -39,7 +38,7 @@ func TestWriteToAGonePeerFails(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("Write to a gone peer still blocked after 15 s")
 	}
-	if _, err := a.Read(make([]byte, 1)); err == nil || bytes.Contains([]byte(err.Error()), []byte("EOF")) {
+	if _, err := a.Read(make([]byte, 1)); err == nil || strings.Contains(err.Error(), "EOF") {
 		t.Errorf("Read after the peer was found gone: %v, want the connection's error", err)
 	}
 }

@@ -134,7 +134,7 @@ func TestSoak(t *testing.T) {
 			v.writeTook = sinceKill()
 		})
 		dying.Go(func() {
-			fr := newFrameReader(c, -1)
+			fr := newFrameReader(c)
 			for v.readErr == nil {
 				if v.readErr = fr.next(); v.readErr == nil {
 					v.frames.Add(1)
@@ -215,7 +215,7 @@ func streamFrames(t *testing.T, c net.Conn, id uint32, cfg soakConfig, start tim
 // checkFrames reads and checks c's frames up to the end frame and io.EOF after it;
 // a slow reader sleeps every 16 frames.
 func checkFrames(t *testing.T, c net.Conn, slow bool) {
-	fr := newFrameReader(c, -1)
+	fr := newFrameReader(c)
 	for {
 		err := fr.next()
 		if errors.Is(err, errStreamEnd) {
@@ -300,7 +300,7 @@ func childSoak() error {
 			}
 		}()
 		go func() {
-			fr := newFrameReader(c, -1)
+			fr := newFrameReader(c)
 			for {
 				if err := fr.next(); err != nil {
 					errc <- fmt.Errorf("reading: %w", err)

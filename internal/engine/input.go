@@ -19,24 +19,12 @@ import (
 // seg is the packet's position in a GRO run (0 for a lone datagram): a run coalesced from a
 // goverbs GSO send carries IPv4 Identifications numbered from 0, which the ICRC covers.
 func (d *Device) input(b []byte, from netip.AddrPort, seg int) {
-	d.counters.RxPackets.Add(1)
-	d.counters.RxBytes.Add(uint64(len(b)))
 	p := &d.rxPkt
-	if perr, ok := p.TryParse(b, wire.MTU4096.Bytes()); !ok {
-		d.counters.Malformed.Add(1)
-		if d.debug {
-			d.logMalformed(from, perr)
-		}
+	if !d.parseRx(p, b, from) {
 		return
 	}
 	qp := d.rxLookupQP(p.BTH.DestQP())
-	if !d.checkICRC(b, from, d.local, qp, seg) {
-		d.counters.ICRCErrors.Add(1)
-		return
-	}
-	// P_Key: the default partition, full (0xFFFF) or limited (0x7FFF) member (IBTA 10.9.3).
-	if pk := p.BTH.PKey(); pk&0x7fff != 0x7fff {
-		d.counters.BadPKey.Add(1)
+	if !d.checkRx(p, b, from, d.local, qp, seg) {
 		return
 	}
 	if p.Op.Transport == wire.TransportCNP {
@@ -54,6 +42,37 @@ func (d *Device) input(b []byte, from netip.AddrPort, seg int) {
 	qp.mu.Lock()
 	qp.receive(p, from, d.local)
 	qp.mu.Unlock()
+}
+
+// parseRx counts a datagram and parses it into p; a malformed one is counted and
+// dropped (false). The first receive step for the device's own socket (input) and a
+// multicast group's (inputMcast).
+func (d *Device) parseRx(p *wire.Packet, b []byte, from netip.AddrPort) bool {
+	d.counters.RxPackets.Add(1)
+	d.counters.RxBytes.Add(uint64(len(b)))
+	perr, ok := p.TryParse(b, wire.MTU4096.Bytes())
+	if !ok {
+		d.counters.Malformed.Add(1)
+		if d.debug {
+			d.logMalformed(from, perr)
+		}
+	}
+	return ok
+}
+
+// checkRx checks a parsed packet's ICRC, for the IP header it arrived in (from the peer
+// to to), and its P_Key; a packet that fails either is counted and dropped (false).
+func (d *Device) checkRx(p *wire.Packet, b []byte, from, to netip.AddrPort, qp *QP, seg int) bool {
+	if !d.checkICRC(b, from, to, qp, seg) {
+		d.counters.ICRCErrors.Add(1)
+		return false
+	}
+	// P_Key: the default partition, full (0xFFFF) or limited (0x7FFF) member (IBTA 10.9.3).
+	if pk := p.BTH.PKey(); pk&0x7fff != 0x7fff {
+		d.counters.BadPKey.Add(1)
+		return false
+	}
+	return true
 }
 
 // logMalformed logs a parse failure (debug only). A function of its own: taking the

@@ -233,21 +233,7 @@ func (d *Device) mcastLoop(g *mcastGroup) {
 // attached (IBTA 10.5.2: each member gets a copy; 9.6 and A17.4 for the checks, with
 // the group's address as the destination the ICRC covers).
 func (d *Device) inputMcast(g *mcastGroup, p *wire.Packet, b []byte, from netip.AddrPort) {
-	d.counters.RxPackets.Add(1)
-	d.counters.RxBytes.Add(uint64(len(b)))
-	if perr, ok := p.TryParse(b, wire.MTU4096.Bytes()); !ok {
-		d.counters.Malformed.Add(1)
-		if d.debug {
-			d.logMalformed(from, perr)
-		}
-		return
-	}
-	if !d.checkICRC(b, from, g.to, nil, 0) {
-		d.counters.ICRCErrors.Add(1)
-		return
-	}
-	if pk := p.BTH.PKey(); pk&0x7fff != 0x7fff {
-		d.counters.BadPKey.Add(1)
+	if !d.parseRx(p, b, from) || !d.checkRx(p, b, from, g.to, nil, 0) {
 		return
 	}
 	// Only UD sends are multicast, always to QPN 0xFFFFFF (IBTA 10.5, 9.8.3).

@@ -228,8 +228,9 @@ func (qp *QP) sendPackets(w *sendWQE, tx *txBatch) bool {
 	if qp.typ == driver.QPTypeUD {
 		dst = w.udDst
 	}
+	win := qp.window() // once, not a division per packet
 	for w.next < w.npkts {
-		if qp.typ == driver.QPTypeRC && qp.req.psn.Diff(qp.comp.psn) >= qp.window() {
+		if qp.typ == driver.QPTypeRC && qp.req.psn.Diff(qp.comp.psn) >= win {
 			return true
 		}
 		k := w.next

@@ -340,14 +340,18 @@ func TestCompletionChannelWakesAndCancels(t *testing.T) {
 			t.Fatalf("consumer did not wake for completion %d", i)
 		}
 	}
-	// The consumer's last arm may have raised an event for the completion its poll took
+	// Each of the consumer's arms may have raised an event for a completion its poll took
 	// (the poll reads the socket itself, so the completion can come between the two): a
-	// pending event is for the past, as with ibv_get_cq_event. Take it first.
-	drain, stop := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	if cq, err := ch.Wait(drain); err == nil {
+	// pending event is for the past, as with ibv_get_cq_event. Take them all first.
+	for {
+		drain, stop := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		cq, err := ch.Wait(drain)
+		stop()
+		if err != nil {
+			break
+		}
 		cq.AckEvents(1)
 	}
-	stop()
 	// A cancelled context unblocks a waiter with no completion coming.
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)

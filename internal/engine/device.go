@@ -83,7 +83,7 @@ type Device struct {
 	counters Counters
 	txPool   sync.Pool
 	sender   sender
-	doorbell doorbell      // busy-poll mode: streamed posts waiting for a poll
+	doorbell doorbell      // streamed posts waiting for a poll (busy-poll, or pollDriven)
 	alarmEnd chan struct{} // closed when the doorbell's alarm goroutine has ended
 	rxDone   chan struct{}
 	done     chan struct{}
@@ -111,6 +111,11 @@ type Device struct {
 	// the watch, and no epoll_ctl per turn.
 	unwatch        netio.Unwatcher
 	pollsSinceRead int
+	// pollDriven is set while a program spinning on its CQ drives the device (from the
+	// tightPolls-th poll since the last blocking read until the next one): its streamed
+	// posts then wait for its next poll, as a busy poller's do (doorbell), instead of
+	// waking the sender goroutine for every burst.
+	pollDriven atomic.Bool
 	// woke is set when a completion wakes a CQ's event handler (a completion channel's
 	// waiter) during a receive batch; the default-mode drive then lets that waiter run
 	// before it sends the batch's ACKs (processRx).
@@ -168,7 +173,7 @@ func New(cfg Config) (*Device, error) {
 	d.txPool.New = func() any { return newTxBatch(d.conn.Caps()) }
 	d.sender.init()
 	go d.sender.run(&d.doorbell)
-	if d.poller != nil { // only a busy-poll device defers posts to its polls
+	if d.poller != nil || d.idlePoller != nil { // devices whose polls read the socket defer posts to them
 		if d.doorbell.alarm = newAlarm(); d.doorbell.alarm != nil {
 			d.alarmEnd = make(chan struct{})
 			go d.runAlarm(d.alarmEnd)

@@ -1,7 +1,8 @@
-// Doorbell batching on a busy-poll device: the posts of a stream wait for the
-// application's next poll, which sends them together; a timer (the alarm) sends them if
-// no poll comes. (A default-mode device hands a stream to its sender goroutine: see
-// PostSend.)
+// Doorbell batching on a device the application's polls drive (busy-poll, or a
+// default-mode device while a program spins on its CQ: Device.pollDriven): the posts of
+// a stream wait for the application's next poll, which sends them together; a timer
+// (the alarm) sends them if no poll comes. (Otherwise a default-mode device hands a
+// stream to its sender goroutine: see PostSend.)
 
 package engine
 
@@ -11,8 +12,8 @@ import (
 	"time"
 )
 
-// doorbell is a busy-poll device's list of QPs whose streamed posts have not been sent
-// yet (PostSend). A busy device sent every post inline, a sendmmsg per message, and ran
+// doorbell is the list of QPs whose streamed posts wait for the application's next
+// poll (PostSend). A busy device sent every post inline, a sendmmsg per message, and ran
 // 8-byte WRITEs at 0.44 M/s; a goroutine to send a stream would take the core the
 // poller spins on. Here a stream's posts wait until the application polls a CQ of the
 // device (PollRx, Device.Progress), arms one or resizes one, which a busy application

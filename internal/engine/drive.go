@@ -96,6 +96,10 @@ func (d *Device) rxLoop() {
 // socket out of the netpoller's watch are counted from here (drainLocked).
 func (d *Device) readBlocking() (int, error) {
 	d.pollsSinceRead = 0
+	if d.pollDriven.Load() {
+		d.pollDriven.Store(false)
+		d.doorbell.flush() // what the poller's last posts left waiting for its poll
+	}
 	n, err := d.conn.ReadBatch(d.rxMsgs)
 	raceAcquireWire()
 	return n, err
@@ -344,8 +348,13 @@ func (d *Device) drainLocked(p netio.Poller) {
 	if len(d.acks.owing) > 0 {
 		d.sendDueAcks()
 	}
-	if d.pollsSinceRead++; d.pollsSinceRead == tightPolls && d.unwatch != nil {
-		d.unwatch.Unwatch() // a spinning program: no runtime thread woken per datagram
+	if d.pollsSinceRead++; d.pollsSinceRead == tightPolls {
+		// A spinning program: no runtime thread woken per datagram, and its streams
+		// wait for its polls.
+		if d.unwatch != nil {
+			d.unwatch.Unwatch()
+		}
+		d.pollDriven.Store(true)
 	}
 	// One datagram first, as a busy poller reads: a ping-pong finds one, and a wider
 	// recvmmsg costs a second pass through the socket layer before the completion

@@ -231,12 +231,14 @@ func TestPeerProcessKilledMidTransfer(t *testing.T) {
 	peer.connectTo(qp.QPN(), 0x20, 0x10)
 	checkTransfer(t, h, qp, peer, 1)
 
-	// Mid-transfer: 200 WRITEs and READs of 16–64 KiB queued; kill the peer once 20 are done.
+	// Mid-transfer: 200 WRITEs and READs of 64–256 KiB queued (about 30 MiB: what is left
+	// after the kill must outlast the peer's death; with 16–64 KiB the transfer
+	// sometimes finished first), and the peer killed once 10 are done.
 	src := h.mr(t, peerMRSize, allAccess)
 	fill(src.Buf(), 2)
 	const total = 200
 	for i := 0; i < total; i++ {
-		n := 16<<10 + (i%4)*16<<10
+		n := 64<<10 + (i%4)*64<<10
 		wr := SendWR{ID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{src.SGE(0, n)}, RemoteAddr: peer.addr, RKey: peer.rkey}
 		if i%3 == 2 {
 			wr.Opcode = WRRDMARead
@@ -249,7 +251,7 @@ func TestPeerProcessKilledMidTransfer(t *testing.T) {
 	var killed time.Time
 	var failedAt time.Duration
 	wcs := waitWCFunc(t, h.cq, total, 20*time.Second, func(done int) {
-		if done >= 20 && killed.IsZero() {
+		if done >= 10 && killed.IsZero() {
 			if err := peer.cmd.Process.Kill(); err != nil { // SIGKILL
 				t.Fatal(err)
 			}
@@ -278,7 +280,7 @@ func TestPeerProcessKilledMidTransfer(t *testing.T) {
 	}
 	budget := time.Duration(params.retry+1) * 4096 * time.Nanosecond << params.timeout
 	t.Logf("peer killed after %d completions; RETRY_EXC_ERR %v later (timeout×(retry_cnt+1) = %v); %d flushed",
-		20, failedAt.Round(time.Millisecond), budget, total-i-1)
+		10, failedAt.Round(time.Millisecond), budget, total-i-1)
 	// The deadline runs from the last progress, which is before the kill; scheduling on a
 	// loaded machine (and -race) adds a little.
 	if failedAt > budget+budget/2+100*time.Millisecond {

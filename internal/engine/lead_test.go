@@ -22,7 +22,9 @@ type leadPair struct {
 func newLeadPair(t *testing.T) *leadPair {
 	t.Helper()
 	p := &leadPair{a: openUDPDevice(t), b: openUDPDevice(t)}
-	qcap := driver.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}
+	// Room for every send of a test's rounds (TestPollReadsTheSocket's 20): a's receive
+	// goroutine may not have processed b's ACKs, and retired a's sends, by the next post.
+	qcap := driver.QPCap{MaxSendWR: 32, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}
 	side := func(d *Device) (*QP, *CQ, *MR, []byte) {
 		pd, err := d.AllocPD()
 		must(t, err)

@@ -19,6 +19,7 @@ type payload struct {
 	b      []byte
 	sgl    *sgl
 	off, n int
+	pinned bool // sgl's regions are pinned by the caller for the copy (sendPackets)
 }
 
 // bytesPayload is a payload copied from b.
@@ -82,7 +83,9 @@ func (d *Device) emit(tx *txBatch, dst netip.AddrPort, h *wire.Headers, pl paylo
 		d.commitGather(tx, hlen, tx.pieces, n, dst)
 		return true
 	}
-	if pl.sgl != nil {
+	if pl.pinned {
+		pl.sgl.copyOutPinned(buf[hlen:hlen+n], pl.off)
+	} else if pl.sgl != nil {
 		if !pl.sgl.copyOut(buf[hlen:hlen+n], pl.off) {
 			return false
 		}

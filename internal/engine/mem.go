@@ -311,11 +311,16 @@ func (l *sgl) copyOut(dst []byte, off int) bool {
 	if !l.acquire() {
 		return false
 	}
-	defer l.release()
+	l.copyOutPinned(dst, off)
+	l.release()
+	return true
+}
+
+// copyOutPinned is copyOut for a caller that has pinned the list's regions (acquire).
+func (l *sgl) copyOutPinned(dst []byte, off int) {
 	for i, o := l.at(off); len(dst) > 0 && i < len(l.segs); i, o = i+1, 0 {
 		dst = dst[copy(dst, l.segs[i][o:]):]
 	}
-	return true
 }
 
 // copyIn scatters src into the list starting at byte offset off. The caller has checked

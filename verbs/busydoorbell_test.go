@@ -234,3 +234,36 @@ func TestBusyPollPostAfterPollLeavesInline(t *testing.T) {
 		}
 	}
 }
+
+// TestBusyPollBurstOfTwoLeavesInline: the second of two posts in a row leaves before
+// PostSend returns, as the first does. Deferring it to the next poll would cost the
+// doorbell's alarm two timerfd syscalls for a send it saves, on a path such as rdmanet's
+// data followed by a credit.
+func TestBusyPollBurstOfTwoLeavesInline(t *testing.T) {
+	a, ca, c := busyPipePair(t, 12, 13)
+	p := newPair(t, a, c, QPTypeRC, defaultRC())
+	src, dst := a.mr(t, 8, allAccess), c.mr(t, 8, allAccess)
+	wr := writeStream(1, src, dst)[0]
+	wcs := make([]WC, 2)
+	for turn := range 100 {
+		for k := range 2 {
+			before := ca.writes.Load()
+			if err := p.qa.PostSend(wr); err != nil {
+				t.Fatal(err)
+			}
+			if ca.writes.Load() == before {
+				t.Fatalf("turn %d: post %d of a burst of two waited for the next poll", turn, k+1)
+			}
+		}
+		for got, deadline := 0, time.Now().Add(5*time.Second); got < 2; {
+			n, err := a.cq.Poll(wcs)
+			if err != nil || n > 0 && wcs[0].Status != WCSuccess {
+				t.Fatalf("poll: %v %+v", err, wcs[0])
+			}
+			got += n
+			if time.Now().After(deadline) {
+				t.Fatalf("turn %d: %d completions", turn, got)
+			}
+		}
+	}
+}

@@ -131,13 +131,14 @@ type QP struct {
 	// The ICRC's share for the last peer address a packet came from (rxFlowFrom):
 	// owned by the device's receive path, which is serialized; not reset with the QP,
 	// since it depends on the address alone.
-	rxFlowFrom netip.AddrPort
-	rxFlow     wire.ICRCFlow
-	commEst    bool   // EventCommEst raised
-	lastPost   int64  // nanotime at which the last PostSend returned (doorbell batching)
-	lastPolls  uint32 // the device's poll count at the last PostSend (busy-poll doorbell batching)
-	txQueued   bool   // on the sender's or the doorbell's list to run the requester (doorbell batching)
-	mtu        int    // path MTU in bytes
+	rxFlowFrom  netip.AddrPort
+	rxFlow      wire.ICRCFlow
+	commEst     bool   // EventCommEst raised
+	lastPost    int64  // nanotime at which the last PostSend returned (doorbell batching)
+	lastPolls   uint32 // the device's poll count at the last PostSend (busy-poll doorbell batching)
+	streamPosts uint8  // posts in a row that came as a stream would (PostSend)
+	txQueued    bool   // on the sender's or the doorbell's list to run the requester (doorbell batching)
+	mtu         int    // path MTU in bytes
 	// The multicast groups the QP is attached to (mcast.go): changed under the
 	// device's group table lock and this QP's, read on delivery under this QP's.
 	mcast          []*mcastGroup

@@ -205,14 +205,11 @@ func TestBusyPollResizeSeesStreamedCompletions(t *testing.T) {
 // PostSend returns, as an isolated post does, and pays no doorbell deferral (whose
 // timerfd syscalls took send_lat 8 B from 2.6 to 11 us one-way).
 func TestBusyPollPostAfterPollLeavesInline(t *testing.T) {
-	a, ca, c := busyPipePair(t, 10, 11)
-	p := newPair(t, a, c, QPTypeRC, defaultRC())
-	src, dst := a.mr(t, 8, allAccess), c.mr(t, 8, allAccess)
-	wr := writeStream(1, src, dst)[0]
+	a, ca, qa, wr := busyWriter(t, 10, 11)
 	wcs := make([]WC, 1)
 	for turn := range 200 {
 		before := ca.writes.Load()
-		if err := p.qa.PostSend(wr); err != nil {
+		if err := qa.PostSend(wr); err != nil {
 			t.Fatal(err)
 		}
 		if ca.writes.Load() == before {
@@ -240,15 +237,12 @@ func TestBusyPollPostAfterPollLeavesInline(t *testing.T) {
 // doorbell's alarm two timerfd syscalls for a send it saves, on a path such as rdmanet's
 // data followed by a credit.
 func TestBusyPollBurstOfTwoLeavesInline(t *testing.T) {
-	a, ca, c := busyPipePair(t, 12, 13)
-	p := newPair(t, a, c, QPTypeRC, defaultRC())
-	src, dst := a.mr(t, 8, allAccess), c.mr(t, 8, allAccess)
-	wr := writeStream(1, src, dst)[0]
+	a, ca, qa, wr := busyWriter(t, 12, 13)
 	wcs := make([]WC, 2)
 	for turn := range 100 {
 		for k := range 2 {
 			before := ca.writes.Load()
-			if err := p.qa.PostSend(wr); err != nil {
+			if err := qa.PostSend(wr); err != nil {
 				t.Fatal(err)
 			}
 			if ca.writes.Load() == before {
@@ -266,4 +260,15 @@ func TestBusyPollBurstOfTwoLeavesInline(t *testing.T) {
 			}
 		}
 	}
+}
+
+// busyWriter connects two busy-poll hosts on an in-memory pipe (busyPipePair) and
+// returns the writing host, its Conn, its RC QP and a signaled 8-byte WRITE to the
+// other host.
+func busyWriter(t *testing.T, x, y byte) (*host, *countingConn, *QP, SendWR) {
+	t.Helper()
+	a, ca, c := busyPipePair(t, x, y)
+	p := newPair(t, a, c, QPTypeRC, defaultRC())
+	src, dst := a.mr(t, 8, allAccess), c.mr(t, 8, allAccess)
+	return a, ca, p.qa, writeStream(1, src, dst)[0]
 }

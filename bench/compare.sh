@@ -19,8 +19,9 @@
 # Tests per round: Go TCP stream vs RC WRITE, SEND, READ 64 KiB; Go UDP 8 B datagram rate
 # vs RC WRITE 8 B message rate, default and busy-poll; Go UDP 8 B ping-pong vs RC SEND and
 # WRITE 8 B latency, default (netpoller; SEND also blocked on its completion channel, -e)
-# and busy-poll (spinning) modes; Go TCP 64 B request/response, both modes, as a baseline
-# of its own.
+# and busy-poll (spinning) modes, and busy-poll SEND against the same spinning ping-pong
+# sending an RC ping-pong's datagrams (nettest --rc-wire: the kernel's floor); Go TCP
+# 64 B request/response, both modes, as a baseline of its own.
 #
 # Uses only Go and this repository. Each side binds its own loopback address
 # (127.50.0.2 serves, 127.50.0.3 is the client); nothing leaves the machine.
@@ -55,6 +56,9 @@ for round in $(seq "$R"); do
   # Blocked on the completion channel, as the UDP baseline's reader is blocked in Read.
   pair send_lat_ev $round $g send_lat --bind $S -s 8 -n $N --json -e -- $g send_lat --bind $C -s 8 -n $N --json -e $S
   pair udp_lat_busy $round    $n udp_lat --bind $S --busy-poll -- $n udp_lat --bind $C -s 8 -n $N --busy-poll $S
+  # The same spinning ping-pong with an RC ping-pong's datagrams (unconnected, DF, an
+  # ACK-sized datagram behind each message): the kernel's share of the row above it.
+  pair udp_lat_rcwire $round  $n udp_lat --bind $S --busy-poll --rc-wire -- $n udp_lat --bind $C -s 8 -n $N --busy-poll --rc-wire $S
   for t in send_lat write_lat; do
     pair ${t}_busy $round $g $t --bind $S -s 8 -n $N --json --busy-poll -- $g $t --bind $C -s 8 -n $N --json --busy-poll $S
   done

@@ -3,7 +3,7 @@
 // It imports nothing from goverbs, so a cost in goverbs' own I/O shows up as a gap
 // between goverbs and these figures instead of hiding in both.
 //
-//	nettest udp_lat  [-s SIZE] [-n ITERS] [--busy-poll] --bind ADDR [SERVER]
+//	nettest udp_lat  [-s SIZE] [-n ITERS] [--busy-poll [--rc-wire]] --bind ADDR [SERVER]
 //	nettest udp_rate [-s SIZE] [-D SECONDS] --bind ADDR [SERVER]
 //	nettest tcp_bw   [-s SIZE] [-D SECONDS] --bind ADDR [SERVER]
 //	nettest tcp_lat  [-s SIZE] [-n ITERS] [--busy-poll] --bind ADDR [SERVER]
@@ -24,6 +24,13 @@
 //     Go programmer can write, and the one ../shared/baseline measures with -spin. The
 //     echo takes its first datagram through the netpoller and then connects to the
 //     sender, so every turn is one read and one write.
+//   - udp_lat --busy-poll --rc-wire: not what a Go programmer would write, but what the
+//     kernel costs for the datagrams an RC ping-pong over RoCEv2 sends: an unconnected
+//     socket with DF set (an ICRC covers the IPv4 Identification, which only such a
+//     socket leaves at 0), and each message followed, in the same sendmmsg, by a
+//     20-byte datagram the size of an RC ACK, which the reader skips. The floor under
+//     goverbs' busy-poll latency on this kernel, with no RDMA work in user space; a
+//     baseline-only row in bench/compare.sh. Linux only.
 //   - udp_rate: the message-rate baseline. A plain loop of conn.Write on a connected
 //     socket, one datagram per write(2); the receiver counts with a plain Read loop. It
 //     reports the datagrams that arrived (loss on UDP is the baseline's problem, not
@@ -57,6 +64,7 @@ type options struct {
 	iters  int
 	dur    time.Duration
 	busy   bool
+	rcWire bool
 	bind   netip.Addr
 	port   int
 	server netip.Addr // invalid on the serving side
@@ -103,10 +111,11 @@ func parse(name string, args []string) (options, error) {
 	iters := fs.Int("n", 10000, "round trips (udp_lat, tcp_lat)")
 	dur := fs.Float64("D", 3, "seconds to send (udp_rate, tcp_bw)")
 	busy := fs.Bool("busy-poll", false, "spin on non-blocking reads instead of sleeping in the netpoller (udp_lat, tcp_lat)")
+	rcWire := fs.Bool("rc-wire", false, "udp_lat --busy-poll: send as an RC ping-pong does (unconnected, DF, an ACK-sized datagram behind each message)")
 	bind := fs.String("bind", "127.0.0.1", "local IP address")
 	port := fs.Int("p", defaultPort, "the server's UDP/TCP port")
 	fs.Parse(args)
-	o := options{size: *size, iters: *iters, dur: time.Duration(*dur * float64(time.Second)), busy: *busy, port: *port}
+	o := options{size: *size, iters: *iters, dur: time.Duration(*dur * float64(time.Second)), busy: *busy, rcWire: *rcWire, port: *port}
 	if o.size == 0 {
 		o.size = map[string]int{"udp_lat": 8, "udp_rate": 8, "tcp_bw": 65536, "tcp_lat": 64}[name]
 	}
@@ -136,6 +145,10 @@ func parse(name string, args []string) (options, error) {
 		return o, fmt.Errorf("-p %d: not a port", o.port)
 	case o.busy && name != "udp_lat" && name != "tcp_lat":
 		return o, fmt.Errorf("--busy-poll applies to udp_lat and tcp_lat only")
+	case o.rcWire && (name != "udp_lat" || !o.busy):
+		return o, fmt.Errorf("--rc-wire applies to udp_lat --busy-poll only")
+	case o.rcWire && o.size == rcAckLen:
+		return o, fmt.Errorf("-s %d: with --rc-wire the message must differ in size from the %d-byte ACK", o.size, rcAckLen)
 	}
 	return o, nil
 }

@@ -18,6 +18,9 @@ func udpLat(o options) error {
 	if o.serving() {
 		return udpEcho(o)
 	}
+	if o.rcWire {
+		return udpLatRC(o)
+	}
 	c, err := net.DialUDP("udp", net.UDPAddrFromAddrPort(o.local()), net.UDPAddrFromAddrPort(o.remote()))
 	if err != nil {
 		return err
@@ -99,6 +102,9 @@ func udpEcho(o options) error {
 	n, from, err := c.ReadFromUDPAddrPort(buf)
 	if err != nil {
 		return err
+	}
+	if o.rcWire {
+		return rcEcho(c, buf, n, from)
 	}
 	s, err := newSpinner(c, time.Time{})
 	if err != nil {

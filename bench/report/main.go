@@ -63,6 +63,7 @@ var comparisons = []struct{ run, base, key, unit, what string }{
 	{"write_lat", "udp_lat", "t_typical_us", "µs", "RC WRITE 8 B latency (one-way, median) vs Go UDP ping-pong"},
 	{"send_lat_busy", "udp_lat_busy", "t_typical_us", "µs", "RC SEND 8 B latency, busy-poll, vs Go UDP spinning ping-pong"},
 	{"write_lat_busy", "udp_lat_busy", "t_typical_us", "µs", "RC WRITE 8 B latency, busy-poll, vs Go UDP spinning ping-pong"},
+	{"send_lat_busy", "udp_lat_rcwire", "t_typical_us", "µs", "RC SEND 8 B latency, busy-poll, vs the same Go UDP ping-pong sending RC's datagrams (unconnected, DF, an ACK behind each: nettest --rc-wire)"},
 	{"tcp_lat", "", "t_typical_us", "µs", "Go TCP 64 B request/response (one-way, median), baseline only"},
 	{"tcp_lat_busy", "", "t_typical_us", "µs", "Go TCP 64 B request/response, spinning, baseline only"},
 }

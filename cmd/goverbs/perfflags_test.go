@@ -191,3 +191,17 @@ func TestPerfRunInfinitely(t *testing.T) {
 	r := s.wait(t)
 	mustSucceed(t, "--run_infinitely after Ctrl-C", r)
 }
+
+// TestPerfLargeMessagesCompleteEveryWR: as perftest, a bandwidth test above 8 KiB
+// completes every work request unless -Q asks otherwise, and one that asks is warned;
+// at 8 KiB and below, and with -a, the moderation stays 100.
+func TestPerfLargeMessagesCompleteEveryWR(t *testing.T) {
+	r := loop(t, "write_bw", "-n", "50", "-s", "65536")
+	mustContain(t, "write_bw -s 65536", r.stdout, " CQ Moderation   : 1\n", " 65536      50 ")
+	r = loop(t, "write_bw", "-n", "50", "-s", "65536", "-Q", "10")
+	mustContain(t, "write_bw -s 65536 -Q 10", r.stdout, " CQ Moderation   : 10\n")
+	mustContain(t, "write_bw -s 65536 -Q 10 (stderr)", r.stderr, "Warning: Large message requested and CQ moderation enabled")
+	r = loop(t, "write_bw", "-n", "200", "-s", "8192")
+	mustContain(t, "write_bw -s 8192", r.stdout, " CQ Moderation   : 100\n")
+	badInput(t, "must be a multiple of CQ moderation", "write_bw", "--loopback", "-s", "4096", "-l", "8", "-Q", "3")
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"strings"
 )
 
@@ -120,6 +121,10 @@ func (o *perfOpts) register(fs *flagSet, t perfTest, lat bool) {
 	fs.boolVar(&o.version, "V", "version", "print the version and exit")
 }
 
+// cqModSizeLimit is the message size above which perftest completes every work request
+// by default (MSG_SIZE_CQ_MOD_LIMIT).
+const cqModSizeLimit = 8192
+
 func (o *perfOpts) check(t perfTest, lat bool, fs *flagSet) error {
 	o.sizeSet = fs.Changed("size")
 	o.conn = strings.ToUpper(o.conn)
@@ -188,13 +193,28 @@ func (o *perfOpts) check(t perfTest, lat bool, fs *flagSet) error {
 	if o.cqMod < 1 || o.cqMod > 1024 {
 		return fmt.Errorf("invalid CQ moderation %d: must be 1..1024", o.cqMod)
 	}
+	if !lat && o.size > cqModSizeLimit && o.conn != "UD" && !o.all && !o.events {
+		// As perftest: above 8 KiB every work request completes unless -Q asks
+		// otherwise (moderation buys nothing at that size, and skews the bandwidth the
+		// completions time), and one that asks is warned. Not for UD, -a or -e.
+		if !fs.Changed("cq-mod") {
+			o.cqMod = 1
+		} else if o.cqMod > 1 {
+			fmt.Fprintln(os.Stderr, "Warning: Large message requested and CQ moderation enabled")
+			fmt.Fprintln(os.Stderr, "Warning: It can lead to inaccurate results")
+		}
+	}
 	if o.postList < 1 || o.postList > o.txDepth {
 		return fmt.Errorf("invalid post list %d: must be 1..tx depth (%d)", o.postList, o.txDepth)
 	}
 	if o.postList > 1 {
-		// As perftest: a list is signaled as a whole, so the moderation is the list,
-		// and a run is whole lists.
-		o.cqMod = o.postList
+		// As perftest: a list is signaled as a whole, so the moderation is the list
+		// (unless -Q set it), and a run is whole lists.
+		if !fs.Changed("cq-mod") {
+			o.cqMod = o.postList
+		} else if o.postList%o.cqMod != 0 {
+			return fmt.Errorf("post list size %d must be a multiple of CQ moderation %d", o.postList, o.cqMod)
+		}
 		o.iters = (o.iters + o.postList - 1) / o.postList * o.postList
 	}
 	if o.timeout < 0 || o.timeout > 31 {

@@ -58,8 +58,8 @@ func newRCWire(c *net.UDPConn, peer netip.AddrPort, deadline time.Time) (*rcWire
 	return w, nil
 }
 
-// send sends msg and an ACK-sized datagram behind it in one sendmmsg.
-func (w *rcWire) send(msg []byte) error {
+// write sends msg and an ACK-sized datagram behind it in one sendmmsg.
+func (w *rcWire) write(msg []byte) error {
 	w.iovs[0].Base = &msg[0]
 	w.iovs[0].SetLen(len(msg))
 	for sent := 0; sent < len(w.hdrs); {
@@ -109,34 +109,14 @@ func udpLatRC(o options) error {
 	if err := awaitRCEcho(w, msg, in); err != nil {
 		return err
 	}
-	turn := func(i int) error {
-		stamp(msg, i+1)
-		if err := w.send(msg); err != nil {
-			return err
-		}
-		for {
-			n, err := w.read(in)
-			if err != nil {
-				return lost(err)
-			}
-			if echoes(in[:n], msg) {
-				return nil
-			}
-		}
-	}
-	rtts, err := pingPong(o.iters, turn)
-	if err != nil {
-		return err
-	}
-	emit(latencyRow(o.size, rtts))
-	return nil
+	return reportLatency(o, pingTurn(w, msg, in))
 }
 
 // awaitRCEcho pings until the server answers (it may still be starting).
 func awaitRCEcho(w *rcWire, msg, in []byte) error {
 	stamp(msg, 0)
 	for start := time.Now(); time.Since(start) < 10*time.Second; {
-		if err := w.send(msg); err != nil {
+		if err := w.write(msg); err != nil {
 			return err
 		}
 		for t := time.Now(); time.Since(t) < 100*time.Millisecond; {
@@ -158,7 +138,7 @@ func rcEcho(c *net.UDPConn, buf []byte, n int, from netip.AddrPort) error {
 		return err
 	}
 	for {
-		if err := w.send(buf[:n]); err != nil {
+		if err := w.write(buf[:n]); err != nil {
 			return err
 		}
 		w.limit = time.Now().Add(time.Second)

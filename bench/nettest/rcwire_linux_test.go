@@ -32,7 +32,7 @@ func TestRCWireSendsMessageThenACK(t *testing.T) {
 		t.Fatalf("IP_MTU_DISCOVER = %d, %v; want IP_PMTUDISC_DO (DF, Identification 0)", v, err)
 	}
 	msg := []byte("12345678")
-	if err := wa.send(msg); err != nil {
+	if err := wa.write(msg); err != nil {
 		t.Fatal(err)
 	}
 	// What arrived, datagram by datagram, through the standard library.
@@ -59,10 +59,10 @@ func TestRCWireSendsMessageThenACK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := wa.send(msg); err != nil {
+	if err := wa.write(msg); err != nil {
 		t.Fatal(err)
 	}
-	if err := wa.send([]byte("abcdefgh")); err != nil {
+	if err := wa.write([]byte("abcdefgh")); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"12345678", "abcdefgh"} {

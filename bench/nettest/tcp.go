@@ -124,12 +124,7 @@ func tcpLat(o options) error {
 			return err
 		}
 	}
-	rtts, err := pingPong(o.iters, turn)
-	if err != nil {
-		return err
-	}
-	emit(latencyRow(o.size, rtts))
-	return nil
+	return reportLatency(o, turn)
 }
 
 // ignoreEOF ends a server quietly when its client closes the connection.

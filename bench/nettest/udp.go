@@ -31,45 +31,54 @@ func udpLat(o options) error {
 		return err
 	}
 	deadline := runDeadline(o)
-	var turn func(i int) error
+	var s pingIO = netpollIO{c}
 	if o.busy {
-		s, err := newSpinner(c, deadline)
-		if err != nil {
+		if s, err = newSpinner(c, deadline); err != nil {
 			return err
-		}
-		turn = func(i int) error {
-			stamp(msg, i+1)
-			if err := s.write(msg); err != nil {
-				return err
-			}
-			for {
-				n, err := s.read(in)
-				if err != nil {
-					return lost(err)
-				}
-				if echoes(in[:n], msg) {
-					return nil
-				}
-			}
 		}
 	} else {
 		c.SetReadDeadline(deadline)
-		turn = func(i int) error {
-			stamp(msg, i+1)
-			if _, err := c.Write(msg); err != nil {
-				return err
+	}
+	return reportLatency(o, pingTurn(s, msg, in))
+}
+
+// pingIO is a ping-pong's I/O: the UDPConn through the netpoller (netpollIO), the
+// spinner, or --rc-wire's.
+type pingIO interface {
+	read(b []byte) (int, error)
+	write(b []byte) error
+}
+
+// netpollIO is a connected UDPConn's Read and Write, which wait in the netpoller.
+type netpollIO struct{ c *net.UDPConn }
+
+func (n netpollIO) read(b []byte) (int, error) { return n.c.Read(b) }
+func (n netpollIO) write(b []byte) error {
+	_, err := n.c.Write(b)
+	return err
+}
+
+// pingTurn is one turn of a ping-pong over s: send msg, read until its echo comes.
+func pingTurn(s pingIO, msg, in []byte) func(i int) error {
+	return func(i int) error {
+		stamp(msg, i+1)
+		if err := s.write(msg); err != nil {
+			return err
+		}
+		for {
+			n, err := s.read(in)
+			if err != nil {
+				return lost(err)
 			}
-			for {
-				n, err := c.Read(in)
-				if err != nil {
-					return lost(err)
-				}
-				if echoes(in[:n], msg) {
-					return nil
-				}
+			if echoes(in[:n], msg) {
+				return nil
 			}
 		}
 	}
+}
+
+// reportLatency runs o.iters turns and prints the latency row.
+func reportLatency(o options, turn func(i int) error) error {
 	rtts, err := pingPong(o.iters, turn)
 	if err != nil {
 		return err

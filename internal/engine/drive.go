@@ -194,7 +194,7 @@ func (d *Device) takeRx(seen, polled *uint32) bool {
 		time.Sleep(leadIdle)
 		return false
 	}
-	if n := d.polls.Load(); n-*polled >= uint32(pollIdle/tightGap) {
+	if n := d.polls.Load(); n-*polled >= uint32(pollIdle/drivingGap) {
 		*polled = n
 		select {
 		case d.rxFree <- struct{}{}:
@@ -227,6 +227,16 @@ const (
 	tightPolls = 16
 	tightGap   = 4 * time.Microsecond
 )
+
+// drivingGap is how often, on average, a program must go on polling for the receive
+// goroutine, once aside, to stay aside (takeRx). It is looser than tightGap: a program
+// that sends a stream from its own thread does a send's work between polls (a 64 KiB
+// WRITE at IB MTU 1024, tens of microseconds), and when the receive goroutine took the
+// socket back from it the two threads split the work, ACK-driven sends on one and posts
+// and polls on the other, and on two cores took the one the peer needed. A program
+// that sleeps between polls still lets it go: Go's sleeps under a millisecond last
+// about a millisecond here.
+const drivingGap = 50 * time.Microsecond
 
 // busyLoop serves a busy-poll device: the application's CQ polls read the socket
 // themselves (PollRx); this goroutine only parks until traffic arrives that nobody is

@@ -44,24 +44,8 @@ func setMulticastSend(fd int, local netip.Addr, v6 bool) {
 
 // interfaceOf is the index of the interface that holds addr, 0 if none does.
 func interfaceOf(addr netip.Addr) int {
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return 0
-	}
-	for _, ifi := range ifs {
-		addrs, err := ifi.Addrs()
-		if err != nil {
-			continue
-		}
-		for _, a := range addrs {
-			if p, ok := a.(*net.IPNet); ok {
-				if ip, ok := netip.AddrFromSlice(p.IP); ok && ip.Unmap() == addr.Unmap() {
-					return ifi.Index
-				}
-			}
-		}
-	}
-	return 0
+	ifi, _ := InterfaceOf(addr)
+	return ifi.Index
 }
 
 // JoinGroup joins the IP multicast group on the interface of c's address and returns a

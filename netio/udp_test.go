@@ -358,3 +358,18 @@ func TestGatherIov(t *testing.T) {
 		})
 	}
 }
+
+// TestInterfaceOf: an address configured on an interface names it; an address on none
+// does not.
+func TestInterfaceOf(t *testing.T) {
+	ifi, ok := InterfaceOf(netip.MustParseAddr("127.0.0.1"))
+	if !ok || ifi.Flags&net.FlagLoopback == 0 {
+		t.Fatalf("127.0.0.1: %+v %v, want the loopback interface", ifi, ok)
+	}
+	if ifi, ok := InterfaceOf(netip.MustParseAddr("::ffff:127.0.0.1")); !ok || ifi.Flags&net.FlagLoopback == 0 {
+		t.Fatalf("::ffff:127.0.0.1: %+v %v, want the loopback interface (IPv4-mapped)", ifi, ok)
+	}
+	if _, ok := InterfaceOf(netip.MustParseAddr("192.0.2.77")); ok {
+		t.Fatal("192.0.2.77 (TEST-NET-1, configured nowhere) named an interface")
+	}
+}

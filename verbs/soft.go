@@ -166,19 +166,8 @@ func interfaceMTU(a netip.Addr) int {
 		}
 		return 65536
 	}
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return 1500
-	}
-	for _, ifi := range ifs {
-		addrs, _ := ifi.Addrs()
-		for _, x := range addrs {
-			if n, ok := x.(*net.IPNet); ok {
-				if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap() == a.Unmap() {
-					return ifi.MTU
-				}
-			}
-		}
+	if ifi, ok := netio.InterfaceOf(a); ok {
+		return ifi.MTU
 	}
 	return 1500
 }

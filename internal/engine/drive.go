@@ -215,28 +215,26 @@ func (d *Device) takeRx(seen, polled *uint32) bool {
 	return true
 }
 
-// tightPolls and tightGap tell a program that spins on its CQ, whose polls should read
-// the socket (PollRx), from one that polls now and then and sleeps in between (goverbs'
-// send_bw receiver sleeps 20 µs between empty polls; a timer's sleep is often much
-// longer). The receive goroutine steps aside once tightPolls polls have come during one
-// of its reads, and stays aside while they come at least every tightGap on average;
-// otherwise it keeps reading, and a sleepy poller's polls find the socket held and do
-// nothing, as before polls read it: stepping aside for one took RC SEND 64 KiB from
-// 3476 to 335 MiB/s, the socket read once per sleep.
+// tightPolls and drivingGap tell a program that drives the device with its CQ polls,
+// whose polls should read the socket (PollRx), from one that polls now and then and
+// sleeps in between. The receive goroutine steps aside once tightPolls polls have come
+// during one of its reads (rxLoop, spinRx), and stays aside while they come at least
+// every drivingGap on average (takeRx); otherwise it keeps reading, and a sleepy
+// poller's polls find the socket held and do nothing, as before polls read it: stepping
+// aside for one took RC SEND 64 KiB from 3476 to 335 MiB/s, the socket read once per
+// sleep. goverbs' send_bw receiver sleeps "20 µs" between empty polls, which Go makes
+// about a millisecond here (time.Sleep(20 µs): 1.08-1.10 ms, 2000 sleeps, with an idle
+// P and with GOMAXPROCS=1), and so polls about once a millisecond.
+//
+// drivingGap was 4 µs until a WRITE sender that polls between its own sends (a 64 KiB
+// WRITE's work between two polls, every request completed as perftest does) was taken
+// for a sleeper: the receive goroutine took the socket back every few milliseconds and
+// the two threads split the work, ACK-driven sends on one and posts and polls on the
+// other, which on two cores took the one the peer needed.
 const (
 	tightPolls = 16
-	tightGap   = 4 * time.Microsecond
+	drivingGap = 50 * time.Microsecond
 )
-
-// drivingGap is how often, on average, a program must go on polling for the receive
-// goroutine, once aside, to stay aside (takeRx). It is looser than tightGap: a program
-// that sends a stream from its own thread does a send's work between polls (a 64 KiB
-// WRITE at IB MTU 1024, tens of microseconds), and when the receive goroutine took the
-// socket back from it the two threads split the work, ACK-driven sends on one and posts
-// and polls on the other, and on two cores took the one the peer needed. A program
-// that sleeps between polls still lets it go: Go's sleeps under a millisecond last
-// about a millisecond here.
-const drivingGap = 50 * time.Microsecond
 
 // busyLoop serves a busy-poll device: the application's CQ polls read the socket
 // themselves (PollRx); this goroutine only parks until traffic arrives that nobody is
@@ -323,7 +321,7 @@ const busyIdle = time.Millisecond
 // DPDK-style programs do, then finds its packets itself, on its own thread, instead of
 // waiting for the netpoller to wake another thread that hands them over (on a VM,
 // waking an idle vCPU is most of a one-way trip). rxLoop steps aside while a program
-// spins (tightPolls, tightGap) and takes the socket back when it stops; a poll never
+// spins (tightPolls, drivingGap) and takes the socket back when it stops; a poll never
 // blocks.
 func (d *Device) PollRx() bool {
 	d.doorbell.flush() // the stream's posts go before the socket is read

@@ -193,7 +193,7 @@ func waitCQ(t *testing.T, cq *CQ, within time.Duration) {
 // loop reads and processes the packets itself: once the receive goroutine has seen the
 // polls and stepped aside, the completion is pushed from inside the polling goroutine's
 // Poll (PollRx), with no other goroutine's wake-up between the packet and the program.
-// The receive goroutine takes the socket back when the polls slow down (tightGap), which
+// The receive goroutine takes the socket back when the polls slow down (drivingGap), which
 // a loaded machine may make them do, so most rounds, not all, must show it.
 func TestPollReadsTheSocket(t *testing.T) {
 	p := newLeadPair(t)
@@ -223,7 +223,7 @@ func TestPollReadsTheSocket(t *testing.T) {
 			polled++
 		}
 	}
-	// Under the race detector a poll takes longer than tightGap, and the receive
+	// Under the race detector the polls may come slower than drivingGap, and the receive
 	// goroutine may keep the socket in most rounds: the polls must still win some.
 	want := rounds / 2
 	if raceEnabled {

@@ -367,24 +367,16 @@ func (d *Device) drainLocked(p netio.Poller) {
 	// One datagram first, as a busy poller reads: a ping-pong finds one, and a wider
 	// recvmmsg costs a second pass through the socket layer before the completion
 	// (busyBatch). A GRO run is a stream's: then read on in batches.
-	n, err := p.PollBatch(d.rxMsgs[:1])
-	raceAcquireWire()
-	if err != nil || n == 0 {
-		return
-	}
-	d.inputBatch(n)
-	if d.rxMsgs[0].SegSize == 0 {
+	if d.readNow(p, 1) == 0 || d.rxMsgs[0].SegSize == 0 {
 		return
 	}
 	d.flushAcks()
 	slots := min(len(d.rxMsgs), busyBatch)
 	for range drainBatches {
-		n, err := p.PollBatch(d.rxMsgs[:slots])
-		raceAcquireWire()
-		if err != nil || n == 0 {
+		n := d.readNow(p, slots)
+		if n == 0 {
 			return
 		}
-		d.inputBatch(n)
 		if n > 1 || d.rxMsgs[0].SegSize > 0 {
 			d.flushAcks()
 		}
@@ -404,11 +396,20 @@ func (d *Device) pollLocked(p netio.Poller, slots int) {
 	if len(d.acks.owing) > 0 {
 		d.sendDueAcks()
 	}
+	d.readNow(p, slots)
+}
+
+// readNow reads what p holds now, up to slots datagrams, runs it through the device and
+// returns how many it read (a read error counts as none: the blocking read reports it);
+// d.rxMu is held.
+func (d *Device) readNow(p netio.Poller, slots int) int {
 	n, err := p.PollBatch(d.rxMsgs[:slots])
 	raceAcquireWire()
-	if err == nil && n > 0 {
-		d.inputBatch(n)
+	if err != nil || n == 0 {
+		return 0
 	}
+	d.inputBatch(n)
+	return n
 }
 
 // processRx runs the first n messages of the receive batch through the device and sends

@@ -13,13 +13,13 @@ import (
 )
 
 // payload is where a packet's payload comes from: bytes copied from b, or n bytes at
-// off of a resolved scatter/gather list (copied; gathered in place from registered
-// memory when a full gatherMin bytes, see txBatch). The zero payload is none.
+// off of a resolved scatter/gather list (copied, its regions pinned by the caller:
+// sendPackets; gathered in place from registered memory when a full gatherMin bytes,
+// see txBatch). The zero payload is none.
 type payload struct {
 	b      []byte
 	sgl    *sgl
 	off, n int
-	pinned bool // sgl's regions are pinned by the caller for the copy (sendPackets)
 }
 
 // bytesPayload is a payload copied from b.
@@ -27,7 +27,7 @@ func bytesPayload(b []byte) payload { return payload{b: b, n: len(b)} }
 
 // emit adds a packet with headers h and payload pl for dst to tx, sealed with pad and
 // ICRC for the IP header it will travel in (commit, commitGather). It reports false,
-// having sealed nothing, when pl's memory is no longer registered.
+// having sealed nothing, when a gathered payload's memory is no longer registered.
 //
 // The packet goes at the end of the batch's open GSO run when it can join it, otherwise
 // into a fresh message (the batch is sent first when it is full). A packet joins a run
@@ -83,12 +83,8 @@ func (d *Device) emit(tx *txBatch, dst netip.AddrPort, h *wire.Headers, pl paylo
 		d.commitGather(tx, hlen, tx.pieces, n, dst)
 		return true
 	}
-	if pl.pinned {
-		pl.sgl.copyOutPinned(buf[hlen:hlen+n], pl.off)
-	} else if pl.sgl != nil {
-		if !pl.sgl.copyOut(buf[hlen:hlen+n], pl.off) {
-			return false
-		}
+	if pl.sgl != nil {
+		pl.sgl.copyOut(buf[hlen:hlen+n], pl.off)
 	} else {
 		copy(buf[hlen:hlen+n], pl.b)
 	}

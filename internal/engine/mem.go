@@ -305,19 +305,9 @@ func (l *sgl) slices(off, n int, out [][]byte) [][]byte {
 	return out
 }
 
-// copyOut gathers len(dst) bytes starting at byte offset off of the list into dst. It
-// reports false, copying nothing, when a region has been invalidated.
-func (l *sgl) copyOut(dst []byte, off int) bool {
-	if !l.acquire() {
-		return false
-	}
-	l.copyOutPinned(dst, off)
-	l.release()
-	return true
-}
-
-// copyOutPinned is copyOut for a caller that has pinned the list's regions (acquire).
-func (l *sgl) copyOutPinned(dst []byte, off int) {
+// copyOut gathers len(dst) bytes starting at byte offset off of the list into dst. The
+// caller pins the regions (sendPackets holds one pin for all the packets it copies).
+func (l *sgl) copyOut(dst []byte, off int) {
 	for i, o := l.at(off); len(dst) > 0 && i < len(l.segs); i, o = i+1, 0 {
 		dst = dst[copy(dst, l.segs[i][o:]):]
 	}

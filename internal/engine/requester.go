@@ -229,12 +229,12 @@ func (qp *QP) sendPackets(w *sendWQE, tx *txBatch) bool {
 		dst = w.udDst
 	}
 	win := qp.window() // once, not a division per packet
-	// The payload's regions are pinned once for the packets copied here, not per
-	// packet: an atomic right after a packet's copy waits for the copy's stores to
-	// drain, and at IB MTU 1024 the two per packet took about 6% of a WRITE stream's
-	// sending thread. Deregistration waits for this call, as it waits for a packet.
-	pinned := w.wr.Flags&driver.SendInline == 0 && w.length > 0
-	if pinned {
+	// The payload's regions are pinned once for the packets copied here (emit's copy
+	// relies on it), not per packet: an atomic right after a packet's copy waits for
+	// the copy's stores to drain, and at IB MTU 1024 the two per packet took about 6% of
+	// a WRITE stream's sending thread. Deregistration waits for this call, as it waited
+	// for a packet.
+	if w.wr.Flags&driver.SendInline == 0 {
 		if !w.local.acquire() {
 			return false
 		}
@@ -281,7 +281,7 @@ func (qp *QP) sendPackets(w *sendWQE, tx *txBatch) bool {
 			}
 			h.DETH = wire.DETHFields{QKey: qkey, SrcQP: qp.qpn}
 		}
-		pl := payload{sgl: &w.local, off: off, n: n, pinned: pinned}
+		pl := payload{sgl: &w.local, off: off, n: n}
 		if w.wr.Flags&driver.SendInline != 0 {
 			pl = bytesPayload(w.inline[off : off+n])
 		}

@@ -33,7 +33,7 @@ func TestSGLWalk(t *testing.T) {
 			t.Fatalf("round %d: slices(%d, %d) = %x, want %x", round, off, n, got, flat[off:off+n])
 		}
 		out := make([]byte, n)
-		if !l.copyOut(out, off) || !bytes.Equal(out, flat[off:off+n]) {
+		if l.copyOut(out, off); !bytes.Equal(out, flat[off:off+n]) {
 			t.Fatalf("round %d: copyOut(%d) = %x, want %x", round, off, out, flat[off:off+n])
 		}
 		src := make([]byte, n)

@@ -30,59 +30,9 @@ func (qp *QP) PostSend(wrs []driver.SendWR) error {
 			return &driver.PostError{Index: i, Err: err}
 		}
 	}
-	// Doorbell batching: a post that follows the previous one within streamGap is part
-	// of a stream, and is sent later together with whatever else is posted meanwhile, in
-	// as few syscalls as GSO allows: by the device's sender goroutine, or, when the
-	// application's polls drive the device (busy-poll, or a program spinning on a
-	// default-mode CQ: pollDriven), at its next poll (doorbell.go). Waking the sender
-	// goroutine for every burst of a spinning program's stream cost a thread wake-up
-	// each: default-mode 8 B WRITEs ran at 1.78-1.91 M/s that way, 1.91-1.98 this way
-	// (3 interleaved rounds). An isolated post (a
-	// ping-pong, a request) still leaves before PostSend returns.
-	// The gap that counts is from the end of the previous post: an inline send takes a
-	// syscall, and a stream of them must still be recognized. A queued post is short,
-	// so its start serves as its end (one clock read per post in a stream: at 1 M
-	// posts/s a second read was 4% of the posting thread).
-	//
-	// A post after one of the application's polls of the device (PollRx: on a busy-poll
-	// device, or a default-mode one whose CQ polls read the socket) is not part of the
-	// stream before it either: a busy ping-pong's reply
-	// follows the previous post's return by less than streamGap (the send took most of
-	// the round trip), and deferring it cost two timerfd syscalls a turn (send_lat 8 B
-	// one-way 2.6 -> 11 us). A stream is posted between polls. Such a post reads the
-	// clock once, after its send: a reading costs about 25 ns here, on a ping-pong's
-	// path from the request to the reply.
-	//
-	// A post that joins posts already waiting for the application's poll reads no
-	// clock at all: they wait anyway, and it is sent with them (a reading was about 5%
-	// of an 8-byte WRITE stream's posting thread).
 	polls := qp.dev.polls.Load()
 	toPoll := qp.dev.poller != nil || qp.dev.pollDriven.Load()
-	if toPoll && qp.txQueued && polls == qp.lastPolls && qp.state == driver.QPStateRTS &&
-		qp.sq.tail-qp.sq.req < maxDeferred {
-		return nil
-	}
-	var now int64
-	if polls == qp.lastPolls {
-		now = nanotime()
-	}
-	stream := polls == qp.lastPolls && now-qp.lastPost < int64(streamGap) && qp.state == driver.QPStateRTS &&
-		(!toPoll || qp.sq.tail-qp.sq.req < maxDeferred)
-	// Where the stream would wait for a poll, its second post still leaves at once: a
-	// deferral costs the doorbell's alarm two timerfd syscalls, more than the send it
-	// saves in a burst of two (rdmanet's data and credit: 64 B request/response 3.2 ->
-	// 3.45 µs one-way when that pair waited for the poll).
-	if stream {
-		if qp.streamPosts < 2 {
-			qp.streamPosts++
-		}
-		if toPoll && qp.streamPosts < 2 {
-			stream = false
-		}
-	} else {
-		qp.streamPosts = 0
-	}
-	if stream {
+	if qp.deferPost(polls, toPoll) {
 		if !qp.txQueued {
 			qp.txQueued = true
 			if toPoll {
@@ -91,13 +41,59 @@ func (qp *QP) PostSend(wrs []driver.SendWR) error {
 				qp.dev.sender.add(qp)
 			}
 		}
-		qp.lastPost = now
 	} else {
 		qp.kickSend()
 		qp.lastPost = nanotime()
 	}
 	qp.lastPolls = polls
 	return nil
+}
+
+// deferPost reports whether a post is part of a stream, to be sent later with whatever
+// else is posted meanwhile, in as few syscalls as GSO allows (doorbell batching): by the
+// device's sender goroutine, or, when the application's polls drive the device
+// (toPoll: busy-poll, or a program spinning on a default-mode CQ, pollDriven), at its
+// next poll (doorbell.go). Otherwise the post leaves before PostSend returns. polls is
+// the device's poll count now. qp.mu is held.
+//
+//   - A post after one of the application's polls of the device is isolated (a
+//     ping-pong's reply follows the previous post's return by less than streamGap, the
+//     send having taken most of the round trip, and deferring it cost two timerfd
+//     syscalls a turn: busy send_lat 8 B one-way 2.6 -> 11 µs). A stream is posted
+//     between polls.
+//   - Where a stream waits for a poll, the post that makes maxDeferred requests wait
+//     sends them, a full GSO run; and a post that joins posts already waiting is
+//     deferred with no clock read (a reading was about 5% of an 8-byte WRITE stream's
+//     posting thread).
+//   - Otherwise a post within streamGap of the previous post's end is part of a stream.
+//     The end counts because an inline send takes a syscall and a stream of them must
+//     still be recognized; a deferred post is short, so its start serves (one clock
+//     read per streamed post: at 1 M posts/s a second read was 4% of the thread).
+//   - Where the stream would wait for a poll, its second post still leaves at once: a
+//     deferral arms and disarms the doorbell's alarm (two timerfd syscalls), more than
+//     the send it saves in a burst of two (rdmanet's data and credit: 64 B
+//     request/response 3.2 -> 3.45 µs one-way when that pair waited for the poll).
+//
+// Waking the sender goroutine for every burst of a spinning program's stream, rather
+// than waiting for its poll, cost a thread wake-up each: default-mode 8 B WRITEs ran at
+// 1.78-1.91 M/s that way, 1.91-1.98 at the poll (3 interleaved rounds).
+func (qp *QP) deferPost(polls uint32, toPoll bool) bool {
+	if polls != qp.lastPolls || qp.state != driver.QPStateRTS ||
+		toPoll && qp.sq.tail-qp.sq.req >= maxDeferred {
+		qp.streamPosts = 0
+		return false
+	}
+	if toPoll && qp.txQueued {
+		return true
+	}
+	now := nanotime()
+	if now-qp.lastPost >= int64(streamGap) {
+		qp.streamPosts = 0
+		return false
+	}
+	qp.lastPost = now
+	qp.streamPosts = min(qp.streamPosts+1, 2)
+	return !toPoll || qp.streamPosts == 2
 }
 
 // copyWR returns wr with sgl for its SGL, and no AH or Bind (the WQE keeps the UD

@@ -135,8 +135,8 @@ type QP struct {
 	rxFlow      wire.ICRCFlow
 	commEst     bool   // EventCommEst raised
 	lastPost    int64  // nanotime at which the last PostSend returned (doorbell batching)
-	lastPolls   uint32 // the device's poll count at the last PostSend (busy-poll doorbell batching)
-	streamPosts uint8  // posts in a row that came as a stream would (PostSend)
+	lastPolls   uint32 // the device's poll count at the last PostSend (doorbell batching: deferPost)
+	streamPosts uint8  // posts in a row that came as a stream would, up to 2 (deferPost)
 	txQueued    bool   // on the sender's or the doorbell's list to run the requester (doorbell batching)
 	mtu         int    // path MTU in bytes
 	// The multicast groups the QP is attached to (mcast.go): changed under the

@@ -83,8 +83,7 @@ type Device struct {
 	counters Counters
 	txPool   sync.Pool
 	sender   sender
-	doorbell doorbell      // streamed posts waiting for a poll (busy-poll, or pollDriven)
-	alarmEnd chan struct{} // closed when the doorbell's alarm goroutine has ended
+	doorbell doorbell // streamed posts waiting for a poll (busy-poll, or pollDriven)
 	rxDone   chan struct{}
 	done     chan struct{}
 
@@ -173,12 +172,6 @@ func New(cfg Config) (*Device, error) {
 	d.txPool.New = func() any { return newTxBatch(d.conn.Caps()) }
 	d.sender.init()
 	go d.sender.run(&d.doorbell)
-	if d.poller != nil || d.idlePoller != nil { // devices whose polls read the socket defer posts to them
-		if d.doorbell.alarm = newAlarm(); d.doorbell.alarm != nil {
-			d.alarmEnd = make(chan struct{})
-			go d.runAlarm(d.alarmEnd)
-		}
-	}
 	go d.rxLoop()
 	d.raise(AsyncEvent{Type: driver.EventPortActive, Port: 1})
 	return d, nil
@@ -217,10 +210,6 @@ func (d *Device) Close() error {
 	}
 	d.closeMcast()
 	d.doorbell.close()
-	if d.alarmEnd != nil {
-		<-d.alarmEnd
-		d.doorbell.alarm.release()
-	}
 	close(d.rxStop)
 	err := d.conn.Close()
 	<-d.rxDone

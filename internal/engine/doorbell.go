@@ -23,8 +23,11 @@ import (
 // A post must still leave within microseconds when nobody polls: an RNIC completes a UD
 // send that soon after the doorbell, and a program may wait for the peer by other means.
 // The first post deferred arms the device's alarm (alarmDelay); the flush that sends it
-// disarms it, so the alarm's goroutine wakes only when no poll came in time. Where there
-// is no alarm (no timerfd), the sender goroutine is woken instead, at once.
+// disarms it, so the alarm's goroutine wakes only when no poll came in time. The alarm
+// and its goroutine start with the device's first deferral (startAlarm): the goroutine
+// holds a thread in read(2), which a device whose polls never drive it (most
+// default-mode ones) need not pay. Where there is no alarm (no timerfd), the sender
+// goroutine is woken instead, at once.
 type doorbell struct {
 	mu     sync.Mutex
 	qps    []*QP
@@ -36,7 +39,8 @@ type doorbell struct {
 	work     []*QP
 	flushing atomic.Bool // a flush has taken the list and not yet sent all of it
 
-	alarm *alarm // nil: the sender goroutine is the backstop
+	alarm    *alarm        // from the first deferral on (startAlarm); nil: the sender goroutine is the backstop
+	alarmEnd chan struct{} // closed when the alarm's goroutine has ended
 }
 
 // alarmDelay is how long a deferred post waits for a poll before the alarm sends it: a
@@ -56,11 +60,25 @@ func (b *doorbell) add(d *Device, qp *QP) {
 	b.n.Store(int32(len(b.qps)))
 	if !b.armed {
 		b.armed = true
-		if b.closed || b.alarm == nil || b.alarm.set(alarmDelay) != nil {
+		if b.closed || !b.startAlarm(d) || b.alarm.set(alarmDelay) != nil {
 			d.sender.kick()
 		}
 	}
 	b.mu.Unlock()
+}
+
+// startAlarm starts the alarm and its goroutine unless they run already, and reports
+// whether there is an alarm (none without timerfd). b.mu is held, and the doorbell is
+// not closed.
+func (b *doorbell) startAlarm(d *Device) bool {
+	if b.alarm == nil {
+		if b.alarm = newAlarm(); b.alarm == nil {
+			return false
+		}
+		b.alarmEnd = make(chan struct{})
+		go d.runAlarm(b.alarmEnd)
+	}
+	return true
 }
 
 // flush sends every deferred post, and returns when they have left, whoever sent them:
@@ -111,14 +129,23 @@ func (d *Device) runAlarm(done chan<- struct{}) {
 	}
 }
 
-// close ends the alarm's goroutine (Device.Close, which then releases the alarm): it
-// makes the alarm expire now. The sender goroutine is the backstop from then on, until
-// it stops too.
+// close ends the alarm's goroutine, if one started, and releases the alarm
+// (Device.Close): it makes the alarm expire now and waits for the goroutine to see it.
+// The sender goroutine is the backstop from then on, until it stops too.
 func (b *doorbell) close() {
 	b.mu.Lock()
-	if b.alarm != nil && !b.closed {
+	if b.closed {
+		b.mu.Unlock()
+		return
+	}
+	if b.alarm != nil {
 		_ = b.alarm.set(0) // as stop does: a timerfd set to a valid time does not fail
 	}
 	b.closed = true
+	a, end := b.alarm, b.alarmEnd
 	b.mu.Unlock()
+	if end != nil {
+		<-end
+		a.release()
+	}
 }

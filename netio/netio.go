@@ -314,16 +314,7 @@ type Unwatcher interface {
 }
 
 // AsUnwatcher returns c as an Unwatcher if it has a watch to stop, looking through Tees.
-func AsUnwatcher(c Conn) (Unwatcher, bool) {
-	if t, ok := c.(*teeConn); ok {
-		if _, ok := AsUnwatcher(t.Conn); !ok {
-			return nil, false
-		}
-		return t, true
-	}
-	u, ok := c.(Unwatcher)
-	return u, ok
-}
+func AsUnwatcher(c Conn) (Unwatcher, bool) { return asThroughTee[Unwatcher](c) }
 
 // Multicaster is implemented by Conns that can receive IP multicast (the UDP backend on
 // Linux, and a Tee over one). RoCEv2 carries a multicast GID's traffic as IP multicast
@@ -339,16 +330,7 @@ type Multicaster interface {
 }
 
 // AsMulticaster returns c as a Multicaster if it can join groups, looking through Tees.
-func AsMulticaster(c Conn) (Multicaster, bool) {
-	if t, ok := c.(*teeConn); ok {
-		if _, ok := AsMulticaster(t.Conn); !ok {
-			return nil, false
-		}
-		return t, true
-	}
-	m, ok := c.(Multicaster)
-	return m, ok
-}
+func AsMulticaster(c Conn) (Multicaster, bool) { return asThroughTee[Multicaster](c) }
 
 // Interrupter is implemented by Conns whose blocked ReadBatch another goroutine can end
 // without closing the Conn: the UDP backend in the default mode (its socket is in Go's

@@ -91,15 +91,20 @@ func (t *teeConn) recordReads(msgs []Message) {
 // PollBatch and WaitReadable pass through to a Poller underneath (see AsPoller).
 
 // AsPoller returns c as a Poller if it can poll, looking through Tees.
-func AsPoller(c Conn) (Poller, bool) {
+func AsPoller(c Conn) (Poller, bool) { return asThroughTee[Poller](c) }
+
+// asThroughTee returns c as a T (an optional interface of Conns) if c implements it.
+// A Tee implements them all by passing through, so it counts as a T only when the
+// Conn under it does.
+func asThroughTee[T any](c Conn) (T, bool) {
 	if t, ok := c.(*teeConn); ok {
-		if _, ok := AsPoller(t.Conn); !ok {
-			return nil, false
+		if _, ok := asThroughTee[T](t.Conn); !ok {
+			var none T
+			return none, false
 		}
-		return t, true
 	}
-	p, ok := c.(Poller)
-	return p, ok
+	v, ok := c.(T)
+	return v, ok
 }
 
 // Unwatch passes through to the Tee'd Conn (Unwatcher).

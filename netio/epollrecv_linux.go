@@ -142,25 +142,19 @@ func (e *epollRecv) Read(f func(fd uintptr) bool) error {
 // tryOnce runs Read's function on the socket (not on the epoll instance the netpoller
 // hands it).
 func (e *epollRecv) tryOnce(uintptr) bool {
-	s := e.sock
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed.Load() {
+	done, open := e.sock.use(e.cur)
+	if !open {
 		e.serr = errClosedRecv
 		return true
 	}
-	return e.cur(uintptr(s.fd))
+	return done
 }
 
 // poll calls f on the socket once: PollBatch's read, which leaves the watch as it is.
 func (e *epollRecv) poll(f func(fd uintptr) bool) error {
-	s := e.sock
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed.Load() {
+	if _, open := e.sock.use(f); !open {
 		return errClosedRecv
 	}
-	f(uintptr(s.fd))
 	return nil
 }
 

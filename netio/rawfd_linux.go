@@ -53,6 +53,17 @@ func (s *rawFD) Control(f func(fd uintptr)) error {
 	return nil
 }
 
+// use calls f on the descriptor, holding it open for the call, and returns f's result;
+// open is false, and f not called, once the socket is closed.
+func (s *rawFD) use(f func(fd uintptr) bool) (done, open bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed.Load() {
+		return false, false
+	}
+	return f(uintptr(s.fd)), true
+}
+
 // Read calls f until it reports done; f returns false when the socket would block.
 func (s *rawFD) Read(f func(fd uintptr) bool) error { return s.loop(f, unix.POLLIN) }
 

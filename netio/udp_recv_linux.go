@@ -58,12 +58,12 @@ func (c *udpConn) initRecv() {
 // first time a buffer shorter than MaxGROSize is seen, GRO is switched off on
 // the socket so later runs are not coalesced at all.
 func (c *udpConn) ReadBatch(msgs []Message) (int, error) {
-	return c.read(msgs, c.r.fn, false)
+	return c.read(msgs, false)
 }
 
 // PollBatch reads what is queued now without waiting; 0 means nothing was (Poller).
 func (c *udpConn) PollBatch(msgs []Message) (int, error) {
-	return c.read(msgs, c.r.onceFn, true)
+	return c.read(msgs, true)
 }
 
 // Unwatch stops the netpoller watching a default-mode Conn's socket until the next
@@ -177,9 +177,9 @@ func (c *udpConn) recvOnceFn(fd uintptr) bool {
 	return true
 }
 
-// read runs one receive with fn (recvFn waits for a datagram, recvOnceFn does not);
-// once is set for PollBatch.
-func (c *udpConn) read(msgs []Message, fn func(fd uintptr) bool, once bool) (int, error) {
+// read runs one receive: ReadBatch's, which waits for a datagram (recvFn), or with once
+// PollBatch's, which does not (recvOnceFn).
+func (c *udpConn) read(msgs []Message, once bool) (int, error) {
 	if len(msgs) == 0 {
 		return 0, nil
 	}
@@ -216,10 +216,13 @@ func (c *udpConn) read(msgs []Message, fn func(fd uintptr) bool, once bool) (int
 	r.dirty = 0
 	r.msgs, r.k, r.n, r.errno = msgs, k, 0, 0
 	var err error
-	if once && c.er != nil {
-		err = c.er.poll(fn)
-	} else {
-		err = c.rc.Read(fn)
+	switch {
+	case !once:
+		err = c.rc.Read(c.r.fn)
+	case c.er != nil:
+		err = c.er.poll(c.r.onceFn) // leaves the socket's watch as it is
+	default:
+		err = c.rc.Read(c.r.onceFn)
 	}
 	traceRecv(r.n)
 	r.dirty = r.n

@@ -158,3 +158,77 @@ func isMAD(b []byte, attr mad.AttrID) bool {
 	m, err := mad.ParseCM(p.Payload)
 	return err == nil && m.Header().AttrID() == attr
 }
+
+// TestSimnetRestartedClientReconnects: a client process is killed with its
+// connection up (nothing tells the server), and restarts at once on the same
+// address with a new device. Its REQ must not be taken for the dead
+// connection's (IBA 12.9.8.3.1 rejects a REQ from a QPN still connected as
+// stale): a device that numbered its QPs from 17 every time reused the dead
+// one's QPN and was refused until the server gave the old connection up.
+func TestSimnetRestartedClientReconnects(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		net := simnet.New(1, simnet.Faults{Delay: 50 * time.Microsecond})
+		const client = "127.0.100.1"
+		sv := simSide(t, net, "127.0.100.2")
+		l, err := sv.a.Listen(7174, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		accepted := make(chan *Conn, 2)
+		go func() {
+			for {
+				r, err := l.Accept(ctx)
+				if err != nil {
+					close(accepted)
+					return
+				}
+				c, err := r.Accept(ctx, sv.param(nil))
+				if err != nil {
+					t.Error(err)
+				}
+				accepted <- c
+			}
+		}()
+
+		first := simSide(t, net, client)
+		if _, err := first.a.Dial(ctx, l.Addr(), first.param(nil)); err != nil {
+			t.Fatal(err)
+		}
+		old := <-accepted
+		// The process dies: its device and socket go, and nothing it would have
+		// said (a DREQ) reaches the server.
+		from := netip.MustParseAddr(client)
+		net.SetFilter(func(src, _ netip.AddrPort, _ []byte) simnet.Verdict {
+			if src.Addr() == from {
+				return simnet.Drop
+			}
+			return simnet.Pass
+		})
+		first.a.Close()
+		first.dev.Close()
+		net.SetFilter(nil)
+
+		again := simSide(t, net, client)
+		cc, err := again.a.Dial(ctx, l.Addr(), again.param(nil))
+		if err != nil {
+			t.Fatalf("the restarted client's Dial: %v", err)
+		}
+		sc := <-accepted
+		if sc == nil {
+			t.FailNow()
+		}
+		sendOne(t, again, cc, sv, sc)
+		select {
+		case <-old.Done():
+			t.Fatal("the dead client's connection ended before the server heard anything of it")
+		default:
+		}
+		again.a.Close()
+		again.dev.Close()
+		cancel()
+		sv.a.Close()
+		sv.dev.Close()
+	})
+}

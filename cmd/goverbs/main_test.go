@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -190,6 +191,17 @@ func mustContain(t *testing.T, who, text string, wants ...string) {
 	for _, w := range wants {
 		if !strings.Contains(text, w) {
 			t.Errorf("%s output lacks %q:\n%s", who, w, text)
+		}
+	}
+}
+
+// mustMatch fails t for each pattern text does not match, where a value varies from run
+// to run (a QPN: each device starts numbering its QPs at a random one).
+func mustMatch(t *testing.T, who, text string, patterns ...string) {
+	t.Helper()
+	for _, p := range patterns {
+		if !regexp.MustCompile(p).MatchString(text) {
+			t.Errorf("%s output does not match %q:\n%s", who, p, text)
 		}
 	}
 }

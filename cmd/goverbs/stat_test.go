@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -33,7 +34,7 @@ func TestPrintStats(t *testing.T) {
 	if nz.String() != "link st0/1\n" {
 		t.Fatalf("nonzero counters of an idle device: %q", nz.String())
 	}
-	if !strings.HasPrefix(q.String(), "qp 0x11 tx_pkts 0 rx_pkts 0 retransmits 0 ") {
+	if !strings.HasPrefix(q.String(), fmt.Sprintf("qp %#x tx_pkts 0 rx_pkts 0 retransmits 0 ", qp.QPN())) {
 		t.Fatalf("QP counters: %q", q.String())
 	}
 	t.Setenv(envStats, "1")

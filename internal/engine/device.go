@@ -8,6 +8,7 @@ import (
 	"errors"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"slices"
@@ -35,7 +36,20 @@ const (
 	MaxMsgSize     = 1 << 23 // 8 MiB, port max_msg_sz
 	MaxUnackedPSNs = 128     // requester window at the largest MTU, as rxe (see QP.window)
 	firstQPN       = 0x11    // QP0/QP1 are special (IBTA 10.2.4.1); rxe starts at 17 too
+	lastQPN        = McastQPN - 1
 )
+
+// randomQPN is where a new device starts numbering its QPs: anywhere in
+// [firstQPN, lastQPN]. A device lives as long as its process, so a device that
+// always started at firstQPN would give a restarted process the QPNs its previous
+// run used, and a peer that still holds the old connection (the process was
+// killed, nothing said goodbye) takes the new REQ for a stale one and rejects it
+// (IBA 12.9.8.3.1; Linux's rdma_cm does so during its timewait too). rxe and
+// hardware keep counting for the life of the kernel, so a restarted program gets
+// new numbers there; a random start gives a restarted goverbs process the same.
+func randomQPN() uint32 {
+	return firstQPN + rand.Uint32N(lastQPN-firstQPN+1)
+}
 
 // Config describes a software device.
 type Config struct {
@@ -143,7 +157,7 @@ func New(cfg Config) (*Device, error) {
 		log:      cfg.Logger,
 		qps:      make(map[uint32]*QP),
 		mcast:    mcastTable{groups: make(map[[16]byte]*mcastGroup)},
-		nextQPN:  firstQPN,
+		nextQPN:  randomQPN(),
 		events:   make(chan AsyncEvent, 256),
 		rxDone:   make(chan struct{}),
 		done:     make(chan struct{}),

@@ -242,7 +242,7 @@ func (d *Device) CreateQP(pd *PD, init QPInit) (*QP, error) {
 	for {
 		n := d.nextQPN
 		d.nextQPN++
-		if d.nextQPN > wire.PSNMask {
+		if d.nextQPN > lastQPN {
 			d.nextQPN = firstQPN
 		}
 		if _, used := d.qps[n]; !used {

@@ -219,11 +219,12 @@ func (a *Agent) rejectTimeout(c *Conn, msg mad.Rejected) {
 }
 
 // enterTimeWait holds c's IDs until stray MADs have drained. Its QPN no
-// longer makes a REQ stale: a goverbs process owns its device, whose QPNs
-// start at 17, so a client that reconnects from the same address at once
-// reuses its QPN (Linux's rdma_cm rejects that REQ as stale until the
-// timewait ends; its QPNs do not repeat that soon). The REQ's new QP and
-// ours cannot take each other's stray packets: ours is a new QP too.
+// longer makes a REQ stale: a peer whose QPNs repeat soon (a software
+// device that numbers each process's QPs from the same start; goverbs
+// devices start at a random one) may reconnect from the same QPN at once.
+// Linux's rdma_cm rejects that REQ as stale until the timewait ends. The
+// REQ's new QP and ours cannot take each other's stray packets: ours is a
+// new QP too.
 func (a *Agent) enterTimeWait(now time.Time, c *Conn) {
 	if k := (remoteKey{c.Peer, c.RemoteQPN}); c.hasRemoteQPN && a.byQPN[k] == c {
 		delete(a.byQPN, k)

@@ -7,6 +7,7 @@
 //	nettest udp_rate [-s SIZE] [-D SECONDS] --bind ADDR [SERVER]
 //	nettest tcp_bw   [-s SIZE] [-D SECONDS] --bind ADDR [SERVER]
 //	nettest tcp_lat  [-s SIZE] [-n ITERS] [--busy-poll] --bind ADDR [SERVER]
+//	nettest udp_gso_bw [-s SIZE] [-D SECONDS] [--zerocopy] --bind ADDR [SERVER]
 //
 // Without SERVER the process serves on --bind (udp_lat echoes until it is killed, the
 // others serve one client and exit); with it, it is the client and prints one JSON row
@@ -40,6 +41,11 @@
 //     everything and closed, so bytes still in socket buffers are not counted as moved.
 //   - tcp_lat: SIZE-byte request/response on one TCP connection (Go sets TCP_NODELAY),
 //     netpoller or, with --busy-poll, spinning like udp_lat's.
+//   - udp_gso_bw: not a baseline in bench/compare.sh but the socket layer's ceiling for
+//     datagrams the size of RoCEv2 packets (SIZE, default 4112: a 4096-byte payload with
+//     its BTH and ICRC): runs of up to 64 KiB sent with UDP GSO (a UDP_SEGMENT control
+//     message on WriteMsgUDP) and read with UDP GRO. With --zerocopy the sends ask for
+//     MSG_ZEROCOPY and the row says how many the kernel copied anyway. Linux only.
 package main
 
 import (
@@ -65,9 +71,11 @@ type options struct {
 	dur    time.Duration
 	busy   bool
 	rcWire bool
-	bind   netip.Addr
-	port   int
-	server netip.Addr // invalid on the serving side
+	// zerocopy: udp_gso_bw sends with MSG_ZEROCOPY.
+	zerocopy bool
+	bind     netip.Addr
+	port     int
+	server   netip.Addr // invalid on the serving side
 }
 
 func (o options) serving() bool { return !o.server.IsValid() }
@@ -88,11 +96,13 @@ var tests = map[string]func(options) error{
 	"udp_rate": udpRate,
 	"tcp_bw":   tcpBW,
 	"tcp_lat":  tcpLat,
+	// The socket layer's ceiling, not a baseline of compare.sh's.
+	"udp_gso_bw": udpGSOBW,
 }
 
 func main() {
 	if len(os.Args) < 2 || tests[os.Args[1]] == nil {
-		fmt.Fprintln(os.Stderr, "usage: nettest udp_lat|udp_rate|tcp_bw|tcp_lat [flags] [server]")
+		fmt.Fprintln(os.Stderr, "usage: nettest udp_lat|udp_rate|tcp_bw|tcp_lat|udp_gso_bw [flags] [server]")
 		os.Exit(2)
 	}
 	o, err := parse(os.Args[1], os.Args[2:])
@@ -109,15 +119,16 @@ func parse(name string, args []string) (options, error) {
 	fs := flag.NewFlagSet(name, flag.ExitOnError)
 	size := fs.Int("s", 0, "message size in bytes (0: 8 for udp_*, 64 for tcp_lat, 65536 for tcp_bw)")
 	iters := fs.Int("n", 10000, "round trips (udp_lat, tcp_lat)")
-	dur := fs.Float64("D", 3, "seconds to send (udp_rate, tcp_bw)")
+	dur := fs.Float64("D", 3, "seconds to send (udp_rate, tcp_bw, udp_gso_bw)")
 	busy := fs.Bool("busy-poll", false, "spin on non-blocking reads instead of sleeping in the netpoller (udp_lat, tcp_lat)")
 	rcWire := fs.Bool("rc-wire", false, "udp_lat --busy-poll: send as an RC ping-pong does (unconnected, DF, an ACK-sized datagram behind each message)")
+	zerocopy := fs.Bool("zerocopy", false, "udp_gso_bw: send with MSG_ZEROCOPY")
 	bind := fs.String("bind", "127.0.0.1", "local IP address")
 	port := fs.Int("p", defaultPort, "the server's UDP/TCP port")
 	fs.Parse(args)
-	o := options{size: *size, iters: *iters, dur: time.Duration(*dur * float64(time.Second)), busy: *busy, rcWire: *rcWire, port: *port}
+	o := options{size: *size, iters: *iters, dur: time.Duration(*dur * float64(time.Second)), busy: *busy, rcWire: *rcWire, zerocopy: *zerocopy, port: *port}
 	if o.size == 0 {
-		o.size = map[string]int{"udp_lat": 8, "udp_rate": 8, "tcp_bw": 65536, "tcp_lat": 64}[name]
+		o.size = map[string]int{"udp_lat": 8, "udp_rate": 8, "tcp_bw": 65536, "tcp_lat": 64, "udp_gso_bw": 4112}[name]
 	}
 	var err error
 	if o.bind, err = netip.ParseAddr(*bind); err != nil {
@@ -135,7 +146,7 @@ func parse(name string, args []string) (options, error) {
 	switch {
 	case o.size < 1 || o.size > 1<<30:
 		return o, fmt.Errorf("-s %d: want 1 to 1 GiB", o.size)
-	case (name == "udp_lat" || name == "udp_rate") && o.size > 65507:
+	case (name == "udp_lat" || name == "udp_rate" || name == "udp_gso_bw") && o.size > 65507:
 		return o, fmt.Errorf("-s %d: larger than a UDP datagram can carry", o.size)
 	case o.iters < 1:
 		return o, fmt.Errorf("-n %d: want at least 1", o.iters)
@@ -145,6 +156,8 @@ func parse(name string, args []string) (options, error) {
 		return o, fmt.Errorf("-p %d: not a port", o.port)
 	case o.busy && name != "udp_lat" && name != "tcp_lat":
 		return o, fmt.Errorf("--busy-poll applies to udp_lat and tcp_lat only")
+	case o.zerocopy && name != "udp_gso_bw":
+		return o, fmt.Errorf("--zerocopy applies to udp_gso_bw only")
 	case o.rcWire && (name != "udp_lat" || !o.busy):
 		return o, fmt.Errorf("--rc-wire applies to udp_lat --busy-poll only")
 	case o.rcWire && o.size == rcAckLen:

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
-	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -62,12 +60,9 @@ func udpGSOSend(o options) (map[string]float64, error) {
 	if o.zerocopy {
 		s.reapUntilDone(2 * time.Second)
 	}
-	if _, err := fmt.Fprintf(ctl, "%d\n", s.sent); err != nil {
+	got, err := exchangeCounts(ctl, s.sent)
+	if err != nil {
 		return nil, err
-	}
-	var got int64
-	if _, err := fmt.Fscan(bufio.NewReader(ctl), &got); err != nil {
-		return nil, fmt.Errorf("reading the server's count: %v", err)
 	}
 	row := map[string]float64{"bytes": float64(o.size), "run_bytes": float64(len(s.run)),
 		"sent_mib_s":   float64(s.sent) / el.Seconds() / (1 << 20),
@@ -202,7 +197,6 @@ func udpGSOCount(o options) error {
 		return err
 	}
 	defer c.Close()
-	c.SetReadBuffer(4 << 20) // capped at net.core.rmem_max
 	raw, err := c.SyscallConn()
 	if err != nil {
 		return err
@@ -214,34 +208,9 @@ func udpGSOCount(o options) error {
 	if serr != nil {
 		return fmt.Errorf("UDP_GRO: %v", serr)
 	}
-	ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(o.local()))
-	if err != nil {
-		return err
-	}
-	ctl, err := ln.AcceptTCP()
-	ln.Close()
-	if err != nil {
-		return err
-	}
-	defer ctl.Close()
-	var got atomic.Int64
-	go func() {
-		buf, oob := make([]byte, 65536), make([]byte, unix.CmsgSpace(2))
-		for {
-			n, _, _, _, err := c.ReadMsgUDP(buf, oob)
-			if err != nil {
-				return // closed when the count has been sent
-			}
-			got.Add(int64(n))
-		}
-	}()
-	var sent int64
-	if _, err := fmt.Fscan(bufio.NewReader(ctl), &sent); err != nil {
-		return fmt.Errorf("reading the client's count: %v", err)
-	}
-	for prev := int64(-1); got.Load() != prev; time.Sleep(20 * time.Millisecond) {
-		prev = got.Load()
-	}
-	_, err = fmt.Fprintf(ctl, "%d\n", got.Load())
-	return err
+	oob := make([]byte, unix.CmsgSpace(2)) // the GRO run's segment size, unused
+	return serveCount(o, c, func(buf []byte) (int64, error) {
+		n, _, _, _, err := c.ReadMsgUDP(buf, oob)
+		return int64(n), err
+	})
 }

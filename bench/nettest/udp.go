@@ -223,12 +223,9 @@ func udpRate(o options) error {
 		sent++
 	}
 	el := time.Since(start)
-	if _, err := fmt.Fprintf(ctl, "%d\n", sent); err != nil {
+	got, err := exchangeCounts(ctl, int64(sent))
+	if err != nil {
 		return err
-	}
-	var got int
-	if _, err := fmt.Fscan(bufio.NewReader(ctl), &got); err != nil {
-		return fmt.Errorf("reading the server's count: %v", err)
 	}
 	emit(map[string]float64{"bytes": float64(o.size), "iterations": float64(got), "sent": float64(sent),
 		"msg_rate_mpps": float64(got) / el.Seconds() / 1e6,
@@ -236,13 +233,24 @@ func udpRate(o options) error {
 	return nil
 }
 
-// udpCount serves one udp_rate client.
+// udpCount serves one udp_rate client: it counts datagrams.
 func udpCount(o options) error {
 	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(o.local()))
 	if err != nil {
 		return err
 	}
 	defer c.Close()
+	return serveCount(o, c, func(buf []byte) (int64, error) {
+		_, err := c.Read(buf)
+		return 1, err
+	})
+}
+
+// serveCount serves one counting client (udp_rate, udp_gso_bw) on c: it takes the
+// client's control connection on the server's address, adds up what read returns
+// (datagrams or bytes) until the client says it has finished sending and what is still
+// queued has been read, and answers with the total.
+func serveCount(o options, c *net.UDPConn, read func(buf []byte) (int64, error)) error {
 	// A receiver expecting a flood asks for a large buffer; the kernel caps it at
 	// net.core.rmem_max.
 	c.SetReadBuffer(4 << 20)
@@ -260,20 +268,34 @@ func udpCount(o options) error {
 	go func() {
 		buf := make([]byte, 65536)
 		for {
-			if _, err := c.Read(buf); err != nil {
-				return // closed when the count has been sent
+			n, err := read(buf)
+			if err != nil {
+				return // c is closed once the count has been sent
 			}
-			got.Add(1)
+			got.Add(n)
 		}
 	}()
-	var sent int
+	var sent int64
 	if _, err := fmt.Fscan(bufio.NewReader(ctl), &sent); err != nil {
 		return fmt.Errorf("reading the client's count: %v", err)
 	}
-	// Let the datagrams still queued in the socket be read before counting.
+	// Let what is still queued in the socket be read before counting.
 	for prev := int64(-1); got.Load() != prev; time.Sleep(20 * time.Millisecond) {
 		prev = got.Load()
 	}
 	_, err = fmt.Fprintf(ctl, "%d\n", got.Load())
 	return err
+}
+
+// exchangeCounts tells a counting server (serveCount) how much the client sent and
+// returns how much arrived.
+func exchangeCounts(ctl *net.TCPConn, sent int64) (int64, error) {
+	if _, err := fmt.Fprintf(ctl, "%d\n", sent); err != nil {
+		return 0, err
+	}
+	var got int64
+	if _, err := fmt.Fscan(bufio.NewReader(ctl), &got); err != nil {
+		return 0, fmt.Errorf("reading the server's count: %v", err)
+	}
+	return got, nil
 }

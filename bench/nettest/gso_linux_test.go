@@ -14,7 +14,7 @@ import (
 func TestUDPGSOBW(t *testing.T) {
 	for _, zerocopy := range []bool{false, true} {
 		addr := netip.MustParseAddr("127.0.0.1")
-		o := options{size: 4112, dur: 200 * time.Millisecond, zerocopy: zerocopy, bind: addr, port: freeUDPAndTCPPort(t)}
+		o := options{size: 4112, dur: 50 * time.Millisecond, zerocopy: zerocopy, bind: addr, port: freeUDPAndTCPPort(t)}
 		served := make(chan error, 1)
 		go func() { served <- udpGSOCount(o) }()
 		c := o

@@ -159,13 +159,8 @@ func (d *Device) spinRx(seen, polled uint32) {
 func (d *Device) smallBatch(n int) bool {
 	bytes, pkts := 0, 0
 	for i := range d.rxMsgs[:n] {
-		m := &d.rxMsgs[i]
-		bytes += m.N
-		if m.SegSize > 0 {
-			pkts += (m.N + m.SegSize - 1) / m.SegSize
-		} else {
-			pkts++
-		}
+		bytes += d.rxMsgs[i].N
+		pkts += d.rxMsgs[i].NumSegments()
 	}
 	return bytes < smallPacket*pkts
 }

@@ -19,27 +19,22 @@ const rcAckLen = 20
 // peer's address on an unconnected socket with DF set, and spinning reads that skip
 // ACK-sized datagrams.
 type rcWire struct {
-	conn  *net.UDPConn // kept so the descriptor stays open while we use it
-	fd    int
-	peer  unix.RawSockaddrInet4
-	ack   [rcAckLen]byte
-	iovs  [2]unix.Iovec
-	hdrs  [2]unix.Mmsghdr
-	limit time.Time
+	*spinner // the descriptor and the spinning reads; its deadline bounds them
+	peer     unix.RawSockaddrInet4
+	ack      [rcAckLen]byte
+	iovs     [2]unix.Iovec
+	hdrs     [2]unix.Mmsghdr
 }
 
 func newRCWire(c *net.UDPConn, peer netip.AddrPort, deadline time.Time) (*rcWire, error) {
 	if !peer.Addr().Is4() {
 		return nil, errors.New("--rc-wire: IPv4 only")
 	}
-	rc, err := c.SyscallConn()
+	s, err := newSpinner(c, deadline)
 	if err != nil {
 		return nil, err
 	}
-	w := &rcWire{conn: c, fd: -1, limit: deadline}
-	if err := rc.Control(func(f uintptr) { w.fd = int(f) }); err != nil {
-		return nil, err
-	}
+	w := &rcWire{spinner: s}
 	// DF set, so the kernel leaves the Identification at 0, as a RoCEv2 sender needs.
 	if err := unix.SetsockoptInt(w.fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO); err != nil {
 		return nil, err
@@ -78,17 +73,10 @@ func (w *rcWire) write(msg []byte) error {
 
 // read spins until a datagram other than an ACK-sized one arrives and returns its length.
 func (w *rcWire) read(b []byte) (int, error) {
-	for spins := 1; ; spins++ {
-		n, err := unix.Read(w.fd, b)
-		switch {
-		case err == unix.EAGAIN || err == unix.EINTR:
-			if spins&(1<<20-1) == 0 && !w.limit.IsZero() && time.Now().After(w.limit) {
-				return 0, os.ErrDeadlineExceeded
-			}
-		case err != nil:
-			return 0, err
-		case n != rcAckLen:
-			return n, nil
+	for {
+		n, err := w.spinner.read(b)
+		if err != nil || n != rcAckLen {
+			return n, err
 		}
 	}
 }
@@ -141,7 +129,7 @@ func rcEcho(c *net.UDPConn, buf []byte, n int, from netip.AddrPort) error {
 		if err := w.write(buf[:n]); err != nil {
 			return err
 		}
-		w.limit = time.Now().Add(time.Second)
+		w.deadline = time.Now().Add(time.Second)
 		if n, err = w.read(buf); err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				return nil

@@ -227,7 +227,10 @@ func TestSRQ(t *testing.T) {
 	e.connect(t, s1, r1.QPN())
 	e.connect(t, r2, s2.QPN())
 	e.connect(t, s2, r2.QPN())
-	buf := e.mr(t, 8*64, allAccess)
+	// Receives land in slots 0..7; the SENDs read slot 8, which no receive writes: a
+	// region that is both a SEND's source and a receive's target at once is a data race.
+	buf := e.mr(t, 9*64, allAccess)
+	copy(buf.Buf()[8*64:], "srq!")
 	for i := range 8 {
 		if err := srq.PostRecv(verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{buf.SGE(i*64, 64)}}); err != nil {
 			t.Fatal(err)
@@ -241,15 +244,18 @@ func TestSRQ(t *testing.T) {
 	}
 	for i, s := range []*verbs.QP{s1, s2, s1} {
 		if err := s.PostSend(verbs.SendWR{ID: uint64(i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
-			SGL: []verbs.SGE{buf.SGE(0, 4)}}); err != nil {
+			SGL: []verbs.SGE{buf.SGE(8*64, 4)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	waitWC(t, scq, 3)
 	seen := map[uint32]bool{}
 	for _, wc := range waitWC(t, rcq, 3) {
-		if wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCRecv {
+		if wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCRecv || wc.ByteLen != 4 {
 			t.Fatalf("receive %+v", wc)
+		}
+		if got := string(buf.Buf()[wc.ID*64 : wc.ID*64+4]); got != "srq!" {
+			t.Fatalf("receive %d holds %q", wc.ID, got)
 		}
 		seen[wc.QPN] = true
 	}

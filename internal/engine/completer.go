@@ -6,7 +6,6 @@ package engine
 
 import (
 	"encoding/binary"
-	"sync"
 	"time"
 
 	"github.com/goverbs/goverbs/verbs/driver"
@@ -40,7 +39,9 @@ type completer struct {
 	retransMoved bool
 	retransIdle  int // half periods in a row without progress
 
-	timerMu      sync.Mutex // guards the timers themselves (not the QP state)
+	// The timers and what says whether they are scheduled are qp.mu's too: every
+	// access holds it, the timers' own callbacks included (they take it first), so a
+	// mutex of their own would only cost each send two more locked instructions.
 	retrans      *time.Timer
 	retransArmed bool      // retrans is scheduled and has not run yet
 	retransDue   time.Time // when it is scheduled for: a firing before that is stale
@@ -84,18 +85,16 @@ func (c *completer) restartRetransmit() {
 }
 
 // startRetransmit (re)starts the timeout period now. The runtime timer is touched only
-// when it is not already scheduled: a scheduled firing sees retransMoved.
+// when it is not already scheduled: a scheduled firing sees retransMoved. qp.mu is held.
 func (c *completer) startRetransmit(d time.Duration) {
 	c.retransOn, c.retransMoved = true, true
-	c.timerMu.Lock()
 	if !c.retransArmed {
 		c.scheduleRetransmit(d / 2)
 		c.retransMoved, c.retransIdle = false, 0
 	}
-	c.timerMu.Unlock()
 }
 
-// scheduleRetransmit sets the runtime timer to fire after half; c.timerMu is held.
+// scheduleRetransmit sets the runtime timer to fire after half; qp.mu is held.
 func (c *completer) scheduleRetransmit(half time.Duration) {
 	c.retransDue = time.Now().Add(half)
 	if c.retrans == nil {
@@ -106,10 +105,10 @@ func (c *completer) scheduleRetransmit(half time.Duration) {
 	c.retransArmed = true
 }
 
+// stopTimers stops both timers; qp.mu is held.
 func (c *completer) stopTimers() {
 	c.retransOn, c.retransMoved, c.retransIdle = false, false, 0
 	c.rnrWait = false
-	c.timerMu.Lock()
 	if c.retrans != nil {
 		c.retrans.Stop()
 		c.retransArmed = false
@@ -117,7 +116,6 @@ func (c *completer) stopTimers() {
 	if c.rnr != nil {
 		c.rnr.Stop()
 	}
-	c.timerMu.Unlock()
 }
 
 // onRetransmitTimer runs when the local ACK timeout may have expired (IBTA 9.7.6.1.3).
@@ -125,15 +123,12 @@ func (c *completer) onRetransmitTimer() {
 	qp := c.qp
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
-	c.timerMu.Lock()
 	if c.retransArmed && time.Now().Before(c.retransDue) {
 		// A firing that was already running when the timer was stopped and scheduled
 		// again: the newer one is still to come.
-		c.timerMu.Unlock()
 		return
 	}
 	c.retransArmed = false
-	c.timerMu.Unlock()
 	if qp.closed || qp.state != driver.QPStateRTS && qp.state != driver.QPStateSQD || !c.retransOn {
 		return
 	}
@@ -143,9 +138,7 @@ func (c *completer) onRetransmitTimer() {
 		c.retransIdle++
 	}
 	if c.retransIdle < 2 {
-		c.timerMu.Lock()
 		c.scheduleRetransmit(timeoutDuration(qp.attr.Timeout) / 2)
-		c.timerMu.Unlock()
 		return
 	}
 	c.retransOn, c.retransIdle = false, 0
@@ -403,13 +396,11 @@ func (qp *QP) rnrNak(psn wire.PSN, syn wire.Syndrome) {
 	c.rnrWait = true
 	c.retransOn = false
 	d := wire.RNRTimerDuration(syn.RNRTimer())
-	c.timerMu.Lock()
 	if c.rnr == nil {
 		c.rnr = time.AfterFunc(d, c.onRNRTimer)
 	} else {
 		c.rnr.Reset(d)
 	}
-	c.timerMu.Unlock()
 }
 
 func (c *completer) onRNRTimer() {

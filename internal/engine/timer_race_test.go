@@ -12,10 +12,11 @@ import (
 )
 
 // TestResetRacesRNRTimer: moving a QP to RESET while its RNR timer fires. completer.reset
-// rewrites the whole completer (`*c = completer{qp: qp, retrans: c.retrans, rnr: c.rnr}`,
-// which also zeroes timerMu) under qp.mu, while the timer's goroutine reads c.qp in
-// onRNRTimer (and onRetransmitTimer) before it takes qp.mu: a data race, and a mutex
-// overwritten while another goroutine may be about to use it. Only -race sees it.
+// rewrote the whole completer (`*c = completer{qp: qp, retrans: c.retrans, rnr: c.rnr}`,
+// which also zeroed the timers' own mutex, since removed) under qp.mu, while the timer's
+// goroutine read c.qp in onRNRTimer (and onRetransmitTimer) before it took qp.mu: a data
+// race, and a mutex overwritten while another goroutine may be about to use it. Only
+// -race sees it.
 func TestResetRacesRNRTimer(t *testing.T) {
 	conn := netiotest.NewConn(netip.MustParseAddrPort("127.0.200.11:4791"))
 	dev, pd, _, qp := rcOnConn(t, "race", conn, wire.MTU1024, 1024,

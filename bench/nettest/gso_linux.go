@@ -91,10 +91,8 @@ type gsoSender struct {
 	errq      [256]byte
 }
 
+// newGSOSender prepares runs of seg-byte datagrams (parse has checked that one fits).
 func newGSOSender(c *net.UDPConn, seg int, zerocopy bool) (*gsoSender, error) {
-	if seg > 65507 {
-		return nil, fmt.Errorf("-s %d: larger than a UDP datagram can carry", seg)
-	}
 	raw, err := c.SyscallConn()
 	if err != nil {
 		return nil, err
@@ -123,13 +121,18 @@ func newGSOSender(c *net.UDPConn, seg int, zerocopy bool) (*gsoSender, error) {
 // send sends one run: through WriteMsgUDP, or with MSG_ZEROCOPY through the descriptor
 // (the net package has no way to pass send flags). A zero-copy send the kernel cannot
 // take now (ENOBUFS: its notifications use up the socket's option memory) waits for
-// notifications to be reaped.
+// notifications to be reaped. A send refused with ECONNREFUSED (an earlier datagram
+// found no server yet) sent nothing and is not counted, either way.
 func (s *gsoSender) send() error {
 	if !s.zerocopy {
-		if _, _, err := s.c.WriteMsgUDP(s.run, s.oob, nil); err != nil && !errors.Is(err, syscall.ECONNREFUSED) {
+		_, _, err := s.c.WriteMsgUDP(s.run, s.oob, nil)
+		switch {
+		case errors.Is(err, syscall.ECONNREFUSED):
+		case err != nil:
 			return err
+		default:
+			s.sent += int64(len(s.run))
 		}
-		s.sent += int64(len(s.run))
 		return nil
 	}
 	var serr error

@@ -194,7 +194,7 @@ func TestPerfRunInfinitely(t *testing.T) {
 
 // TestPerfLargeMessagesCompleteEveryWR: as perftest, a bandwidth test above 8 KiB
 // completes every work request unless -Q asks otherwise, and one that asks is warned;
-// at 8 KiB and below, and with -a, the moderation stays 100.
+// at 8 KiB the moderation stays 100; and -Q with a post list must divide the list.
 func TestPerfLargeMessagesCompleteEveryWR(t *testing.T) {
 	r := loop(t, "write_bw", "-n", "50", "-s", "65536")
 	mustContain(t, "write_bw -s 65536", r.stdout, " CQ Moderation   : 1\n", " 65536      50 ")

@@ -1,0 +1,330 @@
+package perftest
+
+import (
+	"math"
+
+	"github.com/goverbs/goverbs/cmd/goverbs/internal/exchange/perftestcomm"
+	"github.com/goverbs/goverbs/cmd/goverbs/internal/tool"
+)
+
+// perftestRun runs the test against a real perftest peer, in the order of messages
+// that perftest's program for this test uses (write_bw.c, send_bw.c, send_lat.c, ...).
+// Both sides run with their own flags, as perftest does: its flags marked SYMMETRIC
+// must be given alike on both sides.
+func (s *perfSide) perftestRun(w *perftestcomm.Exchange) error {
+	s.p = s.params()
+	s.p.Infinite = s.o.infinite
+	cycle, err := w.SysData()
+	if err != nil {
+		return err
+	}
+	mine := s.ep.Port.ActiveMTU
+	if s.o.mtu != 0 {
+		if mine, err = tool.ParseMTU(s.o.mtu); err != nil {
+			return err
+		}
+	}
+	m, err := w.MTU(mine)
+	if err != nil {
+		return err
+	}
+	s.p.MTU, s.cycle = m.Bytes(), cycle
+	if err := s.setup(); err != nil {
+		return err
+	}
+	defer s.close()
+	if s.o.rdmaCM {
+		// create_rdma_cm_connection: a handshake either side of the CM's connections.
+		if err := s.handshake(w); err != nil {
+			return err
+		}
+		if err := s.cmConnect(); err != nil {
+			return err
+		}
+		if err := s.handshake(w); err != nil {
+			return err
+		}
+	}
+	var run func() error
+	switch {
+	case !s.lat && s.t == testSend:
+		run = func() error { return s.perftestSendBW(w) }
+	case !s.lat:
+		run = func() error { return s.perftestRDMABW(w) }
+	case s.t == testSend:
+		run = func() error { return s.perftestSendLat(w) }
+	default:
+		run = func() error { return s.perftestLat(w) }
+	}
+	if err := run(); err != nil {
+		return err
+	}
+	s.out.textf("%s\n", resultLine)
+	return s.finish()
+}
+
+// connectKeys: the QP records, the move to RTS (not with -R: the CM has connected the
+// QPs), and the records again (perftest prints the second set).
+func (s *perfSide) connectKeys(w *perftestcomm.Exchange, between func() error) error {
+	if err := s.keys(w); err != nil {
+		return err
+	}
+	if !s.o.rdmaCM {
+		if err := s.rts(); err != nil {
+			return err
+		}
+	}
+	if between != nil {
+		if err := between(); err != nil {
+			return err
+		}
+	}
+	if err := s.keys(w); err != nil {
+		return err
+	}
+	s.printHeader()
+	return nil
+}
+
+// perftestRDMABW: write_bw, read_bw and atomic_bw. The server only waits; at the end
+// the client sends its report, which the server prints.
+func (s *perfSide) perftestRDMABW(w *perftestcomm.Exchange) error {
+	if err := s.connectKeys(w, nil); err != nil {
+		return err
+	}
+	if err := s.handshake(w); err != nil {
+		return err
+	}
+	if s.p.Bidir {
+		return s.perftestBidir(w)
+	}
+	var last bwRow
+	if s.isClient {
+		for i, size := range s.sizes() {
+			s.progress(i, len(s.sizes()), size)
+			row, err := s.sendRow(size, true)
+			if err != nil {
+				return err
+			}
+			last = row
+			if s.intr.Context().Err() != nil {
+				break
+			}
+		}
+	}
+	if err := s.handshake(w); err != nil {
+		return err
+	}
+	theirs, err := s.xchgReport(w, last)
+	if err != nil {
+		return err
+	}
+	if !s.isClient {
+		s.printBW(theirs)
+	}
+	return s.handshake(w) // ctx_close_connection
+}
+
+// sendRow streams one size and, with print, prints its row.
+func (s *perfSide) sendRow(size int, print bool) (bwRow, error) {
+	s.intr.SetGraceful(true)
+	row, _, err := s.bwSend(s.intr.Context(), size)
+	s.intr.SetGraceful(false)
+	if err != nil {
+		return bwRow{}, err
+	}
+	if print && !s.p.Infinite {
+		s.printBW(row)
+	}
+	return row, nil
+}
+
+// perftestBidir: write_bw, read_bw and atomic_bw with -b. Per size both sides stream
+// between two handshakes (the second only in an -a sweep, as perftest 4.6 and later),
+// then exchange reports and print the sum of both directions.
+func (s *perfSide) perftestBidir(w *perftestcomm.Exchange) error {
+	sizes := s.sizes()
+	for i, size := range sizes {
+		if err := s.handshake(w); err != nil {
+			return err
+		}
+		s.progress(i, len(sizes), size)
+		mine, err := s.sendRow(size, false)
+		if err != nil {
+			return err
+		}
+		if s.p.All {
+			if err := s.handshake(w); err != nil {
+				return err
+			}
+		}
+		theirs, err := s.xchgReport(w, mine)
+		if err != nil {
+			return err
+		}
+		s.printBW(sumRows(mine, theirs))
+	}
+	return s.handshake(w)
+}
+
+// bidirSend runs one size of send_bw -b: this side sends and receives at once, as
+// perftest's run_iter_bi, and returns its sending row.
+func (s *perfSide) bidirSend(size int) (bwRow, error) {
+	target := make(chan int, 1)
+	want := s.p.Iters * s.p.QPs
+	if s.p.Duration > 0 {
+		want = math.MaxInt
+	}
+	target <- want
+	type result struct {
+		row bwRow
+		err error
+	}
+	recvd := make(chan result, 1)
+	go func() {
+		row, err := s.bwRecv(size, target, s.p.Conn != "RC" || s.p.Duration > 0)
+		recvd <- result{row, err}
+	}()
+	mine, err := s.sendRow(size, false)
+	r := <-recvd
+	if err != nil {
+		return bwRow{}, err
+	}
+	return mine, r.err
+}
+
+// perftestSendBW: send_bw. Each side prints its own figures; the receiver expects
+// iterations × QPs messages (or, with -D, receives until the sender stops).
+func (s *perfSide) perftestSendBW(w *perftestcomm.Exchange) error {
+	if err := s.connectKeys(w, func() error { return s.handshake(w) }); err != nil {
+		return err
+	}
+	sizes := s.sizes()
+	for i, size := range sizes {
+		if err := s.handshake(w); err != nil {
+			return err
+		}
+		switch {
+		case s.p.Bidir:
+			s.progress(i, len(sizes), size)
+			mine, err := s.bidirSend(size)
+			if err != nil {
+				return err
+			}
+			if s.p.Duration > 0 { // perftest exchanges no reports in a -D run
+				s.printBW(mine)
+				break
+			}
+			theirs, err := s.xchgReport(w, mine)
+			if err != nil {
+				return err
+			}
+			s.printBW(sumRows(mine, theirs))
+		case s.isClient:
+			s.progress(i, len(sizes), size)
+			if _, err := s.sendRow(size, true); err != nil {
+				return err
+			}
+		default:
+			target := make(chan int, 1)
+			want := s.p.Iters * s.p.QPs
+			if s.p.Duration > 0 {
+				want = math.MaxInt // until the sender stops
+			}
+			target <- want
+			row, err := s.bwRecv(size, target, s.p.Conn != "RC" || s.p.Duration > 0)
+			if err != nil {
+				return err
+			}
+			s.printBW(row)
+		}
+		if s.p.All {
+			if err := s.handshake(w); err != nil {
+				return err
+			}
+		}
+	}
+	return s.handshake(w)
+}
+
+// perftestSendLat: send_lat, a ping-pong in which both sides print.
+func (s *perfSide) perftestSendLat(w *perftestcomm.Exchange) error {
+	if err := s.connectKeys(w, func() error { return s.handshake(w) }); err != nil {
+		return err
+	}
+	for i, size := range s.sizes() {
+		if err := s.handshake(w); err != nil {
+			return err
+		}
+		if err := s.latSize(i, size); err != nil {
+			return err
+		}
+	}
+	return s.handshake(w)
+}
+
+// perftestLat: write_lat (a ping-pong) and read_lat, atomic_lat (only the client runs).
+func (s *perfSide) perftestLat(w *perftestcomm.Exchange) error {
+	if err := s.keys(w); err != nil { // the early handshake carries the records too
+		return err
+	}
+	if err := s.connectKeys(w, nil); err != nil {
+		return err
+	}
+	if err := s.handshake(w); err != nil {
+		return err
+	}
+	for i, size := range s.sizes() {
+		if err := s.latSize(i, size); err != nil { // a read_lat or atomic_lat server only waits
+			return err
+		}
+	}
+	if s.t == testWrite {
+		// perftest's write_lat ends without ctx_close_connection: the ping-pong's last
+		// write, seen by both sides, is the end.
+		return nil
+	}
+	return s.handshake(w)
+}
+
+// keys exchanges every QP's record and keeps the peer's.
+func (s *perfSide) keys(w *perftestcomm.Exchange) error {
+	s.remote = make([]perftestcomm.Dest, len(s.local))
+	for i, d := range s.local {
+		r, err := w.Key(d, "QP record")
+		if err != nil {
+			return err
+		}
+		s.remote[i] = r
+	}
+	return nil
+}
+
+// handshake is perftest's ctx_hand_shake used as a barrier: QP 0's record once more.
+func (s *perfSide) handshake(w *perftestcomm.Exchange) error {
+	_, err := w.Key(s.local[0], "handshake")
+	return err
+}
+
+// xchgReport exchanges bandwidth reports (xchg_bw_reports) in the unit this side
+// prints (MiB/s, or Gb/s with --report_gbits: perftest's flag is SYMMETRIC).
+func (s *perfSide) xchgReport(w *perftestcomm.Exchange, mine bwRow) (bwRow, error) {
+	unit := func(mib float64) float64 {
+		if s.o.gbits {
+			return gbits(mib)
+		}
+		return mib
+	}
+	mib := func(v float64) float64 {
+		if s.o.gbits {
+			return v * 1e9 / 8 / (1 << 20)
+		}
+		return v
+	}
+	r, err := w.Report(perftestcomm.Report{Bytes: mine.Bytes, Iterations: mine.Iterations,
+		Peak: unit(mine.PeakMiB), Avg: unit(mine.AvgMiB), MsgRate: mine.MsgRate})
+	if err != nil {
+		return bwRow{}, err
+	}
+	return bwRow{Bytes: r.Bytes, Iterations: r.Iterations, PeakMiB: mib(r.Peak), AvgMiB: mib(r.Avg), MsgRate: r.MsgRate}, nil
+}

@@ -202,3 +202,10 @@ func gidDecimal(g [16]byte) string {
 	}
 	return strings.Join(parts, ":")
 }
+
+func onOff(on bool) string {
+	if on {
+		return "ON"
+	}
+	return "OFF"
+}

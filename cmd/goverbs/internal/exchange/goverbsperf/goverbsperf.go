@@ -18,8 +18,8 @@ import (
 	"github.com/goverbs/goverbs/cmd/goverbs/internal/exchange/perftestcomm"
 )
 
-// The exchange between two goverbs perf tools, once their versions (perfwire.go's
-// hello) have shown both are goverbs: a header naming the test and its parameters, then
+// The exchange between two goverbs perf tools, once their versions
+// (perftestcomm.Hello) have shown both are goverbs: a header naming the test and its parameters, then
 // one record per QP with LID, the outstanding-reads count, QPN, PSN, RKey, VAddr and
 // GID. The client sends first; the server checks the header, adopts the client's
 // parameters and answers with its own; the client says READY once its QPs are in RTR.

@@ -50,9 +50,9 @@ func writeObject(b *bytes.Buffer, members []kv) {
 }
 
 // testInfo is perftest's "test_info" object for this side.
-func (s *perfSide) testInfo() []kv {
-	name := map[perfTest]string{testSend: "Send", testWrite: "RDMA_Write", testRead: "RDMA_Read", testAtomic: "Atomic"}[s.t] + "_"
-	if s.t == testAtomic {
+func (s *side) testInfo() []kv {
+	name := map[operation]string{opSend: "Send", opWrite: "RDMA_Write", opRead: "RDMA_Read", opAtomic: "Atomic"}[s.op] + "_"
+	if s.op == opAtomic {
 		name += s.p.Atomic + "_"
 	}
 	if s.lat {
@@ -83,14 +83,14 @@ func (s *perfSide) testInfo() []kv {
 	if s.o.postList > 1 {
 		info = append(info, kv{"Post_List", s.o.postList})
 	}
-	if s.t == testSend && (!s.isClient || s.p.Bidir) {
-		info = append(info, kv{"RX_depth", s.rxDepth})
+	if s.op == opSend && (!s.isClient || s.p.Bidir) {
+		info = append(info, kv{"RX_depth", s.res.rxDepth})
 	}
 	if !s.lat {
 		info = append(info, kv{"CQ_Moderation", min(s.o.cqMod, s.o.txDepth)})
 	}
-	info = append(info, kv{"Mtu", s.mtu.Bytes()}, kv{"Link_type", "Ethernet"}, kv{"GID_index", s.o.dev.GIDIndex})
-	if s.t == testRead || s.t == testAtomic {
+	info = append(info, kv{"Mtu", s.res.mtu.Bytes()}, kv{"Link_type", "Ethernet"}, kv{"GID_index", s.o.dev.GIDIndex})
+	if s.op == opRead || s.op == opAtomic {
 		info = append(info, kv{"Outstand_reads", s.o.outs}) // in place of Max_inline_data: nothing goes inline
 	} else {
 		info = append(info, kv{"Max_inline_data", s.o.inline})
@@ -126,12 +126,12 @@ func latResults(r latRow) []kv {
 		{"percentile_99.9", us(r.P999)}}
 }
 
-// writeJSONFile writes --out_json's file with the last row printed.
-func (s *perfSide) writeJSONFile() error {
+// writeJSONFile writes --out_json's file: the test's facts and the last row printed.
+func writeJSONFile(file string, testInfo, results []kv) error {
 	var b bytes.Buffer
-	writeObject(&b, []kv{{"test_info", s.testInfo()}, {"results", s.lastResult}})
+	writeObject(&b, []kv{{"test_info", testInfo}, {"results", results}})
 	b.WriteString("\n")
-	if err := os.WriteFile(s.o.jsonFile, b.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(file, b.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("--out_json: %v", err)
 	}
 	return nil

@@ -12,7 +12,7 @@ import (
 // The perf tools' options: perftest's flags with its names and defaults
 // (perftest_parameters.c), registered per test as perftest's usage lists them.
 
-type perfOpts struct {
+type options struct {
 	dev      tool.DevOpts
 	port     int
 	size     int
@@ -54,29 +54,29 @@ type perfOpts struct {
 	cpuFreq  bool
 	version  bool
 	perftest bool // --perftest-exchange: only perftest's own exchange, even with goverbs
-	rdmaCM   bool // -R: the QPs are connected by the connection manager (perfcm.go)
+	rdmaCM   bool // -R: the QPs are connected by the connection manager (cm.go)
 }
 
 // register adds the flags of test t (lat: a latency test) with perftest's defaults.
-func (o *perfOpts) register(fs *tool.FlagSet, t perfTest, lat bool) {
+func (o *options) register(fs *tool.FlagSet, t operation, lat bool) {
 	o.dev.Register(fs, "x", "gid-index")
 	defSize, defIters, defTx, defInline := 65536, 1000, 128, 0
 	if lat {
 		defSize, defTx, defInline = 2, 1, 236
 	}
-	if t == testAtomic {
+	if t == opAtomic {
 		defSize = 8
 	}
-	if t == testWrite && !lat {
+	if t == opWrite && !lat {
 		defIters = 5000
 	}
-	if t == testRead || t == testAtomic {
+	if t == opRead || t == opAtomic {
 		defInline = 0
 	}
 	fs.IntOpt(&o.port, "p", "port", exchange.DefaultPort, "listen on/connect to TCP `PORT`")
 	fs.IntOpt(&o.size, "s", "size", defSize, "`SIZE` of message to exchange")
 	fs.IntOpt(&o.iters, "n", "iters", defIters, "`NUMBER` of exchanges")
-	if t != testAtomic {
+	if t != opAtomic {
 		fs.BoolOpt(&o.all, "a", "all", "run sizes from 2 till 2^23")
 	} else {
 		fs.StringOpt(&o.atomic, "A", "atomic_type", "FETCH_AND_ADD", "`TYPE` of atomic operation: FETCH_AND_ADD or CMP_AND_SWAP")
@@ -111,7 +111,7 @@ func (o *perfOpts) register(fs *tool.FlagSet, t perfTest, lat bool) {
 	fs.IntOpt(&o.outs, "o", "outs", 16, "`NUMBER` of outstanding reads/atomics")
 	fs.IntOpt(&o.timeout, "u", "qp-timeout", 14, "QP `TIMEOUT`: 4.096 usec * 2^TIMEOUT")
 	fs.BoolOpt(&o.events, "e", "events", "sleep on CQ events (default: poll)")
-	if t == testSend {
+	if t == opSend {
 		fs.BoolOpt(&o.srq, "", "use-srq", "receive through a shared receive queue (--rx-depth is its size)")
 	}
 	fs.BoolOpt(&o.cpuFreq, "F", "CPU-freq", "do not fail on CPU frequency warnings (ignored)")
@@ -128,17 +128,17 @@ func (o *perfOpts) register(fs *tool.FlagSet, t perfTest, lat bool) {
 // by default (MSG_SIZE_CQ_MOD_LIMIT).
 const cqModSizeLimit = 8192
 
-func (o *perfOpts) check(t perfTest, lat bool, fs *tool.FlagSet) error {
+func (o *options) check(t operation, lat bool, fs *tool.FlagSet) error {
 	o.sizeSet = fs.Changed("size")
 	o.conn = strings.ToUpper(o.conn)
 	switch o.conn {
 	case "RC":
 	case "UC":
-		if t == testRead || t == testAtomic {
+		if t == opRead || t == opAtomic {
 			return fmt.Errorf("connection type UC does not support %s: use RC", strings.ToUpper(t.verb()))
 		}
 	case "UD":
-		if t != testSend {
+		if t != opSend {
 			return fmt.Errorf("connection type UD supports only send tests: use RC")
 		}
 	default:
@@ -147,10 +147,10 @@ func (o *perfOpts) check(t perfTest, lat bool, fs *tool.FlagSet) error {
 	if o.size < 1 || o.size > 1<<23 {
 		return fmt.Errorf("invalid size %d: must be 1..8388608 bytes", o.size)
 	}
-	if t == testAtomic && o.size != 8 {
+	if t == opAtomic && o.size != 8 {
 		return fmt.Errorf("invalid size %d: atomic operations are 8 bytes", o.size)
 	}
-	if t == testAtomic {
+	if t == opAtomic {
 		o.atomic = strings.ToUpper(o.atomic)
 		if o.atomic != "FETCH_AND_ADD" && o.atomic != "CMP_AND_SWAP" {
 			return fmt.Errorf("invalid atomic type %q: must be FETCH_AND_ADD or CMP_AND_SWAP", o.atomic)
@@ -256,7 +256,7 @@ func (o *perfOpts) check(t perfTest, lat bool, fs *tool.FlagSet) error {
 
 // rateBytes is --rate_limit as a pacing rate: bytes per second, or with unit p messages
 // per second (then msgs is true).
-func (o *perfOpts) rateBytes() (rate float64, msgs bool) {
+func (o *options) rateBytes() (rate float64, msgs bool) {
 	switch o.rateUnit {
 	case "M":
 		return o.rate * 1e6, false
@@ -264,4 +264,12 @@ func (o *perfOpts) rateBytes() (rate float64, msgs bool) {
 		return o.rate, true
 	}
 	return o.rate * 1e9 / 8, false
+}
+
+// dataExMethod is the banner's "Data ex. method": perftest's -R exchanges over rdma_cm.
+func (o *options) dataExMethod() string {
+	if o.rdmaCM {
+		return "rdma_cm"
+	}
+	return "Ethernet"
 }

@@ -11,7 +11,7 @@ import (
 // that perftest's program for this test uses (write_bw.c, send_bw.c, send_lat.c, ...).
 // Both sides run with their own flags, as perftest does: its flags marked SYMMETRIC
 // must be given alike on both sides.
-func (s *perfSide) perftestRun(w *perftestcomm.Exchange) error {
+func (s *side) perftestRun(w *perftestcomm.Exchange) error {
 	s.p = s.params()
 	s.p.Infinite = s.o.infinite
 	cycle, err := w.SysData()
@@ -47,11 +47,11 @@ func (s *perfSide) perftestRun(w *perftestcomm.Exchange) error {
 	}
 	var run func() error
 	switch {
-	case !s.lat && s.t == testSend:
+	case !s.lat && s.op == opSend:
 		run = func() error { return s.perftestSendBW(w) }
 	case !s.lat:
 		run = func() error { return s.perftestRDMABW(w) }
-	case s.t == testSend:
+	case s.op == opSend:
 		run = func() error { return s.perftestSendLat(w) }
 	default:
 		run = func() error { return s.perftestLat(w) }
@@ -59,18 +59,17 @@ func (s *perfSide) perftestRun(w *perftestcomm.Exchange) error {
 	if err := run(); err != nil {
 		return err
 	}
-	s.out.textf("%s\n", resultLine)
-	return s.finish()
+	return s.rep.finish(s.testInfo)
 }
 
 // connectKeys: the QP records, the move to RTS (not with -R: the CM has connected the
 // QPs), and the records again (perftest prints the second set).
-func (s *perfSide) connectKeys(w *perftestcomm.Exchange, between func() error) error {
+func (s *side) connectKeys(w *perftestcomm.Exchange, between func() error) error {
 	if err := s.keys(w); err != nil {
 		return err
 	}
 	if !s.o.rdmaCM {
-		if err := s.rts(); err != nil {
+		if err := s.res.rts(); err != nil {
 			return err
 		}
 	}
@@ -88,7 +87,7 @@ func (s *perfSide) connectKeys(w *perftestcomm.Exchange, between func() error) e
 
 // perftestRDMABW: write_bw, read_bw and atomic_bw. The server only waits; at the end
 // the client sends its report, which the server prints.
-func (s *perfSide) perftestRDMABW(w *perftestcomm.Exchange) error {
+func (s *side) perftestRDMABW(w *perftestcomm.Exchange) error {
 	if err := s.connectKeys(w, nil); err != nil {
 		return err
 	}
@@ -101,7 +100,7 @@ func (s *perfSide) perftestRDMABW(w *perftestcomm.Exchange) error {
 	var last bwRow
 	if s.isClient {
 		for i, size := range s.sizes() {
-			s.progress(i, len(s.sizes()), size)
+			s.rep.progress(i, len(s.sizes()), size)
 			row, err := s.sendRow(size, true)
 			if err != nil {
 				return err
@@ -120,35 +119,21 @@ func (s *perfSide) perftestRDMABW(w *perftestcomm.Exchange) error {
 		return err
 	}
 	if !s.isClient {
-		s.printBW(theirs)
+		s.rep.printBW(theirs)
 	}
 	return s.handshake(w) // ctx_close_connection
-}
-
-// sendRow streams one size and, with print, prints its row.
-func (s *perfSide) sendRow(size int, print bool) (bwRow, error) {
-	s.intr.SetGraceful(true)
-	row, _, err := s.bwSend(s.intr.Context(), size)
-	s.intr.SetGraceful(false)
-	if err != nil {
-		return bwRow{}, err
-	}
-	if print && !s.p.Infinite {
-		s.printBW(row)
-	}
-	return row, nil
 }
 
 // perftestBidir: write_bw, read_bw and atomic_bw with -b. Per size both sides stream
 // between two handshakes (the second only in an -a sweep, as perftest 4.6 and later),
 // then exchange reports and print the sum of both directions.
-func (s *perfSide) perftestBidir(w *perftestcomm.Exchange) error {
+func (s *side) perftestBidir(w *perftestcomm.Exchange) error {
 	sizes := s.sizes()
 	for i, size := range sizes {
 		if err := s.handshake(w); err != nil {
 			return err
 		}
-		s.progress(i, len(sizes), size)
+		s.rep.progress(i, len(sizes), size)
 		mine, err := s.sendRow(size, false)
 		if err != nil {
 			return err
@@ -162,40 +147,14 @@ func (s *perfSide) perftestBidir(w *perftestcomm.Exchange) error {
 		if err != nil {
 			return err
 		}
-		s.printBW(sumRows(mine, theirs))
+		s.rep.printBW(sumRows(mine, theirs))
 	}
 	return s.handshake(w)
 }
 
-// bidirSend runs one size of send_bw -b: this side sends and receives at once, as
-// perftest's run_iter_bi, and returns its sending row.
-func (s *perfSide) bidirSend(size int) (bwRow, error) {
-	target := make(chan int, 1)
-	want := s.p.Iters * s.p.QPs
-	if s.p.Duration > 0 {
-		want = math.MaxInt
-	}
-	target <- want
-	type result struct {
-		row bwRow
-		err error
-	}
-	recvd := make(chan result, 1)
-	go func() {
-		row, err := s.bwRecv(size, target, s.p.Conn != "RC" || s.p.Duration > 0)
-		recvd <- result{row, err}
-	}()
-	mine, err := s.sendRow(size, false)
-	r := <-recvd
-	if err != nil {
-		return bwRow{}, err
-	}
-	return mine, r.err
-}
-
 // perftestSendBW: send_bw. Each side prints its own figures; the receiver expects
 // iterations × QPs messages (or, with -D, receives until the sender stops).
-func (s *perfSide) perftestSendBW(w *perftestcomm.Exchange) error {
+func (s *side) perftestSendBW(w *perftestcomm.Exchange) error {
 	if err := s.connectKeys(w, func() error { return s.handshake(w) }); err != nil {
 		return err
 	}
@@ -206,22 +165,22 @@ func (s *perfSide) perftestSendBW(w *perftestcomm.Exchange) error {
 		}
 		switch {
 		case s.p.Bidir:
-			s.progress(i, len(sizes), size)
+			s.rep.progress(i, len(sizes), size)
 			mine, err := s.bidirSend(size)
 			if err != nil {
 				return err
 			}
 			if s.p.Duration > 0 { // perftest exchanges no reports in a -D run
-				s.printBW(mine)
+				s.rep.printBW(mine)
 				break
 			}
 			theirs, err := s.xchgReport(w, mine)
 			if err != nil {
 				return err
 			}
-			s.printBW(sumRows(mine, theirs))
+			s.rep.printBW(sumRows(mine, theirs))
 		case s.isClient:
-			s.progress(i, len(sizes), size)
+			s.rep.progress(i, len(sizes), size)
 			if _, err := s.sendRow(size, true); err != nil {
 				return err
 			}
@@ -232,11 +191,11 @@ func (s *perfSide) perftestSendBW(w *perftestcomm.Exchange) error {
 				want = math.MaxInt // until the sender stops
 			}
 			target <- want
-			row, err := s.bwRecv(size, target, s.p.Conn != "RC" || s.p.Duration > 0)
+			row, err := s.bandwidth().recv(size, target, s.p.Conn != "RC" || s.p.Duration > 0)
 			if err != nil {
 				return err
 			}
-			s.printBW(row)
+			s.rep.printBW(row)
 		}
 		if s.p.All {
 			if err := s.handshake(w); err != nil {
@@ -248,7 +207,7 @@ func (s *perfSide) perftestSendBW(w *perftestcomm.Exchange) error {
 }
 
 // perftestSendLat: send_lat, a ping-pong in which both sides print.
-func (s *perfSide) perftestSendLat(w *perftestcomm.Exchange) error {
+func (s *side) perftestSendLat(w *perftestcomm.Exchange) error {
 	if err := s.connectKeys(w, func() error { return s.handshake(w) }); err != nil {
 		return err
 	}
@@ -264,7 +223,7 @@ func (s *perfSide) perftestSendLat(w *perftestcomm.Exchange) error {
 }
 
 // perftestLat: write_lat (a ping-pong) and read_lat, atomic_lat (only the client runs).
-func (s *perfSide) perftestLat(w *perftestcomm.Exchange) error {
+func (s *side) perftestLat(w *perftestcomm.Exchange) error {
 	if err := s.keys(w); err != nil { // the early handshake carries the records too
 		return err
 	}
@@ -279,7 +238,7 @@ func (s *perfSide) perftestLat(w *perftestcomm.Exchange) error {
 			return err
 		}
 	}
-	if s.t == testWrite {
+	if s.op == opWrite {
 		// perftest's write_lat ends without ctx_close_connection: the ping-pong's last
 		// write, seen by both sides, is the end.
 		return nil
@@ -288,27 +247,27 @@ func (s *perfSide) perftestLat(w *perftestcomm.Exchange) error {
 }
 
 // keys exchanges every QP's record and keeps the peer's.
-func (s *perfSide) keys(w *perftestcomm.Exchange) error {
-	s.remote = make([]perftestcomm.Dest, len(s.local))
-	for i, d := range s.local {
+func (s *side) keys(w *perftestcomm.Exchange) error {
+	s.res.remote = make([]perftestcomm.Dest, len(s.res.local))
+	for i, d := range s.res.local {
 		r, err := w.Key(d, "QP record")
 		if err != nil {
 			return err
 		}
-		s.remote[i] = r
+		s.res.remote[i] = r
 	}
 	return nil
 }
 
 // handshake is perftest's ctx_hand_shake used as a barrier: QP 0's record once more.
-func (s *perfSide) handshake(w *perftestcomm.Exchange) error {
-	_, err := w.Key(s.local[0], "handshake")
+func (s *side) handshake(w *perftestcomm.Exchange) error {
+	_, err := w.Key(s.res.local[0], "handshake")
 	return err
 }
 
 // xchgReport exchanges bandwidth reports (xchg_bw_reports) in the unit this side
 // prints (MiB/s, or Gb/s with --report_gbits: perftest's flag is SYMMETRIC).
-func (s *perfSide) xchgReport(w *perftestcomm.Exchange, mine bwRow) (bwRow, error) {
+func (s *side) xchgReport(w *perftestcomm.Exchange, mine bwRow) (bwRow, error) {
 	unit := func(mib float64) float64 {
 		if s.o.gbits {
 			return gbits(mib)
@@ -327,4 +286,44 @@ func (s *perfSide) xchgReport(w *perftestcomm.Exchange, mine bwRow) (bwRow, erro
 		return bwRow{}, err
 	}
 	return bwRow{Bytes: r.Bytes, Iterations: r.Iterations, PeakMiB: mib(r.Peak), AvgMiB: mib(r.Avg), MsgRate: r.MsgRate}, nil
+}
+
+// sendRow streams one size and, with print, prints its row.
+func (s *side) sendRow(size int, print bool) (bwRow, error) {
+	s.intr.SetGraceful(true)
+	row, _, err := s.bandwidth().send(s.intr.Context(), size)
+	s.intr.SetGraceful(false)
+	if err != nil {
+		return bwRow{}, err
+	}
+	if print && !s.p.Infinite {
+		s.rep.printBW(row)
+	}
+	return row, nil
+}
+
+// bidirSend runs one size of send_bw -b: this side sends and receives at once, as
+// perftest's run_iter_bi, and returns its sending row.
+func (s *side) bidirSend(size int) (bwRow, error) {
+	target := make(chan int, 1)
+	want := s.p.Iters * s.p.QPs
+	if s.p.Duration > 0 {
+		want = math.MaxInt
+	}
+	target <- want
+	type result struct {
+		row bwRow
+		err error
+	}
+	recvd := make(chan result, 1)
+	go func() {
+		row, err := s.bandwidth().recv(size, target, s.p.Conn != "RC" || s.p.Duration > 0)
+		recvd <- result{row, err}
+	}()
+	mine, err := s.sendRow(size, false)
+	r := <-recvd
+	if err != nil {
+		return bwRow{}, err
+	}
+	return mine, r.err
 }

@@ -17,7 +17,7 @@ import (
 // cm: the IB CM in MADs on QP1, as Linux's rdma_cm on RoCE) instead of being moved to
 // RTR and RTS with the QPN and PSN of the exchange. The exchange itself (versions, MTU,
 // key records, handshakes, reports) goes over an rdma_cm connection of its own
-// (perfcmwire.go), never TCP. Learned from perftest's create_rdma_cm_connection
+// (package perftestcm), never TCP. Learned from perftest's create_rdma_cm_connection
 // (perftest_communication.c), after the QPs exist and before the first key record:
 //
 //   - a handshake, so that both sides are past their setup;
@@ -92,16 +92,16 @@ func newPerfCM(ep *tool.Endpoint, listen bool, port int, server netip.AddrPort) 
 }
 
 // cmParam is the rdma_conn_param of QP i.
-func (s *perfSide) cmParam(i int) *cm.Param {
-	p := &cm.Param{QP: s.qps[i], RetryCount: 7, RNRRetryCount: 7, MinRNRTimer: cmRNRTimer}
-	if s.t == testRead || s.t == testAtomic {
+func (s *side) cmParam(i int) *cm.Param {
+	p := &cm.Param{QP: s.res.qps[i], RetryCount: 7, RNRRetryCount: 7, MinRNRTimer: cmRNRTimer}
+	if s.op == opRead || s.op == opAtomic {
 		p.ResponderResources, p.InitiatorDepth = uint8(s.o.outs), uint8(s.o.outs)
 	}
 	return p
 }
 
 // cmConnect connects every QP through the CM: the client dials, the server accepts.
-func (s *perfSide) cmConnect() error {
+func (s *side) cmConnect() error {
 	ctx, cancel := context.WithTimeout(s.intr.Context(), cmTimeout)
 	defer cancel()
 	c := s.cm
@@ -110,10 +110,10 @@ func (s *perfSide) cmConnect() error {
 			c.l.Close() // perftest destroys its listening id once the QPs are connected
 			c.l = nil
 		}()
-		for i := range s.qps {
+		for i := range s.res.qps {
 			req, err := c.l.Accept(ctx)
 			if err != nil {
-				return fmt.Errorf("-R: waiting for connection request %d of %d: %v", i+1, len(s.qps), err)
+				return fmt.Errorf("-R: waiting for connection request %d of %d: %v", i+1, len(s.res.qps), err)
 			}
 			conn, err := req.Accept(ctx, s.cmParam(i))
 			if err != nil {
@@ -123,7 +123,7 @@ func (s *perfSide) cmConnect() error {
 		}
 		return nil
 	}
-	for i := range s.qps {
+	for i := range s.res.qps {
 		var conn *cm.Conn
 		var err error
 		for try := 0; try < cmDialTries; try++ {
@@ -160,7 +160,7 @@ func (s *perfSide) cmConnect() error {
 // QP on. The client sends nothing and waits for the server's DREQs, answering them, so
 // that a perftest server waiting for its DREPs ends. A peer that is gone is waited for
 // 2 s at most.
-func (s *perfSide) closeCM() {
+func (s *side) closeCM() {
 	c := s.cm
 	if c == nil {
 		return
@@ -190,46 +190,4 @@ func (s *perfSide) closeCM() {
 		c.wire.Close() // after the data QPs' connections, as perftest destroys its comm context last
 	}
 	tool.CloseAgent(c.agent, s.ep.Stats()) // with --stats, the CM's MAD counters first
-}
-
-func onOff(on bool) string {
-	if on {
-		return "ON"
-	}
-	return "OFF"
-}
-
-// dataExMethod is the banner's "Data ex. method": perftest's -R exchanges over rdma_cm.
-func (o *perfOpts) dataExMethod() string {
-	if o.rdmaCM {
-		return "rdma_cm"
-	}
-	return "Ethernet"
-}
-
-// loopbackCM runs --loopback -R: the server's side in a goroutine, both exchanging over
-// rdma_cm as two perftests do.
-func loopbackCM(intr *tool.Interrupter, srv, cli *perfSide) error {
-	errc := make(chan error, 1)
-	go func() {
-		defer srv.closeCM() // the server's goroutine owns its CM, even when the client fails
-		w, err := srv.cm.accept(intr.Context())
-		if err != nil {
-			errc <- err
-			return
-		}
-		errc <- srv.serve(w)
-	}()
-	w, err := cli.cm.dial(intr.Context())
-	if err != nil {
-		return err
-	}
-	intr.OnStop(func() { w.Close() })
-	if err := cli.client(w); err != nil {
-		return err
-	}
-	if err := <-errc; err != nil {
-		return fmt.Errorf("loopback server: %v", err)
-	}
-	return nil
 }

@@ -244,10 +244,9 @@ func (l *latency) waitByte(buf []byte, off int, v byte) error {
 		// machine do not take every core from the kernel threads that deliver packets.
 		// runtime.Gosched alone keeps this thread on its CPU (the Go scheduler finds this
 		// goroutine again); the thread the netpoller wakes for the WRITE then waits for
-		// a CPU while both processes spin. sched_yield hands it the CPU (default-mode
-		// write_lat 8 B one-way about 70 -> 25 us, same run, indicative).
-		// Measured and rejected: sleeping from the start (45 us: timer wake-ups), and
-		// sched_yield on every spin (51 us).
+		// a CPU while both processes spin, and sched_yield hands it the CPU. Sleeping
+		// from the start (timer wake-ups) and sched_yield on every spin were slower
+		// (docs/DESIGN.md, "a program that polls reads the socket").
 		el := time.Since(start)
 		if el > tool.StallTimeout {
 			return tool.ErrStall

@@ -79,8 +79,8 @@ func (f *FlagSet) BoolOpt(p *bool, short, long string, usage string) {
 	f.BoolVarP(p, long, short, false, usage)
 }
 
-// usage writes the command's help page: one line per flag, short and long form together.
-func (f *FlagSet) usage(w io.Writer) {
+// printHelp writes the command's help page: one line per flag, short and long form together.
+func (f *FlagSet) printHelp(w io.Writer) {
 	fmt.Fprintf(w, "usage: goverbs %s\n", strings.TrimSpace(f.name+" [flags] "+f.ArgsUsage))
 	if f.summary != "" {
 		fmt.Fprintf(w, "\n%s\n", f.summary)
@@ -124,7 +124,7 @@ func (f *FlagSet) ParseArgs(args []string) ([]string, error) {
 	f.parsing = true
 	if err := f.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
-			f.usage(os.Stdout)
+			f.printHelp(os.Stdout)
 			return nil, ErrHelp
 		}
 		if name, ok := strings.CutPrefix(err.Error(), "unknown flag: --"); ok {

@@ -7,12 +7,10 @@ package perftestcomm
 import (
 	"bytes"
 	bin "encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"net"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/goverbs/goverbs/cmd/goverbs/internal/exchange"
@@ -57,6 +55,9 @@ const (
 	pageSize     = 4096
 )
 
+// ErrForeignPeer: the peer speaks neither perftest's exchange nor goverbs'.
+var ErrForeignPeer = fmt.Errorf("the peer does not speak perftest's exchange (an rdma-core ping-pong?)")
+
 // Hello exchanges versions. It reports whether the peer is a goverbs tool (never with
 // plain: --perftest-exchange), and the peer's perftest version.
 func Hello(c net.Conn, client, plain bool) (goverbs bool, ver float64, err error) {
@@ -98,6 +99,11 @@ type Exchange struct {
 	c      net.Conn
 	client bool
 	ver    float64 // the peer's version
+}
+
+// NewExchange continues the exchange on c after Hello, with the peer of version ver.
+func NewExchange(c net.Conn, client bool, ver float64) *Exchange {
+	return &Exchange{c: c, client: client, ver: ver}
 }
 
 // xchg sends mine and returns the peer's message of the same size.
@@ -177,93 +183,6 @@ func (w *Exchange) MTU(mine verbs.MTU) (verbs.MTU, error) {
 	return mine, nil
 }
 
-// KeyRecord is perftest's KEY_PRINT_FMT_GID record of one QP.
-func KeyRecord(d Dest) []byte {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%04x:%04x:%06x:%06x:%08x:%016x:", d.LID, d.OutReads, d.QPN, d.PSN, d.RKey, d.VAddr)
-	for _, x := range d.GID {
-		fmt.Fprintf(&b, "%02x:", x)
-	}
-	fmt.Fprintf(&b, "%08x:", 0) // SRQN: XRC and DC only
-	out := make([]byte, perfKeyLen)
-	copy(out, b.String())
-	return out
-}
-
-var errBadKey = errors.New("the peer's QP record is not perftest's LID:OUT:QPN:PSN:RKEY:VADDR:GID:SRQN")
-
-// ParseKeyRecord reads a KeyRecord.
-func ParseKeyRecord(b []byte) (Dest, error) {
-	text, _, _ := bytes.Cut(b, []byte{0})
-	f := strings.Split(string(text), ":")
-	if len(f) < 6+16 {
-		return Dest{}, errBadKey
-	}
-	var v [6]uint64
-	for i := range v {
-		x, err := strconv.ParseUint(f[i], 16, 64)
-		if err != nil {
-			return Dest{}, errBadKey
-		}
-		v[i] = x
-	}
-	d := Dest{LID: uint16(v[0]), OutReads: int(v[1]), QPN: uint32(v[2]) & 0xffffff, PSN: uint32(v[3]) & 0xffffff,
-		RKey: uint32(v[4]), VAddr: v[5]}
-	for i := range d.GID {
-		x, err := strconv.ParseUint(f[6+i], 16, 8)
-		if err != nil {
-			return Dest{}, errBadKey
-		}
-		d.GID[i] = byte(x)
-	}
-	return d, nil
-}
-
-// Key exchanges one QP record: perftest's text over TCP, its binary struct over
-// rdma_cm (rdma_write_keys), whose length the peer's version decides.
-func (w *Exchange) Key(d Dest, what string) (Dest, error) {
-	cw, ok := w.c.(MessageConn)
-	if !ok {
-		b, err := w.xchg(KeyRecord(d), what)
-		if err != nil {
-			return Dest{}, err
-		}
-		return ParseKeyRecord(b)
-	}
-	mine := KeyRecordBin(d, w.ver)
-	if w.client {
-		if err := exchange.WriteAll(cw, mine, what); err != nil {
-			return Dest{}, err
-		}
-	}
-	b, err := cw.ReadMessage()
-	if err != nil {
-		return Dest{}, fmt.Errorf("couldn't read the peer's %s: %v", what, err)
-	}
-	if !w.client {
-		if err := exchange.WriteAll(cw, mine, what); err != nil {
-			return Dest{}, err
-		}
-	}
-	return ParseKeyRecordBin(b)
-}
-
-// MessageConn is a connection that carries messages rather than a stream: rdma_cm's
-// (package perftestcm), over which perftest sends its key records as binary structs.
-type MessageConn interface {
-	net.Conn
-	// ReadMessage returns the next whole message.
-	ReadMessage() ([]byte, error)
-}
-
-// NewExchange continues the exchange on c after Hello, with the peer of version ver.
-func NewExchange(c net.Conn, client bool, ver float64) *Exchange {
-	return &Exchange{c: c, client: client, ver: ver}
-}
-
-// PeerVersion is the peer's perftest version.
-func (w *Exchange) PeerVersion() float64 { return w.ver }
-
 // Report is a bandwidth test's result, as xchg_bw_reports carries it: the bandwidths in
 // the unit the sides print (MiB/s, or Gb/s with --report_gbits: the flag is SYMMETRIC).
 type Report struct {
@@ -297,17 +216,4 @@ func (w *Exchange) Report(mine Report) (Report, error) {
 		r.Iterations = int(bin.BigEndian.Uint32(got[1]))
 	}
 	return r, nil
-}
-
-// ErrForeignPeer: the peer speaks neither perftest's exchange nor goverbs'.
-var ErrForeignPeer = fmt.Errorf("the peer does not speak perftest's exchange (an rdma-core ping-pong?)")
-
-// Dest is one QP's facts for the peer (perftest's struct pingpong_dest).
-type Dest struct {
-	LID      uint16
-	OutReads int
-	QPN, PSN uint32
-	RKey     uint32
-	VAddr    uint64
-	GID      verbs.GID
 }

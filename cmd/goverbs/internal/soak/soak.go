@@ -6,9 +6,10 @@
 // execution gives; nothing outside the target buffers changes (guard zones around every
 // remote buffer); and no completion is missing, extra or out of order.
 //
-// It sits above package verbs, beside the command that runs it: its test
+// It sits above package verbs, beside the command that runs it (command.go): its test
 // (presets_test.go) runs it under testing/synctest, in fake time; `goverbs soak` runs it
-// in real time for long runs.
+// in real time for long runs. stream.go sets the stream up and posts it, verify.go
+// checks it, presets.go names the fault settings.
 package soak
 
 import (

@@ -10,6 +10,9 @@ import (
 	"github.com/goverbs/goverbs/wire"
 )
 
+// stream is one soak run: device A's requester QP posts a random mix of operations to
+// device B's responder QP, and the model of what each must do (msgs, faModel,
+// casModel) is what verify.go checks the completions against.
 type stream struct {
 	cfg  Config
 	rng  *rand.Rand
@@ -44,6 +47,7 @@ type stream struct {
 	tamper func(s *stream) // tests of the checks: called before each post
 }
 
+// msg is one posted work request, as the checks need it.
 type msg struct {
 	kind Kind
 	size int

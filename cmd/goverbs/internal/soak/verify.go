@@ -11,6 +11,9 @@ import (
 	"github.com/goverbs/goverbs/verbs"
 )
 
+// The run loop and the checks: every completion against the stream's model, and at the
+// end the guard zones and the QPs' states.
+
 var errStall = errors.New("soak: stalled")
 
 func (s *stream) run(ctx context.Context) error {

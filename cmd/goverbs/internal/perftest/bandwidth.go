@@ -21,11 +21,6 @@ type bandwidth struct {
 	rep  *reporter           // --run_infinitely's periodic rows
 }
 
-// bandwidth returns the side's bandwidth loop; the resources must exist.
-func (s *side) bandwidth() *bandwidth {
-	return &bandwidth{res: s.res, o: &s.o, p: &s.p, busy: s.ep.Busy, rep: s.rep}
-}
-
 // send streams iters messages of size bytes on every QP (or, with -D, for that long),
 // keeping tx-depth in flight and asking for a completion every cq-mod requests, as
 // perftest does; -l posts lists, --rate_limit paces the posting. Ctrl-C (ctx) stops

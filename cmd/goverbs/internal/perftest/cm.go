@@ -11,6 +11,7 @@ import (
 	"github.com/goverbs/goverbs/cm"
 	"github.com/goverbs/goverbs/cmd/goverbs/internal/exchange/perftestcm"
 	"github.com/goverbs/goverbs/cmd/goverbs/internal/tool"
+	"github.com/goverbs/goverbs/verbs"
 )
 
 // perftest's -R (--rdma_cm): the QPs are connected by the connection manager (package
@@ -91,31 +92,31 @@ func newPerfCM(ep *tool.Endpoint, listen bool, port int, server netip.AddrPort) 
 	return c, nil
 }
 
-// cmParam is the rdma_conn_param of QP i.
-func (s *side) cmParam(i int) *cm.Param {
-	p := &cm.Param{QP: s.res.qps[i], RetryCount: 7, RNRRetryCount: 7, MinRNRTimer: cmRNRTimer}
-	if s.op == opRead || s.op == opAtomic {
-		p.ResponderResources, p.InitiatorDepth = uint8(s.o.outs), uint8(s.o.outs)
+// cmParam is the rdma_conn_param of a data QP of test op, with -o outs READs.
+func cmParam(qp *verbs.QP, op operation, outs int) *cm.Param {
+	p := &cm.Param{QP: qp, RetryCount: 7, RNRRetryCount: 7, MinRNRTimer: cmRNRTimer}
+	if op == opRead || op == opAtomic {
+		p.ResponderResources, p.InitiatorDepth = uint8(outs), uint8(outs)
 	}
 	return p
 }
 
-// cmConnect connects every QP through the CM: the client dials, the server accepts.
-func (s *side) cmConnect() error {
-	ctx, cancel := context.WithTimeout(s.intr.Context(), cmTimeout)
+// connect connects every QP through the CM, qps[i] with param(i): the client dials,
+// the server accepts.
+func (c *perfCM) connect(ctx context.Context, qps []*verbs.QP, param func(i int) *cm.Param) error {
+	ctx, cancel := context.WithTimeout(ctx, cmTimeout)
 	defer cancel()
-	c := s.cm
-	if !s.isClient {
+	if c.passive {
 		defer func() {
 			c.l.Close() // perftest destroys its listening id once the QPs are connected
 			c.l = nil
 		}()
-		for i := range s.res.qps {
+		for i := range qps {
 			req, err := c.l.Accept(ctx)
 			if err != nil {
-				return fmt.Errorf("-R: waiting for connection request %d of %d: %v", i+1, len(s.res.qps), err)
+				return fmt.Errorf("-R: waiting for connection request %d of %d: %v", i+1, len(qps), err)
 			}
-			conn, err := req.Accept(ctx, s.cmParam(i))
+			conn, err := req.Accept(ctx, param(i))
 			if err != nil {
 				return fmt.Errorf("-R: rdma_accept: %v", err)
 			}
@@ -123,7 +124,7 @@ func (s *side) cmConnect() error {
 		}
 		return nil
 	}
-	for i := range s.res.qps {
+	for i := range qps {
 		var conn *cm.Conn
 		var err error
 		for try := 0; try < cmDialTries; try++ {
@@ -133,7 +134,7 @@ func (s *side) cmConnect() error {
 				case <-time.After(cmDialDelay):
 				}
 			}
-			conn, err = c.agent.Dial(ctx, c.server, s.cmParam(i))
+			conn, err = c.agent.Dial(ctx, c.server, param(i))
 			if err == nil || !errors.Is(err, cm.ErrRejected) || ctx.Err() != nil {
 				break
 			}
@@ -152,20 +153,16 @@ func (s *side) cmConnect() error {
 	return nil
 }
 
-// closeCM ends the connections as perftest's rdma_cm_disconnect_nodes does, and stops
-// the CM; the QPs are the side's to close after. Once. The server sends a DREQ on every
+// close ends the connections as perftest's rdma_cm_disconnect_nodes does, and stops
+// the CM; the QPs are the side's to close after. The server sends a DREQ on every
 // connection at once and then waits for the DREPs: perftest 6.29's client answers none
 // before all its connections are DISCONNECTED (it waits for every one, then destroys its
 // ids, which sends the DREPs), so a DREQ at a time waits out the timeout from the second
 // QP on. The client sends nothing and waits for the server's DREQs, answering them, so
 // that a perftest server waiting for its DREPs ends. A peer that is gone is waited for
 // 2 s at most.
-func (s *side) closeCM() {
-	c := s.cm
-	if c == nil {
-		return
-	}
-	s.cm = nil
+// With stats (--stats) it prints the CM's MAD counters first.
+func (c *perfCM) close(stats bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -189,5 +186,5 @@ func (s *side) closeCM() {
 	if c.wire != nil {
 		c.wire.Close() // after the data QPs' connections, as perftest destroys its comm context last
 	}
-	tool.CloseAgent(c.agent, s.ep.Stats()) // with --stats, the CM's MAD counters first
+	tool.CloseAgent(c.agent, stats)
 }

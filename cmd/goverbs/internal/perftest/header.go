@@ -56,3 +56,53 @@ func (s *side) printHeader() {
 		o.bwHeader()
 	}
 }
+
+// testInfo is perftest's "test_info" object for this side.
+func (s *side) testInfo() []kv {
+	name := map[operation]string{opSend: "Send", opWrite: "RDMA_Write", opRead: "RDMA_Read", opAtomic: "Atomic"}[s.op] + "_"
+	if s.op == opAtomic {
+		name += s.p.Atomic + "_"
+	}
+	if s.lat {
+		name += "Latency_"
+	} else {
+		if s.p.Bidir {
+			name += "Bidirectional_"
+		}
+		if s.o.postList > 1 {
+			name += "Post_List_"
+		}
+		name += "BW_"
+	}
+	info := []kv{{"test", name + "Test"}}
+	if s.o.events {
+		info = append(info, kv{"Test with events", "Using_" + s.ep.Dev.Name() + "_comp0"})
+	}
+	srq := "OFF"
+	if s.o.srq {
+		srq = "ON"
+	}
+	info = append(info, kv{"Dual_port", "OFF"}, kv{"Device", s.ep.Dev.Name()}, kv{"Number_of_qps", s.p.QPs},
+		kv{"Transport_type", "IB"}, kv{"Connection_type", s.p.Conn}, kv{"Using_SRQ", srq},
+		kv{"PCIe_relax_order", "Unsupported"}, kv{"ibv_wr_API", "OFF"})
+	if s.isClient || s.p.Bidir {
+		info = append(info, kv{"TX_depth", s.o.txDepth})
+	}
+	if s.o.postList > 1 {
+		info = append(info, kv{"Post_List", s.o.postList})
+	}
+	if s.op == opSend && (!s.isClient || s.p.Bidir) {
+		info = append(info, kv{"RX_depth", s.res.rxDepth})
+	}
+	if !s.lat {
+		info = append(info, kv{"CQ_Moderation", min(s.o.cqMod, s.o.txDepth)})
+	}
+	info = append(info, kv{"Mtu", s.res.mtu.Bytes()}, kv{"Link_type", "Ethernet"}, kv{"GID_index", s.o.dev.GIDIndex})
+	if s.op == opRead || s.op == opAtomic {
+		info = append(info, kv{"Outstand_reads", s.o.outs}) // in place of Max_inline_data: nothing goes inline
+	} else {
+		info = append(info, kv{"Max_inline_data", s.o.inline})
+	}
+	return append(info, kv{"rdma_cm_QPs", onOff(s.o.rdmaCM)}, kv{"Use_ROCm_memory", "OFF"},
+		kv{"Data_ex_method", s.o.dataExMethod()})
+}

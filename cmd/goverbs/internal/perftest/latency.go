@@ -11,41 +11,6 @@ import (
 	"github.com/goverbs/goverbs/verbs"
 )
 
-// latSize runs one size of a latency test, whichever exchange set it up: the side that
-// initiates measures, the other answers (SEND and WRITE are ping-pongs), and each
-// prints its row; in READ and atomic tests the server's CPU takes no part.
-func (s *side) latSize(i, size int) error {
-	if s.isClient {
-		s.rep.progress(i, len(s.sizes()), size)
-	}
-	var row latRow
-	var err error
-	switch {
-	case s.initiates():
-		row, err = s.latency().initiate(size)
-	case s.op == opSend || s.op == opWrite:
-		row, err = s.latency().answer(size)
-	default:
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	s.rep.printLat(row)
-	return nil
-}
-
-// initiates reports whether this side makes the first move of a latency test, which
-// then runs latency.initiate; the other side answers with latency.answer. As in perftest, the
-// client initiates, except in write_lat, where the server writes first and the client
-// writes each value back once it has seen it (run_iter_lat_write).
-func (s *side) initiates() bool {
-	if s.op == opWrite {
-		return !s.isClient
-	}
-	return s.isClient
-}
-
 // latency is a side's latency loop: one operation at a time, on its first QP.
 type latency struct {
 	res      *resources
@@ -54,11 +19,6 @@ type latency struct {
 	waitSend bool // --wait-send
 	busy     bool // --busy-poll: this loop drives the device
 	dev      *verbs.Device
-}
-
-// latency returns the side's latency loop; the resources must exist.
-func (s *side) latency() *latency {
-	return &latency{res: s.res, op: s.op, iters: s.p.Iters, waitSend: s.o.waitSend, busy: s.ep.Busy, dev: s.ep.Dev}
 }
 
 // initiate measures iters operations of size bytes one at a time.

@@ -17,59 +17,31 @@ import (
 // the peer over TCP or rdma_cm, on which a side (side.go) then runs the test; --loopback
 // runs both sides in this process (loopback.go).
 
-// udQKey is the Q_Key of UD tests, perftest's DEF_QKEY.
-const udQKey = 0x11111111
-
-// operation is the operation a test measures.
-type operation int
-
-const (
-	opSend operation = iota
-	opWrite
-	opRead
-	opAtomic
-)
-
-func (t operation) verb() string { return [...]string{"send", "write", "read", "atomic"}[t] }
-
-func (t operation) title(lat bool, atomic string) string {
-	s := [...]string{"Send", "RDMA_Write", "RDMA_Read", "Atomic " + atomic}[t]
-	if lat {
-		return s + " Latency Test"
-	}
-	return s + " BW Test"
-}
-
-// Test names the tool of a command: the operation and what is measured.
-type Test struct {
+// Tool is one of perftest's programs: the operation and what is measured.
+type Tool struct {
 	op  operation
 	lat bool
 }
 
 // The tools, named as perftest's programs (ib_send_bw is SendBW).
 var (
-	SendBW    = Test{opSend, false}
-	WriteBW   = Test{opWrite, false}
-	ReadBW    = Test{opRead, false}
-	AtomicBW  = Test{opAtomic, false}
-	SendLat   = Test{opSend, true}
-	WriteLat  = Test{opWrite, true}
-	ReadLat   = Test{opRead, true}
-	AtomicLat = Test{opAtomic, true}
+	SendBW    = Tool{opSend, false}
+	WriteBW   = Tool{opWrite, false}
+	ReadBW    = Tool{opRead, false}
+	AtomicBW  = Tool{opAtomic, false}
+	SendLat   = Tool{opSend, true}
+	WriteLat  = Tool{opWrite, true}
+	ReadLat   = Tool{opRead, true}
+	AtomicLat = Tool{opAtomic, true}
 )
 
 // Runner returns the command of tool t.
-func Runner(t Test) func(*tool.Command, []string) error {
+func Runner(t Tool) func(*tool.Command, []string) error {
 	return func(cmd *tool.Command, args []string) error { return runPerf(cmd, t.op, t.lat, args) }
 }
 
-func (t operation) name(lat bool) string {
-	if lat {
-		return t.verb() + "_lat"
-	}
-	return t.verb() + "_bw"
-}
-
+// runPerf parses the flags, opens the device, connects to the peer (or, without a
+// server address, waits for one) and runs the test.
 func runPerf(cmd *tool.Command, t operation, lat bool, args []string) error {
 	name := cmd.Name
 	fs := tool.NewFlagSet(cmd)

@@ -64,35 +64,6 @@ func (r *resources) close() {
 	}
 }
 
-// setup settles the MTU and the message size of the run (parameters s.p) and creates
-// the side's resources for them: the PD, buffer, CQs and QPs (in INIT).
-func (s *side) setup() error {
-	active := s.ep.Port.ActiveMTU
-	mtu := active
-	if s.p.MTU != 0 {
-		m, err := tool.ParseMTU(s.p.MTU)
-		if err != nil {
-			return err
-		}
-		if m > active {
-			return fmt.Errorf("MTU %d is larger than the port's active MTU %d", s.p.MTU, active.Bytes())
-		}
-		mtu = m
-	}
-	if s.p.Conn == "UD" && s.maxSize() > mtu.Bytes() {
-		// As perftest's check_mtu: a size the user did not ask for (the default, or
-		// -a's sweep) is lowered to the MTU; a size asked for with -s is an error.
-		if s.o.sizeSet && !s.p.All {
-			return fmt.Errorf("size %d is larger than the MTU %d: UD messages are one packet", s.p.Size, mtu.Bytes())
-		}
-		s.rep.warnf("max msg size in UD is the MTU %d: changing to this size", mtu.Bytes())
-		s.p.Size, s.p.All = mtu.Bytes(), false
-	}
-	s.res = &resources{op: s.op, lat: s.lat, conn: s.p.Conn, qpCount: s.p.QPs, maxSize: s.maxSize(), cycle: s.cycle,
-		cas: s.p.Atomic == "CMP_AND_SWAP", o: &s.o, ep: s.ep, rep: s.rep, mtu: mtu}
-	return s.res.open()
-}
-
 // open creates the resources in INIT, receives posted.
 func (r *resources) open() error {
 	dev := r.ep.Dev

@@ -129,7 +129,7 @@ func rpingDevice(pcapFile string, addr netip.Addr) (*verbs.Device, *pcap.Writer,
 			rec.Close()
 		}
 		if errors.Is(err, syscall.EADDRINUSE) {
-			// openErr's hint names the perf tools' --bind, which rping (-a, -I) lacks.
+			// tool.OpenErr's hint names the perf tools' --bind, which rping (-a, -I) lacks.
 			return nil, nil, tool.InUseError{Msg: fmt.Sprintf("open device on %s: UDP port 4791 is in use there (another goverbs or rxe?); choose another local address", cfg.Addr)}
 		}
 		return nil, nil, tool.OpenErr(cfg.Addr.String(), err)

@@ -16,8 +16,8 @@ import (
 // RunCommand is goverbs soak: the issue-6 soak as a command, for long runs. Two
 // software devices in this process exchange a mixed RC stream (SEND, WRITE, READ,
 // atomics; 0 to several MTUs) over the simulated network with the chosen faults, in
-// real time, and every byte and completion is verified. It prints progress, then the run's figures and both devices'
-// counters; the exit status is 1 if anything was wrong.
+// real time, and every byte and completion is verified. It prints progress, then the
+// run's figures and both devices' counters; the exit status is 1 if anything was wrong.
 //
 //	goverbs soak -n 1000000                 # all faults together
 //	goverbs soak -n 100000 --faults each    # every preset in turn

@@ -19,12 +19,12 @@ import (
 )
 
 // The exchange between two goverbs perf tools, once their versions
-// (perftestcomm.Hello) have shown both are goverbs: a header naming the test and its parameters, then
-// one record per QP with LID, the outstanding-reads count, QPN, PSN, RKey, VAddr and
-// GID. The client sends first; the server checks the header, adopts the client's
-// parameters and answers with its own; the client says READY once its QPs are in RTR.
-// Each bandwidth round ends with DONE and REPORT messages. Against a real perftest the
-// tools use perftest's own exchange instead (package perftestcomm).
+// (perftestcomm.Hello) have shown both are goverbs: a header naming the test and its
+// parameters, then one record per QP with LID, the outstanding-reads count, QPN, PSN,
+// RKey, VAddr and GID. The client sends first; the server checks the header, adopts the
+// client's parameters and answers with its own; the client says READY once its QPs are
+// in RTR. Each bandwidth round ends with DONE and REPORT messages. Against a real
+// perftest the tools use perftest's own exchange instead (package perftestcomm).
 
 const (
 	perfMagic     = "GOVERBS-PERF/1 "

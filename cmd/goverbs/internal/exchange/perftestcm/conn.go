@@ -29,15 +29,16 @@ import (
 // exactly the message's size into the peer's single posted receive, the writer waiting
 // for its send completion, the reader reposting its receive before it goes on. Only
 // after the versions, sizes and MTU have gone over it does create_rdma_cm_connection
-// connect the data QPs (package perftest), on the same port. At the end both sides destroy
-// the exchange's context, which disconnects its rdma_cm id.
+// connect the data QPs (package perftest), on the same port. At the end both sides
+// destroy the exchange's context, which disconnects its rdma_cm id.
 //
 // Conn is that exchange QP as a net.Conn, so that the exchanges over TCP and over
 // rdma_cm share their code: every Write is one SEND, and Read reads the received
 // messages as a stream. Like perftest's, it keeps one receive posted: each message is
 // answered before the next is sent (ctx_xchg_data_rdma), and the receive is reposted
 // before the answer goes, so a SEND always finds it. Two goverbs tools with -R speak
-// perftest's exchange too (hello is plain with -R), so nothing longer goes over it.
+// perftest's exchange too (perftestcomm.Hello is plain with -R), so nothing longer
+// goes over it.
 
 // MaxMessageLen is the longest message of the exchange over rdma_cm: a binary key
 // record (64 bytes; the version is 16, the others 8 or fewer). perftest's receive is

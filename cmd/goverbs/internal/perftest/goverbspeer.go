@@ -5,25 +5,26 @@ import (
 	"fmt"
 	"net"
 
-	"github.com/goverbs/goverbs/cmd/goverbs/internal/exchange"
 	"github.com/goverbs/goverbs/cmd/goverbs/internal/exchange/goverbsperf"
-	"github.com/goverbs/goverbs/cmd/goverbs/internal/exchange/perftestcomm"
 )
 
-func (s *side) client(c net.Conn) error {
-	goverbs, ver, err := perftestcomm.Hello(c, true, s.o.perftest || s.o.rdmaCM) // -R: perftest's exchange only, over rdma_cm
-	if err != nil {
-		return err
-	}
-	if !goverbs {
-		return s.perftestRun(perftestcomm.NewExchange(c, true, ver))
-	}
+// goverbsPeer is a side facing another goverbs tool: the server adopts the client's
+// parameters (package goverbsperf), and each bandwidth round ends with both sides'
+// counts and rows.
+type goverbsPeer struct {
+	*side
+	c net.Conn
+}
+
+// client sends this side's parameters and QPs, takes the server's, and runs the test.
+func (s *goverbsPeer) client() error {
+	c := s.c
 	s.p = s.params()
 	if err := s.setup(); err != nil {
 		return err
 	}
 	defer s.close()
-	if err := exchange.WriteAll(c, s.p.Header(), "parameters"); err != nil {
+	if err := goverbsperf.WriteHeader(c, s.p); err != nil {
 		return err
 	}
 	if err := goverbsperf.WriteDests(c, s.res.local); err != nil {
@@ -32,6 +33,7 @@ func (s *side) client(c net.Conn) error {
 	if _, err := goverbsperf.ReadHeader(c); err != nil {
 		return err
 	}
+	var err error
 	if s.res.remote, err = goverbsperf.ReadDests(c, s.p.QPs); err != nil {
 		return err
 	}
@@ -45,20 +47,16 @@ func (s *side) client(c net.Conn) error {
 		return err
 	}
 	s.printHeader()
-	if err := s.runSizes(c); err != nil {
+	if err := s.runSizes(); err != nil {
 		return err
 	}
 	return s.rep.finish(s.testInfo)
 }
 
-func (s *side) serve(c net.Conn) error {
-	goverbs, ver, err := perftestcomm.Hello(c, false, s.o.perftest || s.o.rdmaCM)
-	if err != nil {
-		return err
-	}
-	if !goverbs {
-		return s.perftestRun(perftestcomm.NewExchange(c, false, ver))
-	}
+// serve takes the client's parameters and QPs, answers with this side's, and runs
+// the test.
+func (s *goverbsPeer) serve() error {
+	c := s.c
 	want := s.params()
 	p, err := goverbsperf.ReadHeader(c)
 	if err != nil {
@@ -88,7 +86,7 @@ func (s *side) serve(c net.Conn) error {
 	if err := s.res.rts(); err != nil {
 		return err
 	}
-	if err := exchange.WriteAll(c, s.p.Header(), "parameters"); err != nil {
+	if err := goverbsperf.WriteHeader(c, s.p); err != nil {
 		return err
 	}
 	if err := goverbsperf.WriteDests(c, s.res.local); err != nil {
@@ -98,23 +96,23 @@ func (s *side) serve(c net.Conn) error {
 		return err
 	}
 	s.printHeader()
-	if err := s.runSizes(c); err != nil {
+	if err := s.runSizes(); err != nil {
 		return err
 	}
 	return s.rep.finish(s.testInfo)
 }
 
 // runSizes runs the test over every size of the run.
-func (s *side) runSizes(c net.Conn) error {
+func (s *goverbsPeer) runSizes() error {
 	if s.lat {
-		return s.latRun(c)
+		return s.latRun()
 	}
 	sizes := s.sizes()
 	for i, size := range sizes {
 		if s.isClient {
 			s.rep.progress(i, len(sizes), size)
 		}
-		last, err := s.bwRound(s.intr.Context(), c, size)
+		last, err := s.bwRound(s.intr.Context(), size)
 		if err != nil {
 			return err
 		}
@@ -136,7 +134,7 @@ func (s *side) runSizes(c net.Conn) error {
 
 // bwRound runs one size and prints its row. It reports whether the run is over early
 // (Ctrl-C here or on the other side).
-func (s *side) bwRound(ctx context.Context, c net.Conn, size int) (last bool, err error) {
+func (s *goverbsPeer) bwRound(ctx context.Context, size int) (last bool, err error) {
 	sends := s.isClient || s.p.Bidir
 	recvs := s.op == opSend && (!s.isClient || s.p.Bidir)
 	type peerDone struct {
@@ -145,7 +143,7 @@ func (s *side) bwRound(ctx context.Context, c net.Conn, size int) (last bool, er
 	}
 	peer := make(chan peerDone, 1)
 	go func() {
-		d, err := goverbsperf.ReadDone(c)
+		d, err := goverbsperf.ReadDone(s.c)
 		peer <- peerDone{d, err}
 	}()
 	target := make(chan int, 1)
@@ -171,7 +169,7 @@ func (s *side) bwRound(ctx context.Context, c net.Conn, size int) (last bool, er
 		}
 	}
 	interrupted := ctx.Err() != nil
-	if err := goverbsperf.WriteDone(c, goverbsperf.Done{Sent: sent, Last: interrupted}); err != nil {
+	if err := goverbsperf.WriteDone(s.c, goverbsperf.Done{Sent: sent, Last: interrupted}); err != nil {
 		return true, err
 	}
 	var pd peerDone
@@ -196,10 +194,10 @@ func (s *side) bwRound(ctx context.Context, c net.Conn, size int) (last bool, er
 			mine = r.row
 		}
 	}
-	if err := goverbsperf.WriteReport(c, goverbsperf.Report(mine)); err != nil {
+	if err := goverbsperf.WriteReport(s.c, goverbsperf.Report(mine)); err != nil {
 		return true, err
 	}
-	report, err := goverbsperf.ReadReport(c)
+	report, err := goverbsperf.ReadReport(s.c)
 	if err != nil {
 		return true, err
 	}
@@ -217,7 +215,7 @@ func (s *side) bwRound(ctx context.Context, c net.Conn, size int) (last bool, er
 
 // latRun runs a latency test over every size, and a last DONE each way keeps either
 // side from closing its QP under the other.
-func (s *side) latRun(c net.Conn) error {
+func (s *goverbsPeer) latRun() error {
 	sizes := s.sizes()
 	for i, size := range sizes {
 		if err := s.latSize(i, size); err != nil {
@@ -228,9 +226,9 @@ func (s *side) latRun(c net.Conn) error {
 	if s.isClient {
 		total = len(sizes) * s.p.Iters
 	}
-	if err := goverbsperf.WriteDone(c, goverbsperf.Done{Sent: total}); err != nil {
+	if err := goverbsperf.WriteDone(s.c, goverbsperf.Done{Sent: total}); err != nil {
 		return err
 	}
-	_, err := goverbsperf.ReadDone(c)
+	_, err := goverbsperf.ReadDone(s.c)
 	return err
 }

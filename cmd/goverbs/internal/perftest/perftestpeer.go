@@ -7,14 +7,22 @@ import (
 	"github.com/goverbs/goverbs/cmd/goverbs/internal/tool"
 )
 
-// perftestRun runs the test against a real perftest peer, in the order of messages
+// perftestPeer is a side facing a real perftest (or a goverbs tool with
+// --perftest-exchange): it runs the test in the order of messages of perftest's
+// program for it, over perftest's exchange w.
+type perftestPeer struct {
+	*side
+	w *perftestcomm.Exchange
+}
+
+// run runs the test against a real perftest peer, in the order of messages
 // that perftest's program for this test uses (write_bw.c, send_bw.c, send_lat.c, ...).
 // Both sides run with their own flags, as perftest does: its flags marked SYMMETRIC
 // must be given alike on both sides.
-func (s *side) perftestRun(w *perftestcomm.Exchange) error {
+func (s *perftestPeer) run() error {
 	s.p = s.params()
 	s.p.Infinite = s.o.infinite
-	cycle, err := w.SysData()
+	cycle, err := s.w.SysData()
 	if err != nil {
 		return err
 	}
@@ -24,7 +32,7 @@ func (s *side) perftestRun(w *perftestcomm.Exchange) error {
 			return err
 		}
 	}
-	m, err := w.MTU(mine)
+	m, err := s.w.MTU(mine)
 	if err != nil {
 		return err
 	}
@@ -35,26 +43,26 @@ func (s *side) perftestRun(w *perftestcomm.Exchange) error {
 	defer s.close()
 	if s.o.rdmaCM {
 		// create_rdma_cm_connection: a handshake either side of the CM's connections.
-		if err := s.handshake(w); err != nil {
+		if err := s.handshake(); err != nil {
 			return err
 		}
 		if err := s.cmConnect(); err != nil {
 			return err
 		}
-		if err := s.handshake(w); err != nil {
+		if err := s.handshake(); err != nil {
 			return err
 		}
 	}
 	var run func() error
 	switch {
 	case !s.lat && s.op == opSend:
-		run = func() error { return s.perftestSendBW(w) }
+		run = func() error { return s.runSendBW() }
 	case !s.lat:
-		run = func() error { return s.perftestRDMABW(w) }
+		run = func() error { return s.runRDMABW() }
 	case s.op == opSend:
-		run = func() error { return s.perftestSendLat(w) }
+		run = func() error { return s.runSendLat() }
 	default:
-		run = func() error { return s.perftestLat(w) }
+		run = func() error { return s.runLat() }
 	}
 	if err := run(); err != nil {
 		return err
@@ -64,8 +72,8 @@ func (s *side) perftestRun(w *perftestcomm.Exchange) error {
 
 // connectKeys: the QP records, the move to RTS (not with -R: the CM has connected the
 // QPs), and the records again (perftest prints the second set).
-func (s *side) connectKeys(w *perftestcomm.Exchange, between func() error) error {
-	if err := s.keys(w); err != nil {
+func (s *perftestPeer) connectKeys(between func() error) error {
+	if err := s.keys(); err != nil {
 		return err
 	}
 	if !s.o.rdmaCM {
@@ -78,24 +86,24 @@ func (s *side) connectKeys(w *perftestcomm.Exchange, between func() error) error
 			return err
 		}
 	}
-	if err := s.keys(w); err != nil {
+	if err := s.keys(); err != nil {
 		return err
 	}
 	s.printHeader()
 	return nil
 }
 
-// perftestRDMABW: write_bw, read_bw and atomic_bw. The server only waits; at the end
+// runRDMABW: write_bw, read_bw and atomic_bw. The server only waits; at the end
 // the client sends its report, which the server prints.
-func (s *side) perftestRDMABW(w *perftestcomm.Exchange) error {
-	if err := s.connectKeys(w, nil); err != nil {
+func (s *perftestPeer) runRDMABW() error {
+	if err := s.connectKeys(nil); err != nil {
 		return err
 	}
-	if err := s.handshake(w); err != nil {
+	if err := s.handshake(); err != nil {
 		return err
 	}
 	if s.p.Bidir {
-		return s.perftestBidir(w)
+		return s.runBidir()
 	}
 	var last bwRow
 	if s.isClient {
@@ -111,26 +119,26 @@ func (s *side) perftestRDMABW(w *perftestcomm.Exchange) error {
 			}
 		}
 	}
-	if err := s.handshake(w); err != nil {
+	if err := s.handshake(); err != nil {
 		return err
 	}
-	theirs, err := s.xchgReport(w, last)
+	theirs, err := s.xchgReport(last)
 	if err != nil {
 		return err
 	}
 	if !s.isClient {
 		s.rep.printBW(theirs)
 	}
-	return s.handshake(w) // ctx_close_connection
+	return s.handshake() // ctx_close_connection
 }
 
-// perftestBidir: write_bw, read_bw and atomic_bw with -b. Per size both sides stream
+// runBidir: write_bw, read_bw and atomic_bw with -b. Per size both sides stream
 // between two handshakes (the second only in an -a sweep, as perftest 4.6 and later),
 // then exchange reports and print the sum of both directions.
-func (s *side) perftestBidir(w *perftestcomm.Exchange) error {
+func (s *perftestPeer) runBidir() error {
 	sizes := s.sizes()
 	for i, size := range sizes {
-		if err := s.handshake(w); err != nil {
+		if err := s.handshake(); err != nil {
 			return err
 		}
 		s.rep.progress(i, len(sizes), size)
@@ -139,28 +147,28 @@ func (s *side) perftestBidir(w *perftestcomm.Exchange) error {
 			return err
 		}
 		if s.p.All {
-			if err := s.handshake(w); err != nil {
+			if err := s.handshake(); err != nil {
 				return err
 			}
 		}
-		theirs, err := s.xchgReport(w, mine)
+		theirs, err := s.xchgReport(mine)
 		if err != nil {
 			return err
 		}
 		s.rep.printBW(sumRows(mine, theirs))
 	}
-	return s.handshake(w)
+	return s.handshake()
 }
 
-// perftestSendBW: send_bw. Each side prints its own figures; the receiver expects
+// runSendBW: send_bw. Each side prints its own figures; the receiver expects
 // iterations × QPs messages (or, with -D, receives until the sender stops).
-func (s *side) perftestSendBW(w *perftestcomm.Exchange) error {
-	if err := s.connectKeys(w, func() error { return s.handshake(w) }); err != nil {
+func (s *perftestPeer) runSendBW() error {
+	if err := s.connectKeys(func() error { return s.handshake() }); err != nil {
 		return err
 	}
 	sizes := s.sizes()
 	for i, size := range sizes {
-		if err := s.handshake(w); err != nil {
+		if err := s.handshake(); err != nil {
 			return err
 		}
 		switch {
@@ -174,7 +182,7 @@ func (s *side) perftestSendBW(w *perftestcomm.Exchange) error {
 				s.rep.printBW(mine)
 				break
 			}
-			theirs, err := s.xchgReport(w, mine)
+			theirs, err := s.xchgReport(mine)
 			if err != nil {
 				return err
 			}
@@ -198,39 +206,39 @@ func (s *side) perftestSendBW(w *perftestcomm.Exchange) error {
 			s.rep.printBW(row)
 		}
 		if s.p.All {
-			if err := s.handshake(w); err != nil {
+			if err := s.handshake(); err != nil {
 				return err
 			}
 		}
 	}
-	return s.handshake(w)
+	return s.handshake()
 }
 
-// perftestSendLat: send_lat, a ping-pong in which both sides print.
-func (s *side) perftestSendLat(w *perftestcomm.Exchange) error {
-	if err := s.connectKeys(w, func() error { return s.handshake(w) }); err != nil {
+// runSendLat: send_lat, a ping-pong in which both sides print.
+func (s *perftestPeer) runSendLat() error {
+	if err := s.connectKeys(func() error { return s.handshake() }); err != nil {
 		return err
 	}
 	for i, size := range s.sizes() {
-		if err := s.handshake(w); err != nil {
+		if err := s.handshake(); err != nil {
 			return err
 		}
 		if err := s.latSize(i, size); err != nil {
 			return err
 		}
 	}
-	return s.handshake(w)
+	return s.handshake()
 }
 
-// perftestLat: write_lat (a ping-pong) and read_lat, atomic_lat (only the client runs).
-func (s *side) perftestLat(w *perftestcomm.Exchange) error {
-	if err := s.keys(w); err != nil { // the early handshake carries the records too
+// runLat: write_lat (a ping-pong) and read_lat, atomic_lat (only the client runs).
+func (s *perftestPeer) runLat() error {
+	if err := s.keys(); err != nil { // the early handshake carries the records too
 		return err
 	}
-	if err := s.connectKeys(w, nil); err != nil {
+	if err := s.connectKeys(nil); err != nil {
 		return err
 	}
-	if err := s.handshake(w); err != nil {
+	if err := s.handshake(); err != nil {
 		return err
 	}
 	for i, size := range s.sizes() {
@@ -243,14 +251,14 @@ func (s *side) perftestLat(w *perftestcomm.Exchange) error {
 		// write, seen by both sides, is the end.
 		return nil
 	}
-	return s.handshake(w)
+	return s.handshake()
 }
 
 // keys exchanges every QP's record and keeps the peer's.
-func (s *side) keys(w *perftestcomm.Exchange) error {
+func (s *perftestPeer) keys() error {
 	s.res.remote = make([]perftestcomm.Dest, len(s.res.local))
 	for i, d := range s.res.local {
-		r, err := w.Key(d, "QP record")
+		r, err := s.w.Key(d, "QP record")
 		if err != nil {
 			return err
 		}
@@ -260,14 +268,14 @@ func (s *side) keys(w *perftestcomm.Exchange) error {
 }
 
 // handshake is perftest's ctx_hand_shake used as a barrier: QP 0's record once more.
-func (s *side) handshake(w *perftestcomm.Exchange) error {
-	_, err := w.Key(s.res.local[0], "handshake")
+func (s *perftestPeer) handshake() error {
+	_, err := s.w.Key(s.res.local[0], "handshake")
 	return err
 }
 
 // xchgReport exchanges bandwidth reports (xchg_bw_reports) in the unit this side
 // prints (MiB/s, or Gb/s with --report_gbits: perftest's flag is SYMMETRIC).
-func (s *side) xchgReport(w *perftestcomm.Exchange, mine bwRow) (bwRow, error) {
+func (s *perftestPeer) xchgReport(mine bwRow) (bwRow, error) {
 	unit := func(mib float64) float64 {
 		if s.o.gbits {
 			return gbits(mib)
@@ -280,7 +288,7 @@ func (s *side) xchgReport(w *perftestcomm.Exchange, mine bwRow) (bwRow, error) {
 		}
 		return v
 	}
-	r, err := w.Report(perftestcomm.Report{Bytes: mine.Bytes, Iterations: mine.Iterations,
+	r, err := s.w.Report(perftestcomm.Report{Bytes: mine.Bytes, Iterations: mine.Iterations,
 		Peak: unit(mine.PeakMiB), Avg: unit(mine.AvgMiB), MsgRate: mine.MsgRate})
 	if err != nil {
 		return bwRow{}, err
@@ -289,7 +297,7 @@ func (s *side) xchgReport(w *perftestcomm.Exchange, mine bwRow) (bwRow, error) {
 }
 
 // sendRow streams one size and, with print, prints its row.
-func (s *side) sendRow(size int, print bool) (bwRow, error) {
+func (s *perftestPeer) sendRow(size int, print bool) (bwRow, error) {
 	s.intr.SetGraceful(true)
 	row, _, err := s.bandwidth().send(s.intr.Context(), size)
 	s.intr.SetGraceful(false)
@@ -304,7 +312,7 @@ func (s *side) sendRow(size int, print bool) (bwRow, error) {
 
 // bidirSend runs one size of send_bw -b: this side sends and receives at once, as
 // perftest's run_iter_bi, and returns its sending row.
-func (s *side) bidirSend(size int) (bwRow, error) {
+func (s *perftestPeer) bidirSend(size int) (bwRow, error) {
 	target := make(chan int, 1)
 	want := s.p.Iters * s.p.QPs
 	if s.p.Duration > 0 {

@@ -2,9 +2,11 @@ package perftest
 
 import (
 	"fmt"
+	"net"
 
 	"github.com/goverbs/goverbs/cm"
 	"github.com/goverbs/goverbs/cmd/goverbs/internal/exchange/goverbsperf"
+	"github.com/goverbs/goverbs/cmd/goverbs/internal/exchange/perftestcomm"
 	"github.com/goverbs/goverbs/cmd/goverbs/internal/tool"
 )
 
@@ -55,6 +57,31 @@ func (s *side) sizes() []int {
 func (s *side) maxSize() int {
 	sizes := s.sizes()
 	return sizes[len(sizes)-1]
+}
+
+// client runs the client's side over c: the versions first, then perftest's exchange
+// or, with a goverbs server, goverbs' own (-R and --perftest-exchange: perftest's only).
+func (s *side) client(c net.Conn) error {
+	goverbs, ver, err := perftestcomm.Hello(c, true, s.o.perftest || s.o.rdmaCM)
+	if err != nil {
+		return err
+	}
+	if !goverbs {
+		return (&perftestPeer{s, perftestcomm.NewExchange(c, true, ver)}).run()
+	}
+	return (&goverbsPeer{s, c}).client()
+}
+
+// serve runs the server's side over c, as client does.
+func (s *side) serve(c net.Conn) error {
+	goverbs, ver, err := perftestcomm.Hello(c, false, s.o.perftest || s.o.rdmaCM)
+	if err != nil {
+		return err
+	}
+	if !goverbs {
+		return (&perftestPeer{s, perftestcomm.NewExchange(c, false, ver)}).run()
+	}
+	return (&goverbsPeer{s, c}).serve()
 }
 
 // cmConnect connects the QPs through the CM (-R), as perftest's

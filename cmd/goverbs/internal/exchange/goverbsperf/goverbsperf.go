@@ -56,6 +56,9 @@ func (p Params) Header() []byte {
 	return b
 }
 
+// WriteHeader sends p's Header.
+func WriteHeader(c net.Conn, p Params) error { return exchange.WriteAll(c, p.Header(), "parameters") }
+
 // ReadHeader reads the peer's Header.
 func ReadHeader(c net.Conn) (Params, error) {
 	b := make([]byte, perfHeaderLen)

@@ -36,6 +36,8 @@ func newSide(op operation, lat bool, o options, ep *tool.Endpoint, out *printer,
 	return s
 }
 
+// params are the run's parameters as this side's flags give them: what a client
+// sends a goverbs server, and what a side facing perftest runs with.
 func (s *side) params() goverbsperf.Params {
 	return goverbsperf.Params{Test: s.op.name(s.lat), Conn: s.o.conn, QPs: s.o.numQP, Size: s.o.size, Iters: s.o.iters,
 		All: s.o.all, Duration: s.o.duration, MTU: s.o.mtu, Bidir: s.o.bidir, Infinite: s.o.infinite, Atomic: s.o.atomic}

@@ -14,25 +14,9 @@ import (
 type row map[string]float64
 
 func load(path string) ([]row, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
 	var rows []row
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if !strings.HasPrefix(line, "{") {
-			continue
-		}
-		var r row
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			return nil, fmt.Errorf("%s: %v", path, err)
-		}
-		rows = append(rows, r)
-	}
-	return rows, sc.Err()
+	err := loadInto(path, &rows)
+	return rows, err
 }
 
 // perRound returns, in round order, the ratio of each round of a run to the same round of

@@ -9,8 +9,8 @@ import (
 	"strings"
 )
 
-// writePage writes the performance page to file from the runs under data: the loopback
-// comparison (data/loopback), the veth pair (data/veth) and rdmanet (data/rstream). A
+// writePage writes the performance page to file from the runs under data, one section per
+// entry of sections: the loopback comparison, the veth pair and rdmanet. A
 // section whose run is missing says how to make it. The figures come only from the rows;
 // the prose below says how to read them and never quotes a figure, so that it cannot go
 // stale when the rows change.
@@ -24,52 +24,38 @@ func writePage(file, data string) error {
 		return filepath.ToSlash(r)
 	}
 	pageHead(&b, rel(data))
-
-	loop := filepath.Join(data, "loopback")
-	fmt.Fprintln(&b, "## goverbs' perftest tools against the Go standard library, two processes on loopback")
-	fmt.Fprintln(&b)
-	if compareTableWithMeta(&b, loop) {
+	for _, sec := range sections {
+		dir := filepath.Join(data, sec.dir)
+		fmt.Fprintf(&b, "## %s\n\n", sec.title)
+		if !withMeta(&b, dir, sec.table) {
+			missing(&b, dir, sec.script)
+			fmt.Fprintln(&b)
+			continue
+		}
 		fmt.Fprintln(&b)
-		fmt.Fprint(&b, loopbackNotes)
-		if _, err := os.Stat(filepath.Join(loop, "bandwidth.svg")); err == nil {
+		fmt.Fprint(&b, sec.notes)
+		if _, err := os.Stat(filepath.Join(dir, "bandwidth.svg")); err == nil {
 			fmt.Fprintln(&b)
-			fmt.Fprintf(&b, "![bandwidth against message size](%s)\n", rel(filepath.Join(loop, "bandwidth.svg")))
-			fmt.Fprintln(&b)
+			fmt.Fprintf(&b, "![bandwidth against message size](%s)\n\n", rel(filepath.Join(dir, "bandwidth.svg")))
 			fmt.Fprint(&b, sweepNotes)
 		}
-	} else {
-		missing(&b, loop, "bench/compare.sh")
-	}
-	fmt.Fprintln(&b)
-
-	veth := filepath.Join(data, "veth")
-	fmt.Fprintln(&b, "## RC WRITE against a Go TCP stream over a veth pair")
-	fmt.Fprintln(&b)
-	if withMeta(&b, veth, vethTable) {
 		fmt.Fprintln(&b)
-		fmt.Fprint(&b, vethNotes)
-	} else {
-		missing(&b, veth, "sudo bench/veth.sh")
 	}
-	fmt.Fprintln(&b)
-
-	rs := filepath.Join(data, "rstream")
-	fmt.Fprintln(&b, "## net.Conn over RDMA (rdmanet) against Go TCP")
-	fmt.Fprintln(&b)
-	if withMeta(&b, rs, rstreamTable) {
-		fmt.Fprintln(&b)
-		fmt.Fprint(&b, rstreamNotes)
-	} else {
-		missing(&b, rs, "bench/rstream.sh")
-	}
-	fmt.Fprintln(&b)
 	fmt.Fprint(&b, pageTail)
 	return os.WriteFile(file, b.Bytes(), 0o644)
 }
 
-// compareTableWithMeta writes the loopback run's description and table.
-func compareTableWithMeta(w io.Writer, dir string) bool {
-	return withMeta(w, dir, compareTable)
+// sections are the page's runs, each a directory under the data directory with the
+// script that fills it, the table that shows it and the prose that explains it.
+var sections = []struct {
+	title, dir, script string
+	table              func(io.Writer, string) bool
+	notes              string
+}{
+	{"goverbs' perftest tools against the Go standard library, two processes on loopback",
+		"loopback", "bench/compare.sh", compareTable, loopbackNotes},
+	{"RC WRITE against a Go TCP stream over a veth pair", "veth", "sudo bench/veth.sh", vethTable, vethNotes},
+	{"net.Conn over RDMA (rdmanet) against Go TCP", "rstream", "bench/rstream.sh", rstreamTable, rstreamNotes},
 }
 
 // withMeta writes the run's description, then its table; nothing if the table is empty.

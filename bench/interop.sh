@@ -70,6 +70,9 @@ side() {
   fi
 }
 
+# shown CMD: the command as a transcript shows it, without the temporary directory's name.
+shown() { local c=${1//$G/goverbs}; echo "\$ ${c//$work/\$TMPDIR}"; }
+
 # run ID TOOL ROLE TRANSPORT PEER DELAY SERVER-SIDE SERVER-CMD CLIENT-SIDE CLIENT-CMD: start the
 # server, give it DELAY seconds, run the client, wait for both; write the transcript and a row.
 run() {
@@ -88,11 +91,11 @@ run() {
     echo "# $when, goverbs $commit; bench/interop.sh"
     echo
     echo "## server ($sside), exit status $src"
-    echo "\$ ${scmd//$G/goverbs}"
+    shown "$scmd"
     cat "$work/srv.out"
     echo
     echo "## client ($cside), exit status $crc"
-    echo "\$ ${ccmd//$G/goverbs}"
+    shown "$ccmd"
     cat "$work/cli.out"
   } >"$out/transcripts/$id.txt"
   printf '| `%s` | %s | %s | %s | %s | [%s](transcripts/%s.txt) |\n' \
@@ -108,6 +111,13 @@ both() {
   run "$id-gvclient" "$tool" "goverbs client" "$transport" "$peer" "${9:-3}" guest "$7" host "$8"
 }
 
+# Both roles of a tool whose client is its server's command plus the server's address
+# (rdma-core's ping-pongs, perftest):
+#   pair_case ID TOOL TRANSPORT PEER GOVERBS-CMD PEER-CMD GOVERBS-ADDR PEER-ADDR
+pair_case() {
+  both "$1" "$2" "$3" "$4" "$5" "$6 $7" "$6" "$5 $8"
+}
+
 g="$G"
 rdmacore="rdma-core 44 (rxe)"
 pt="perftest 4.5 (rxe)"
@@ -116,10 +126,7 @@ rdmacm="librdmacm 44 (rxe)"
 family=pingpong
 # rdma-core's examples: the rdma-core out-of-band exchange over TCP, the QP over RoCEv2.
 pp() { # pp ID TOOL TRANSPORT ARGS
-  local a=$4
-  both "$1" "$2" "$3" "$rdmacore" \
-    "$g $2 --bind $H -g 0 $a" "ibv_$2 -d rxe0 -g 1 $a $H" \
-    "ibv_$2 -d rxe0 -g 1 $a" "$g $2 --bind $H -g 0 $a $V"
+  pair_case "$1" "$2" "$3" "$rdmacore" "$g $2 --bind $H -g 0 $4" "ibv_$2 -d rxe0 -g 1 $4" "$H" "$V"
 }
 pp rc rc_pingpong RC ""
 pp rc-big-c-e rc_pingpong RC "-s 10000 -n 200 -c -e"
@@ -137,10 +144,7 @@ family=ipv6
 H6=$RXE_HOST_IP6 V6=$(rxe_vm_ip6 "$RXE_VM")
 if { [ -z "$ONLY" ] || [ "$ONLY" = ipv6 ]; } && guest "ip -6 -o addr show eth0 | grep -q ${V6%/*}/" </dev/null 2>/dev/null; then
   pp6() { # pp6 ID TOOL TRANSPORT ARGS
-    local a=$4
-    both "$1" "$2" "$3 over IPv6" "$rdmacore" \
-      "$g $2 --bind $H6 -g 0 $a" "ibv_$2 -d rxe0 -g 2 $a $H6" \
-      "ibv_$2 -d rxe0 -g 2 $a" "$g $2 --bind $H6 -g 0 $a $V"
+    pair_case "$1" "$2" "$3 over IPv6" "$rdmacore" "$g $2 --bind $H6 -g 0 $4" "ibv_$2 -d rxe0 -g 2 $4" "$H6" "$V"
   }
   pp6 rc6 rc_pingpong RC ""
   pp6 uc6 uc_pingpong UC ""
@@ -176,9 +180,7 @@ family=perftest
 pf() { # pf ID TOOL TRANSPORT ARGS
   local a=$4 x="-x 1"
   case " $a " in *" -R "*) x= ;; esac # rdma_cm finds the GID from the address
-  both "$1" "$2" "$3" "$pt" \
-    "$g $2 --bind $H $a" "ib_$2 -d rxe0 $x $a $H" \
-    "ib_$2 -d rxe0 $x $a" "$g $2 --bind $H $a $V"
+  pair_case "$1" "$2" "$3" "$pt" "$g $2 --bind $H $a" "ib_$2 -d rxe0 $x $a" "$H" "$V"
 }
 pf write_bw write_bw RC "-n 100 -s 4096"
 pf read_bw read_bw RC "-n 100 -s 4096"
@@ -202,24 +204,14 @@ if [ "${CAPI:-0}" = 1 ] && { [ -z "$ONLY" ] || [ "$ONLY" = capi ]; }; then
     bash capi/build.sh "$work/lib" >/dev/null; then
     c="env LD_LIBRARY_PATH=$work/lib GOVERBS_DEVICES=sw0=$H"
     cp="C library (capi) vs rdma-core 44 (rxe)"
-    both capi-rc ibv_rc_pingpong RC "$cp" \
-      "$c ibv_rc_pingpong -d sw0 -g 0" "ibv_rc_pingpong -d rxe0 -g 1 $H" \
-      "ibv_rc_pingpong -d rxe0 -g 1" "$c ibv_rc_pingpong -d sw0 -g 0 $V"
-    both capi-rc-e ibv_rc_pingpong RC "$cp" \
-      "$c ibv_rc_pingpong -d sw0 -g 0 -e" "ibv_rc_pingpong -d rxe0 -g 1 -e $H" \
-      "ibv_rc_pingpong -d rxe0 -g 1 -e" "$c ibv_rc_pingpong -d sw0 -g 0 -e $V"
-    both capi-ud ibv_ud_pingpong UD "$cp" \
-      "$c ibv_ud_pingpong -d sw0 -g 0 -s 1024" "ibv_ud_pingpong -d rxe0 -g 1 -s 1024 $H" \
-      "ibv_ud_pingpong -d rxe0 -g 1 -s 1024" "$c ibv_ud_pingpong -d sw0 -g 0 -s 1024 $V"
-    both capi-srq ibv_srq_pingpong "RC + SRQ" "$cp" \
-      "$c ibv_srq_pingpong -d sw0 -g 0" "ibv_srq_pingpong -d rxe0 -g 1 $H" \
-      "ibv_srq_pingpong -d rxe0 -g 1" "$c ibv_srq_pingpong -d sw0 -g 0 $V"
+    pair_case capi-rc ibv_rc_pingpong RC "$cp" "$c ibv_rc_pingpong -d sw0 -g 0" "ibv_rc_pingpong -d rxe0 -g 1" "$H" "$V"
+    pair_case capi-rc-e ibv_rc_pingpong RC "$cp" "$c ibv_rc_pingpong -d sw0 -g 0 -e" "ibv_rc_pingpong -d rxe0 -g 1 -e" "$H" "$V"
+    pair_case capi-ud ibv_ud_pingpong UD "$cp" "$c ibv_ud_pingpong -d sw0 -g 0 -s 1024" "ibv_ud_pingpong -d rxe0 -g 1 -s 1024" "$H" "$V"
+    pair_case capi-srq ibv_srq_pingpong "RC + SRQ" "$cp" "$c ibv_srq_pingpong -d sw0 -g 0" "ibv_srq_pingpong -d rxe0 -g 1" "$H" "$V"
     cpt="C library (capi) vs perftest 4.5 (rxe)"
     for t in write_bw read_bw send_bw atomic_bw send_lat; do
       a="-n 100"; case $t in *_bw) [ $t = atomic_bw ] || a="-n 100 -s 4096" ;; esac
-      both "capi-$t" "ib_$t" RC "$cpt" \
-        "$c ib_$t -d sw0 -x 0 $a" "ib_$t -d rxe0 -x 1 $a $H" \
-        "ib_$t -d rxe0 -x 1 $a" "$c ib_$t -d sw0 -x 0 $a $V"
+      pair_case "capi-$t" "ib_$t" RC "$cpt" "$c ib_$t -d sw0 -x 0 $a" "ib_$t -d rxe0 -x 1 $a" "$H" "$V"
     done
   else
     echo "interop.sh: CAPI=1 needs ibv_rc_pingpong and ib_write_bw on the host and capi/build.sh to work; skipped" >&2

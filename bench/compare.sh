@@ -4,7 +4,11 @@
 # nothing of goverbs' own), two processes per test on loopback, every figure next to its
 # baseline measured in the same round, and a bandwidth/size sweep plot.
 #
-#   bench/compare.sh [OUTDIR]        (default: bench/results)
+#   bench/compare.sh [OUTDIR]        (default: docs/perf/loopback)
+#
+# The JSON rows, the run's description (meta.json: command, date, commit, machine) and the
+# plot go to OUTDIR; with the default OUTDIR the run then regenerates docs/PERFORMANCE.md
+# from everything under docs/perf (bench/report -page), so commit the rows with the page.
 #
 # Environment:
 #   ROUNDS=3     rounds; each runs every test and baseline once, interleaved, so a slow
@@ -27,15 +31,17 @@
 # (127.50.0.2 serves, 127.50.0.3 is the client); nothing leaves the machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=${1:-bench/results}
+out=${1:-docs/perf/loopback}
 R=${ROUNDS:-3} D=${DURATION:-3} N=${ITERS:-20000} SWEEP=${SWEEP:-1} ONLY=${ONLY:-}
 [ "$ONLY" = lat ] && SWEEP=0
 S=127.50.0.2 C=127.50.0.3
 repro="ROUNDS=$R DURATION=$D ITERS=$N SWEEP=$SWEEP${ONLY:+ ONLY=$ONLY} bench/compare.sh $out"
 mkdir -p "$out"
-rm -f "$out"/*.json "$out/log.txt"
+rm -f "$out"/*.json "$out/log.txt" "$out/bandwidth.svg"
 . bench/lib.sh
+. bench/meta.sh
 build
+write_meta "$out" "$repro"
 echo "$repro" >&2
 
 # skip_lat runs a pair that is not a latency pair, unless ONLY=lat.
@@ -76,10 +82,9 @@ if [ "$SWEEP" != 0 ]; then
   svg=(-svg "$out/bandwidth.svg")
 fi
 
-{
-  echo "Two processes on loopback, $R interleaved rounds, $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(date -u +%Y-%m-%dT%H:%MZ). Reproduce: \`$repro\`"
-  echo
-  "$bin/report" -dir "$out" "${svg[@]}"
-} | tee "$out/table.md"
+echo "Two processes on loopback, $R interleaved rounds. Reproduce: \`$repro\`"
+echo
+"$bin/report" -dir "$out" "${svg[@]}"
+write_page "$out"
 echo "reproduce with: $repro" >&2
 report_failures

@@ -57,6 +57,17 @@ pair() {
   sleep 0.5
 }
 
+# write_page DIR: regenerate docs/PERFORMANCE.md from docs/perf if DIR is under it (the
+# scripts' default), else say where the rows are.
+write_page() {
+  case "$1" in
+  docs/perf/*)
+    "$bin/report" -page docs/PERFORMANCE.md docs/perf
+    echo "docs/PERFORMANCE.md regenerated from docs/perf: commit the rows with it" >&2 ;;
+  *) echo "results in $1; docs/PERFORMANCE.md is generated from docs/perf only" >&2 ;;
+  esac
+}
+
 # report_failures prints what failed and returns non-zero if anything did.
 report_failures() {
   [ ${#failures[@]} -eq 0 ] && return 0

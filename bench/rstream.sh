@@ -8,10 +8,13 @@
 #   - 64 B request/response: -S 64 -C 1 -I $RR_ITERS, usec per one-way transfer.
 # It prints every round's figures, then per variant the medians, each round's ratio to
 # TCP (bandwidth: rdma/tcp, above 1 is better; request/response time: rdma/tcp, below 1
-# is better) and the median of those ratios.
+# is better) and the median of those ratios (bench/report -rstream).
 #
 #   cpu excl bench/rstream.sh                  # ROUNDS=5 BW_COUNT=4000 RR_ITERS=20000
 #   cpu excl bench/rstream.sh bd5994b HEAD     # before and after a change, beside TCP
+#
+# The rows (rstream.json) and the run's description (meta.json) go to OUT (default
+# docs/perf/rstream); with the default OUT the run regenerates docs/PERFORMANCE.md.
 #
 # Run it alone on the machine: other load moves the figures.
 set -euo pipefail
@@ -19,6 +22,9 @@ cd "$(dirname "$0")/.."
 rounds=${ROUNDS:-5}
 bwcount=${BW_COUNT:-4000}
 rriters=${RR_ITERS:-20000}
+out=${OUT:-docs/perf/rstream}
+repro="ROUNDS=$rounds BW_COUNT=$bwcount RR_ITERS=$rriters${OUT:+ OUT=$OUT} bench/rstream.sh $*"
+. bench/meta.sh
 
 work=$(mktemp -d)
 trap 'for d in "$work"/src-*; do [ -d "$d" ] && git worktree remove --force "$d" >/dev/null 2>&1; done; rm -rf "$work"' EXIT
@@ -38,6 +44,10 @@ fi
 [ -x "$work/rdma-tree" ] || go build -o "$work/rdma-tree" ./cmd/goverbs
 cp "$work/rdma-tree" "$work/tcp"
 variants+=(tcp)
+go build -o "$work/report" ./bench/report
+mkdir -p "$out"
+rm -f "$out/rstream.json"
+write_meta "$out" "$repro"
 
 # One rstream pair on fresh loopback addresses: the server, then the client; prints the
 # client's row.
@@ -64,30 +74,17 @@ for r in $(seq "$rounds"); do
 		[ "$v" = tcp ] && extra=(--tcp)
 		bw=$(pair "$work/$v" "${extra[@]}" -S 65536 -C "$bwcount" -I 1 | awk '{print $7}')
 		rr=$(pair "$work/$v" "${extra[@]}" -S 64 -C 1 -I "$rriters" | awk '{print $NF}')
-		echo "round $r $v bw_gbps $bw rr_usec $rr"
+		echo "round $r $v bw_gbps $bw rr_usec $rr" >&2
+		printf '{"round":%d,"variant":"%s","bw_gbps":%s,"rr_us":%s}\n' "$r" "$v" "$bw" "$rr" >>"$out/rstream.json"
 	done
-done | tee "$work/rows"
+done
 
 echo
-echo "bench/rstream.sh $* (ROUNDS=$rounds BW_COUNT=$bwcount RR_ITERS=$rriters), $(git rev-parse --short HEAD), $(date -u +%Y-%m-%dT%H:%MZ)"
-awk '
-function median(a, n,   i, j, t) {
-	for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-	return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-}
-{ r = $2; v = $3; bw[v, r] = $5; rr[v, r] = $7; if (!(v in seen)) { seen[v] = 1; order[++n] = v }; if (r > R) R = r }
-END {
-	print "| variant | stream 64 KiB Gb/s (median) | ÷ TCP per round | median ratio | 64 B req/resp µs one-way (median) | ÷ TCP per round | median ratio |"
-	print "|---|---|---|---|---|---|---|"
-	for (k = 1; k <= n; k++) {
-		v = order[k]; m = 0; delete a; delete b; delete x; delete y; lb = ""; lr = ""
-		for (r = 1; r <= R; r++) {
-			a[++m] = bw[v, r]; b[m] = rr[v, r]
-			x[m] = bw[v, r] / bw["tcp", r]; y[m] = rr[v, r] / rr["tcp", r]
-			lb = lb sprintf("%.2f× ", x[m]); lr = lr sprintf("%.2f× ", y[m])
-		}
-		mb = median(a, m); mr = median(b, m); xb = median(x, m); xr = median(y, m)
-		if (v == "tcp") printf "| %s | %.2f | | | %.2f | | |\n", v, mb, mr
-		else printf "| %s | %.2f | %s| %.2f× | %.2f | %s| %.2f× |\n", v, mb, lb, xb, mr, lr, xr
-	}
-}' "$work/rows"
+echo "rdmanet against Go TCP, $rounds interleaved rounds. Reproduce: \`$repro\`"
+"$work/report" -rstream "$out"
+case "$out" in
+docs/perf/*)
+	"$work/report" -page docs/PERFORMANCE.md docs/perf
+	echo "docs/PERFORMANCE.md regenerated from docs/perf: commit the rows with it" >&2 ;;
+*) echo "results in $out; docs/PERFORMANCE.md is generated from docs/perf only" >&2 ;;
+esac

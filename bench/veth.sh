@@ -5,7 +5,9 @@
 # MTU − 80, rounded down: 1500 gives 1024, 9000 gives 4096); TCP hands the kernel 64 KiB
 # segments whatever the MTU.
 #
-#   bench/veth.sh [OUTDIR]           (default: bench/results-veth; one directory per MTU)
+#   bench/veth.sh [OUTDIR]           (default: docs/perf/veth; one directory per MTU)
+#
+# With the default OUTDIR the run regenerates docs/PERFORMANCE.md (see bench/compare.sh).
 #
 # Environment: ROUNDS=3, DURATION=3 (seconds per run), MTUS="1500 9000", and LOSS (a
 # percentage, e.g. LOSS=1) to drop that share of packets both ways with netem.
@@ -18,11 +20,12 @@ cd "$(dirname "$0")/.."
 if [ "$(id -u)" -ne 0 ]; then echo "veth.sh: skipped: network namespaces need root" >&2; exit 0; fi
 if ! command -v ip >/dev/null; then echo "veth.sh: skipped: no ip (iproute2)" >&2; exit 0; fi
 if [ -n "${LOSS:-}" ] && ! command -v tc >/dev/null; then echo "veth.sh: LOSS needs tc (iproute2)" >&2; exit 1; fi
-out=${1:-bench/results-veth}
+out=${1:-docs/perf/veth}
 R=${ROUNDS:-3} D=${DURATION:-3} MTUS=${MTUS:-1500 9000}
 repro="ROUNDS=$R DURATION=$D MTUS=\"$MTUS\"${LOSS:+ LOSS=$LOSS} bench/veth.sh $out"
 mkdir -p "$out"
 . bench/lib.sh
+. bench/meta.sh
 
 # Server side A, client side B; addresses from TEST-NET-1 (RFC 5737), which exist only
 # inside these namespaces.
@@ -48,6 +51,8 @@ if [ -n "${LOSS:-}" ]; then
   fi
 fi
 build
+rm -rf "$out"/mtu*
+write_meta "$out" "$repro"
 echo "$repro" >&2
 inA=(ip netns exec "$A") inB=(ip netns exec "$B")
 
@@ -61,12 +66,11 @@ for mtu in $MTUS; do
     pair tcp_bw $round   "${inA[@]}" $n tcp_bw --bind $S -- "${inB[@]}" $n tcp_bw --bind $C -s 65536 -D $D $S
     pair write_bw $round "${inA[@]}" $g write_bw --bind $S --json -- "${inB[@]}" $g write_bw --bind $C -s 65536 -D $D --json $S
   done
-  {
-    echo "veth pair between two namespaces, MTU $mtu${LOSS:+, $LOSS% loss each way}, $R interleaved rounds, $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(date -u +%Y-%m-%dT%H:%MZ). Reproduce: \`$repro\`"
-    echo
-    "$bin/report" -dir "$out"
-  } | tee "$out/table.md"
   out=$out_all
 done
+echo "veth pair between two namespaces${LOSS:+, $LOSS% loss each way}, $R interleaved rounds. Reproduce: \`$repro\`"
+echo
+"$bin/report" -veth "$out"
+write_page "$out"
 echo "reproduce with: $repro" >&2
 report_failures

@@ -238,11 +238,10 @@ func gv_poll_cq(h C.uintptr_t, n C.int, out *C.struct_ibv_wc) C.int {
 	// No yield when the CQ is empty, in either mode. A default-mode poll reads the
 	// device's socket itself, as a busy one does, so the program's thread needs no
 	// goroutine of the device to run for its packets; and a yield from a C thread's
-	// callback, whose goroutine is locked to its thread, is a hand-off between threads.
-	// ib_send_lat 8 B one-way, GOVERBS_BUSY_POLL=0, two processes: 65 us with a yield
-	// at every empty poll, 4.1-8.6 us with one every 50 us, 4.0-4.2 us with none (and
-	// 4.0 us with GOMAXPROCS=1, where the yields' hand-offs reached 5 ms); ib_write_bw
-	// 64 KiB moved as much or more without them. A goroutine that does need this
+	// callback, whose goroutine is locked to its thread, is a hand-off between threads:
+	// with a yield at every empty poll ib_send_lat was an order of magnitude slower, and
+	// ib_write_bw moved as much or more without them (docs/DESIGN.md, "The C ABI"). A
+	// goroutine that does need this
 	// thread's P (the receive goroutine before it has seen the polls and stepped aside)
 	// gets it from sysmon, which takes a P back from a thread in a system call.
 	return C.int(total)

@@ -24,9 +24,9 @@ import (
 // one whenever a P is idle) the callback wakes it, for nothing if nobody is parked on
 // the socket. A program that polls its CQ in a loop reads the socket itself
 // (engine.Device.PollRx), and then each such wake-up is a thread the kernel puts on a
-// core beside the one spinning for the packet: measured in a default-mode 8-byte
-// send_lat, two processes on 2 cores, median one-way 3.2-7 µs with the socket in the
-// netpoller against 2.7-3.6 µs with GOMAXPROCS=1 (no idle P, so no sleeper to wake).
+// core beside the one spinning for the packet: a default-mode ping-pong was measurably
+// slower with the socket in the netpoller than with GOMAXPROCS=1, where no P is idle and
+// no sleeper is woken (docs/DESIGN.md, "Default mode").
 // Disarmed, delivery touches no epoll set at all. The switch costs one epoll_ctl when a
 // program moves between polling and blocking, not one per datagram.
 //

@@ -20,15 +20,15 @@ import (
 //     edge-triggered in the runtime's epoll set, and each arriving datagram wakes the
 //     runtime thread blocked in epoll_pwait (one is, whenever the program has a timer or
 //     any other goroutine waiting on I/O) only for it to find no goroutine waiting on this
-//     socket. Measured on a 2-core machine during an 8-byte busy-poll ping-pong: 60k
-//     context switches/s instead of 8k, and each wake-up may preempt the very thread that
-//     spins for the packet. A busy-poll Conn is read by polling (PollBatch) and waited
+//     socket: a busy-poll ping-pong made several times the context switches of plain
+//     UDP (docs/DESIGN.md, "Busy-poll mode"), and each wake-up may preempt the very
+//     thread that spins for the packet. A busy-poll Conn is read by polling (PollBatch) and waited
 //     for in poll(2) (WaitReadable), so it needs nothing from the netpoller.
 //   - The send socket of every Conn (see udpConn). A socket in any epoll set with
 //     EPOLLOUT (the netpoller asks for it on every descriptor) runs the epoll callback
 //     each time the kernel frees one of its sent datagrams, and wakes the runtime's
 //     poller thread, when it sleeps in epoll_pwait, for a write readiness nobody
-//     waits for (profiled: about 5% of a WRITE sender's CPU in sock_wfree).
+//     waits for (a WRITE sender's profile shows it in sock_wfree).
 //
 // On EAGAIN a busy rawFD spins (yielding); any other waits in poll(2), a short timeout
 // at a time so that Close never waits long for it.

@@ -34,7 +34,7 @@ const (
 // sent to it. RoCEv2 leaves the UDP source port free (peers tell flows apart by it, and
 // answer to port 4791, never to the source port), and a send-only socket saves the
 // epoll write-readiness wake-up that every send from a netpoller socket costs (see
-// rawFD): two-process RDMA WRITE of 64 KiB messages, about 15% more bandwidth.
+// rawFD; docs/DESIGN.md, "A send-only socket").
 type udpConn struct {
 	er    *epollRecv      // the receive socket in the default mode, and a group's (see epollRecv)
 	rfd   *rawFD          // the receive socket with BusyPoll

@@ -82,8 +82,8 @@ func (c *udpConn) Unwatch() {
 // netpoller (RawConn.Read would hold the socket's read lock while parked and so block
 // every PollBatch behind it), and not in an epoll set either: a socket in an epoll set
 // runs the set's callback for every datagram delivered to it, in the sender's send call,
-// even while nobody waits. Measured in an 8-byte busy-poll ping-pong, two processes:
-// 5.05 -> 4.91 us one-way. poll(2) hooks into the socket only for the wait itself.
+// even while nobody waits, which a busy-poll ping-pong pays on every message
+// (docs/DESIGN.md, "Busy-poll mode"). poll(2) hooks into the socket only for the wait itself.
 func (c *udpConn) WaitReadable(timeout time.Duration) (bool, error) {
 	c.waitMu.Lock()
 	if c.closed.Load() {
@@ -330,8 +330,8 @@ func groSize(oob []byte) int {
 // recvmmsg and sendmmsg (udp_send_linux.go) are raw syscalls: they never block (MSG_DONTWAIT on a
 // non-blocking socket), so the scheduler's syscall bookkeeping buys nothing, and it costs:
 // a 64 KiB GSO send on loopback runs the receiver's whole path too and takes tens of
-// microseconds, long enough for sysmon to retake the P and hand it to another thread.
-// Measured two-process RC WRITE 64 KiB: about 10% more bandwidth with raw syscalls.
+// microseconds, long enough for sysmon to retake the P and hand it to another thread
+// (docs/DESIGN.md, "Raw syscalls").
 func recvmmsg(fd uintptr, hs []unix.Mmsghdr) (int, syscall.Errno) {
 	n, _, e := unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&hs[0])), uintptr(len(hs)), unix.MSG_DONTWAIT, 0, 0)
 	return int(n), e

@@ -17,18 +17,11 @@
 // pins a whole buffer, or many small ones cut a large write up) and reassembly
 // across them; a READ-based pull costs a round trip before every transfer (the
 // reader must first hear where the bytes are), which is a request/response's
-// latency doubled. The engine's own figures, goverbs' perftest tools between two
-// processes on loopback (3 interleaved rounds, 2026-11-23; bandwidth in MiB/s,
-// latency one-way, the ranges of the rounds):
-//
-//	            64 B        4 KiB        64 KiB       64 B latency
-//	WRITE       103-114     2798-2964    3698-3906    2.5-2.7 µs
-//	SEND        63-69       2288-2318    4429-4454    2.5-3.4 µs
-//	READ        16-17       963-1006     3973-4158    5.1-5.3 µs
-//
-// WRITE leads for small and middling writes (1.65× SEND at 64 B, 1.25× at 4 KiB),
-// which is where a stream's messages mostly are; SEND leads by 14% at 64 KiB, where
-// both are well past Go TCP; READ pays the extra round trip everywhere.
+// latency doubled. goverbs' own perftest tools agree: WRITE leads SEND for small
+// and middling messages, which is where a stream's messages mostly are, SEND leads
+// only at the largest, and READ pays the extra round trip everywhere (the figures are
+// in docs/DESIGN.md, "Streams over RDMA"; `goverbs write_bw`, `send_bw` and `read_bw`
+// re-measure them).
 //
 // Setup. When the connection is made (in rdma_cm's private data: the REQ's and the
 // REP's), each side tells the other where its ring is, in 24 bytes, big-endian:
@@ -92,8 +85,8 @@
 // Waiting. A Read that finds nothing polls the connection's CQ itself for up to 50 µs,
 // yielding between polls, before it blocks, as rsockets polls for its polling_time: on a
 // software device an empty poll reads the socket, so a request/response's answer reaches
-// the reader without a wake-up (64 B request/response below Go TCP's time on loopback;
-// README). A waiting Read therefore keeps a core busy for up to 50 µs, and the
+// the reader without a wake-up (docs/PERFORMANCE.md has bench/rstream.sh's comparison
+// with Go TCP). A waiting Read therefore keeps a core busy for up to 50 µs, and the
 // completion goroutine does the same after its last completion.
 //
 // Close. CloseWrite sends FIN after every DATA already posted: the peer reads them,

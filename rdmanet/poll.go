@@ -20,8 +20,8 @@ import (
 // blocks: a request/response's answer usually comes within microseconds, and an empty
 // poll reads the device's socket itself (engine.Device.PollRx), so the answer reaches
 // this goroutine without a wake-up. Sleeping at once made every turn pay the netpoller's
-// wake-up, which on a VM is a thread woken on another vCPU (64 B request/response about
-// 44 µs one-way against Go TCP's 6-18 µs).
+// wake-up, which on a VM is a thread woken on another vCPU: request/response was then
+// many times slower than Go TCP's (docs/DESIGN.md, "Request/response").
 //
 // While a Read spins it polls the CQ itself (Read), and this loop steps aside until a
 // goroutine of the connection is about to block (kick): one goroutine spinning per

@@ -17,13 +17,13 @@ const (
 
 	// ringSize is the receive ring each side advertises: the most bytes a peer may have
 	// written and not yet seen read. The sender's staging buffer mirrors it, so a
-	// connection holds twice this. Between two processes a 256 KiB ring kept only four
-	// 64 KiB messages between the writer and the credit that frees them, and streamed
-	// 0.56× Go TCP; 1 MiB (with selective signaling) 0.92× (bench/rstream.sh, README).
+	// connection holds twice this. A 256 KiB ring kept only four 64 KiB messages between
+	// the writer and the credit that frees them, so the stream waited on credits; the
+	// measurements are in docs/DESIGN.md ("1 MiB rings") and bench/rstream.sh re-runs them.
 	ringSize = 1 << 20
 	// maxChunk bounds one data message, so that a large Write is several messages in
 	// flight at once and the reader starts on the first while the rest arrive. 256 KiB
-	// messages in a 1 MiB ring streamed no faster (15.1 against 15.5 Gb/s, two rounds).
+	// messages in a 1 MiB ring streamed no faster (docs/DESIGN.md).
 	maxChunk = 64 << 10
 	// msgCredits is how many data messages a side may have in flight and not yet
 	// credited; the receiver posts that many receives for them.

@@ -22,7 +22,7 @@ var pyverbsModules = []string{"test_device", "test_pd", "test_mr", "test_cq", "t
 	"test_cqex", "test_qp", "test_qpex", "test_addr", "test_atomic", "test_odp"}
 
 // TestPyverbs runs rdma-core's pyverbs tests (python3-pyverbs) on the library: every
-// test must pass or skip; the counts are logged (go test -v) for the README.
+// test must pass or skip; the counts are logged (go test -v) for docs/guide/capi.md.
 func TestPyverbs(t *testing.T) {
 	lib := library(t)
 	if _, err := os.Stat(filepath.Join(pyverbsTests, "run_tests.py")); err != nil {

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// comparisons: the goverbs run, its baseline (nettest, the standard library), the figure
+// compared and its unit. A run without a baseline is a baseline-only row (base "").
+var comparisons = []struct{ run, base, key, unit, what string }{
+	{"write_bw", "tcp_bw", "bw_avg_mib_s", "MiB/s", "RC WRITE 64 KiB bandwidth vs Go TCP stream"},
+	{"send_bw", "tcp_bw", "bw_avg_mib_s", "MiB/s", "RC SEND 64 KiB bandwidth vs Go TCP stream"},
+	{"read_bw", "tcp_bw", "bw_avg_mib_s", "MiB/s", "RC READ 64 KiB bandwidth vs Go TCP stream"},
+	{"write_bw_8", "udp_rate", "msg_rate_mpps", "M/s", "RC WRITE 8 B message rate vs Go UDP 8 B datagrams (one write each, delivered)"},
+	{"write_bw_8_busy", "udp_rate", "msg_rate_mpps", "M/s", "RC WRITE 8 B message rate, busy-poll, vs Go UDP 8 B datagrams"},
+	{"send_lat", "udp_lat", "t_typical_us", "µs", "RC SEND 8 B latency (one-way, median) vs Go UDP ping-pong"},
+	{"send_lat_ev", "udp_lat", "t_typical_us", "µs", "RC SEND 8 B latency, blocked on the completion channel (-e), vs Go UDP ping-pong"},
+	{"write_lat", "udp_lat", "t_typical_us", "µs", "RC WRITE 8 B latency (one-way, median) vs Go UDP ping-pong"},
+	{"send_lat_busy", "udp_lat_busy", "t_typical_us", "µs", "RC SEND 8 B latency, busy-poll, vs Go UDP spinning ping-pong"},
+	{"write_lat_busy", "udp_lat_busy", "t_typical_us", "µs", "RC WRITE 8 B latency, busy-poll, vs Go UDP spinning ping-pong"},
+	{"send_lat_busy", "udp_lat_rcwire", "t_typical_us", "µs", "RC SEND 8 B latency, busy-poll, vs the same Go UDP ping-pong sending RC's datagrams (unconnected, DF, an ACK behind each: nettest --rc-wire)"},
+	{"tcp_lat", "", "t_typical_us", "µs", "Go TCP 64 B request/response (one-way, median), baseline only"},
+	{"tcp_lat_busy", "", "t_typical_us", "µs", "Go TCP 64 B request/response, spinning, baseline only"},
+}
+
+// values returns key by round from DIR/NAME.json: a row's "round" field (the scripts add
+// it), or its place in the file. Nil if the file is missing or unreadable.
+func values(dir, name, key string) map[int]float64 {
+	rows, err := load(filepath.Join(dir, name+".json"))
+	if err != nil || len(rows) == 0 {
+		return nil
+	}
+	v := make(map[int]float64, len(rows))
+	for i, r := range rows {
+		round := i + 1
+		if n, ok := r["round"]; ok {
+			round = int(n)
+		}
+		v[round] = r[key]
+	}
+	return v
+}
+
+// compareTable writes bench/compare.sh's table: each goverbs figure beside its baseline,
+// the ratio of the medians, each round's ratio and their median. It reports whether the
+// directory held any row of the table.
+func compareTable(w io.Writer, dir string) bool {
+	var lines []string
+	for _, c := range comparisons {
+		g := values(dir, c.run, c.key)
+		if len(g) == 0 {
+			continue
+		}
+		if c.base == "" {
+			lines = append(lines, fmt.Sprintf("| %s | | %s | | | | %d |", c.what,
+				format(medianOf(slices.Collect(maps.Values(g))), c.unit), len(g)))
+			continue
+		}
+		b := values(dir, c.base, c.key)
+		if len(b) == 0 {
+			continue
+		}
+		gm, bm := medianOf(slices.Collect(maps.Values(g))), medianOf(slices.Collect(maps.Values(b)))
+		rs := perRound(g, b)
+		lines = append(lines, fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %d |", c.what,
+			format(gm, c.unit), format(bm, c.unit), ratio(gm, bm), ratios(rs), medianRatio(rs), len(rs)))
+	}
+	if len(lines) == 0 {
+		return false
+	}
+	fmt.Fprintln(w, "| measurement | goverbs | baseline | ratio of medians | per-round ratios | median of per-round ratios | rounds |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	for _, l := range lines {
+		fmt.Fprintln(w, l)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Ratios are goverbs ÷ baseline: above 1 is better for bandwidth and message rate, below 1 for latency.")
+	return true
+}
+
+// vethTable writes bench/veth.sh's table, one row per MTU directory (mtu1500, mtu9000)
+// under dir: RC WRITE 64 KiB against the Go TCP stream over the same veth pair.
+func vethTable(w io.Writer, dir string) bool {
+	mtus, _ := filepath.Glob(filepath.Join(dir, "mtu*"))
+	slices.SortFunc(mtus, func(a, b string) int { return mtuOf(a) - mtuOf(b) })
+	var lines []string
+	for _, m := range mtus {
+		g := values(m, "write_bw", "bw_avg_mib_s")
+		b := values(m, "tcp_bw", "bw_avg_mib_s")
+		if len(g) == 0 || len(b) == 0 {
+			continue
+		}
+		gm, bm := medianOf(slices.Collect(maps.Values(g))), medianOf(slices.Collect(maps.Values(b)))
+		rs := perRound(g, b)
+		mtu := mtuOf(m)
+		lines = append(lines, fmt.Sprintf("| %d (%d) | %s | %s | %s | %s | %s | %d |", mtu, ibMTU(mtu),
+			format(gm, "MiB/s"), format(bm, "MiB/s"), ratio(gm, bm), ratios(rs), medianRatio(rs), len(rs)))
+	}
+	if len(lines) == 0 {
+		return false
+	}
+	fmt.Fprintln(w, "| interface MTU (IB MTU) | RC WRITE 64 KiB | Go TCP stream | ratio of medians | per-round ratios | median of per-round ratios | rounds |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	for _, l := range lines {
+		fmt.Fprintln(w, l)
+	}
+	return true
+}
+
+func mtuOf(dir string) int {
+	var n int
+	fmt.Sscanf(strings.TrimPrefix(filepath.Base(dir), "mtu"), "%d", &n)
+	return n
+}
+
+// ibMTU is the IB MTU a RoCEv2 device takes from an interface MTU, as rxe does: the
+// interface MTU less 80 bytes of headers, rounded down to 256, 512, ... 4096.
+func ibMTU(ifMTU int) int {
+	best := 0
+	for m := 256; m <= 4096; m *= 2 {
+		if m <= ifMTU-80 {
+			best = m
+		}
+	}
+	return best
+}
+
+// rstreamRow is one line of bench/rstream.sh's rstream.json: one variant's two figures
+// in one round.
+type rstreamRow struct {
+	Round   int     `json:"round"`
+	Variant string  `json:"variant"`
+	BW      float64 `json:"bw_gbps"`
+	RR      float64 `json:"rr_us"`
+}
+
+// rstreamTable writes bench/rstream.sh's table: per variant (rdmanet at each revision,
+// then Go TCP) the medians, each round's ratio to TCP's and their median.
+func rstreamTable(w io.Writer, dir string) bool {
+	var rows []rstreamRow
+	if err := loadInto(filepath.Join(dir, "rstream.json"), &rows); err != nil || len(rows) == 0 {
+		return false
+	}
+	var order []string
+	bw, rr := map[string]map[int]float64{}, map[string]map[int]float64{}
+	for _, r := range rows {
+		if bw[r.Variant] == nil {
+			order = append(order, r.Variant)
+			bw[r.Variant], rr[r.Variant] = map[int]float64{}, map[int]float64{}
+		}
+		bw[r.Variant][r.Round], rr[r.Variant][r.Round] = r.BW, r.RR
+	}
+	if bw["tcp"] == nil {
+		return false
+	}
+	fmt.Fprintln(w, "| variant | stream 64 KiB Gb/s (median) | ÷ TCP per round | median ratio | 64 B req/resp µs one-way (median) | ÷ TCP per round | median ratio |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	for _, v := range order {
+		mb, mr := medianOf(slices.Collect(maps.Values(bw[v]))), medianOf(slices.Collect(maps.Values(rr[v])))
+		if v == "tcp" {
+			fmt.Fprintf(w, "| Go TCP | %.2f | | | %.2f | | |\n", mb, mr)
+			continue
+		}
+		xb, xr := perRound(bw[v], bw["tcp"]), perRound(rr[v], rr["tcp"])
+		fmt.Fprintf(w, "| %s | %.2f | %s | %s | %.2f | %s | %s |\n", v, mb, ratios(xb), medianRatio(xb), mr, ratios(xr), medianRatio(xr))
+	}
+	return true
+}
+
+// ratios prints each round's ratio, in round order.
+func ratios(rs []float64) string {
+	each := make([]string, len(rs))
+	for i, r := range rs {
+		each[i] = fmt.Sprintf("%.2f×", r)
+	}
+	return strings.Join(each, " ")
+}
+
+// medianRatio prints the median of the per-round ratios.
+func medianRatio(rs []float64) string {
+	if len(rs) == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f×", medianOf(rs))
+}

@@ -163,3 +163,11 @@ func waitWC(t testing.TB, cq *CQ, n int, within time.Duration) []WC {
 	}
 	return out
 }
+
+// debugString describes a software QP's transport state (the engine's DebugString).
+func (qp *QP) debugString() string {
+	if s, ok := qp.impl.(interface{ DebugString() string }); ok {
+		return s.DebugString()
+	}
+	return ""
+}

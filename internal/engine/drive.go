@@ -340,6 +340,13 @@ func (d *Device) PollRx() bool {
 	return true
 }
 
+// Progress drives the receive path once (driver.Device): PollRx. It reports true on a
+// busy-poll device, which is driven that way, even when another poller held the socket.
+func (d *Device) Progress() bool {
+	ran := d.PollRx()
+	return d.BusyPoll() || ran
+}
+
 // drainLocked is a default-mode poll's read (d.rxMu is held): one datagram, and after a
 // GRO run (a stream's) batches of up to busyBatch datagrams while they come full, at
 // most drainBatches of them, so that a stream does not wait a poll per datagram when

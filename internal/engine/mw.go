@@ -47,7 +47,15 @@ type BindMW struct {
 }
 
 // AllocMW allocates an unbound memory window (ibv_alloc_mw).
-func (pd *PD) AllocMW(typ uint8) (*MW, error) {
+func (pd *PD) AllocMW(typ driver.MWType) (driver.MW, error) {
+	mw, err := pd.allocMW(uint8(typ))
+	if err != nil {
+		return nil, err
+	}
+	return mw, nil
+}
+
+func (pd *PD) allocMW(typ uint8) (*MW, error) {
 	if pd.closed.Load() {
 		return nil, ErrPDClosed
 	}
@@ -155,9 +163,24 @@ func (mw *MW) replace(r *region, mr *MR, valid bool) {
 	}
 }
 
-// BindType1 posts the bind of a type 1 window on qp's send queue (ibv_bind_mw) and
-// returns the rkey the window will have.
-func (qp *QP) BindType1(id uint64, flags driver.SendFlags, b BindMW) (uint32, error) {
+// BindMW posts the bind of a type 1 window on qp's send queue (ibv_bind_mw) and
+// returns the rkey the window will have. A binding without a region unbinds; one that
+// names another device's window or region is refused.
+func (qp *QP) BindMW(mw driver.MW, id uint64, flags driver.SendFlags, b driver.MWBind) (uint32, error) {
+	m, ok := mw.(*MW)
+	if !ok {
+		return 0, ErrBadBind
+	}
+	eb := BindMW{MW: m, Addr: b.Addr, Length: b.Length, Access: b.Access}
+	if b.MR != nil {
+		if eb.MR, ok = b.MR.DriverMR().(*MR); !ok || eb.MR == nil {
+			return 0, ErrBadBind
+		}
+	}
+	return qp.bindType1(id, flags, eb)
+}
+
+func (qp *QP) bindType1(id uint64, flags driver.SendFlags, b BindMW) (uint32, error) {
 	if b.MW == nil || b.MW.typ != 1 {
 		return 0, ErrMWType
 	}

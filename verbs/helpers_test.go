@@ -1,6 +1,7 @@
 package verbs
 
 import (
+	"math/rand/v2"
 	"net/netip"
 	"testing"
 	"time"
@@ -164,10 +165,34 @@ func waitWC(t testing.TB, cq *CQ, n int, within time.Duration) []WC {
 	return out
 }
 
-// debugString describes a software QP's transport state (the engine's DebugString).
-func (qp *QP) debugString() string {
-	if s, ok := qp.impl.(interface{ DebugString() string }); ok {
-		return s.DebugString()
+// expectStatus waits for one completion on cq and checks its ID and status.
+func expectStatus(t *testing.T, cq *CQ, id uint64, want WCStatus) WC {
+	t.Helper()
+	wc := waitWC(t, cq, 1, 5*time.Second)[0]
+	if wc.ID != id || wc.Status != want {
+		t.Fatalf("completion %+v (%v), want wr %d with %v", wc, wc.Status, id, want)
 	}
-	return ""
+	return wc
+}
+
+// fill fills b with bytes drawn from seed.
+func fill(b []byte, seed uint64) {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+}
+
+// udQP is a UD QP of h in RTS with Q_Key qkey.
+func udQP(t *testing.T, h *host, qkey uint32) *QP {
+	qp := h.qp(t, QPTypeUD)
+	must := func(err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(qp.Modify(&QPAttr{State: QPStateInit, Port: 1, QKey: qkey}, QPAttrState|QPAttrPKeyIndex|QPAttrPort|QPAttrQKey))
+	must(qp.Modify(&QPAttr{State: QPStateRTR}, QPAttrState))
+	must(qp.Modify(&QPAttr{State: QPStateRTS, SQPSN: 0x55}, QPAttrState|QPAttrSQPSN))
+	return qp
 }

@@ -1,7 +1,9 @@
-package verbs
+package engine_test
 
 import (
 	"testing"
+
+	"github.com/goverbs/goverbs/verbs"
 )
 
 // TestBusyPollOwedAckLeavesBeforeTheQPGoes: a busy-poll device defers the ACK a poll
@@ -13,26 +15,26 @@ import (
 func TestBusyPollOwedAckLeavesBeforeTheQPGoes(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		end  func(t *testing.T, b *host, qb *QP)
+		end  func(t *testing.T, b *host, qb *verbs.QP)
 	}{
-		{"QP.Close", func(t *testing.T, b *host, qb *QP) { noErr(t, qb.Close()) }},
-		{"Device.Close", func(t *testing.T, b *host, qb *QP) { noErr(t, b.dev.Close()) }},
-		{"Modify RESET", func(t *testing.T, b *host, qb *QP) {
-			noErr(t, qb.Modify(&QPAttr{State: QPStateReset}, QPAttrState))
+		{"QP.Close", func(t *testing.T, b *host, qb *verbs.QP) { noErr(t, qb.Close()) }},
+		{"Device.Close", func(t *testing.T, b *host, qb *verbs.QP) { noErr(t, b.dev.Close()) }},
+		{"Modify RESET", func(t *testing.T, b *host, qb *verbs.QP) {
+			noErr(t, qb.Modify(&verbs.QPAttr{State: verbs.QPStateReset}, verbs.QPAttrState))
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := newHost(t)
-			b := newHostCfg(t, SoftConfig{BusyPoll: true})
+			b := newHostCfg(t, verbs.SoftConfig{BusyPoll: true})
 			params := defaultRC()
 			params.timeout, params.retry = 14, 1 // 67 ms, one retry: a lost ACK fails in ~0.3 s
-			p := newPair(t, a, b, QPTypeRC, params)
+			p := newPair(t, a, b, verbs.QPTypeRC, params)
 			src, dst := a.mr(t, 64, allAccess), b.mr(t, 64, allAccess)
-			noErr(t, p.qb.PostRecv(RecvWR{ID: 1, SGL: []SGE{dst.SGE(0, 64)}}))
-			noErr(t, p.qa.PostSend(SendWR{ID: 2, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{src.SGE(0, 64)}}))
-			expectStatus(t, b.rcq, 1, WCSuccess) // b's poll takes the SEND and owes its ACK
-			tc.end(t, b, p.qb)                   // at once, as rc_pingpong's last iteration does
-			expectStatus(t, a.cq, 2, WCSuccess)
+			noErr(t, p.qb.PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{dst.SGE(0, 64)}}))
+			noErr(t, p.qa.PostSend(verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(0, 64)}}))
+			expectStatus(t, b.rcq, 1, verbs.WCSuccess) // b's poll takes the SEND and owes its ACK
+			tc.end(t, b, p.qb)                         // at once, as rc_pingpong's last iteration does
+			expectStatus(t, a.cq, 2, verbs.WCSuccess)
 		})
 	}
 }

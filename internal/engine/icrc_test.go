@@ -1,4 +1,4 @@
-package verbs
+package engine_test
 
 import (
 	"net"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/wire"
 )
 
@@ -19,7 +20,7 @@ func TestICRCPolicy(t *testing.T) {
 	qb := udQP(t, b, 0x1234)
 	buf := b.mr(t, 4096, allAccess)
 	for i := 0; i < 8; i++ {
-		qb.PostRecv(RecvWR{ID: uint64(i), SGL: []SGE{buf.SGE(0, 4096)}})
+		qb.PostRecv(verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{buf.SGE(0, 4096)}})
 	}
 	qp := qb
 	conn, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.10.0.2:0")))
@@ -60,7 +61,7 @@ func TestICRCPolicy(t *testing.T) {
 	ids := []uint16{65534, 65535, 0, 1, 2, 100, 101}
 	for i, id := range ids {
 		send(id, true, false)
-		expectStatus(t, b.rcq, uint64(i), WCSuccess)
+		expectStatus(t, b.rcq, uint64(i), verbs.WCSuccess)
 	}
 	waitCounter("icrc_ipid_recovered", uint64(len(ids)-1)) // ID 0 verifies directly
 	send(4243, true, true)                                 // corrupt: no Identification explains it
@@ -70,15 +71,15 @@ func TestICRCPolicy(t *testing.T) {
 	qc := udQP(t, b, 0x1234)
 	qp = qc
 	for i := 0; i < 140; i++ {
-		qc.PostRecv(RecvWR{ID: uint64(1000 + i), SGL: []SGE{buf.SGE(0, 4096)}})
+		qc.PostRecv(verbs.RecvWR{ID: uint64(1000 + i), SGL: []verbs.SGE{buf.SGE(0, 4096)}})
 	}
 	for i := 0; i < 130; i++ {
 		send(0, true, false)
-		expectStatus(t, b.rcq, uint64(1000+i), WCSuccess)
+		expectStatus(t, b.rcq, uint64(1000+i), verbs.WCSuccess)
 	}
 	send(4244, true, false) // a numbered packet to a strict QP: refused
 	waitCounter("rcvd_icrc_err", 2)
-	if n, _ := b.rcq.Poll(make([]WC, 1)); n != 0 {
+	if n, _ := b.rcq.Poll(make([]verbs.WC, 1)); n != 0 {
 		t.Fatal("a corrupt or unverifiable packet completed")
 	}
 }

@@ -109,14 +109,13 @@ func (d *Device) readBlocking() (int, error) {
 // batch, yielding between reads, as NAPI polls a busy NIC instead of taking an
 // interrupt per packet. rxLoop spins only when traffic is dense and small: its last
 // sleep in the socket's read was shorter than denseGap, and the batch that woke it was
-// of small packets (smallBatch). A stream that comes in bursts (a sender
-// whose window of 128 small WRITEs empties and refills every 50-100 µs) then finds this
-// goroutine awake, not asleep on an idle vCPU whose wake-up costs about 25 µs here: the
-// 8 B WRITE rate went from 1.13-1.18 to about 2.1 M/s (1.8-2.2 across runs; perftest's
-// default tx depth of 128; with 512 it was 1.84 M/s without the spin, the window being
-// the limit). Sporadic
-// traffic costs no spin: a sleep longer than denseGap ends it. It stops at once for a
-// waiter or a spinning poller, which then read the socket themselves.
+// of small packets (smallBatch). A stream that comes in bursts (a sender whose window
+// of small WRITEs empties and refills faster than an idle vCPU wakes up) then finds
+// this goroutine awake, not asleep: the wake-up per window was what bound the
+// small-message rate (docs/DESIGN.md, "Default mode: a program that polls reads the
+// socket"). Sporadic traffic costs no spin: a sleep longer than denseGap ends it. It
+// stops at once for a waiter or a spinning poller, which then read the socket
+// themselves.
 func (d *Device) spinRx(seen, polled uint32) {
 	if d.unwatch != nil {
 		// While this goroutine polls, the netpoller need not watch the socket: each
@@ -154,8 +153,7 @@ func (d *Device) spinRx(seen, polled uint32) {
 // packets, below smallPacket bytes on average: a small-message stream, which spinRx
 // keeps up with. A bulk stream's packets (MTU-sized) come in batches that pay for the
 // receive goroutine's wake-up many times over, and spinning between them only takes the
-// core the sender needs on a small machine: RC WRITE 64 KiB over a veth pair at MTU
-// 1500, 2463-2477 MiB/s spinning against 2770-2804 without (2 runs each, alternated).
+// core the sender needs on a small machine (DESIGN.md has the measurement).
 func (d *Device) smallBatch(n int) bool {
 	bytes, pkts := 0, 0
 	for i := range d.rxMsgs[:n] {
@@ -216,16 +214,16 @@ func (d *Device) takeRx(seen, polled *uint32) bool {
 // during one of its reads (rxLoop, spinRx), and stays aside while they come at least
 // every drivingGap on average (takeRx); otherwise it keeps reading, and a sleepy
 // poller's polls find the socket held and do nothing, as before polls read it: stepping
-// aside for one took RC SEND 64 KiB from 3476 to 335 MiB/s, the socket read once per
-// sleep. goverbs' send_bw receiver sleeps "20 µs" between empty polls, which Go makes
-// about a millisecond here (time.Sleep(20 µs): 1.08-1.10 ms, 2000 sleeps, with an idle
-// P and with GOMAXPROCS=1), and so polls about once a millisecond.
+// aside for a poller that sleeps between polls (goverbs' send_bw receiver does, and Go
+// rounds its short sleeps up to about a millisecond) would leave a stream to one read
+// per sleep.
 //
-// drivingGap was 4 µs until a WRITE sender that polls between its own sends (a 64 KiB
-// WRITE's work between two polls, every request completed as perftest does) was taken
-// for a sleeper: the receive goroutine took the socket back every few milliseconds and
-// the two threads split the work, ACK-driven sends on one and posts and polls on the
-// other, which on two cores took the one the peer needed.
+// drivingGap is wide enough that a WRITE sender that polls between its own sends (a
+// large WRITE's work between two polls, every request completed as perftest does) is
+// not taken for a sleeper: were it, the receive goroutine would take the socket back
+// every few milliseconds and the two threads would split the work, ACK-driven sends on
+// one and posts and polls on the other, which on two cores takes the one the peer
+// needs. DESIGN.md has the measurements behind both.
 const (
 	tightPolls = 16
 	drivingGap = 50 * time.Microsecond
@@ -278,8 +276,8 @@ func (d *Device) busyLoop() {
 // goroutine's poll reads at most; an application's poll (PollRx) reads one. recvmmsg
 // returns only after it has failed to read one datagram more than it found, a second
 // pass through the socket layer, and an application that spins for a completion mostly
-// finds one datagram: in a busy ping-pong, 8 slots instead of 1 cost 0.2 µs one-way
-// (4.68 against 4.48 µs, 8 interleaved rounds). Traffic nobody polls for (a passive
+// finds one datagram, so in a busy ping-pong 8 slots instead of 1 cost measurable
+// latency (DESIGN.md, "Busy-poll mode"). Traffic nobody polls for (a passive
 // WRITE target) is the background goroutine's, and a stream: it reads in batches.
 // (Switching an application's poll to 8 slots while datagrams kept coming lost the
 // latency gain, the peer's ACK arriving just before its next request.)
@@ -291,8 +289,9 @@ const busyBatch = 8
 // waits for it: between one and two periods. Its sleeps are the only timer of an idle
 // ping-pong, and each firing can hand the waiting goroutine to another thread (the one
 // that watched the timer blocks in the netpoller; the waiter's thread then cannot):
-// with 1 ms, three threads took turns running a send_lat -e server and one-way latency
-// was no better than with the hand-off; with 50 ms one thread did 88% of the switches.
+// a short period spread a channel-waiting server over three threads and lost what the
+// leader/follower receive gains; a long one delays owed ACKs (DESIGN.md, "Default mode:
+// the waiter reads the socket").
 const leadIdle = 10 * time.Millisecond
 
 // pollIdle is how long the default mode's receive goroutine leaves the socket to a

@@ -46,10 +46,9 @@ type txBatch struct {
 }
 
 // gatherMin is the smallest payload sent from registered memory in place; smaller ones
-// are copied. Measured against copying (two-process write_bw, one-packet messages, four
-// interleaved rounds): 1 KiB -8%, 2 KiB -3%, 4 KiB +2%. Gathering costs per packet (two
-// more iovecs for the kernel to walk, a region pin) and saves per byte, so it pays only
-// on full 4 KiB packets.
+// are copied. Gathering costs per packet (two more iovecs for the kernel to walk, a
+// region pin) and saves per byte, so against copying it pays only on full 4 KiB packets
+// (DESIGN.md, "Payload sent in place", has the measurement).
 const gatherMin = 4096
 
 func newTxBatch(c netio.Caps) *txBatch {

@@ -12,6 +12,7 @@
 //
 // The engine works on verbs/driver's types (work requests, completions, enums, errors
 // classified under driver's sentinels), so the public verbs package hands it the caller's
-// slices as they are. The engine does not know about the verbs package; verbs adapts it
-// as one provider.
+// slices as they are, and its objects satisfy driver's interfaces themselves. The engine
+// does not know about the verbs package; package verbs/soft opens it as the software
+// provider.
 package engine

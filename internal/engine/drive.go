@@ -1,19 +1,17 @@
 // The receive drive: what reads the device's socket, and when. In the default mode one
 // goroutine (rxLoop) sleeps until a batch arrives and processes it to completion; in
 // busy-poll mode the application's CQ polls read the socket (PollRx) and a background
-// goroutine (busyLoop) serves what nobody polls for. The sender goroutine sends what
-// response bursts and doorbell batching left for later. What happens to each packet
-// (parse, ICRC, dispatch) is input.go's.
+// goroutine (busyLoop) serves what nobody polls for. What happens to each packet
+// (parse, ICRC, dispatch) is input.go's; what is sent later rather than now is
+// sender.go's and doorbell.go's.
 
 package engine
 
 import (
 	"runtime"
-	"sync"
 	"time"
 
 	"github.com/goverbs/goverbs/netio"
-	"github.com/goverbs/goverbs/verbs/driver"
 )
 
 // rxBufSize is a receive buffer: a whole GRO run when the socket coalesces (the size the
@@ -452,81 +450,6 @@ func (d *Device) inputBatch(n int) {
 		// deferral (sendDueAcks).
 		if d.poller == nil && i < n-1 && len(d.acks.owing) > 0 && m.SegSize > 0 {
 			d.flushAcks()
-		}
-	}
-}
-
-// sender is a device's goroutine that finishes what response bursts left, sends the
-// posts PostSend batched on a default-mode device, and, where a busy-poll device's
-// doorbell has no alarm, the posts that doorbell deferred (doorbell.go).
-type sender struct {
-	mu   sync.Mutex
-	qps  []*QP
-	wake chan struct{}
-	stop chan struct{}
-	done chan struct{}
-}
-
-func (s *sender) init() {
-	s.wake = make(chan struct{}, 1)
-	s.stop = make(chan struct{})
-	s.done = make(chan struct{})
-}
-
-func (s *sender) add(qp *QP) {
-	s.mu.Lock()
-	s.qps = append(s.qps, qp)
-	s.mu.Unlock()
-	s.kick()
-}
-
-// kick wakes the sender goroutine.
-func (s *sender) kick() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (s *sender) run(db *doorbell) {
-	defer close(s.done)
-	var work []*QP
-	for {
-		select {
-		case <-s.wake:
-		case <-s.stop:
-			return
-		}
-		db.flush()
-		for {
-			s.mu.Lock()
-			work, s.qps = s.qps, work[:0]
-			s.mu.Unlock()
-			if len(work) == 0 {
-				break
-			}
-			for i, qp := range work {
-				qp.mu.Lock()
-				more := false
-				switch {
-				case qp.closed || qp.state == driver.QPStateReset:
-					qp.resp.out.queued, qp.txQueued = false, false
-				default:
-					if qp.resp.out.queued {
-						if more = qp.pump(respBurst); !more {
-							qp.resp.out.queued = false
-						}
-					}
-					qp.sendQueued()
-				}
-				if more {
-					s.mu.Lock()
-					s.qps = append(s.qps, qp) // more to send: round-robin with other QPs
-					s.mu.Unlock()
-				}
-				qp.mu.Unlock()
-				work[i] = nil
-			}
 		}
 	}
 }

@@ -112,11 +112,6 @@ func copyWR(wr *driver.SendWR, sgl []driver.SGE) driver.SendWR {
 // streamGap is how soon after the previous post a post counts as part of a stream.
 const streamGap = 3 * time.Microsecond
 
-var monoStart = time.Now()
-
-// nanotime is a monotonic clock reading for the doorbell-batching gap.
-func nanotime() int64 { return int64(time.Since(monoStart)) }
-
 // sendQueued sends the posts PostSend batched (txQueued), unless the QP has closed or
 // been reset since: the sender goroutine's work, and a busy-poll doorbell's. qp.mu is
 // held.

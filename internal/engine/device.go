@@ -111,7 +111,7 @@ type Device struct {
 	rxMu   sync.Mutex
 	poller netio.Poller // busy-poll mode
 	// Default mode, when the Conn can be interrupted: goroutines waiting for completions
-	// read the socket (lead.go). leads counts their Serve calls and batches, parked is
+	// read the socket (waiter.go). leads counts their Serve calls and batches, parked is
 	// the one blocked in the socket's read, rxFree is signalled when a reader lets go,
 	// rxStop closed when the device closes.
 	intr   netio.Interrupter

@@ -40,7 +40,7 @@ func newRxMsgs(caps netio.Caps) []netio.Message {
 // before reading the next batch, then sends the ACKs the batch earned, one per QP.
 //
 // When goroutines wait for completions on the device's channels and its Conn can be
-// interrupted, they read the socket themselves (Serve, lead.go) and this goroutine steps
+// interrupted, they read the socket themselves (Serve, waiter.go) and this goroutine steps
 // aside: after each batch it looks whether a waiter has come since it last looked, and if
 // one has it lets the socket go and sleeps until waiters have stopped coming for a
 // leadIdle period; then it sends what they left owing and reads again.
@@ -90,7 +90,7 @@ func (d *Device) rxLoop() {
 }
 
 // readBlocking reads a batch, waiting in the netpoller for one: the receive goroutine's
-// read, or a serving waiter's (lead.go). d.rxMu is held. The polls that may take the
+// read, or a serving waiter's (waiter.go). d.rxMu is held. The polls that may take the
 // socket out of the netpoller's watch are counted from here (drainLocked).
 func (d *Device) readBlocking() (int, error) {
 	d.pollsSinceRead = 0

@@ -195,3 +195,15 @@ func (qp *QP) bindType1(id uint64, flags driver.SendFlags, b BindMW) (uint32, er
 	}
 	return b.RKey, nil
 }
+
+// invalidate implements LOCAL_INV and SEND_WITH_INV on a type 2 memory window of pd
+// (IBTA 10.6.6.2, 10.6.7.2.4). Ordinary memory regions and type 1 windows cannot be
+// invalidated this way.
+func (d *Device) invalidate(pd *PD, rkey uint32) bool {
+	reg := d.keys.lookup(rkey)
+	if reg == nil || reg.pd != pd || !reg.window || reg.mwType != 2 {
+		return false
+	}
+	reg.invalidate()
+	return true
+}

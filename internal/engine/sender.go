@@ -1,5 +1,5 @@
 // Transmit deferral to a goroutine: the device's sender sends what was left for later
-// off the caller's thread: the rest of a long READ's responses (respq.go), a default-mode
+// off the caller's thread: the rest of a long READ's responses (responses.go), a default-mode
 // stream's batched posts (PostSend, deferPost), and where a busy-poll doorbell has no
 // alarm, the posts it deferred. doorbell.go is the other kind of deferral, to the
 // application's next poll.

@@ -1,27 +1,29 @@
-package verbs
+package verbs_test
 
 import (
 	"context"
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/goverbs/goverbs/verbs"
 )
 
 func TestCompletionChannelWakesAndCancels(t *testing.T) {
 	a, b := newHost(t), newHost(t)
-	ch := b.dev.CreateCompChannel()
-	rcq, _ := b.dev.CreateCQ(16, ch)
-	qa := a.qp(t, QPTypeRC)
-	qb, _ := b.pd.CreateQP(QPInitAttr{Type: QPTypeRC, SendCQ: b.cq, RecvCQ: rcq, Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	connect(t, qa, defaultRC(), b.gid, qb.QPN(), 1, 2)
-	connect(t, qb, defaultRC(), a.gid, qa.QPN(), 2, 1)
-	src, dst := a.mr(t, 16, allAccess), b.mr(t, 16, allAccess)
+	ch := b.Dev.CreateCompChannel()
+	rcq, _ := b.Dev.CreateCQ(16, ch)
+	qa := a.QP(t, verbs.QPTypeRC)
+	qb, _ := b.PD.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: b.CQ, RecvCQ: rcq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	connect(t, qa, defaultRC(), b.GID, qb.QPN(), 1, 2)
+	connect(t, qb, defaultRC(), a.GID, qa.QPN(), 2, 1)
+	src, dst := a.MR(t, 16, allAccess), b.MR(t, 16, allAccess)
 	for i := 0; i < 5; i++ {
-		qb.PostRecv(RecvWR{ID: uint64(i), SGL: []SGE{dst.SGE(0, 16)}})
+		qb.PostRecv(verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{dst.SGE(0, 16)}})
 	}
 	woke := make(chan uint64, 5)
 	go func() {
-		wcs := make([]WC, 1)
+		wcs := make([]verbs.WC, 1)
 		for i := 0; i < 5; {
 			if err := rcq.RequestNotify(false); err != nil {
 				t.Error(err)
@@ -47,7 +49,7 @@ func TestCompletionChannelWakesAndCancels(t *testing.T) {
 		}
 	}()
 	for i := 0; i < 5; i++ {
-		qa.PostSend(SendWR{ID: uint64(i), Opcode: WRSend, SGL: []SGE{src.SGE(0, 8)}})
+		qa.PostSend(verbs.SendWR{ID: uint64(i), Opcode: verbs.WRSend, SGL: []verbs.SGE{src.SGE(0, 8)}})
 		select {
 		case id := <-woke:
 			if id != uint64(i) {

@@ -47,11 +47,11 @@ func TestAccessInvalidatedWindow(t *testing.T) {
 	bind2 := func(t *testing.T, s *setup, id uint64) uint32 {
 		t.Helper()
 		rkey := verbs.IncRKey(s.mw.RKey())
-		if err := s.p.qb.PostSend(verbs.SendWR{ID: id, Opcode: verbs.WRBindMW, Flags: verbs.SendSignaled, Bind: &verbs.MWBindWR{MW: s.mw, RKey: rkey,
+		if err := s.p.QB.PostSend(verbs.SendWR{ID: id, Opcode: verbs.WRBindMW, Flags: verbs.SendSignaled, Bind: &verbs.MWBindWR{MW: s.mw, RKey: rkey,
 			MWBind: verbs.MWBind{MR: s.target.mr, Addr: s.target.mr.AddrOf(winOff), Length: winLen, Access: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}}}); err != nil {
 			t.Fatal(err)
 		}
-		expectStatus(t, s.b.cq, id, verbs.WCSuccess)
+		expectStatus(t, s.b.CQ, id, verbs.WCSuccess)
 		return rkey
 	}
 	cases := []struct {
@@ -62,32 +62,32 @@ func TestAccessInvalidatedWindow(t *testing.T) {
 		control bool                                         // the request succeeds before revoke
 	}{
 		{name: "WRITE after LOCAL_INV", typ: verbs.MWType2, op: mwWrite(winOff, 64), control: true, revoke: func(t *testing.T, s *setup) {
-			s.p.qb.PostSend(verbs.SendWR{ID: 50, Opcode: verbs.WRLocalInv, Flags: verbs.SendSignaled, Imm: s.rkey})
-			expectStatus(t, s.b.cq, 50, verbs.WCSuccess)
+			s.p.QB.PostSend(verbs.SendWR{ID: 50, Opcode: verbs.WRLocalInv, Flags: verbs.SendSignaled, Imm: s.rkey})
+			expectStatus(t, s.b.CQ, 50, verbs.WCSuccess)
 		}},
 		{name: "atomic after LOCAL_INV", typ: verbs.MWType2, op: mwAtomic(winOff + 8), control: true, revoke: func(t *testing.T, s *setup) {
-			s.p.qb.PostSend(verbs.SendWR{ID: 50, Opcode: verbs.WRLocalInv, Flags: verbs.SendSignaled, Imm: s.rkey})
-			expectStatus(t, s.b.cq, 50, verbs.WCSuccess)
+			s.p.QB.PostSend(verbs.SendWR{ID: 50, Opcode: verbs.WRLocalInv, Flags: verbs.SendSignaled, Imm: s.rkey})
+			expectStatus(t, s.b.CQ, 50, verbs.WCSuccess)
 		}},
 		{name: "WRITE after the peer's SEND_WITH_INV", typ: verbs.MWType2, op: mwWrite(winOff+100, 500), control: true, revoke: func(t *testing.T, s *setup) {
-			rbuf := s.b.mr(t, 64, allAccess)
-			s.p.qb.PostRecv(verbs.RecvWR{ID: 51, SGL: []verbs.SGE{rbuf.SGE(0, 64)}})
-			s.p.qa.PostSend(verbs.SendWR{ID: 52, Opcode: verbs.WRSendWithInv, Flags: verbs.SendSignaled, Imm: s.rkey})
-			expectStatus(t, s.a.cq, 52, verbs.WCSuccess)
-			if wc := expectStatus(t, s.b.rcq, 51, verbs.WCSuccess); wc.Flags&verbs.WCWithInv == 0 || wc.Imm != s.rkey {
+			rbuf := s.b.MR(t, 64, allAccess)
+			s.p.QB.PostRecv(verbs.RecvWR{ID: 51, SGL: []verbs.SGE{rbuf.SGE(0, 64)}})
+			s.p.QA.PostSend(verbs.SendWR{ID: 52, Opcode: verbs.WRSendWithInv, Flags: verbs.SendSignaled, Imm: s.rkey})
+			expectStatus(t, s.a.CQ, 52, verbs.WCSuccess)
+			if wc := expectStatus(t, s.b.RCQ, 51, verbs.WCSuccess); wc.Flags&verbs.WCWithInv == 0 || wc.Imm != s.rkey {
 				t.Fatalf("SEND_WITH_INV completion %+v", wc)
 			}
 		}},
 		{name: "atomic after the peer's SEND_WITH_INV", typ: verbs.MWType2, op: mwAtomic(winOff), control: true, revoke: func(t *testing.T, s *setup) {
-			rbuf := s.b.mr(t, 64, allAccess)
-			s.p.qb.PostRecv(verbs.RecvWR{ID: 51, SGL: []verbs.SGE{rbuf.SGE(0, 64)}})
-			s.p.qa.PostSend(verbs.SendWR{ID: 52, Opcode: verbs.WRSendWithInv, Flags: verbs.SendSignaled, Imm: s.rkey})
-			expectStatus(t, s.a.cq, 52, verbs.WCSuccess)
-			expectStatus(t, s.b.rcq, 51, verbs.WCSuccess)
+			rbuf := s.b.MR(t, 64, allAccess)
+			s.p.QB.PostRecv(verbs.RecvWR{ID: 51, SGL: []verbs.SGE{rbuf.SGE(0, 64)}})
+			s.p.QA.PostSend(verbs.SendWR{ID: 52, Opcode: verbs.WRSendWithInv, Flags: verbs.SendSignaled, Imm: s.rkey})
+			expectStatus(t, s.a.CQ, 52, verbs.WCSuccess)
+			expectStatus(t, s.b.RCQ, 51, verbs.WCSuccess)
 		}},
 		{name: "WRITE with the old key after a rebind", typ: verbs.MWType2, op: mwWrite(winOff, 64), control: true, revoke: func(t *testing.T, s *setup) {
-			s.p.qb.PostSend(verbs.SendWR{ID: 50, Opcode: verbs.WRLocalInv, Flags: verbs.SendSignaled, Imm: s.rkey})
-			expectStatus(t, s.b.cq, 50, verbs.WCSuccess)
+			s.p.QB.PostSend(verbs.SendWR{ID: 50, Opcode: verbs.WRLocalInv, Flags: verbs.SendSignaled, Imm: s.rkey})
+			expectStatus(t, s.b.CQ, 50, verbs.WCSuccess)
 			if bind2(t, s, 53) == s.rkey {
 				t.Fatal("rebinding kept the rkey")
 			}
@@ -98,10 +98,10 @@ func TestAccessInvalidatedWindow(t *testing.T) {
 			}
 		}},
 		{name: "READ through a type 1 window after it is unbound", typ: verbs.MWType1, op: mwRead(winOff, 64), control: true, revoke: func(t *testing.T, s *setup) {
-			if _, err := s.p.qb.BindMW(s.mw, 54, verbs.SendSignaled, verbs.MWBind{MR: s.target.mr}); err != nil {
+			if _, err := s.p.QB.BindMW(s.mw, 54, verbs.SendSignaled, verbs.MWBind{MR: s.target.mr}); err != nil {
 				t.Fatal(err)
 			}
-			expectStatus(t, s.b.cq, 54, verbs.WCSuccess)
+			expectStatus(t, s.b.CQ, 54, verbs.WCSuccess)
 		}},
 		{name: "WRITE through a type 1 window after it is deallocated", typ: verbs.MWType1, op: mwWrite(winOff, 64), control: true, revoke: func(t *testing.T, s *setup) {
 			if err := s.mw.Close(); err != nil {
@@ -116,40 +116,40 @@ func TestAccessInvalidatedWindow(t *testing.T) {
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			s := &setup{a: a, b: b, p: newPair(t, a, b, verbs.QPTypeRC, defaultRC())}
-			defer s.p.qa.Close()
-			defer s.p.qb.Close()
-			s.target = newGuarded(t, b.pd, 4096, allAccess|verbs.AccessMWBind, uint64(i)+300)
-			local := newGuarded(t, a.pd, 4096, allAccess, uint64(i)+400)
+			defer s.p.QA.Close()
+			defer s.p.QB.Close()
+			s.target = newGuarded(t, b.PD, 4096, allAccess|verbs.AccessMWBind, uint64(i)+300)
+			local := newGuarded(t, a.PD, 4096, allAccess, uint64(i)+400)
 			var err error
-			if s.mw, err = b.pd.AllocMW(c.typ); err != nil {
+			if s.mw, err = b.PD.AllocMW(c.typ); err != nil {
 				t.Fatal(err)
 			}
 			defer s.mw.Close()
 			if c.typ == verbs.MWType1 {
-				if s.rkey, err = s.p.qb.BindMW(s.mw, 1, verbs.SendSignaled, verbs.MWBind{MR: s.target.mr, Addr: s.target.mr.AddrOf(winOff),
+				if s.rkey, err = s.p.QB.BindMW(s.mw, 1, verbs.SendSignaled, verbs.MWBind{MR: s.target.mr, Addr: s.target.mr.AddrOf(winOff),
 					Length: winLen, Access: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}); err != nil {
 					t.Fatal(err)
 				}
-				expectStatus(t, b.cq, 1, verbs.WCSuccess)
+				expectStatus(t, b.CQ, 1, verbs.WCSuccess)
 			} else {
 				s.rkey = bind2(t, s, 1)
 			}
 			if c.control {
 				wr := c.op(s, local.mr)
 				wr.ID, wr.Flags = 10, verbs.SendSignaled
-				s.p.qa.PostSend(wr)
-				expectStatus(t, a.cq, 10, verbs.WCSuccess)
+				s.p.QA.PostSend(wr)
+				expectStatus(t, a.CQ, 10, verbs.WCSuccess)
 				s.target.accept()
 				local.accept()
 				c.revoke(t, s)
 			}
-			before := b.dev.Counters().Get("remote_access_err")
+			before := b.Dev.Counters().Get("remote_access_err")
 			wr := c.op(s, local.mr)
 			wr.ID, wr.Flags = 11, verbs.SendSignaled
-			s.p.qa.PostSend(wr)
-			expectStatus(t, a.cq, 11, verbs.WCRemAccessErr)
-			waitState(t, s.p.qb, verbs.QPStateErr)
-			waitCounter(t, b.dev, "remote_access_err", before+1)
+			s.p.QA.PostSend(wr)
+			expectStatus(t, a.CQ, 11, verbs.WCRemAccessErr)
+			waitState(t, s.p.QB, verbs.QPStateErr)
+			waitCounter(t, b.Dev, "remote_access_err", before+1)
 			s.target.unchanged(t, "region behind the window")
 			local.unchanged(t, "requester's landing buffer")
 		})

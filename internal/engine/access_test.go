@@ -199,7 +199,7 @@ func TestAccessMatrix(t *testing.T) {
 		{name: "misaligned FETCH_AND_ADD by one byte", wr: fetchAdd(at(1), rightKey), status: inv, nak: wire.NAKInvalidRequest},
 	}
 	a, b := newHost(t), newHost(t)
-	pd2, err := b.dev.AllocPD()
+	pd2, err := b.Dev.AllocPD()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,17 +210,17 @@ func TestAccessMatrix(t *testing.T) {
 			}
 			params := defaultRC()
 			p := newPair(t, a, b, verbs.QPTypeRC, params)
-			defer p.qa.Close()
-			defer p.qb.Close()
+			defer p.QA.Close()
+			defer p.QB.Close()
 			if c.qpAcc != 0 {
 				// Take the responder's QP back and bring it up again with fewer rights.
 				for _, s := range []verbs.QPState{verbs.QPStateErr, verbs.QPStateReset} {
-					if err := p.qb.Modify(&verbs.QPAttr{State: s}, verbs.QPAttrState); err != nil {
+					if err := p.QB.Modify(&verbs.QPAttr{State: s}, verbs.QPAttrState); err != nil {
 						t.Fatal(err)
 					}
 				}
-				params.access = c.qpAcc
-				connect(t, p.qb, params, a.gid, p.qa.QPN(), 0xabc000, 0x100)
+				params.Access = c.qpAcc
+				connect(t, p.QB, params, a.GID, p.QA.QPN(), 0xabc000, 0x100)
 			}
 			acc, size := c.access, c.size
 			if acc == 0 {
@@ -229,36 +229,36 @@ func TestAccessMatrix(t *testing.T) {
 			if size == 0 {
 				size = 4096
 			}
-			target := newGuarded(t, b.pd, size, acc, uint64(i)+1)
+			target := newGuarded(t, b.PD, size, acc, uint64(i)+1)
 			defer target.mr.Close()
 			other := newGuarded(t, pd2, 4096, allAccess, uint64(i)+100)
 			defer other.mr.Close()
-			local := newGuarded(t, a.pd, 8192, allAccess, uint64(i)+200)
+			local := newGuarded(t, a.PD, 8192, allAccess, uint64(i)+200)
 			defer local.mr.Close()
 			if c.before != nil {
 				c.before(t, target)
 			}
-			before := b.dev.Counters().Get("remote_access_err")
+			before := b.Dev.Counters().Get("remote_access_err")
 			wr := c.wr(target.mr, other.mr, local.mr)
 			wr.ID, wr.Flags = 1, verbs.SendSignaled
-			if err := p.qa.PostSend(wr); err != nil {
+			if err := p.QA.PostSend(wr); err != nil {
 				t.Fatal(err)
 			}
 			// Work behind the failing request is flushed.
-			if err := p.qa.PostSend(verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{local.mr.SGE(0, 8)}}); err != nil {
+			if err := p.QA.PostSend(verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{local.mr.SGE(0, 8)}}); err != nil {
 				t.Fatal(err)
 			}
-			wc := expectStatus(t, a.cq, 1, c.status)
+			wc := expectStatus(t, a.CQ, 1, c.status)
 			if got := wire.Syndrome(wc.VendorErr); got != wire.NAKSyndrome(c.nak) {
 				t.Errorf("completion carries syndrome %v, want %v", got, wire.NAKSyndrome(c.nak))
 			}
-			expectStatus(t, a.cq, 2, verbs.WCWRFlushErr)
-			waitState(t, p.qa, verbs.QPStateErr)
+			expectStatus(t, a.CQ, 2, verbs.WCWRFlushErr)
+			waitState(t, p.QA, verbs.QPStateErr)
 			// A class C responder error moves the responder's QP to the error state too
 			// (IBTA 9.9.3.1.2); the NAK is sent first.
-			waitState(t, p.qb, verbs.QPStateErr)
+			waitState(t, p.QB, verbs.QPStateErr)
 			if c.accessErr {
-				waitCounter(t, b.dev, "remote_access_err", before+1)
+				waitCounter(t, b.Dev, "remote_access_err", before+1)
 			}
 			target.unchanged(t, "target")
 			other.unchanged(t, "region in the other PD")
@@ -272,18 +272,18 @@ func TestAccessMatrix(t *testing.T) {
 func TestAccessZeroLength(t *testing.T) {
 	a, b := newHost(t), newHost(t)
 	p := newPair(t, a, b, verbs.QPTypeRC, defaultRC())
-	target := newGuarded(t, b.pd, 4096, allAccess, 1)
-	local := newGuarded(t, a.pd, 64, allAccess, 2)
-	p.qa.PostSend(
+	target := newGuarded(t, b.PD, 4096, allAccess, 1)
+	local := newGuarded(t, a.PD, 64, allAccess, 2)
+	p.QA.PostSend(
 		verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, RemoteAddr: 8, RKey: 0xdead01},
 		verbs.SendWR{ID: 2, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, RemoteAddr: ^uint64(0), RKey: target.mr.RKey() ^ 0x100},
 		verbs.SendWR{ID: 3, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{local.mr.SGE(0, 0)}, RemoteAddr: target.mr.AddrOf(4096), RKey: target.mr.RKey()},
 	)
 	for id := uint64(1); id <= 3; id++ {
-		expectStatus(t, a.cq, id, verbs.WCSuccess)
+		expectStatus(t, a.CQ, id, verbs.WCSuccess)
 	}
-	if p.qb.State() != verbs.QPStateRTS {
-		t.Fatalf("responder in %v", p.qb.State())
+	if p.QB.State() != verbs.QPStateRTS {
+		t.Fatalf("responder in %v", p.QB.State())
 	}
 	target.unchanged(t, "target")
 	local.unchanged(t, "local")
@@ -389,9 +389,9 @@ const fakePeerQPN = 0x777
 
 func newRawRig(t *testing.T, b *host, peer *rawPeer, state verbs.QPState) *rawRig {
 	t.Helper()
-	qp := b.qp(t, verbs.QPTypeRC)
+	qp := b.QP(t, verbs.QPTypeRC)
 	t.Cleanup(func() { qp.Close() })
-	r := &rawRig{b: b, peer: peer, qp: qp, target: newGuarded(t, b.pd, 4096, allAccess, 7), psn: 0x1000}
+	r := &rawRig{b: b, peer: peer, qp: qp, target: newGuarded(t, b.PD, 4096, allAccess, 7), psn: 0x1000}
 	t.Cleanup(func() { r.target.mr.Close() })
 	peerGID := verbs.GIDFromAddr(peer.conn.LocalAddr().Addr())
 	switch state {
@@ -441,9 +441,9 @@ func (r *rawRig) control(t *testing.T, h wire.Headers, off int, payload []byte) 
 // is not yet in RTR.
 func TestAccessHandBuilt(t *testing.T) {
 	b := newHost(t)
-	peer := newRawPeer(t, wire.UDPPort, b.gid.Addr())
+	peer := newRawPeer(t, wire.UDPPort, b.GID.Addr())
 	payload := []byte("sixteen bytes!!!")
-	counter := func(name string) uint64 { return b.dev.Counters().Get(name) }
+	counter := func(name string) uint64 { return b.Dev.Counters().Get(name) }
 
 	// Requests the responder refuses with a NAK, moving its QP to the error state. A DMA
 	// length beyond the port's max_msg_sz (8 MiB) is an Invalid Request whatever the key
@@ -542,13 +542,13 @@ func TestAccessHandBuilt(t *testing.T) {
 			}
 			from := r.peer
 			if c.elsewhere {
-				from = newRawPeer(t, 0, b.gid.Addr())
+				from = newRawPeer(t, 0, b.GID.Addr())
 			}
 			before := counter(c.counter)
-			c0 := b.dev.Counters()
+			c0 := b.Dev.Counters()
 			defer func() {
 				if t.Failed() { // say where the packet went instead
-					for i, x := range b.dev.Counters() {
+					for i, x := range b.Dev.Counters() {
 						if x.Value != c0[i].Value {
 							t.Logf("%s: %d -> %d", x.Name, c0[i].Value, x.Value)
 						}
@@ -556,7 +556,7 @@ func TestAccessHandBuilt(t *testing.T) {
 				}
 			}()
 			from.send(h, payload)
-			waitCounter(t, b.dev, c.counter, before+1)
+			waitCounter(t, b.Dev, c.counter, before+1)
 			r.peer.quiet(20 * time.Millisecond)
 			r.target.unchanged(t, "target")
 			if got := r.qp.State(); got != state {
@@ -571,7 +571,7 @@ func TestAccessHandBuilt(t *testing.T) {
 					}
 				}
 				p := defaultRC()
-				rtr := &verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: p.mtu, DestQPN: fakePeerQPN, RQPSN: uint32(r.psn),
+				rtr := &verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: p.MTU, DestQPN: fakePeerQPN, RQPSN: uint32(r.psn),
 					MaxDestRdAtomic: 1, MinRNRTimer: 1, AH: verbs.AHAttr{DGID: verbs.GIDFromAddr(r.peer.conn.LocalAddr().Addr()), Port: 1}}
 				if err := r.qp.Modify(rtr, verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
 					verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
@@ -591,10 +591,10 @@ func TestAccessUDWrongQKey(t *testing.T) {
 	a, b := newHost(t), newHost(t)
 	const qkey = 0x11111111
 	qa, qb := udQP(t, a, qkey), udQP(t, b, qkey)
-	src := a.mr(t, 256, allAccess)
+	src := a.MR(t, 256, allAccess)
 	copy(src.Buf(), "q_key")
-	recvBuf := newGuarded(t, b.pd, verbs.GRHLen+256, allAccess, 3)
-	ah, err := a.pd.CreateAH(verbs.AHAttr{DGID: b.gid, Port: 1, HopLimit: 64})
+	recvBuf := newGuarded(t, b.PD, verbs.GRHLen+256, allAccess, 3)
+	ah, err := a.PD.CreateAH(verbs.AHAttr{DGID: b.GID, Port: 1, HopLimit: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -602,21 +602,21 @@ func TestAccessUDWrongQKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, wrong := range []uint32{qkey ^ 1, 0, 0x7fffffff} {
-		before := b.dev.Counters().Get("bad_qkey_drop")
+		before := b.Dev.Counters().Get("bad_qkey_drop")
 		if err := qa.PostSend(verbs.SendWR{ID: uint64(10 + i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(0, 5)},
 			AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: wrong}); err != nil {
 			t.Fatal(err)
 		}
-		expectStatus(t, a.cq, uint64(10+i), verbs.WCSuccess)
-		waitCounter(t, b.dev, "bad_qkey_drop", before+1)
+		expectStatus(t, a.CQ, uint64(10+i), verbs.WCSuccess)
+		waitCounter(t, b.Dev, "bad_qkey_drop", before+1)
 	}
-	if n, _ := b.rcq.Poll(make([]verbs.WC, 1)); n != 0 {
+	if n, _ := b.RCQ.Poll(make([]verbs.WC, 1)); n != 0 {
 		t.Fatal("a datagram with a wrong Q_Key completed")
 	}
 	recvBuf.unchanged(t, "receive buffer")
 	qa.PostSend(verbs.SendWR{ID: 20, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(0, 5)}, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: qkey})
-	expectStatus(t, a.cq, 20, verbs.WCSuccess)
-	wc := expectStatus(t, b.rcq, 1, verbs.WCSuccess)
+	expectStatus(t, a.CQ, 20, verbs.WCSuccess)
+	wc := expectStatus(t, b.RCQ, 1, verbs.WCSuccess)
 	if wc.ByteLen != verbs.GRHLen+5 || string(recvBuf.mr.Buf()[verbs.GRHLen:verbs.GRHLen+5]) != "q_key" {
 		t.Fatalf("right Q_Key: %+v %q", wc, recvBuf.mr.Buf()[verbs.GRHLen:verbs.GRHLen+5])
 	}
@@ -630,20 +630,20 @@ func TestAccessUDWrongQKey(t *testing.T) {
 func TestAccessWrongDestQPNRequester(t *testing.T) {
 	a, b := newHost(t), newHost(t)
 	p := defaultRC()
-	p.timeout, p.retry = 8, 1 // ≈1 ms per try
-	qa, qb := a.qp(t, verbs.QPTypeRC), b.qp(t, verbs.QPTypeRC)
-	connect(t, qa, p, b.gid, qb.QPN()+0x100, 1, 2)
-	connect(t, qb, p, a.gid, qa.QPN(), 2, 1)
-	target := newGuarded(t, b.pd, 4096, allAccess, 9)
-	src := a.mr(t, 64, allAccess)
-	before := b.dev.Counters().Get("no_qp_drop")
+	p.Timeout, p.Retry = 8, 1 // ≈1 ms per try
+	qa, qb := a.QP(t, verbs.QPTypeRC), b.QP(t, verbs.QPTypeRC)
+	connect(t, qa, p, b.GID, qb.QPN()+0x100, 1, 2)
+	connect(t, qb, p, a.GID, qa.QPN(), 2, 1)
+	target := newGuarded(t, b.PD, 4096, allAccess, 9)
+	src := a.MR(t, 64, allAccess)
+	before := b.Dev.Counters().Get("no_qp_drop")
 	qa.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(0, 64)},
 		RemoteAddr: target.mr.Addr(), RKey: target.mr.RKey()})
-	expectStatus(t, a.cq, 1, verbs.WCRetryExcErr)
+	expectStatus(t, a.CQ, 1, verbs.WCRetryExcErr)
 	// One try and one retry, both dropped (the receive loop may count the second after
 	// the requester has given up on it).
-	waitCounter(t, b.dev, "no_qp_drop", before+2)
-	if got := b.dev.Counters().Get("no_qp_drop") - before; got != 2 {
+	waitCounter(t, b.Dev, "no_qp_drop", before+2)
+	if got := b.Dev.Counters().Get("no_qp_drop") - before; got != 2 {
 		t.Errorf("no_qp_drop rose by %d, want 2", got)
 	}
 	target.unchanged(t, "target")

@@ -57,7 +57,7 @@ func TestBusyPollStreamLeavesAtPoll(t *testing.T) {
 	a, ca, c := busyPipePair(t, 4, 5)
 	p := newPair(t, a, c, verbs.QPTypeRC, defaultRC())
 	const posts = 32
-	src, dst := a.mr(t, posts*8, allAccess), c.mr(t, posts*8, allAccess)
+	src, dst := a.MR(t, posts*8, allAccess), c.MR(t, posts*8, allAccess)
 	fill(src.Buf(), 1)
 	wrs := writeStream(posts, src, dst)
 	// Whether each post comes within the stream gap of the previous one, and all of them
@@ -68,13 +68,13 @@ func TestBusyPollStreamLeavesAtPoll(t *testing.T) {
 		before := ca.writes.Load()
 		start := time.Now()
 		for i := range wrs {
-			if err := p.qa.PostSend(wrs[i]); err != nil {
+			if err := p.QA.PostSend(wrs[i]); err != nil {
 				t.Fatal(err)
 			}
 		}
 		queued := ca.writes.Load() - before
 		took := time.Since(start)
-		waitWC(t, a.cq, 1, 5*time.Second) // polling sends the rest
+		waitWC(t, a.CQ, 1, 5*time.Second) // polling sends the rest
 		sent := ca.writes.Load() - before
 		if judged = took < 40*time.Microsecond; judged && (queued > 2 || sent > 4) {
 			t.Fatalf("%d posts in %v: %d send calls before the poll, %d in all; want the stream sent at the poll, in a few", posts, took, queued, sent)
@@ -100,11 +100,11 @@ func TestBusyPollStreamLeavesWithoutPoll(t *testing.T) {
 	a, ca, c := busyPipePair(t, 6, 7)
 	const qkey, sends = 0x11111111, 16
 	qa, qc := udQP(t, a, qkey), udQP(t, c, qkey)
-	ah, err := a.pd.CreateAH(verbs.AHAttr{DGID: c.gid, Port: 1, HopLimit: 64})
+	ah, err := a.PD.CreateAH(verbs.AHAttr{DGID: c.GID, Port: 1, HopLimit: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, dst := a.mr(t, 64, allAccess), c.mr(t, sends*(verbs.GRHLen+8), allAccess)
+	src, dst := a.MR(t, 64, allAccess), c.MR(t, sends*(verbs.GRHLen+8), allAccess)
 	wr := verbs.SendWR{Opcode: verbs.WRSend, SGL: []verbs.SGE{src.SGE(0, 8)}, AH: ah, RemoteQPN: qc.QPN(), RemoteQKey: qkey}
 	var took []time.Duration
 	wcs := make([]verbs.WC, sends)
@@ -123,7 +123,7 @@ func TestBusyPollStreamLeavesWithoutPoll(t *testing.T) {
 		posted := time.Now()
 		deferred := ca.writes.Load()-before < sends
 		for got := 0; got < sends; {
-			k, err := c.rcq.Poll(wcs) // the peer's CQ: polling it sends nothing of a's
+			k, err := c.RCQ.Poll(wcs) // the peer's CQ: polling it sends nothing of a's
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -153,18 +153,18 @@ func TestBusyPollResizeSeesStreamedCompletions(t *testing.T) {
 	a, ca, c := busyPipePair(t, 8, 9)
 	const qkey, sends = 0x11111111, 6
 	qc := udQP(t, c, qkey)
-	ah, err := a.pd.CreateAH(verbs.AHAttr{DGID: c.gid, Port: 1, HopLimit: 64})
+	ah, err := a.PD.CreateAH(verbs.AHAttr{DGID: c.GID, Port: 1, HopLimit: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := a.mr(t, 64, allAccess)
+	src := a.MR(t, 64, allAccess)
 	wr := verbs.SendWR{Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(0, 8)}, AH: ah, RemoteQPN: qc.QPN(), RemoteQKey: qkey}
 	for try := 0; ; try++ {
-		cq, err := a.dev.CreateCQ(7, nil)
+		cq, err := a.Dev.CreateCQ(7, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		qp, err := a.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeUD, SendCQ: cq, RecvCQ: a.rcq, Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		qp, err := a.PD.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeUD, SendCQ: cq, RecvCQ: a.RCQ, Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -219,7 +219,7 @@ func TestBusyPollPostAfterPollLeavesInline(t *testing.T) {
 		// Spin as a busy ping-pong does (no sleep), so the next post comes within the
 		// stream gap of this one.
 		for deadline := time.Now().Add(5 * time.Second); ; {
-			n, err := a.cq.Poll(wcs)
+			n, err := a.CQ.Poll(wcs)
 			if err != nil || n == 1 && wcs[0].Status != verbs.WCSuccess {
 				t.Fatalf("poll: %v %+v", err, wcs[0])
 			}
@@ -251,7 +251,7 @@ func TestBusyPollBurstOfTwoLeavesInline(t *testing.T) {
 			}
 		}
 		for got, deadline := 0, time.Now().Add(5*time.Second); got < 2; {
-			n, err := a.cq.Poll(wcs)
+			n, err := a.CQ.Poll(wcs)
 			if err != nil || n > 0 && wcs[0].Status != verbs.WCSuccess {
 				t.Fatalf("poll: %v %+v", err, wcs[0])
 			}
@@ -270,6 +270,6 @@ func busyWriter(t *testing.T, x, y byte) (*host, *countingConn, *verbs.QP, verbs
 	t.Helper()
 	a, ca, c := busyPipePair(t, x, y)
 	p := newPair(t, a, c, verbs.QPTypeRC, defaultRC())
-	src, dst := a.mr(t, 8, allAccess), c.mr(t, 8, allAccess)
-	return a, ca, p.qa, writeStream(1, src, dst)[0]
+	src, dst := a.MR(t, 8, allAccess), c.MR(t, 8, allAccess)
+	return a, ca, p.QA, writeStream(1, src, dst)[0]
 }

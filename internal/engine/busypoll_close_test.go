@@ -18,7 +18,7 @@ func TestBusyPollOwedAckLeavesBeforeTheQPGoes(t *testing.T) {
 		end  func(t *testing.T, b *host, qb *verbs.QP)
 	}{
 		{"QP.Close", func(t *testing.T, b *host, qb *verbs.QP) { noErr(t, qb.Close()) }},
-		{"Device.Close", func(t *testing.T, b *host, qb *verbs.QP) { noErr(t, b.dev.Close()) }},
+		{"Device.Close", func(t *testing.T, b *host, qb *verbs.QP) { noErr(t, b.Dev.Close()) }},
 		{"Modify RESET", func(t *testing.T, b *host, qb *verbs.QP) {
 			noErr(t, qb.Modify(&verbs.QPAttr{State: verbs.QPStateReset}, verbs.QPAttrState))
 		}},
@@ -27,14 +27,14 @@ func TestBusyPollOwedAckLeavesBeforeTheQPGoes(t *testing.T) {
 			a := newHost(t)
 			b := newHostCfg(t, verbs.SoftConfig{BusyPoll: true})
 			params := defaultRC()
-			params.timeout, params.retry = 14, 1 // 67 ms, one retry: a lost ACK fails in ~0.3 s
+			params.Timeout, params.Retry = 14, 1 // 67 ms, one retry: a lost ACK fails in ~0.3 s
 			p := newPair(t, a, b, verbs.QPTypeRC, params)
-			src, dst := a.mr(t, 64, allAccess), b.mr(t, 64, allAccess)
-			noErr(t, p.qb.PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{dst.SGE(0, 64)}}))
-			noErr(t, p.qa.PostSend(verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(0, 64)}}))
-			expectStatus(t, b.rcq, 1, verbs.WCSuccess) // b's poll takes the SEND and owes its ACK
-			tc.end(t, b, p.qb)                         // at once, as rc_pingpong's last iteration does
-			expectStatus(t, a.cq, 2, verbs.WCSuccess)
+			src, dst := a.MR(t, 64, allAccess), b.MR(t, 64, allAccess)
+			noErr(t, p.QB.PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{dst.SGE(0, 64)}}))
+			noErr(t, p.QA.PostSend(verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(0, 64)}}))
+			expectStatus(t, b.RCQ, 1, verbs.WCSuccess) // b's poll takes the SEND and owes its ACK
+			tc.end(t, b, p.QB)                         // at once, as rc_pingpong's last iteration does
+			expectStatus(t, a.CQ, 2, verbs.WCSuccess)
 		})
 	}
 }

@@ -39,7 +39,7 @@ func derefHostsMTU(t *testing.T, mtu verbs.MTU) (a, b *host, p *pair) {
 	}
 	a, b = host("127.0.200.41"), host("127.0.200.42")
 	params := defaultRC()
-	params.mtu = mtu
+	params.MTU = mtu
 	return a, b, newPair(t, a, b, verbs.QPTypeRC, params)
 }
 
@@ -47,7 +47,7 @@ func derefHostsMTU(t *testing.T, mtu verbs.MTU) (a, b *host, p *pair) {
 // with about a sixth of it done.
 func startBigOp(t *testing.T, p *pair, op verbs.WROpcode, mr *verbs.MR, local *verbs.MR) {
 	t.Helper()
-	if err := p.qa.PostSend(verbs.SendWR{ID: 1, Opcode: op, Flags: verbs.SendSignaled, SGL: []verbs.SGE{local.SGE(0, mr.Len())},
+	if err := p.QA.PostSend(verbs.SendWR{ID: 1, Opcode: op, Flags: verbs.SendSignaled, SGL: []verbs.SGE{local.SGE(0, mr.Len())},
 		RemoteAddr: mr.Addr(), RKey: mr.RKey()}); err != nil {
 		t.Fatal(err)
 	}
@@ -59,10 +59,10 @@ func TestDeregisterDuringTransfer(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			const n = 8 << 20
 			a, b, p := derefHosts(t)
-			local := a.mr(t, n, allAccess)
+			local := a.MR(t, n, allAccess)
 			fill(local.Buf(), 1)
 			buf := make([]byte, n)
-			mr, err := b.pd.RegMR(buf, allAccess)
+			mr, err := b.PD.RegMR(buf, allAccess)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -73,7 +73,7 @@ func TestDeregisterDuringTransfer(t *testing.T) {
 			for i := range buf { // the program reuses the memory at once
 				buf[i] = 0xee
 			}
-			wc := waitWC(t, a.cq, 1, 10*time.Second)[0]
+			wc := waitWC(t, a.CQ, 1, 10*time.Second)[0]
 			touched := 0
 			for _, x := range buf {
 				if x != 0xee {
@@ -83,39 +83,39 @@ func TestDeregisterDuringTransfer(t *testing.T) {
 			if touched > 0 || wc.Status == verbs.WCSuccess {
 				t.Errorf("WRITE after MR.Close: completion %v, %d bytes of the deregistered memory written", wc.Status, touched)
 			}
-			a.dev.Close()
-			b.dev.Close()
+			a.Dev.Close()
+			b.Dev.Close()
 		})
 	})
 	t.Run("WRITE through a window invalidated mid-way", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			const n = 8 << 20
 			a, b, p := derefHosts(t)
-			local := a.mr(t, n, allAccess)
+			local := a.MR(t, n, allAccess)
 			buf := make([]byte, n)
-			mr, err := b.pd.RegMR(buf, allAccess|verbs.AccessMWBind)
+			mr, err := b.PD.RegMR(buf, allAccess|verbs.AccessMWBind)
 			if err != nil {
 				t.Fatal(err)
 			}
-			mw, err := b.pd.AllocMW(verbs.MWType2)
+			mw, err := b.PD.AllocMW(verbs.MWType2)
 			if err != nil {
 				t.Fatal(err)
 			}
 			rkey := verbs.IncRKey(mw.RKey())
-			p.qb.PostSend(verbs.SendWR{ID: 7, Opcode: verbs.WRBindMW, Flags: verbs.SendSignaled, Bind: &verbs.MWBindWR{MW: mw, RKey: rkey,
+			p.QB.PostSend(verbs.SendWR{ID: 7, Opcode: verbs.WRBindMW, Flags: verbs.SendSignaled, Bind: &verbs.MWBindWR{MW: mw, RKey: rkey,
 				MWBind: verbs.MWBind{MR: mr, Addr: mr.Addr(), Length: n, Access: verbs.AccessRemoteWrite}}})
-			expectStatus(t, b.cq, 7, verbs.WCSuccess)
-			if err := p.qa.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{local.SGE(0, n)},
+			expectStatus(t, b.CQ, 7, verbs.WCSuccess)
+			if err := p.QA.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{local.SGE(0, n)},
 				RemoteAddr: mr.Addr(), RKey: rkey}); err != nil {
 				t.Fatal(err)
 			}
 			time.Sleep(20 * time.Millisecond)
-			p.qb.PostSend(verbs.SendWR{ID: 8, Opcode: verbs.WRLocalInv, Flags: verbs.SendSignaled, Imm: rkey})
-			expectStatus(t, b.cq, 8, verbs.WCSuccess)
+			p.QB.PostSend(verbs.SendWR{ID: 8, Opcode: verbs.WRLocalInv, Flags: verbs.SendSignaled, Imm: rkey})
+			expectStatus(t, b.CQ, 8, verbs.WCSuccess)
 			for i := range buf {
 				buf[i] = 0xee
 			}
-			wc := waitWC(t, a.cq, 1, 10*time.Second)[0]
+			wc := waitWC(t, a.CQ, 1, 10*time.Second)[0]
 			touched := 0
 			for _, x := range buf {
 				if x != 0xee {
@@ -126,8 +126,8 @@ func TestDeregisterDuringTransfer(t *testing.T) {
 				t.Errorf("WRITE after LOCAL_INV of its window: completion %v, %d bytes written through the revoked window", wc.Status, touched)
 			}
 			mw.Close()
-			a.dev.Close()
-			b.dev.Close()
+			a.Dev.Close()
+			b.Dev.Close()
 		})
 	})
 	// In a child process each: the memory is unmapped, and a touch would kill it.
@@ -170,11 +170,11 @@ func TestDeregisterChild(t *testing.T) {
 		}
 		var mr, local *verbs.MR
 		if side == "source" {
-			local, err = a.pd.RegMR(buf, allAccess)
-			mr = b.mr(t, n, allAccess)
+			local, err = a.PD.RegMR(buf, allAccess)
+			mr = b.MR(t, n, allAccess)
 		} else {
-			local = a.mr(t, n, allAccess)
-			mr, err = b.pd.RegMR(buf, allAccess)
+			local = a.MR(t, n, allAccess)
+			mr, err = b.PD.RegMR(buf, allAccess)
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -190,12 +190,12 @@ func TestDeregisterChild(t *testing.T) {
 		if err := verbs.Munmap(buf); err != nil {
 			t.Fatal(err)
 		}
-		wc := waitWC(t, a.cq, 1, 10*time.Second)[0]
+		wc := waitWC(t, a.CQ, 1, 10*time.Second)[0]
 		t.Logf("WRITE completed with %v", wc.Status)
 		if wc.Status == verbs.WCSuccess {
 			t.Errorf("WRITE whose %s MR was closed mid-way completed successfully", side)
 		}
-		a.dev.Close()
-		b.dev.Close()
+		a.Dev.Close()
+		b.Dev.Close()
 	})
 }

@@ -21,10 +21,10 @@ func TestMcastAttachAndSend(t *testing.T) {
 	if err := qb.AttachMcast(gid, 0); err != nil {
 		t.Fatal(err)
 	}
-	src, dst := a.mr(t, 64, allAccess), b.mr(t, 64+verbs.GRHLen, allAccess)
+	src, dst := a.MR(t, 64, allAccess), b.MR(t, 64+verbs.GRHLen, allAccess)
 	copy(src.Buf(), "to the group")
 	qb.PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{dst.SGE(0, dst.Len())}})
-	ah, err := a.pd.CreateAH(verbs.AHAttr{DGID: gid, Port: 1, HopLimit: 64})
+	ah, err := a.PD.CreateAH(verbs.AHAttr{DGID: gid, Port: 1, HopLimit: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,8 +32,8 @@ func TestMcastAttachAndSend(t *testing.T) {
 		AH: ah, RemoteQPN: 0xFFFFFF, RemoteQKey: qkey}); err != nil {
 		t.Fatal(err)
 	}
-	expectStatus(t, a.cq, 2, verbs.WCSuccess)
-	wc := expectStatus(t, b.rcq, 1, verbs.WCSuccess)
+	expectStatus(t, a.CQ, 2, verbs.WCSuccess)
+	wc := expectStatus(t, b.RCQ, 1, verbs.WCSuccess)
 	if wc.SrcQP != qa.QPN() || !bytes.Equal(dst.Buf()[verbs.GRHLen:verbs.GRHLen+12], src.Buf()[:12]) {
 		t.Fatalf("multicast receive %+v: %q", wc, dst.Buf()[verbs.GRHLen:verbs.GRHLen+12])
 	}
@@ -41,14 +41,14 @@ func TestMcastAttachAndSend(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if q := a.dev.Query(); q.MaxMcastGrp <= 0 || q.MaxMcastQPAttach <= 0 || q.MaxTotalMcastQPAttach < q.MaxMcastGrp {
+	if q := a.Dev.Query(); q.MaxMcastGrp <= 0 || q.MaxMcastQPAttach <= 0 || q.MaxTotalMcastQPAttach < q.MaxMcastGrp {
 		t.Errorf("multicast limits %d %d %d", q.MaxMcastGrp, q.MaxMcastQPAttach, q.MaxTotalMcastQPAttach)
 	}
-	rc := a.qp(t, verbs.QPTypeRC)
+	rc := a.QP(t, verbs.QPTypeRC)
 	if err := rc.AttachMcast(gid, 0); !errors.Is(err, verbs.ErrInvalidAttr) {
 		t.Errorf("RC QP attach: %v", err)
 	}
-	if err := qa.AttachMcast(a.gid, 0); !errors.Is(err, verbs.ErrInvalidAttr) {
+	if err := qa.AttachMcast(a.GID, 0); !errors.Is(err, verbs.ErrInvalidAttr) {
 		t.Errorf("attach to a unicast GID: %v", err)
 	}
 	if err := qa.DetachMcast(gid, 0); !errors.Is(err, verbs.ErrInvalidAttr) {
@@ -66,7 +66,7 @@ func TestMcastBlockSelfLoopback(t *testing.T) {
 	const qkey = 0x01234567
 	h := newHost(t)
 	gid := verbs.GIDFromAddr(testaddr.Group(testaddr.Engine))
-	quiet, err := h.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeUD, SendCQ: h.cq, RecvCQ: h.rcq, BlockSelfMcastLoopback: true,
+	quiet, err := h.PD.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeUD, SendCQ: h.CQ, RecvCQ: h.RCQ, BlockSelfMcastLoopback: true,
 		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		t.Fatal(err)
@@ -75,24 +75,24 @@ func TestMcastBlockSelfLoopback(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := udQP(t, h, qkey)
-	buf := h.mr(t, 2*(64+verbs.GRHLen), allAccess)
+	buf := h.MR(t, 2*(64+verbs.GRHLen), allAccess)
 	for i, qp := range []*verbs.QP{quiet, other} {
 		if err := qp.AttachMcast(gid, 0); err != nil {
 			t.Fatal(err)
 		}
 		qp.PostRecv(verbs.RecvWR{ID: uint64(10 + i), SGL: []verbs.SGE{buf.SGE(i*(64+verbs.GRHLen), 64+verbs.GRHLen)}})
 	}
-	ah, _ := h.pd.CreateAH(verbs.AHAttr{DGID: gid, Port: 1})
+	ah, _ := h.PD.CreateAH(verbs.AHAttr{DGID: gid, Port: 1})
 	if err := quiet.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{buf.SGE(0, 8)},
 		AH: ah, RemoteQPN: 0xFFFFFF, RemoteQKey: qkey}); err != nil {
 		t.Fatal(err)
 	}
-	expectStatus(t, h.cq, 1, verbs.WCSuccess)
-	if wc := expectStatus(t, h.rcq, 11, verbs.WCSuccess); wc.QPN != other.QPN() {
+	expectStatus(t, h.CQ, 1, verbs.WCSuccess)
+	if wc := expectStatus(t, h.RCQ, 11, verbs.WCSuccess); wc.QPN != other.QPN() {
 		t.Fatalf("completion %+v", wc)
 	}
 	time.Sleep(50 * time.Millisecond)
-	if n, _ := h.rcq.Poll(make([]verbs.WC, 4)); n != 0 {
+	if n, _ := h.RCQ.Poll(make([]verbs.WC, 4)); n != 0 {
 		t.Fatal("the blocking QP heard its own send")
 	}
 }
@@ -122,8 +122,8 @@ func TestMcastAllocsNothing(t *testing.T) {
 	if err := qb.AttachMcast(gid, 0); err != nil {
 		t.Fatal(err)
 	}
-	src, dst := a.mr(t, 64, allAccess), b.mr(t, 64+verbs.GRHLen, allAccess)
-	ah, err := a.pd.CreateAH(verbs.AHAttr{DGID: gid, Port: 1, HopLimit: 64})
+	src, dst := a.MR(t, 64, allAccess), b.MR(t, 64+verbs.GRHLen, allAccess)
+	ah, err := a.PD.CreateAH(verbs.AHAttr{DGID: gid, Port: 1, HopLimit: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestMcastAllocsNothing(t *testing.T) {
 		}
 		deadline := time.Now().Add(5 * time.Second)
 		for {
-			n, err := b.rcq.Poll(wcs)
+			n, err := b.RCQ.Poll(wcs)
 			if err != nil || n > 0 && wcs[0].Status != verbs.WCSuccess {
 				t.Fatalf("poll: %v %+v", err, wcs[0])
 			}

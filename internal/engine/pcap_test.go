@@ -31,10 +31,10 @@ func TestRCSessionCapture(t *testing.T) {
 	a := newHostCfg(t, verbs.SoftConfig{Recorder: w})
 	b := newHost(t)
 	p := newPair(t, a, b, verbs.QPTypeRC, defaultRC())
-	src, dst := a.mr(t, 8192, allAccess), b.mr(t, 8192, allAccess)
+	src, dst := a.MR(t, 8192, allAccess), b.MR(t, 8192, allAccess)
 	fill(src.Buf(), 1)
 	for i := 0; i < 4; i++ {
-		p.qb.PostRecv(verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{dst.SGE(0, 8192)}})
+		p.QB.PostRecv(verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{dst.SGE(0, 8192)}})
 	}
 	wrs := []verbs.SendWR{
 		{Opcode: verbs.WRSend, SGL: []verbs.SGE{src.SGE(0, 3000)}},
@@ -50,17 +50,17 @@ func TestRCSessionCapture(t *testing.T) {
 		wrs[i].ID = uint64(i)
 		wrs[i].Flags |= verbs.SendSignaled
 	}
-	if err := p.qa.PostSend(wrs...); err != nil {
+	if err := p.QA.PostSend(wrs...); err != nil {
 		t.Fatal(err)
 	}
-	for _, wc := range waitWC(t, a.cq, len(wrs), 5*time.Second) {
+	for _, wc := range waitWC(t, a.CQ, len(wrs), 5*time.Second) {
 		if wc.Status != verbs.WCSuccess {
 			t.Fatalf("completion %+v", wc)
 		}
 	}
-	waitWC(t, b.rcq, 3, 5*time.Second)
+	waitWC(t, b.RCQ, 3, 5*time.Second)
 	time.Sleep(20 * time.Millisecond) // the last ACK
-	a.dev.Close()
+	a.Dev.Close()
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -150,9 +150,9 @@ func TestAckReqPlacement(t *testing.T) {
 	a := newHostCfg(t, verbs.SoftConfig{Recorder: rec})
 	b := newHost(t)
 	params := defaultRC()
-	params.mtu = verbs.MTU4096
+	params.MTU = verbs.MTU4096
 	p := newPair(t, a, b, verbs.QPTypeRC, params)
-	src, dst := a.mr(t, 8192, allAccess), b.mr(t, 8192, allAccess)
+	src, dst := a.MR(t, 8192, allAccess), b.MR(t, 8192, allAccess)
 	// 40 unsignaled two-packet WRITEs, then a signaled one: 82 packets, posted at once.
 	wrs := make([]verbs.SendWR, 41)
 	for i := range wrs {
@@ -160,10 +160,10 @@ func TestAckReqPlacement(t *testing.T) {
 			RemoteAddr: dst.Addr(), RKey: dst.RKey()}
 	}
 	wrs[40].Flags = verbs.SendSignaled
-	if err := p.qa.PostSend(wrs...); err != nil {
+	if err := p.QA.PostSend(wrs...); err != nil {
 		t.Fatal(err)
 	}
-	expectStatus(t, a.cq, 40, verbs.WCSuccess)
+	expectStatus(t, a.CQ, 40, verbs.WCSuccess)
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	if len(rec.reqs) != 82 {
@@ -205,7 +205,7 @@ func TestTwoPacketMessageOneGSOSend(t *testing.T) {
 	rec := &segRecorder{}
 	a := newHostCfg(t, verbs.SoftConfig{Recorder: rec})
 	rec.mu.Lock()
-	rec.from = a.gid.Addr()
+	rec.from = a.GID.Addr()
 	rec.mu.Unlock()
 	b := newHost(t)
 	if c, err := netio.ListenUDP(netip.MustParseAddrPort("127.10.0.9:0"), netio.UDPOptions{}); err != nil || !c.Caps().GSO {
@@ -214,18 +214,18 @@ func TestTwoPacketMessageOneGSOSend(t *testing.T) {
 		c.Close()
 	}
 	params := defaultRC()
-	params.mtu = verbs.MTU4096
+	params.MTU = verbs.MTU4096
 	p := newPair(t, a, b, verbs.QPTypeRC, params)
 	const msgs, size = 20, 8192
-	src, dst := a.mr(t, msgs*size, allAccess), b.mr(t, msgs*size, allAccess)
+	src, dst := a.MR(t, msgs*size, allAccess), b.MR(t, msgs*size, allAccess)
 	fill(src.Buf(), 7)
 	for i := range msgs {
-		if err := p.qa.PostSend(verbs.SendWR{ID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		if err := p.QA.PostSend(verbs.SendWR{ID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
 			SGL: []verbs.SGE{src.SGE(i*size, size)}, RemoteAddr: dst.Addr() + uint64(i*size), RKey: dst.RKey()}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, wc := range waitWC(t, a.cq, msgs, 5*time.Second) {
+	for _, wc := range waitWC(t, a.CQ, msgs, 5*time.Second) {
 		if wc.Status != verbs.WCSuccess {
 			t.Fatalf("completion %+v", wc)
 		}
@@ -233,10 +233,10 @@ func TestTwoPacketMessageOneGSOSend(t *testing.T) {
 	if !bytes.Equal(dst.Buf(), src.Buf()) {
 		t.Fatal("WRITE data differs")
 	}
-	if n := b.dev.Counters().Get("rcvd_icrc_err"); n != 0 {
+	if n := b.Dev.Counters().Get("rcvd_icrc_err"); n != 0 {
 		t.Fatalf("receiver counted %d ICRC errors", n)
 	}
-	if n := p.qa.Counters().Retransmits; n != 0 {
+	if n := p.QA.Counters().Retransmits; n != 0 {
 		t.Fatalf("%d retransmissions", n)
 	}
 	rec.mu.Lock()

@@ -51,12 +51,12 @@ func TestPeerFailHelper(t *testing.T) {
 	} else {
 		h = newHostAt(t, self)
 	}
-	mr, err := h.pd.RegMR(make([]byte, peerMRSize), allAccess)
+	mr, err := h.PD.RegMR(make([]byte, peerMRSize), allAccess)
 	if err != nil {
 		fail(err)
 	}
-	qp := h.qp(t, verbs.QPTypeRC)
-	fmt.Printf("READY %d %d %d %s\n", qp.QPN(), mr.RKey(), mr.Addr(), h.gid.Addr())
+	qp := h.QP(t, verbs.QPTypeRC)
+	fmt.Printf("READY %d %d %d %s\n", qp.QPN(), mr.RKey(), mr.Addr(), h.GID.Addr())
 	in := bufio.NewScanner(os.Stdin)
 	if !in.Scan() {
 		fail(errors.New("no PEER line"))
@@ -81,7 +81,7 @@ func TestPeerFailHelper(t *testing.T) {
 	}()
 	wcs := make([]verbs.WC, 32)
 	for {
-		n, err := h.rcq.Poll(wcs)
+		n, err := h.RCQ.Poll(wcs)
 		if err != nil {
 			fail(err)
 		}
@@ -100,7 +100,7 @@ func TestPeerFailHelper(t *testing.T) {
 				fail(err)
 			}
 		}
-		h.cq.Poll(wcs) // the echoes' own (unsignaled: errors only)
+		h.CQ.Poll(wcs) // the echoes' own (unsignaled: errors only)
 		if n == 0 {
 			time.Sleep(50 * time.Microsecond)
 		}
@@ -194,7 +194,7 @@ func (p *peerProc) connectTo(qpn, rq, sq uint32) {
 // connection works byte for byte.
 func checkTransfer(t *testing.T, h *host, qp *verbs.QP, p *peerProc, seed uint64) {
 	t.Helper()
-	src, back := h.mr(t, 64<<10, allAccess), h.mr(t, 64<<10, allAccess)
+	src, back := h.MR(t, 64<<10, allAccess), h.MR(t, 64<<10, allAccess)
 	fill(src.Buf(), seed)
 	if err := qp.PostRecv(verbs.RecvWR{ID: 900, SGL: []verbs.SGE{back.SGE(0, 8192)}}); err != nil {
 		t.Fatal(err)
@@ -205,16 +205,16 @@ func checkTransfer(t *testing.T, h *host, qp *verbs.QP, p *peerProc, seed uint64
 	); err != nil {
 		t.Fatal(err)
 	}
-	expectStatus(t, h.cq, 901, verbs.WCSuccess)
-	expectStatus(t, h.cq, 902, verbs.WCSuccess)
+	expectStatus(t, h.CQ, 901, verbs.WCSuccess)
+	expectStatus(t, h.CQ, 902, verbs.WCSuccess)
 	if !bytes.Equal(back.Buf(), src.Buf()) {
 		t.Fatal("READ back from the peer differs from what was written")
 	}
 	if err := qp.PostSend(verbs.SendWR{ID: 903, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(100, 3000)}}); err != nil {
 		t.Fatal(err)
 	}
-	expectStatus(t, h.cq, 903, verbs.WCSuccess)
-	wc := expectStatus(t, h.rcq, 900, verbs.WCSuccess)
+	expectStatus(t, h.CQ, 903, verbs.WCSuccess)
+	wc := expectStatus(t, h.RCQ, 900, verbs.WCSuccess)
 	if wc.ByteLen != 3000 || !bytes.Equal(back.Buf()[:3000], src.Buf()[100:3100]) {
 		t.Fatalf("echo: %+v", wc)
 	}
@@ -225,10 +225,10 @@ func TestPeerProcessKilledMidTransfer(t *testing.T) {
 		t.Skip("starts helper processes")
 	}
 	h := newHost(t)
-	peer := startPeer(t, "", h.gid)
+	peer := startPeer(t, "", h.GID)
 	params := defaultRC()
-	params.timeout, params.retry = 14, 3 // 67.1 ms per try, 4 tries: 268 ms
-	qp := h.qp(t, verbs.QPTypeRC)
+	params.Timeout, params.Retry = 14, 3 // 67.1 ms per try, 4 tries: 268 ms
+	qp := h.QP(t, verbs.QPTypeRC)
 	connect(t, qp, params, peer.gid, peer.qpn, 0x10, 0x20)
 	peer.connectTo(qp.QPN(), 0x20, 0x10)
 	checkTransfer(t, h, qp, peer, 1)
@@ -236,7 +236,7 @@ func TestPeerProcessKilledMidTransfer(t *testing.T) {
 	// Mid-transfer: 200 WRITEs and READs of 64–256 KiB queued (about 30 MiB: what is left
 	// after the kill must outlast the peer's death; with 16–64 KiB the transfer
 	// sometimes finished first), and the peer killed once 10 are done.
-	src := h.mr(t, peerMRSize, allAccess)
+	src := h.MR(t, peerMRSize, allAccess)
 	fill(src.Buf(), 2)
 	const total = 200
 	for i := 0; i < total; i++ {
@@ -252,7 +252,7 @@ func TestPeerProcessKilledMidTransfer(t *testing.T) {
 	}
 	var killed time.Time
 	var failedAt time.Duration
-	wcs := waitWCFunc(t, h.cq, total, 20*time.Second, func(done int) {
+	wcs := waitWCFunc(t, h.CQ, total, 20*time.Second, func(done int) {
 		if done >= 10 && killed.IsZero() {
 			if err := peer.cmd.Process.Kill(); err != nil { // SIGKILL
 				t.Fatal(err)
@@ -280,7 +280,7 @@ func TestPeerProcessKilledMidTransfer(t *testing.T) {
 			t.Fatalf("wr %d after the failure completed with %v, want flushed", k, wc.Status)
 		}
 	}
-	budget := time.Duration(params.retry+1) * 4096 * time.Nanosecond << params.timeout
+	budget := time.Duration(params.Retry+1) * 4096 * time.Nanosecond << params.Timeout
 	t.Logf("peer killed after %d completions; RETRY_EXC_ERR %v later (timeout×(retry_cnt+1) = %v); %d flushed",
 		10, failedAt.Round(time.Millisecond), budget, total-i-1)
 	// The deadline runs from the last progress, which is before the kill; scheduling on a
@@ -288,18 +288,18 @@ func TestPeerProcessKilledMidTransfer(t *testing.T) {
 	if failedAt > budget+budget/2+100*time.Millisecond {
 		t.Errorf("RETRY_EXC_ERR took %v, more than timeout×(retry_cnt+1) = %v", failedAt, budget)
 	}
-	if failedAt < budget*time.Duration(params.retry)/time.Duration(params.retry+1)/2 {
+	if failedAt < budget*time.Duration(params.Retry)/time.Duration(params.Retry+1)/2 {
 		t.Errorf("RETRY_EXC_ERR after only %v: fewer tries than retry_cnt", failedAt)
 	}
 	waitState(t, qp, verbs.QPStateErr)
-	if c := qp.Counters(); c.RetryTimeouts < uint64(params.retry)+1 {
-		t.Errorf("%d retry timeouts, want %d", c.RetryTimeouts, params.retry+1)
+	if c := qp.Counters(); c.RetryTimeouts < uint64(params.Retry)+1 {
+		t.Errorf("%d retry timeouts, want %d", c.RetryTimeouts, params.Retry+1)
 	}
 
 	// The peer comes back (a new process, a new QP); the same local QP, reset, connects to
 	// it and works.
 	peer.cmd.Wait()
-	peer2 := startPeer(t, peer.gid.Addr().String(), h.gid) // back on the address the killed one held
+	peer2 := startPeer(t, peer.gid.Addr().String(), h.GID) // back on the address the killed one held
 	if peer2.qpn != peer.qpn {
 		t.Logf("new peer QPN %#x (was %#x)", peer2.qpn, peer.qpn)
 	}
@@ -310,8 +310,8 @@ func TestPeerProcessKilledMidTransfer(t *testing.T) {
 	peer2.connectTo(qp.QPN(), 0x700, 0x500)
 	checkTransfer(t, h, qp, peer2, 3)
 	// And a brand-new QP beside it.
-	qp2 := h.qp(t, verbs.QPTypeRC)
-	peer3 := startPeer(t, "", h.gid)
+	qp2 := h.QP(t, verbs.QPTypeRC)
+	peer3 := startPeer(t, "", h.GID)
 	connect(t, qp2, params, peer3.gid, peer3.qpn, 1, 2)
 	peer3.connectTo(qp2.QPN(), 2, 1)
 	checkTransfer(t, h, qp2, peer3, 4)
@@ -473,7 +473,7 @@ func TestCloseWhileTrafficRuns(t *testing.T) {
 	// default, as a responder slowed down by -race on a loaded machine can take longer than
 	// 3 ms to answer a burst, and the requester would give up before the NAK arrives.
 	fast := defaultRC()
-	fast.timeout, fast.retry = 8, 2
+	fast.Timeout, fast.Retry = 8, 2
 	cases := []struct {
 		name string
 		fast bool
@@ -485,49 +485,49 @@ func TestCloseWhileTrafficRuns(t *testing.T) {
 				t.Fatal(err)
 			}
 			tr.waitStatus(t, verbs.WCRemAccessErr)
-			waitState(t, p.qa, verbs.QPStateErr)
+			waitState(t, p.QA, verbs.QPStateErr)
 		}},
 		{"requester QP", false, func(t *testing.T, a, b *host, p *pair, dst *verbs.MR, tr *traffic) {
 			// Outstanding work is discarded without completions (ibv_destroy_qp), and
 			// posting after Close is an error, not a panic.
-			if err := p.qa.Close(); err != nil {
+			if err := p.QA.Close(); err != nil {
 				t.Fatal(err)
 			}
-			if err := p.qa.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled}); err == nil {
+			if err := p.QA.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled}); err == nil {
 				t.Fatal("posting to a closed QP did not fail")
 			}
-			if err := p.qa.PostRecv(verbs.RecvWR{ID: 1}); err == nil {
+			if err := p.QA.PostRecv(verbs.RecvWR{ID: 1}); err == nil {
 				t.Fatal("posting a receive to a closed QP did not fail")
 			}
 		}},
 		{"responder QP", true, func(t *testing.T, a, b *host, p *pair, dst *verbs.MR, tr *traffic) {
-			if err := p.qb.Close(); err != nil {
+			if err := p.QB.Close(); err != nil {
 				t.Fatal(err)
 			}
 			tr.waitStatus(t, verbs.WCRetryExcErr)
 		}},
 		{"CQ", false, func(t *testing.T, a, b *host, p *pair, dst *verbs.MR, tr *traffic) {
-			if err := a.cq.Close(); err == nil {
+			if err := a.CQ.Close(); err == nil {
 				t.Fatal("closed a CQ a QP still uses")
 			}
-			if err := a.pd.Close(); err == nil {
+			if err := a.PD.Close(); err == nil {
 				t.Fatal("closed a PD that still has QPs and MRs")
 			}
 		}},
 		{"requester device", false, func(t *testing.T, a, b *host, p *pair, dst *verbs.MR, tr *traffic) {
-			if err := a.dev.Close(); err != nil {
+			if err := a.Dev.Close(); err != nil {
 				t.Fatal(err)
 			}
-			a.closed = true
-			if err := p.qa.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled}); err == nil {
+			a.Closed = true
+			if err := p.QA.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled}); err == nil {
 				t.Fatal("posting on a closed device did not fail")
 			}
 		}},
 		{"responder device", true, func(t *testing.T, a, b *host, p *pair, dst *verbs.MR, tr *traffic) {
-			if err := b.dev.Close(); err != nil {
+			if err := b.Dev.Close(); err != nil {
 				t.Fatal(err)
 			}
-			b.closed = true
+			b.Closed = true
 			tr.waitStatus(t, verbs.WCRetryExcErr)
 		}},
 	}
@@ -536,17 +536,17 @@ func TestCloseWhileTrafficRuns(t *testing.T) {
 			leaks := checkGoroutines(t)
 			func() {
 				a, b := newHost(t), newHost(t)
-				defer a.dev.Close()
-				defer b.dev.Close()
+				defer a.Dev.Close()
+				defer b.Dev.Close()
 				params := defaultRC()
 				if c.fast {
 					params = fast
 				}
 				p := newPair(t, a, b, verbs.QPTypeRC, params)
-				src, dst := a.mr(t, 16<<10, allAccess), b.mr(t, 16<<10, allAccess)
-				tr := startTraffic(p.qa, a.cq, src, dst)
+				src, dst := a.MR(t, 16<<10, allAccess), b.MR(t, 16<<10, allAccess)
+				tr := startTraffic(p.QA, a.CQ, src, dst)
 				tr.diag = func() string {
-					return fmt.Sprintf("A %v\nB %v\nqa %s\nqb %s", a.dev.Counters(), b.dev.Counters(), p.debugA(), p.debugB())
+					return fmt.Sprintf("A %v\nB %v\nqa %s\nqb %s", a.Dev.Counters(), b.Dev.Counters(), debugA(p), debugB(p))
 				}
 				tr.waitDone(t, 50)
 				c.act(t, a, b, p, dst, tr)
@@ -555,18 +555,18 @@ func TestCloseWhileTrafficRuns(t *testing.T) {
 				t.Logf("completions by status: %v; post error: %v", st, tr.postErr.Load())
 				// Tear everything down in the order a careful program would, then
 				// carelessly close it all again: closing twice is harmless.
-				for _, qp := range []*verbs.QP{p.qa, p.qb} {
+				for _, qp := range []*verbs.QP{p.QA, p.QB} {
 					qp.Close()
 				}
 				for _, h := range []*host{a, b} {
-					h.cq.Close()
-					h.rcq.Close()
+					h.CQ.Close()
+					h.RCQ.Close()
 				}
 				src.Close()
 				dst.Close()
-				a.dev.Close()
-				b.dev.Close()
-				a.dev.Close()
+				a.Dev.Close()
+				b.Dev.Close()
+				a.Dev.Close()
 			}()
 			leaks()
 		})
@@ -580,25 +580,25 @@ func TestCloseWithUndrainedEvents(t *testing.T) {
 	leaks := checkGoroutines(t)
 	func() {
 		a := newHost(t)
-		defer a.dev.Close()
-		evs := a.dev.Events()
+		defer a.Dev.Close()
+		evs := a.Dev.Events()
 		<-evs // PORT_ACTIVE: the forwarding goroutines are running
-		src := a.mr(t, 64, allAccess)
+		src := a.MR(t, 64, allAccess)
 		// Each QP fails locally (a bad lkey) and raises one event: more than every buffer
 		// between the engine and the user holds.
 		for i := 0; i < 400; i++ {
-			qp := a.qp(t, verbs.QPTypeRC)
-			connect(t, qp, defaultRC(), a.gid, 0x99, 1, 1)
+			qp := a.QP(t, verbs.QPTypeRC)
+			connect(t, qp, defaultRC(), a.GID, 0x99, 1, 1)
 			sge := src.SGE(0, 8)
 			sge.LKey ^= 0x100
 			if err := qp.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{sge}}); err != nil {
 				t.Fatal(err)
 			}
 			qp.Close()
-			for n, _ := a.cq.Poll(make([]verbs.WC, 4)); n > 0; n, _ = a.cq.Poll(make([]verbs.WC, 4)) {
+			for n, _ := a.CQ.Poll(make([]verbs.WC, 4)); n > 0; n, _ = a.CQ.Poll(make([]verbs.WC, 4)) {
 			}
 		}
-		if err := a.dev.Close(); err != nil {
+		if err := a.Dev.Close(); err != nil {
 			t.Fatal(err)
 		}
 	}()

@@ -37,14 +37,14 @@ func simHost(t *testing.T, n *simnet.Network, addr string) *host {
 func mixedStream(t *testing.T, a, b *host, n int, maxSize int, seed uint64) {
 	p := newPair(t, a, b, verbs.QPTypeRC, defaultRC())
 	const slots, slotSize, depth = 256, 8192, 16
-	src := a.mr(t, slots*slotSize, allAccess)
-	recvBuf := b.mr(t, slots*slotSize, allAccess) // SEND receive buffers
-	sink := b.mr(t, slots*slotSize, allAccess)    // WRITE targets
-	readSrc := b.mr(t, slots*slotSize, allAccess)
+	src := a.MR(t, slots*slotSize, allAccess)
+	recvBuf := b.MR(t, slots*slotSize, allAccess) // SEND receive buffers
+	sink := b.MR(t, slots*slotSize, allAccess)    // WRITE targets
+	readSrc := b.MR(t, slots*slotSize, allAccess)
 	fill(readSrc.Buf(), seed)
-	readDst := a.mr(t, slots*slotSize, allAccess)
-	counter := b.mr(t, 8, allAccess)
-	atomRes := a.mr(t, 8*slots, allAccess)
+	readDst := a.MR(t, slots*slotSize, allAccess)
+	counter := b.MR(t, 8, allAccess)
+	atomRes := a.MR(t, 8*slots, allAccess)
 
 	sizeOf := func(i int) int { return int((uint64(i)*2654435761 + seed) % uint64(maxSize+1)) }
 	pattern := func(buf []byte, i int) {
@@ -53,7 +53,7 @@ func mixedStream(t *testing.T, a, b *host, n int, maxSize int, seed uint64) {
 		}
 	}
 	for i := 0; i < 64; i++ {
-		p.qb.PostRecv(verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{recvBuf.SGE((i%slots)*slotSize, slotSize)}})
+		p.QB.PostRecv(verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{recvBuf.SGE((i%slots)*slotSize, slotSize)}})
 	}
 	posted, recvPosted, done := 0, 64, 0
 	wantRecv := 0 // SENDs and WRITE_WITH_IMMs arrive in posting order
@@ -63,13 +63,13 @@ func mixedStream(t *testing.T, a, b *host, n int, maxSize int, seed uint64) {
 	deadline := time.Now().Add(time.Duration(n) * 50 * time.Millisecond)
 	for done < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d done by the deadline\n%s", done, n, p.debugA())
+			t.Fatalf("%d of %d done by the deadline\n%s", done, n, debugA(p))
 		}
 		// Receiver: each SEND or WRITE_WITH_IMM, in order, with its bytes.
-		k, _ := b.rcq.Poll(wcs)
+		k, _ := b.RCQ.Poll(wcs)
 		for _, wc := range wcs[:k] {
 			if wc.Status != verbs.WCSuccess {
-				t.Fatalf("receive completion %+v\n%s", wc, p.debugB())
+				t.Fatalf("receive completion %+v\n%s", wc, debugB(p))
 			}
 			for wantRecv < n && kinds[wantRecv]%4 >= 2 {
 				wantRecv++
@@ -94,16 +94,16 @@ func mixedStream(t *testing.T, a, b *host, n int, maxSize int, seed uint64) {
 				t.Fatalf("message %d (kind %d): bytes differ", i, kinds[i]%4)
 			}
 			if recvPosted < n {
-				p.qb.PostRecv(verbs.RecvWR{ID: uint64(recvPosted), SGL: []verbs.SGE{recvBuf.SGE((recvPosted%slots)*slotSize, slotSize)}})
+				p.QB.PostRecv(verbs.RecvWR{ID: uint64(recvPosted), SGL: []verbs.SGE{recvBuf.SGE((recvPosted%slots)*slotSize, slotSize)}})
 				recvPosted++
 			}
 		}
 		// Requester: completions in posting order; READ data and atomic results checked.
-		k, _ = a.cq.Poll(wcs)
+		k, _ = a.CQ.Poll(wcs)
 		for _, wc := range wcs[:k] {
 			i := int(wc.ID)
 			if wc.Status != verbs.WCSuccess || i != done {
-				t.Fatalf("send completion %+v, want message %d\n%s", wc, done, p.debugA())
+				t.Fatalf("send completion %+v, want message %d\n%s", wc, done, debugA(p))
 			}
 			slot := (i % slots) * slotSize
 			switch kinds[i] % 4 {
@@ -142,7 +142,7 @@ func mixedStream(t *testing.T, a, b *host, n int, maxSize int, seed uint64) {
 				wr.Opcode, wr.SGL = verbs.WRAtomicFetchAdd, []verbs.SGE{atomRes.SGE(8*(i%slots), 8)}
 				wr.RemoteAddr, wr.RKey, wr.CompareAdd = counter.Addr(), counter.RKey(), 1
 			}
-			if err := p.qa.PostSend(wr); err != nil {
+			if err := p.QA.PostSend(wr); err != nil {
 				t.Fatal(err)
 			}
 			posted++
@@ -183,8 +183,8 @@ func TestRCMixedOverLossyNetwork(t *testing.T) {
 				a, b := simHost(t, net, "127.0.100.1"), simHost(t, net, "127.0.100.2")
 				mixedStream(t, a, b, n, 3000, uint64(i))
 				t.Logf("%+v", net.Stats())
-				a.dev.Close()
-				b.dev.Close()
+				a.Dev.Close()
+				b.Dev.Close()
 			})
 		})
 	}
@@ -209,16 +209,16 @@ func TestRCReadReplayWhenAResponseIsLost(t *testing.T) {
 		n := simnet.New(1, simnet.Faults{Delay: 10 * time.Microsecond})
 		a, b := simHost(t, n, "127.0.100.1"), simHost(t, n, "127.0.100.2")
 		p := newPair(t, a, b, verbs.QPTypeRC, defaultRC())
-		src, dst := b.mr(t, 8192, allAccess), a.mr(t, 8192, allAccess)
+		src, dst := b.MR(t, 8192, allAccess), a.MR(t, 8192, allAccess)
 		fill(src.Buf(), 3)
 		dropped := dropOnce(n, wire.RCReadResponseMiddle)
-		p.qa.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, SGL: []verbs.SGE{dst.SGE(0, 5000)},
+		p.QA.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, SGL: []verbs.SGE{dst.SGE(0, 5000)},
 			RemoteAddr: src.Addr(), RKey: src.RKey()})
-		wc := expectStatus(t, a.cq, 1, verbs.WCSuccess)
+		wc := expectStatus(t, a.CQ, 1, verbs.WCSuccess)
 		if *dropped != 1 || wc.ByteLen != 5000 || !bytes.Equal(dst.Buf()[:5000], src.Buf()[:5000]) {
 			t.Fatalf("dropped %d, completion %+v, data equal %v", *dropped, wc, bytes.Equal(dst.Buf()[:5000], src.Buf()[:5000]))
 		}
-		if b.dev.Counters().Get("duplicate_request") == 0 {
+		if b.Dev.Counters().Get("duplicate_request") == 0 {
 			t.Fatal("the READ was not asked for again")
 		}
 	})
@@ -229,18 +229,18 @@ func TestRCAtomicReplayWhenTheAckIsLost(t *testing.T) {
 		n := simnet.New(1, simnet.Faults{Delay: 10 * time.Microsecond})
 		a, b := simHost(t, n, "127.0.100.1"), simHost(t, n, "127.0.100.2")
 		p := newPair(t, a, b, verbs.QPTypeRC, defaultRC())
-		counter, res := b.mr(t, 8, allAccess), a.mr(t, 8, allAccess)
+		counter, res := b.MR(t, 8, allAccess), a.MR(t, 8, allAccess)
 		binary.NativeEndian.PutUint64(counter.Buf(), 40)
 		dropped := dropOnce(n, wire.RCAtomicAck)
-		p.qa.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.WRAtomicFetchAdd, Flags: verbs.SendSignaled, SGL: []verbs.SGE{res.SGE(0, 8)},
+		p.QA.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.WRAtomicFetchAdd, Flags: verbs.SendSignaled, SGL: []verbs.SGE{res.SGE(0, 8)},
 			RemoteAddr: counter.Addr(), RKey: counter.RKey(), CompareAdd: 2})
-		expectStatus(t, a.cq, 1, verbs.WCSuccess)
+		expectStatus(t, a.CQ, 1, verbs.WCSuccess)
 		// The retried request is answered from the saved result: executed once.
 		if *dropped != 1 || binary.NativeEndian.Uint64(res.Buf()) != 40 || binary.NativeEndian.Uint64(counter.Buf()) != 42 {
 			t.Fatalf("dropped %d, returned %d, counter %d", *dropped, binary.NativeEndian.Uint64(res.Buf()), binary.NativeEndian.Uint64(counter.Buf()))
 		}
-		if b.dev.Counters().Get("duplicate_request") != 1 {
-			t.Fatalf("duplicate requests %d, want 1", b.dev.Counters().Get("duplicate_request"))
+		if b.Dev.Counters().Get("duplicate_request") != 1 {
+			t.Fatalf("duplicate requests %d, want 1", b.Dev.Counters().Get("duplicate_request"))
 		}
 	})
 }
@@ -250,17 +250,17 @@ func TestRCRetryExceededTakesTimeoutTimesRetries(t *testing.T) {
 		n := simnet.New(1, simnet.Faults{Delay: 10 * time.Microsecond})
 		a, b := simHost(t, n, "127.0.100.1"), simHost(t, n, "127.0.100.2")
 		params := defaultRC()
-		params.timeout, params.retry = 14, 3 // 67.1 ms per try, 4 tries
-		qa, qb := a.qp(t, verbs.QPTypeRC), b.qp(t, verbs.QPTypeRC)
-		connect(t, qa, params, b.gid, qb.QPN(), 1, 2)
-		connect(t, qb, params, a.gid, qa.QPN(), 2, 1)
+		params.Timeout, params.Retry = 14, 3 // 67.1 ms per try, 4 tries
+		qa, qb := a.QP(t, verbs.QPTypeRC), b.QP(t, verbs.QPTypeRC)
+		connect(t, qa, params, b.GID, qb.QPN(), 1, 2)
+		connect(t, qb, params, a.GID, qa.QPN(), 2, 1)
 		n.SetFilter(func(src, dst netip.AddrPort, b []byte) simnet.Verdict { return simnet.Drop }) // the peer is gone
-		src := a.mr(t, 8, allAccess)
+		src := a.MR(t, 8, allAccess)
 		start := time.Now()
 		qa.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(0, 8)}},
 			verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(0, 8)}})
-		expectStatus(t, a.cq, 1, verbs.WCRetryExcErr)
-		expectStatus(t, a.cq, 2, verbs.WCWRFlushErr)
+		expectStatus(t, a.CQ, 1, verbs.WCRetryExcErr)
+		expectStatus(t, a.CQ, 2, verbs.WCWRFlushErr)
 		want := 4 * 4096 * time.Nanosecond << 14
 		if el := time.Since(start); el < want || el > want+want/4 {
 			t.Fatalf("retry exceeded after %v, want about %v", el, want)
@@ -277,12 +277,12 @@ func TestRCTimeoutCountsFromLastProgress(t *testing.T) {
 		n := simnet.New(1, simnet.Faults{Delay: 10 * time.Microsecond})
 		a, b := simHost(t, n, "127.0.100.1"), simHost(t, n, "127.0.100.2")
 		params := defaultRC()
-		params.timeout, params.retry = 10, 0 // 4.19 ms; the first timeout fails the WQE
+		params.Timeout, params.Retry = 10, 0 // 4.19 ms; the first timeout fails the WQE
 		period := 4096 * time.Nanosecond << 10
-		qa, qb := a.qp(t, verbs.QPTypeRC), b.qp(t, verbs.QPTypeRC)
-		connect(t, qa, params, b.gid, qb.QPN(), 1, 2)
-		connect(t, qb, params, a.gid, qa.QPN(), 2, 1)
-		src, dst := a.mr(t, 8, allAccess), b.mr(t, 8, allAccess)
+		qa, qb := a.QP(t, verbs.QPTypeRC), b.QP(t, verbs.QPTypeRC)
+		connect(t, qa, params, b.GID, qb.QPN(), 1, 2)
+		connect(t, qb, params, a.GID, qa.QPN(), 2, 1)
+		src, dst := a.MR(t, 8, allAccess), b.MR(t, 8, allAccess)
 		write := verbs.SendWR{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(0, 8)},
 			RemoteAddr: dst.Addr(), RKey: dst.RKey()}
 		// Ten periods of messages every 10 µs, each acknowledged 20 µs later: there is
@@ -295,7 +295,7 @@ func TestRCTimeoutCountsFromLastProgress(t *testing.T) {
 				t.Fatal(err)
 			}
 			time.Sleep(10 * time.Microsecond)
-			k, _ := a.cq.Poll(wcs)
+			k, _ := a.CQ.Poll(wcs)
 			for _, wc := range wcs[:k] {
 				if wc.Status != verbs.WCSuccess {
 					t.Fatalf("completion %+v after %d sends", wc, sent)
@@ -304,7 +304,7 @@ func TestRCTimeoutCountsFromLastProgress(t *testing.T) {
 			done += k
 		}
 		for done < sent {
-			expectStatus(t, a.cq, uint64(done), verbs.WCSuccess)
+			expectStatus(t, a.CQ, uint64(done), verbs.WCSuccess)
 			done++
 		}
 		if got := qa.Counters().RetryTimeouts; got != 0 {
@@ -314,7 +314,7 @@ func TestRCTimeoutCountsFromLastProgress(t *testing.T) {
 		start := time.Now()
 		write.ID = 99
 		qa.PostSend(write)
-		expectStatus(t, a.cq, 99, verbs.WCRetryExcErr)
+		expectStatus(t, a.CQ, 99, verbs.WCRetryExcErr)
 		if el := time.Since(start); el < period || el > period+period/2 {
 			t.Fatalf("timed out %v after the last send, want between %v and %v", el, period, period+period/2)
 		}

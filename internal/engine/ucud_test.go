@@ -18,59 +18,45 @@ import (
 func TestUCSendAndWrite(t *testing.T) {
 	a, b := newHost(t), newHost(t)
 	p := newPair(t, a, b, verbs.QPTypeUC, defaultRC())
-	src, dst := a.mr(t, 8192, allAccess), b.mr(t, 8192, allAccess)
+	src, dst := a.MR(t, 8192, allAccess), b.MR(t, 8192, allAccess)
 	fill(src.Buf(), 42)
-	p.qb.PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{dst.SGE(0, 8192)}})
-	if err := p.qa.PostSend(verbs.SendWR{ID: 2, Opcode: verbs.WRSendWithImm, Imm: 0xfeed, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(0, 3000)}}); err != nil {
+	p.QB.PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{dst.SGE(0, 8192)}})
+	if err := p.QA.PostSend(verbs.SendWR{ID: 2, Opcode: verbs.WRSendWithImm, Imm: 0xfeed, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(0, 3000)}}); err != nil {
 		t.Fatal(err)
 	}
-	expectStatus(t, a.cq, 2, verbs.WCSuccess)
-	wc := expectStatus(t, b.rcq, 1, verbs.WCSuccess)
+	expectStatus(t, a.CQ, 2, verbs.WCSuccess)
+	wc := expectStatus(t, b.RCQ, 1, verbs.WCSuccess)
 	if wc.ByteLen != 3000 || wc.Flags&verbs.WCWithImm == 0 || wc.Imm != 0xfeed || !bytes.Equal(dst.Buf()[:3000], src.Buf()[:3000]) {
 		t.Fatalf("UC SEND: %+v", wc)
 	}
 	clear(dst.Buf())
 	// UC completes locally when the packets leave; WRITE with immediate gives the
 	// receiver a completion to learn the data has landed.
-	p.qb.PostRecv(verbs.RecvWR{ID: 5})
-	if err := p.qa.PostSend(verbs.SendWR{ID: 3, Opcode: verbs.WRRDMAWriteWithImm, Imm: 9, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(0, 5000)},
+	p.QB.PostRecv(verbs.RecvWR{ID: 5})
+	if err := p.QA.PostSend(verbs.SendWR{ID: 3, Opcode: verbs.WRRDMAWriteWithImm, Imm: 9, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(0, 5000)},
 		RemoteAddr: dst.Addr(), RKey: dst.RKey()}); err != nil {
 		t.Fatal(err)
 	}
-	expectStatus(t, a.cq, 3, verbs.WCSuccess)
-	wc = expectStatus(t, b.rcq, 5, verbs.WCSuccess)
+	expectStatus(t, a.CQ, 3, verbs.WCSuccess)
+	wc = expectStatus(t, b.RCQ, 5, verbs.WCSuccess)
 	if wc.Opcode != verbs.WCRecvRDMAWithImm || wc.Imm != 9 || wc.ByteLen != 5000 || !bytes.Equal(dst.Buf()[:5000], src.Buf()[:5000]) {
 		t.Fatalf("UC WRITE_WITH_IMM: %+v", wc)
 	}
 	// READ and atomics are not UC operations.
-	err := p.qa.PostSend(verbs.SendWR{ID: 4, Opcode: verbs.WRRDMARead, SGL: []verbs.SGE{src.SGE(0, 8)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()})
+	err := p.QA.PostSend(verbs.SendWR{ID: 4, Opcode: verbs.WRRDMARead, SGL: []verbs.SGE{src.SGE(0, 8)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()})
 	var pe *verbs.PostError
 	if !errors.As(err, &pe) {
 		t.Fatalf("UC READ posted: %v", err)
 	}
 }
 
-// udQP creates a UD QP and brings it to RTS with the Q_Key.
-func udQP(t *testing.T, h *host, qkey uint32) *verbs.QP {
-	qp := h.qp(t, verbs.QPTypeUD)
-	must := func(err error) {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, Port: 1, QKey: qkey}, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrQKey))
-	must(qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTR}, verbs.QPAttrState))
-	must(qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: 0x55}, verbs.QPAttrState|verbs.QPAttrSQPSN))
-	return qp
-}
-
 // testUD runs UD between a and b.
 func testUD(t *testing.T, a, b *host) {
 	const qkey = 0x11111111
 	qa, qb := udQP(t, a, qkey), udQP(t, b, qkey)
-	src, dst := a.mr(t, 4096, allAccess), b.mr(t, 4096+verbs.GRHLen, allAccess)
+	src, dst := a.MR(t, 4096, allAccess), b.MR(t, 4096+verbs.GRHLen, allAccess)
 	fill(src.Buf(), 7)
-	ah, err := a.pd.CreateAH(verbs.AHAttr{DGID: b.gid, Port: 1, HopLimit: 64})
+	ah, err := a.PD.CreateAH(verbs.AHAttr{DGID: b.GID, Port: 1, HopLimit: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,8 +65,8 @@ func testUD(t *testing.T, a, b *host) {
 		AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: qkey}); err != nil {
 		t.Fatal(err)
 	}
-	expectStatus(t, a.cq, 9, verbs.WCSuccess)
-	wc := expectStatus(t, b.rcq, 1, verbs.WCSuccess)
+	expectStatus(t, a.CQ, 9, verbs.WCSuccess)
+	wc := expectStatus(t, b.RCQ, 1, verbs.WCSuccess)
 	if wc.ByteLen != verbs.GRHLen+1000 || wc.SrcQP != qa.QPN() || wc.Flags&verbs.WCWithGRH == 0 || wc.Imm != 77 {
 		t.Fatalf("UD completion %+v", wc)
 	}
@@ -88,7 +74,7 @@ func testUD(t *testing.T, a, b *host) {
 		t.Fatal("UD payload differs")
 	}
 	grh := dst.Buf()[:verbs.GRHLen]
-	srcAddr := a.gid.Addr()
+	srcAddr := a.GID.Addr()
 	if srcAddr.Is4() {
 		// rxe's layout: the IPv4 header in the last 20 bytes, zeros before it.
 		if !bytes.Equal(grh[:20], make([]byte, 20)) || grh[20] != 0x45 || grh[20+9] != 17 {
@@ -101,36 +87,36 @@ func testUD(t *testing.T, a, b *host) {
 		t.Fatalf("GRH area % x", grh)
 	}
 	// Answer through an AH made from the completion, as ud_pingpong does.
-	back, err := b.pd.CreateAHFromWC(&wc, grh, 1)
+	back, err := b.PD.CreateAHFromWC(&wc, grh, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if back.Attr().DGID != a.gid {
-		t.Fatalf("AH from WC points at %v, want %v", back.Attr().DGID, a.gid)
+	if back.Attr().DGID != a.GID {
+		t.Fatalf("AH from WC points at %v, want %v", back.Attr().DGID, a.GID)
 	}
-	rsrc := b.mr(t, 64, allAccess)
-	rdst := a.mr(t, 64+verbs.GRHLen, allAccess)
+	rsrc := b.MR(t, 64, allAccess)
+	rdst := a.MR(t, 64+verbs.GRHLen, allAccess)
 	qa.PostRecv(verbs.RecvWR{ID: 3, SGL: []verbs.SGE{rdst.SGE(0, rdst.Len())}})
 	qb.PostSend(verbs.SendWR{ID: 4, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{rsrc.SGE(0, 10)}, AH: back, RemoteQPN: wc.SrcQP, RemoteQKey: qkey})
-	expectStatus(t, a.rcq, 3, verbs.WCSuccess)
+	expectStatus(t, a.RCQ, 3, verbs.WCSuccess)
 
 	// A wrong Q_Key is dropped and counted; nothing completes.
-	before := b.dev.Counters().Get("bad_qkey_drop")
+	before := b.Dev.Counters().Get("bad_qkey_drop")
 	qb.PostRecv(verbs.RecvWR{ID: 5, SGL: []verbs.SGE{dst.SGE(0, dst.Len())}})
 	qa.PostSend(verbs.SendWR{ID: 10, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(0, 8)}, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: qkey + 1})
-	expectStatus(t, a.cq, 10, verbs.WCSuccess)
+	expectStatus(t, a.CQ, 10, verbs.WCSuccess)
 	deadline := time.Now().Add(5 * time.Second)
-	for b.dev.Counters().Get("bad_qkey_drop") == before {
+	for b.Dev.Counters().Get("bad_qkey_drop") == before {
 		if time.Now().After(deadline) {
 			t.Fatal("wrong Q_Key was not counted")
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if n, _ := b.rcq.Poll(make([]verbs.WC, 1)); n != 0 {
+	if n, _ := b.RCQ.Poll(make([]verbs.WC, 1)); n != 0 {
 		t.Fatal("a datagram with a wrong Q_Key completed")
 	}
 	// A message larger than the path MTU is refused at post time.
-	big := a.mr(t, 8192, allAccess)
+	big := a.MR(t, 8192, allAccess)
 	err = qa.PostSend(verbs.SendWR{ID: 11, Opcode: verbs.WRSend, SGL: []verbs.SGE{big.SGE(0, 8192)}, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: qkey})
 	if err == nil {
 		t.Fatal("UD message larger than the MTU was accepted")
@@ -165,8 +151,8 @@ func ipv6Host(t *testing.T) *host {
 		t.Cleanup(func() { exec.Command("ip", "-6", "addr", "del", addr+"/128", "dev", "lo").Run() })
 		waitAddrUp(t, addr)
 		h := newHostAt(t, addr)
-		if h.gid.Addr() != netip.MustParseAddr(addr) { // an IPv6 GID is the address itself
-			t.Fatalf("IPv6 GID %v on %s", h.gid, addr)
+		if h.GID.Addr() != netip.MustParseAddr(addr) { // an IPv6 GID is the address itself
+			t.Fatalf("IPv6 GID %v on %s", h.GID, addr)
 		}
 		return h
 	}
@@ -200,30 +186,30 @@ func waitAddrUp(t *testing.T, addr string) {
 
 func TestSRQSixteenQPs(t *testing.T) {
 	a, b := newHost(t), newHost(t)
-	srq, err := b.pd.CreateSRQ(verbs.SRQAttr{MaxWR: 64, MaxSGE: 1})
+	srq, err := b.PD.CreateSRQ(verbs.SRQAttr{MaxWR: 64, MaxSGE: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	const nqp, per = 16, 8
-	buf := b.mr(t, 64*nqp*per, allAccess)
+	buf := b.MR(t, 64*nqp*per, allAccess)
 	for i := 0; i < 64 && i < nqp*per; i++ {
 		srq.PostRecv(verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{buf.SGE(64*i, 64)}})
 	}
-	events := b.dev.Events()
+	events := b.Dev.Events()
 	if err := srq.Arm(8); err != nil {
 		t.Fatal(err)
 	}
-	src := a.mr(t, 64, allAccess)
+	src := a.MR(t, 64, allAccess)
 	var qas []*verbs.QP
 	for i := 0; i < nqp; i++ {
-		qa := a.qp(t, verbs.QPTypeRC)
-		qb, err := b.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: b.cq, RecvCQ: b.rcq, SRQ: srq,
+		qa := a.QP(t, verbs.QPTypeRC)
+		qb, err := b.PD.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: b.CQ, RecvCQ: b.RCQ, SRQ: srq,
 			Cap: verbs.QPCap{MaxSendWR: 8, MaxSendSGE: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		connect(t, qa, defaultRC(), b.gid, qb.QPN(), 1, 2)
-		connect(t, qb, defaultRC(), a.gid, qa.QPN(), 2, 1)
+		connect(t, qa, defaultRC(), b.GID, qb.QPN(), 1, 2)
+		connect(t, qb, defaultRC(), a.GID, qa.QPN(), 2, 1)
 		qas = append(qas, qa)
 	}
 	posted := 64
@@ -234,9 +220,9 @@ func TestSRQSixteenQPs(t *testing.T) {
 			if err := qa.PostSend(verbs.SendWR{ID: uint64(i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(0, 16)}}); err != nil {
 				t.Fatal(err)
 			}
-			expectStatus(t, a.cq, uint64(i), verbs.WCSuccess)
+			expectStatus(t, a.CQ, uint64(i), verbs.WCSuccess)
 		}
-		for _, wc := range waitWC(t, b.rcq, nqp, 5*time.Second) {
+		for _, wc := range waitWC(t, b.RCQ, nqp, 5*time.Second) {
 			if wc.Status != verbs.WCSuccess || wc.ByteLen != 16 {
 				t.Fatalf("SRQ completion %+v", wc)
 			}
@@ -274,35 +260,35 @@ loop:
 
 func TestEmptySRQAnswersRNR(t *testing.T) {
 	a, b := newHost(t), newHost(t)
-	srq, _ := b.pd.CreateSRQ(verbs.SRQAttr{MaxWR: 4, MaxSGE: 1})
-	qa := a.qp(t, verbs.QPTypeRC)
-	qb, _ := b.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: b.cq, RecvCQ: b.rcq, SRQ: srq, Cap: verbs.QPCap{MaxSendWR: 4, MaxSendSGE: 1}})
-	connect(t, qa, defaultRC(), b.gid, qb.QPN(), 1, 2)
-	connect(t, qb, defaultRC(), a.gid, qa.QPN(), 2, 1)
-	src, dst := a.mr(t, 16, allAccess), b.mr(t, 16, allAccess)
+	srq, _ := b.PD.CreateSRQ(verbs.SRQAttr{MaxWR: 4, MaxSGE: 1})
+	qa := a.QP(t, verbs.QPTypeRC)
+	qb, _ := b.PD.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: b.CQ, RecvCQ: b.RCQ, SRQ: srq, Cap: verbs.QPCap{MaxSendWR: 4, MaxSendSGE: 1}})
+	connect(t, qa, defaultRC(), b.GID, qb.QPN(), 1, 2)
+	connect(t, qb, defaultRC(), a.GID, qa.QPN(), 2, 1)
+	src, dst := a.MR(t, 16, allAccess), b.MR(t, 16, allAccess)
 	qa.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(0, 8)}})
 	time.Sleep(20 * time.Millisecond)
 	srq.PostRecv(verbs.RecvWR{ID: 2, SGL: []verbs.SGE{dst.SGE(0, 16)}})
-	expectStatus(t, a.cq, 1, verbs.WCSuccess)
-	expectStatus(t, b.rcq, 2, verbs.WCSuccess)
-	if b.dev.Counters().Get("send_rnr_nak") == 0 {
+	expectStatus(t, a.CQ, 1, verbs.WCSuccess)
+	expectStatus(t, b.RCQ, 2, verbs.WCSuccess)
+	if b.Dev.Counters().Get("send_rnr_nak") == 0 {
 		t.Fatal("an empty SRQ did not answer with RNR NAK")
 	}
 }
 
 func TestCQOverflowIsAnErrorNotAHang(t *testing.T) {
 	a, b := newHost(t), newHost(t)
-	small, _ := b.dev.CreateCQ(2, nil)
-	qa := a.qp(t, verbs.QPTypeRC)
-	qb, _ := b.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: b.cq, RecvCQ: small, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	connect(t, qa, defaultRC(), b.gid, qb.QPN(), 1, 2)
-	connect(t, qb, defaultRC(), a.gid, qa.QPN(), 2, 1)
-	src, dst := a.mr(t, 16, allAccess), b.mr(t, 16, allAccess)
+	small, _ := b.Dev.CreateCQ(2, nil)
+	qa := a.QP(t, verbs.QPTypeRC)
+	qb, _ := b.PD.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: b.CQ, RecvCQ: small, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	connect(t, qa, defaultRC(), b.GID, qb.QPN(), 1, 2)
+	connect(t, qb, defaultRC(), a.GID, qa.QPN(), 2, 1)
+	src, dst := a.MR(t, 16, allAccess), b.MR(t, 16, allAccess)
 	for i := 0; i < 4; i++ {
 		qb.PostRecv(verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{dst.SGE(0, 16)}})
 		qa.PostSend(verbs.SendWR{ID: uint64(i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(0, 8)}})
 	}
-	waitWC(t, a.cq, 4, 5*time.Second)
+	waitWC(t, a.CQ, 4, 5*time.Second)
 	wcs := make([]verbs.WC, 8)
 	n, err := small.Poll(wcs)
 	if n != 2 || err != nil {
@@ -316,20 +302,20 @@ func TestCQOverflowIsAnErrorNotAHang(t *testing.T) {
 func TestRCIPv6(t *testing.T) {
 	a, b := ipv6Host(t), ipv6Host(t)
 	p := newPair(t, a, b, verbs.QPTypeRC, defaultRC())
-	src, dst := a.mr(t, 8192, allAccess), b.mr(t, 8192, allAccess)
+	src, dst := a.MR(t, 8192, allAccess), b.MR(t, 8192, allAccess)
 	fill(src.Buf(), 6)
-	p.qb.PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{dst.SGE(0, 8192)}})
-	p.qa.PostSend(
+	p.QB.PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{dst.SGE(0, 8192)}})
+	p.QA.PostSend(
 		verbs.SendWR{ID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(0, 3000)}},
 		verbs.SendWR{ID: 2, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(0, 5000)}, RemoteAddr: dst.AddrOf(3000), RKey: dst.RKey()},
 		verbs.SendWR{ID: 3, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(0, 5000)}, RemoteAddr: dst.AddrOf(3000), RKey: dst.RKey()},
 		verbs.SendWR{ID: 4, Opcode: verbs.WRAtomicFetchAdd, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(8000, 8)}, RemoteAddr: dst.AddrOf(8184), RKey: dst.RKey(), CompareAdd: 1})
-	for _, wc := range waitWC(t, a.cq, 4, 5*time.Second) {
+	for _, wc := range waitWC(t, a.CQ, 4, 5*time.Second) {
 		if wc.Status != verbs.WCSuccess {
 			t.Fatalf("completion %+v", wc)
 		}
 	}
-	expectStatus(t, b.rcq, 1, verbs.WCSuccess)
+	expectStatus(t, b.RCQ, 1, verbs.WCSuccess)
 	if !bytes.Equal(dst.Buf()[:3000], src.Buf()[:3000]) || !bytes.Equal(dst.Buf()[3000:8000], src.Buf()[:5000]) {
 		t.Fatal("IPv6 RC data differs")
 	}

@@ -1,0 +1,35 @@
+package engine
+
+import (
+	"sync"
+	"weak"
+)
+
+// devices holds every device made in this test binary, by GID (test hosts have
+// addresses of their own), for DebugQP. Weakly: a closed device's buffers must not
+// outlive it for the rest of the tests.
+var devices sync.Map // [16]byte → weak.Pointer[Device]
+
+func init() { testHookNew = func(d *Device) { devices.Store(d.gid, weak.Make(d)) } }
+
+// DebugQP describes the transport state of QP qpn of the device with GID gid (the
+// engine's DebugString), for tests that drive the engine through package verbs.
+func DebugQP(gid [16]byte, qpn uint32) string {
+	w, ok := devices.Load(gid)
+	if !ok {
+		return ""
+	}
+	d := w.(weak.Pointer[Device]).Value()
+	if d == nil {
+		return ""
+	}
+	qp := d.lookupQP(qpn)
+	if qp == nil {
+		return ""
+	}
+	return qp.DebugString()
+}
+
+// RaceEnabled tells the external tests that allocation counts mean nothing (see
+// raceEnabled).
+const RaceEnabled = raceEnabled

@@ -59,6 +59,10 @@ var commands = []*tool.Command{
 	{Name: "ucmatose", Summary: "RC connections and messages through the connection manager (librdmacm's cmatose)", Run: cmtools.RunUcmatose},
 	{Name: "udaddy", Summary: "UD datagrams to a service found through the connection manager (librdmacm's udaddy)", Run: cmtools.RunUdaddy},
 	{Name: "rstream", Summary: "stream bandwidth and latency over rdmanet, or Go TCP with --tcp (librdmacm's rstream)", Run: rstream.Run},
+	{Name: "ibstat", Summary: "device and port state, rate, LIDs and GUIDs (infiniband-diags' ibstat)", Run: inspect.RunIbstat},
+	{Name: "ibstatus", Summary: "each port's default GID, state and rate (infiniband-diags' ibstatus)", Run: inspect.RunIbstatus},
+	{Name: "ibaddr", Summary: "a local port's GID and LID range (infiniband-diags' ibaddr)", Run: inspect.RunIbaddr},
+	{Name: "iblinkinfo", Summary: "each device's port, its interface, MTU and speed (infiniband-diags' iblinkinfo)", Run: inspect.RunIblinkinfo},
 	{Name: "mckey", Summary: "UD datagrams to a multicast group joined through the connection manager (librdmacm's mckey)", Run: cmtools.RunMckey},
 }
 

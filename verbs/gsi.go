@@ -52,12 +52,12 @@ type GSICounters struct {
 // gsiKey is a management class and class version (bytes 1 and 2 of the header).
 type gsiKey struct{ class, version uint8 }
 
-// gsiMux is one device's QP1: the provider's single handler, fanning MADs out by
-// class. The receive path reads table without a lock; opens and closes replace it.
+// gsiMux is one device's QP1: the provider's single handler, installed when the device
+// opens (a CA's GSI always answers, 13.5.1), fanning MADs out by class. The receive
+// path reads table without a lock; opens and closes replace it under mu.
 type gsiMux struct {
-	dev   *Device
 	impl  driver.GSI
-	mu    sync.Mutex // guards the users and table's replacement
+	mu    sync.Mutex
 	users map[gsiKey]*GSI
 	whole *GSI
 	table atomic.Pointer[gsiTable]
@@ -71,10 +71,18 @@ type gsiTable struct {
 	classes map[gsiKey]*GSI
 }
 
-var (
-	gsiMu    sync.Mutex
-	gsiMuxes = map[*Device]*gsiMux{} // a device's mux while any class is open
-)
+// newGSIMux installs the QP1 dispatcher of a provider's device, or returns nil if the
+// provider gives no QP1 access.
+func newGSIMux(dev driver.Device) *gsiMux {
+	impl, ok := dev.(driver.GSI)
+	if !ok {
+		return nil
+	}
+	m := &gsiMux{impl: impl, users: map[gsiKey]*GSI{}}
+	m.publish()
+	impl.SetMADHandler(m.input)
+	return m
+}
 
 // Status and method values used in answering a class nobody serves (13.4.5, 13.4.7).
 const (
@@ -99,19 +107,12 @@ func (d *Device) OpenGSIClass(class, version uint8) (*GSI, error) {
 }
 
 func (d *Device) openGSI(k gsiKey, whole bool) (*GSI, error) {
-	impl, ok := d.impl.(driver.GSI)
-	if !ok {
+	m := d.gsi
+	if m == nil {
 		return nil, ErrNoGSI
 	}
-	gsiMu.Lock()
-	defer gsiMu.Unlock()
-	m := gsiMuxes[d]
-	if m == nil {
-		m = &gsiMux{dev: d, impl: impl, users: map[gsiKey]*GSI{}}
-		m.publish()
-		gsiMuxes[d] = m
-		impl.SetMADHandler(m.input)
-	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if m.whole != nil || (whole && len(m.users) > 0) || (!whole && m.users[k] != nil) {
 		return nil, ErrGSIBusy
 	}
@@ -125,7 +126,7 @@ func (d *Device) openGSI(k gsiKey, whole bool) (*GSI, error) {
 	return g, nil
 }
 
-// publish replaces the receive path's snapshot; the caller holds gsiMu.
+// publish replaces the receive path's snapshot; the caller holds mu (or owns m).
 func (m *gsiMux) publish() {
 	t := &gsiTable{whole: m.whole, classes: make(map[gsiKey]*GSI, len(m.users))}
 	for k, g := range m.users {
@@ -173,12 +174,10 @@ func (m *gsiMux) deliver(g *GSI, from netip.Addr, mad []byte) bool {
 	return true
 }
 
-// GSICounters returns the counters of the device's QP1 while any class of it is open
-// (zeros otherwise: they start again with the next open).
+// GSICounters returns the counters of the device's QP1 (zeros for a device whose
+// provider gives no QP1 access).
 func (d *Device) GSICounters() GSICounters {
-	gsiMu.Lock()
-	m := gsiMuxes[d]
-	gsiMu.Unlock()
+	m := d.gsi
 	if m == nil {
 		return GSICounters{}
 	}
@@ -206,18 +205,13 @@ func (g *GSI) SetHandler(h func(from netip.Addr, mad []byte)) {
 func (g *GSI) Close() error {
 	g.once.Do(func() {
 		g.h.Store(nil)
-		gsiMu.Lock()
-		defer gsiMu.Unlock()
 		m := g.mux
+		m.mu.Lock()
+		defer m.mu.Unlock()
 		if g.whole {
 			m.whole = nil
 		} else {
 			delete(m.users, g.key)
-		}
-		if m.whole == nil && len(m.users) == 0 {
-			m.impl.SetMADHandler(nil)
-			delete(gsiMuxes, m.dev)
-			return
 		}
 		m.publish()
 	})

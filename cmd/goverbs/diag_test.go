@@ -71,7 +71,10 @@ func TestDiagPortViews(t *testing.T) {
 	env := []string{fmt.Sprintf("GOVERBS_DEVICES=diag0=%v,diag1=%v", a0, a1)}
 	dev0, port0 := attrsOf(t, "diag0", a0)
 	_, port1 := attrsOf(t, "diag1", a1)
-	guid := func(a netip.Addr) string { b := a.As4(); return fmt.Sprintf("0x0000ffff%02x%02x%02x%02x", b[0], b[1], b[2], b[3]) }
+	guid := func(a netip.Addr) string {
+		b := a.As4()
+		return fmt.Sprintf("0x0000ffff%02x%02x%02x%02x", b[0], b[1], b[2], b[3])
+	}
 
 	r := runEnv(t, env, "ibstat")
 	mustSucceed(t, "ibstat", r)

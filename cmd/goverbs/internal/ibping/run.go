@@ -21,11 +21,13 @@ import (
 const notes = `ibping -S answers pings of the OpenIB vendor class (0x32, OUI 0x001405 unless -o) on
 QP1; ibping sends them and prints each reply and, at the end or on Ctrl-C, the
 statistics. Differences from InfiniBand: there is no subnet manager and every LID is 0,
-so the destination is a GID or an IP address (infiniband-diags' ibping refuses LID 0,
-so it cannot ping over RoCE at all); with -G it may also be a port GUID as ibstat
-prints it, which for an IPv4 GID names the address (0x0000ffff7f000002 is
-127.0.0.2). Both sides must be goverbs software devices: a kernel device's QP1 belongs
-to the kernel. The responder shares QP1 with the connection manager.`
+so the destination is a GID or an IP address (libibmad's vendor call refuses LID 0,
+so infiniband-diags' ibping cannot ping a RoCE port); with -G it may also be a port
+GUID as ibstat prints it, which for an IPv4 GID names the address (0x0000ffff7f000002
+is 127.0.0.2). Both sides must be goverbs software devices: a kernel device's QP1
+belongs to the kernel's MAD layer, which verbs programs cannot reach. The responder
+shares QP1 with the connection manager; a goverbs device with no responder answers a
+ping with "class not supported" (the ping is lost at once, not after the timeout).`
 
 type options struct {
 	dev     tool.DevOpts
@@ -44,14 +46,14 @@ func Run(cmd *tool.Command, args []string) error {
 	fs.Notes = notes
 	var o options
 	o.dev.Tool = cmd.Name
-	fs.IntOpt(&o.count, "c", "count", 0, "stop after count packets (default: until Ctrl-C)")
+	fs.IntOpt(&o.count, "c", "count", 0, "stop after `NUM` packets (default: until Ctrl-C)")
 	fs.BoolOpt(&o.flood, "f", "flood", "flood destination")
-	fs.StringOpt(&o.oui, "o", "oui", "0x001405", "use specified OUI number")
+	fs.StringOpt(&o.oui, "o", "oui", "0x001405", "use specified `OUI` number")
 	fs.BoolOpt(&o.server, "S", "Server", "start in server mode")
 	fs.BoolOpt(&o.guid, "G", "Guid", "use GUID address argument (a port GUID, or a GID)")
 	fs.IntOpt(&o.timeout, "t", "timeout", 1000, "timeout in `ms`")
-	fs.StringOpt(&o.dev.Dev, "C", "Ca", "", "Ca name to use")
-	fs.IntOpt(&o.dev.IBPort, "P", "Port", 1, "Ca port number to use")
+	fs.StringOpt(&o.dev.Dev, "C", "Ca", "", "`CA` name to use (default the first device)")
+	fs.IntOpt(&o.dev.IBPort, "P", "Port", 1, "Ca `PORT` number to use")
 	fs.StringOpt(&o.dev.Bind, "", "bind", "", "run the software device on IP `ADDR` (each process on a host needs its own)")
 	fs.StringOpt(&o.dev.Pcap, "", "pcap", "", "record the packets this side sends and receives to pcap `FILE`")
 	fs.BoolOpt(&o.dev.Stats, "", "stats", "print the device's and the ping class's counters on stderr at exit")

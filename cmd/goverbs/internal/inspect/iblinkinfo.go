@@ -17,6 +17,7 @@ func RunIbaddr(cmd *tool.Command, args []string) error {
 	fs := tool.NewFlagSet(cmd)
 	fs.ArgsUsage = ""
 	fs.Notes = diagNotes + `
+
 ibaddr asks a subnet manager's view of a port (NodeInfo and PortInfo SMPs on QP0);
 RoCE has neither SMPs nor QP0, so goverbs ibaddr shows local ports only, from the
 device's GID table: GID index 0, the port's IP address.`
@@ -26,8 +27,8 @@ device's GID table: GID index 0, the port's IP address.`
 	fs.BoolOpt(&gid, "g", "gid_show", "show gid address only")
 	fs.BoolOpt(&lid, "l", "lid_show", "show lid range only")
 	fs.BoolOpt(&lidDec, "L", "Lid_show", "show lid range (in decimal) only")
-	fs.StringOpt(&ca, "C", "Ca", "", "Ca name to use")
-	fs.IntOpt(&port, "P", "Port", 1, "Ca port number to use")
+	fs.StringOpt(&ca, "C", "Ca", "", "`CA` name to use")
+	fs.IntOpt(&port, "P", "Port", 1, "Ca `PORT` number to use")
 	fs.StringOpt(&bind, "", "bind", "", "the software device a tool's --bind `ADDR` opens")
 	pos, err := fs.ParseArgs(args)
 	if err != nil {
@@ -82,6 +83,7 @@ func RunIblinkinfo(cmd *tool.Command, args []string) error {
 	fs := tool.NewFlagSet(cmd)
 	fs.ArgsUsage = ""
 	fs.Notes = diagNotes + `
+
 iblinkinfo walks the fabric with SMPs and prints each link's far end. RoCE has no
 SMPs and its peers are IP hosts, so goverbs iblinkinfo shows this host's devices,
 each port's link to its network interface: the interface, its MTU and the port's
@@ -90,7 +92,7 @@ active IB MTU, where iblinkinfo prints the peer's LID, port and name.`
 	var ca, bind string
 	fs.BoolOpt(&line, "l", "line", "print all information for each link on a single line")
 	fs.BoolOpt(&down, "d", "down", "print only down links")
-	fs.StringOpt(&ca, "C", "Ca", "", "Ca name to use")
+	fs.StringOpt(&ca, "C", "Ca", "", "`CA` name to use")
 	fs.StringOpt(&bind, "", "bind", "", "the software device a tool's --bind `ADDR` opens")
 	pos, err := fs.ParseArgs(args)
 	if err != nil {

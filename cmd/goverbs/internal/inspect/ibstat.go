@@ -149,7 +149,7 @@ func portRate(p verbs.PortAttr) (gbps float64, text string, ok bool) {
 func RunIbstat(cmd *tool.Command, args []string) error {
 	fs := tool.NewFlagSet(cmd)
 	fs.ArgsUsage = "[<ca_name> [portnum]]"
-	fs.Notes = diagNotes + "\nWith -v each port's GID table follows (ibstat prints none; ibv_devinfo -v does)."
+	fs.Notes = diagNotes + "\n\nWith -v each port's GID table follows (ibstat prints none; ibv_devinfo -v does)."
 	var list, short, ports, verbose bool
 	var bind string
 	fs.BoolOpt(&list, "l", "list_of_cas", "list all IB devices")

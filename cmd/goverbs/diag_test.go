@@ -19,28 +19,6 @@ import (
 	"github.com/goverbs/goverbs/wire"
 )
 
-// runEnv runs the binary with extra environment variables.
-func runEnv(t *testing.T, env []string, args ...string) result {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, args...)
-	cmd.Env = append(os.Environ(), env...)
-	var so, se bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &so, &se
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		t.Fatalf("goverbs %s: timed out", strings.Join(args, " "))
-	}
-	r := result{stdout: so.String(), stderr: se.String()}
-	if ee, ok := err.(*exec.ExitError); ok {
-		r.code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
-
 // attrsOf opens, in this process and on an in-memory network, the software device
 // GOVERBS_DEVICES would describe, for the attributes the tools must print.
 func attrsOf(t *testing.T, name string, a netip.Addr) (verbs.DeviceAttr, verbs.PortAttr) {
@@ -68,7 +46,8 @@ func TestDiagPortViews(t *testing.T) {
 	for a1 == a0 {
 		a1 = testaddr.Addr(testaddr.Goverbs)
 	}
-	env := []string{fmt.Sprintf("GOVERBS_DEVICES=diag0=%v,diag1=%v", a0, a1)}
+	// The tools inherit the variable.
+	t.Setenv("GOVERBS_DEVICES", fmt.Sprintf("diag0=%v,diag1=%v", a0, a1))
 	dev0, port0 := attrsOf(t, "diag0", a0)
 	_, port1 := attrsOf(t, "diag1", a1)
 	guid := func(a netip.Addr) string {
@@ -76,7 +55,7 @@ func TestDiagPortViews(t *testing.T) {
 		return fmt.Sprintf("0x0000ffff%02x%02x%02x%02x", b[0], b[1], b[2], b[3])
 	}
 
-	r := runEnv(t, env, "ibstat")
+	r := runBin(t, 20*time.Second, "ibstat")
 	mustSucceed(t, "ibstat", r)
 	mustContain(t, "ibstat", r.stdout,
 		"CA 'diag0'\n\tCA type: soft\n\tNumber of ports: 1\n",
@@ -86,7 +65,7 @@ func TestDiagPortViews(t *testing.T) {
 		fmt.Sprintf("\t\tCapability mask: 0x%08x\n\t\tPort GUID: %s\n\t\tLink layer: %s\n", port0.PortCapFlags, guid(a0), port0.LinkLayer),
 		"CA 'diag1'\n", "\t\tPort GUID: "+guid(a1)+"\n")
 
-	r = runEnv(t, env, "ibstat", "-v", "diag1", "1")
+	r = runBin(t, 20*time.Second, "ibstat", "-v", "diag1", "1")
 	mustSucceed(t, "ibstat diag1 1", r)
 	if !strings.HasPrefix(r.stdout, "CA: 'diag1'\nPort 1:\nState: Active\n") ||
 		!strings.Contains(r.stdout, fmt.Sprintf("GID[0]: ::ffff:%v, RoCE v2\n", a1)) {
@@ -103,25 +82,25 @@ func TestDiagPortViews(t *testing.T) {
 		{[]string{"ibaddr", "-l"}, "LID start 0x0 end 0x0\n"},
 		{[]string{"ibaddr", "-L"}, "LID start 0 end 0\n"},
 	} {
-		r := runEnv(t, env, c.args...)
+		r := runBin(t, 20*time.Second, c.args...)
 		mustSucceed(t, strings.Join(c.args, " "), r)
 		if r.stdout != c.want {
 			t.Errorf("%s printed %q, want %q", strings.Join(c.args, " "), r.stdout, c.want)
 		}
 	}
-	r = runEnv(t, env, "ibstat", "-s", "diag0")
+	r = runBin(t, 20*time.Second, "ibstat", "-s", "diag0")
 	mustSucceed(t, "ibstat -s", r)
 	if strings.Contains(r.stdout, "Port 1:") || !strings.Contains(r.stdout, "CA 'diag0'\n") {
 		t.Errorf("ibstat -s diag0:\n%s", r.stdout)
 	}
-	if r := runEnv(t, env, "ibstat", "diag0", "2"); r.code == 0 || !strings.Contains(r.stderr, "has no port number 2") {
+	if r := runBin(t, 20*time.Second, "ibstat", "diag0", "2"); r.code == 0 || !strings.Contains(r.stderr, "has no port number 2") {
 		t.Errorf("ibstat diag0 2: exit %d, %s", r.code, r.stderr)
 	}
-	if r := runEnv(t, env, "ibaddr", "7"); r.code == 0 || !strings.Contains(r.stderr, "can't resolve destination port 7") {
+	if r := runBin(t, 20*time.Second, "ibaddr", "7"); r.code == 0 || !strings.Contains(r.stderr, "can't resolve destination port 7") {
 		t.Errorf("ibaddr 7: exit %d, %s", r.code, r.stderr)
 	}
 
-	r = runEnv(t, env, "ibstatus", "diag1:1")
+	r = runBin(t, 20*time.Second, "ibstatus", "diag1:1")
 	mustSucceed(t, "ibstatus", r)
 	b := a1.As4()
 	want := fmt.Sprintf("Infiniband device 'diag1' port 1 status:\n"+
@@ -132,7 +111,7 @@ func TestDiagPortViews(t *testing.T) {
 		t.Errorf("ibstatus diag1:1 printed\n%q\nwant\n%q", r.stdout, want)
 	}
 
-	r = runEnv(t, env, "iblinkinfo")
+	r = runBin(t, 20*time.Second, "iblinkinfo")
 	mustSucceed(t, "iblinkinfo", r)
 	lo := loopbackMTU(t)
 	host, _ := os.Hostname()

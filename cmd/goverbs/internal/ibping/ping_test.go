@@ -35,18 +35,26 @@ func simDevices(t *testing.T, addrs ...string) []*verbs.Device {
 	return out
 }
 
-func TestPingResponder(t *testing.T) {
+// servePing puts a responder answering with host on 10.0.0.1 and a pinger on 10.0.0.2;
+// both close when the test ends. The responder's device is returned too.
+func servePing(t *testing.T, host string) (*verbs.Device, *Responder, *Pinger) {
+	t.Helper()
 	devs := simDevices(t, "10.0.0.1", "10.0.0.2")
-	r, err := Serve(devs[0], "server.example", OpenIBOUI)
+	r, err := Serve(devs[0], host, OpenIBOUI)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
+	t.Cleanup(func() { r.Close() })
 	p, err := NewPinger(devs[1], OpenIBOUI, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
+	t.Cleanup(func() { p.Close() })
+	return devs[0], r, p
+}
+
+func TestPingResponder(t *testing.T) {
+	dev, r, p := servePing(t, "server.example")
 	for i := 0; i < 3; i++ {
 		rtt, host, err := p.Ping(context.Background(), netip.MustParseAddr("10.0.0.1"))
 		if err != nil || host != "server.example" || rtt <= 0 {
@@ -56,7 +64,7 @@ func TestPingResponder(t *testing.T) {
 	if r.Answered.Load() != 3 || r.Dropped.Load() != 0 {
 		t.Fatalf("responder answered %d dropped %d", r.Answered.Load(), r.Dropped.Load())
 	}
-	if _, err := Serve(devs[0], "again", OpenIBOUI); err == nil {
+	if _, err := Serve(dev, "again", OpenIBOUI); err == nil {
 		t.Fatal("a second responder on one device")
 	}
 }
@@ -86,17 +94,7 @@ func TestPingNoResponder(t *testing.T) {
 // Hostile MADs of the ping class reach the responder and the pinger: each is dropped
 // and counted, none is answered, nothing panics.
 func TestHostileMADs(t *testing.T) {
-	devs := simDevices(t, "10.0.0.1", "10.0.0.2")
-	r, err := Serve(devs[0], "s", OpenIBOUI)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	p, err := NewPinger(devs[1], OpenIBOUI, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	_, r, p := servePing(t, "s")
 	req := func(edit func(m MAD)) []byte {
 		b := make([]byte, mad.Len)
 		m := EncodeRequest(b, 5, OpenIBOUI)

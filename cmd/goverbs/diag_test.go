@@ -191,6 +191,13 @@ func TestIbping(t *testing.T) {
 	}
 	mustMatch(t, "ibping -f -G", r.stdout, fmt.Sprintf(statsRE, regexp.QuoteMeta(srvAddr), 5, 5, 0))
 
+	// Without -c, Ctrl-C ends the run: the statistics of what was sent, exit 0.
+	cli := startServer(t, "Pong from", "ibping", "--bind", cliAddr, srvAddr)
+	cli.cmd.Process.Signal(os.Interrupt)
+	r = cli.wait(t)
+	mustSucceed(t, "ibping interrupted", r)
+	mustMatch(t, "ibping interrupted", r.stdout, `(?m)^(\d+) packets transmitted, (\d+) received, 0% packet loss`)
+
 	srv.Process.Signal(os.Interrupt)
 	select {
 	case <-done:

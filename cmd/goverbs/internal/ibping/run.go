@@ -32,6 +32,7 @@ ping with "class not supported" (the ping is lost at once, not after the timeout
 type options struct {
 	dev     tool.DevOpts
 	count   int
+	counted bool // -c given: stop after count pings (0 included)
 	flood   bool
 	oui     string
 	server  bool
@@ -61,6 +62,7 @@ func Run(cmd *tool.Command, args []string) error {
 	if err != nil {
 		return err
 	}
+	o.counted = fs.Changed("count") // -c 0 sends none, as ibping's does
 	oui, err := strconv.ParseUint(o.oui, 0, 24)
 	if err != nil {
 		return fmt.Errorf("invalid OUI %q", o.oui)
@@ -166,7 +168,7 @@ func ping(ctx context.Context, w io.Writer, e *tool.Endpoint, dst netip.Addr, ou
 	var minRTT, maxRTT, total time.Duration
 	var lastHost string
 	start := time.Now()
-	for n := 0; o.count == 0 || n < o.count; n++ {
+	for n := 0; !o.counted || n < o.count; n++ {
 		if ctx.Err() != nil {
 			break
 		}
@@ -192,7 +194,7 @@ func ping(ctx context.Context, w io.Writer, e *tool.Endpoint, dst netip.Addr, ou
 				fmt.Fprintf(w, "Pong from %s (%s): time %s ms\n", host, portID(dst), ms(rtt))
 			}
 		}
-		if !o.flood && (o.count == 0 || n+1 < o.count) {
+		if !o.flood && (!o.counted || n+1 < o.count) {
 			select {
 			case <-ctx.Done():
 			case <-time.After(time.Second):

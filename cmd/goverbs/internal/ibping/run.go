@@ -37,6 +37,7 @@ type options struct {
 	oui     string
 	server  bool
 	guid    bool
+	lid     bool
 	timeout int
 }
 
@@ -51,6 +52,7 @@ func Run(cmd *tool.Command, args []string) error {
 	fs.BoolOpt(&o.flood, "f", "flood", "flood destination")
 	fs.StringOpt(&o.oui, "o", "oui", "0x001405", "use specified `OUI` number")
 	fs.BoolOpt(&o.server, "S", "Server", "start in server mode")
+	fs.BoolOpt(&o.lid, "L", "Lid", "use LID address argument (refused: RoCE ports have no LIDs)")
 	fs.BoolOpt(&o.guid, "G", "Guid", "use GUID address argument (a port GUID, or a GID)")
 	fs.IntOpt(&o.timeout, "t", "timeout", 1000, "timeout in `ms`")
 	fs.StringOpt(&o.dev.Dev, "C", "Ca", "", "`CA` name to use (default the first device)")
@@ -75,6 +77,9 @@ func Run(cmd *tool.Command, args []string) error {
 		if len(pos) != 1 {
 			fmt.Fprintf(os.Stderr, "goverbs %s: a destination is needed (see 'goverbs %s -h')\n", cmd.Name, cmd.Name)
 			return tool.ErrUsage
+		}
+		if o.lid && !o.guid {
+			return fmt.Errorf("can't resolve destination port %s: RoCE ports have no LIDs (every LID is 0); give the GID or IP address", pos[0])
 		}
 		if dst, err = parseDest(pos[0], o.guid); err != nil {
 			return fmt.Errorf("can't resolve destination port %s: %v", pos[0], err)

@@ -1,8 +1,9 @@
 // Package ibping is infiniband-diags' ibping on goverbs devices: a Get of the OpenIB
 // ping vendor class on QP1, answered by a responder (ibping -S) with its host name.
 //
-// The MAD is a vendor-specific MAD of range 2 (IBTA Vol. 1 13.4.4: classes 0x30-0x4F,
-// ch. 16's vendor classes), laid out as libibmad and Linux's struct ib_vendor_mad do:
+// The MAD is a vendor-specific MAD of range 2 (IBTA Vol. 1 13.4's management class
+// values: 0x30-0x4F, whose MADs carry an OUI; ch. 16 on vendor-specific classes), laid
+// out as libibmad and Linux's struct ib_vendor_mad do:
 //
 //	 0                   24                  36  37     40                      256
 //	+--------------------+-------------------+---+------+------------------------+

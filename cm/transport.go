@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/goverbs/goverbs/cm/mad"
 	"github.com/goverbs/goverbs/verbs"
 )
 
@@ -28,11 +29,13 @@ func (p gsiPort) SendMAD(to netip.Addr, mad []byte) error           { return p.g
 func (p gsiPort) SetMADHandler(h func(from netip.Addr, mad []byte)) { p.g.SetHandler(h) }
 func (p gsiPort) Close() error                                      { return p.g.Close() }
 
-// NewAgent starts the connection manager of dev on its QP1. A device
-// has at most one agent at a time; the device must stay open while the
-// agent is. cfg may be nil.
+// NewAgent starts the connection manager of dev on its QP1, for the CM
+// class only (0x07, version 2), so that other management classes' users
+// (goverbs ibping's responder) can share QP1. A device has at most one
+// agent at a time; the device must stay open while the agent is. cfg may
+// be nil.
 func NewAgent(dev *verbs.Device, cfg *Config) (*Agent, error) {
-	g, err := dev.OpenGSI()
+	g, err := dev.OpenGSIClass(mad.ClassCM, mad.ClassVersionCM)
 	if errors.Is(err, verbs.ErrNoGSI) {
 		return nil, fmt.Errorf("%w: %v", ErrNoGSI, dev.Name())
 	}

@@ -25,6 +25,7 @@ type Device struct {
 	info  DeviceInfo
 	impl  driver.Device
 	ports uint8
+	gsi   *gsiMux // QP1's classes, when the provider gives QP1 access (gsi.go)
 
 	// closed is set once, by Close under mu; the maps hold what Close marks closed with
 	// it (see lifecycle.go).
@@ -80,11 +81,13 @@ func Open(name string) (*Device, error) {
 
 // newDevice wraps a provider's opened device.
 func newDevice(info DeviceInfo, impl driver.Device) *Device {
-	return &Device{
+	d := &Device{
 		info: info, impl: impl, ports: impl.Query().PhysPortCnt, done: make(chan struct{}),
 		qps: make(map[driver.QP]*QP), cqs: make(map[driver.CQ]*CQ), srqs: make(map[driver.SRQ]*SRQ),
 		chans: make(map[*CompChannel]struct{}),
 	}
+	d.gsi = newGSIMux(impl)
+	return d
 }
 
 // Name returns the device's name.

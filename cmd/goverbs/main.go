@@ -13,6 +13,9 @@
 //	goverbs asyncwatch --bind 127.0.0.2                  # that tool's async events
 //	goverbs rstream -b 127.0.0.2                         # stream server (rdmanet)
 //	goverbs rstream -b 127.0.0.3 -s 127.0.0.2            # client; --tcp: the same over Go TCP
+//	goverbs ibstat                                       # infiniband-diags' port views
+//	goverbs ibping -S --bind 127.0.0.2                   # answer pings on QP1
+//	goverbs ibping --bind 127.0.0.3 -c 3 127.0.0.2       # ping it
 //	goverbs help write_bw                                # a command's flags
 package main
 
@@ -25,6 +28,7 @@ import (
 	"strings"
 
 	"github.com/goverbs/goverbs/cmd/goverbs/internal/cmtools"
+	"github.com/goverbs/goverbs/cmd/goverbs/internal/ibping"
 	"github.com/goverbs/goverbs/cmd/goverbs/internal/inspect"
 	"github.com/goverbs/goverbs/cmd/goverbs/internal/perftest"
 	"github.com/goverbs/goverbs/cmd/goverbs/internal/pingpong"
@@ -59,6 +63,11 @@ var commands = []*tool.Command{
 	{Name: "ucmatose", Summary: "RC connections and messages through the connection manager (librdmacm's cmatose)", Run: cmtools.RunUcmatose},
 	{Name: "udaddy", Summary: "UD datagrams to a service found through the connection manager (librdmacm's udaddy)", Run: cmtools.RunUdaddy},
 	{Name: "rstream", Summary: "stream bandwidth and latency over rdmanet, or Go TCP with --tcp (librdmacm's rstream)", Run: rstream.Run},
+	{Name: "ibstat", Summary: "device and port state, rate, LIDs and GUIDs (infiniband-diags' ibstat)", Run: inspect.RunIbstat},
+	{Name: "ibstatus", Summary: "each port's default GID, state and rate (infiniband-diags' ibstatus)", Run: inspect.RunIbstatus},
+	{Name: "ibaddr", Summary: "a local port's GID and LID range (infiniband-diags' ibaddr)", Run: inspect.RunIbaddr},
+	{Name: "iblinkinfo", Summary: "each device's port, its interface, MTU and speed (infiniband-diags' iblinkinfo)", Run: inspect.RunIblinkinfo},
+	{Name: "ibping", Summary: "ping a device's QP1 with a vendor-class MAD; -S answers (infiniband-diags' ibping)", Run: ibping.Run},
 	{Name: "mckey", Summary: "UD datagrams to a multicast group joined through the connection manager (librdmacm's mckey)", Run: cmtools.RunMckey},
 }
 

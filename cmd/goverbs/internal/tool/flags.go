@@ -19,9 +19,12 @@ type FlagSet struct {
 	// ArgsUsage is what follows the flags in the usage line: by default the server's
 	// address, "" for a command that takes none.
 	ArgsUsage string
-	name      string
-	summary   string
-	parsing   bool // names are matched as getopt_long matches them (longName)
+	// Notes, when set, end the help page: what the command does differently from the
+	// tool it is named after.
+	Notes   string
+	name    string
+	summary string
+	parsing bool // names are matched as getopt_long matches them (longName)
 }
 
 // NewFlagSet returns the flags of cmd, for its Run to fill.
@@ -115,6 +118,9 @@ func (f *FlagSet) printHelp(w io.Writer) {
 	})
 	for _, l := range lines {
 		fmt.Fprintf(w, "  %-*s  %s\n", width, l[0], l[1])
+	}
+	if f.Notes != "" {
+		fmt.Fprintf(w, "\n%s\n", strings.TrimRight(f.Notes, "\n"))
 	}
 }
 

@@ -47,8 +47,8 @@ type Conn struct {
 	segs   []int // SegSize of an injected run (0 for a datagram)
 	from   []netip.AddrPort
 	ecns   []netio.ECN // the ECN codepoint each datagram was sent with
-	head   int // next slot to read
-	count  int // datagrams queued
+	head   int         // next slot to read
+	count  int         // datagrams queued
 	looks  uint64
 	empty  uint64 // the look that emptied the queue last
 	closed bool

@@ -30,7 +30,7 @@ func checkRates(t *testing.T, r *RP, step string, rc, rt, alpha float64) {
 // TestFirstCNPHalves: α starts at 1, so the first CNP halves the rate, makes the
 // old rate the target, and leaves α at (1−g)·1 + g = 1.
 func TestFirstCNPHalves(t *testing.T) {
-	cfg := DefaultConfig(line10G)
+	cfg := PaperConfig(line10G)
 	r := NewRP(cfg, t0)
 	if r.Phase() != PhaseLine || !r.Deadline().IsZero() {
 		t.Fatalf("new RP: phase %v, deadline %v", r.Phase(), r.Deadline())
@@ -48,7 +48,8 @@ func TestFirstCNPHalves(t *testing.T) {
 // TestCutFormula: a later cut uses α as decayed by then: Rt ← Rc, Rc ← Rc(1−α/2),
 // then α ← (1−g)α + g.
 func TestCutFormula(t *testing.T) {
-	cfg := DefaultConfig(line10G)
+	cfg := PaperConfig(line10G)
+	cfg.IncreaseInterval = time.Hour // no increase between the cuts
 	g := cfg.G
 	r := NewRP(cfg, t0)
 	r.CNP(t0)
@@ -62,7 +63,7 @@ func TestCutFormula(t *testing.T) {
 // TestAlphaDecay: every AlphaInterval without a CNP multiplies α by (1−g), step by
 // step, and a partial period does nothing.
 func TestAlphaDecay(t *testing.T) {
-	cfg := DefaultConfig(line10G)
+	cfg := PaperConfig(line10G)
 	cfg.G = 1.0 / 16 // large enough to see each step plainly
 	r := NewRP(cfg, t0)
 	r.CNP(t0)
@@ -100,7 +101,7 @@ func twoCuts(t *testing.T, cfg Config) *RP {
 // steps Rc ← (Rt+Rc)/2, one additive step Rt += R_AI, then hyper steps Rt += R_HAI,
 // each with Rc ← (Rt+Rc)/2.
 func TestFastRecoveryThenIncrease(t *testing.T) {
-	cfg := DefaultConfig(line10G)
+	cfg := PaperConfig(line10G)
 	cfg.ByteCounter = 0
 	r := twoCuts(t, cfg)
 	cut := t0.Add(10 * us)
@@ -140,7 +141,7 @@ func TestFastRecoveryThenIncrease(t *testing.T) {
 // lasts while only one of timer and byte counter has reached F, and hyper increase
 // starts when both have; bytes drive events as the timer does.
 func TestByteCounter(t *testing.T) {
-	cfg := DefaultConfig(line10G)
+	cfg := PaperConfig(line10G)
 	cfg.ByteCounter = 1 << 20
 	r := twoCuts(t, cfg)
 	now := t0.Add(10 * us)
@@ -182,7 +183,7 @@ func TestByteCounter(t *testing.T) {
 
 // TestFloor: cuts stop at MinRate.
 func TestFloor(t *testing.T) {
-	cfg := DefaultConfig(line10G)
+	cfg := PaperConfig(line10G)
 	r := NewRP(cfg, t0)
 	now := t0
 	for i := 0; i < 40; i++ {
@@ -200,7 +201,7 @@ func TestFloor(t *testing.T) {
 // TestBackToLineRate: with no more CNPs the rate climbs back to line rate, never
 // past it, and the RP goes quiet (no deadline).
 func TestBackToLineRate(t *testing.T) {
-	cfg := DefaultConfig(line10G)
+	cfg := PaperConfig(line10G)
 	r := NewRP(cfg, t0)
 	r.CNP(t0)
 	now := t0
@@ -220,7 +221,7 @@ func TestBackToLineRate(t *testing.T) {
 // TestDecreaseInterval: a CNP within DecreaseInterval of a cut is held until the
 // interval ends; more CNPs in between make one cut.
 func TestDecreaseInterval(t *testing.T) {
-	cfg := DefaultConfig(line10G)
+	cfg := PaperConfig(line10G)
 	r := NewRP(cfg, t0)
 	r.CNP(t0)
 	r.CNP(t0.Add(1 * us))
@@ -270,7 +271,7 @@ func TestHostileConfig(t *testing.T) {
 		func(c *Config) { c.Burst = 0 },
 		func(c *Config) { c.F = -1 },
 	} {
-		cfg := DefaultConfig(line10G)
+		cfg := PaperConfig(line10G)
 		mod(&cfg)
 		if cfg.Validate() == nil {
 			t.Errorf("%+v validated", cfg)
@@ -288,8 +289,8 @@ func TestHostileConfig(t *testing.T) {
 // MinRate ≤ Rc ≤ Rt ≤ LineRate and 0 < α ≤ 1 always hold.
 func TestInvariants(t *testing.T) {
 	rng := rand.New(rand.NewPCG(31, 31))
-	for _, bc := range []int64{0, DefaultByteCounter, 64 << 10} {
-		cfg := DefaultConfig(line10G)
+	for _, bc := range []int64{0, 10 << 20, 64 << 10} {
+		cfg := PaperConfig(line10G)
 		cfg.ByteCounter = bc
 		r := NewRP(cfg, t0)
 		now := t0
@@ -317,7 +318,7 @@ func TestInvariants(t *testing.T) {
 
 // TestNPPacing: at most one CNP per QP per CNPInterval.
 func TestNPPacing(t *testing.T) {
-	cfg := DefaultConfig(line10G)
+	cfg := PaperConfig(line10G)
 	np := NewNP(cfg)
 	for _, c := range []struct {
 		at   time.Duration
@@ -378,7 +379,7 @@ func TestPacer(t *testing.T) {
 // TestRPPaces: an RP's budget follows its rate: after the first CNP a QP sending
 // as fast as allowed gets half the line rate.
 func TestRPPaces(t *testing.T) {
-	cfg := DefaultConfig(line10G)
+	cfg := PaperConfig(line10G)
 	cfg.IncreaseInterval = time.Hour // hold the rate still
 	r := NewRP(cfg, t0)
 	r.CNP(t0)

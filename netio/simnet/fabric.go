@@ -30,12 +30,18 @@ type Link struct {
 // ECN-capable (ECT(0), ECT(1)) at an output queue holding q bytes leaves
 // marked CE with probability 0 for q ≤ Kmin, Pmax·(q−Kmin)/(Kmax−Kmin) for
 // Kmin < q ≤ Kmax, and 1 above Kmax. The queue is measured when the datagram
-// is enqueued (the bytes waiting ahead of it). A datagram that is not
+// is enqueued (the bytes waiting ahead of it), or with OnDequeue when its
+// transmission starts (the bytes waiting behind it). A datagram that is not
 // ECN-capable is never marked; the queue's capacity alone limits it (tail
 // drop). Kmax 0 turns marking off.
 type RED struct {
 	Kmin, Kmax int // bytes
 	Pmax       float64
+	// OnDequeue marks as a datagram leaves the queue rather than as it
+	// enters: the mark then reports the queue as it is now, not as it was a
+	// queueing delay ago, and reaches the sender that much sooner. The HPCC
+	// simulator's switch marks so (SwitchNode::SwitchNotifyDequeue).
+	OnDequeue bool
 }
 
 // DCQCNMarking is the marking the DCQCN paper uses at 40 Gb/s (§5, Table 2):
@@ -126,6 +132,14 @@ func (p *Port) Queue() int {
 	defer p.n.mu.Unlock()
 	p.pt.drain(p.n.now())
 	return p.pt.queued
+}
+
+// SetLink changes the link as this port sends onto it (the other direction
+// keeps its own): a lossy uplink, a slower port.
+func (p *Port) SetLink(l Link) {
+	p.n.mu.Lock()
+	p.pt.link = l
+	p.n.mu.Unlock()
 }
 
 // String names the port by its two ends.
@@ -302,10 +316,8 @@ func (n *Network) transmit(pt *port, p *packet) {
 		return
 	}
 	pt.stats.MaxQueue = max(pt.stats.MaxQueue, pt.queued)
-	if p.ecn.ECT() && p.ecn != netio.ECNCE && mark < pt.red.Prob(pt.queued) {
-		p.ecn = netio.ECNCE
-		pt.stats.Marked++
-		n.stats.Marked++
+	if !pt.red.OnDequeue {
+		n.mark(pt, p, mark, pt.queued)
 	}
 	start := now
 	if pt.busyUntil.After(start) {
@@ -322,12 +334,49 @@ func (n *Network) transmit(pt *port, p *packet) {
 	}
 	pt.stats.Datagrams++
 	pt.stats.Bytes += uint64(size)
-	if lose < pt.link.Loss {
+	if pt.red.OnDequeue && pt.red.Kmax > 0 {
+		// Decide at the start of transmission; the draws are made then.
+		p.at, p.deq = start, pt
+		n.push(p)
+		return
+	}
+	n.onLink(pt, p, lose, pt.busyUntil)
+}
+
+// mark marks p CE with RED's probability for a queue of q bytes, given the
+// uniform draw u. n.mu held.
+func (n *Network) mark(pt *port, p *packet, u float64, q int) {
+	if p.ecn.ECT() && p.ecn != netio.ECNCE && u < pt.red.Prob(q) {
+		p.ecn = netio.ECNCE
+		pt.stats.Marked++
+		n.stats.Marked++
+	}
+}
+
+// dequeue is the start of p's transmission at a port that marks on dequeue:
+// mark by the bytes waiting now, then send it on. n.mu held.
+func (n *Network) dequeue(p *packet) {
+	pt := p.deq
+	p.deq = nil
+	pt.drain(p.at)
+	mark, lose := n.rng.Float64(), n.rng.Float64()
+	n.mark(pt, p, mark, pt.queued)
+	end := p.at
+	if pt.link.Bandwidth > 0 {
+		end = end.Add(time.Duration(math.Round(float64(WireSize(p.dst.Addr(), len(p.data))) * 8 / pt.link.Bandwidth * 1e9)))
+	}
+	n.onLink(pt, p, lose, end)
+}
+
+// onLink puts p on pt's link: lost with the draw u, or arriving at the far end
+// the link's delay after its transmission ends at end. n.mu held.
+func (n *Network) onLink(pt *port, p *packet, u float64, end time.Time) {
+	if u < pt.link.Loss {
 		pt.stats.LinkLoss++
 		n.stats.LinkLoss++
 		return
 	}
-	p.at = pt.busyUntil.Add(pt.link.Delay)
+	p.at = end.Add(pt.link.Delay)
 	p.node = pt.to
 	n.push(p)
 }

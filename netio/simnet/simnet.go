@@ -266,6 +266,9 @@ type packet struct {
 	src, dst netip.AddrPort
 	data     []byte
 	ecn      netio.ECN
+	// deq, when set, makes the event the start of the datagram's
+	// transmission at that port (a port whose RED marks on dequeue).
+	deq *port
 	// node is where the datagram arrives at time at when it crosses the
 	// fabric: its source host first, then switches, then its destination
 	// host. nil: straight to the destination's listener.
@@ -357,6 +360,10 @@ func (n *Network) push(p *packet) {
 
 // step carries out p's event: arrival at a fabric node, or delivery. n.mu held.
 func (n *Network) step(p *packet) {
+	if p.deq != nil {
+		n.dequeue(p)
+		return
+	}
 	if p.node != nil {
 		n.arrive(p)
 		return

@@ -19,7 +19,7 @@ import (
 // go-back-N sender a window of retransmissions and a timeout, and goodput falls.
 func TestIncastModel(t *testing.T) {
 	mc := defaultModel(8, DefaultConfig(10e9))
-	on := runModel(t, mc)
+	on := runModel(t, shorten(mc))
 	t.Logf("DCQCN on: %v", on)
 	port := mc.bandwidth
 	if on.Aggregate < 0.9*port {
@@ -44,7 +44,7 @@ func TestIncastModel(t *testing.T) {
 	// A shorter run shows the collapse as well, at a quarter of the events.
 	mc.cc = Config{}
 	mc.duration, mc.warmup = 300*time.Millisecond, 100*time.Millisecond
-	off := runModel(t, mc)
+	off := runModel(t, shorten(mc))
 	t.Logf("DCQCN off: %v", off)
 	if off.Net.TailDrop == 0 || off.QueueP[2] < mc.queue*9/10 || off.Aggregate > 0.75*on.Aggregate {
 		t.Errorf("DCQCN off: no collapse to show: %v", off)
@@ -87,9 +87,9 @@ func TestLossModel(t *testing.T) {
 			name = "selective"
 			mc.window = bdp + mc.ackEvery // in flight: the BDP and the ACKs' coalescing
 		}
-		r := row{name: name, lossless: runModel(t, mc)}
+		r := row{name: name, lossless: runModel(t, shorten(mc))}
 		mc.lossUp = 0.01
-		r.lossy = runModel(t, mc)
+		r.lossy = runModel(t, shorten(mc))
 		f := r.lossy.Flows[0]
 		t.Logf("%s (window %d): lossless %.3f Gb/s, 1%% loss %.3f Gb/s (%.1f%%): %d lost, %d retransmitted, %d timeouts",
 			name, mc.window, r.lossless.Aggregate/1e9, r.lossy.Aggregate/1e9, 100*r.lossy.Aggregate/r.lossless.Aggregate,

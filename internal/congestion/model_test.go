@@ -70,6 +70,16 @@ func defaultModel(senders int, cc Config) modelConfig {
 	}
 }
 
+// shorten returns mc with its virtual time cut to a fifth under the race detector
+// (see raceEnabled), the warm-up included.
+func shorten(mc modelConfig) modelConfig {
+	if raceEnabled {
+		mc.duration /= 5
+		mc.warmup /= 5
+	}
+	return mc
+}
+
 type flowResult struct {
 	Goodput  float64 // payload bits per second delivered in order, after the warm-up
 	Sent     int     // data packets sent
@@ -114,8 +124,10 @@ type modelSender struct {
 	una, next    int         // go-back-N: oldest unacknowledged, next to send
 	highest      int         // one past the highest PSN ever sent
 	lastProgress time.Time
+	wakeAt       time.Time // wake(), as of the last time the sender was touched
 	res          flowResult
 	msgs         []netio.Message
+	bufs         [][]byte // the data packets of a batch, reused: WriteBatch copies
 }
 
 type modelFlow struct {
@@ -276,8 +288,10 @@ func runModel(t testing.TB, mc modelConfig) modelResult {
 		}
 		// The senders: ACK/NAK/CNP in, data out.
 		for i, s := range senders {
+			touched := !now.Before(s.wakeAt)
 			for {
 				got, _ := s.conn.(netio.Poller).PollBatch(rbuf)
+				touched = touched || got > 0
 				for _, m := range rbuf[:got] {
 					h := wire.BTH(m.Buf[:m.N])
 					switch h.Opcode() {
@@ -292,7 +306,10 @@ func runModel(t testing.TB, mc modelConfig) modelResult {
 					break
 				}
 			}
-			s.send(now, mc, i, data, rxAddr)
+			if touched {
+				s.send(now, mc, i, data, rxAddr)
+				s.wakeAt = s.wake(now, mc)
+			}
 		}
 		for !nextSample.After(now) {
 			if !now.Before(warm) {
@@ -306,7 +323,7 @@ func runModel(t testing.TB, mc modelConfig) modelResult {
 			next = at
 		}
 		for _, s := range senders {
-			if at := s.wake(now, mc); !at.IsZero() && at.Before(next) {
+			if at := s.wakeAt; !at.IsZero() && at.Before(next) {
 				next = at
 			}
 		}
@@ -418,8 +435,10 @@ func (s *modelSender) send(now time.Time, mc modelConfig, i int, data []byte, rx
 		}
 		s.res.Sent++
 		s.lastProgress = now // the retransmission timer restarts with every send, as in rxe
-		// One buffer per packet: WriteBatch copies, but the batch holds them all.
-		b := make([]byte, len(data))
+		if len(s.msgs) == len(s.bufs) {
+			s.bufs = append(s.bufs, make([]byte, len(data)))
+		}
+		b := s.bufs[len(s.msgs)]
 		wire.BTH(b).Encode(&wire.BTHFields{Opcode: dataOp, PKey: 0xffff, DestQP: qpBase + uint32(i), PSN: wire.PSN(psn).Add(0)})
 		s.msgs = append(s.msgs, netio.Message{Buf: b, N: len(b), Addr: netip.AddrPortFrom(rx, 4791), ECN: netio.ECNECT0})
 		s.rp.Sent(now, len(b))

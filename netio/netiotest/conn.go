@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/netio"
+	"github.com/goverbs/goverbs/netio/internal/waitq"
 )
 
 // DefaultDepth is the receive queue length, in datagrams, of the Conns Pipe and NewConn
@@ -329,29 +330,15 @@ func (c *Conn) ReadBatch(msgs []netio.Message) (int, error) {
 // WaitReadable waits until a datagram is queued, the timeout passes (never, when it is
 // negative) or the Conn closes (netio.Poller).
 func (c *Conn) WaitReadable(timeout time.Duration) (bool, error) {
-	var expired <-chan time.Time
-	if timeout >= 0 {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		expired = t.C
-	}
-	for {
+	queued, closed := waitq.Readable(timeout, c.ready, c.done, func() (bool, bool) {
 		c.mu.Lock()
-		queued, closed := c.count > 0, c.closed
-		c.mu.Unlock()
-		switch {
-		case closed:
-			return false, c.closedErr("wait")
-		case queued:
-			return true, nil
-		}
-		select {
-		case <-c.ready:
-		case <-c.done:
-		case <-expired:
-			return false, nil
-		}
+		defer c.mu.Unlock()
+		return c.count > 0, c.closed
+	})
+	if closed {
+		return false, c.closedErr("wait")
 	}
+	return queued, nil
 }
 
 var (

@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/netio"
+	"github.com/goverbs/goverbs/netio/internal/waitq"
 )
 
 // Faults are per-datagram probabilities and delays.
@@ -537,29 +538,15 @@ func (c *conn) PollBatch(msgs []netio.Message) (int, error) {
 // WaitReadable waits until a datagram is queued, the timeout passes (never
 // when negative) or the Conn closes (netio.Poller).
 func (c *conn) WaitReadable(timeout time.Duration) (bool, error) {
-	var expired <-chan time.Time
-	if timeout >= 0 {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		expired = t.C
-	}
-	for {
+	queued, closed := waitq.Readable(timeout, c.ready, c.done, func() (bool, bool) {
 		c.net.mu.Lock()
-		queued, closed := len(c.queue) > 0, c.closed
-		c.net.mu.Unlock()
-		switch {
-		case closed:
-			return false, c.closedErr("wait")
-		case queued:
-			return true, nil
-		}
-		select {
-		case <-c.ready:
-		case <-c.done:
-		case <-expired:
-			return false, nil
-		}
+		defer c.net.mu.Unlock()
+		return len(c.queue) > 0, c.closed
+	})
+	if closed {
+		return false, c.closedErr("wait")
 	}
+	return queued, nil
 }
 
 // WriteBatch sends every message; SegSize runs are split into datagrams.

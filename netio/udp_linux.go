@@ -229,6 +229,18 @@ func setBuf(s, force, plain, want int) int {
 	return got
 }
 
+// recvECN asks the kernel for the ECN bits of each datagram fd receives:
+// IP_RECVTOS gives IPv4's TOS byte, IPV6_RECVTCLASS IPv6's traffic class, as a
+// control message (parseRecvCmsgs). Sending sets them per datagram with IP_TOS
+// or IPV6_TCLASS control messages (putTOSCmsg). It reports whether the kernel
+// agreed.
+func recvECN(fd int, v6 bool) bool {
+	if v6 {
+		return unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1) == nil
+	}
+	return unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_RECVTOS, 1) == nil
+}
+
 // probeOffload asks the kernel for UDP GSO (getsockopt UDP_SEGMENT works
 // where the kernel knows it) and turns on UDP GRO.
 func (c *udpConn) probeOffload(opts UDPOptions) {
@@ -240,18 +252,7 @@ func (c *udpConn) probeOffload(opts UDPOptions) {
 		})
 	}
 	_ = c.rc.Control(traceSocket) // receive timestamps, in a goverbs_trace build only
-	// The ECN bits of each datagram received: IP_RECVTOS gives IPv4's TOS byte,
-	// IPV6_RECVTCLASS IPv6's traffic class, as a control message. Sending sets
-	// them per datagram with IP_TOS or IPV6_TCLASS control messages.
-	_ = c.rc.Control(func(fd uintptr) {
-		var err error
-		if c.v6 {
-			err = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1)
-		} else {
-			err = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_RECVTOS, 1)
-		}
-		c.ecn = err == nil
-	})
+	_ = c.rc.Control(func(fd uintptr) { c.ecn = recvECN(int(fd), c.v6) })
 	if !opts.DisableGRO {
 		_ = c.rc.Control(func(fd uintptr) {
 			if err := unix.SetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_GRO, 1); err == nil {

@@ -25,6 +25,17 @@ type Link struct {
 	Loss float64
 }
 
+// sane returns l with what cannot be simulated made harmless: a bandwidth that
+// is not a positive number is infinite (no transmission time), a negative
+// delay none; so time never runs backwards.
+func (l Link) sane() Link {
+	if !(l.Bandwidth > 0) || math.IsInf(l.Bandwidth, 1) {
+		l.Bandwidth = 0
+	}
+	l.Delay = max(l.Delay, 0)
+	return l
+}
+
 // RED sets a switch port's ECN marking, as RED does it in ECN mode (DCQCN's
 // congestion point, Zhu et al. SIGCOMM 2015 §3.1): a datagram that arrives
 // ECN-capable (ECT(0), ECT(1)) at an output queue holding q bytes leaves
@@ -138,7 +149,7 @@ func (p *Port) Queue() int {
 // keeps its own): a lossy uplink, a slower port.
 func (p *Port) SetLink(l Link) {
 	p.n.mu.Lock()
-	p.pt.link = l
+	p.pt.link = l.sane()
 	p.n.mu.Unlock()
 }
 
@@ -221,17 +232,22 @@ func (n *Network) Attach(addr netip.Addr, sw *Switch, l Link) (host, toHost *Por
 	return &Port{n, up}, &Port{n, down}, nil
 }
 
-// Connect links two switches by l and returns the ports a→b and b→a.
-func (n *Network) Connect(a, b *Switch, l Link) (ab, ba *Port) {
+// Connect links two switches of this Network by l and returns the ports a→b
+// and b→a.
+func (n *Network) Connect(a, b *Switch, l Link) (ab, ba *Port, err error) {
+	if a == nil || b == nil || a.n != n || b.n != n || a == b {
+		return nil, nil, fmt.Errorf("simnet: connect: two distinct switches of this Network are needed")
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	x, y := n.link(a.node, b.node, l)
-	return &Port{n, x}, &Port{n, y}
+	return &Port{n, x}, &Port{n, y}, nil
 }
 
 // link makes both directions of a link between a and b, each port with its
 // node's queue and marking (a host's: unbounded, none). n.mu held.
 func (n *Network) link(a, b *node, l Link) (ab, ba *port) {
+	l = l.sane()
 	ab = &port{from: a, to: b, link: l, capacity: a.cfg.QueueBytes, red: a.cfg.ECN}
 	ba = &port{from: b, to: a, link: l, capacity: b.cfg.QueueBytes, red: b.cfg.ECN}
 	a.ports = append(a.ports, ab)
@@ -323,11 +339,7 @@ func (n *Network) transmit(pt *port, p *packet) {
 	if pt.busyUntil.After(start) {
 		start = pt.busyUntil
 	}
-	var tx time.Duration
-	if pt.link.Bandwidth > 0 {
-		tx = time.Duration(math.Round(float64(size) * 8 / pt.link.Bandwidth * 1e9))
-	}
-	pt.busyUntil = start.Add(tx)
+	pt.busyUntil = start.Add(txTime(size, pt.link.Bandwidth))
 	if start.After(now) {
 		pt.waiting = append(pt.waiting, waiter{start, size})
 		pt.queued += size
@@ -361,11 +373,7 @@ func (n *Network) dequeue(p *packet) {
 	pt.drain(p.at)
 	mark, lose := n.rng.Float64(), n.rng.Float64()
 	n.mark(pt, p, mark, pt.queued)
-	end := p.at
-	if pt.link.Bandwidth > 0 {
-		end = end.Add(time.Duration(math.Round(float64(WireSize(p.dst.Addr(), len(p.data))) * 8 / pt.link.Bandwidth * 1e9)))
-	}
-	n.onLink(pt, p, lose, end)
+	n.onLink(pt, p, lose, p.at.Add(txTime(WireSize(p.dst.Addr(), len(p.data)), pt.link.Bandwidth)))
 }
 
 // onLink puts p on pt's link: lost with the draw u, or arriving at the far end
@@ -379,6 +387,15 @@ func (n *Network) onLink(pt *port, p *packet, u float64, end time.Time) {
 	p.at = end.Add(pt.link.Delay)
 	p.node = pt.to
 	n.push(p)
+}
+
+// txTime is how long size wire bytes take at bandwidth bits per second (0: no
+// time), rounded to the nanosecond and at most an hour.
+func txTime(size int, bandwidth float64) time.Duration {
+	if !(bandwidth > 0) {
+		return 0
+	}
+	return time.Duration(math.Round(min(float64(size)*8/bandwidth*1e9, float64(time.Hour))))
 }
 
 // drain forgets the datagrams whose transmission has started by now.

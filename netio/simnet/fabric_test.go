@@ -3,6 +3,7 @@ package simnet
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"net/netip"
 	"testing"
 	"testing/synctest"
@@ -187,7 +188,13 @@ func TestFabricTwoSwitches(t *testing.T) {
 	l := Link{Delay: 5 * time.Microsecond} // no bandwidth: no transmission time
 	n.Attach(a, s1, l)
 	n.Attach(b, s2, l)
-	ab, _ := n.Connect(s1, s2, l)
+	ab, _, err := n.Connect(s1, s2, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := n.Connect(s1, s1, l); err == nil {
+		t.Error("a switch connected to itself")
+	}
 	ca, cb := mustListen(t, n, netip.AddrPortFrom(a, 1)), mustListen(t, n, netip.AddrPortFrom(b, 1))
 	send(t, ca, cb, 100, netio.ECNCE, 0)
 	n.Advance(start.Add(15*time.Microsecond - 1))
@@ -230,4 +237,48 @@ func TestFabricSynctest(t *testing.T) {
 			t.Errorf("arrived after %v, want 36µs", d)
 		}
 	})
+}
+
+// TestFabricHostileLinks: nonsense link settings neither panic nor run time
+// backwards.
+func TestFabricHostileLinks(t *testing.T) {
+	n := NewManual(1, Faults{}, start)
+	defer n.Close()
+	sw := n.AddSwitch("s", SwitchConfig{QueueBytes: -5, ECN: RED{Kmin: 10, Kmax: 5, Pmax: math.NaN()}})
+	links := []Link{
+		{Bandwidth: math.NaN(), Delay: -time.Hour, Loss: -1},
+		{Bandwidth: 1e-300, Delay: 1, Loss: math.NaN()},
+		{Bandwidth: math.Inf(1)},
+		{Bandwidth: -1e9, Loss: 2},
+	}
+	var conns []netio.Conn
+	for i, l := range links {
+		a := netip.AddrFrom4([4]byte{10, 9, 0, byte(i + 1)})
+		if _, _, err := n.Attach(a, sw, l); err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, mustListen(t, n, netip.AddrPortFrom(a, 1)))
+	}
+	if _, _, err := n.Attach(netip.Addr{}, sw, Link{}); err == nil {
+		t.Error("attached an invalid address")
+	}
+	if _, _, err := n.Attach(netip.MustParseAddr("10.9.0.1"), sw, Link{}); err == nil {
+		t.Error("attached a host twice")
+	}
+	for i, c := range conns {
+		send(t, c, conns[(i+1)%len(conns)], 100, netio.ECNECT0, i)
+	}
+	last := n.Now()
+	for {
+		at, ok := n.NextEvent()
+		if !ok {
+			break
+		}
+		if at.Before(last) {
+			t.Fatalf("an event at %v, before %v", at.Sub(start), last.Sub(start))
+		}
+		n.Advance(at)
+		last = at
+	}
+	t.Logf("%+v", n.Stats())
 }

@@ -289,8 +289,10 @@ func (r *RP) Budget(now time.Time) int {
 	return r.pacer.Budget(now)
 }
 
-// NextSend is the earliest time the budget is positive again: now if it is
-// already.
+// NextSend is the earliest time the budget is positive again at the current
+// rate: now if it is already; the zero Time if never (a debt beyond any
+// clock). A rate increase before then makes it earlier: a send path that
+// sleeps should wake at the earlier of NextSend and Deadline.
 func (r *RP) NextSend(now time.Time) time.Time {
 	if !r.cfg.Enabled {
 		return now

@@ -2,7 +2,6 @@ package congestion
 
 import (
 	"fmt"
-	"math"
 	"net/netip"
 	"slices"
 	"testing"
@@ -338,20 +337,17 @@ func runModel(t testing.TB, mc modelConfig) modelResult {
 	}
 	var res modelResult
 	secs := mc.duration.Seconds() - mc.warmup.Seconds()
-	var sum, sq float64
+	var goodputs []float64
 	for i, s := range senders {
 		f := s.res
 		f.Goodput = float64(flows[i].delivered) * 8 / secs
 		st := s.rp.Stats()
 		f.CNPs, f.Cuts = st.CNPs, st.Cuts
 		res.Flows = append(res.Flows, f)
-		sum += f.Goodput
-		sq += f.Goodput * f.Goodput
+		res.Aggregate += f.Goodput
+		goodputs = append(goodputs, f.Goodput)
 	}
-	res.Aggregate = sum
-	if sq > 0 {
-		res.Jain = sum * sum / (float64(len(senders)) * sq)
-	}
+	res.Jain = jain(goodputs)
 	slices.Sort(queue)
 	if len(queue) > 0 {
 		for j, p := range []float64{0.01, 0.10, 0.50, 0.90, 0.99} {
@@ -472,7 +468,8 @@ func (s *modelSender) wake(now time.Time, mc modelConfig) time.Time {
 	return at
 }
 
-// jain is Jain's fairness index of xs.
+// jain is Jain's fairness index of xs: (Σx)² / (n·Σx²), 1 when all are equal, 1/n
+// when one has everything; 0 when all are 0.
 func jain(xs []float64) float64 {
 	var s, q float64
 	for _, x := range xs {
@@ -480,7 +477,7 @@ func jain(xs []float64) float64 {
 		q += x * x
 	}
 	if q == 0 {
-		return math.NaN()
+		return 0
 	}
 	return s * s / (float64(len(xs)) * q)
 }

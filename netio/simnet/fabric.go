@@ -55,9 +55,9 @@ type RED struct {
 	OnDequeue bool
 }
 
-// DCQCNMarking is the marking the DCQCN paper uses at 40 Gb/s (§5, Table 2):
-// Kmin 5 KB, Kmax 200 KB, Pmax 1%.
-var DCQCNMarking = RED{Kmin: 5 << 10, Kmax: 200 << 10, Pmax: 0.01}
+// DCQCNMarking returns the marking the DCQCN paper's switches use: Kmin 5 KB,
+// Kmax 200 KB, Pmax 1%, on enqueue.
+func DCQCNMarking() RED { return RED{Kmin: 5 << 10, Kmax: 200 << 10, Pmax: 0.01} }
 
 // Prob is the probability that a datagram arriving at a queue of q bytes is
 // marked.

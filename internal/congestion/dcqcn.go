@@ -8,7 +8,7 @@ import (
 // Phase is where a reaction point's rate stands.
 type Phase uint8
 
-// Phases of the RP (DCQCN paper §3.2, after QCN's reaction point).
+// Phases of the RP (DCQCN paper, after QCN's reaction point).
 const (
 	// PhaseLine: unthrottled, at line rate; no timer runs. A QP starts here
 	// and returns here when its rate has climbed back to line rate.
@@ -60,7 +60,7 @@ type RPStats struct {
 //	    hyper:      Rt ← min(LineRate, Rt + RateHAI);  Rc ← (Rt + Rc)/2
 //
 // α is 1 when the first CNP arrives, so the first CNP halves the rate (DCQCN
-// paper §3.2; ConnectX's initial_alpha_value 1023/1024). α's decay is kept
+// paper; ConnectX's initial_alpha_value 1023/1024). α's decay is kept
 // lazily: it is brought up to date whenever the RP is used, so it costs no
 // deadline.
 //
@@ -329,7 +329,7 @@ func (r *RP) Sent(now time.Time, n int) {
 
 // NP is DCQCN's notification point for one QP: the receiver that saw
 // CE-marked packets asks, for each, whether to send a CNP now. It sends at
-// most one per CNPInterval (DCQCN paper §3.1).
+// most one per CNPInterval (DCQCN paper).
 type NP struct {
 	interval time.Duration
 	enabled  bool

@@ -9,7 +9,7 @@ import (
 )
 
 // Selective repeat for RC, as IRN does it (Mittal et al., "Revisiting Network
-// Support for RDMA", SIGCOMM 2018, §3): the responder keeps packets that arrive
+// Support for RDMA", SIGCOMM 2018): the responder keeps packets that arrive
 // beyond a gap instead of dropping them, and NAKs the first missing PSN with the
 // PSN that revealed the gap (a selective acknowledgement); the requester
 // retransmits only what is missing, once per loss, and keeps at most a

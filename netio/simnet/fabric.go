@@ -37,7 +37,7 @@ func (l Link) sane() Link {
 }
 
 // RED sets a switch port's ECN marking, as RED does it in ECN mode (DCQCN's
-// congestion point, Zhu et al. SIGCOMM 2015 §3.1): a datagram that arrives
+// congestion point, Zhu et al. SIGCOMM 2015): a datagram that arrives
 // ECN-capable (ECT(0), ECT(1)) at an output queue holding q bytes leaves
 // marked CE with probability 0 for q ≤ Kmin, Pmax·(q−Kmin)/(Kmax−Kmin) for
 // Kmin < q ≤ Kmax, and 1 above Kmax. The queue is measured when the datagram

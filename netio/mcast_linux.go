@@ -79,6 +79,7 @@ func (c *udpConn) JoinGroup(group netip.Addr) (Conn, error) {
 			return fmt.Errorf("SO_REUSEADDR: %w", err)
 		}
 		g.rcvBuf = setBuf(fd, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, c.rcvWant)
+		g.ecn = recvECN(fd, c.v6)
 		if c.v6 {
 			acceptZeroChecksum6(fd)
 			_ = unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_ALL, 0)
@@ -129,11 +130,13 @@ type groupConn struct {
 func (g *groupConn) WriteBatch(msgs []Message) (int, error) { return g.parent.WriteBatch(msgs) }
 
 // Caps are the receive side's: no GRO on a group socket (its datagrams are UD
-// messages, one MTU each at most), and the parent's sending.
+// messages, one MTU each at most), ECN only if both sockets do it, and the
+// parent's sending.
 func (g *groupConn) Caps() Caps {
 	caps := g.parent.Caps()
 	caps.GRO, caps.GROBufSize = false, 0
 	caps.RecvBuf, caps.RecvBufWanted = g.rcvBuf, 2*g.rcvWant
+	caps.ECN = caps.ECN && g.ecn // sent by the parent, reported by the group's socket
 	return caps
 }
 

@@ -95,3 +95,38 @@ func TestTeeJoinGroupRecords(t *testing.T) {
 		t.Fatalf("recorded %+v, want the send and the read, both to %v", recs, dst)
 	}
 }
+
+// A group's Conn reports the ECN codepoint of what it receives, as its parent does.
+func TestJoinGroupECN(t *testing.T) {
+	a := listen(t, "127.0.0.1:0", UDPOptions{})
+	sender := listen(t, "127.0.0.3:0", UDPOptions{})
+	group := testaddr.Group(testaddr.NetIO)
+	g, err := a.(Multicaster).JoinGroup(group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if !g.Caps().ECN {
+		t.Fatal("a group's Conn reports no ECN")
+	}
+	b := []byte("marked")
+	if _, err := sender.WriteBatch([]Message{{Buf: b, N: len(b), Addr: g.LocalAddr(), ECN: ECNCE}}); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan Message, 1)
+	go func() {
+		ms := []Message{{Buf: make([]byte, 64)}}
+		if n, err := g.ReadBatch(ms); n == 1 && err == nil {
+			got <- ms[0]
+		}
+		close(got)
+	}()
+	select {
+	case m, ok := <-got:
+		if !ok || m.ECN != ECNCE || string(m.Buf[:m.N]) != "marked" {
+			t.Fatalf("read %q with %v", m.Buf[:m.N], m.ECN)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("nothing arrived")
+	}
+}

@@ -74,7 +74,51 @@ type Message struct {
 	// of its own and point at payload where it lies, without copying it
 	// first.
 	Iov [][]byte
+	// ECN is the Explicit Congestion Notification codepoint of the IP
+	// header (RFC 3168 §5). Write: the codepoint the datagrams leave with
+	// (ECNNotECT, the zero value, is what every sender got before this
+	// field existed). Read: the codepoint they arrived with, CE when a
+	// switch marked them on the way. A Conn honours and reports it only
+	// when its Caps say ECN; otherwise it sends Not-ECT and leaves the field
+	// as it found it on read. A GRO run carries one codepoint: the kernel
+	// does not coalesce datagrams whose TOS or traffic class differ.
+	ECN ECN
 }
+
+// ECN is the two-bit ECN field: the low bits of the IPv4 TOS byte or of the
+// IPv6 traffic class (RFC 3168 §5). A RoCEv2 sender marks its packets ECT(0)
+// so that switches mark congestion (CE) instead of dropping, and the receiver
+// answers CE with a CNP (IBTA Annex A17.9). A UDP socket sets it per datagram
+// with an IP_TOS or IPV6_TCLASS control message and reads it with
+// IP_RECVTOS or IPV6_RECVTCLASS.
+type ECN uint8
+
+// ECN codepoints (RFC 3168 §5).
+const (
+	ECNNotECT ECN = 0b00 // not ECN-capable transport
+	ECNECT1   ECN = 0b01 // ECN-capable transport, ECT(1)
+	ECNECT0   ECN = 0b10 // ECN-capable transport, ECT(0): what RoCEv2 senders use
+	ECNCE     ECN = 0b11 // congestion experienced
+)
+
+// ECNMask selects the ECN bits of a TOS or traffic class byte.
+const ECNMask = 0b11
+
+func (e ECN) String() string {
+	switch e & ECNMask {
+	case ECNNotECT:
+		return "Not-ECT"
+	case ECNECT1:
+		return "ECT(1)"
+	case ECNECT0:
+		return "ECT(0)"
+	}
+	return "CE"
+}
+
+// ECT reports whether e is an ECN-capable codepoint (ECT(0), ECT(1) or CE):
+// one a switch may mark CE instead of dropping.
+func (e ECN) ECT() bool { return e&ECNMask != ECNNotECT }
 
 // MaxIov is the most slices one Message may gather (Linux's UIO_MAXIOV).
 const MaxIov = 1024
@@ -154,6 +198,11 @@ type Caps struct {
 	// (what the ICRC is computed for). GSO segments after the first are
 	// numbered upwards; see GSOSegmentID.
 	IPv4IDZero bool
+	// ECN: the Conn sends every datagram with its Message.ECN codepoint and
+	// reports, in Message.ECN, the codepoint each received datagram carried.
+	// Without it datagrams leave Not-ECT and Message.ECN means nothing on
+	// read.
+	ECN bool
 }
 
 // MaxGROSize is the receive buffer size that holds any GRO-coalesced run.

@@ -20,7 +20,7 @@ import (
 
 const (
 	batchSize = 64                 // mmsghdrs per recvmmsg/sendmmsg
-	cmsgSpace = 24 + traceCmsgRoom // one cmsg with an int or uint16: CmsgSpace(4) == 16 on 64-bit, 12 on 32-bit; room to spare
+	cmsgSpace = 48 + traceCmsgRoom // two cmsgs of an int or less (UDP_GRO or UDP_SEGMENT, and the TOS or traffic class): CmsgSpace(4) == 16 on 64-bit, 12 on 32-bit; room to spare
 )
 
 // udpConn is the Linux backend: recvmmsg/sendmmsg on non-blocking sockets driven
@@ -41,6 +41,7 @@ type udpConn struct {
 	rc    syscall.RawConn // the receive socket, either kind
 	snd   *rawFD          // the send socket
 	v6    bool
+	ecn   bool           // the receive socket reports each datagram's TOS or traffic class (Caps.ECN); set at open
 	local netip.AddrPort // the receive socket's address
 	src   netip.AddrPort // the send socket's address
 
@@ -228,6 +229,18 @@ func setBuf(s, force, plain, want int) int {
 	return got
 }
 
+// recvECN asks the kernel for the ECN bits of each datagram fd receives:
+// IP_RECVTOS gives IPv4's TOS byte, IPV6_RECVTCLASS IPv6's traffic class, as a
+// control message (parseRecvCmsgs). Sending sets them per datagram with IP_TOS
+// or IPV6_TCLASS control messages (putTOSCmsg). It reports whether the kernel
+// agreed.
+func recvECN(fd int, v6 bool) bool {
+	if v6 {
+		return unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1) == nil
+	}
+	return unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_RECVTOS, 1) == nil
+}
+
 // probeOffload asks the kernel for UDP GSO (getsockopt UDP_SEGMENT works
 // where the kernel knows it) and turns on UDP GRO.
 func (c *udpConn) probeOffload(opts UDPOptions) {
@@ -239,6 +252,7 @@ func (c *udpConn) probeOffload(opts UDPOptions) {
 		})
 	}
 	_ = c.rc.Control(traceSocket) // receive timestamps, in a goverbs_trace build only
+	_ = c.rc.Control(func(fd uintptr) { c.ecn = recvECN(int(fd), c.v6) })
 	if !opts.DisableGRO {
 		_ = c.rc.Control(func(fd uintptr) {
 			if err := unix.SetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_GRO, 1); err == nil {
@@ -262,6 +276,7 @@ func (c *udpConn) Caps() Caps {
 		RecvBufWanted: 2 * c.rcvWant, // in getsockopt's terms, as RecvBuf
 		SendBufWanted: 2 * c.sndWant,
 		IPv4IDZero:    !c.v6,
+		ECN:           c.ecn,
 	}
 	if c.gso.Load() {
 		caps.GSO, caps.MaxSegments, caps.MaxGSOBytes = true, MaxGSOSegments, maxGSOBytes

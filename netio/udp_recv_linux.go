@@ -293,8 +293,15 @@ func (c *udpConn) finishRecv(n int) {
 		m.N = int(h.Len)
 		m.SegSize = 0
 		m.Addr = sockaddrToAddrPort(&r.names[j], !c.v6)
+		if c.ecn {
+			m.ECN = ECNNotECT
+		}
 		if h.Hdr.Controllen > 0 {
-			m.SegSize = groSize(r.oob[j][:h.Hdr.Controllen])
+			var ecn ECN
+			m.SegSize, ecn = parseRecvCmsgs(r.oob[j][:h.Hdr.Controllen])
+			if c.ecn {
+				m.ECN = ecn
+			}
 			traceDatagram(r.oob[j][:h.Hdr.Controllen], m.N)
 		}
 		if m.N > len(m.Buf) {
@@ -311,20 +318,28 @@ func (c *udpConn) finishRecv(n int) {
 	r.n = n
 }
 
-// groSize parses a UDP_GRO control message (an int: the segment size).
-func groSize(oob []byte) int {
+// parseRecvCmsgs reads a received datagram's control messages: the GRO segment
+// size (UDP_GRO, an int; 0 without) and the ECN bits of its TOS byte (IP_TOS, one
+// byte) or traffic class (IPV6_TCLASS, an int). A malformed list ends the parse.
+func parseRecvCmsgs(oob []byte) (segSize int, ecn ECN) {
 	for len(oob) >= unix.SizeofCmsghdr {
 		h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
 		l := int(h.Len)
 		if l < unix.SizeofCmsghdr || l > len(oob) {
-			return 0
+			return segSize, ecn
 		}
-		if h.Level == unix.IPPROTO_UDP && h.Type == unix.UDP_GRO && l >= unix.CmsgLen(4) {
-			return int(*(*int32)(unsafe.Pointer(&oob[unix.CmsgLen(0)])))
+		data := oob[unix.CmsgLen(0):l]
+		switch {
+		case h.Level == unix.IPPROTO_UDP && h.Type == unix.UDP_GRO && len(data) >= 4:
+			segSize = int(*(*int32)(unsafe.Pointer(&data[0])))
+		case h.Level == unix.IPPROTO_IP && h.Type == unix.IP_TOS && len(data) >= 1:
+			ecn = ECN(data[0]) & ECNMask
+		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_TCLASS && len(data) >= 4:
+			ecn = ECN(*(*int32)(unsafe.Pointer(&data[0]))) & ECNMask
 		}
 		oob = oob[min(len(oob), unix.CmsgSpace(l-unix.CmsgLen(0))):]
 	}
-	return 0
+	return segSize, ecn
 }
 
 // recvmmsg and sendmmsg (udp_send_linux.go) are raw syscalls: they never block (MSG_DONTWAIT on a

@@ -105,10 +105,17 @@ func (c *udpConn) writeBatch(msgs []Message) (int, error) {
 			h.Iov = &w.iovs[first]
 			h.SetIovlen(w.niov - first)
 			h.Flags = 0
+			ctl := 0
 			if gso {
 				putSegmentCmsg(w.oob[k][:], uint16(m.SegSize))
+				ctl = unix.CmsgSpace(2)
+			}
+			if c.ecn && m.ECN&ECNMask != ECNNotECT {
+				ctl += c.putTOSCmsg(w.oob[k][ctl:], m.ECN&ECNMask)
+			}
+			if ctl > 0 {
 				h.Control = &w.oob[k][0]
-				h.SetControllen(unix.CmsgSpace(2))
+				h.SetControllen(ctl)
 			} else {
 				h.Control = nil
 				h.SetControllen(0)
@@ -241,6 +248,20 @@ func putSegmentCmsg(b []byte, size uint16) {
 	h.Type = unix.UDP_SEGMENT
 	h.SetLen(unix.CmsgLen(2))
 	*(*uint16)(unsafe.Pointer(&b[unix.CmsgLen(0)])) = size
+}
+
+// putTOSCmsg writes the control message that sends a datagram with the ECN
+// codepoint ecn (and DSCP 0): IP_TOS for an IPv4 socket, IPV6_TCLASS for an
+// IPv6 one, each an int. It returns the space used.
+func (c *udpConn) putTOSCmsg(b []byte, ecn ECN) int {
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+	h.Level, h.Type = unix.IPPROTO_IP, unix.IP_TOS
+	if c.v6 {
+		h.Level, h.Type = unix.IPPROTO_IPV6, unix.IPV6_TCLASS
+	}
+	h.SetLen(unix.CmsgLen(4))
+	*(*int32)(unsafe.Pointer(&b[unix.CmsgLen(0)])) = int32(ecn)
+	return unix.CmsgSpace(4)
 }
 
 // putSockaddr encodes ap for the socket's family; it reports false when the

@@ -41,6 +41,8 @@ type MakePair func(t *testing.T) (a, b netio.Conn)
 //   - Poller (when netio.AsPoller finds one): PollBatch never waits, WaitReadable reports
 //     a queued datagram and times out on an idle Conn.
 //   - Concurrent: writers on several goroutines at once while the reader reads.
+//   - ECN (when both Caps say ECN): every datagram arrives with the ECN codepoint it was
+//     written with, each of the four, also every segment of a run.
 func TestConn(t *testing.T, makePair MakePair) {
 	t.Helper()
 	for _, st := range []struct {
@@ -56,6 +58,7 @@ func TestConn(t *testing.T, makePair MakePair) {
 		{"Close", testClose},
 		{"Poller", testPoller},
 		{"Concurrent", testConcurrent},
+		{"ECN", testECN},
 	} {
 		t.Run(st.name, func(t *testing.T) {
 			a, b := makePair(t)
@@ -87,6 +90,7 @@ type received struct {
 	data    []byte
 	from    netip.AddrPort
 	segSize int // of the message it came in
+	ecn     netio.ECN
 }
 
 // readDatagrams reads from c until want datagrams have arrived (splitting runs into
@@ -127,7 +131,7 @@ func readDatagrams(t *testing.T, c netio.Conn, want, batchLen, bufSize int) []re
 					return
 				}
 				m.Segments(func(_ int, seg []byte) bool {
-					got = append(got, received{bytes.Clone(seg), m.Addr, m.SegSize})
+					got = append(got, received{bytes.Clone(seg), m.Addr, m.SegSize, m.ECN})
 					return true
 				})
 			}
@@ -409,4 +413,36 @@ func testConcurrent(t *testing.T, a, b netio.Conn) {
 	got := readDatagrams(t, b, len(want), 16, 2048) // while they write
 	wg.Wait()
 	checkOnce(t, got, want)
+}
+
+func testECN(t *testing.T, a, b netio.Conn) {
+	if !a.Caps().ECN || !b.Caps().ECN {
+		t.Skip("no ECN in Caps")
+	}
+	codes := []netio.ECN{netio.ECNNotECT, netio.ECNECT0, netio.ECNECT1, netio.ECNCE}
+	var msgs []netio.Message
+	for i, e := range codes {
+		d := datagram(i, 200+i)
+		msgs = append(msgs, netio.Message{Buf: d, N: len(d), Addr: b.LocalAddr(), ECN: e})
+	}
+	// A run: every segment leaves with the run's codepoint.
+	run := append(datagram(4, 300), datagram(5, 300)...)
+	msgs = append(msgs, netio.Message{Buf: run, N: len(run), SegSize: 300, Addr: b.LocalAddr(), ECN: netio.ECNCE})
+	if n, err := a.WriteBatch(msgs); n != len(msgs) || err != nil {
+		t.Fatalf("WriteBatch = %d, %v", n, err)
+	}
+	got := readDatagrams(t, b, 6, 8, max(2048, b.Caps().GROBufSize))
+	want := append(codes, netio.ECNCE, netio.ECNCE)
+	for _, r := range got {
+		if len(r.data) < 4 {
+			t.Fatalf("short datagram of %d bytes", len(r.data))
+		}
+		seq := int(binary.BigEndian.Uint32(r.data))
+		if seq >= len(want) {
+			t.Fatalf("datagram %d not sent", seq)
+		}
+		if r.ecn != want[seq] {
+			t.Errorf("datagram %d arrived %v, sent %v", seq, r.ecn, want[seq])
+		}
+	}
 }

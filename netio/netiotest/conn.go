@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/netio"
+	"github.com/goverbs/goverbs/netio/internal/waitq"
 )
 
 // DefaultDepth is the receive queue length, in datagrams, of the Conns Pipe and NewConn
@@ -46,8 +47,9 @@ type Conn struct {
 	lens   []int
 	segs   []int // SegSize of an injected run (0 for a datagram)
 	from   []netip.AddrPort
-	head   int // next slot to read
-	count  int // datagrams queued
+	ecns   []netio.ECN // the ECN codepoint each datagram was sent with
+	head   int         // next slot to read
+	count  int         // datagrams queued
 	looks  uint64
 	empty  uint64 // the look that emptied the queue last
 	closed bool
@@ -79,6 +81,7 @@ func NewConn(local netip.AddrPort) *Conn {
 		lens:  make([]int, DefaultDepth),
 		segs:  make([]int, DefaultDepth),
 		from:  make([]netip.AddrPort, DefaultDepth),
+		ecns:  make([]netio.ECN, DefaultDepth),
 		ready: make(chan struct{}, 1),
 		done:  make(chan struct{}),
 	}
@@ -128,9 +131,10 @@ func (c *Conn) LocalAddr() netip.AddrPort { return c.local }
 func (c *Conn) SourceAddr() netip.AddrPort { return c.local }
 
 // Caps reports a batch size of BatchSize, no offloads (a run is sent as its datagrams)
-// and IPv4 Identification 0, as goverbs' UDP backend without GSO.
+// and IPv4 Identification 0, as goverbs' UDP backend without GSO, and ECN: a datagram
+// arrives with the codepoint it was written (or injected) with.
 func (c *Conn) Caps() netio.Caps {
-	return netio.Caps{BatchSize: BatchSize, MaxSegments: 1, IPv4IDZero: true, RecvBuf: DefaultDepth * 2048}
+	return netio.Caps{BatchSize: BatchSize, MaxSegments: 1, IPv4IDZero: true, RecvBuf: DefaultDepth * 2048, ECN: true}
 }
 
 // Close closes the Conn and unblocks its readers and a Deliver in progress. A second
@@ -193,7 +197,7 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 				c.onWrite(m.Addr, b[:n])
 			}
 			if c.peer != nil {
-				c.peer.enqueue(c.local, b[:n], 0)
+				c.peer.enqueue(c.local, b[:n], 0, m.ECN)
 			}
 			b = b[n:]
 			if m.N == 0 {
@@ -218,7 +222,7 @@ func (c *Conn) isClosed() bool {
 
 // enqueue copies one datagram (a run when segSize > 0) into the receive queue, or drops
 // it when the queue is full or the Conn closed.
-func (c *Conn) enqueue(from netip.AddrPort, b []byte, segSize int) {
+func (c *Conn) enqueue(from netip.AddrPort, b []byte, segSize int, ecn netio.ECN) {
 	c.mu.Lock()
 	if c.closed || c.count == len(c.slots) {
 		c.mu.Unlock()
@@ -226,7 +230,7 @@ func (c *Conn) enqueue(from netip.AddrPort, b []byte, segSize int) {
 	}
 	i := (c.head + c.count) % len(c.slots)
 	c.slots[i] = append(c.slots[i][:0], b...)
-	c.lens[i], c.segs[i], c.from[i] = len(b), segSize, from
+	c.lens[i], c.segs[i], c.from[i], c.ecns[i] = len(b), segSize, from, ecn&netio.ECNMask
 	c.count++
 	c.mu.Unlock()
 	select {
@@ -238,11 +242,12 @@ func (c *Conn) enqueue(from netip.AddrPort, b []byte, segSize int) {
 // Inject queues msgs[i].Buf[:N] as datagrams received from msgs[i].Addr, as a peer's
 // writes would be, except that a Message with SegSize > 0 stays one coalesced run, as a
 // socket with GRO hands it over (so a test can feed a receiver GRO runs, well-formed or
-// not). Datagrams beyond the queue's depth are dropped.
+// not), with msgs[i].ECN as the codepoint it arrived with. Datagrams beyond the queue's
+// depth are dropped.
 func (c *Conn) Inject(msgs ...netio.Message) {
 	for i := range msgs {
 		m := &msgs[i]
-		c.enqueue(m.Addr, m.Buf[:m.N], m.SegSize)
+		c.enqueue(m.Addr, m.Buf[:m.N], m.SegSize, m.ECN)
 	}
 }
 
@@ -287,7 +292,7 @@ func (c *Conn) PollBatch(msgs []netio.Message) (int, error) {
 	for ; k < len(msgs) && c.count > 0; k++ {
 		m := &msgs[k]
 		m.N = copy(m.Buf, c.slots[c.head][:c.lens[c.head]])
-		m.Addr, m.SegSize = c.from[c.head], c.segs[c.head]
+		m.Addr, m.SegSize, m.ECN = c.from[c.head], c.segs[c.head], c.ecns[c.head]
 		if m.SegSize > 0 && m.N < c.lens[c.head] {
 			m.N -= m.N % m.SegSize // a truncated run keeps its whole segments, as with GRO
 		}
@@ -325,29 +330,15 @@ func (c *Conn) ReadBatch(msgs []netio.Message) (int, error) {
 // WaitReadable waits until a datagram is queued, the timeout passes (never, when it is
 // negative) or the Conn closes (netio.Poller).
 func (c *Conn) WaitReadable(timeout time.Duration) (bool, error) {
-	var expired <-chan time.Time
-	if timeout >= 0 {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		expired = t.C
-	}
-	for {
+	queued, closed := waitq.Readable(timeout, c.ready, c.done, func() (bool, bool) {
 		c.mu.Lock()
-		queued, closed := c.count > 0, c.closed
-		c.mu.Unlock()
-		switch {
-		case closed:
-			return false, c.closedErr("wait")
-		case queued:
-			return true, nil
-		}
-		select {
-		case <-c.ready:
-		case <-c.done:
-		case <-expired:
-			return false, nil
-		}
+		defer c.mu.Unlock()
+		return c.count > 0, c.closed
+	})
+	if closed {
+		return false, c.closedErr("wait")
 	}
+	return queued, nil
 }
 
 var (

@@ -10,6 +10,20 @@
 //
 // Each listener has a bounded receive queue; a datagram arriving at a full
 // queue is dropped and counted, as a socket buffer would.
+//
+// Datagrams carry an ECN codepoint (netio.Message.ECN) from sender to
+// receiver. Without a fabric a datagram goes straight to its destination after
+// the Faults' delay. With one (see [Network.AddSwitch], [Network.Attach],
+// [Network.Connect]) a datagram between two attached hosts crosses links with
+// a bandwidth and a propagation delay and switches with a byte-limited output
+// queue per egress port, RED-style ECN marking and tail drop, as a datacenter
+// fabric does: enough to show incast, congestion marking and its control.
+//
+// A Network made by [NewManual] runs on a virtual clock that only
+// [Network.Advance] moves, with no timer and no goroutine: one test goroutine
+// drives it (and reads its Conns with PollBatch), so a second of traffic
+// through a fabric of many hosts runs in a fraction of that and the same way
+// every time.
 package simnet
 
 import (
@@ -25,6 +39,7 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/netio"
+	"github.com/goverbs/goverbs/netio/internal/waitq"
 )
 
 // Faults are per-datagram probabilities and delays.
@@ -52,6 +67,13 @@ type Stats struct {
 	Corrupted  uint64 // had a bit flipped
 	NoListener uint64 // nobody listening at the destination on arrival
 	QueueFull  uint64 // dropped at a full receive queue
+	// Fabric counters (see Network.AddSwitch): datagrams dropped at a full
+	// switch output queue (tail drop), lost on a link (Link.Loss), marked
+	// CE by a switch, and sent between attached hosts with no path.
+	TailDrop uint64
+	LinkLoss uint64
+	Marked   uint64
+	NoRoute  uint64
 }
 
 // Verdict is a filter's decision about one datagram.
@@ -95,6 +117,10 @@ type Network struct {
 	seq        uint64
 	timer      *time.Timer
 	timerAt    time.Time
+
+	manual bool      // the clock is virtual: only Advance moves it (NewManual)
+	clock  time.Time // the virtual clock's time when manual
+	fabric fabric    // switches and links, when any were added
 }
 
 // New returns a Network whose fates are drawn from a PCG generator seeded
@@ -106,6 +132,63 @@ func New(seed uint64, f Faults) *Network {
 		conns:      make(map[netip.AddrPort]*conn),
 		queueLimit: DefaultQueueLimit,
 	}
+}
+
+// NewManual returns a Network like New's on a virtual clock that starts at
+// start and moves only when Advance moves it: no timer fires and nothing
+// waits for real or synctest time. Conns of a manual Network are read with
+// PollBatch by the goroutine that drives the clock (a ReadBatch blocks until
+// a datagram has been delivered, which only Advance or a zero-delay write
+// does).
+func NewManual(seed uint64, f Faults, start time.Time) *Network {
+	n := New(seed, f)
+	n.manual, n.clock = true, start
+	return n
+}
+
+// Now is the Network's time: the virtual clock of a manual Network, the
+// (possibly synctest) wall clock otherwise.
+func (n *Network) Now() time.Time {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.now()
+}
+
+// now is Now with n.mu held.
+func (n *Network) now() time.Time {
+	if n.manual {
+		return n.clock
+	}
+	return time.Now()
+}
+
+// NextEvent returns when the next datagram in flight arrives somewhere (at a
+// switch, at the end of a link or at its destination), and false when none is
+// in flight.
+func (n *Network) NextEvent() (time.Time, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.pending) == 0 {
+		return time.Time{}, false
+	}
+	return n.pending[0].at, true
+}
+
+// Advance moves a manual Network's clock to t, first carrying out, in time
+// order, every event due by then. It does nothing if t is before the clock,
+// or on a Network that is not manual.
+func (n *Network) Advance(t time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.manual || t.Before(n.clock) {
+		return
+	}
+	for len(n.pending) > 0 && !n.pending[0].at.After(t) {
+		p := heap.Pop(&n.pending).(*packet)
+		n.clock = p.at
+		n.step(p)
+	}
+	n.clock = t
 }
 
 // SetFaults replaces the faults for datagrams sent from now on.
@@ -183,6 +266,14 @@ type packet struct {
 	seq      uint64
 	src, dst netip.AddrPort
 	data     []byte
+	ecn      netio.ECN
+	// deq, when set, makes the event the start of the datagram's
+	// transmission at that port (a port whose RED marks on dequeue).
+	deq *port
+	// node is where the datagram arrives at time at when it crosses the
+	// fabric: its source host first, then switches, then its destination
+	// host. nil: straight to the destination's listener.
+	node *node
 }
 
 type pending []*packet
@@ -205,7 +296,7 @@ func (p *pending) Pop() any {
 }
 
 // send applies the filter and faults to one datagram. n.mu held.
-func (n *Network) send(now time.Time, src, dst netip.AddrPort, b []byte) {
+func (n *Network) send(now time.Time, src, dst netip.AddrPort, b []byte, ecn netio.ECN) {
 	n.stats.Sent++
 	f := n.faults
 	// Draw every random number for this datagram, used or not, so that one
@@ -236,11 +327,11 @@ func (n *Network) send(now time.Time, src, dst netip.AddrPort, b []byte) {
 		delay += 1 + jitter(hold, rd) // at least 1ns: strictly behind a same-time peer
 		n.stats.Reordered++
 	}
-	n.enqueue(now.Add(delay), src, dst, data)
+	n.enqueue(now.Add(delay), src, dst, data, ecn)
 	if dup < f.Duplicate {
 		n.stats.Duplicated++
 		// The copy is of the datagram as sent: corruption hit one copy only.
-		n.enqueue(now.Add(f.Delay+jitter(j2, f.Jitter)), src, dst, append([]byte(nil), b...))
+		n.enqueue(now.Add(f.Delay+jitter(j2, f.Jitter)), src, dst, append([]byte(nil), b...), ecn)
 	}
 }
 
@@ -251,14 +342,39 @@ func jitter(r uint64, d time.Duration) time.Duration {
 	return time.Duration(r % uint64(d))
 }
 
-func (n *Network) enqueue(at time.Time, src, dst netip.AddrPort, data []byte) {
+// enqueue puts a datagram in flight: to its source host's link when both ends
+// are attached to the fabric, straight to the destination otherwise. n.mu held.
+func (n *Network) enqueue(at time.Time, src, dst netip.AddrPort, data []byte, ecn netio.ECN) {
+	p := &packet{at: at, src: src, dst: dst, data: data, ecn: ecn & netio.ECNMask}
+	if h := n.fabric.hosts[src.Addr()]; h != nil && n.fabric.hosts[dst.Addr()] != nil {
+		p.node = h
+	}
+	n.push(p)
+}
+
+// push schedules p's next event at p.at. n.mu held.
+func (n *Network) push(p *packet) {
 	n.seq++
-	heap.Push(&n.pending, &packet{at: at, seq: n.seq, src: src, dst: dst, data: data})
+	p.seq = n.seq
+	heap.Push(&n.pending, p)
+}
+
+// step carries out p's event: arrival at a fabric node, or delivery. n.mu held.
+func (n *Network) step(p *packet) {
+	if p.deq != nil {
+		n.dequeue(p)
+		return
+	}
+	if p.node != nil {
+		n.arrive(p)
+		return
+	}
+	n.deliver(p)
 }
 
 // schedule arms the timer for the earliest pending datagram. n.mu held.
 func (n *Network) schedule(now time.Time) {
-	if len(n.pending) == 0 {
+	if len(n.pending) == 0 || n.manual {
 		return
 	}
 	at := n.pending[0].at
@@ -281,8 +397,7 @@ func (n *Network) fire() {
 	n.timerAt = time.Time{}
 	now := time.Now()
 	for len(n.pending) > 0 && !n.pending[0].at.After(now) {
-		p := heap.Pop(&n.pending).(*packet)
-		n.deliver(p)
+		n.step(heap.Pop(&n.pending).(*packet))
 	}
 	n.schedule(now)
 }
@@ -310,7 +425,7 @@ func (n *Network) deliver(p *packet) {
 // delay), then rearms the timer. n.mu held.
 func (n *Network) flush(now time.Time) {
 	for len(n.pending) > 0 && !n.pending[0].at.After(now) {
-		n.deliver(heap.Pop(&n.pending).(*packet))
+		n.step(heap.Pop(&n.pending).(*packet))
 	}
 	n.schedule(now)
 }
@@ -354,7 +469,7 @@ func (c *conn) Caps() netio.Caps {
 	c.net.mu.Lock()
 	limit := c.net.queueLimit
 	c.net.mu.Unlock()
-	return netio.Caps{BatchSize: BatchSize, MaxSegments: 1, IPv4IDZero: true, RecvBuf: limit * 2048}
+	return netio.Caps{BatchSize: BatchSize, MaxSegments: 1, IPv4IDZero: true, RecvBuf: limit * 2048, ECN: true}
 }
 
 func (c *conn) Close() error {
@@ -382,30 +497,9 @@ func (c *conn) ReadBatch(msgs []netio.Message) (int, error) {
 		return 0, nil
 	}
 	for {
-		c.net.mu.Lock()
-		if c.closed {
-			c.net.mu.Unlock()
-			return 0, c.closedErr("read")
+		if k, err := c.PollBatch(msgs); k > 0 || err != nil {
+			return k, err
 		}
-		k := 0
-		for k < len(msgs) && k < len(c.queue) {
-			p := c.queue[k]
-			m := &msgs[k]
-			m.N = copy(m.Buf, p.data)
-			m.Addr = p.src
-			m.SegSize = 0
-			c.queue[k] = nil
-			k++
-		}
-		if k > 0 {
-			c.queue = c.queue[k:]
-			if len(c.queue) == 0 {
-				c.queue = c.queue[:0:0]
-			}
-			c.net.mu.Unlock()
-			return k, nil
-		}
-		c.net.mu.Unlock()
 		select {
 		case <-c.ready:
 		case <-c.done:
@@ -413,12 +507,54 @@ func (c *conn) ReadBatch(msgs []netio.Message) (int, error) {
 	}
 }
 
+// PollBatch takes what is queued now without waiting: 0 when nothing is
+// (netio.Poller). It is how the goroutine driving a manual Network reads.
+func (c *conn) PollBatch(msgs []netio.Message) (int, error) {
+	c.net.mu.Lock()
+	defer c.net.mu.Unlock()
+	if c.closed {
+		return 0, c.closedErr("read")
+	}
+	k := 0
+	for k < len(msgs) && k < len(c.queue) {
+		p := c.queue[k]
+		m := &msgs[k]
+		m.N = copy(m.Buf, p.data)
+		m.Addr = p.src
+		m.SegSize = 0
+		m.ECN = p.ecn
+		c.queue[k] = nil
+		k++
+	}
+	if k > 0 {
+		c.queue = c.queue[k:]
+		if len(c.queue) == 0 {
+			c.queue = c.queue[:0:0]
+		}
+	}
+	return k, nil
+}
+
+// WaitReadable waits until a datagram is queued, the timeout passes (never
+// when negative) or the Conn closes (netio.Poller).
+func (c *conn) WaitReadable(timeout time.Duration) (bool, error) {
+	queued, closed := waitq.Readable(timeout, c.ready, c.done, func() (bool, bool) {
+		c.net.mu.Lock()
+		defer c.net.mu.Unlock()
+		return len(c.queue) > 0, c.closed
+	})
+	if closed {
+		return false, c.closedErr("wait")
+	}
+	return queued, nil
+}
+
 // WriteBatch sends every message; SegSize runs are split into datagrams.
 func (c *conn) WriteBatch(msgs []netio.Message) (int, error) {
 	n := c.net
-	now := time.Now()
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	now := n.now()
 	if c.closed {
 		return 0, c.closedErr("write")
 	}
@@ -426,7 +562,7 @@ func (c *conn) WriteBatch(msgs []netio.Message) (int, error) {
 		m := &msgs[i]
 		dst := netip.AddrPortFrom(m.Addr.Addr().Unmap(), m.Addr.Port())
 		m.Segments(func(_ int, seg []byte) bool {
-			n.send(now, c.addr, dst, seg)
+			n.send(now, c.addr, dst, seg, m.ECN)
 			return true
 		})
 	}

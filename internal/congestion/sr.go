@@ -1,0 +1,344 @@
+package congestion
+
+import (
+	"math"
+	"math/bits"
+	"time"
+
+	"github.com/goverbs/goverbs/wire"
+)
+
+// Selective repeat for RC, as IRN does it (Mittal et al., "Revisiting Network
+// Support for RDMA", SIGCOMM 2018): the responder keeps packets that arrive
+// beyond a gap instead of dropping them, and NAKs the first missing PSN with the
+// PSN that revealed the gap (a selective acknowledgement); the requester
+// retransmits only what is missing, once per loss, and keeps at most a
+// bandwidth-delay product of packets in flight. These are the two sides'
+// bookkeeping, with no packets and no clock; the engine wires them in later,
+// behind a negotiation so that go-back-N peers (rxe) see no change.
+
+// psnSet is a set of PSNs within a window of a fixed size from a moving base,
+// kept as a ring bitmap: PSN p is bit p mod the ring's size.
+type psnSet struct {
+	words []uint64
+	mask  uint32
+}
+
+func newPSNSet(size int) psnSet {
+	n := 64
+	for n < size {
+		n <<= 1
+	}
+	return psnSet{words: make([]uint64, n/64), mask: uint32(n - 1)}
+}
+
+func (s *psnSet) has(p wire.PSN) bool {
+	i := uint32(p) & s.mask
+	return s.words[i/64]&(1<<(i%64)) != 0
+}
+
+func (s *psnSet) set(p wire.PSN) {
+	i := uint32(p) & s.mask
+	s.words[i/64] |= 1 << (i % 64)
+}
+
+func (s *psnSet) clear(p wire.PSN) {
+	i := uint32(p) & s.mask
+	s.words[i/64] &^= 1 << (i % 64)
+}
+
+func (s *psnSet) count() int {
+	n := 0
+	for _, w := range s.words {
+		n += bits.OnesCount64(w)
+	}
+	return n
+}
+
+// RecvResult is what a Tracker made of an arriving PSN.
+type RecvResult uint8
+
+// Results of Tracker.Receive.
+const (
+	// RecvInOrder: the expected PSN; Expected has moved past it and past any
+	// kept packets that followed it. Execute it (and them, in order).
+	RecvInOrder RecvResult = iota
+	// RecvOutOfOrder: beyond a gap, within the window: kept. NAK
+	// Expected (PSN sequence error) with this PSN as the selective
+	// acknowledgement.
+	RecvOutOfOrder
+	// RecvDuplicate: already received (before Expected, or kept): ACK again,
+	// execute nothing (a duplicate READ or atomic is answered from the saved
+	// responder resources as today).
+	RecvDuplicate
+	// RecvOutOfWindow: too far ahead to keep; drop it, and NAK Expected as
+	// go-back-N does. A requester that keeps to the BDP cap never causes it.
+	RecvOutOfWindow
+)
+
+func (r RecvResult) String() string {
+	switch r {
+	case RecvInOrder:
+		return "in-order"
+	case RecvOutOfOrder:
+		return "out-of-order"
+	case RecvDuplicate:
+		return "duplicate"
+	case RecvOutOfWindow:
+		return "out-of-window"
+	}
+	return "RecvResult(?)"
+}
+
+// TrackerStats counts a Tracker's decisions.
+type TrackerStats struct {
+	InOrder, OutOfOrder, Duplicate, OutOfWindow uint64
+}
+
+// Tracker is the responder's side of selective repeat for one QP: the expected
+// PSN and which PSNs beyond it, within a window, have arrived and been kept.
+type Tracker struct {
+	expected wire.PSN
+	window   int
+	kept     psnSet
+	nkept    int
+	stats    TrackerStats
+}
+
+// NewTracker returns a Tracker expecting first, keeping up to window PSNs beyond
+// it (at least 1; the requester's BDP cap is the natural size).
+func NewTracker(first wire.PSN, window int) *Tracker {
+	window = min(max(window, 1), 1<<22)
+	return &Tracker{expected: first & wire.PSNMask, window: window, kept: newPSNSet(window + 1)}
+}
+
+// Expected is the next PSN due in order: every PSN before it has arrived.
+func (t *Tracker) Expected() wire.PSN { return t.expected }
+
+// Kept is the number of packets held beyond a gap.
+func (t *Tracker) Kept() int { return t.nkept }
+
+// Stats returns the Tracker's counters.
+func (t *Tracker) Stats() TrackerStats { return t.stats }
+
+// Receive records the arrival of psn and says what to do with it.
+func (t *Tracker) Receive(psn wire.PSN) RecvResult {
+	psn &= wire.PSNMask
+	d := psn.Diff(t.expected)
+	switch {
+	case d < 0:
+		t.stats.Duplicate++
+		return RecvDuplicate
+	case d == 0:
+		t.expected = t.expected.Add(1)
+		for t.nkept > 0 && t.kept.has(t.expected) {
+			t.kept.clear(t.expected)
+			t.nkept--
+			t.expected = t.expected.Add(1)
+		}
+		t.stats.InOrder++
+		return RecvInOrder
+	case int(d) > t.window:
+		t.stats.OutOfWindow++
+		return RecvOutOfWindow
+	case t.kept.has(psn):
+		t.stats.Duplicate++
+		return RecvDuplicate
+	}
+	t.kept.set(psn)
+	t.nkept++
+	t.stats.OutOfOrder++
+	return RecvOutOfOrder
+}
+
+// Has reports whether psn has arrived: before Expected, or kept.
+func (t *Tracker) Has(psn wire.PSN) bool {
+	psn &= wire.PSNMask
+	d := psn.Diff(t.expected)
+	return d < 0 || d > 0 && int(d) <= t.window && t.kept.has(psn)
+}
+
+// SendWindowStats counts a SendWindow's work.
+type SendWindowStats struct {
+	Sent          uint64 // packets handed out by Next, new and retransmitted
+	Retransmitted uint64 // of which retransmissions
+	Timeouts      uint64
+	NAKs          uint64
+}
+
+// SendWindow is the requester's side of selective repeat for one QP: PSNs from
+// Una (oldest unacknowledged) to NextNew (next never sent), which of them the
+// responder has acknowledged selectively, and which must be sent again.
+//
+// It keeps at most cap packets in flight (sent, neither acknowledged nor
+// selectively acknowledged): IRN's BDP cap. Counting what the responder has
+// already kept as delivered lets the sender go on while a loss is repaired
+// (two round trips from the loss to the cumulative ACK), as IRN does. The
+// span from Una to NextNew is bounded too, by Span (SpanFactor × cap): the
+// responder's Tracker must keep that many PSNs beyond its expected one.
+type SendWindow struct {
+	una, next wire.PSN
+	cap, span int
+	nsacked   int
+	sacked    psnSet // acknowledged selectively, in [una, next)
+	retxDone  psnSet // retransmitted since the last timeout, in [una, next)
+	queued    psnSet // in retx
+	retx      []wire.PSN
+	stats     SendWindowStats
+}
+
+// SpanFactor is how many BDP caps a SendWindow's span may reach.
+const SpanFactor = 4
+
+// NewSendWindow returns a window whose first PSN is first, with at most cap
+// packets in flight (at least 1).
+func NewSendWindow(first wire.PSN, cap int) *SendWindow {
+	cap = min(max(cap, 1), 1<<20)
+	span := SpanFactor * cap
+	return &SendWindow{una: first & wire.PSNMask, next: first & wire.PSNMask, cap: cap, span: span,
+		sacked: newPSNSet(span + 1), retxDone: newPSNSet(span + 1), queued: newPSNSet(span + 1)}
+}
+
+// Span is the most PSNs from Una to NextNew: the window a responder's Tracker
+// must have.
+func (w *SendWindow) Span() int { return w.span }
+
+// InFlight is the number of packets sent and neither acknowledged nor
+// selectively acknowledged.
+func (w *SendWindow) InFlight() int { return w.Outstanding() - w.nsacked }
+
+// Una is the oldest PSN not yet acknowledged.
+func (w *SendWindow) Una() wire.PSN { return w.una }
+
+// NextNew is the next PSN never sent.
+func (w *SendWindow) NextNew() wire.PSN { return w.next }
+
+// Outstanding is the number of PSNs sent and not cumulatively acknowledged.
+func (w *SendWindow) Outstanding() int { return int(w.next.Diff(w.una)) }
+
+// Stats returns the window's counters.
+func (w *SendWindow) Stats() SendWindowStats { return w.stats }
+
+// CanSend reports whether Next has a PSN to hand out.
+func (w *SendWindow) CanSend() bool {
+	return len(w.retx) > 0 || w.canSendNew()
+}
+
+func (w *SendWindow) canSendNew() bool {
+	return w.InFlight() < w.cap && w.Outstanding() < w.span
+}
+
+// Next is the PSN to send now: a retransmission first, then a new PSN while
+// fewer than cap are in flight. ok is false when there is nothing to send.
+func (w *SendWindow) Next() (psn wire.PSN, ok bool) {
+	for len(w.retx) > 0 {
+		p := w.retx[0]
+		w.retx = w.retx[1:]
+		if len(w.retx) == 0 {
+			w.retx = w.retx[:0:0]
+		}
+		if !w.outstanding(p) || !w.queued.has(p) {
+			continue // acknowledged meanwhile
+		}
+		w.queued.clear(p)
+		if w.sacked.has(p) {
+			continue
+		}
+		w.retxDone.set(p)
+		w.stats.Sent++
+		w.stats.Retransmitted++
+		return p, true
+	}
+	if !w.canSendNew() {
+		return 0, false
+	}
+	p := w.next
+	w.next = w.next.Add(1)
+	w.stats.Sent++
+	return p, true
+}
+
+// outstanding reports whether p is in [una, next).
+func (w *SendWindow) outstanding(p wire.PSN) bool {
+	d := p.Diff(w.una)
+	return d >= 0 && d < w.next.Diff(w.una)
+}
+
+// ACK takes a cumulative acknowledgement: every PSN up to psn has arrived. An
+// acknowledgement of nothing new, or of what was never sent, changes nothing.
+func (w *SendWindow) ACK(psn wire.PSN) {
+	w.advance(psn.Add(1))
+}
+
+// advance moves Una to una (when it lies within the window), forgetting the
+// state of the PSNs it passes.
+func (w *SendWindow) advance(una wire.PSN) {
+	d := una.Diff(w.una)
+	if d <= 0 || d > w.next.Diff(w.una) {
+		return
+	}
+	for p := w.una; p != una; p = p.Add(1) {
+		if w.sacked.has(p) {
+			w.nsacked--
+		}
+		w.sacked.clear(p)
+		w.retxDone.clear(p)
+		w.queued.clear(p)
+	}
+	w.una = una
+}
+
+// NAK takes a PSN-sequence-error NAK: everything before expected has arrived,
+// expected has not, and sacked (the PSN whose arrival revealed the gap) has.
+// Every PSN from expected up to sacked that is neither acknowledged nor already
+// retransmitted since the last timeout is queued for retransmission: in a
+// network that keeps order (one path), those were lost. A NAK without a
+// selective acknowledgement passes sacked = expected. A NAK naming PSNs
+// outside the window is ignored beyond what it acknowledges.
+func (w *SendWindow) NAK(expected, sacked wire.PSN) {
+	w.stats.NAKs++
+	w.advance(expected)
+	if !w.outstanding(expected) {
+		return
+	}
+	if w.outstanding(sacked) && sacked != expected {
+		if !w.sacked.has(sacked) {
+			w.sacked.set(sacked)
+			w.nsacked++
+		}
+	} else {
+		sacked = expected.Add(1)
+	}
+	for p := expected; p != sacked; p = p.Add(1) {
+		if !w.sacked.has(p) && !w.retxDone.has(p) && !w.queued.has(p) {
+			w.queued.set(p)
+			w.retx = append(w.retx, p)
+		}
+	}
+}
+
+// Timeout is the retransmission timer's expiry: every outstanding PSN not
+// selectively acknowledged is sent again.
+func (w *SendWindow) Timeout() {
+	w.stats.Timeouts++
+	for p := w.una; p != w.next; p = p.Add(1) {
+		w.retxDone.clear(p)
+		if !w.sacked.has(p) && !w.queued.has(p) {
+			w.queued.set(p)
+			w.retx = append(w.retx, p)
+		}
+	}
+}
+
+// BDPCap is IRN's cap on packets in flight: the path's bandwidth-delay product
+// in packets of mtu bytes, rounded up, at least 1.
+func BDPCap(bandwidth float64, rtt time.Duration, mtu int) int {
+	if !(bandwidth > 0) || rtt <= 0 || mtu <= 0 {
+		return 1
+	}
+	p := math.Ceil(bandwidth * rtt.Seconds() / 8 / float64(mtu))
+	if p > 1<<22 {
+		return 1 << 22
+	}
+	return max(1, int(p))
+}

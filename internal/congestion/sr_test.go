@@ -1,0 +1,185 @@
+package congestion
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/goverbs/goverbs/wire"
+)
+
+// TestTracker: in order, kept beyond a gap, the gap filled (Expected jumps over
+// what was kept), duplicates before Expected and among the kept, too far ahead;
+// across the PSN wrap.
+func TestTracker(t *testing.T) {
+	for _, first := range []wire.PSN{0, wire.PSNMask - 2} {
+		p := func(i uint32) wire.PSN { return first.Add(i) }
+		tr := NewTracker(first, 8)
+		steps := []struct {
+			psn      uint32
+			want     RecvResult
+			expected uint32
+			kept     int
+		}{
+			{0, RecvInOrder, 1, 0},
+			{2, RecvOutOfOrder, 1, 1},
+			{4, RecvOutOfOrder, 1, 2},
+			{2, RecvDuplicate, 1, 2},
+			{0, RecvDuplicate, 1, 2},
+			{10, RecvOutOfWindow, 1, 2},
+			{1, RecvInOrder, 3, 1}, // 1, then the kept 2
+			{3, RecvInOrder, 5, 0}, // 3, then the kept 4
+			{5, RecvInOrder, 6, 0},
+			{14, RecvOutOfOrder, 6, 1}, // 8 beyond Expected: the window's edge
+		}
+		for i, s := range steps {
+			if got := tr.Receive(p(s.psn)); got != s.want || tr.Expected() != p(s.expected) || tr.Kept() != s.kept {
+				t.Fatalf("first %d, step %d: Receive(+%d) = %v, Expected +%d, kept %d; want %v, +%d, %d",
+					first, i, s.psn, got, tr.Expected().Diff(first), tr.Kept(), s.want, s.expected, s.kept)
+			}
+		}
+		if !tr.Has(p(14)) || tr.Has(p(13)) || !tr.Has(p(0)) {
+			t.Errorf("first %d: Has wrong", first)
+		}
+		if st := tr.Stats(); st.InOrder != 4 || st.OutOfOrder != 3 || st.Duplicate != 2 || st.OutOfWindow != 1 {
+			t.Errorf("stats %+v", st)
+		}
+	}
+}
+
+// TestSendWindow: a NAK with a selective acknowledgement queues exactly the PSNs
+// missing below it, each once; retransmissions go before new data; the cap counts
+// what is in flight, not what the responder kept; a timeout resends what is not
+// known received; nonsense acknowledgements change nothing.
+func TestSendWindow(t *testing.T) {
+	w := NewSendWindow(100, 4)
+	send := func(want ...wire.PSN) {
+		t.Helper()
+		for _, p := range want {
+			got, ok := w.Next()
+			if !ok || got != p {
+				t.Fatalf("Next = %v, %v; want %v", got, ok, p)
+			}
+		}
+		if got, ok := w.Next(); ok {
+			t.Fatalf("Next = %v beyond what may be sent", got)
+		}
+	}
+	send(100, 101, 102, 103) // the cap: 4 in flight
+	w.NAK(100, 102)          // 100 and 101 lost, 102 kept
+	if w.InFlight() != 3 || w.Outstanding() != 4 {
+		t.Fatalf("in flight %d, outstanding %d", w.InFlight(), w.Outstanding())
+	}
+	send(100, 101, 104) // the retransmissions, then one new: 102 no longer counts
+	w.NAK(100, 103)     // 103 arrived too: nothing more is missing below it
+	send(105)
+	w.NAK(100, 104)
+	send(106)
+	if st := w.Stats(); st.Retransmitted != 2 || st.Sent != 9 {
+		t.Fatalf("stats %+v", st)
+	}
+	w.ACK(104) // the retransmissions arrived: 100..104 done
+	if w.Una() != 105 || w.Outstanding() != 2 || w.InFlight() != 2 {
+		t.Fatalf("after ACK: una %v, outstanding %d, in flight %d", w.Una(), w.Outstanding(), w.InFlight())
+	}
+	w.ACK(90)  // old: nothing
+	w.ACK(200) // never sent: nothing
+	w.NAK(300, 301)
+	if w.Una() != 105 || w.CanSend() != true {
+		t.Fatalf("a stray acknowledgement moved the window: una %v", w.Una())
+	}
+	send(107, 108)
+	w.NAK(105, 107) // 105 and 106 lost, 107 kept
+	send(105, 106, 109)
+	w.Timeout() // everything not known received goes again: 105, 106, 108, 109
+	send(105, 106, 108, 109)
+	if st := w.Stats(); st.Timeouts != 1 || st.Retransmitted != 8 {
+		t.Errorf("stats %+v", st)
+	}
+	// The span bounds a window whose oldest packet stays missing.
+	w = NewSendWindow(0, 2)
+	for i := 0; i < 100; i++ {
+		p, ok := w.Next()
+		if !ok {
+			break
+		}
+		if p != 0 {
+			w.NAK(0, p)
+		}
+	}
+	if w.Outstanding() != w.Span() || w.Span() != SpanFactor*2 {
+		t.Errorf("outstanding %d, span %d", w.Outstanding(), w.Span())
+	}
+}
+
+// TestSelectiveRepeatLossy runs a SendWindow and a Tracker over a seeded lossy,
+// order-keeping channel until 20000 PSNs are through: every PSN arrives, and
+// retransmissions are the losses plus what timeouts resend.
+func TestSelectiveRepeatLossy(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	const total = 20000
+	first := wire.PSN(wire.PSNMask - 1000) // across the wrap
+	w := NewSendWindow(first, 32)
+	tr := NewTracker(first, w.Span())
+	var wireQ []wire.PSN
+	type fb struct {
+		nak         bool
+		psn, sacked wire.PSN
+	}
+	var lost, steps int
+	for tr.Expected().Diff(first) < total && steps < 1_000_000 {
+		steps++
+		for i := 0; i < 4; i++ {
+			p, ok := w.Next()
+			if !ok {
+				break
+			}
+			if rng.Float64() < 0.02 {
+				lost++
+				continue
+			}
+			wireQ = append(wireQ, p)
+		}
+		var back []fb
+		for _, p := range wireQ {
+			switch tr.Receive(p) {
+			case RecvOutOfOrder, RecvOutOfWindow:
+				back = append(back, fb{true, tr.Expected(), p})
+			default:
+				back = append(back, fb{false, tr.Expected().Sub(1), 0})
+			}
+		}
+		wireQ = wireQ[:0]
+		for _, f := range back {
+			if f.nak {
+				w.NAK(f.psn, f.sacked)
+			} else {
+				w.ACK(f.psn)
+			}
+		}
+		if len(back) == 0 && w.Outstanding() > 0 && !w.CanSend() {
+			w.Timeout()
+		}
+	}
+	st := w.Stats()
+	if tr.Expected().Diff(first) < total {
+		t.Fatalf("stuck at %d after %d steps: %+v", tr.Expected().Diff(first), steps, st)
+	}
+	t.Logf("%d lost, %+v, tracker %+v", lost, st, tr.Stats())
+	if st.Retransmitted < uint64(lost)-uint64(w.Outstanding()) || st.Retransmitted > uint64(lost)+st.Timeouts*uint64(w.Span()) {
+		t.Errorf("%d lost, %d retransmitted", lost, st.Retransmitted)
+	}
+	if tr.Stats().OutOfWindow != 0 {
+		t.Errorf("the window overran the tracker: %+v", tr.Stats())
+	}
+}
+
+// TestBDPCap: bandwidth × RTT in packets, rounded up; nonsense gives 1.
+func TestBDPCap(t *testing.T) {
+	if got := BDPCap(10e9, 100*time.Microsecond, 4096); got != 31 { // 125000 / 4096 = 30.5
+		t.Errorf("BDPCap = %d", got)
+	}
+	if BDPCap(0, time.Second, 1) != 1 || BDPCap(1e9, -1, 4096) != 1 || BDPCap(1e300, time.Hour, 1) != 1<<22 {
+		t.Error("BDPCap of nonsense")
+	}
+}

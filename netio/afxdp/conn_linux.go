@@ -1,0 +1,359 @@
+//go:build linux
+
+package afxdp
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/cilium/ebpf/rlimit"
+	"github.com/goverbs/goverbs/netio"
+	"golang.org/x/sys/unix"
+)
+
+// Conn is an AF_XDP socket carrying the UDP datagrams to one address and port: a
+// netio.Conn, and a netio.Poller. See the package documentation.
+type Conn struct {
+	x       *xsk
+	steer   *steering
+	neigh   *neighbours
+	ifindex int
+	ifname  string
+	queue   int
+	mtu     int
+	maxData int // the largest UDP payload one frame and the MTU carry
+	srcMAC  [6]byte
+	local   netip.AddrPort
+	v6      bool
+	ttl     uint8
+	busy    bool
+	kbusy   bool // the kernel accepted the busy-poll socket options
+	zc      bool // zero-copy
+	half    int  // UMEM bytes for each direction
+	generic bool // the program runs in generic XDP
+	closed  atomic.Bool
+
+	// The default mode's wait: an epoll instance watching the socket for EPOLLIN, in Go's
+	// netpoller (as netio's UDP backend does with its receive socket). The socket itself
+	// is never handed to the netpoller, which would also watch it for EPOLLOUT and wake a
+	// thread for every transmit completion.
+	ep      *os.File
+	eprc    syscall.RawConn
+	readyFn func(uintptr) bool
+
+	// WaitReadable waits in poll(2) on the socket and evfd, which Close writes to. waitMu
+	// is held shared by waiters and by Stats, exclusively by Close before it releases the
+	// socket.
+	evfd   int
+	waitMu sync.RWMutex
+
+	rmu sync.Mutex // the receive side: rx and fill rings
+	wmu sync.Mutex // the send side: tx and completion rings, txFree, the neighbour cache
+
+	txFree []uint64 // send frames this side holds
+
+	rxPackets, txPackets, rxMalformed, rxNotOurs, txNoNeigh, txTooBig atomic.Uint64
+}
+
+var _ netio.Conn = (*Conn)(nil)
+var _ netio.Poller = (*Conn)(nil)
+
+// Open binds an AF_XDP socket as opts say, loads and attaches the steering program, and
+// returns the Conn. Everything it creates that belongs to a network namespace (the
+// socket, the link, the netlink socket) is made in the calling thread's namespace.
+func Open(opts Options) (*Conn, error) {
+	if err := checkCapabilities(); err != nil {
+		return nil, err
+	}
+	frames, frameSize := opts.Frames, opts.FrameSize
+	if frames == 0 {
+		frames = defaultFrames
+	}
+	if frameSize == 0 {
+		frameSize = defaultFrameSize
+	}
+	if frames < 4*batchSize || frames&(frames-1) != 0 || frames > 1<<20 {
+		return nil, fmt.Errorf("afxdp: Frames %d: want a power of two from %d to %d", frames, 4*batchSize, 1<<20)
+	}
+	if frameSize != 2048 && frameSize != 4096 {
+		return nil, fmt.Errorf("afxdp: FrameSize %d: want 2048 or 4096", frameSize)
+	}
+	if opts.Queue < 0 || opts.Queue > 1<<16 {
+		return nil, fmt.Errorf("afxdp: Queue %d out of range", opts.Queue)
+	}
+	addr := opts.Addr.Addr()
+	if addr.Is4In6() {
+		addr = addr.Unmap()
+	}
+	if !addr.IsValid() || addr.IsUnspecified() || addr.IsMulticast() {
+		return nil, fmt.Errorf("afxdp: Addr %v: want a unicast address of the interface", opts.Addr)
+	}
+	port := opts.Addr.Port()
+	if port == 0 {
+		port = defaultPort
+	}
+	c := &Conn{local: netip.AddrPortFrom(addr, port), v6: addr.Is6(), ttl: opts.TTL, busy: opts.BusyPoll,
+		queue: opts.Queue, evfd: -1}
+	if c.ttl == 0 {
+		c.ttl = DefaultTTL
+	}
+	ifi, err := interfaceFor(opts.Interface, addr)
+	if err != nil {
+		return nil, err
+	}
+	if len(ifi.HardwareAddr) != 6 {
+		return nil, fmt.Errorf("afxdp: interface %s has no Ethernet address", ifi.Name)
+	}
+	c.ifindex, c.ifname, c.mtu, c.srcMAC = ifi.Index, ifi.Name, ifi.MTU, [6]byte(ifi.HardwareAddr)
+	ipHdr := ipv4HeaderLen
+	if c.v6 {
+		ipHdr = ipv6HeaderLen
+	}
+	// A received frame starts XDP_PACKET_HEADROOM into its UMEM frame.
+	if c.mtu+ethHeaderLen > frameSize-unix.XDP_PACKET_HEADROOM {
+		return nil, fmt.Errorf("afxdp: interface %s MTU %d does not fit a %d-byte frame (at most %d): lower the MTU or use 4096-byte frames",
+			ifi.Name, c.mtu, frameSize, frameSize-unix.XDP_PACKET_HEADROOM-ethHeaderLen)
+	}
+	c.maxData = c.mtu - ipHdr - udpHeaderLen
+	// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; later ones to the memory
+	// cgroup, and this does nothing.
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("afxdp: %w", err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			c.release()
+		}
+	}()
+	if c.x, err = newXSK(frames, frameSize); err != nil {
+		return nil, err
+	}
+	if err := c.x.bind(c.ifindex, c.queue, opts.Copy); err != nil {
+		return nil, err
+	}
+	if c.steer, err = loadSteering(c.local, c.queue); err != nil {
+		return nil, err
+	}
+	if err := c.steer.xsks.Put(uint32(c.queue), uint32(c.x.fd)); err != nil {
+		return nil, fmt.Errorf("afxdp: add the socket to the XSKMAP: %w", err)
+	}
+	if err := c.steer.attach(c.ifindex, opts.GenericXDP); err != nil {
+		return nil, err
+	}
+	c.generic = c.steer.generic
+	if c.neigh, err = newNeighbours(c.ifindex, addr); err != nil {
+		return nil, err
+	}
+	c.zc, c.half = c.x.zeroCopy, int(c.x.rxFrames*c.x.frameSize)
+	for i := c.x.rxFrames; i < uint64(frames); i++ {
+		c.txFree = append(c.txFree, i*c.x.frameSize)
+	}
+	if c.evfd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
+		c.evfd = -1
+		return nil, fmt.Errorf("afxdp: eventfd: %w", err)
+	}
+	if c.busy {
+		c.kbusy = c.setBusyPoll(opts)
+	} else if err := c.watch(); err != nil {
+		return nil, err
+	}
+	c.readyFn = c.ready
+	ok = true
+	return c, nil
+}
+
+// interfaceFor finds the interface named, or else the one holding addr, and checks that
+// it holds addr: the kernel must own the address too, to answer ARP and ICMP for it.
+func interfaceFor(name string, addr netip.Addr) (*net.Interface, error) {
+	if name == "" {
+		ifi, ok := netio.InterfaceOf(addr)
+		if !ok {
+			return nil, fmt.Errorf("afxdp: no interface holds %v", addr)
+		}
+		return &ifi, nil
+	}
+	ifi, err := net.InterfaceByName(name)
+	if err != nil {
+		return nil, fmt.Errorf("afxdp: interface %q: %w", name, err)
+	}
+	if got, ok := netio.InterfaceOf(addr); !ok || got.Index != ifi.Index {
+		return nil, fmt.Errorf("afxdp: interface %s does not hold %v (ip addr add it there)", name, addr)
+	}
+	return ifi, nil
+}
+
+// setBusyPoll asks the kernel to busy-poll the socket's queue when this side reads it
+// (SO_BUSY_POLL, the time it may spin; SO_PREFER_BUSY_POLL, let the application's polls
+// rather than interrupts drive the queue, with the interface's napi_defer_hard_irqs and
+// gro_flush_timeout; SO_BUSY_POLL_BUDGET, packets per poll). It reports whether all three
+// were accepted (Linux 5.11 and later).
+func (c *Conn) setBusyPoll(opts Options) bool {
+	usecs, budget := opts.BusyPollUsecs, opts.BusyPollBudget
+	if usecs <= 0 {
+		usecs = defaultBusyUsecs
+	}
+	if budget <= 0 {
+		budget = defaultBudget
+	}
+	e1 := unix.SetsockoptInt(c.x.fd, unix.SOL_SOCKET, unix.SO_PREFER_BUSY_POLL, 1)
+	e2 := unix.SetsockoptInt(c.x.fd, unix.SOL_SOCKET, unix.SO_BUSY_POLL, usecs)
+	e3 := unix.SetsockoptInt(c.x.fd, unix.SOL_SOCKET, unix.SO_BUSY_POLL_BUDGET, budget)
+	return e1 == nil && e2 == nil && e3 == nil
+}
+
+// watch puts the socket in an epoll instance of the Conn's own, level-triggered for
+// EPOLLIN, and the instance in Go's netpoller.
+func (c *Conn) watch() error {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("afxdp: epoll_create1: %w", err)
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(c.x.fd)}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, c.x.fd, &ev); err != nil {
+		unix.Close(epfd)
+		return fmt.Errorf("afxdp: epoll_ctl: %w", err)
+	}
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		return fmt.Errorf("afxdp: epoll instance: %w", err)
+	}
+	c.ep = os.NewFile(uintptr(epfd), "afxdp-epoll") // non-blocking: into the netpoller
+	if c.eprc, err = c.ep.SyscallConn(); err != nil {
+		return fmt.Errorf("afxdp: epoll instance: %w", err)
+	}
+	return nil
+}
+
+// ready is the netpoller wait's condition: a packet in the rx ring, or the Conn closed.
+// It runs inside ReadBatch, which holds rmu, so the rings are still mapped.
+func (c *Conn) ready(uintptr) bool { return c.closed.Load() || c.x.rx.available() > 0 }
+
+// release frees what Open made, in the reverse order: the program goes first, so that
+// nothing more is redirected to the socket.
+func (c *Conn) release() error {
+	var errs []error
+	if c.ep != nil {
+		errs = append(errs, c.ep.Close())
+		c.ep = nil
+	}
+	if c.steer != nil {
+		errs = append(errs, c.steer.close())
+		c.steer = nil
+	}
+	if c.neigh != nil {
+		c.neigh.close()
+		c.neigh = nil
+	}
+	if c.x != nil {
+		c.x.close()
+		c.x = nil
+	}
+	if c.evfd >= 0 {
+		unix.Close(c.evfd)
+		c.evfd = -1
+	}
+	return errors.Join(errs...)
+}
+
+// LocalAddr is the address and port the program steers into the socket.
+func (c *Conn) LocalAddr() netip.AddrPort { return c.local }
+
+// SourceAddr is LocalAddr: datagrams leave from the port they are received at.
+func (c *Conn) SourceAddr() netip.AddrPort { return c.local }
+
+// Caps: batches of up to 64; no GSO and no GRO (each datagram is one frame, built and
+// parsed here); IPv4 datagrams leave with DF set and Identification 0. RecvBuf and
+// SendBuf are the UMEM's bytes for each direction.
+func (c *Conn) Caps() netio.Caps {
+	return netio.Caps{BatchSize: batchSize, MaxSegments: 1, RecvBuf: c.half, SendBuf: c.half, IPv4IDZero: !c.v6}
+}
+
+// Mode reports whether the socket runs zero-copy or in copy mode.
+func (c *Conn) Mode() Mode {
+	if c.zc {
+		return ModeZeroCopy
+	}
+	return ModeCopy
+}
+
+// Info describes the socket, for a device listing or a tool's --stats.
+type Info struct {
+	Interface string
+	Queue     int
+	MTU       int
+	Mode      Mode
+	// GenericXDP: the program runs in generic (SKB) mode, the driver having no native
+	// XDP (or Options.GenericXDP).
+	GenericXDP bool
+	// BusyPoll: the Conn was opened with Options.BusyPoll; KernelBusyPoll: the kernel
+	// accepted the busy-poll socket options.
+	BusyPoll, KernelBusyPoll bool
+}
+
+func (c *Conn) String() string {
+	i := c.Info()
+	xdp := "native"
+	if i.GenericXDP {
+		xdp = "generic"
+	}
+	return fmt.Sprintf("AF_XDP %s queue %d (%s, %s XDP)", i.Interface, i.Queue, i.Mode, xdp)
+}
+
+// Info describes the socket.
+func (c *Conn) Info() Info {
+	return Info{Interface: c.ifname, Queue: c.queue, MTU: c.mtu, Mode: c.Mode(), GenericXDP: c.generic,
+		BusyPoll: c.busy, KernelBusyPoll: c.kbusy}
+}
+
+// Stats returns the Conn's counters and the kernel's.
+func (c *Conn) Stats() Stats {
+	s := Stats{
+		RxPackets: c.rxPackets.Load(), TxPackets: c.txPackets.Load(),
+		RxMalformed: c.rxMalformed.Load(), RxNotOurs: c.rxNotOurs.Load(),
+		TxNoNeighbour: c.txNoNeigh.Load(), TxTooBig: c.txTooBig.Load(),
+	}
+	c.waitMu.RLock()
+	defer c.waitMu.RUnlock()
+	if !c.closed.Load() {
+		if k, err := c.x.stats(); err == nil {
+			s.KernelRxDropped, s.KernelRxInvalid, s.KernelTxInvalid = k.Rx_dropped, k.Rx_invalid_descs, k.Tx_invalid_descs
+			s.KernelRxRingFull, s.KernelFillRingEmpty, s.KernelTxRingEmpty = k.Rx_ring_full, k.Rx_fill_ring_empty_descs, k.Tx_ring_empty_descs
+		}
+	}
+	return s
+}
+
+// Close detaches the program, closes the socket and unblocks readers and waiters.
+func (c *Conn) Close() error {
+	if c.closed.Swap(true) {
+		return net.ErrClosed
+	}
+	var err error
+	if c.ep != nil {
+		err = c.ep.Close() // ends a ReadBatch blocked in the netpoller
+	}
+	var one [8]byte
+	one[0] = 1
+	unix.Write(c.evfd, one[:]) // ends WaitReadable's poll; stays readable for later ones
+	// Wait for every user of the rings and the socket to leave: readers and writers see
+	// closed and return, waiters wake from the eventfd.
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.waitMu.Lock()
+	defer c.waitMu.Unlock()
+	c.ep = nil
+	return errors.Join(err, c.release())
+}
+
+func (c *Conn) closedErr(op string) error {
+	return fmt.Errorf("afxdp: %s %v: %w", op, c.local, net.ErrClosed)
+}

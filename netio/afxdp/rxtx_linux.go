@@ -1,0 +1,335 @@
+//go:build linux
+
+package afxdp
+
+import (
+	"fmt"
+	"net/netip"
+	"runtime"
+	"time"
+
+	"github.com/goverbs/goverbs/netio"
+	"golang.org/x/sys/unix"
+)
+
+// ReadBatch waits until at least one datagram has arrived and copies up to len(msgs)
+// of them (at most 64) into the messages' buffers: a datagram longer than its buffer is
+// cut to it. In the default mode it parks in Go's netpoller; with BusyPoll it spins.
+func (c *Conn) ReadBatch(msgs []netio.Message) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	for {
+		if c.closed.Load() {
+			return 0, c.closedErr("read")
+		}
+		if n := c.receive(msgs); n > 0 {
+			return n, nil
+		}
+		if c.busy || c.x.fill.needWakeup() {
+			c.x.kickRx()
+			if n := c.receive(msgs); n > 0 {
+				return n, nil
+			}
+		}
+		if c.busy {
+			runtime.Gosched()
+			continue
+		}
+		if err := c.eprc.Read(c.readyFn); err != nil {
+			if c.closed.Load() {
+				return 0, c.closedErr("read")
+			}
+			return 0, fmt.Errorf("afxdp: read %v: %w", c.local, err)
+		}
+	}
+}
+
+// PollBatch reads what has arrived, without waiting: 0 when nothing has (netio.Poller).
+// On an empty ring it makes the recvfrom that drives the kernel (busy polling, or a fill
+// ring that needs a wakeup) and looks once more.
+func (c *Conn) PollBatch(msgs []netio.Message) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	if c.closed.Load() {
+		return 0, c.closedErr("read")
+	}
+	n := c.receive(msgs)
+	if n == 0 && (c.busy || c.x.fill.needWakeup()) {
+		c.x.kickRx()
+		n = c.receive(msgs)
+	}
+	return n, nil
+}
+
+// WaitReadable blocks until a datagram has arrived, the timeout passes (never, when
+// negative) or the Conn closes, reading nothing (netio.Poller). It waits in poll(2) on
+// the socket and an eventfd Close writes to.
+func (c *Conn) WaitReadable(timeout time.Duration) (bool, error) {
+	c.waitMu.RLock()
+	defer c.waitMu.RUnlock()
+	if c.closed.Load() {
+		return false, c.closedErr("wait")
+	}
+	if c.x.rx.nonEmpty() {
+		return true, nil
+	}
+	if c.x.fill.needWakeup() {
+		c.x.kickRx()
+	}
+	ms := -1
+	if timeout >= 0 {
+		ms = int((timeout + time.Millisecond - 1) / time.Millisecond)
+	}
+	for {
+		fds := [2]unix.PollFd{{Fd: int32(c.x.fd), Events: unix.POLLIN}, {Fd: int32(c.evfd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds[:], ms)
+		if c.closed.Load() {
+			return false, c.closedErr("wait")
+		}
+		switch {
+		case err == unix.EINTR:
+			continue // the timeout restarts: a signal-heavy program waits longer, never shorter
+		case err != nil:
+			return false, fmt.Errorf("afxdp: wait %v: %w", c.local, err)
+		case n == 0:
+			return false, nil
+		}
+		return fds[0].Revents&unix.POLLIN != 0 || c.x.rx.nonEmpty(), nil
+	}
+}
+
+// receive takes up to len(msgs) (at most 64) descriptors off the rx ring, copies the
+// datagrams they hold into msgs, returns their frames to the fill ring and reports how
+// many messages it filled. A descriptor or frame that does not check out is dropped
+// and counted. rmu is held.
+func (c *Conn) receive(msgs []netio.Message) int {
+	x := c.x
+	avail := x.rx.available()
+	if avail == 0 {
+		return 0
+	}
+	avail = min(avail, uint32(min(len(msgs), batchSize)))
+	n := 0
+	for i := range avail {
+		d := x.rx.desc(x.rx.local + i)
+		addr, size := d.Addr, d.Len
+		frame, ok := x.rxFrame(addr, size)
+		if !ok {
+			c.rxMalformed.Add(1) // not a frame of ours: nothing to give back
+			continue
+		}
+		p, why := parseFrame(x.umem[addr:addr+uint64(size)], c.local)
+		switch why {
+		case dropNone:
+			m := &msgs[n]
+			m.N = copy(m.Buf, p.payload)
+			m.Addr = p.src
+			m.SegSize = 0
+			n++
+		case dropMalformed:
+			c.rxMalformed.Add(1)
+		default:
+			c.rxNotOurs.Add(1)
+		}
+		*x.fill.addr(x.fill.local) = frame
+		x.fill.local++
+	}
+	x.rx.release(avail)
+	x.fill.publish()
+	c.rxPackets.Add(uint64(n))
+	return n
+}
+
+// txWait bounds how long WriteBatch waits for a send frame to come back before it
+// reports the Conn as failed (a link that is down, a driver that never completes).
+const txWait = time.Second
+
+// WriteBatch sends every datagram of msgs (a run with SegSize as its separate
+// datagrams): headers built here, payload copied into a UMEM frame, the frames posted to
+// the tx ring a batch at a time. A datagram that cannot go (no neighbour entry, longer
+// than the MTU, a destination of the other family) is skipped and reported in a
+// *netio.SendError, as the UDP backend reports the kernel's refusals.
+func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.closed.Load() {
+		return 0, c.closedErr("write")
+	}
+	var first *netio.SendError
+	skipped := 0
+	fail := func(mi, datagrams int, err error) {
+		skipped += datagrams
+		if first == nil {
+			first = &netio.SendError{Index: mi, Addr: msgs[mi].Addr, Err: err}
+		}
+	}
+	x := c.x
+	hl := headerLen(c.v6)
+	flow := flowHeader{srcMAC: c.srcMAC, src: c.local, ttl: c.ttl}
+	var hop netip.Addr // the destination flow.dstMAC was resolved for
+	now := time.Now()
+	for mi := range msgs {
+		m := &msgs[mi]
+		if len(m.Iov) > netio.MaxIov {
+			fail(mi, m.NumSegments(), netio.ErrTooManyIov)
+			continue
+		}
+		dst := m.Addr
+		if a := dst.Addr(); a.Is4In6() {
+			dst = netip.AddrPortFrom(a.Unmap(), dst.Port())
+		}
+		if !dst.Addr().IsValid() || dst.Addr().Is6() != c.v6 {
+			fail(mi, m.NumSegments(), netio.ErrAddressFamily)
+			continue
+		}
+		if dst.Addr() != hop || !hop.IsValid() {
+			mac, err := c.neigh.lookup(dst.Addr(), now)
+			if err != nil {
+				c.txNoNeigh.Add(uint64(m.NumSegments()))
+				fail(mi, m.NumSegments(), err)
+				continue
+			}
+			hop, flow.dstMAC = dst.Addr(), mac
+		}
+		flow.dst = dst
+		seg := m.N
+		if m.SegSize > 0 && m.SegSize < m.N {
+			seg = m.SegSize
+		}
+		segs := m.NumSegments()
+		for i := range segs {
+			off := i * seg
+			size := min(seg, m.N-off)
+			if size > c.maxData || hl+size > int(x.frameSize) {
+				c.txTooBig.Add(1)
+				fail(mi, 1, unix.EMSGSIZE)
+				continue
+			}
+			addr, err := c.takeTxFrame()
+			if err != nil {
+				if first != nil {
+					first.Skipped = skipped
+				}
+				return mi, err
+			}
+			f := x.umem[addr : addr+x.frameSize]
+			copyOut(f[hl:hl+size], m, off)
+			putHeaders(f, &flow, size)
+			d := x.tx.desc(x.tx.local)
+			d.Addr, d.Len, d.Options = addr, uint32(hl+size), 0
+			x.tx.local++
+			c.txPackets.Add(1)
+			if x.tx.pending() >= batchSize {
+				c.flushTx()
+			}
+		}
+	}
+	c.flushTx()
+	if first != nil {
+		first.Skipped = skipped
+		return len(msgs), first
+	}
+	return len(msgs), nil
+}
+
+// copyOut copies bytes [off, off+len(dst)) of m's data (Buf, or the Iov slices one after
+// another) into dst.
+func copyOut(dst []byte, m *netio.Message, off int) {
+	if m.Iov == nil {
+		copy(dst, m.Buf[off:])
+		return
+	}
+	for _, v := range m.Iov {
+		if len(dst) == 0 {
+			return
+		}
+		if off >= len(v) {
+			off -= len(v)
+			continue
+		}
+		k := copy(dst, v[off:])
+		dst, off = dst[k:], 0
+	}
+}
+
+// takeTxFrame returns a free send frame, taking back what the kernel completed first,
+// and when none is free pushing out what is queued and waiting for completions (up to
+// txWait). wmu is held.
+func (c *Conn) takeTxFrame() (uint64, error) {
+	if len(c.txFree) == 0 {
+		c.reclaim()
+	}
+	var start time.Time
+	for spins := 0; len(c.txFree) == 0; spins++ {
+		if c.closed.Load() {
+			return 0, c.closedErr("write")
+		}
+		c.flushTx()
+		c.reclaim()
+		if len(c.txFree) > 0 {
+			break
+		}
+		if start.IsZero() {
+			start = time.Now()
+		} else if time.Since(start) > txWait {
+			return 0, fmt.Errorf("afxdp: write %v: no send frame came back in %v: %w", c.local, txWait, unix.ENOBUFS)
+		}
+		if spins < 64 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
+	a := c.txFree[len(c.txFree)-1]
+	c.txFree = c.txFree[:len(c.txFree)-1]
+	return a, nil
+}
+
+// reclaim takes the frames of completed sends off the completion ring.
+func (c *Conn) reclaim() {
+	x := c.x
+	n := x.comp.available()
+	for i := range n {
+		a := *x.comp.addr(x.comp.local + i)
+		if x.txFrame(a) {
+			c.txFree = append(c.txFree, a)
+		} else {
+			c.rxMalformed.Add(1)
+		}
+	}
+	if n > 0 {
+		x.comp.release(n)
+	}
+}
+
+// flushTx publishes the tx ring's new entries and, when the kernel asks for it (always
+// in copy mode, where the sending happens in the call), makes the sendto that sends
+// them. EAGAIN means the call's budget ran out with descriptors left: call again.
+func (c *Conn) flushTx() {
+	x := c.x
+	x.tx.publish()
+	if !x.tx.needWakeup() {
+		return
+	}
+	for range 1024 {
+		switch x.kickTx() {
+		case unix.EAGAIN, unix.EINTR:
+			c.reclaim()
+			if !x.tx.nonEmptyProducer() {
+				return
+			}
+			continue
+		}
+		return
+	}
+}
+

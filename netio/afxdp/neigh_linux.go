@@ -39,6 +39,7 @@ var errNoNeighbour = fmt.Errorf("afxdp: no neighbour entry: %w", unix.EHOSTUNREA
 
 type neighEntry struct {
 	mac     [6]byte
+	failed  bool // resolution failed: sends fail at once until expires
 	expires time.Time
 }
 
@@ -68,9 +69,11 @@ func newNeighbours(ifindex int, local netip.Addr) (*neighbours, error) {
 		domain = unix.AF_INET6
 	}
 	if fd, err := unix.Socket(domain, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP); err == nil {
-		var sa unix.Sockaddr = &unix.SockaddrInet4{Addr: local.Unmap().As4()}
+		var sa unix.Sockaddr
 		if n.v6 {
 			sa = &unix.SockaddrInet6{Addr: local.As16(), ZoneId: uint32(ifindex)}
+		} else {
+			sa = &unix.SockaddrInet4{Addr: local.Unmap().As4()}
 		}
 		if unix.Bind(fd, sa) == nil {
 			n.probe = fd
@@ -92,6 +95,9 @@ func (n *neighbours) close() {
 // when the table has none (waiting up to resolveWait). now is the caller's clock.
 func (n *neighbours) lookup(dst netip.Addr, now time.Time) ([6]byte, error) {
 	if e, ok := n.cache[dst]; ok && now.Before(e.expires) {
+		if e.failed {
+			return [6]byte{}, errNoNeighbour
+		}
 		return e.mac, nil
 	}
 	hop, err := n.nextHop(dst)
@@ -112,7 +118,10 @@ func (n *neighbours) lookup(dst netip.Addr, now time.Time) ([6]byte, error) {
 			}
 		}
 		if !ok {
-			delete(n.cache, dst)
+			// The kernel goes on probing by itself; until neighTTL has passed, sends to
+			// dst fail without waiting again, so that an unreachable peer (which RC
+			// keeps retrying) does not stall the sends to every other.
+			n.cache[dst] = neighEntry{failed: true, expires: time.Now().Add(neighTTL)}
 			return [6]byte{}, errNoNeighbour
 		}
 	}
@@ -187,9 +196,11 @@ func (n *neighbours) solicit(hop, dst netip.Addr) {
 	if n.probe < 0 {
 		return
 	}
-	var sa unix.Sockaddr = &unix.SockaddrInet4{Port: 9, Addr: dst.Unmap().As4()}
+	var sa unix.Sockaddr
 	if n.v6 {
 		sa = &unix.SockaddrInet6{Port: 9, Addr: dst.As16()}
+	} else {
+		sa = &unix.SockaddrInet4{Port: 9, Addr: dst.Unmap().As4()}
 	}
 	_ = unix.Sendto(n.probe, nil, unix.MSG_DONTWAIT, sa)
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -66,6 +67,10 @@ func newTestNet(t testing.TB, mtu int) *testNet {
 		// as many queues as the machine has cores.
 		{"-n", n.A, "link", "add", ifA, "mtu", m, "numtxqueues", "1", "numrxqueues", "1", "type", "veth",
 			"peer", "name", ifB, "mtu", m, "numtxqueues", "1", "numrxqueues", "1", "netns", n.B},
+		// No duplicate address detection on the link-local addresses either: the kernel
+		// sends no neighbour solicitation before it has a usable link-local source.
+		{"netns", "exec", n.A, "sh", "-c", "echo 0 > /proc/sys/net/ipv6/conf/" + ifA + "/accept_dad"},
+		{"netns", "exec", n.B, "sh", "-c", "echo 0 > /proc/sys/net/ipv6/conf/" + ifB + "/accept_dad"},
 		{"-n", n.A, "addr", "add", "192.0.2.1/24", "dev", ifA},
 		{"-n", n.B, "addr", "add", "192.0.2.2/24", "dev", ifB},
 		{"-n", n.A, "addr", "add", "2001:db8::1/64", "dev", ifA, "nodad"},
@@ -125,5 +130,25 @@ func in(t testing.TB, ns string, f func()) {
 	<-done
 	if ferr != nil {
 		t.Fatal(ferr)
+	}
+}
+
+// waitIPv6 waits until both ends have their link-local address: the kernel brings IPv6
+// up on a new veth only once it has seen the carrier, and sends no neighbour
+// solicitation (nor answers one) before.
+func (n *testNet) waitIPv6(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for _, end := range [][2]string{{n.A, ifA}, {n.B, ifB}} {
+		for {
+			out := n.ip(t, "-n", end[0], "-6", "addr", "show", "dev", end[1], "scope", "link")
+			if strings.Contains(out, "fe80") && !strings.Contains(out, "tentative") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no IPv6 link-local address on %s: %s", end[1], out)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 }

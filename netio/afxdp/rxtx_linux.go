@@ -332,4 +332,3 @@ func (c *Conn) flushTx() {
 		return
 	}
 }
-

@@ -5,6 +5,7 @@ package afxdp
 import (
 	"fmt"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -121,6 +122,9 @@ func getsockoptPtr(fd, level, opt int, p unsafe.Pointer, size uintptr) error {
 	return nil
 }
 
+// bindWait bounds how long bind waits for a queue that a closed socket still holds.
+const bindWait = 2 * time.Second
+
 // xsk is the socket, its UMEM and rings.
 type xsk struct {
 	fd        int
@@ -199,14 +203,32 @@ func (x *xsk) bind(ifindex, queue int, copyMode bool) error {
 	sa := &unix.SockaddrXDP{Ifindex: uint32(ifindex), QueueID: uint32(queue)}
 	if !copyMode {
 		sa.Flags = unix.XDP_USE_NEED_WAKEUP | unix.XDP_ZEROCOPY
-		if unix.Bind(x.fd, sa) == nil {
-			x.zeroCopy = x.optionsZeroCopy()
-			return nil
+		deadline := time.Now().Add(bindWait)
+		for {
+			err := unix.Bind(x.fd, sa)
+			if err == nil {
+				x.zeroCopy = x.optionsZeroCopy()
+				return nil
+			}
+			if err != unix.EBUSY || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(time.Millisecond)
 		}
 	}
 	sa.Flags = unix.XDP_USE_NEED_WAKEUP | unix.XDP_COPY
-	if err := unix.Bind(x.fd, sa); err != nil {
-		return fmt.Errorf("afxdp: bind to interface %d queue %d: %w", ifindex, queue, err)
+	// A socket closed a moment ago may still hold the queue: the kernel releases its
+	// buffer pool from a work queue, after the close has returned. Wait for it a little.
+	deadline := time.Now().Add(bindWait)
+	for {
+		err := unix.Bind(x.fd, sa)
+		if err == nil {
+			break
+		}
+		if err != unix.EBUSY || time.Now().After(deadline) {
+			return fmt.Errorf("afxdp: bind to interface %d queue %d: %w", ifindex, queue, err)
+		}
+		time.Sleep(time.Millisecond)
 	}
 	x.zeroCopy = x.optionsZeroCopy()
 	return nil

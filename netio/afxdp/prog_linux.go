@@ -46,7 +46,11 @@ const (
 // Loads from packet memory compare the bytes as they lie in the packet: a 16-bit load
 // of the big-endian EtherType 0x0800 reads 0x0008 on a little-endian machine, so every
 // constant is turned into the load's value with nativeEndian.
-func steerProgram(xsks *ebpf.Map, local netip.AddrPort) asm.Instructions {
+//
+// miss is the action when the map has no socket for the queue: XDP_PASS in use; a test
+// makes it XDP_DROP to tell the redirect path from the pass path (BPF_PROG_TEST_RUN has
+// no socket to redirect to).
+func steerProgram(xsks *ebpf.Map, local netip.AddrPort, miss int32) asm.Instructions {
 	v6 := local.Addr().Is6() && !local.Addr().Is4In6()
 	be16 := func(v uint16) int32 {
 		var b [2]byte
@@ -102,7 +106,7 @@ func steerProgram(xsks *ebpf.Map, local netip.AddrPort) asm.Instructions {
 		asm.JNE.Imm(asm.R5, be16(local.Port()), pass),
 		asm.LoadMapPtr(asm.R1, xsks.FD()),
 		asm.LoadMem(asm.R2, asm.R6, mdRxQueueIdx, asm.Word),
-		asm.Mov.Imm(asm.R3, xdpPass),
+		asm.Mov.Imm(asm.R3, miss),
 		asm.FnRedirectMap.Call(),
 		asm.Return(),
 		asm.Mov.Imm(asm.R0, xdpPass).WithSymbol(pass),
@@ -122,6 +126,10 @@ type steering struct {
 // loadSteering creates the XSKMAP (an entry per queue up to queue) and loads the program
 // for local. It does not attach it.
 func loadSteering(local netip.AddrPort, queue int) (*steering, error) {
+	return loadSteeringMiss(local, queue, xdpPass)
+}
+
+func loadSteeringMiss(local netip.AddrPort, queue int, miss int32) (*steering, error) {
 	xsks, err := ebpf.NewMap(&ebpf.MapSpec{
 		Name:       "goverbs_xsks",
 		Type:       ebpf.XSKMap,
@@ -135,7 +143,7 @@ func loadSteering(local netip.AddrPort, queue int) (*steering, error) {
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 		Name:         "goverbs_steer",
 		Type:         ebpf.XDP,
-		Instructions: steerProgram(xsks, local),
+		Instructions: steerProgram(xsks, local, miss),
 		License:      "Apache-2.0",
 	})
 	if err != nil {

@@ -56,7 +56,10 @@ type Options struct {
 	// device. Lowest latency; burns a core.
 	BusyPoll bool
 	// BusyPollUsecs and BusyPollBudget are SO_BUSY_POLL and SO_BUSY_POLL_BUDGET with
-	// BusyPoll (0: 20 µs and 64 packets).
+	// BusyPoll (0: 20 µs and 64 packets). With SO_PREFER_BUSY_POLL they make each poll
+	// of an empty ring a recvfrom that runs the driver's receive processing in the
+	// polling thread. A negative BusyPollUsecs leaves the kernel's busy polling off:
+	// polls then only read the ring, with no syscall (the kernel's softirq fills it).
 	BusyPollUsecs, BusyPollBudget int
 	// Frames is the number of UMEM frames, half for receiving and half for sending (0:
 	// 4096); FrameSize their size, 2048 or 4096 (0: 4096). A frame holds one packet, so

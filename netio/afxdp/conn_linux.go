@@ -160,7 +160,9 @@ func Open(opts Options) (*Conn, error) {
 		return nil, fmt.Errorf("afxdp: eventfd: %w", err)
 	}
 	if c.busy {
-		c.kbusy = c.setBusyPoll(opts)
+		if opts.BusyPollUsecs >= 0 {
+			c.kbusy = c.setBusyPoll(opts)
+		}
 	} else if err := c.watch(); err != nil {
 		return nil, err
 	}

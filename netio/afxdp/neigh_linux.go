@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -45,16 +46,23 @@ type neighEntry struct {
 
 // neighbours resolves next hops on one interface. Its netlink and UDP sockets are made
 // in the network namespace Open runs in, and stay there: every later lookup asks that
-// namespace's kernel whatever thread it runs on. Not safe for concurrent use (the Conn's
-// send lock guards it).
+// namespace's kernel whatever thread it runs on.
+//
+// lookup is called by one sender at a time (the Conn's send lock). An entry older than
+// neighTTL is still used while a goroutine reads the table again, so that a send never
+// waits for netlink once its destination has been resolved. mu guards the cache and the
+// netlink handle between the two.
 type neighbours struct {
-	h       *netlink.Handle
-	ifindex int
-	v6      bool
-	local   netip.Addr
-	probe   int // a UDP socket bound to local, for the fallback probe; -1 if none
-	useOK   bool
-	cache   map[netip.Addr]neighEntry
+	mu         sync.Mutex
+	h          *netlink.Handle
+	ifindex    int
+	v6         bool
+	local      netip.Addr
+	probe      int // a UDP socket bound to local, for the fallback probe; -1 if none
+	useOK      bool
+	cache      map[netip.Addr]neighEntry
+	refreshing map[netip.Addr]bool
+	closed     bool
 }
 
 func newNeighbours(ifindex int, local netip.Addr) (*neighbours, error) {
@@ -63,7 +71,7 @@ func newNeighbours(ifindex int, local netip.Addr) (*neighbours, error) {
 		return nil, fmt.Errorf("afxdp: netlink: %w", err)
 	}
 	n := &neighbours{h: h, ifindex: ifindex, v6: local.Is6() && !local.Is4In6(), local: local,
-		probe: -1, useOK: true, cache: make(map[netip.Addr]neighEntry)}
+		probe: -1, useOK: true, cache: make(map[netip.Addr]neighEntry), refreshing: make(map[netip.Addr]bool)}
 	domain := unix.AF_INET
 	if n.v6 {
 		domain = unix.AF_INET6
@@ -85,6 +93,9 @@ func newNeighbours(ifindex int, local netip.Addr) (*neighbours, error) {
 }
 
 func (n *neighbours) close() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.closed = true
 	n.h.Close()
 	if n.probe >= 0 {
 		unix.Close(n.probe)
@@ -94,12 +105,51 @@ func (n *neighbours) close() {
 // lookup returns the MAC address for datagrams to dst, resolving it through the kernel
 // when the table has none (waiting up to resolveWait). now is the caller's clock.
 func (n *neighbours) lookup(dst netip.Addr, now time.Time) ([6]byte, error) {
-	if e, ok := n.cache[dst]; ok && now.Before(e.expires) {
-		if e.failed {
-			return [6]byte{}, errNoNeighbour
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return [6]byte{}, errNoNeighbour
+	}
+	e, ok := n.cache[dst]
+	switch {
+	case ok && e.failed && now.Before(e.expires):
+		return [6]byte{}, errNoNeighbour
+	case ok && !e.failed:
+		if !now.Before(e.expires) && !n.refreshing[dst] {
+			n.refreshing[dst] = true
+			go n.refresh(dst)
 		}
 		return e.mac, nil
 	}
+	return n.resolve(dst, now)
+}
+
+// refresh reads dst's entry again in the background (see neighbours). An entry the
+// kernel no longer has a usable address for is dropped, and the next send resolves
+// it afresh.
+func (n *neighbours) refresh(dst netip.Addr) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.refreshing, dst)
+	if n.closed {
+		return
+	}
+	hop, err := n.nextHop(dst)
+	if err != nil {
+		delete(n.cache, dst)
+		return
+	}
+	mac, ok, err := n.table(hop)
+	if err != nil || !ok {
+		delete(n.cache, dst)
+		return
+	}
+	n.cache[dst] = neighEntry{mac: mac, expires: time.Now().Add(neighTTL)}
+}
+
+// resolve finds dst's next hop and its address, asking the kernel to resolve it on a
+// miss and waiting up to resolveWait. mu is held.
+func (n *neighbours) resolve(dst netip.Addr, now time.Time) ([6]byte, error) {
 	hop, err := n.nextHop(dst)
 	if err != nil {
 		return [6]byte{}, err

@@ -28,7 +28,7 @@ func (c *Conn) ReadBatch(msgs []netio.Message) (int, error) {
 		if n := c.receive(msgs); n > 0 {
 			return n, nil
 		}
-		if c.busy || c.x.fill.needWakeup() {
+		if c.kbusy || c.x.fill.needWakeup() {
 			c.x.kickRx()
 			if n := c.receive(msgs); n > 0 {
 				return n, nil
@@ -48,8 +48,8 @@ func (c *Conn) ReadBatch(msgs []netio.Message) (int, error) {
 }
 
 // PollBatch reads what has arrived, without waiting: 0 when nothing has (netio.Poller).
-// On an empty ring it makes the recvfrom that drives the kernel (busy polling, or a fill
-// ring that needs a wakeup) and looks once more.
+// On an empty ring it makes the recvfrom that drives the kernel (its busy polling, when
+// the socket has it, or a fill ring that needs a wakeup) and looks once more.
 func (c *Conn) PollBatch(msgs []netio.Message) (int, error) {
 	if len(msgs) == 0 {
 		return 0, nil
@@ -60,7 +60,7 @@ func (c *Conn) PollBatch(msgs []netio.Message) (int, error) {
 		return 0, c.closedErr("read")
 	}
 	n := c.receive(msgs)
-	if n == 0 && (c.busy || c.x.fill.needWakeup()) {
+	if n == 0 && (c.kbusy || c.x.fill.needWakeup()) {
 		c.x.kickRx()
 		n = c.receive(msgs)
 	}

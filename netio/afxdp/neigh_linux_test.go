@@ -1,0 +1,84 @@
+//go:build linux
+
+package afxdp_test
+
+import (
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/goverbs/goverbs/netio"
+	"github.com/goverbs/goverbs/netio/afxdp"
+	"golang.org/x/sys/unix"
+)
+
+// TestNeighbours: a destination nobody answers for fails with EHOSTUNREACH after the
+// kernel's resolution was given its time, and at once for a while after; a peer whose
+// MAC address changes is followed (the cache is read again in the background); the
+// first datagram to a peer absent from the table is sent once the kernel resolved it.
+func TestNeighbours(t *testing.T) {
+	n := newTestNet(t, 1500)
+	x := openXDP(t, n, n.AddrA, afxdp.Options{})
+	var u netio.Conn
+	var err error
+	in(t, n.B, func() { u, err = netio.ListenUDP(netip.AddrPortFrom(n.AddrB, 4791), netio.UDPOptions{}) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	send := func(to netip.AddrPort) error {
+		_, err := x.WriteBatch([]netio.Message{{Buf: []byte("ping"), N: 4, Addr: to}})
+		return err
+	}
+	recv := func() {
+		t.Helper()
+		p, _ := netio.AsPoller(u)
+		if ok, err := p.WaitReadable(3 * time.Second); !ok || err != nil {
+			t.Fatalf("nothing arrived: %v, %+v", err, x.Stats())
+		}
+		u.ReadBatch([]netio.Message{{Buf: make([]byte, 64)}})
+	}
+
+	// Nobody has 192.0.2.77.
+	ghost := netip.MustParseAddrPort("192.0.2.77:4791")
+	start := time.Now()
+	err = send(ghost)
+	var se *netio.SendError
+	if !errors.As(err, &se) || !errors.Is(err, unix.EHOSTUNREACH) {
+		t.Fatalf("send to nobody: %v", err)
+	}
+	t.Logf("unresolved after %v: %v", time.Since(start), err)
+	start = time.Now()
+	if err := send(ghost); !errors.Is(err, unix.EHOSTUNREACH) || time.Since(start) > 20*time.Millisecond {
+		t.Fatalf("second send to nobody: %v after %v, want EHOSTUNREACH at once", err, time.Since(start))
+	}
+	if s := x.Stats(); s.TxNoNeighbour != 2 {
+		t.Fatalf("TxNoNeighbour %d", s.TxNoNeighbour)
+	}
+
+	// B is not in A's table yet: the send waits for the kernel's ARP.
+	if err := send(u.LocalAddr()); err != nil {
+		t.Fatal(err)
+	}
+	recv()
+
+	// B's MAC address changes; within about a second (neighTTL, then a background read)
+	// datagrams follow it. The kernel learns the new address when B next talks to A.
+	n.ip(t, "-n", n.B, "link", "set", "vb", "address", "02:00:00:00:0b:0b")
+	n.ip(t, "-n", n.A, "neigh", "replace", n.AddrB.String(), "lladdr", "02:00:00:00:0b:0b", "dev", "va", "nud", "reachable")
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		if err := send(u.LocalAddr()); err != nil {
+			t.Fatal(err)
+		}
+		p, _ := netio.AsPoller(u)
+		if ok, _ := p.WaitReadable(50 * time.Millisecond); ok {
+			u.ReadBatch([]netio.Message{{Buf: make([]byte, 64)}})
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("datagrams did not follow the peer's new MAC address")
+		}
+	}
+}

@@ -1,0 +1,51 @@
+//go:build linux
+
+package afxdp_test
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/goverbs/goverbs/netio"
+	"github.com/goverbs/goverbs/netio/afxdp"
+)
+
+// TestNoAllocs: in steady state a WriteBatch (a run of four datagrams of 1010 bytes gathered from two
+// slices) and the ReadBatch that receives it allocate nothing.
+func TestNoAllocs(t *testing.T) {
+	n := newTestNet(t, 1500)
+	a := openXDP(t, n, n.AddrA, afxdp.Options{})
+	var b *afxdp.Conn
+	var err error
+	in(t, n.B, func() { b, err = afxdp.Open(afxdp.Options{Addr: netip.AddrPortFrom(n.AddrB, 4791), Interface: ifB}) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	hdr, payload := make([]byte, 40), make([]byte, 4000)
+	out := []netio.Message{{Iov: [][]byte{hdr, payload}, N: len(hdr) + len(payload), SegSize: 1010, Addr: b.LocalAddr()}}
+	in := make([]netio.Message, 8)
+	for i := range in {
+		in[i].Buf = make([]byte, 2048)
+	}
+	round := func() {
+		if _, err := a.WriteBatch(out); err != nil {
+			t.Fatal(err)
+		}
+		for got := 0; got < 4; {
+			if ok, err := b.WaitReadable(2 * time.Second); !ok || err != nil {
+				t.Fatalf("nothing arrived: %v", err)
+			}
+			k, err := b.ReadBatch(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += k
+		}
+	}
+	round() // resolve the neighbour, warm up
+	if allocs := testing.AllocsPerRun(50, round); allocs > 0 {
+		t.Errorf("%.1f allocations per write and read", allocs)
+	}
+}

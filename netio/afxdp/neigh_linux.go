@@ -33,6 +33,9 @@ const (
 	resolveWait = 100 * time.Millisecond
 	// resolvePoll is the pause between reads of the table during a resolution.
 	resolvePoll = time.Millisecond
+	// recheckEvery bounds how often sends to a destination whose resolution failed read
+	// the table again.
+	recheckEvery = time.Millisecond
 )
 
 // errNoNeighbour is the SendError of a datagram whose next hop could not be resolved.
@@ -40,8 +43,10 @@ var errNoNeighbour = fmt.Errorf("afxdp: no neighbour entry: %w", unix.EHOSTUNREA
 
 type neighEntry struct {
 	mac     [6]byte
-	failed  bool // resolution failed: sends fail at once until expires
+	failed  bool // resolution failed: sends do not wait again until expires
 	expires time.Time
+	hop     netip.Addr // a failed entry's next hop
+	checked time.Time  // when a failed entry's table entry was last read
 }
 
 // neighbours resolves next hops on one interface. Its netlink and UDP sockets are made
@@ -113,6 +118,18 @@ func (n *neighbours) lookup(dst netip.Addr, now time.Time) ([6]byte, error) {
 	e, ok := n.cache[dst]
 	switch {
 	case ok && e.failed && now.Before(e.expires):
+		// The kernel goes on probing after a failed wait: read its table again (at most
+		// every recheckEvery, never waiting) so that an answer that came late is used at
+		// once, by RC's next retry.
+		if now.Sub(e.checked) < recheckEvery {
+			return [6]byte{}, errNoNeighbour
+		}
+		e.checked = now
+		n.cache[dst] = e
+		if mac, found, err := n.table(e.hop); err == nil && found {
+			n.cache[dst] = neighEntry{mac: mac, expires: now.Add(neighTTL)}
+			return mac, nil
+		}
 		return [6]byte{}, errNoNeighbour
 	case ok && !e.failed:
 		if !now.Before(e.expires) && !n.refreshing[dst] {
@@ -169,9 +186,11 @@ func (n *neighbours) resolve(dst netip.Addr, now time.Time) ([6]byte, error) {
 		}
 		if !ok {
 			// The kernel goes on probing by itself; until neighTTL has passed, sends to
-			// dst fail without waiting again, so that an unreachable peer (which RC
-			// keeps retrying) does not stall the sends to every other.
-			n.cache[dst] = neighEntry{failed: true, expires: time.Now().Add(neighTTL)}
+			// dst fail without waiting again (they only look at the table), so that an
+			// unreachable peer (which RC keeps retrying) does not stall the sends to
+			// every other.
+			t := time.Now()
+			n.cache[dst] = neighEntry{failed: true, expires: t.Add(neighTTL), hop: hop, checked: t}
 			return [6]byte{}, errNoNeighbour
 		}
 	}

@@ -17,6 +17,10 @@
 // netlink request that makes it probe, or else an ordinary UDP datagram that makes it
 // resolve), never by ARP or neighbour discovery built here.
 //
+// Datagrams within the host (to another device here, or to the device itself) cannot
+// cross a NIC: they take the local path, a kernel UDP socket on the same address and
+// port, which also receives what the program passed up to the kernel.
+//
 // The socket runs zero-copy where the driver offers it (XDP_ZEROCOPY) and in copy mode
 // otherwise (veth, and any driver without AF_XDP support); [Conn.Mode] says which.
 //
@@ -110,6 +114,10 @@ type Stats struct {
 	TxNoNeighbour uint64
 	// TxTooBig: datagrams longer than the interface MTU or a frame.
 	TxTooBig uint64
+	// RxLocal and TxLocal: datagrams received and sent through the local path (a
+	// kernel UDP socket on the same address and port, for traffic within this host and
+	// what the program passed up to the kernel); counted in RxPackets and TxPackets too.
+	RxLocal, TxLocal uint64
 	// The kernel's counters (see linux/if_xdp.h).
 	KernelRxDropped, KernelRxInvalid, KernelTxInvalid, KernelRxRingFull,
 	KernelFillRingEmpty, KernelTxRingEmpty uint64

@@ -58,7 +58,14 @@ type Conn struct {
 
 	txFree []uint64 // send frames this side holds
 
-	rxPackets, txPackets, rxMalformed, rxNotOurs, txNoNeigh, txTooBig atomic.Uint64
+	// The local path (local_linux.go): nil where the address and port were taken.
+	lp      *localPath
+	lpErr   error
+	lpReady atomic.Bool // the local path may hold datagrams: read it on the next receive
+	lpCalls uint32      // receives since the local path was last read; rmu guards it
+	events  [4]unix.EpollEvent
+
+	rxPackets, txPackets, rxMalformed, rxNotOurs, txNoNeigh, txTooBig, rxLocal, txLocal atomic.Uint64
 }
 
 var _ netio.Conn = (*Conn)(nil)
@@ -151,6 +158,10 @@ func Open(opts Options) (*Conn, error) {
 	if c.neigh, err = newNeighbours(c.ifindex, addr); err != nil {
 		return nil, err
 	}
+	if c.lp, c.lpErr = openLocalPath(c.local); c.lpErr != nil {
+		c.lpErr = fmt.Errorf("afxdp: local path on %v: %w", c.local, c.lpErr)
+	}
+	c.lpReady.Store(true)
 	c.zc, c.half = c.x.zeroCopy, int(c.x.rxFrames*c.x.frameSize)
 	for i := c.x.rxFrames; i < uint64(frames); i++ {
 		c.txFree = append(c.txFree, i*c.x.frameSize)
@@ -222,6 +233,13 @@ func (c *Conn) watch() error {
 		unix.Close(epfd)
 		return fmt.Errorf("afxdp: epoll_ctl: %w", err)
 	}
+	if c.lp != nil {
+		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(c.lp.fd)}
+		if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, c.lp.fd, &ev); err != nil {
+			unix.Close(epfd)
+			return fmt.Errorf("afxdp: epoll_ctl: %w", err)
+		}
+	}
 	if err := unix.SetNonblock(epfd, true); err != nil {
 		unix.Close(epfd)
 		return fmt.Errorf("afxdp: epoll instance: %w", err)
@@ -233,9 +251,26 @@ func (c *Conn) watch() error {
 	return nil
 }
 
-// ready is the netpoller wait's condition: a packet in the rx ring, or the Conn closed.
-// It runs inside ReadBatch, which holds rmu, so the rings are still mapped.
-func (c *Conn) ready(uintptr) bool { return c.closed.Load() || c.x.rx.available() > 0 }
+// ready is the netpoller wait's condition: a packet in the rx ring, a datagram on the
+// local path, or the Conn closed. It runs inside ReadBatch, which holds rmu, so the
+// rings are still mapped. For the local path it asks the epoll instance (epfd, without
+// waiting): the netpoller wakes the reader once per change of the instance, so a
+// datagram there must be noticed now, or it would wait for the next packet.
+func (c *Conn) ready(epfd uintptr) bool {
+	if c.closed.Load() || c.x.rx.available() > 0 {
+		return true
+	}
+	if c.lp == nil {
+		return false
+	}
+	n, _ := unix.EpollWait(int(epfd), c.events[:], 0)
+	for _, ev := range c.events[:max(n, 0)] {
+		if ev.Fd == int32(c.lp.fd) {
+			c.lpReady.Store(true)
+		}
+	}
+	return c.lpReady.Load()
+}
 
 // release frees what Open made, in the reverse order: the program goes first, so that
 // nothing more is redirected to the socket.
@@ -252,6 +287,10 @@ func (c *Conn) release() error {
 	if c.neigh != nil {
 		c.neigh.close()
 		c.neigh = nil
+	}
+	if c.lp != nil {
+		c.lp.close()
+		c.lp = nil
 	}
 	if c.x != nil {
 		c.x.close()
@@ -297,6 +336,11 @@ type Info struct {
 	// BusyPoll: the Conn was opened with Options.BusyPoll; KernelBusyPoll: the kernel
 	// accepted the busy-poll socket options.
 	BusyPoll, KernelBusyPoll bool
+	// LocalPath: datagrams to and from this host go through a kernel UDP socket on the
+	// same address and port; LocalPathErr says why there is none (the address and port
+	// were taken, by a kernel rxe device for one).
+	LocalPath    bool
+	LocalPathErr error
 }
 
 func (c *Conn) String() string {
@@ -311,7 +355,7 @@ func (c *Conn) String() string {
 // Info describes the socket.
 func (c *Conn) Info() Info {
 	return Info{Interface: c.ifname, Queue: c.queue, MTU: c.mtu, Mode: c.Mode(), GenericXDP: c.generic,
-		BusyPoll: c.busy, KernelBusyPoll: c.kbusy}
+		BusyPoll: c.busy, KernelBusyPoll: c.kbusy, LocalPath: c.lpErr == nil, LocalPathErr: c.lpErr}
 }
 
 // Stats returns the Conn's counters and the kernel's.
@@ -320,6 +364,7 @@ func (c *Conn) Stats() Stats {
 		RxPackets: c.rxPackets.Load(), TxPackets: c.txPackets.Load(),
 		RxMalformed: c.rxMalformed.Load(), RxNotOurs: c.rxNotOurs.Load(),
 		TxNoNeighbour: c.txNoNeigh.Load(), TxTooBig: c.txTooBig.Load(),
+		RxLocal: c.rxLocal.Load(), TxLocal: c.txLocal.Load(),
 	}
 	c.waitMu.RLock()
 	defer c.waitMu.RUnlock()

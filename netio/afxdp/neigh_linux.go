@@ -41,8 +41,14 @@ const (
 // errNoNeighbour is the SendError of a datagram whose next hop could not be resolved.
 var errNoNeighbour = fmt.Errorf("afxdp: no neighbour entry: %w", unix.EHOSTUNREACH)
 
+// errLocal is what lookup says of a destination on this host (the kernel's route is of
+// type local): no NIC puts such a datagram back on the host, so it goes through the
+// kernel's own stack (the Conn's local path) instead.
+var errLocal = errors.New("afxdp: destination on this host")
+
 type neighEntry struct {
 	mac     [6]byte
+	local   bool // on this host: see errLocal
 	failed  bool // resolution failed: sends do not wait again until expires
 	expires time.Time
 	hop     netip.Addr // a failed entry's next hop
@@ -136,6 +142,9 @@ func (n *neighbours) lookup(dst netip.Addr, now time.Time) ([6]byte, error) {
 			n.refreshing[dst] = true
 			go n.refresh(dst)
 		}
+		if e.local {
+			return [6]byte{}, errLocal
+		}
 		return e.mac, nil
 	}
 	return n.resolve(dst, now)
@@ -152,6 +161,10 @@ func (n *neighbours) refresh(dst netip.Addr) {
 		return
 	}
 	hop, err := n.nextHop(dst)
+	if err == errLocal {
+		n.cache[dst] = neighEntry{local: true, expires: time.Now().Add(neighTTL)}
+		return
+	}
 	if err != nil {
 		delete(n.cache, dst)
 		return
@@ -168,6 +181,10 @@ func (n *neighbours) refresh(dst netip.Addr) {
 // miss and waiting up to resolveWait. mu is held.
 func (n *neighbours) resolve(dst netip.Addr, now time.Time) ([6]byte, error) {
 	hop, err := n.nextHop(dst)
+	if err == errLocal {
+		n.cache[dst] = neighEntry{local: true, expires: now.Add(neighTTL)}
+		return [6]byte{}, errLocal
+	}
 	if err != nil {
 		return [6]byte{}, err
 	}
@@ -199,11 +216,17 @@ func (n *neighbours) resolve(dst netip.Addr, now time.Time) ([6]byte, error) {
 }
 
 // nextHop asks the kernel's routing table how dst is reached: through a gateway, or
-// directly. A route out of another interface is an error: this socket sends on one.
+// directly, or (errLocal) on this host. A route out of another interface is an error:
+// this socket sends on one.
 func (n *neighbours) nextHop(dst netip.Addr) (netip.Addr, error) {
 	routes, err := n.h.RouteGet(net.IP(dst.AsSlice()))
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("afxdp: route to %v: %w", dst, err)
+	}
+	for _, r := range routes {
+		if r.Type == unix.RTN_LOCAL {
+			return netip.Addr{}, errLocal
+		}
 	}
 	for _, r := range routes {
 		if r.LinkIndex != n.ifindex {

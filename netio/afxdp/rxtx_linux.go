@@ -30,7 +30,7 @@ func (c *Conn) ReadBatch(msgs []netio.Message) (int, error) {
 		}
 		if c.kbusy || c.x.fill.needWakeup() {
 			c.x.kickRx()
-			if n := c.receive(msgs); n > 0 {
+			if n := c.receiveRing(msgs); n > 0 {
 				return n, nil
 			}
 		}
@@ -62,7 +62,7 @@ func (c *Conn) PollBatch(msgs []netio.Message) (int, error) {
 	n := c.receive(msgs)
 	if n == 0 && (c.kbusy || c.x.fill.needWakeup()) {
 		c.x.kickRx()
-		n = c.receive(msgs)
+		n = c.receiveRing(msgs)
 	}
 	return n, nil
 }
@@ -86,8 +86,12 @@ func (c *Conn) WaitReadable(timeout time.Duration) (bool, error) {
 	if timeout >= 0 {
 		ms = int((timeout + time.Millisecond - 1) / time.Millisecond)
 	}
+	lpfd := int32(-1) // poll(2) ignores a negative descriptor
+	if c.lp != nil {
+		lpfd = int32(c.lp.fd)
+	}
 	for {
-		fds := [2]unix.PollFd{{Fd: int32(c.x.fd), Events: unix.POLLIN}, {Fd: int32(c.evfd), Events: unix.POLLIN}}
+		fds := [3]unix.PollFd{{Fd: int32(c.x.fd), Events: unix.POLLIN}, {Fd: int32(c.evfd), Events: unix.POLLIN}, {Fd: lpfd, Events: unix.POLLIN}}
 		n, err := unix.Poll(fds[:], ms)
 		if c.closed.Load() {
 			return false, c.closedErr("wait")
@@ -100,15 +104,44 @@ func (c *Conn) WaitReadable(timeout time.Duration) (bool, error) {
 		case n == 0:
 			return false, nil
 		}
-		return fds[0].Revents&unix.POLLIN != 0 || c.x.rx.nonEmpty(), nil
+		if fds[2].Revents&unix.POLLIN != 0 {
+			c.lpReady.Store(true)
+		}
+		return fds[0].Revents&unix.POLLIN != 0 || fds[2].Revents&unix.POLLIN != 0 || c.x.rx.nonEmpty(), nil
 	}
 }
 
-// receive takes up to len(msgs) (at most 64) descriptors off the rx ring, copies the
+// localEvery: while nothing says the local path holds datagrams, it is still read every
+// localEvery-th receive, so that a busy ring (or a missed hint) never starves it.
+const localEvery = 64
+
+// receive fills msgs from the rx ring, and from the local path when it may hold
+// something (see localEvery). rmu is held.
+func (c *Conn) receive(msgs []netio.Message) int {
+	n := c.receiveRing(msgs)
+	if c.lp == nil || n == len(msgs) {
+		return n
+	}
+	c.lpCalls++
+	if !c.lpReady.Load() && c.lpCalls < localEvery {
+		return n
+	}
+	c.lpCalls = 0
+	c.lpReady.Store(false)
+	k := c.lp.recv(msgs[n:])
+	if k == len(msgs)-n {
+		c.lpReady.Store(true) // there may be more
+	}
+	c.rxLocal.Add(uint64(k))
+	c.rxPackets.Add(uint64(k))
+	return n + k
+}
+
+// receiveRing takes up to len(msgs) (at most 64) descriptors off the rx ring, copies the
 // datagrams they hold into msgs, returns their frames to the fill ring and reports how
 // many messages it filled. A descriptor or frame that does not check out is dropped
 // and counted. rmu is held.
-func (c *Conn) receive(msgs []netio.Message) int {
+func (c *Conn) receiveRing(msgs []netio.Message) int {
 	x := c.x
 	avail := x.rx.available()
 	if avail == 0 {
@@ -176,6 +209,7 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 	hl := headerLen(c.v6)
 	flow := flowHeader{srcMAC: c.srcMAC, src: c.local, ttl: c.ttl}
 	var hop netip.Addr // the destination flow.dstMAC was resolved for
+	hopLocal := false  // hop is on this host: the local path
 	now := time.Now()
 	for mi := range msgs {
 		m := &msgs[mi]
@@ -193,12 +227,19 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 		}
 		if dst.Addr() != hop || !hop.IsValid() {
 			mac, err := c.neigh.lookup(dst.Addr(), now)
-			if err != nil {
+			switch {
+			case err == errLocal && c.lp != nil:
+				hop, hopLocal = dst.Addr(), true
+			case err == errLocal:
+				fail(mi, m.NumSegments(), fmt.Errorf("afxdp: %v is on this host, and there is no local path (%v): %w", dst.Addr(), c.lpErr, unix.ENETUNREACH))
+				continue
+			case err != nil:
 				c.txNoNeigh.Add(uint64(m.NumSegments()))
 				fail(mi, m.NumSegments(), err)
 				continue
+			default:
+				hop, hopLocal, flow.dstMAC = dst.Addr(), false, mac
 			}
-			hop, flow.dstMAC = dst.Addr(), mac
 		}
 		flow.dst = dst
 		seg := m.N
@@ -206,6 +247,18 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 			seg = m.SegSize
 		}
 		segs := m.NumSegments()
+		if hopLocal {
+			for i := range segs {
+				off := i * seg
+				if err := c.lp.send(m, off, min(seg, m.N-off), dst); err != nil {
+					fail(mi, 1, err)
+					continue
+				}
+				c.txLocal.Add(1)
+				c.txPackets.Add(1)
+			}
+			continue
+		}
 		for i := range segs {
 			off := i * seg
 			size := min(seg, m.N-off)

@@ -27,7 +27,7 @@ type host struct {
 // openHost opens a software device in namespace ns on addr: on AF_XDP (on ifname) when
 // xdp, else on the UDP backend. Opening inside the namespace matters for both: the
 // sockets are made there, and the device reads its MTU from the interface there.
-func openHost(t *testing.T, ns, ifname string, addr netip.Addr, xdp, busy bool) *host {
+func openHost(t testing.TB, ns, ifname string, addr netip.Addr, xdp, busy bool) *host {
 	t.Helper()
 	h := &host{busyPoll: busy}
 	var err error

@@ -65,11 +65,14 @@ type Conn struct {
 	lpCalls uint32      // receives since the local path was last read; rmu guards it
 	events  [4]unix.EpollEvent
 
+	netns int // the network namespace Open ran in (netns_linux.go)
+
 	rxPackets, txPackets, rxMalformed, rxNotOurs, txNoNeigh, txTooBig, rxLocal, txLocal atomic.Uint64
 }
 
 var _ netio.Conn = (*Conn)(nil)
 var _ netio.Poller = (*Conn)(nil)
+var _ netio.Multicaster = (*Conn)(nil)
 
 // Open binds an AF_XDP socket as opts say, loads and attaches the steering program, and
 // returns the Conn. Everything it creates that belongs to a network namespace (the
@@ -106,7 +109,7 @@ func Open(opts Options) (*Conn, error) {
 		port = defaultPort
 	}
 	c := &Conn{local: netip.AddrPortFrom(addr, port), v6: addr.Is6(), ttl: opts.TTL, busy: opts.BusyPoll,
-		queue: opts.Queue, evfd: -1}
+		queue: opts.Queue, evfd: -1, netns: -1}
 	if c.ttl == 0 {
 		c.ttl = DefaultTTL
 	}
@@ -139,6 +142,9 @@ func Open(opts Options) (*Conn, error) {
 			c.release()
 		}
 	}()
+	if c.netns, err = openNetns(); err != nil {
+		return nil, err
+	}
 	if c.x, err = newXSK(frames, frameSize); err != nil {
 		return nil, err
 	}
@@ -158,7 +164,7 @@ func Open(opts Options) (*Conn, error) {
 	if c.neigh, err = newNeighbours(c.ifindex, addr); err != nil {
 		return nil, err
 	}
-	if c.lp, c.lpErr = openLocalPath(c.local); c.lpErr != nil {
+	if c.lp, c.lpErr = openLocalPath(c.local, c.ifindex); c.lpErr != nil {
 		c.lpErr = fmt.Errorf("afxdp: local path on %v: %w", c.local, c.lpErr)
 	}
 	c.lpReady.Store(true)
@@ -299,6 +305,10 @@ func (c *Conn) release() error {
 	if c.evfd >= 0 {
 		unix.Close(c.evfd)
 		c.evfd = -1
+	}
+	if c.netns >= 0 {
+		unix.Close(c.netns)
+		c.netns = -1
 	}
 	return errors.Join(errs...)
 }

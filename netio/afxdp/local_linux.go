@@ -35,9 +35,15 @@ type localPath struct {
 // localRecvBuf is the local path's receive buffer.
 const localRecvBuf = 4 << 20
 
-// openLocalPath binds a UDP socket to local. It fails where another socket holds the
-// address and port (a kernel rxe device binds port 4791 on every address, for one).
-func openLocalPath(local netip.AddrPort) (*localPath, error) {
+// mcastTTL is the IPv4 TTL (IPv6 hop limit) of multicast datagrams: what unicast ones
+// carry, and rdma_cm's hop limit for a RoCEv2 group (the kernel's default is 1).
+const mcastTTL = 64
+
+// openLocalPath binds a UDP socket to local on interface ifindex. It fails where another
+// socket holds the address and port (a kernel rxe device binds port 4791 on every
+// address, for one). Multicast leaves through it too (see Conn.JoinGroup): out of the
+// interface, and looped back to this host's members.
+func openLocalPath(local netip.AddrPort, ifindex int) (*localPath, error) {
 	v6 := local.Addr().Is6()
 	domain := unix.AF_INET
 	if v6 {
@@ -71,6 +77,15 @@ func openLocalPath(local netip.AddrPort) (*localPath, error) {
 			return fail("IP_MTU_DISCOVER", err)
 		}
 		sa = &unix.SockaddrInet4{Port: int(local.Port()), Addr: local.Addr().As4()}
+	}
+	if v6 {
+		_ = unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_IF, ifindex)
+		_ = unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_HOPS, mcastTTL)
+		_ = unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_LOOP, 1)
+	} else {
+		_ = unix.SetsockoptIPMreqn(fd, unix.IPPROTO_IP, unix.IP_MULTICAST_IF, &unix.IPMreqn{Address: local.Addr().As4(), Ifindex: int32(ifindex)})
+		_ = unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MULTICAST_TTL, mcastTTL)
+		_ = unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MULTICAST_LOOP, 1)
 	}
 	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, localRecvBuf) != nil {
 		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, localRecvBuf)

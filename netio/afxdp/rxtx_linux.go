@@ -225,7 +225,15 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 			fail(mi, m.NumSegments(), netio.ErrAddressFamily)
 			continue
 		}
-		if dst.Addr() != hop || !hop.IsValid() {
+		if dst.Addr().IsMulticast() {
+			// Multicast goes through the kernel, which sends it out of the interface and
+			// loops it back to this host's members (see JoinGroup).
+			hop, hopLocal = dst.Addr(), true
+			if c.lp == nil {
+				fail(mi, m.NumSegments(), fmt.Errorf("afxdp: multicast to %v needs the local path (%v): %w", dst.Addr(), c.lpErr, unix.ENETUNREACH))
+				continue
+			}
+		} else if dst.Addr() != hop || !hop.IsValid() {
 			mac, err := c.neigh.lookup(dst.Addr(), now)
 			switch {
 			case err == errLocal && c.lp != nil:

@@ -22,6 +22,7 @@ type host struct {
 	gid      verbs.GID
 	xdp      *afxdp.Conn // when the device runs on AF_XDP
 	busyPoll bool
+	ns       string // the namespace it was opened in
 }
 
 // openHost opens a software device in namespace ns on addr: on AF_XDP (on ifname) when
@@ -29,7 +30,7 @@ type host struct {
 // sockets are made there, and the device reads its MTU from the interface there.
 func openHost(t testing.TB, ns, ifname string, addr netip.Addr, xdp, busy bool) *host {
 	t.Helper()
-	h := &host{busyPoll: busy}
+	h := &host{busyPoll: busy, ns: ns}
 	var err error
 	in(t, ns, func() {
 		cfg := verbs.SoftConfig{Name: "sw-" + ifname, Addr: addr, BusyPoll: busy}

@@ -115,26 +115,25 @@ func (c *Conn) WaitReadable(timeout time.Duration) (bool, error) {
 // localEvery-th receive, so that a busy ring (or a missed hint) never starves it.
 const localEvery = 64
 
-// receive fills msgs from the rx ring, and from the local path when it may hold
-// something (see localEvery). rmu is held.
+// receive fills msgs from the local path when it may hold something (see localEvery),
+// first, so that a ring busy enough to fill every batch does not starve it, and from
+// the rx ring. rmu is held.
 func (c *Conn) receive(msgs []netio.Message) int {
-	n := c.receiveRing(msgs)
-	if c.lp == nil || n == len(msgs) {
-		return n
+	n := 0
+	if c.lp != nil {
+		c.lpCalls++
+		if c.lpReady.Load() || c.lpCalls >= localEvery {
+			c.lpCalls = 0
+			c.lpReady.Store(false)
+			n = c.lp.recv(msgs)
+			if n == len(msgs) {
+				c.lpReady.Store(true) // there may be more
+			}
+			c.rxLocal.Add(uint64(n))
+			c.rxPackets.Add(uint64(n))
+		}
 	}
-	c.lpCalls++
-	if !c.lpReady.Load() && c.lpCalls < localEvery {
-		return n
-	}
-	c.lpCalls = 0
-	c.lpReady.Store(false)
-	k := c.lp.recv(msgs[n:])
-	if k == len(msgs)-n {
-		c.lpReady.Store(true) // there may be more
-	}
-	c.rxLocal.Add(uint64(k))
-	c.rxPackets.Add(uint64(k))
-	return n + k
+	return n + c.receiveRing(msgs[n:])
 }
 
 // receiveRing takes up to len(msgs) (at most 64) descriptors off the rx ring, copies the
@@ -144,7 +143,7 @@ func (c *Conn) receive(msgs []netio.Message) int {
 func (c *Conn) receiveRing(msgs []netio.Message) int {
 	x := c.x
 	avail := x.rx.available()
-	if avail == 0 {
+	if avail == 0 || len(msgs) == 0 {
 		return 0
 	}
 	avail = min(avail, uint32(min(len(msgs), batchSize)))

@@ -94,3 +94,39 @@ func TestNeighbours(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteRefuses: messages a sender got wrong are refused one by one, never sent with
+// stale frame bytes, and the good ones of the batch still go.
+func TestWriteRefuses(t *testing.T) {
+	n := newTestNet(t, 1500)
+	x := openXDP(t, n, n.AddrA, afxdp.Options{})
+	var u netio.Conn
+	var err error
+	in(t, n.B, func() { u, err = netio.ListenUDP(netip.AddrPortFrom(n.AddrB, 4791), netio.UDPOptions{}) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	to := u.LocalAddr()
+	msgs := []netio.Message{
+		{Buf: make([]byte, 4), N: 5, Addr: to},                                         // N beyond Buf
+		{Iov: [][]byte{make([]byte, 3)}, N: 4, Addr: to},                               // N beyond the slices
+		{Buf: make([]byte, 4), N: -1, Addr: to},                                        // negative
+		{Buf: make([]byte, 2000), N: 2000, Addr: to},                                   // over the MTU
+		{Buf: []byte("ok"), N: 2, Addr: netip.MustParseAddrPort("[2001:db8::2]:4791")}, // other family
+		{Buf: []byte("good"), N: 4, Addr: to},
+	}
+	k, err := x.WriteBatch(msgs)
+	var se *netio.SendError
+	if k != len(msgs) || !errors.As(err, &se) || se.Index != 0 || se.Skipped != 5 {
+		t.Fatalf("WriteBatch = %d, %v", k, err)
+	}
+	p, _ := netio.AsPoller(u)
+	if ok, _ := p.WaitReadable(3 * time.Second); !ok {
+		t.Fatal("the good datagram did not arrive")
+	}
+	got := []netio.Message{{Buf: make([]byte, 64)}, {Buf: make([]byte, 64)}}
+	if n, _ := u.ReadBatch(got); n != 1 || string(got[0].Buf[:got[0].N]) != "good" {
+		t.Fatalf("received %d: %q", n, got[0].Buf[:got[0].N])
+	}
+}

@@ -216,6 +216,11 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 			fail(mi, m.NumSegments(), netio.ErrTooManyIov)
 			continue
 		}
+		if !dataHolds(m) {
+			// N beyond the data would send what earlier datagrams left in the frame.
+			fail(mi, 1, unix.EINVAL)
+			continue
+		}
 		dst := m.Addr
 		if a := dst.Addr(); a.Is4In6() {
 			dst = netip.AddrPortFrom(a.Unmap(), dst.Port())
@@ -299,6 +304,21 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 		return len(msgs), first
 	}
 	return len(msgs), nil
+}
+
+// dataHolds reports whether m's data (Buf, or the Iov slices) holds its N bytes.
+func dataHolds(m *netio.Message) bool {
+	if m.N < 0 {
+		return false
+	}
+	if m.Iov == nil {
+		return m.N <= len(m.Buf)
+	}
+	have := 0
+	for _, v := range m.Iov {
+		have += len(v)
+	}
+	return m.N <= have
 }
 
 // copyOut copies bytes [off, off+len(dst)) of m's data (Buf, or the Iov slices one after

@@ -43,9 +43,15 @@ type Conn struct {
 	// netpoller (as netio's UDP backend does with its receive socket). The socket itself
 	// is never handed to the netpoller, which would also watch it for EPOLLOUT and wake a
 	// thread for every transmit completion.
-	ep      *os.File
+	ep      *os.File // set by Open, never changed after (Interrupt reads it from any goroutine)
 	eprc    syscall.RawConn
 	readyFn func(uintptr) bool
+	// Unwatch and arm: whether the socket is in the instance, and the epoll_ctl calls'
+	// state, made once (rmu guards them).
+	armed           bool
+	evIn            unix.EpollEvent
+	ctlErr          error
+	armFn, disarmFn func(uintptr)
 
 	// WaitReadable waits in poll(2) on the socket and evfd, which Close writes to. waitMu
 	// is held shared by waiters and by Stats, exclusively by Close before it releases the
@@ -73,6 +79,8 @@ type Conn struct {
 var _ netio.Conn = (*Conn)(nil)
 var _ netio.Poller = (*Conn)(nil)
 var _ netio.Multicaster = (*Conn)(nil)
+var _ netio.InterruptibleConn = (*Conn)(nil)
+var _ netio.Unwatcher = (*Conn)(nil)
 
 // Open binds an AF_XDP socket as opts say, loads and attaches the steering program, and
 // returns the Conn. Everything it creates that belongs to a network namespace (the
@@ -250,6 +258,8 @@ func (c *Conn) watch() error {
 		unix.Close(epfd)
 		return fmt.Errorf("afxdp: epoll instance: %w", err)
 	}
+	c.armed = true
+	c.armFn, c.disarmFn = c.armOnce, c.disarmOnce
 	c.ep = os.NewFile(uintptr(epfd), "afxdp-epoll") // non-blocking: into the netpoller
 	if c.eprc, err = c.ep.SyscallConn(); err != nil {
 		return fmt.Errorf("afxdp: epoll instance: %w", err)
@@ -282,9 +292,8 @@ func (c *Conn) ready(epfd uintptr) bool {
 // nothing more is redirected to the socket.
 func (c *Conn) release() error {
 	var errs []error
-	if c.ep != nil {
-		errs = append(errs, c.ep.Close())
-		c.ep = nil
+	if c.ep != nil && !c.closed.Load() {
+		errs = append(errs, c.ep.Close()) // Open failed (Close has closed it already)
 	}
 	if c.steer != nil {
 		errs = append(errs, c.steer.close())
@@ -407,7 +416,6 @@ func (c *Conn) Close() error {
 	defer c.wmu.Unlock()
 	c.waitMu.Lock()
 	defer c.waitMu.Unlock()
-	c.ep = nil
 	return errors.Join(err, c.release())
 }
 

@@ -3,8 +3,10 @@
 package afxdp
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"runtime"
 	"time"
 
@@ -38,13 +40,76 @@ func (c *Conn) ReadBatch(msgs []netio.Message) (int, error) {
 			runtime.Gosched()
 			continue
 		}
+		c.arm()
 		if err := c.eprc.Read(c.readyFn); err != nil {
 			if c.closed.Load() {
 				return 0, c.closedErr("read")
 			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				// Interrupt's past deadline: clear it for the next read. An Interrupt
+				// after this read returned and before the clear is not lost: its caller
+				// set what the interrupted goroutine looks at next (netio.Interrupter).
+				c.ep.SetReadDeadline(time.Time{})
+				return 0, fmt.Errorf("afxdp: read %v: %w", c.local, netio.ErrInterrupted)
+			}
 			return 0, fmt.Errorf("afxdp: read %v: %w", c.local, err)
 		}
 	}
+}
+
+// Interrupt ends a ReadBatch blocked in the netpoller, or else the next one, with
+// netio.ErrInterrupted (netio.Interrupter): a read deadline in the past wakes the reader
+// the netpoller parked. A busy-poll Conn is not interruptible (CanInterrupt).
+func (c *Conn) Interrupt() {
+	if c.ep != nil {
+		c.ep.SetReadDeadline(longAgo)
+	}
+}
+
+// CanInterrupt reports whether Interrupt works: in the default mode
+// (netio.InterruptibleConn).
+func (c *Conn) CanInterrupt() bool { return !c.busy }
+
+// longAgo is a read deadline that has passed.
+var longAgo = time.Unix(1, 0)
+
+// Unwatch takes the socket out of the epoll instance the netpoller waits on, until the
+// next ReadBatch that has to wait (netio.Unwatcher): while a program reads the Conn only
+// by polling, each packet then wakes no runtime thread for nothing. It waits for a
+// ReadBatch in progress, and does nothing in busy-poll mode or on a closed Conn.
+func (c *Conn) Unwatch() {
+	if c.busy {
+		return
+	}
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	if c.closed.Load() || !c.armed {
+		return
+	}
+	if c.eprc.Control(c.disarmFn) == nil && c.ctlErr == nil {
+		c.armed = false
+	}
+}
+
+// arm puts the socket back into the epoll instance after Unwatch. rmu is held.
+func (c *Conn) arm() {
+	if c.armed {
+		return
+	}
+	if c.eprc.Control(c.armFn) == nil && c.ctlErr == nil {
+		c.armed = true
+	}
+}
+
+// armOnce and disarmOnce are arm's and Unwatch's epoll_ctl on the instance (made once:
+// a closure per call would allocate on ReadBatch's way back from polling).
+func (c *Conn) armOnce(epfd uintptr) {
+	c.evIn = unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(c.x.fd)}
+	c.ctlErr = unix.EpollCtl(int(epfd), unix.EPOLL_CTL_ADD, c.x.fd, &c.evIn)
+}
+
+func (c *Conn) disarmOnce(epfd uintptr) {
+	c.ctlErr = unix.EpollCtl(int(epfd), unix.EPOLL_CTL_DEL, c.x.fd, nil)
 }
 
 // PollBatch reads what has arrived, without waiting: 0 when nothing has (netio.Poller).

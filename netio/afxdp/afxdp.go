@@ -118,6 +118,10 @@ type Stats struct {
 	// kernel UDP socket on the same address and port, for traffic within this host and
 	// what the program passed up to the kernel); counted in RxPackets and TxPackets too.
 	RxLocal, TxLocal uint64
+	// RxKicks and TxKicks count the syscalls the rings took: recvfrom to wake or drive
+	// the receive side, sendto to make the kernel transmit (in copy mode one per batch of
+	// up to the transmit budget; see Conn.Info).
+	RxKicks, TxKicks uint64
 	// The kernel's counters (see linux/if_xdp.h).
 	KernelRxDropped, KernelRxInvalid, KernelTxInvalid, KernelRxRingFull,
 	KernelFillRingEmpty, KernelTxRingEmpty uint64

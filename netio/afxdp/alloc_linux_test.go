@@ -49,3 +49,34 @@ func TestNoAllocs(t *testing.T) {
 		t.Errorf("%.1f allocations per write and read", allocs)
 	}
 }
+
+// TestTxKicks: in copy mode a batch of 64 datagrams costs one sendto where the kernel
+// lets the transmit budget cover the ring (Linux 6.17 on), and at most three otherwise.
+func TestTxKicks(t *testing.T) {
+	n := newTestNet(t, 1500)
+	a := openXDP(t, n, n.AddrA, afxdp.Options{})
+	var b *afxdp.Conn
+	var err error
+	in(t, n.B, func() { b, err = afxdp.Open(afxdp.Options{Addr: netip.AddrPortFrom(n.AddrB, 4791), Interface: ifB}) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	out := make([]netio.Message, 64)
+	for i := range out {
+		out[i] = netio.Message{Buf: make([]byte, 1000), N: 1000, Addr: b.LocalAddr()}
+	}
+	if _, err := a.WriteBatch(out[:1]); err != nil { // resolve the neighbour
+		t.Fatal(err)
+	}
+	before := a.Stats().TxKicks
+	if _, err := a.WriteBatch(out); err != nil {
+		t.Fatal(err)
+	}
+	kicks := a.Stats().TxKicks - before
+	budget := a.Info().TxBudget
+	t.Logf("transmit budget %d: %d sendto for 64 datagrams", budget, kicks)
+	if budget >= 64 && kicks != 1 || kicks > 3 {
+		t.Errorf("%d sendto calls for a batch of 64 (budget %d)", kicks, budget)
+	}
+}

@@ -20,24 +20,25 @@ import (
 // Conn is an AF_XDP socket carrying the UDP datagrams to one address and port: a
 // netio.Conn, and a netio.Poller. See the package documentation.
 type Conn struct {
-	x       *xsk
-	steer   *steering
-	neigh   *neighbours
-	ifindex int
-	ifname  string
-	queue   int
-	mtu     int
-	maxData int // the largest UDP payload one frame and the MTU carry
-	srcMAC  [6]byte
-	local   netip.AddrPort
-	v6      bool
-	ttl     uint8
-	busy    bool
-	kbusy   bool // the kernel accepted the busy-poll socket options
-	zc      bool // zero-copy
-	half    int  // UMEM bytes for each direction
-	generic bool // the program runs in generic XDP
-	closed  atomic.Bool
+	x        *xsk
+	steer    *steering
+	neigh    *neighbours
+	ifindex  int
+	ifname   string
+	queue    int
+	mtu      int
+	maxData  int // the largest UDP payload one frame and the MTU carry
+	srcMAC   [6]byte
+	local    netip.AddrPort
+	v6       bool
+	ttl      uint8
+	busy     bool
+	kbusy    bool // the kernel accepted the busy-poll socket options
+	zc       bool // zero-copy
+	half     int  // UMEM bytes for each direction
+	generic  bool // the program runs in generic XDP
+	txBudget int
+	closed   atomic.Bool
 
 	// The default mode's wait: an epoll instance watching the socket for EPOLLIN, in Go's
 	// netpoller (as netio's UDP backend does with its receive socket). The socket itself
@@ -73,7 +74,7 @@ type Conn struct {
 
 	netns int // the network namespace Open ran in (netns_linux.go)
 
-	rxPackets, txPackets, rxMalformed, rxNotOurs, txNoNeigh, txTooBig, rxLocal, txLocal atomic.Uint64
+	rxPackets, txPackets, rxMalformed, rxNotOurs, txNoNeigh, txTooBig, rxLocal, txLocal, rxKicks, txKicks atomic.Uint64
 }
 
 var _ netio.Conn = (*Conn)(nil)
@@ -158,6 +159,10 @@ func Open(opts Options) (*Conn, error) {
 	}
 	if err := c.x.bind(c.ifindex, c.queue, opts.Copy); err != nil {
 		return nil, err
+	}
+	if !c.x.zeroCopy {
+		c.x.raiseTxBudget()
+		c.txBudget = c.x.txBudget
 	}
 	if c.steer, err = loadSteering(c.local, c.queue); err != nil {
 		return nil, err
@@ -360,6 +365,9 @@ type Info struct {
 	// were taken, by a kernel rxe device for one).
 	LocalPath    bool
 	LocalPathErr error
+	// TxBudget: in copy mode, the descriptors one sendto transmits (the whole tx ring
+	// where the kernel lets it be raised, else 32).
+	TxBudget int
 }
 
 func (c *Conn) String() string {
@@ -374,7 +382,7 @@ func (c *Conn) String() string {
 // Info describes the socket.
 func (c *Conn) Info() Info {
 	return Info{Interface: c.ifname, Queue: c.queue, MTU: c.mtu, Mode: c.Mode(), GenericXDP: c.generic,
-		BusyPoll: c.busy, KernelBusyPoll: c.kbusy, LocalPath: c.lpErr == nil, LocalPathErr: c.lpErr}
+		BusyPoll: c.busy, KernelBusyPoll: c.kbusy, LocalPath: c.lpErr == nil, LocalPathErr: c.lpErr, TxBudget: c.txBudget}
 }
 
 // Stats returns the Conn's counters and the kernel's.
@@ -384,6 +392,7 @@ func (c *Conn) Stats() Stats {
 		RxMalformed: c.rxMalformed.Load(), RxNotOurs: c.rxNotOurs.Load(),
 		TxNoNeighbour: c.txNoNeigh.Load(), TxTooBig: c.txTooBig.Load(),
 		RxLocal: c.rxLocal.Load(), TxLocal: c.txLocal.Load(),
+		RxKicks: c.rxKicks.Load(), TxKicks: c.txKicks.Load(),
 	}
 	c.waitMu.RLock()
 	defer c.waitMu.RUnlock()

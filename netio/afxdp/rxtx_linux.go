@@ -31,7 +31,7 @@ func (c *Conn) ReadBatch(msgs []netio.Message) (int, error) {
 			return n, nil
 		}
 		if c.kbusy || c.x.fill.needWakeup() {
-			c.x.kickRx()
+			c.kickRx()
 			if n := c.receiveRing(msgs); n > 0 {
 				return n, nil
 			}
@@ -126,7 +126,7 @@ func (c *Conn) PollBatch(msgs []netio.Message) (int, error) {
 	}
 	n := c.receive(msgs)
 	if n == 0 && (c.kbusy || c.x.fill.needWakeup()) {
-		c.x.kickRx()
+		c.kickRx()
 		n = c.receiveRing(msgs)
 	}
 	return n, nil
@@ -145,7 +145,7 @@ func (c *Conn) WaitReadable(timeout time.Duration) (bool, error) {
 		return true, nil
 	}
 	if c.x.fill.needWakeup() {
-		c.x.kickRx()
+		c.kickRx()
 	}
 	ms := -1
 	if timeout >= 0 {
@@ -462,10 +462,11 @@ func (c *Conn) reclaim() {
 func (c *Conn) flushTx() {
 	x := c.x
 	x.tx.publish()
-	if !x.tx.needWakeup() {
-		return
+	if !x.tx.nonEmptyProducer() || !x.tx.needWakeup() {
+		return // nothing the kernel has not taken yet, or it needs no call
 	}
 	for range 1024 {
+		c.txKicks.Add(1)
 		switch x.kickTx() {
 		case unix.EAGAIN, unix.EINTR:
 			c.reclaim()
@@ -476,4 +477,10 @@ func (c *Conn) flushTx() {
 		}
 		return
 	}
+}
+
+// kickRx makes the recvfrom that wakes or drives the kernel's receive side, counted.
+func (c *Conn) kickRx() {
+	c.rxKicks.Add(1)
+	c.x.kickRx()
 }

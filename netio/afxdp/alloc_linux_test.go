@@ -3,7 +3,6 @@
 package afxdp_test
 
 import (
-	"net/netip"
 	"testing"
 	"time"
 
@@ -16,13 +15,7 @@ import (
 func TestNoAllocs(t *testing.T) {
 	n := newTestNet(t, 1500)
 	a := openXDP(t, n, n.AddrA, afxdp.Options{})
-	var b *afxdp.Conn
-	var err error
-	in(t, n.B, func() { b, err = afxdp.Open(afxdp.Options{Addr: netip.AddrPortFrom(n.AddrB, 4791), Interface: ifB}) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := openPeerXDP(t, n)
 	hdr, payload := make([]byte, 40), make([]byte, 4000)
 	out := []netio.Message{{Iov: [][]byte{hdr, payload}, N: len(hdr) + len(payload), SegSize: 1010, Addr: b.LocalAddr()}}
 	in := make([]netio.Message, 8)
@@ -55,13 +48,7 @@ func TestNoAllocs(t *testing.T) {
 func TestTxKicks(t *testing.T) {
 	n := newTestNet(t, 1500)
 	a := openXDP(t, n, n.AddrA, afxdp.Options{})
-	var b *afxdp.Conn
-	var err error
-	in(t, n.B, func() { b, err = afxdp.Open(afxdp.Options{Addr: netip.AddrPortFrom(n.AddrB, 4791), Interface: ifB}) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := openPeerXDP(t, n)
 	out := make([]netio.Message, 64)
 	for i := range out {
 		out[i] = netio.Message{Buf: make([]byte, 1000), N: 1000, Addr: b.LocalAddr()}

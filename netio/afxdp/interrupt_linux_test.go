@@ -4,7 +4,6 @@ package afxdp_test
 
 import (
 	"errors"
-	"net/netip"
 	"testing"
 	"time"
 
@@ -19,13 +18,7 @@ import (
 func TestInterruptAndUnwatch(t *testing.T) {
 	n := newTestNet(t, 1500)
 	x := openXDP(t, n, n.AddrA, afxdp.Options{})
-	var u netio.Conn
-	var err error
-	in(t, n.B, func() { u, err = netio.ListenUDP(netip.AddrPortFrom(n.AddrB, 4791), netio.UDPOptions{}) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer u.Close()
+	u := openPeerUDP(t, n)
 	intr, ok := netio.AsInterrupter(x)
 	if !ok {
 		t.Fatal("a default-mode AF_XDP Conn is not an Interrupter")

@@ -31,6 +31,33 @@ func openXDP(t *testing.T, n *testNet, addr netip.Addr, opts afxdp.Options) *afx
 	return x
 }
 
+// openPeerUDP opens a UDP backend Conn in namespace B on B's IPv4 address, port 4791;
+// the test closes it.
+func openPeerUDP(t *testing.T, n *testNet) netio.Conn {
+	t.Helper()
+	var u netio.Conn
+	var err error
+	in(t, n.B, func() { u, err = netio.ListenUDP(netip.AddrPortFrom(n.AddrB, 4791), netio.UDPOptions{}) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { u.Close() })
+	return u
+}
+
+// openPeerXDP opens an AF_XDP Conn in namespace B on B's IPv4 address; the test closes it.
+func openPeerXDP(t *testing.T, n *testNet) *afxdp.Conn {
+	t.Helper()
+	var b *afxdp.Conn
+	var err error
+	in(t, n.B, func() { b, err = afxdp.Open(afxdp.Options{Addr: netip.AddrPortFrom(n.AddrB, 4791), Interface: ifB}) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
 // TestKernelPath: with the program attached, what is not UDP to the device's address and
 // port still reaches the kernel: ARP (B resolves A afresh), ICMP echo (A pings B and
 // gets the reply through va), UDP to another port of A's address and UDP to port 4791

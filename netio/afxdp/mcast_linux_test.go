@@ -32,23 +32,7 @@ func TestMulticast(t *testing.T) {
 			b := openHost(t, n.B, ifB, c.addrB, false, false)
 			gid := verbs.GIDFromAddr(c.group)
 			const qkey = 0x01234567
-			ud := func(h *host) *verbs.QP {
-				qp := h.qp(t, verbs.QPTypeUD)
-				for _, m := range []struct {
-					attr verbs.QPAttr
-					mask verbs.QPAttrMask
-				}{
-					{verbs.QPAttr{State: verbs.QPStateInit, Port: 1, QKey: qkey}, verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrQKey},
-					{verbs.QPAttr{State: verbs.QPStateRTR}, verbs.QPAttrState},
-					{verbs.QPAttr{State: verbs.QPStateRTS}, verbs.QPAttrState | verbs.QPAttrSQPSN},
-				} {
-					if err := qp.Modify(&m.attr, m.mask); err != nil {
-						t.Fatal(err)
-					}
-				}
-				return qp
-			}
-			qa, qb := ud(a), ud(b)
+			qa, qb := udQP(t, a, qkey), udQP(t, b, qkey)
 			for i, d := range []struct {
 				from, to *host
 				qf, qt   *verbs.QP

@@ -21,13 +21,7 @@ import (
 func TestNeighbours(t *testing.T) {
 	n := newTestNet(t, 1500)
 	x := openXDP(t, n, n.AddrA, afxdp.Options{})
-	var u netio.Conn
-	var err error
-	in(t, n.B, func() { u, err = netio.ListenUDP(netip.AddrPortFrom(n.AddrB, 4791), netio.UDPOptions{}) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer u.Close()
+	u := openPeerUDP(t, n)
 	send := func(to netip.AddrPort) error {
 		_, err := x.WriteBatch([]netio.Message{{Buf: []byte("ping"), N: 4, Addr: to}})
 		return err
@@ -44,7 +38,7 @@ func TestNeighbours(t *testing.T) {
 	// Nobody has 192.0.2.77.
 	ghost := netip.MustParseAddrPort("192.0.2.77:4791")
 	start := time.Now()
-	err = send(ghost)
+	err := send(ghost)
 	var se *netio.SendError
 	if !errors.As(err, &se) || !errors.Is(err, unix.EHOSTUNREACH) {
 		t.Fatalf("send to nobody: %v", err)
@@ -100,13 +94,7 @@ func TestNeighbours(t *testing.T) {
 func TestWriteRefuses(t *testing.T) {
 	n := newTestNet(t, 1500)
 	x := openXDP(t, n, n.AddrA, afxdp.Options{})
-	var u netio.Conn
-	var err error
-	in(t, n.B, func() { u, err = netio.ListenUDP(netip.AddrPortFrom(n.AddrB, 4791), netio.UDPOptions{}) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer u.Close()
+	u := openPeerUDP(t, n)
 	to := u.LocalAddr()
 	msgs := []netio.Message{
 		{Buf: make([]byte, 4), N: 5, Addr: to},                                         // N beyond Buf

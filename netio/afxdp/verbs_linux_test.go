@@ -257,25 +257,28 @@ func testUC(t *testing.T, a, b *host) {
 	}
 }
 
+// udQP creates a UD QP on h and brings it to RTS with the Q_Key.
+func udQP(t *testing.T, h *host, qkey uint32) *verbs.QP {
+	t.Helper()
+	qp := h.qp(t, verbs.QPTypeUD)
+	for _, m := range []struct {
+		attr verbs.QPAttr
+		mask verbs.QPAttrMask
+	}{
+		{verbs.QPAttr{State: verbs.QPStateInit, Port: 1, QKey: qkey}, verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrQKey},
+		{verbs.QPAttr{State: verbs.QPStateRTR}, verbs.QPAttrState},
+		{verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: 0x55}, verbs.QPAttrState | verbs.QPAttrSQPSN},
+	} {
+		if err := qp.Modify(&m.attr, m.mask); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return qp
+}
+
 func testUD(t *testing.T, a, b *host) {
 	const qkey = 0x11111111
-	ud := func(h *host) *verbs.QP {
-		qp := h.qp(t, verbs.QPTypeUD)
-		for _, m := range []struct {
-			attr verbs.QPAttr
-			mask verbs.QPAttrMask
-		}{
-			{verbs.QPAttr{State: verbs.QPStateInit, Port: 1, QKey: qkey}, verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrQKey},
-			{verbs.QPAttr{State: verbs.QPStateRTR}, verbs.QPAttrState},
-			{verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: 0x55}, verbs.QPAttrState | verbs.QPAttrSQPSN},
-		} {
-			if err := qp.Modify(&m.attr, m.mask); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return qp
-	}
-	qa, qb := ud(a), ud(b)
+	qa, qb := udQP(t, a, qkey), udQP(t, b, qkey)
 	for i, d := range []struct {
 		from, to *host
 		qf, qt   *verbs.QP

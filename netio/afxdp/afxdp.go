@@ -52,9 +52,14 @@ type Options struct {
 	// Queue is the interface's receive and transmit queue to bind (0 by default). Only
 	// what the NIC puts on this queue reaches the socket: on a NIC with several queues,
 	// steer UDP port 4791 to it (ethtool -N ... flow-type udp4 dst-port 4791 action Q)
-	// or use one queue (ethtool -L ... combined 1); the program passes what arrives on
-	// other queues to the kernel.
+	// or use one queue (ethtool -L ... combined 1), or bind more (Queues); the program
+	// passes what arrives on other queues to the kernel (and the local path reads it).
 	Queue int
+	// Queues are further receive queues to bind, each with a socket of its own sharing
+	// the UMEM (XDP_SHARED_UMEM) and Frames/2 more frames: on a NIC that spreads RoCEv2
+	// over several queues, every queue it uses. Sending goes through Queue's socket. At
+	// most MaxQueues in all.
+	Queues []int
 	// BusyPoll keeps the socket out of Go's netpoller: ReadBatch spins on the rx ring and
 	// drives the kernel's busy polling, and the Conn is a netio.Poller for a busy-poll
 	// device. Lowest latency; burns a core.
@@ -149,6 +154,9 @@ func (e *CapabilityError) Error() string {
 	}
 	return s + " (AF_XDP needs CAP_NET_ADMIN, CAP_BPF and CAP_NET_RAW: run as root, or setcap cap_net_admin,cap_bpf,cap_net_raw+ep on the binary)"
 }
+
+// MaxQueues is the most receive queues one Conn binds (Queue and Queues together).
+const MaxQueues = 16
 
 const (
 	defaultPort      = 4791

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -26,6 +27,8 @@ type Conn struct {
 	ifindex  int
 	ifname   string
 	queue    int
+	queues   []int // queue first
+	rr       int   // the receive queue read first next time; rmu guards it
 	mtu      int
 	maxData  int // the largest UDP payload one frame and the MTU carry
 	srcMAC   [6]byte
@@ -70,7 +73,7 @@ type Conn struct {
 	lpErr   error
 	lpReady atomic.Bool // the local path may hold datagrams: read it on the next receive
 	lpCalls uint32      // receives since the local path was last read; rmu guards it
-	events  [4]unix.EpollEvent
+	events  [MaxQueues + 1]unix.EpollEvent
 
 	netns int // the network namespace Open ran in (netns_linux.go)
 
@@ -103,8 +106,19 @@ func Open(opts Options) (*Conn, error) {
 	if frameSize != 2048 && frameSize != 4096 {
 		return nil, fmt.Errorf("afxdp: FrameSize %d: want 2048 or 4096", frameSize)
 	}
-	if opts.Queue < 0 || opts.Queue > 1<<16 {
-		return nil, fmt.Errorf("afxdp: Queue %d out of range", opts.Queue)
+	queues := append([]int{opts.Queue}, opts.Queues...)
+	if len(queues) > MaxQueues {
+		return nil, fmt.Errorf("afxdp: %d queues: at most %d", len(queues), MaxQueues)
+	}
+	for i, q := range queues {
+		if q < 0 || q > 1<<16 {
+			return nil, fmt.Errorf("afxdp: queue %d out of range", q)
+		}
+		for _, p := range queues[:i] {
+			if p == q {
+				return nil, fmt.Errorf("afxdp: queue %d named twice", q)
+			}
+		}
 	}
 	addr := opts.Addr.Addr()
 	if addr.Is4In6() {
@@ -118,7 +132,7 @@ func Open(opts Options) (*Conn, error) {
 		port = defaultPort
 	}
 	c := &Conn{local: netip.AddrPortFrom(addr, port), v6: addr.Is6(), ttl: opts.TTL, busy: opts.BusyPoll,
-		queue: opts.Queue, evfd: -1, netns: -1}
+		queue: opts.Queue, queues: queues, evfd: -1, netns: -1}
 	if c.ttl == 0 {
 		c.ttl = DefaultTTL
 	}
@@ -154,21 +168,28 @@ func Open(opts Options) (*Conn, error) {
 	if c.netns, err = openNetns(); err != nil {
 		return nil, err
 	}
-	if c.x, err = newXSK(frames, frameSize); err != nil {
+	if c.x, err = newXSK(frames, frameSize, len(queues)-1); err != nil {
 		return nil, err
 	}
 	if err := c.x.bind(c.ifindex, c.queue, opts.Copy); err != nil {
 		return nil, err
 	}
+	for _, q := range queues[1:] {
+		if err := c.x.addQueue(c.ifindex, q); err != nil {
+			return nil, err
+		}
+	}
 	if !c.x.zeroCopy {
 		c.x.raiseTxBudget()
 		c.txBudget = c.x.txBudget
 	}
-	if c.steer, err = loadSteering(c.local, c.queue); err != nil {
+	if c.steer, err = loadSteering(c.local, slices.Max(queues)); err != nil {
 		return nil, err
 	}
-	if err := c.steer.xsks.Put(uint32(c.queue), uint32(c.x.fd)); err != nil {
-		return nil, fmt.Errorf("afxdp: add the socket to the XSKMAP: %w", err)
+	for _, q := range c.x.rxqs {
+		if err := c.steer.xsks.Put(uint32(q.queue), uint32(q.fd)); err != nil {
+			return nil, fmt.Errorf("afxdp: add the socket of queue %d to the XSKMAP: %w", q.queue, err)
+		}
 	}
 	if err := c.steer.attach(c.ifindex, opts.GenericXDP); err != nil {
 		return nil, err
@@ -181,8 +202,8 @@ func Open(opts Options) (*Conn, error) {
 		c.lpErr = fmt.Errorf("afxdp: local path on %v: %w", c.local, c.lpErr)
 	}
 	c.lpReady.Store(true)
-	c.zc, c.half = c.x.zeroCopy, int(c.x.rxFrames*c.x.frameSize)
-	for i := c.x.rxFrames; i < uint64(frames); i++ {
+	c.zc, c.half = c.x.zeroCopy, int(c.x.half*c.x.frameSize)
+	for i := c.x.half; i < 2*c.x.half; i++ {
 		c.txFree = append(c.txFree, i*c.x.frameSize)
 	}
 	if c.evfd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
@@ -234,10 +255,14 @@ func (c *Conn) setBusyPoll(opts Options) bool {
 	if budget <= 0 {
 		budget = defaultBudget
 	}
-	e1 := unix.SetsockoptInt(c.x.fd, unix.SOL_SOCKET, unix.SO_PREFER_BUSY_POLL, 1)
-	e2 := unix.SetsockoptInt(c.x.fd, unix.SOL_SOCKET, unix.SO_BUSY_POLL, usecs)
-	e3 := unix.SetsockoptInt(c.x.fd, unix.SOL_SOCKET, unix.SO_BUSY_POLL_BUDGET, budget)
-	return e1 == nil && e2 == nil && e3 == nil
+	ok := true
+	for _, q := range c.x.rxqs {
+		e1 := unix.SetsockoptInt(q.fd, unix.SOL_SOCKET, unix.SO_PREFER_BUSY_POLL, 1)
+		e2 := unix.SetsockoptInt(q.fd, unix.SOL_SOCKET, unix.SO_BUSY_POLL, usecs)
+		e3 := unix.SetsockoptInt(q.fd, unix.SOL_SOCKET, unix.SO_BUSY_POLL_BUDGET, budget)
+		ok = ok && e1 == nil && e2 == nil && e3 == nil
+	}
+	return ok
 }
 
 // watch puts the socket in an epoll instance of the Conn's own, level-triggered for
@@ -247,10 +272,12 @@ func (c *Conn) watch() error {
 	if err != nil {
 		return fmt.Errorf("afxdp: epoll_create1: %w", err)
 	}
-	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(c.x.fd)}
-	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, c.x.fd, &ev); err != nil {
-		unix.Close(epfd)
-		return fmt.Errorf("afxdp: epoll_ctl: %w", err)
+	for _, q := range c.x.rxqs {
+		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(q.fd)}
+		if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, q.fd, &ev); err != nil {
+			unix.Close(epfd)
+			return fmt.Errorf("afxdp: epoll_ctl: %w", err)
+		}
 	}
 	if c.lp != nil {
 		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(c.lp.fd)}
@@ -278,8 +305,13 @@ func (c *Conn) watch() error {
 // waiting): the netpoller wakes the reader once per change of the instance, so a
 // datagram there must be noticed now, or it would wait for the next packet.
 func (c *Conn) ready(epfd uintptr) bool {
-	if c.closed.Load() || c.x.rx.available() > 0 {
+	if c.closed.Load() {
 		return true
+	}
+	for _, q := range c.x.rxqs {
+		if q.rx.available() > 0 {
+			return true
+		}
 	}
 	if c.lp == nil {
 		return false
@@ -352,6 +384,7 @@ func (c *Conn) Mode() Mode {
 type Info struct {
 	Interface string
 	Queue     int
+	Queues    []int // every receive queue bound, Queue first
 	MTU       int
 	Mode      Mode
 	// GenericXDP: the program runs in generic (SKB) mode, the driver having no native
@@ -381,7 +414,7 @@ func (c *Conn) String() string {
 
 // Info describes the socket.
 func (c *Conn) Info() Info {
-	return Info{Interface: c.ifname, Queue: c.queue, MTU: c.mtu, Mode: c.Mode(), GenericXDP: c.generic,
+	return Info{Interface: c.ifname, Queue: c.queue, Queues: slices.Clone(c.queues), MTU: c.mtu, Mode: c.Mode(), GenericXDP: c.generic,
 		BusyPoll: c.busy, KernelBusyPoll: c.kbusy, LocalPath: c.lpErr == nil, LocalPathErr: c.lpErr, TxBudget: c.txBudget}
 }
 

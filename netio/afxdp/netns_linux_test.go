@@ -34,9 +34,17 @@ const (
 
 var netSeq atomic.Int32
 
-// newTestNet makes the namespaces and the veth pair with the given MTU. It skips the
-// test without root, without ip (iproute2), or on a kernel without AF_XDP.
+// newTestNet makes the namespaces and the veth pair with the given MTU and one queue
+// each way. It skips the test without root, without ip (iproute2), or on a kernel
+// without AF_XDP.
 func newTestNet(t testing.TB, mtu int) *testNet {
+	t.Helper()
+	return newTestNetQueues(t, mtu, 1)
+}
+
+// newTestNetQueues is newTestNet with queues receive queues on va and as many transmit
+// queues on vb: B's flows spread over A's queues by their hash.
+func newTestNetQueues(t testing.TB, mtu, queues int) *testNet {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: network namespaces, XDP")
@@ -59,14 +67,14 @@ func newTestNet(t testing.TB, mtu int) *testNet {
 		exec.Command("ip", "netns", "del", n.A).Run()
 		exec.Command("ip", "netns", "del", n.B).Run()
 	})
-	m := fmt.Sprint(mtu)
+	m, q := fmt.Sprint(mtu), fmt.Sprint(queues)
 	for _, args := range [][]string{
 		{"netns", "add", n.A},
 		{"netns", "add", n.B},
-		// One queue each way: the socket binds queue 0, and veth would spread flows over
-		// as many queues as the machine has cores.
-		{"-n", n.A, "link", "add", ifA, "mtu", m, "numtxqueues", "1", "numrxqueues", "1", "type", "veth",
-			"peer", "name", ifB, "mtu", m, "numtxqueues", "1", "numrxqueues", "1", "netns", n.B},
+		// The queues asked for (one by default: the socket binds queue 0, and veth would
+		// otherwise spread flows over as many queues as the machine has cores).
+		{"-n", n.A, "link", "add", ifA, "mtu", m, "numtxqueues", q, "numrxqueues", q, "type", "veth",
+			"peer", "name", ifB, "mtu", m, "numtxqueues", q, "numrxqueues", q, "netns", n.B},
 		// No duplicate address detection on the link-local addresses either: the kernel
 		// sends no neighbour solicitation before it has a usable link-local source.
 		{"netns", "exec", n.A, "sh", "-c", "echo 0 > /proc/sys/net/ipv6/conf/" + ifA + "/accept_dad"},

@@ -30,8 +30,7 @@ func (c *Conn) ReadBatch(msgs []netio.Message) (int, error) {
 		if n := c.receive(msgs); n > 0 {
 			return n, nil
 		}
-		if c.kbusy || c.x.fill.needWakeup() {
-			c.kickRx()
+		if c.kickRx() {
 			if n := c.receiveRing(msgs); n > 0 {
 				return n, nil
 			}
@@ -104,12 +103,22 @@ func (c *Conn) arm() {
 // armOnce and disarmOnce are arm's and Unwatch's epoll_ctl on the instance (made once:
 // a closure per call would allocate on ReadBatch's way back from polling).
 func (c *Conn) armOnce(epfd uintptr) {
-	c.evIn = unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(c.x.fd)}
-	c.ctlErr = unix.EpollCtl(int(epfd), unix.EPOLL_CTL_ADD, c.x.fd, &c.evIn)
+	c.ctlErr = nil
+	for _, q := range c.x.rxqs {
+		c.evIn = unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(q.fd)}
+		if err := unix.EpollCtl(int(epfd), unix.EPOLL_CTL_ADD, q.fd, &c.evIn); err != nil && err != unix.EEXIST {
+			c.ctlErr = err
+		}
+	}
 }
 
 func (c *Conn) disarmOnce(epfd uintptr) {
-	c.ctlErr = unix.EpollCtl(int(epfd), unix.EPOLL_CTL_DEL, c.x.fd, nil)
+	c.ctlErr = nil
+	for _, q := range c.x.rxqs {
+		if err := unix.EpollCtl(int(epfd), unix.EPOLL_CTL_DEL, q.fd, nil); err != nil && err != unix.ENOENT {
+			c.ctlErr = err
+		}
+	}
 }
 
 // PollBatch reads what has arrived, without waiting: 0 when nothing has (netio.Poller).
@@ -125,8 +134,7 @@ func (c *Conn) PollBatch(msgs []netio.Message) (int, error) {
 		return 0, c.closedErr("read")
 	}
 	n := c.receive(msgs)
-	if n == 0 && (c.kbusy || c.x.fill.needWakeup()) {
-		c.kickRx()
+	if n == 0 && c.kickRx() {
 		n = c.receiveRing(msgs)
 	}
 	return n, nil
@@ -141,11 +149,14 @@ func (c *Conn) WaitReadable(timeout time.Duration) (bool, error) {
 	if c.closed.Load() {
 		return false, c.closedErr("wait")
 	}
-	if c.x.rx.nonEmpty() {
-		return true, nil
-	}
-	if c.x.fill.needWakeup() {
-		c.kickRx()
+	for _, q := range c.x.rxqs {
+		if q.rx.nonEmpty() {
+			return true, nil
+		}
+		if q.fill.needWakeup() {
+			c.rxKicks.Add(1)
+			kickRx(q)
+		}
 	}
 	ms := -1
 	if timeout >= 0 {
@@ -155,9 +166,15 @@ func (c *Conn) WaitReadable(timeout time.Duration) (bool, error) {
 	if c.lp != nil {
 		lpfd = int32(c.lp.fd)
 	}
+	var all [2 + MaxQueues]unix.PollFd
 	for {
-		fds := [3]unix.PollFd{{Fd: int32(c.x.fd), Events: unix.POLLIN}, {Fd: int32(c.evfd), Events: unix.POLLIN}, {Fd: lpfd, Events: unix.POLLIN}}
-		n, err := unix.Poll(fds[:], ms)
+		all[0] = unix.PollFd{Fd: int32(c.evfd), Events: unix.POLLIN}
+		all[1] = unix.PollFd{Fd: lpfd, Events: unix.POLLIN}
+		for i, q := range c.x.rxqs {
+			all[2+i] = unix.PollFd{Fd: int32(q.fd), Events: unix.POLLIN}
+		}
+		fds := all[:2+len(c.x.rxqs)]
+		n, err := unix.Poll(fds, ms)
 		if c.closed.Load() {
 			return false, c.closedErr("wait")
 		}
@@ -169,10 +186,16 @@ func (c *Conn) WaitReadable(timeout time.Duration) (bool, error) {
 		case n == 0:
 			return false, nil
 		}
-		if fds[2].Revents&unix.POLLIN != 0 {
+		if fds[1].Revents&unix.POLLIN != 0 {
 			c.lpReady.Store(true)
+			return true, nil
 		}
-		return fds[0].Revents&unix.POLLIN != 0 || fds[2].Revents&unix.POLLIN != 0 || c.x.rx.nonEmpty(), nil
+		for i, q := range c.x.rxqs {
+			if fds[2+i].Revents&unix.POLLIN != 0 || q.rx.nonEmpty() {
+				return true, nil
+			}
+		}
+		return false, nil
 	}
 }
 
@@ -206,17 +229,30 @@ func (c *Conn) receive(msgs []netio.Message) int {
 // many messages it filled. A descriptor or frame that does not check out is dropped
 // and counted. rmu is held.
 func (c *Conn) receiveRing(msgs []netio.Message) int {
+	n, k := 0, len(c.x.rxqs)
+	for i := range k {
+		if n == len(msgs) {
+			break
+		}
+		n += c.receiveQueue(c.x.rxqs[(c.rr+i)%k], msgs[n:])
+	}
+	c.rr = (c.rr + 1) % k // the next call starts at the next queue: none starves
+	return n
+}
+
+// receiveQueue is receiveRing's work on one queue's rings.
+func (c *Conn) receiveQueue(q *rxq, msgs []netio.Message) int {
 	x := c.x
-	avail := x.rx.available()
+	avail := q.rx.available()
 	if avail == 0 || len(msgs) == 0 {
 		return 0
 	}
 	avail = min(avail, uint32(min(len(msgs), batchSize)))
 	n := 0
 	for i := range avail {
-		d := x.rx.desc(x.rx.local + i)
+		d := q.rx.desc(q.rx.local + i)
 		addr, size := d.Addr, d.Len
-		frame, ok := x.rxFrame(addr, size)
+		frame, ok := x.rxFrame(q, addr, size)
 		if !ok {
 			c.rxMalformed.Add(1) // not a frame of ours: nothing to give back
 			continue
@@ -234,11 +270,11 @@ func (c *Conn) receiveRing(msgs []netio.Message) int {
 		default:
 			c.rxNotOurs.Add(1)
 		}
-		*x.fill.addr(x.fill.local) = frame
-		x.fill.local++
+		*q.fill.addr(q.fill.local) = frame
+		q.fill.local++
 	}
-	x.rx.release(avail)
-	x.fill.publish()
+	q.rx.release(avail)
+	q.fill.publish()
 	c.rxPackets.Add(uint64(n))
 	return n
 }
@@ -479,8 +515,17 @@ func (c *Conn) flushTx() {
 	}
 }
 
-// kickRx makes the recvfrom that wakes or drives the kernel's receive side, counted.
-func (c *Conn) kickRx() {
-	c.rxKicks.Add(1)
-	c.x.kickRx()
+// kickRx makes the recvfrom that wakes or drives the kernel's receive side of each
+// queue that wants one (busy polling, or a fill ring asking for a wakeup), counted, and
+// reports whether it made any.
+func (c *Conn) kickRx() bool {
+	kicked := false
+	for _, q := range c.x.rxqs {
+		if c.kbusy || q.fill.needWakeup() {
+			c.rxKicks.Add(1)
+			kickRx(q)
+			kicked = true
+		}
+	}
+	return kicked
 }

@@ -9,10 +9,10 @@ import (
 // SpecPrefix starts the AF_XDP part of a device entry (see ParseSpec).
 const SpecPrefix = "xdp:"
 
-// ParseSpec parses the AF_XDP part of a device entry, "xdp:IFACE[/QUEUE]" (in
-// GOVERBS_DEVICES, what follows the "@" of NAME=ADDR[:PORT]@xdp:IFACE[/QUEUE]), into the
-// Options it names: Interface, and Queue (0 when left out). The caller fills in Addr and
-// the mode.
+// ParseSpec parses the AF_XDP part of a device entry, "xdp:IFACE[/QUEUE[-LAST]]" (in
+// GOVERBS_DEVICES, what follows the "@" of NAME=ADDR[:PORT]@xdp:IFACE[/QUEUE[-LAST]]),
+// into the Options it names: Interface, Queue (0 when left out) and, for a range of
+// queues, Queues (the rest of the range). The caller fills in Addr and the mode.
 func ParseSpec(spec string) (Options, error) {
 	rest, ok := strings.CutPrefix(spec, SpecPrefix)
 	if !ok {
@@ -24,11 +24,32 @@ func ParseSpec(spec string) (Options, error) {
 	}
 	o := Options{Interface: iface}
 	if hasQ {
-		n, err := strconv.Atoi(q)
-		if err != nil || n < 0 || n > 1<<16 {
-			return Options{}, fmt.Errorf("afxdp: %q: queue %q is not a queue number", spec, q)
+		first, last, isRange := strings.Cut(q, "-")
+		a, err := queueNumber(first)
+		if err != nil {
+			return Options{}, fmt.Errorf("afxdp: %q: %w", spec, err)
 		}
-		o.Queue = n
+		o.Queue = a
+		if isRange {
+			b, err := queueNumber(last)
+			if err != nil {
+				return Options{}, fmt.Errorf("afxdp: %q: %w", spec, err)
+			}
+			if b < a || b-a >= MaxQueues {
+				return Options{}, fmt.Errorf("afxdp: %q: queues %d-%d: want an increasing range of at most %d", spec, a, b, MaxQueues)
+			}
+			for i := a + 1; i <= b; i++ {
+				o.Queues = append(o.Queues, i)
+			}
+		}
 	}
 	return o, nil
+}
+
+func queueNumber(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 || n > 1<<16 {
+		return 0, fmt.Errorf("%q is not a queue number", s)
+	}
+	return n, nil
 }

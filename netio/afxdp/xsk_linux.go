@@ -125,21 +125,40 @@ func getsockoptPtr(fd, level, opt int, p unsafe.Pointer, size uintptr) error {
 // bindWait bounds how long bind waits for a queue that a closed socket still holds.
 const bindWait = 2 * time.Second
 
-// xsk is the socket, its UMEM and rings.
+// xsk is the socket, its UMEM and rings, and the sockets of further receive queues
+// sharing the UMEM (XDP_SHARED_UMEM).
+//
+// The UMEM holds half frames per ring: frames [0, half) receive for the socket's own
+// queue, [half, 2*half) send, and each further queue k (from 1) receives into
+// [(k+1)*half, (k+2)*half).
 type xsk struct {
 	fd        int
 	umem      []byte
 	frameSize uint64
-	rxFrames  uint64 // frames [0, rxFrames) receive, the rest send
-	fill, rx  *ring
+	half      uint64
+	rxqs      []*rxq // rxqs[0] is this socket's own receive side
 	tx, comp  *ring
 	zeroCopy  bool
 	txBudget  int // copy mode: descriptors one sendto transmits
 }
 
-// newXSK makes an AF_XDP socket with a UMEM of frames frames of frameSize bytes and
-// rings for half of them each way, not yet bound.
-func newXSK(frames, frameSize int) (*xsk, error) {
+// rxq is one receive queue's socket and rings. A further queue's socket has a
+// completion ring of its own too (the kernel asks for one), which it never uses: all
+// sending goes through the first socket.
+type rxq struct {
+	fd       int
+	queue    int
+	fill, rx *ring
+	comp     *ring  // a further queue's, unused
+	first    uint64 // its frames: [first, first+count)
+	count    uint64
+	own      bool // fd is this rxq's to close (not the first socket's)
+}
+
+// newXSK makes an AF_XDP socket with rings of frames/2 entries each way and a UMEM of
+// frames/2 frames of frameSize bytes for each (and for each of extra further receive
+// queues), not yet bound.
+func newXSK(frames, frameSize, extra int) (*xsk, error) {
 	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		if err == unix.EAFNOSUPPORT {
@@ -147,12 +166,13 @@ func newXSK(frames, frameSize int) (*xsk, error) {
 		}
 		return nil, fmt.Errorf("afxdp: socket(AF_XDP): %w", err)
 	}
-	x := &xsk{fd: fd, frameSize: uint64(frameSize), rxFrames: uint64(frames / 2)}
+	half := frames / 2
+	x := &xsk{fd: fd, frameSize: uint64(frameSize), half: uint64(half)}
 	fail := func(what string, err error) (*xsk, error) {
 		x.close()
 		return nil, fmt.Errorf("afxdp: %s: %w", what, err)
 	}
-	x.umem, err = unix.Mmap(-1, 0, frames*frameSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
+	x.umem, err = unix.Mmap(-1, 0, (2+extra)*half*frameSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
 	if err != nil {
 		return fail("mmap UMEM", err)
 	}
@@ -160,7 +180,6 @@ func newXSK(frames, frameSize int) (*xsk, error) {
 	if err := setsockoptPtr(fd, unix.SOL_XDP, unix.XDP_UMEM_REG, unsafe.Pointer(&reg), unsafe.Sizeof(reg)); err != nil {
 		return fail("XDP_UMEM_REG", err)
 	}
-	half := frames / 2
 	for _, o := range []struct {
 		opt  int
 		name string
@@ -175,27 +194,85 @@ func newXSK(frames, frameSize int) (*xsk, error) {
 		return fail("XDP_MMAP_OFFSETS", err)
 	}
 	n := uint32(half)
-	if x.fill, err = mapRing(fd, &off.Fr, n, 8, unix.XDP_UMEM_PGOFF_FILL_RING, true); err != nil {
+	q := &rxq{fd: fd, first: 0, count: x.half}
+	x.rxqs = []*rxq{q}
+	if q.fill, err = mapRing(fd, &off.Fr, n, 8, unix.XDP_UMEM_PGOFF_FILL_RING, true); err != nil {
 		return fail("mmap fill ring", err)
 	}
 	if x.comp, err = mapRing(fd, &off.Cr, n, 8, unix.XDP_UMEM_PGOFF_COMPLETION_RING, false); err != nil {
 		return fail("mmap completion ring", err)
 	}
-	if x.rx, err = mapRing(fd, &off.Rx, n, unsafe.Sizeof(unix.XDPDesc{}), unix.XDP_PGOFF_RX_RING, false); err != nil {
+	if q.rx, err = mapRing(fd, &off.Rx, n, unsafe.Sizeof(unix.XDPDesc{}), unix.XDP_PGOFF_RX_RING, false); err != nil {
 		return fail("mmap rx ring", err)
 	}
 	if x.tx, err = mapRing(fd, &off.Tx, n, unsafe.Sizeof(unix.XDPDesc{}), unix.XDP_PGOFF_TX_RING, true); err != nil {
 		return fail("mmap tx ring", err)
 	}
-	// Every receive frame starts in the fill ring, which holds exactly that many: a frame
-	// is always in the fill ring, with the kernel, or in the rx ring, so recycling one
-	// never finds the fill ring full.
-	for i := range uint64(half) {
-		*x.fill.addr(x.fill.local) = i * x.frameSize
-		x.fill.local++
-	}
-	x.fill.publish()
+	x.fillAll(q)
 	return x, nil
+}
+
+// fillAll puts every frame of q into its fill ring, which holds exactly that many: a
+// frame is always in the fill ring, with the kernel, or in the rx ring, so recycling one
+// never finds the fill ring full.
+func (x *xsk) fillAll(q *rxq) {
+	for i := range q.count {
+		*q.fill.addr(q.fill.local) = (q.first + i) * x.frameSize
+		q.fill.local++
+	}
+	q.fill.publish()
+}
+
+// addQueue binds a further socket to queue of the interface, sharing the UMEM (in the
+// first socket's mode: zero-copy or copy, need_wakeup), with frames of its own. The
+// first socket must be bound.
+func (x *xsk) addQueue(ifindex, queue int) error {
+	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("afxdp: socket(AF_XDP) for queue %d: %w", queue, err)
+	}
+	k := uint64(len(x.rxqs))
+	q := &rxq{fd: fd, queue: queue, first: (k + 1) * x.half, count: x.half, own: true}
+	x.rxqs = append(x.rxqs, q) // closed with the others from here on
+	fail := func(what string, err error) error {
+		return fmt.Errorf("afxdp: queue %d: %s: %w", queue, what, err)
+	}
+	for _, o := range []struct {
+		opt  int
+		name string
+	}{{unix.XDP_UMEM_FILL_RING, "XDP_UMEM_FILL_RING"}, {unix.XDP_UMEM_COMPLETION_RING, "XDP_UMEM_COMPLETION_RING"},
+		{unix.XDP_RX_RING, "XDP_RX_RING"}} {
+		if err := unix.SetsockoptInt(fd, unix.SOL_XDP, o.opt, int(x.half)); err != nil {
+			return fail(o.name, err)
+		}
+	}
+	var off unix.XDPMmapOffsets
+	if err := getsockoptPtr(fd, unix.SOL_XDP, unix.XDP_MMAP_OFFSETS, unsafe.Pointer(&off), unsafe.Sizeof(off)); err != nil {
+		return fail("XDP_MMAP_OFFSETS", err)
+	}
+	n := uint32(x.half)
+	if q.fill, err = mapRing(fd, &off.Fr, n, 8, unix.XDP_UMEM_PGOFF_FILL_RING, true); err != nil {
+		return fail("mmap fill ring", err)
+	}
+	if q.comp, err = mapRing(fd, &off.Cr, n, 8, unix.XDP_UMEM_PGOFF_COMPLETION_RING, false); err != nil {
+		return fail("mmap completion ring", err)
+	}
+	if q.rx, err = mapRing(fd, &off.Rx, n, unsafe.Sizeof(unix.XDPDesc{}), unix.XDP_PGOFF_RX_RING, false); err != nil {
+		return fail("mmap rx ring", err)
+	}
+	x.fillAll(q)
+	sa := &unix.SockaddrXDP{Flags: unix.XDP_SHARED_UMEM, Ifindex: uint32(ifindex), QueueID: uint32(queue), SharedUmemFD: uint32(x.fd)}
+	deadline := time.Now().Add(bindWait)
+	for {
+		err := unix.Bind(fd, sa)
+		if err == nil {
+			return nil
+		}
+		if err != unix.EBUSY || time.Now().After(deadline) {
+			return fail("bind", err)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // bind binds the socket to the interface's queue: zero-copy unless copy, else (or when
@@ -232,6 +309,7 @@ func (x *xsk) bind(ifindex, queue int, copyMode bool) error {
 		time.Sleep(time.Millisecond)
 	}
 	x.zeroCopy = x.optionsZeroCopy()
+	x.rxqs[0].queue = queue
 	return nil
 }
 
@@ -255,17 +333,30 @@ func (x *xsk) optionsZeroCopy() bool {
 	return flags&unix.XDP_OPTIONS_ZEROCOPY != 0
 }
 
+// stats sums the kernel's counters over the sockets.
 func (x *xsk) stats() (unix.XDPStatistics, error) {
-	var s unix.XDPStatistics
-	err := getsockoptPtr(x.fd, unix.SOL_XDP, unix.XDP_STATISTICS, unsafe.Pointer(&s), unsafe.Sizeof(s))
-	return s, err
+	var sum unix.XDPStatistics
+	for _, q := range x.rxqs {
+		var s unix.XDPStatistics
+		if err := getsockoptPtr(q.fd, unix.SOL_XDP, unix.XDP_STATISTICS, unsafe.Pointer(&s), unsafe.Sizeof(s)); err != nil {
+			return sum, err
+		}
+		sum.Rx_dropped += s.Rx_dropped
+		sum.Rx_invalid_descs += s.Rx_invalid_descs
+		sum.Tx_invalid_descs += s.Tx_invalid_descs
+		sum.Rx_ring_full += s.Rx_ring_full
+		sum.Rx_fill_ring_empty_descs += s.Rx_fill_ring_empty_descs
+		sum.Tx_ring_empty_descs += s.Tx_ring_empty_descs
+	}
+	return sum, nil
 }
 
-// rxFrame checks a receive descriptor against the UMEM: the packet must lie inside one
-// receive frame. It returns the frame's address for the fill ring.
-func (x *xsk) rxFrame(addr uint64, n uint32) (frame uint64, ok bool) {
+// rxFrame checks a receive descriptor of q against the UMEM: the packet must lie inside
+// one of q's frames. It returns the frame's address for q's fill ring.
+func (x *xsk) rxFrame(q *rxq, addr uint64, n uint32) (frame uint64, ok bool) {
 	frame = addr - addr%x.frameSize
-	if frame >= x.rxFrames*x.frameSize || addr+uint64(n) > frame+x.frameSize || addr+uint64(n) < addr {
+	if frame < q.first*x.frameSize || frame >= (q.first+q.count)*x.frameSize ||
+		addr+uint64(n) > frame+x.frameSize || addr+uint64(n) < addr {
 		return 0, false
 	}
 	return frame, true
@@ -273,13 +364,13 @@ func (x *xsk) rxFrame(addr uint64, n uint32) (frame uint64, ok bool) {
 
 // txFrame checks a completion entry: a send frame's address as this side posted it.
 func (x *xsk) txFrame(addr uint64) bool {
-	return addr%x.frameSize == 0 && addr >= x.rxFrames*x.frameSize && addr < uint64(len(x.umem))
+	return addr%x.frameSize == 0 && addr >= x.half*x.frameSize && addr < 2*x.half*x.frameSize
 }
 
-// kickRx is the recvfrom that wakes the kernel's receive side (need_wakeup on the fill
-// ring, and with SO_PREFER_BUSY_POLL the call that runs the driver's NAPI poll).
-func (x *xsk) kickRx() {
-	unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(x.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
+// kickRx is the recvfrom that wakes the kernel's receive side of q (need_wakeup on the
+// fill ring, and with SO_PREFER_BUSY_POLL the call that runs the driver's NAPI poll).
+func kickRx(q *rxq) {
+	unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(q.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
 }
 
 // kickTx is the sendto that makes the kernel transmit what the tx ring holds (in copy
@@ -291,11 +382,21 @@ func (x *xsk) kickTx() unix.Errno {
 }
 
 func (x *xsk) close() {
+	for _, q := range x.rxqs {
+		if q.own {
+			unix.Close(q.fd)
+		}
+	}
 	if x.fd >= 0 {
 		unix.Close(x.fd)
 		x.fd = -1
 	}
-	for _, r := range []*ring{x.fill, x.comp, x.rx, x.tx} {
+	for _, q := range x.rxqs {
+		for _, r := range []*ring{q.fill, q.rx, q.comp} {
+			r.unmap()
+		}
+	}
+	for _, r := range []*ring{x.comp, x.tx} {
 		r.unmap()
 	}
 	if x.umem != nil {

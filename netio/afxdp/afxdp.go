@@ -2,9 +2,10 @@
 // (Linux): the NIC's ring hands the device's packets to user space, and everything else
 // stays on the kernel's path.
 //
-// [Open] binds an AF_XDP socket to one queue of a network interface, with a UMEM (the
-// packet memory shared with the kernel) and its four rings: fill and rx for receiving,
-// tx and completion for sending. It loads a small XDP program, written here with
+// [Open] binds an AF_XDP socket to one queue of a network interface (and, for more
+// receive queues, a socket per queue sharing its memory), with a UMEM (the packet memory
+// shared with the kernel) and its four rings: fill and rx for receiving, tx and
+// completion for sending. It loads a small XDP program, written here with
 // cilium/ebpf's asm package (no C toolchain), that redirects into the socket exactly the
 // UDP datagrams to the device's address and port (4791 for RoCEv2) and passes the rest
 // (ARP, ICMP, other UDP, other addresses, fragments) to the kernel, and attaches it

@@ -515,13 +515,18 @@ func (c *Conn) flushTx() {
 	}
 }
 
-// kickRx makes the recvfrom that wakes or drives the kernel's receive side of each
-// queue that wants one (busy polling, or a fill ring asking for a wakeup), counted, and
-// reports whether it made any.
+// kickRx makes the recvfrom that wakes the kernel's receive side of each queue whose
+// fill ring asks for it, and with busy polling the one that drives one queue's NAPI
+// poll (a queue per call, in turn: a syscall per queue on every empty poll would cost
+// more than it finds), counted. It reports whether it made any. rmu is held.
 func (c *Conn) kickRx() bool {
 	kicked := false
-	for _, q := range c.x.rxqs {
-		if c.kbusy || q.fill.needWakeup() {
+	busy := -1
+	if c.kbusy {
+		busy = c.rr % len(c.x.rxqs)
+	}
+	for i, q := range c.x.rxqs {
+		if i == busy || q.fill.needWakeup() {
 			c.rxKicks.Add(1)
 			kickRx(q)
 			kicked = true

@@ -405,7 +405,19 @@ func AsInterrupter(c Conn) (Interrupter, bool) {
 	if u, ok := c.(interruptible); ok && u.interruptible() {
 		return u, true
 	}
+	if u, ok := c.(InterruptibleConn); ok && u.CanInterrupt() {
+		return u, true
+	}
 	return nil, false
+}
+
+// InterruptibleConn is implemented by Conns of other packages (backends outside netio)
+// whose values may or may not support Interrupt: AsInterrupter finds one an Interrupter
+// only when CanInterrupt reports true (for example, not in a busy-poll mode that reads
+// outside the netpoller).
+type InterruptibleConn interface {
+	Interrupter
+	CanInterrupt() bool
 }
 
 // interruptible is a Conn type whose values may or may not support Interrupt (the UDP

@@ -23,6 +23,12 @@ var comparisons = []struct{ run, base, key, unit, what string }{
 	{"send_lat_busy", "udp_lat_busy", "t_typical_us", "µs", "RC SEND 8 B latency, busy-poll, vs Go UDP spinning ping-pong"},
 	{"write_lat_busy", "udp_lat_busy", "t_typical_us", "µs", "RC WRITE 8 B latency, busy-poll, vs Go UDP spinning ping-pong"},
 	{"send_lat_busy", "udp_lat_rcwire", "t_typical_us", "µs", "RC SEND 8 B latency, busy-poll, vs the same Go UDP ping-pong sending RC's datagrams (unconnected, DF, an ACK behind each: nettest --rc-wire)"},
+	// bench/afxdp.sh: goverbs on AF_XDP against goverbs on the UDP backend (and Go UDP).
+	{"xdp_send_lat_busy", "send_lat_busy", "t_typical_us", "µs", "AF_XDP: RC SEND 8 B latency, busy-poll, vs the UDP backend's"},
+	{"xdp_send_lat_busy", "udp_lat_busy", "t_typical_us", "µs", "AF_XDP: RC SEND 8 B latency, busy-poll, vs Go UDP spinning ping-pong"},
+	{"xdp_write_bw_8", "write_bw_8", "msg_rate_mpps", "M/s", "AF_XDP: RC WRITE 8 B message rate vs the UDP backend's"},
+	{"xdp_write_bw_8_busy", "write_bw_8_busy", "msg_rate_mpps", "M/s", "AF_XDP: RC WRITE 8 B message rate, busy-poll, vs the UDP backend's"},
+	{"xdp_write_bw", "write_bw", "bw_avg_mib_s", "MiB/s", "AF_XDP: RC WRITE 64 KiB bandwidth vs the UDP backend's"},
 	{"tcp_lat", "", "t_typical_us", "µs", "Go TCP 64 B request/response (one-way, median), baseline only"},
 	{"tcp_lat_busy", "", "t_typical_us", "µs", "Go TCP 64 B request/response, spinning, baseline only"},
 }

@@ -1,0 +1,37 @@
+package afxdp
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestParseSpec(t *testing.T) {
+	for _, c := range []struct {
+		spec   string
+		iface  string
+		queue  int
+		queues []int
+		ok     bool
+	}{
+		{"xdp:eth0", "eth0", 0, nil, true},
+		{"xdp:enp1s0f0/3", "enp1s0f0", 3, nil, true},
+		{"xdp:va/0", "va", 0, nil, true},
+		{"xdp:eth0/2-5", "eth0", 2, []int{3, 4, 5}, true},
+		{"xdp:eth0/4-4", "eth0", 4, nil, true},
+		{"eth0", "", 0, nil, false},
+		{"xdp:", "", 0, nil, false},
+		{"xdp:/1", "", 0, nil, false},
+		{"xdp:eth0/", "", 0, nil, false},
+		{"xdp:eth0/-1", "", 0, nil, false},
+		{"xdp:eth0/x", "", 0, nil, false},
+		{"xdp:eth0/5-2", "", 0, nil, false},
+		{"xdp:eth0/0-16", "", 0, nil, false},
+		{"xdp:eth0/0-", "", 0, nil, false},
+		{"xdp:a-name-far-too-long", "", 0, nil, false},
+	} {
+		o, err := ParseSpec(c.spec)
+		if (err == nil) != c.ok || c.ok && (o.Interface != c.iface || o.Queue != c.queue || !slices.Equal(o.Queues, c.queues)) {
+			t.Errorf("ParseSpec(%q) = %+v, %v", c.spec, o, err)
+		}
+	}
+}

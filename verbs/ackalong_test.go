@@ -1,4 +1,4 @@
-package verbs
+package verbs_test
 
 import (
 	"net/netip"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/goverbs/goverbs/netio"
 	"github.com/goverbs/goverbs/netio/netiotest"
+	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/wire"
 )
 
@@ -22,12 +23,12 @@ func TestChannelWaiterReplyCarriesAck(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	ea, ec := netip.MustParseAddrPort("127.10.0.2:4791"), netip.MustParseAddrPort("127.10.0.3:4791")
 	ca, cc := netiotest.Pipe(ea, ec)
-	a := newHostCfg(t, SoftConfig{Addr: ea.Addr(), Conn: ca})
+	a := newHostCfg(t, verbs.SoftConfig{Addr: ea.Addr(), Conn: ca})
 	bc := &batchConn{Conn: cc}
-	c := newHostCfg(t, SoftConfig{Addr: ec.Addr(), Conn: bc})
-	wc := newCQWaiter(t, c.dev, 64)
-	pp := newPingPong(t, a, c, a.rcq, wc.cq)
-	pp.ping.Flags |= SendSignaled
+	c := newHostCfg(t, verbs.SoftConfig{Addr: ec.Addr(), Conn: bc})
+	wc := newCQWaiter(t, c.Dev, 64)
+	pp := newPingPong(t, a, c, a.RCQ, wc.cq)
+	pp.ping.Flags |= verbs.SendSignaled
 
 	cc.OnWrite(func(_ netip.AddrPort, d []byte) { bc.record(wire.Opcode(d[0])) })
 	const rounds = 50
@@ -49,9 +50,9 @@ func TestChannelWaiterReplyCarriesAck(t *testing.T) {
 		if err := pp.qa.PostSend(pp.ping); err != nil {
 			t.Fatal(err)
 		}
-		waitWC(t, a.rcq, 1, 5*time.Second)
+		waitWC(t, a.RCQ, 1, 5*time.Second)
 		pp.qa.PostRecv(pp.recvA)
-		waitWC(t, a.cq, 1, 5*time.Second) // the ping's send completion: its ACK came
+		waitWC(t, a.CQ, 1, 5*time.Second) // the ping's send completion: its ACK came
 	}
 	<-done
 

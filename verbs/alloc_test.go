@@ -1,7 +1,9 @@
-package verbs
+package verbs_test
 
 import (
 	"testing"
+
+	"github.com/goverbs/goverbs/verbs"
 )
 
 // TestPostWithSGLLiteralAllocatesNothing: a work request written in place, its SGL a
@@ -13,17 +15,17 @@ func TestPostWithSGLLiteralAllocatesNothing(t *testing.T) {
 		t.Skip("allocation counts are meaningless under the race detector (sync.Pool drops items)")
 	}
 	a, b := newHost(t), newHost(t)
-	p := newPair(t, a, b, QPTypeRC, defaultRC())
-	src, dst := a.mr(t, 64, allAccess), b.mr(t, 64, allAccess)
+	p := newPair(t, a, b, verbs.QPTypeRC, defaultRC())
+	src, dst := a.MR(t, 64, allAccess), b.MR(t, 64, allAccess)
 	if n := testing.AllocsPerRun(50, func() {
-		if err := p.qb.PostRecv(RecvWR{ID: 1, SGL: []SGE{dst.SGE(0, 64)}}); err != nil {
+		if err := p.QB.PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{dst.SGE(0, 64)}}); err != nil {
 			t.Fatal(err)
 		}
 	}); n != 0 {
 		t.Errorf("PostRecv: %v allocations per post", n)
 	}
 	if n := testing.AllocsPerRun(50, func() {
-		if err := p.qa.PostSend(SendWR{ID: 2, Opcode: WRRDMAWrite, SGL: []SGE{src.SGE(0, 8)},
+		if err := p.QA.PostSend(verbs.SendWR{ID: 2, Opcode: verbs.WRRDMAWrite, SGL: []verbs.SGE{src.SGE(0, 8)},
 			RemoteAddr: dst.Addr(), RKey: dst.RKey()}); err != nil {
 			t.Fatal(err)
 		}
@@ -32,12 +34,12 @@ func TestPostWithSGLLiteralAllocatesNothing(t *testing.T) {
 	}
 	const qkey = 0x11111111
 	ua, ub := udQP(t, a, qkey), udQP(t, b, qkey)
-	ah, err := a.pd.CreateAH(AHAttr{DGID: b.gid, Port: 1, HopLimit: 64})
+	ah, err := a.PD.CreateAH(verbs.AHAttr{DGID: b.GID, Port: 1, HopLimit: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n := testing.AllocsPerRun(50, func() {
-		if err := ua.PostSend(SendWR{ID: 3, Opcode: WRSend, SGL: []SGE{src.SGE(0, 8)},
+		if err := ua.PostSend(verbs.SendWR{ID: 3, Opcode: verbs.WRSend, SGL: []verbs.SGE{src.SGE(0, 8)},
 			AH: ah, RemoteQPN: ub.QPN(), RemoteQKey: qkey}); err != nil {
 			t.Fatal(err)
 		}

@@ -1,10 +1,12 @@
-package verbs
+package verbs_test
 
 import (
 	"context"
 	"io"
 	"net"
 	"testing"
+
+	"github.com/goverbs/goverbs/verbs"
 )
 
 // Benchmarks of the RC data path between two software devices on loopback, each beside
@@ -16,22 +18,22 @@ import (
 // the arm) and sleep on the completion channel. Spinning instead would starve Go's
 // netpoller, which wakes the devices' receive loops, on a machine with few cores.
 type cqWaiter struct {
-	cq  *CQ
-	ch  *CompChannel
-	wcs []WC
+	cq  *verbs.CQ
+	ch  *verbs.CompChannel
+	wcs []verbs.WC
 }
 
-func newCQWaiter(b testing.TB, d *Device, depth int) *cqWaiter {
+func newCQWaiter(b testing.TB, d *verbs.Device, depth int) *cqWaiter {
 	ch := d.CreateCompChannel()
 	cq, err := d.CreateCQ(depth, ch)
 	if err != nil {
 		b.Fatal(err)
 	}
-	return &cqWaiter{cq: cq, ch: ch, wcs: make([]WC, 32)}
+	return &cqWaiter{cq: cq, ch: ch, wcs: make([]verbs.WC, 32)}
 }
 
 // poll returns at least one completion, blocking until there is one.
-func (w *cqWaiter) poll(b testing.TB) []WC {
+func (w *cqWaiter) poll(b testing.TB) []verbs.WC {
 	for {
 		k, err := w.cq.Poll(w.wcs)
 		if err != nil {
@@ -39,7 +41,7 @@ func (w *cqWaiter) poll(b testing.TB) []WC {
 		}
 		if k > 0 {
 			for _, wc := range w.wcs[:k] {
-				if wc.Status != WCSuccess {
+				if wc.Status != verbs.WCSuccess {
 					b.Fatalf("completion %+v", wc)
 				}
 			}
@@ -56,9 +58,9 @@ func (w *cqWaiter) poll(b testing.TB) []WC {
 }
 
 // qpWith creates an RC QP on h whose completions go to the given CQs.
-func qpWith(b testing.TB, h *host, scq, rcq *CQ) *QP {
-	qp, err := h.pd.CreateQP(QPInitAttr{Type: QPTypeRC, SendCQ: scq, RecvCQ: rcq,
-		Cap: QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: 64}})
+func qpWith(b testing.TB, h *host, scq, rcq *verbs.CQ) *verbs.QP {
+	qp, err := h.PD.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: scq, RecvCQ: rcq,
+		Cap: verbs.QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: 64}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -66,21 +68,21 @@ func qpWith(b testing.TB, h *host, scq, rcq *CQ) *QP {
 }
 
 // connectedPair connects qa and qc with the loopback port's active MTU, 4096.
-func connectedPair(b testing.TB, a, c *host, qa, qc *QP) {
+func connectedPair(b testing.TB, a, c *host, qa, qc *verbs.QP) {
 	p := defaultRC()
-	p.mtu = MTU4096
-	connect(b, qa, p, c.gid, qc.QPN(), 0x100, 0xabc000)
-	connect(b, qc, p, a.gid, qa.QPN(), 0xabc000, 0x100)
+	p.MTU = verbs.MTU4096
+	connect(b, qa, p, c.GID, qc.QPN(), 0x100, 0xabc000)
+	connect(b, qc, p, a.GID, qa.QPN(), 0xabc000, 0x100)
 }
 
 // streamWrites posts b.N copies of wr keeping up to depth outstanding, every
 // signalEvery-th signaled (the last one always), and waits for the last completion.
-func streamWrites(b *testing.B, qa *QP, w *cqWaiter, wr SendWR, depth, signalEvery int) {
+func streamWrites(b *testing.B, qa *verbs.QP, w *cqWaiter, wr verbs.SendWR, depth, signalEvery int) {
 	inflight := 0
 	for i := 0; i < b.N; i++ {
 		wr.Flags = 0
 		if i%signalEvery == signalEvery-1 || i == b.N-1 {
-			wr.Flags = SendSignaled
+			wr.Flags = verbs.SendSignaled
 		}
 		for inflight >= depth {
 			inflight -= len(w.poll(b)) * signalEvery
@@ -98,11 +100,11 @@ func streamWrites(b *testing.B, qa *QP, w *cqWaiter, wr SendWR, depth, signalEve
 func BenchmarkRCWrite64K(b *testing.B) {
 	const size, depth, signalEvery = 64 << 10, 32, 8
 	a, c := newHost(b), newHost(b)
-	w := newCQWaiter(b, a.dev, 256)
-	qa, qc := qpWith(b, a, w.cq, a.rcq), qpWith(b, c, c.cq, c.rcq)
+	w := newCQWaiter(b, a.Dev, 256)
+	qa, qc := qpWith(b, a, w.cq, a.RCQ), qpWith(b, c, c.CQ, c.RCQ)
 	connectedPair(b, a, c, qa, qc)
-	src, dst := a.mr(b, size, allAccess), c.mr(b, size, allAccess)
-	wr := SendWR{Opcode: WRRDMAWrite, SGL: []SGE{src.SGE(0, size)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}
+	src, dst := a.MR(b, size, allAccess), c.MR(b, size, allAccess)
+	wr := verbs.SendWR{Opcode: verbs.WRRDMAWrite, SGL: []verbs.SGE{src.SGE(0, size)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}
 	b.SetBytes(size)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -149,28 +151,28 @@ func BenchmarkTCPStream64K(b *testing.B) {
 // sides, and the two unsignaled inline sends (the send CQs stay empty, as in
 // ibv_rc_pingpong's fast path).
 type pingPong struct {
-	qa, qc       *QP
-	recvA, recvC RecvWR
-	ping, pong   SendWR
+	qa, qc       *verbs.QP
+	recvA, recvC verbs.RecvWR
+	ping, pong   verbs.SendWR
 }
 
-func newPingPong(b testing.TB, a, c *host, rcqA, rcqC *CQ) *pingPong {
-	p := &pingPong{qa: qpWith(b, a, a.cq, rcqA), qc: qpWith(b, c, c.cq, rcqC)}
+func newPingPong(b testing.TB, a, c *host, rcqA, rcqC *verbs.CQ) *pingPong {
+	p := &pingPong{qa: qpWith(b, a, a.CQ, rcqA), qc: qpWith(b, c, c.CQ, rcqC)}
 	connectedPair(b, a, c, p.qa, p.qc)
-	ma, mc := a.mr(b, 64, allAccess), c.mr(b, 64, allAccess)
-	p.recvA, p.recvC = RecvWR{ID: 1, SGL: []SGE{ma.SGE(0, 64)}}, RecvWR{ID: 2, SGL: []SGE{mc.SGE(0, 64)}}
+	ma, mc := a.MR(b, 64, allAccess), c.MR(b, 64, allAccess)
+	p.recvA, p.recvC = verbs.RecvWR{ID: 1, SGL: []verbs.SGE{ma.SGE(0, 64)}}, verbs.RecvWR{ID: 2, SGL: []verbs.SGE{mc.SGE(0, 64)}}
 	for i := 0; i < 16; i++ {
 		p.qa.PostRecv(p.recvA)
 		p.qc.PostRecv(p.recvC)
 	}
-	p.ping = SendWR{Opcode: WRSend, Flags: SendInline, SGL: []SGE{ma.SGE(0, 8)}}
-	p.pong = SendWR{Opcode: WRSend, Flags: SendInline, SGL: []SGE{mc.SGE(0, 8)}}
+	p.ping = verbs.SendWR{Opcode: verbs.WRSend, Flags: verbs.SendInline, SGL: []verbs.SGE{ma.SGE(0, 8)}}
+	p.pong = verbs.SendWR{Opcode: verbs.WRSend, Flags: verbs.SendInline, SGL: []verbs.SGE{mc.SGE(0, 8)}}
 	return p
 }
 
 func BenchmarkRCSendPingPong8(b *testing.B) {
 	a, c := newHost(b), newHost(b)
-	wa, wc := newCQWaiter(b, a.dev, 64), newCQWaiter(b, c.dev, 64)
+	wa, wc := newCQWaiter(b, a.Dev, 64), newCQWaiter(b, c.Dev, 64)
 	pp := newPingPong(b, a, c, wa.cq, wc.cq)
 	qa, qc, recvA, recvC, ping, pong := pp.qa, pp.qc, pp.recvA, pp.recvC, pp.ping, pp.pong
 	stop := make(chan struct{})
@@ -240,19 +242,19 @@ func BenchmarkUDPPingPong8(b *testing.B) {
 
 // busyHost opens a host whose device runs in busy-poll mode.
 func busyHost(b testing.TB) *host {
-	return newHostCfg(b, SoftConfig{BusyPoll: true})
+	return newHostCfg(b, verbs.SoftConfig{BusyPoll: true})
 }
 
 // spin polls cq until it returns a completion; in busy-poll mode each empty poll reads
 // the socket itself.
-func spin(b testing.TB, cq *CQ, wcs []WC) {
+func spin(b testing.TB, cq *verbs.CQ, wcs []verbs.WC) {
 	for {
 		k, err := cq.Poll(wcs)
 		if err != nil {
 			b.Fatal(err)
 		}
 		if k > 0 {
-			if wcs[0].Status != WCSuccess {
+			if wcs[0].Status != verbs.WCSuccess {
 				b.Fatalf("completion %+v", wcs[0])
 			}
 			return
@@ -262,30 +264,30 @@ func spin(b testing.TB, cq *CQ, wcs []WC) {
 
 func BenchmarkRCSendPingPong8BusyPoll(b *testing.B) {
 	a, c := busyHost(b), busyHost(b)
-	pp := newPingPong(b, a, c, a.rcq, c.rcq)
+	pp := newPingPong(b, a, c, a.RCQ, c.RCQ)
 	qa, qc, recvA, recvC, ping, pong := pp.qa, pp.qc, pp.recvA, pp.recvC, pp.ping, pp.pong
 	stop := make(chan struct{})
 	go func() {
-		wcs := make([]WC, 1)
+		wcs := make([]verbs.WC, 1)
 		for {
 			select {
 			case <-stop:
 				return
 			default:
 			}
-			if k, _ := c.rcq.Poll(wcs); k > 0 {
+			if k, _ := c.RCQ.Poll(wcs); k > 0 {
 				qc.PostRecv(recvC)
 				qc.PostSend(pong)
 			}
 		}
 	}()
 	defer close(stop)
-	wcs := make([]WC, 1)
+	wcs := make([]verbs.WC, 1)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		qa.PostSend(ping)
-		spin(b, a.rcq, wcs)
+		spin(b, a.RCQ, wcs)
 		qa.PostRecv(recvA)
 	}
 	b.StopTimer()
@@ -297,11 +299,11 @@ func BenchmarkRCSendPingPong8BusyPoll(b *testing.B) {
 func BenchmarkRCWrite8Rate(b *testing.B) {
 	const depth, signalEvery = 128, 32
 	a, c := newHost(b), newHost(b)
-	w := newCQWaiter(b, a.dev, 256)
-	qa, qc := qpWith(b, a, w.cq, a.rcq), qpWith(b, c, c.cq, c.rcq)
+	w := newCQWaiter(b, a.Dev, 256)
+	qa, qc := qpWith(b, a, w.cq, a.RCQ), qpWith(b, c, c.CQ, c.RCQ)
 	connectedPair(b, a, c, qa, qc)
-	src, dst := a.mr(b, 64, allAccess), c.mr(b, 64, allAccess)
-	wr := SendWR{Opcode: WRRDMAWrite, SGL: []SGE{src.SGE(0, 8)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}
+	src, dst := a.MR(b, 64, allAccess), c.MR(b, 64, allAccess)
+	wr := verbs.SendWR{Opcode: verbs.WRRDMAWrite, SGL: []verbs.SGE{src.SGE(0, 8)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}
 	b.ReportAllocs()
 	b.ResetTimer()
 	streamWrites(b, qa, w, wr, depth, signalEvery)

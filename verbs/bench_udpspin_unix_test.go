@@ -1,6 +1,6 @@
 //go:build unix
 
-package verbs
+package verbs_test
 
 import (
 	"net"

@@ -59,6 +59,7 @@
 //
 // Posting and polling allocate nothing, not even for a work request written in place
 // with a literal SGL: a provider reads the caller's requests and fills the caller's
-// completions where they are. A software device with [SoftConfig.BusyPoll] processes
-// packets in the goroutine that polls its CQ, for the lowest latency.
+// completions where they are. A software device opened with BusyPoll set in its
+// [SoftConfig] processes packets in the goroutine that polls its CQ, for the lowest
+// latency.
 package verbs

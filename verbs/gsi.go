@@ -55,16 +55,3 @@ func (g *GSI) Close() error {
 	})
 	return nil
 }
-
-// The software device has a GSI: the engine's QP1 (internal/engine/gsi.go).
-var _ driver.GSI = (*softDevice)(nil)
-
-func (s *softDevice) SendMAD(to netip.Addr, mad []byte) error { return s.d.SendGSI(to, mad) }
-
-func (s *softDevice) SetMADHandler(h func(from netip.Addr, mad []byte)) {
-	if h == nil {
-		s.d.SetGSIHandler(nil) // a nil func in a non-nil GSIHandler would be called
-		return
-	}
-	s.d.SetGSIHandler(h)
-}

@@ -1,4 +1,4 @@
-package verbs
+package verbs_test
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/goverbs/goverbs/verbs"
 )
 
 // TestChannelWaitersShareTheDevice: two goroutines blocked on two completion channels
@@ -15,9 +17,9 @@ import (
 // reader leaves.
 func TestChannelWaitersShareTheDevice(t *testing.T) {
 	a, c := newHost(t), newHost(t)
-	w1, w2 := newCQWaiter(t, c.dev, 64), newCQWaiter(t, c.dev, 64)
-	p1 := newPingPong(t, a, c, a.rcq, w1.cq)
-	p2 := newPingPong(t, a, c, a.rcq, w2.cq)
+	w1, w2 := newCQWaiter(t, c.Dev, 64), newCQWaiter(t, c.Dev, 64)
+	p1 := newPingPong(t, a, c, a.RCQ, w1.cq)
+	p2 := newPingPong(t, a, c, a.RCQ, w2.cq)
 	const rounds = 200
 	var wg sync.WaitGroup
 	for _, s := range []struct {
@@ -45,7 +47,7 @@ func TestChannelWaitersShareTheDevice(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		waitWC(t, a.rcq, 2, 5*time.Second)
+		waitWC(t, a.RCQ, 2, 5*time.Second)
 		p1.qa.PostRecv(p1.recvA)
 		p2.qa.PostRecv(p2.recvA)
 	}
@@ -57,8 +59,8 @@ func TestChannelWaitersShareTheDevice(t *testing.T) {
 // ctx.Err() when its context ends.
 func TestChannelCloseEndsAServingWait(t *testing.T) {
 	h := newHost(t)
-	ch := h.dev.CreateCompChannel()
-	if ch.lead == nil {
+	ch := h.Dev.CreateCompChannel()
+	if !verbs.ChannelServes(ch) {
 		t.Fatal("a default-mode software device does not let its channel's waiter serve it")
 	}
 	wait := func(ctx context.Context) chan error {
@@ -85,7 +87,7 @@ func TestChannelCloseEndsAServingWait(t *testing.T) {
 	}
 	select {
 	case err := <-done:
-		if !errors.Is(err, ErrClosed) {
+		if !errors.Is(err, verbs.ErrClosed) {
 			t.Fatalf("Wait after Close = %v, want ErrClosed", err)
 		}
 	case <-time.After(5 * time.Second):

@@ -1,4 +1,4 @@
-package verbs
+package verbs_test
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/goverbs/goverbs/verbs"
 )
 
 // sentCounter counts the datagrams a device sends (a Recorder sees both directions).
@@ -23,11 +25,11 @@ func (c *sentCounter) Record(_ time.Time, src, _ netip.AddrPort, _ uint16, _ []b
 }
 
 // writes posts n signalled 64 KiB WRITEs from qp into the peer's region.
-func writes(t *testing.T, qp *QP, src, dst *MR, n int) {
+func writes(t *testing.T, qp *verbs.QP, src, dst *verbs.MR, n int) {
 	t.Helper()
 	for i := range n {
-		if err := qp.PostSend(SendWR{ID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
-			SGL: []SGE{src.SGE(0, 64<<10)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}); err != nil {
+		if err := qp.PostSend(verbs.SendWR{ID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{src.SGE(0, 64<<10)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}); err != nil {
 			t.Fatalf("WRITE %d: %v", i, err)
 		}
 	}
@@ -37,29 +39,29 @@ func writes(t *testing.T, qp *QP, src, dst *MR, n int) {
 // refuses posts and polls, and work it had in flight completes nowhere.
 func TestDeviceCloseStopsTraffic(t *testing.T) {
 	rec := &sentCounter{}
-	a, b := newHostCfg(t, SoftConfig{Recorder: rec}), newHost(t)
-	addr := a.gid.Addr()
+	a, b := newHostCfg(t, verbs.SoftConfig{Recorder: rec}), newHost(t)
+	addr := a.GID.Addr()
 	rec.from.Store(&addr)
-	qa, qb := a.qp(t, QPTypeRC), b.qp(t, QPTypeRC)
-	connect(t, qa, defaultRC(), b.gid, qb.QPN(), 0, 0)
-	connect(t, qb, defaultRC(), a.gid, qa.QPN(), 0, 0)
-	src, dst := a.mr(t, 64<<10, allAccess), b.mr(t, 64<<10, allAccess)
+	qa, qb := a.QP(t, verbs.QPTypeRC), b.QP(t, verbs.QPTypeRC)
+	connect(t, qa, defaultRC(), b.GID, qb.QPN(), 0, 0)
+	connect(t, qb, defaultRC(), a.GID, qa.QPN(), 0, 0)
+	src, dst := a.MR(t, 64<<10, allAccess), b.MR(t, 64<<10, allAccess)
 
 	writes(t, qa, src, dst, 1)
-	waitWC(t, a.cq, 1, 5*time.Second)
+	waitWC(t, a.CQ, 1, 5*time.Second)
 	if rec.n.Load() == 0 {
 		t.Fatal("the recorder saw no datagram of a completed WRITE")
 	}
 	writes(t, qa, src, dst, 64) // in flight when the device closes
-	if err := a.dev.Close(); err != nil {
+	if err := a.Dev.Close(); err != nil {
 		t.Fatal(err)
 	}
 	sent := rec.n.Load()
-	if err := qa.PostSend(SendWR{Opcode: WRRDMAWrite, SGL: []SGE{src.SGE(0, 8)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}); !errors.Is(err, ErrClosed) {
+	if err := qa.PostSend(verbs.SendWR{Opcode: verbs.WRRDMAWrite, SGL: []verbs.SGE{src.SGE(0, 8)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}); !errors.Is(err, verbs.ErrClosed) {
 		t.Fatalf("PostSend after Device.Close: %v, want ErrClosed", err)
 	}
 	time.Sleep(100 * time.Millisecond)
-	if _, err := a.cq.Poll(make([]WC, 64)); !errors.Is(err, ErrClosed) {
+	if _, err := a.CQ.Poll(make([]verbs.WC, 64)); !errors.Is(err, verbs.ErrClosed) {
 		t.Fatalf("Poll after Device.Close: %v, want ErrClosed", err)
 	}
 	if now := rec.n.Load(); now != sent {
@@ -71,17 +73,17 @@ func TestDeviceCloseStopsTraffic(t *testing.T) {
 // completes afterwards, though its CQ stays open.
 func TestQPCloseCompletesNothingLater(t *testing.T) {
 	a, b := newHost(t), newHost(t)
-	qa, qb := a.qp(t, QPTypeRC), b.qp(t, QPTypeRC)
-	connect(t, qa, defaultRC(), b.gid, qb.QPN(), 0, 0)
-	connect(t, qb, defaultRC(), a.gid, qa.QPN(), 0, 0)
-	src, dst := a.mr(t, 64<<10, allAccess), b.mr(t, 64<<10, allAccess)
+	qa, qb := a.QP(t, verbs.QPTypeRC), b.QP(t, verbs.QPTypeRC)
+	connect(t, qa, defaultRC(), b.GID, qb.QPN(), 0, 0)
+	connect(t, qb, defaultRC(), a.GID, qa.QPN(), 0, 0)
+	src, dst := a.MR(t, 64<<10, allAccess), b.MR(t, 64<<10, allAccess)
 	writes(t, qa, src, dst, 64)
 	if err := qa.Close(); err != nil {
 		t.Fatal(err)
 	}
-	wcs := make([]WC, 64)
+	wcs := make([]verbs.WC, 64)
 	for { // what completed before Close returned may be polled
-		n, err := a.cq.Poll(wcs)
+		n, err := a.CQ.Poll(wcs)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -90,7 +92,7 @@ func TestQPCloseCompletesNothingLater(t *testing.T) {
 		}
 	}
 	time.Sleep(100 * time.Millisecond) // the peer's ACKs and the retry timer have had time
-	if n, err := a.cq.Poll(wcs); n != 0 || err != nil {
+	if n, err := a.CQ.Poll(wcs); n != 0 || err != nil {
 		t.Fatalf("%d completions (%v) appeared after QP.Close returned: %+v", n, err, wcs[:n])
 	}
 }
@@ -99,20 +101,20 @@ func TestQPCloseCompletesNothingLater(t *testing.T) {
 // the device closes see ErrClosed, never a panic or a race, and all return.
 func TestDeviceCloseWhileInUse(t *testing.T) {
 	a, b := newHost(t), newHost(t)
-	ch := a.dev.CreateCompChannel()
-	cq, err := a.dev.CreateCQ(256, ch)
+	ch := a.Dev.CreateCompChannel()
+	cq, err := a.Dev.CreateCQ(256, ch)
 	if err != nil {
 		t.Fatal(err)
 	}
-	qa, err := a.pd.CreateQP(QPInitAttr{Type: QPTypeRC, SendCQ: cq, RecvCQ: cq,
-		Cap: QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	qa, err := a.PD.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+		Cap: verbs.QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	qb := b.qp(t, QPTypeRC)
-	connect(t, qa, defaultRC(), b.gid, qb.QPN(), 0, 0)
-	connect(t, qb, defaultRC(), a.gid, qa.QPN(), 0, 0)
-	src, dst := a.mr(t, 4096, allAccess), b.mr(t, 4096, allAccess)
+	qb := b.QP(t, verbs.QPTypeRC)
+	connect(t, qa, defaultRC(), b.GID, qb.QPN(), 0, 0)
+	connect(t, qb, defaultRC(), a.GID, qa.QPN(), 0, 0)
+	src, dst := a.MR(t, 4096, allAccess), b.MR(t, 4096, allAccess)
 	if err := cq.RequestNotify(false); err != nil {
 		t.Fatal(err)
 	}
@@ -120,23 +122,23 @@ func TestDeviceCloseWhileInUse(t *testing.T) {
 	done := make(chan error, 3)
 	go func() { // posts until refused
 		for {
-			err := qa.PostSend(SendWR{Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{src.SGE(0, 64)},
+			err := qa.PostSend(verbs.SendWR{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(0, 64)},
 				RemoteAddr: dst.Addr(), RKey: dst.RKey()})
-			if errors.Is(err, ErrClosed) {
+			if errors.Is(err, verbs.ErrClosed) {
 				done <- nil
 				return
 			}
-			if err != nil && !errors.Is(err, ErrQueueFull) {
+			if err != nil && !errors.Is(err, verbs.ErrQueueFull) {
 				done <- err
 				return
 			}
 		}
 	}()
 	go func() { // polls until refused
-		wcs := make([]WC, 16)
+		wcs := make([]verbs.WC, 16)
 		for {
 			if _, err := cq.Poll(wcs); err != nil {
-				if !errors.Is(err, ErrClosed) {
+				if !errors.Is(err, verbs.ErrClosed) {
 					done <- err
 					return
 				}
@@ -148,7 +150,7 @@ func TestDeviceCloseWhileInUse(t *testing.T) {
 	go func() { // waits on the channel, re-arming, until it closes
 		for {
 			if _, err := ch.Wait(context.Background()); err != nil {
-				if !errors.Is(err, ErrClosed) {
+				if !errors.Is(err, verbs.ErrClosed) {
 					done <- err
 					return
 				}
@@ -159,7 +161,7 @@ func TestDeviceCloseWhileInUse(t *testing.T) {
 		}
 	}()
 	time.Sleep(20 * time.Millisecond)
-	if err := a.dev.Close(); err != nil {
+	if err := a.Dev.Close(); err != nil {
 		t.Fatal(err)
 	}
 	for range 3 {

@@ -1,36 +1,38 @@
-package verbs
+package verbs_test
 
 import (
 	"bytes"
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/goverbs/goverbs/verbs"
 )
 
 // manyQPs connects n RC QP pairs between two hosts; every QP gets its own 4 KiB slot of
 // one source and one target region.
 type manyQPs struct {
 	a, b     *host
-	qa, qb   []*QP
-	src, dst *MR
+	qa, qb   []*verbs.QP
+	src, dst *verbs.MR
 }
 
 func connectMany(t testing.TB, a, b *host, n int, timeout uint8) *manyQPs {
-	m := &manyQPs{a: a, b: b, src: a.mr(t, n*4096, allAccess), dst: b.mr(t, n*4096, allAccess)}
-	capQP := QPCap{MaxSendWR: 8, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
+	m := &manyQPs{a: a, b: b, src: a.MR(t, n*4096, allAccess), dst: b.MR(t, n*4096, allAccess)}
+	capQP := verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
 	p := defaultRC()
-	p.mtu, p.timeout = MTU4096, timeout
+	p.MTU, p.Timeout = verbs.MTU4096, timeout
 	for i := 0; i < n; i++ {
-		qa, err := a.pd.CreateQP(QPInitAttr{Type: QPTypeRC, SendCQ: a.cq, RecvCQ: a.rcq, Cap: capQP})
+		qa, err := a.PD.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: a.CQ, RecvCQ: a.RCQ, Cap: capQP})
 		if err != nil {
 			t.Fatalf("QP %d: %v", i, err)
 		}
-		qb, err := b.pd.CreateQP(QPInitAttr{Type: QPTypeRC, SendCQ: b.cq, RecvCQ: b.rcq, Cap: capQP})
+		qb, err := b.PD.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: b.CQ, RecvCQ: b.RCQ, Cap: capQP})
 		if err != nil {
 			t.Fatalf("QP %d: %v", i, err)
 		}
-		connect(t, qa, p, b.gid, qb.QPN(), uint32(i), uint32(i)+7)
-		connect(t, qb, p, a.gid, qa.QPN(), uint32(i)+7, uint32(i))
+		connect(t, qa, p, b.GID, qb.QPN(), uint32(i), uint32(i)+7)
+		connect(t, qb, p, a.GID, qa.QPN(), uint32(i)+7, uint32(i))
 		m.qa, m.qb = append(m.qa, qa), append(m.qb, qb)
 	}
 	return m
@@ -63,20 +65,20 @@ func TestManyQPs(t *testing.T) {
 	// A 4 KiB WRITE and a SEND on every QP, inFlight QPs at a time; completions are
 	// polled as they come so the CQs never overrun.
 	for i := range m.qb {
-		m.qb[i].PostRecv(RecvWR{ID: uint64(i), SGL: []SGE{m.dst.SGE(i*4096, 16)}})
+		m.qb[i].PostRecv(verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{m.dst.SGE(i*4096, 16)}})
 	}
 	sent := 0
 	deadline := time.Now().Add(60 * time.Second)
-	wcs := make([]WC, 256)
+	wcs := make([]verbs.WC, 256)
 	for i := range m.qa {
 		slot := i * 4096
 		m.qa[i].PostSend(
-			SendWR{ID: uint64(i), Opcode: WRRDMAWrite, SGL: []SGE{m.src.SGE(slot+16, 4096-16)}, RemoteAddr: m.dst.AddrOf(slot + 16), RKey: m.dst.RKey()},
-			SendWR{ID: uint64(i), Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{m.src.SGE(slot, 16)}})
+			verbs.SendWR{ID: uint64(i), Opcode: verbs.WRRDMAWrite, SGL: []verbs.SGE{m.src.SGE(slot+16, 4096-16)}, RemoteAddr: m.dst.AddrOf(slot + 16), RKey: m.dst.RKey()},
+			verbs.SendWR{ID: uint64(i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{m.src.SGE(slot, 16)}})
 		for i-sent >= inFlight {
-			k, _ := a.cq.Poll(wcs)
+			k, _ := a.CQ.Poll(wcs)
 			for _, wc := range wcs[:k] {
-				if wc.Status != WCSuccess {
+				if wc.Status != verbs.WCSuccess {
 					t.Fatalf("completion %+v", wc)
 				}
 			}
@@ -87,9 +89,9 @@ func TestManyQPs(t *testing.T) {
 		}
 	}
 	for sent < n {
-		k, _ := a.cq.Poll(wcs)
+		k, _ := a.CQ.Poll(wcs)
 		for _, wc := range wcs[:k] {
-			if wc.Status != WCSuccess {
+			if wc.Status != verbs.WCSuccess {
 				t.Fatalf("completion %+v", wc)
 			}
 		}
@@ -98,10 +100,10 @@ func TestManyQPs(t *testing.T) {
 			t.Fatalf("%d of %d QPs completed", sent, n)
 		}
 	}
-	got := waitWC(t, b.rcq, n, 30*time.Second)
+	got := waitWC(t, b.RCQ, n, 30*time.Second)
 	seen := make(map[uint32]bool)
 	for _, wc := range got {
-		if wc.Status != WCSuccess || seen[wc.QPN] {
+		if wc.Status != verbs.WCSuccess || seen[wc.QPN] {
 			t.Fatalf("receive %+v", wc)
 		}
 		seen[wc.QPN] = true
@@ -119,21 +121,21 @@ func BenchmarkManyQPsWrite64K(b *testing.B) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	m := connectMany(b, a, c, n, defaultRC().timeout)
+	m := connectMany(b, a, c, n, defaultRC().Timeout)
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	perQP := float64(after.HeapAlloc-before.HeapAlloc-uint64(2*n*4096)) / n / 2
-	big := a.mr(b, 64<<10, allAccess)
-	tgt := c.mr(b, 64<<10, allAccess)
-	wcs := make([]WC, 64)
-	wr := SendWR{Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{big.SGE(0, 64<<10)}, RemoteAddr: tgt.Addr(), RKey: tgt.RKey()}
+	big := a.MR(b, 64<<10, allAccess)
+	tgt := c.MR(b, 64<<10, allAccess)
+	wcs := make([]verbs.WC, 64)
+	wr := verbs.SendWR{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{big.SGE(0, 64<<10)}, RemoteAddr: tgt.Addr(), RKey: tgt.RKey()}
 	b.SetBytes(64 << 10)
 	b.ReportAllocs()
 	b.ResetTimer()
 	inflight := 0
 	for i := 0; i < b.N; i++ {
 		for inflight >= 256 {
-			k, _ := a.cq.Poll(wcs)
+			k, _ := a.CQ.Poll(wcs)
 			inflight -= k
 			if k == 0 {
 				runtime.Gosched()
@@ -145,7 +147,7 @@ func BenchmarkManyQPsWrite64K(b *testing.B) {
 		inflight++
 	}
 	for inflight > 0 {
-		k, _ := a.cq.Poll(wcs)
+		k, _ := a.CQ.Poll(wcs)
 		inflight -= k
 		if k == 0 {
 			runtime.Gosched()

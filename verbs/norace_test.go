@@ -1,5 +1,5 @@
 //go:build !race
 
-package verbs
+package verbs_test
 
 const raceEnabled = false

@@ -25,6 +25,14 @@ type AH struct {
 	closed atomic.Bool // a UD request naming a closed handle is refused
 }
 
+// CreateAH makes an address handle (driver.PD). It holds no resource of the device.
+func (pd *PD) CreateAH(attr *driver.AHAttr) (driver.AH, error) {
+	return &AH{
+		DGID: attr.DGID, Addr: attr.DGID.Addr(), HopLimit: attr.HopLimit, TrafficClass: attr.TrafficClass,
+		FlowLabel: attr.FlowLabel, SL: attr.SL, SGIDIndex: attr.SGIDIndex, Port: attr.Port,
+	}, nil
+}
+
 // ErrAHClosed: a UD request named an address handle that was closed.
 var ErrAHClosed = driver.NewError(driver.ErrClosed, "address handle is closed")
 

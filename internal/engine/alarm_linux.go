@@ -10,8 +10,8 @@ import (
 
 // alarm is the doorbell's backstop timer: a timerfd, which the alarm goroutine waits for
 // in a blocking read(2). Go's own timers cannot serve: a sleeping runtime waits for the
-// next timer in epoll_pwait, whose timeout is in milliseconds, so a 50 µs timer fires
-// after about 1 ms. Nor can the netpoller: while every P has a goroutine to run (a
+// next timer in epoll_pwait, whose timeout is in milliseconds, so a timer shorter than
+// that fires a millisecond late. Nor can the netpoller: while every P has a goroutine to run (a
 // poller that yields, say) the runtime looks at it only every 10 ms (sysmon). A thread
 // blocked in read(2) is woken by the kernel at the timer's high-resolution expiry, and
 // its goroutine runs on an idle P, or next to a yielding one. set and stop are one

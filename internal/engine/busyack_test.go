@@ -45,9 +45,9 @@ func busyAckTurns(t *testing.T) (string, bool) {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	pd, _ := dev.AllocPD()
-	scq, _ := dev.CreateCQ(64)
-	rcq, _ := dev.CreateCQ(64)
+	pd, _ := dev.allocPD()
+	scq, _ := dev.newCQ(64)
+	rcq, _ := dev.newCQ(64)
 	qp, err := dev.CreateQP(pd, QPInit{Type: driver.QPTypeRC, SendCQ: scq, RecvCQ: rcq,
 		Cap: driver.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
@@ -55,7 +55,7 @@ func busyAckTurns(t *testing.T) (string, bool) {
 	}
 	rcUp(t, qp, fuzzPeer.Addr(), fuzzPeerQPN, 0, fuzzSQPSN)
 	mem := make([]byte, 64)
-	mr, err := pd.RegMR(mem, driver.AccessLocalWrite)
+	mr, err := pd.regMR(mem, driver.AccessLocalWrite)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -88,5 +88,9 @@ func (qp *QP) Counters() driver.QPCounters {
 	return qp.Stats
 }
 
-// Counters returns the device's counters.
-func (d *Device) Counters() *Counters { return &d.counters }
+// Counters returns a snapshot of the device's counters, by name (Each's order).
+func (d *Device) Counters() driver.Counters {
+	var out driver.Counters
+	d.counters.Each(func(name string, v uint64) { out = append(out, driver.Counter{Name: name, Value: v}) })
+	return out
+}

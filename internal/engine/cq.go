@@ -50,8 +50,20 @@ const (
 	cqArmSolicited
 )
 
-// CreateCQ creates a completion queue that holds at least depth completions.
-func (d *Device) CreateCQ(depth int) (*CQ, error) {
+// CreateCQ creates a completion queue that holds at least depth completions; notify,
+// when not nil, is its event handler (SetHandler).
+func (d *Device) CreateCQ(depth int, notify func()) (driver.CQ, error) {
+	cq, err := d.newCQ(depth)
+	if err != nil {
+		return nil, err
+	}
+	if notify != nil {
+		cq.SetHandler(notify)
+	}
+	return cq, nil
+}
+
+func (d *Device) newCQ(depth int) (*CQ, error) {
 	if d.closed.Load() {
 		return nil, ErrDeviceClosed
 	}
@@ -164,7 +176,7 @@ func (cq *CQ) push(wc *driver.WC, solicited bool) {
 		cq.mu.Unlock()
 		cq.dev.counters.CQOverflows.Add(1)
 		if first {
-			cq.dev.raise(AsyncEvent{Type: driver.EventCQErr, CQ: cq})
+			cq.dev.raise(driver.AsyncEvent{Type: driver.EventCQErr, CQ: cq})
 		}
 		return
 	}

@@ -62,6 +62,8 @@ type Config struct {
 	// MTU is the port's active MTU (wire.ActiveMTU of the interface).
 	MTU    wire.MTU
 	Logger *slog.Logger
+	// NodeGUID is the GUID the device reports (Query).
+	NodeGUID uint64
 	// BusyPoll makes CQ polls read the socket themselves when the CQ is empty (the
 	// Conn must be a netio.Poller; otherwise the device stays in the default mode).
 	BusyPoll bool
@@ -78,6 +80,7 @@ type Device struct {
 	mtu      wire.MTU
 	log      *slog.Logger
 	debug    bool // log protocol events (checked before building a log record)
+	guid     uint64
 
 	closed    atomic.Bool
 	pdHandles atomic.Uint32
@@ -88,9 +91,11 @@ type Device struct {
 	qpGone  atomic.Uint64 // QPs removed from qps so far: invalidates rxQP
 	nextQPN uint32
 
-	events chan AsyncEvent
+	evMu     sync.Mutex // raise against Close's closing of events
+	evClosed bool
+	events   chan driver.AsyncEvent
 
-	gsi    atomic.Pointer[GSIHandler] // QP1's receiver (gsi.go)
+	gsi    atomic.Pointer[func(from netip.Addr, mad []byte)] // QP1's receiver (gsi.go)
 	gsiPSN atomic.Uint32
 
 	mcast    mcastTable
@@ -106,7 +111,7 @@ type Device struct {
 	rxMu   sync.Mutex
 	poller netio.Poller // busy-poll mode
 	// Default mode, when the Conn can be interrupted: goroutines waiting for completions
-	// read the socket (lead.go). leads counts their Serve calls and batches, parked is
+	// read the socket (waiter.go). leads counts their Serve calls and batches, parked is
 	// the one blocked in the socket's read, rxFree is signalled when a reader lets go,
 	// rxStop closed when the device closes.
 	intr   netio.Interrupter
@@ -155,10 +160,11 @@ func New(cfg Config) (*Device, error) {
 		peerPort: cfg.PeerPort,
 		mtu:      cfg.MTU,
 		log:      cfg.Logger,
+		guid:     cfg.NodeGUID,
 		qps:      make(map[uint32]*QP),
 		mcast:    mcastTable{groups: make(map[[16]byte]*mcastGroup)},
 		nextQPN:  randomQPN(),
-		events:   make(chan AsyncEvent, 256),
+		events:   make(chan driver.AsyncEvent, 256),
 		rxDone:   make(chan struct{}),
 		done:     make(chan struct{}),
 		rxFree:   make(chan struct{}, 1),
@@ -187,9 +193,16 @@ func New(cfg Config) (*Device, error) {
 	d.sender.init()
 	go d.sender.run(&d.doorbell)
 	go d.rxLoop()
-	d.raise(AsyncEvent{Type: driver.EventPortActive, Port: 1})
+	d.raise(driver.AsyncEvent{Type: driver.EventPortActive, Port: 1})
+	if testHookNew != nil {
+		testHookNew(d)
+	}
 	return d, nil
 }
+
+// testHookNew, when set (by export_test.go), sees every new device: the tests that drive
+// the engine through package verbs find a QP's transport state that way.
+var testHookNew func(*Device)
 
 // Name returns the device name.
 func (d *Device) Name() string { return d.name }
@@ -207,8 +220,40 @@ func (d *Device) ActiveMTU() wire.MTU { return d.mtu }
 func (d *Device) BusyPoll() bool { return d.poller != nil }
 
 // Events returns the channel of asynchronous events (ibv_get_async_event). It is
-// buffered; events that find it full are counted in Counters.EventsLost.
-func (d *Device) Events() <-chan AsyncEvent { return d.events }
+// buffered; events that find it full are counted in Counters.EventsLost. It closes when
+// the device closes. An event names
+// the engine's own QP, CQ or SRQ, which are the driver objects.
+func (d *Device) Events() <-chan driver.AsyncEvent { return d.events }
+
+// Query returns the device's attributes: the limits it enforces.
+func (d *Device) Query() driver.DeviceAttr {
+	return driver.DeviceAttr{
+		FWVer: "0.1.0", NodeGUID: d.guid, SysImageGUID: d.guid, MaxMRSize: 1<<64 - 1,
+		PageSizeCap: 0xfffff000, VendorID: 0xffffff, VendorPartID: 0, HWVer: 0,
+		MaxQP: MaxQP, MaxQPWR: MaxQPWR, MaxSGE: MaxSGE, MaxSGERd: MaxSGE,
+		MaxCQ: 1 << 14, MaxCQE: MaxCQE, MaxMR: 1<<16 - 2, MaxPD: 1 << 16,
+		MaxQPRdAtom: MaxRdAtomic, MaxQPInitRdAtom: MaxRdAtomic,
+		MaxSRQ: 1 << 14, MaxSRQWR: MaxQPWR, MaxSRQSGE: MaxSGE, MaxAH: 1 << 15, MaxMW: 1 << 16,
+		MaxMcastGrp: MaxMcastGroups, MaxMcastQPAttach: MaxMcastQPAttach,
+		MaxTotalMcastQPAttach: MaxTotalMcastQPAttach,
+		MaxInlineData:         MaxInline,
+		AtomicCap:             driver.AtomicHCA, PhysPortCnt: 1, MaxPKeys: 64,
+	}
+}
+
+// QueryPort returns the attributes of the device's one port.
+func (d *Device) QueryPort(uint8) driver.PortAttr {
+	return driver.PortAttr{
+		State: driver.PortActive, MaxMTU: driver.MTU4096, ActiveMTU: d.mtu, GIDTblLen: 1,
+		MaxMsgSz: MaxMsgSize, PKeyTblLen: 1, PhysState: 5, LinkLayer: "Ethernet",
+		ActiveSpeed: "software", ActiveWidth: "1X",
+	}
+}
+
+// GIDTable returns the port's GID table: one RoCE v2 GID, the device's address.
+func (d *Device) GIDTable(uint8) []driver.GIDEntry {
+	return []driver.GIDEntry{{Index: 0, GID: d.gid, Type: "RoCE v2"}}
+}
 
 // Close stops the device: every QP goes to the error state (flushing its work), the socket
 // is closed and the receive loop ends.
@@ -229,6 +274,10 @@ func (d *Device) Close() error {
 	<-d.rxDone
 	close(d.sender.stop)
 	<-d.sender.done
+	d.evMu.Lock()
+	d.evClosed = true
+	close(d.events) // what is buffered is still read
+	d.evMu.Unlock()
 	close(d.done)
 	return err
 }
@@ -256,7 +305,12 @@ func (d *Device) lookupQP(qpn uint32) *QP {
 	return qp
 }
 
-func (d *Device) raise(ev AsyncEvent) {
+func (d *Device) raise(ev driver.AsyncEvent) {
+	d.evMu.Lock()
+	defer d.evMu.Unlock()
+	if d.evClosed { // a retry timer may fire after Close
+		return
+	}
 	select {
 	case d.events <- ev:
 	default:
@@ -265,3 +319,16 @@ func (d *Device) raise(ev AsyncEvent) {
 }
 
 func isClosed(err error) bool { return errors.Is(err, net.ErrClosed) }
+
+// The engine's objects are the software provider's driver objects (verbs/soft).
+var (
+	_ driver.Device = (*Device)(nil)
+	_ driver.Leader = (*Device)(nil)
+	_ driver.PD     = (*PD)(nil)
+	_ driver.QP     = (*QP)(nil)
+	_ driver.SRQ    = (*SRQ)(nil)
+	_ driver.CQ     = (*CQ)(nil)
+	_ driver.MR     = (*MR)(nil)
+	_ driver.MW     = (*MW)(nil)
+	_ driver.AH     = (*AH)(nil)
+)

@@ -8,10 +8,11 @@
 //     the completion queue and owns retransmission and RNR back-off (completer.go),
 //   - the receive path reads the socket (drive.go) and checks every datagram and routes
 //     it (input.go); every decision about sending ACKs is in ack.go; every packet leaves
-//     through emit (emit.go) into a transmit batch (tx.go).
+//     through emit into a transmit batch (transmit.go).
 //
 // The engine works on verbs/driver's types (work requests, completions, enums, errors
 // classified under driver's sentinels), so the public verbs package hands it the caller's
-// slices as they are. The engine does not know about the verbs package; verbs adapts it
-// as one provider.
+// slices as they are, and its objects satisfy driver's interfaces themselves. The engine
+// does not know about the verbs package; package verbs/soft opens it as the software
+// provider.
 package engine

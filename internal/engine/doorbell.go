@@ -13,9 +13,9 @@ import (
 )
 
 // doorbell is the list of QPs whose streamed posts wait for the application's next
-// poll (PostSend). A busy device sent every post inline, a sendmmsg per message, and ran
-// 8-byte WRITEs at 0.44 M/s; a goroutine to send a stream would take the core the
-// poller spins on. Here a stream's posts wait until the application polls a CQ of the
+// poll (PostSend). Sending every post inline costs a sendmmsg per message, which bounds
+// a small-message stream; a goroutine to send a stream would take the core the poller
+// spins on. Here a stream's posts wait until the application polls a CQ of the
 // device (PollRx, Device.Progress), arms one or resizes one, which a busy application
 // does as soon as it has posted what it can: the poll sends everything posted meanwhile
 // in as few sendmmsg calls as GSO allows, from the poller's own thread.
@@ -44,9 +44,9 @@ type doorbell struct {
 }
 
 // alarmDelay is how long a deferred post waits for a poll before the alarm sends it: a
-// stream's posts and the poll after them fit with room to spare (on this project's
-// 2-core VM, 20 µs did not, and the alarm fired in most streams, halving the rate),
-// and it is short against any reply a program may be waiting for.
+// stream's posts and the poll after them fit with room to spare (a shorter delay fired
+// in most streams on a small machine and halved the rate: DESIGN.md, "Doorbell
+// batching"), and it is short against any reply a program may be waiting for.
 const alarmDelay = 50 * time.Microsecond
 
 // maxDeferred is how many work requests of one QP may wait for a poll: the post that

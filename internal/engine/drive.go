@@ -1,19 +1,17 @@
 // The receive drive: what reads the device's socket, and when. In the default mode one
 // goroutine (rxLoop) sleeps until a batch arrives and processes it to completion; in
 // busy-poll mode the application's CQ polls read the socket (PollRx) and a background
-// goroutine (busyLoop) serves what nobody polls for. The sender goroutine sends what
-// response bursts and doorbell batching left for later. What happens to each packet
-// (parse, ICRC, dispatch) is input.go's.
+// goroutine (busyLoop) serves what nobody polls for. What happens to each packet
+// (parse, ICRC, dispatch) is input.go's; what is sent later rather than now is
+// sender.go's and doorbell.go's.
 
 package engine
 
 import (
 	"runtime"
-	"sync"
 	"time"
 
 	"github.com/goverbs/goverbs/netio"
-	"github.com/goverbs/goverbs/verbs/driver"
 )
 
 // rxBufSize is a receive buffer: a whole GRO run when the socket coalesces (the size the
@@ -42,7 +40,7 @@ func newRxMsgs(caps netio.Caps) []netio.Message {
 // before reading the next batch, then sends the ACKs the batch earned, one per QP.
 //
 // When goroutines wait for completions on the device's channels and its Conn can be
-// interrupted, they read the socket themselves (Serve, lead.go) and this goroutine steps
+// interrupted, they read the socket themselves (Serve, waiter.go) and this goroutine steps
 // aside: after each batch it looks whether a waiter has come since it last looked, and if
 // one has it lets the socket go and sleeps until waiters have stopped coming for a
 // leadIdle period; then it sends what they left owing and reads again.
@@ -92,7 +90,7 @@ func (d *Device) rxLoop() {
 }
 
 // readBlocking reads a batch, waiting in the netpoller for one: the receive goroutine's
-// read, or a serving waiter's (lead.go). d.rxMu is held. The polls that may take the
+// read, or a serving waiter's (waiter.go). d.rxMu is held. The polls that may take the
 // socket out of the netpoller's watch are counted from here (drainLocked).
 func (d *Device) readBlocking() (int, error) {
 	d.pollsSinceRead = 0
@@ -109,14 +107,13 @@ func (d *Device) readBlocking() (int, error) {
 // batch, yielding between reads, as NAPI polls a busy NIC instead of taking an
 // interrupt per packet. rxLoop spins only when traffic is dense and small: its last
 // sleep in the socket's read was shorter than denseGap, and the batch that woke it was
-// of small packets (smallBatch). A stream that comes in bursts (a sender
-// whose window of 128 small WRITEs empties and refills every 50-100 µs) then finds this
-// goroutine awake, not asleep on an idle vCPU whose wake-up costs about 25 µs here: the
-// 8 B WRITE rate went from 1.13-1.18 to about 2.1 M/s (1.8-2.2 across runs; perftest's
-// default tx depth of 128; with 512 it was 1.84 M/s without the spin, the window being
-// the limit). Sporadic
-// traffic costs no spin: a sleep longer than denseGap ends it. It stops at once for a
-// waiter or a spinning poller, which then read the socket themselves.
+// of small packets (smallBatch). A stream that comes in bursts (a sender whose window
+// of small WRITEs empties and refills faster than an idle vCPU wakes up) then finds
+// this goroutine awake, not asleep: the wake-up per window was what bound the
+// small-message rate (docs/DESIGN.md, "Default mode: a program that polls reads the
+// socket"). Sporadic traffic costs no spin: a sleep longer than denseGap ends it. It
+// stops at once for a waiter or a spinning poller, which then read the socket
+// themselves.
 func (d *Device) spinRx(seen, polled uint32) {
 	if d.unwatch != nil {
 		// While this goroutine polls, the netpoller need not watch the socket: each
@@ -154,8 +151,7 @@ func (d *Device) spinRx(seen, polled uint32) {
 // packets, below smallPacket bytes on average: a small-message stream, which spinRx
 // keeps up with. A bulk stream's packets (MTU-sized) come in batches that pay for the
 // receive goroutine's wake-up many times over, and spinning between them only takes the
-// core the sender needs on a small machine: RC WRITE 64 KiB over a veth pair at MTU
-// 1500, 2463-2477 MiB/s spinning against 2770-2804 without (2 runs each, alternated).
+// core the sender needs on a small machine (DESIGN.md has the measurement).
 func (d *Device) smallBatch(n int) bool {
 	bytes, pkts := 0, 0
 	for i := range d.rxMsgs[:n] {
@@ -216,16 +212,16 @@ func (d *Device) takeRx(seen, polled *uint32) bool {
 // during one of its reads (rxLoop, spinRx), and stays aside while they come at least
 // every drivingGap on average (takeRx); otherwise it keeps reading, and a sleepy
 // poller's polls find the socket held and do nothing, as before polls read it: stepping
-// aside for one took RC SEND 64 KiB from 3476 to 335 MiB/s, the socket read once per
-// sleep. goverbs' send_bw receiver sleeps "20 µs" between empty polls, which Go makes
-// about a millisecond here (time.Sleep(20 µs): 1.08-1.10 ms, 2000 sleeps, with an idle
-// P and with GOMAXPROCS=1), and so polls about once a millisecond.
+// aside for a poller that sleeps between polls (goverbs' send_bw receiver does, and Go
+// rounds its short sleeps up to about a millisecond) would leave a stream to one read
+// per sleep.
 //
-// drivingGap was 4 µs until a WRITE sender that polls between its own sends (a 64 KiB
-// WRITE's work between two polls, every request completed as perftest does) was taken
-// for a sleeper: the receive goroutine took the socket back every few milliseconds and
-// the two threads split the work, ACK-driven sends on one and posts and polls on the
-// other, which on two cores took the one the peer needed.
+// drivingGap is wide enough that a WRITE sender that polls between its own sends (a
+// large WRITE's work between two polls, every request completed as perftest does) is
+// not taken for a sleeper: were it, the receive goroutine would take the socket back
+// every few milliseconds and the two threads would split the work, ACK-driven sends on
+// one and posts and polls on the other, which on two cores takes the one the peer
+// needs. DESIGN.md has the measurements behind both.
 const (
 	tightPolls = 16
 	drivingGap = 50 * time.Microsecond
@@ -278,8 +274,8 @@ func (d *Device) busyLoop() {
 // goroutine's poll reads at most; an application's poll (PollRx) reads one. recvmmsg
 // returns only after it has failed to read one datagram more than it found, a second
 // pass through the socket layer, and an application that spins for a completion mostly
-// finds one datagram: in a busy ping-pong, 8 slots instead of 1 cost 0.2 µs one-way
-// (4.68 against 4.48 µs, 8 interleaved rounds). Traffic nobody polls for (a passive
+// finds one datagram, so in a busy ping-pong 8 slots instead of 1 cost measurable
+// latency (DESIGN.md, "Busy-poll mode"). Traffic nobody polls for (a passive
 // WRITE target) is the background goroutine's, and a stream: it reads in batches.
 // (Switching an application's poll to 8 slots while datagrams kept coming lost the
 // latency gain, the peer's ACK arriving just before its next request.)
@@ -291,8 +287,9 @@ const busyBatch = 8
 // waits for it: between one and two periods. Its sleeps are the only timer of an idle
 // ping-pong, and each firing can hand the waiting goroutine to another thread (the one
 // that watched the timer blocks in the netpoller; the waiter's thread then cannot):
-// with 1 ms, three threads took turns running a send_lat -e server and one-way latency
-// was no better than with the hand-off; with 50 ms one thread did 88% of the switches.
+// a short period spread a channel-waiting server over three threads and lost what the
+// leader/follower receive gains; a long one delays owed ACKs (DESIGN.md, "Default mode:
+// the waiter reads the socket").
 const leadIdle = 10 * time.Millisecond
 
 // pollIdle is how long the default mode's receive goroutine leaves the socket to a
@@ -338,6 +335,13 @@ func (d *Device) PollRx() bool {
 	d.drainLocked(p)
 	d.leaveRx() // a waiter that found the socket held may be waiting for it (Turn)
 	return true
+}
+
+// Progress drives the receive path once (driver.Device): PollRx. It reports true on a
+// busy-poll device, which is driven that way, even when another poller held the socket.
+func (d *Device) Progress() bool {
+	ran := d.PollRx()
+	return d.BusyPoll() || ran
 }
 
 // drainLocked is a default-mode poll's read (d.rxMu is held): one datagram, and after a
@@ -446,81 +450,6 @@ func (d *Device) inputBatch(n int) {
 		// deferral (sendDueAcks).
 		if d.poller == nil && i < n-1 && len(d.acks.owing) > 0 && m.SegSize > 0 {
 			d.flushAcks()
-		}
-	}
-}
-
-// sender is a device's goroutine that finishes what response bursts left, sends the
-// posts PostSend batched on a default-mode device, and, where a busy-poll device's
-// doorbell has no alarm, the posts that doorbell deferred (doorbell.go).
-type sender struct {
-	mu   sync.Mutex
-	qps  []*QP
-	wake chan struct{}
-	stop chan struct{}
-	done chan struct{}
-}
-
-func (s *sender) init() {
-	s.wake = make(chan struct{}, 1)
-	s.stop = make(chan struct{})
-	s.done = make(chan struct{})
-}
-
-func (s *sender) add(qp *QP) {
-	s.mu.Lock()
-	s.qps = append(s.qps, qp)
-	s.mu.Unlock()
-	s.kick()
-}
-
-// kick wakes the sender goroutine.
-func (s *sender) kick() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (s *sender) run(db *doorbell) {
-	defer close(s.done)
-	var work []*QP
-	for {
-		select {
-		case <-s.wake:
-		case <-s.stop:
-			return
-		}
-		db.flush()
-		for {
-			s.mu.Lock()
-			work, s.qps = s.qps, work[:0]
-			s.mu.Unlock()
-			if len(work) == 0 {
-				break
-			}
-			for i, qp := range work {
-				qp.mu.Lock()
-				more := false
-				switch {
-				case qp.closed || qp.state == driver.QPStateReset:
-					qp.resp.out.queued, qp.txQueued = false, false
-				default:
-					if qp.resp.out.queued {
-						if more = qp.pump(respBurst); !more {
-							qp.resp.out.queued = false
-						}
-					}
-					qp.sendQueued()
-				}
-				if more {
-					s.mu.Lock()
-					s.qps = append(s.qps, qp) // more to send: round-robin with other QPs
-					s.mu.Unlock()
-				}
-				qp.mu.Unlock()
-				work[i] = nil
-			}
 		}
 	}
 }

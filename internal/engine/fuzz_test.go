@@ -131,10 +131,10 @@ func newFuzzRig() (*fuzzRig, error) {
 		return nil, err
 	}
 	r := &fuzzRig{dev: dev, conn: conn, wcs: make([]driver.WC, 64)}
-	if r.pd, err = dev.AllocPD(); err != nil {
+	if r.pd, err = dev.allocPD(); err != nil {
 		return nil, err
 	}
-	if r.pd2, err = dev.AllocPD(); err != nil {
+	if r.pd2, err = dev.allocPD(); err != nil {
 		return nil, err
 	}
 	a, err := newArena(r.pd, r.pd2)
@@ -142,10 +142,10 @@ func newFuzzRig() (*fuzzRig, error) {
 		return nil, err
 	}
 	r.arena = *a
-	if r.cq, err = dev.CreateCQ(MaxCQE); err != nil {
+	if r.cq, err = dev.newCQ(MaxCQE); err != nil {
 		return nil, err
 	}
-	if r.rcq, err = dev.CreateCQ(MaxCQE); err != nil {
+	if r.rcq, err = dev.newCQ(MaxCQE); err != nil {
 		return nil, err
 	}
 	mk := r.newQP
@@ -166,7 +166,7 @@ func newFuzzRig() (*fuzzRig, error) {
 		{va: m.Addr() + 256, n: 512, access: driver.AccessRemoteWrite | driver.AccessRemoteRead | driver.AccessRemoteAtomic},
 		{va: m.Addr() + 1024, n: 512, access: driver.AccessRemoteWrite | driver.AccessRemoteAtomic},
 	} {
-		if w.mw, err = r.pd.AllocMW(uint8(len(r.windows) + 1)); err != nil {
+		if w.mw, err = r.pd.allocMW(uint8(len(r.windows) + 1)); err != nil {
 			return nil, err
 		}
 		r.windows = append(r.windows, w)
@@ -251,7 +251,7 @@ func newArena(pd, pd2 *PD) (*arena, error) {
 	for _, l := range layout {
 		s := memSpan{name: l.name, off: off, n: l.n, scratch: l.scratch}
 		if l.reg {
-			mr, err := l.pd.RegMR(a.mem[off:off+l.n:off+l.n], l.access)
+			mr, err := l.pd.regMR(a.mem[off:off+l.n:off+l.n], l.access)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", l.name, err)
 			}
@@ -805,6 +805,6 @@ func TestFuzzSeedsReachTheResponder(t *testing.T) {
 
 func snapshotCounters(d *Device) map[string]uint64 {
 	m := map[string]uint64{}
-	d.Counters().Each(func(name string, v uint64) { m[name] = v })
+	d.counters.Each(func(name string, v uint64) { m[name] = v })
 	return m
 }

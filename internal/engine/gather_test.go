@@ -48,11 +48,11 @@ func TestGatherPinsMemory(t *testing.T) {
 	for i := range bufB {
 		bufB[i] = byte(i*11 + 3)
 	}
-	mrA, err := pd.RegMR(bufA, driver.AccessLocalWrite)
+	mrA, err := pd.regMR(bufA, driver.AccessLocalWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mrB, err := pd.RegMR(bufB, driver.AccessLocalWrite)
+	mrB, err := pd.regMR(bufB, driver.AccessLocalWrite)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"net/netip"
 
+	"github.com/goverbs/goverbs/verbs/driver"
 	"github.com/goverbs/goverbs/wire"
 )
 
@@ -19,17 +20,17 @@ const (
 	MADLen  = 256 // the GSI classes' MADs are exactly 256 bytes
 )
 
-// ErrMADLength: SendGSI was given a MAD that is not MADLen bytes.
+// ErrMADLength: SendMAD was given a MAD that is not MADLen bytes.
 var ErrMADLength = errors.New("engine: a MAD is 256 bytes")
 
-// GSIHandler receives a MAD sent to QP1: the sender's IP address (its GID) and the
-// 256 bytes, valid during the call. It runs on the receive path (the device's receive
-// goroutine or a busy poller) and must not block.
-type GSIHandler func(from netip.Addr, mad []byte)
+// The device's QP1 is driver.GSI.
+var _ driver.GSI = (*Device)(nil)
 
-// SetGSIHandler installs h as QP1's receiver; nil removes it, after which packets for
-// QP1 are dropped as "no QP", as before any handler was set.
-func (d *Device) SetGSIHandler(h GSIHandler) {
+// SetMADHandler installs h as QP1's receiver (driver.GSI): it gets the sender's IP
+// address (its GID) and the 256 bytes, valid during the call, on the receive path (the
+// device's receive goroutine or a busy poller), and must not block. nil removes it,
+// after which packets for QP1 are dropped as "no QP", as before any handler was set.
+func (d *Device) SetMADHandler(h func(from netip.Addr, mad []byte)) {
 	if h == nil {
 		d.gsi.Store(nil)
 		return
@@ -56,9 +57,9 @@ func (d *Device) inputGSI(p *wire.Packet, from netip.AddrPort) {
 	(*h)(from.Addr().Unmap(), p.Payload)
 }
 
-// SendGSI sends mad from QP1 to QP1 of the device at to: a UD SEND_ONLY with QP1's
+// SendMAD sends mad from QP1 to QP1 of the device at to: a UD SEND_ONLY with QP1's
 // Q_Key and the default P_Key, its PSN from QP1's own sequence, as rxe sends MADs.
-func (d *Device) SendGSI(to netip.Addr, mad []byte) error {
+func (d *Device) SendMAD(to netip.Addr, mad []byte) error {
 	if len(mad) != MADLen {
 		return ErrMADLength
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/goverbs/goverbs/wire"
 )
 
-// TestGSIOverUDP: a MAD sent with SendGSI arrives, byte for byte, at the handler of the
+// TestGSIOverUDP: a MAD sent with SendMAD arrives, byte for byte, at the handler of the
 // device it was sent to, with the sender's address; a device without a handler drops
 // it as "no QP".
 func TestGSIOverUDP(t *testing.T) {
@@ -23,13 +23,13 @@ func TestGSIOverUDP(t *testing.T) {
 		mad  []byte
 	}
 	ch := make(chan got, 4)
-	b.SetGSIHandler(func(from netip.Addr, mad []byte) { ch <- got{from, bytes.Clone(mad)} })
+	b.SetMADHandler(func(from netip.Addr, mad []byte) { ch <- got{from, bytes.Clone(mad)} })
 	mad := make([]byte, MADLen)
 	for i := range mad {
 		mad[i] = byte(i)
 	}
 	for range 2 {
-		if err := a.SendGSI(bAddr, mad); err != nil {
+		if err := a.SendMAD(bAddr, mad); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -41,11 +41,11 @@ func TestGSIOverUDP(t *testing.T) {
 			t.Fatal("no MAD")
 		}
 	}
-	if err := a.SendGSI(bAddr, mad[:255]); !errors.Is(err, ErrMADLength) {
+	if err := a.SendMAD(bAddr, mad[:255]); !errors.Is(err, ErrMADLength) {
 		t.Fatal(err)
 	}
 	before := a.counters.NoQP.Load()
-	b.SendGSI(aAddr, mad)
+	b.SendMAD(aAddr, mad)
 	for deadline := time.Now().Add(5 * time.Second); a.counters.NoQP.Load() == before; {
 		if time.Now().After(deadline) {
 			t.Fatal("a MAD to a device with no GSI handler was not counted as no QP")
@@ -64,7 +64,7 @@ func TestGSIDropsWhatIsNotAMAD(t *testing.T) {
 	}
 	defer dev.Close()
 	delivered := 0
-	dev.SetGSIHandler(func(from netip.Addr, mad []byte) {
+	dev.SetMADHandler(func(from netip.Addr, mad []byte) {
 		if from != fuzzPeer.Addr() || len(mad) != MADLen {
 			t.Errorf("handler got %v, %d bytes", from, len(mad))
 		}
@@ -104,7 +104,7 @@ func TestGSIDropsWhatIsNotAMAD(t *testing.T) {
 			t.Errorf("%s: delivered %d, counter %d → %d", tc.name, delivered-was, before, tc.counter.Load())
 		}
 	}
-	dev.SetGSIHandler(nil)
+	dev.SetMADHandler(nil)
 	before := c.NoQP.Load()
 	dev.input(build(wire.UDSendOnly, GSIQKey, MADLen), fuzzPeer, 0)
 	if c.NoQP.Load() != before+1 || delivered != 1 {

@@ -67,7 +67,7 @@ func TestGSORunsWithinCaps(t *testing.T) {
 			defer dev.Close()
 			rcUp(t, qp, fuzzPeer.Addr(), fuzzPeerQPN, 0, fuzzSQPSN)
 			buf := make([]byte, 40<<10)
-			mr, err := pd.RegMR(buf, driver.AccessLocalWrite)
+			mr, err := pd.regMR(buf, driver.AccessLocalWrite)
 			if err != nil {
 				t.Fatal(err)
 			}

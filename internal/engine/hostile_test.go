@@ -29,15 +29,15 @@ func TestHostileDatagramsOverUDP(t *testing.T) {
 	devA, devB := openUDPDevice(t), openUDPDevice(t)
 	addrA, addrB := devA.LocalAddr().Addr(), devB.LocalAddr().Addr() // the RC peer, the device under attack
 	addrEvil := testaddr.Addr(testaddr.Engine)                       // for a socket on port 0
-	pdA, _ := devA.AllocPD()
-	pdB, _ := devB.AllocPD()
-	pdB2, _ := devB.AllocPD()
+	pdA, _ := devA.allocPD()
+	pdB, _ := devB.allocPD()
+	pdB2, _ := devB.allocPD()
 	ar, err := newArena(pdB, pdB2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cqA, _ := devA.CreateCQ(4096)
-	cqB, _ := devB.CreateCQ(4096)
+	cqA, _ := devA.newCQ(4096)
+	cqB, _ := devB.newCQ(4096)
 	qpCap := driver.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 2, MaxRecvSGE: 2}
 	mkQP := func(d *Device, pd *PD, cq *CQ, typ driver.QPType) *QP {
 		qp, err := d.CreateQP(pd, QPInit{Type: typ, SendCQ: cq, RecvCQ: cq, Cap: qpCap})
@@ -144,7 +144,7 @@ func TestHostileDatagramsOverUDP(t *testing.T) {
 	fence := mkQP(devB, pdB, cqB, driver.QPTypeUD)
 	udUp(t, fence, 0x5a5a)
 	fenceBuf := make([]byte, 1024)
-	fenceMR, _ := pdB.RegMR(fenceBuf, driver.AccessLocalWrite)
+	fenceMR, _ := pdB.regMR(fenceBuf, driver.AccessLocalWrite)
 	must(t, fence.PostRecv([]driver.RecvWR{{ID: 0xfe, SGL: []driver.SGE{{Addr: fenceMR.Addr(), Length: 1024, LKey: fenceMR.LKey()}}}}))
 	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.UDSendOnly, PKey: 0xffff, DestQP: fence.QPN()},
 		DETH: wire.DETHFields{QKey: 0x5a5a, SrcQP: 1}}
@@ -179,7 +179,7 @@ func TestHostileDatagramsOverUDP(t *testing.T) {
 		t.Fatalf("after %d hostile datagrams: %s", len(sent), v)
 	}
 	cs := map[string]uint64{}
-	devB.Counters().Each(func(name string, v uint64) {
+	devB.counters.Each(func(name string, v uint64) {
 		if v != 0 {
 			cs[name] = v
 		}
@@ -194,9 +194,9 @@ func TestHostileDatagramsOverUDP(t *testing.T) {
 	for i := range srcA {
 		srcA[i] = byte(i * 13)
 	}
-	mrA, _ := pdA.RegMR(srcA, driver.AccessLocalWrite|driver.AccessRemoteWrite|driver.AccessRemoteRead)
+	mrA, _ := pdA.regMR(srcA, driver.AccessLocalWrite|driver.AccessRemoteWrite|driver.AccessRemoteRead)
 	recvB := make([]byte, 4096)
-	mrB, _ := pdB.RegMR(recvB, driver.AccessLocalWrite|driver.AccessRemoteWrite|driver.AccessRemoteRead|driver.AccessRemoteAtomic)
+	mrB, _ := pdB.regMR(recvB, driver.AccessLocalWrite|driver.AccessRemoteWrite|driver.AccessRemoteRead|driver.AccessRemoteAtomic)
 	qb.PostRecv([]driver.RecvWR{{ID: 500, SGL: []driver.SGE{{Addr: mrB.Addr(), Length: 4096, LKey: mrB.LKey()}}}})
 	if err := qa.PostSend([]driver.SendWR{{ID: 501, Opcode: driver.WRSend, Flags: driver.SendSignaled, SGL: []driver.SGE{{Addr: mrA.Addr(), Length: 100, LKey: mrA.LKey()}}}}); err != nil {
 		t.Fatal(err)
@@ -210,9 +210,9 @@ func TestHostileDatagramsOverUDP(t *testing.T) {
 	rcUp(t, qb2, addrA, qa2.QPN(), 0x333, 0x777)
 	clear(recvB)
 	readBack := make([]byte, 4096)
-	mrRB, _ := pdA.RegMR(readBack, driver.AccessLocalWrite)
+	mrRB, _ := pdA.regMR(readBack, driver.AccessLocalWrite)
 	res := make([]byte, 8)
-	mrRes, _ := pdA.RegMR(res, driver.AccessLocalWrite)
+	mrRes, _ := pdA.regMR(res, driver.AccessLocalWrite)
 	binary.NativeEndian.PutUint64(recvB[4088:], 40)
 	must(t, qa2.PostSend([]driver.SendWR{
 		{ID: 1, Opcode: driver.WRRDMAWrite, SGL: []driver.SGE{{Addr: mrA.Addr(), Length: 3000, LKey: mrA.LKey()}}, RemoteAddr: mrB.Addr(), RKey: mrB.RKey()},
@@ -275,12 +275,12 @@ func rcOnConn(t testing.TB, name string, conn netio.Conn, mtu wire.MTU, cqDepth 
 	if err != nil {
 		t.Fatal(err)
 	}
-	pd, err := dev.AllocPD()
+	pd, err := dev.allocPD()
 	if err != nil {
 		dev.Close()
 		t.Fatal(err)
 	}
-	cq, err := dev.CreateCQ(cqDepth)
+	cq, err := dev.newCQ(cqDepth)
 	if err != nil {
 		dev.Close()
 		t.Fatal(err)

@@ -205,7 +205,7 @@ func (qp *QP) receive(p *wire.Packet, from, to netip.AddrPort) {
 		// The first packet received in RTR: communication established (IBTA 11.6.3.1),
 		// the cue for a passive side to move to RTS.
 		qp.commEst = true
-		d.raise(AsyncEvent{Type: driver.EventCommEst, QP: qp})
+		d.raise(driver.AsyncEvent{Type: driver.EventCommEst, QP: qp})
 	}
 	switch qp.typ {
 	case driver.QPTypeRC:

@@ -64,7 +64,7 @@ type mcastTable struct {
 // on it receives a copy of every packet sent to the group whose Q_Key is its own. The
 // first attachment joins the group (netio.Multicaster); attaching twice is no error.
 // lid is InfiniBand's multicast LID, which RoCE has none of: it is ignored.
-func (qp *QP) AttachMcast(gid [16]byte, lid uint16) error {
+func (qp *QP) AttachMcast(gid driver.GID, lid uint16) error {
 	d := qp.dev
 	if qp.typ != driver.QPTypeUD {
 		return ErrMcastQPType
@@ -110,7 +110,7 @@ func (qp *QP) AttachMcast(gid [16]byte, lid uint16) error {
 
 // DetachMcast detaches the QP from the group (ibv_detach_mcast): once it returns, no
 // packet of the group reaches the QP. The last QP to leave leaves the group.
-func (qp *QP) DetachMcast(gid [16]byte, lid uint16) error {
+func (qp *QP) DetachMcast(gid driver.GID, lid uint16) error {
 	d := qp.dev
 	t := &d.mcast
 	t.mu.Lock()

@@ -30,8 +30,8 @@ func newMcastMember(t *testing.T, dev *Device, init QPInit) *mcastMember {
 		dev = openUDPDevice(t)
 	}
 	m := &mcastMember{dev: dev}
-	m.pd, _ = dev.AllocPD()
-	m.cq, _ = dev.CreateCQ(1024)
+	m.pd, _ = dev.allocPD()
+	m.cq, _ = dev.newCQ(1024)
 	init.Type, init.SendCQ, init.RecvCQ = driver.QPTypeUD, m.cq, m.cq
 	init.Cap = driver.QPCap{MaxSendWR: 64, MaxRecvWR: 256, MaxSendSGE: 1, MaxRecvSGE: 1}
 	var err error
@@ -39,7 +39,7 @@ func newMcastMember(t *testing.T, dev *Device, init QPInit) *mcastMember {
 		t.Fatal(err)
 	}
 	udUp(t, m.qp, mcastQKey)
-	if m.mr, err = m.pd.RegMR(make([]byte, 256*(grhLen+64)), driver.AccessLocalWrite); err != nil {
+	if m.mr, err = m.pd.regMR(make([]byte, 256*(grhLen+64)), driver.AccessLocalWrite); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 256 {
@@ -82,7 +82,7 @@ func (m *mcastMember) received(t *testing.T, n int, wait time.Duration) []byte {
 func mcastSend(t *testing.T, m *mcastMember, gid [16]byte, first, count int, qkey uint32) {
 	t.Helper()
 	ah := &AH{DGID: gid, HopLimit: 64}
-	src, _ := m.pd.RegMR(make([]byte, 64*count), driver.AccessLocalWrite)
+	src, _ := m.pd.regMR(make([]byte, 64*count), driver.AccessLocalWrite)
 	for i := range count {
 		src.Buf()[i*64] = byte(first + i)
 		wr := driver.SendWR{ID: uint64(i), Opcode: driver.WRSend, SGL: []driver.SGE{{Addr: src.Addr() + uint64(i*64), Length: 64, LKey: src.LKey()}},
@@ -131,12 +131,12 @@ func TestMcastDelivery(t *testing.T) {
 		t.Errorf("GRH destination %v, want the group %v", dst, group)
 	}
 	for _, d := range []*Device{r1.dev, r2.dev} {
-		c := d.Counters()
+		c := &d.counters
 		if c.ICRCRecovered.Load() != 0 || c.ICRCErrors.Load() != 0 || c.NoQP.Load() != 0 {
 			t.Errorf("%s: icrc recovered %d, errors %d, no QP %d", d.Name(), c.ICRCRecovered.Load(), c.ICRCErrors.Load(), c.NoQP.Load())
 		}
 	}
-	if got := r2.dev.Counters().McastPackets.Load(); got != n {
+	if got := r2.dev.counters.McastPackets.Load(); got != n {
 		t.Errorf("r2's device counted %d multicast packets, want %d (one per packet, not per QP)", got, n)
 	}
 	if got := sender.received(t, 1, 50*time.Millisecond); len(got) != 0 {
@@ -158,13 +158,13 @@ func TestMcastDelivery(t *testing.T) {
 		t.Fatalf("detached r1 got %v", got)
 	}
 
-	before := r2.dev.Counters().BadQKey.Load()
+	before := r2.dev.counters.BadQKey.Load()
 	mcastSend(t, sender, gid, 200, 3, mcastQKey+1)
 	deadline := time.Now().Add(5 * time.Second)
-	for r2.dev.Counters().BadQKey.Load() < before+6 && time.Now().Before(deadline) {
+	for r2.dev.counters.BadQKey.Load() < before+6 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
-	if got := r2.dev.Counters().BadQKey.Load() - before; got != 6 {
+	if got := r2.dev.counters.BadQKey.Load() - before; got != 6 {
 		t.Errorf("bad_qkey_drop grew by %d, want 6 (3 packets, 2 members)", got)
 	}
 	if got := r2.received(t, 1, 50*time.Millisecond); len(got) != 0 {
@@ -197,8 +197,8 @@ func TestMcastSelfLoopback(t *testing.T) {
 // the last member goes).
 func TestMcastAttachRules(t *testing.T) {
 	dev := openUDPDevice(t)
-	pd, _ := dev.AllocPD()
-	cq, _ := dev.CreateCQ(16)
+	pd, _ := dev.allocPD()
+	cq, _ := dev.newCQ(16)
 	rc, err := dev.CreateQP(pd, QPInit{Type: driver.QPTypeRC, SendCQ: cq, RecvCQ: cq})
 	if err != nil {
 		t.Fatal(err)

@@ -159,8 +159,16 @@ func (t *keyTable) lookup(key uint32) *region {
 	return r
 }
 
-// AllocPD allocates a protection domain.
-func (d *Device) AllocPD() (*PD, error) {
+// AllocPD allocates a protection domain (driver.Device).
+func (d *Device) AllocPD() (driver.PD, error) {
+	pd, err := d.allocPD()
+	if err != nil {
+		return nil, err
+	}
+	return pd, nil
+}
+
+func (d *Device) allocPD() (*PD, error) {
 	if d.closed.Load() {
 		return nil, ErrDeviceClosed
 	}
@@ -178,7 +186,15 @@ func (pd *PD) Close() error {
 
 // RegMR registers buf. The region's address is buf's virtual address, which is what the
 // peer puts in a RETH (as with ibv_reg_mr).
-func (pd *PD) RegMR(buf []byte, access driver.Access) (*MR, error) {
+func (pd *PD) RegMR(buf []byte, access driver.Access) (driver.MR, error) {
+	mr, err := pd.regMR(buf, access)
+	if err != nil {
+		return nil, err
+	}
+	return mr, nil
+}
+
+func (pd *PD) regMR(buf []byte, access driver.Access) (*MR, error) {
 	if pd.closed.Load() {
 		return nil, ErrPDClosed
 	}

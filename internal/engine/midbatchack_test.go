@@ -22,8 +22,8 @@ func TestAckAfterEachGRORun(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	pd, _ := dev.AllocPD()
-	cq, _ := dev.CreateCQ(64)
+	pd, _ := dev.allocPD()
+	cq, _ := dev.newCQ(64)
 	qp, err := dev.CreateQP(pd, QPInit{Type: driver.QPTypeRC, SendCQ: cq, RecvCQ: cq,
 		Cap: driver.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: 64}})
 	if err != nil {
@@ -31,7 +31,7 @@ func TestAckAfterEachGRORun(t *testing.T) {
 	}
 	rcUp(t, qp, fuzzPeer.Addr(), fuzzPeerQPN, 0, fuzzSQPSN)
 	mem := make([]byte, 64)
-	mr, err := pd.RegMR(mem, driver.AccessLocalWrite|driver.AccessRemoteWrite)
+	mr, err := pd.regMR(mem, driver.AccessLocalWrite|driver.AccessRemoteWrite)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,7 +47,15 @@ type BindMW struct {
 }
 
 // AllocMW allocates an unbound memory window (ibv_alloc_mw).
-func (pd *PD) AllocMW(typ uint8) (*MW, error) {
+func (pd *PD) AllocMW(typ driver.MWType) (driver.MW, error) {
+	mw, err := pd.allocMW(uint8(typ))
+	if err != nil {
+		return nil, err
+	}
+	return mw, nil
+}
+
+func (pd *PD) allocMW(typ uint8) (*MW, error) {
 	if pd.closed.Load() {
 		return nil, ErrPDClosed
 	}
@@ -155,9 +163,24 @@ func (mw *MW) replace(r *region, mr *MR, valid bool) {
 	}
 }
 
-// BindType1 posts the bind of a type 1 window on qp's send queue (ibv_bind_mw) and
-// returns the rkey the window will have.
-func (qp *QP) BindType1(id uint64, flags driver.SendFlags, b BindMW) (uint32, error) {
+// BindMW posts the bind of a type 1 window on qp's send queue (ibv_bind_mw) and
+// returns the rkey the window will have. A binding without a region unbinds; one that
+// names another device's window or region is refused.
+func (qp *QP) BindMW(mw driver.MW, id uint64, flags driver.SendFlags, b driver.MWBind) (uint32, error) {
+	m, ok := mw.(*MW)
+	if !ok {
+		return 0, ErrBadBind
+	}
+	eb := BindMW{MW: m, Addr: b.Addr, Length: b.Length, Access: b.Access}
+	if b.MR != nil {
+		if eb.MR, ok = b.MR.DriverMR().(*MR); !ok || eb.MR == nil {
+			return 0, ErrBadBind
+		}
+	}
+	return qp.bindType1(id, flags, eb)
+}
+
+func (qp *QP) bindType1(id uint64, flags driver.SendFlags, b BindMW) (uint32, error) {
 	if b.MW == nil || b.MW.typ != 1 {
 		return 0, ErrMWType
 	}
@@ -171,4 +194,16 @@ func (qp *QP) BindType1(id uint64, flags driver.SendFlags, b BindMW) (uint32, er
 		return 0, err
 	}
 	return b.RKey, nil
+}
+
+// invalidate implements LOCAL_INV and SEND_WITH_INV on a type 2 memory window of pd
+// (IBTA 10.6.6.2, 10.6.7.2.4). Ordinary memory regions and type 1 windows cannot be
+// invalidated this way.
+func (d *Device) invalidate(pd *PD, rkey uint32) bool {
+	reg := d.keys.lookup(rkey)
+	if reg == nil || reg.pd != pd || !reg.window || reg.mwType != 2 {
+		return false
+	}
+	reg.invalidate()
+	return true
 }

@@ -58,25 +58,25 @@ func (qp *QP) PostSend(wrs []driver.SendWR) error {
 //
 //   - A post after one of the application's polls of the device is isolated (a
 //     ping-pong's reply follows the previous post's return by less than streamGap, the
-//     send having taken most of the round trip, and deferring it cost two timerfd
-//     syscalls a turn: busy send_lat 8 B one-way 2.6 -> 11 µs). A stream is posted
-//     between polls.
+//     send having taken most of the round trip, and deferring it would cost two
+//     timerfd syscalls a turn, several times a busy ping-pong's latency). A stream is
+//     posted between polls.
 //   - Where a stream waits for a poll, the post that makes maxDeferred requests wait
 //     sends them, a full GSO run; and a post that joins posts already waiting is
-//     deferred with no clock read (a reading was about 5% of an 8-byte WRITE stream's
-//     posting thread).
+//     deferred with no clock read (a reading is a noticeable share of a small-message
+//     stream's posting thread).
 //   - Otherwise a post within streamGap of the previous post's end is part of a stream.
 //     The end counts because an inline send takes a syscall and a stream of them must
 //     still be recognized; a deferred post is short, so its start serves (one clock
-//     read per streamed post: at 1 M posts/s a second read was 4% of the thread).
+//     read per streamed post, not two).
 //   - Where the stream would wait for a poll, its second post still leaves at once: a
 //     deferral arms and disarms the doorbell's alarm (two timerfd syscalls), more than
-//     the send it saves in a burst of two (rdmanet's data and credit: 64 B
-//     request/response 3.2 -> 3.45 µs one-way when that pair waited for the poll).
+//     the send it saves in a burst of two (rdmanet's data and credit, whose
+//     request/response was slower when that pair waited for the poll).
 //
 // Waking the sender goroutine for every burst of a spinning program's stream, rather
-// than waiting for its poll, cost a thread wake-up each: default-mode 8 B WRITEs ran at
-// 1.78-1.91 M/s that way, 1.91-1.98 at the poll (3 interleaved rounds).
+// than waiting for its poll, costs a thread wake-up each (DESIGN.md, "Doorbell
+// batching", has the figures of these rules).
 func (qp *QP) deferPost(polls uint32, toPoll bool) bool {
 	if polls != qp.lastPolls || qp.state != driver.QPStateRTS ||
 		toPoll && qp.sq.tail-qp.sq.req >= maxDeferred {
@@ -111,11 +111,6 @@ func copyWR(wr *driver.SendWR, sgl []driver.SGE) driver.SendWR {
 
 // streamGap is how soon after the previous post a post counts as part of a stream.
 const streamGap = 3 * time.Microsecond
-
-var monoStart = time.Now()
-
-// nanotime is a monotonic clock reading for the doorbell-batching gap.
-func nanotime() int64 { return int64(time.Since(monoStart)) }
 
 // sendQueued sends the posts PostSend batched (txQueued), unless the QP has closed or
 // been reset since: the sender goroutine's work, and a busy-poll doorbell's. qp.mu is

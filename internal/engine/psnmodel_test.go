@@ -84,7 +84,7 @@ func psnModelRun(t *testing.T, reads bool, size int, seed uint64) (stalled time.
 	const msgs = 300
 	slot := max(8, (size+1023)/1024*1024)
 	mem := make([]byte, slot*msgs)
-	mr, err := pd.RegMR(mem, driver.AccessLocalWrite)
+	mr, err := pd.regMR(mem, driver.AccessLocalWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +235,7 @@ func psnModelRun(t *testing.T, reads bool, size int, seed uint64) (stalled time.
 		}
 		check()
 	}
-	c := dev.Counters()
+	c := &dev.counters
 	t.Logf("seed %d: %d messages, %d retransmitted packets, %d RNR NAKs, %d sequence NAKs, %d implied NAKs, %d timeouts",
 		seed, msgs, c.Retransmits.Load(), c.RNRNakReceived.Load(), c.SeqNakReceived.Load(), c.ImpliedNak.Load(), c.RetryTimeouts.Load())
 	return 0

@@ -153,12 +153,33 @@ type QP struct {
 	acks   ackState
 
 	Stats driver.QPCounters
-
-	// Owner is the provider-level object wrapping this QP (for async events).
-	Owner any
 }
 
-// CreateQP creates a queue pair in the RESET state.
+// CreateQP creates a queue pair in the RESET state (driver.PD). Its CQs and SRQ must be
+// this engine's.
+func (pd *PD) CreateQP(init *driver.QPInit) (driver.QP, error) {
+	send, ok1 := init.SendCQ.(*CQ)
+	recv, ok2 := init.RecvCQ.(*CQ)
+	if !ok1 || !ok2 {
+		return nil, driver.ErrWrongDevice
+	}
+	e := QPInit{Type: init.Type, SendCQ: send, RecvCQ: recv, Cap: init.Cap, SigAll: init.SigAll,
+		BlockSelfMcastLoopback: init.BlockSelfMcastLoopback}
+	if init.SRQ != nil {
+		srq, ok := init.SRQ.(*SRQ)
+		if !ok {
+			return nil, driver.ErrWrongDevice
+		}
+		e.SRQ = srq
+	}
+	qp, err := pd.dev.CreateQP(pd, e)
+	if err != nil {
+		return nil, err
+	}
+	return qp, nil
+}
+
+// CreateQP creates a queue pair in the RESET state on pd.
 func (d *Device) CreateQP(pd *PD, init QPInit) (*QP, error) {
 	if d.closed.Load() {
 		return nil, ErrDeviceClosed
@@ -434,7 +455,7 @@ func (qp *QP) toError(ev driver.EventType) {
 	qp.state = driver.QPStateErr
 	qp.flush()
 	if ev != 0xff {
-		qp.dev.raise(AsyncEvent{Type: ev, QP: qp})
+		qp.dev.raise(driver.AsyncEvent{Type: ev, QP: qp})
 	}
 	qp.lastWQEReached()
 }
@@ -444,7 +465,7 @@ func (qp *QP) toError(ev driver.EventType) {
 // destroyed without losing receives.
 func (qp *QP) lastWQEReached() {
 	if qp.srq != nil {
-		qp.dev.raise(AsyncEvent{Type: driver.EventQPLastWQEReached, QP: qp})
+		qp.dev.raise(driver.AsyncEvent{Type: driver.EventQPLastWQEReached, QP: qp})
 	}
 }
 

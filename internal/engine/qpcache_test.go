@@ -13,10 +13,10 @@ import (
 func TestQPNReusedAfterDestroy(t *testing.T) {
 	devA, devB := openUDPDevice(t), openUDPDevice(t)
 	addrA, addrB := devA.LocalAddr().Addr(), devB.LocalAddr().Addr()
-	pdA, _ := devA.AllocPD()
-	pdB, _ := devB.AllocPD()
-	cqA, _ := devA.CreateCQ(64)
-	cqB, _ := devB.CreateCQ(64)
+	pdA, _ := devA.allocPD()
+	pdB, _ := devB.allocPD()
+	cqA, _ := devA.newCQ(64)
+	cqB, _ := devB.newCQ(64)
 	qpCap := driver.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: 64}
 	mkQP := func(d *Device, pd *PD, cq *CQ) *QP {
 		qp, err := d.CreateQP(pd, QPInit{Type: driver.QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: qpCap})
@@ -25,11 +25,11 @@ func TestQPNReusedAfterDestroy(t *testing.T) {
 		}
 		return qp
 	}
-	src, err := pdA.RegMR(make([]byte, 8), driver.AccessLocalWrite)
+	src, err := pdA.regMR(make([]byte, 8), driver.AccessLocalWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dst, err := pdB.RegMR(make([]byte, 64), driver.AccessLocalWrite)
+	dst, err := pdB.regMR(make([]byte, 64), driver.AccessLocalWrite)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,8 +14,8 @@ func TestQPNumbers(t *testing.T) {
 	starts := map[uint32]bool{}
 	for range 4 {
 		d := openUDPDevice(t)
-		pd, _ := d.AllocPD()
-		cq, _ := d.CreateCQ(16)
+		pd, _ := d.allocPD()
+		cq, _ := d.newCQ(16)
 		mk := func() uint32 {
 			qp, err := d.CreateQP(pd, QPInit{Type: driver.QPTypeUD, SendCQ: cq, RecvCQ: cq,
 				Cap: driver.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})

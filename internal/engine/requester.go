@@ -231,9 +231,8 @@ func (qp *QP) sendPackets(w *sendWQE, tx *txBatch) bool {
 	win := qp.window() // once, not a division per packet
 	// The payload's regions are pinned once for the packets copied here (emit's copy
 	// relies on it), not per packet: an atomic right after a packet's copy waits for
-	// the copy's stores to drain, and at IB MTU 1024 the two per packet took about 6% of
-	// a WRITE stream's sending thread. Deregistration waits for this call, as it waited
-	// for a packet.
+	// the copy's stores to drain, a visible share of a small-MTU WRITE stream's sending
+	// thread. Deregistration waits for this call, as it waited for a packet.
 	if w.wr.Flags&driver.SendInline == 0 {
 		if !w.local.acquire() {
 			return false

@@ -24,7 +24,7 @@ func TestNewMessageAfterAckedRewindTakesFreshPSNs(t *testing.T) {
 		driver.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: 64})
 	defer dev.Close()
 	rcUp(t, qp, fuzzPeer.Addr(), fuzzPeerQPN, 0, fuzzSQPSN)
-	mr, err := pd.RegMR([]byte("12345678"), driver.AccessLocalWrite)
+	mr, err := pd.regMR([]byte("12345678"), driver.AccessLocalWrite)
 	if err != nil {
 		t.Fatal(err)
 	}

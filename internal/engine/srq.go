@@ -26,9 +26,21 @@ type SRQ struct {
 	limit      uint32 // srq_limit; 0 = not armed
 	refs       int
 	closed     bool
+}
 
-	// Owner is the provider-level object wrapping this SRQ (for async events).
-	Owner any
+// CreateSRQ creates a shared receive queue (driver.PD), armed when attr has a limit.
+func (pd *PD) CreateSRQ(attr driver.SRQAttr) (driver.SRQ, error) {
+	srq, err := pd.dev.CreateSRQ(pd, int(attr.MaxWR), int(attr.MaxSGE))
+	if err != nil {
+		return nil, err
+	}
+	if attr.SRQLimit > 0 {
+		if err := srq.Arm(attr.SRQLimit); err != nil {
+			srq.Close()
+			return nil, err
+		}
+	}
+	return srq, nil
 }
 
 // CreateSRQ creates a shared receive queue of maxWR WQEs of up to maxSGE elements each.
@@ -86,10 +98,10 @@ func (s *SRQ) Arm(limit uint32) error {
 }
 
 // Query returns the SRQ's size, its element limit and the armed limit.
-func (s *SRQ) Query() (maxWR, maxSGE int, limit uint32) {
+func (s *SRQ) Query() driver.SRQAttr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.wqes), s.maxSGE, s.limit
+	return driver.SRQAttr{MaxWR: uint32(len(s.wqes)), MaxSGE: uint32(s.maxSGE), SRQLimit: s.limit}
 }
 
 // Len returns the number of posted WQEs not yet consumed.
@@ -116,7 +128,7 @@ func (s *SRQ) take(dst *recvWQE) bool {
 	}
 	s.mu.Unlock()
 	if fire {
-		s.dev.raise(AsyncEvent{Type: driver.EventSRQLimitReached, SRQ: s})
+		s.dev.raise(driver.AsyncEvent{Type: driver.EventSRQLimitReached, SRQ: s})
 	}
 	return true
 }

@@ -23,7 +23,7 @@ func TestResetRacesRNRTimer(t *testing.T) {
 		driver.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
 	defer dev.Close()
 	peer := fuzzPeer
-	src, _ := pd.RegMR(make([]byte, 64), driver.AccessLocalWrite)
+	src, _ := pd.regMR(make([]byte, 64), driver.AccessLocalWrite)
 	for i := 0; i < 300; i++ {
 		must(t, qp.Modify(&driver.QPAttr{State: driver.QPStateReset}, driver.QPAttrState))
 		rcUp(t, qp, peer.Addr(), fuzzPeerQPN, 0, 0x100)

@@ -30,7 +30,7 @@ func TestWindowKeepsBytesInFlight(t *testing.T) {
 		must(t, qp.Modify(&driver.QPAttr{State: driver.QPStateRTS, SQPSN: fuzzSQPSN, Timeout: 20, RetryCnt: 3, RNRRetry: 3},
 			driver.QPAttrState|driver.QPAttrSQPSN|driver.QPAttrTimeout|driver.QPAttrRetryCnt|driver.QPAttrRNRRetry|driver.QPAttrMaxQPRdAtomic))
 		const size = 4 << 20
-		mr, err := pd.RegMR(make([]byte, size), driver.AccessLocalWrite)
+		mr, err := pd.regMR(make([]byte, size), driver.AccessLocalWrite)
 		must(t, err)
 		// One 4 MiB WRITE, more packets than any window; an isolated post sends what the
 		// window allows before PostSend returns.

@@ -2,8 +2,8 @@
 // database/sql: the interfaces of a device and its objects, the registry that package
 // verbs consults, and the types both sides share.
 //
-// Programs use package verbs, not this one. A provider — the software RoCEv2 device in
-// package verbs itself, or a package that reaches RNICs through libibverbs — calls
+// Programs use package verbs, not this one. A provider — the software RoCEv2 device
+// (package verbs/soft), or a package that reaches RNICs through libibverbs — calls
 // Register from an init function; verbs.Devices lists the devices of every registered
 // provider and verbs.Open opens one, so a program that imports a provider's package (for
 // its side effect, `import _ ".../verbs/ibverbs"`) gets its devices without other change.

@@ -11,11 +11,12 @@ import "time"
 // takes the P from a goroutine that has run 10 ms (forcePreemptNS) on one scheduling
 // tick at its next long call, since a thread in C cannot be preempted. exitsyscall then
 // takes a P back without starting a new tick, so from then on every post loses its P:
-// a handoff, a lock and a futex wake per post, and sysmon kept at its 20 µs period. In
-// the rxe VM a write_bw client lost its P on 1080 of 2081 posts (runtime/trace).
+// a handoff, a lock and a futex wake per post, and sysmon kept at its shortest period.
+// In the rxe VM a write_bw client lost its P on about half its posts (runtime/trace).
 //
 // Passing through the scheduler (runtime.Gosched) starts a new tick, so a poster that
-// yields more often than every 10 ms keeps its P: with yieldEvery, 13 of 2059.
+// yields more often than every 10 ms keeps its P: with yieldEvery, hardly any post
+// loses it.
 // perftest needs no such step; a C thread has no P to lose.
 
 // yieldEvery is how often a device whose doorbell runs the transport lets a poster pass

@@ -1,6 +1,6 @@
-// The UC and UD responders (IBTA 9.8.2, 9.8.4): UC without ACKs, dropping a message
-// that lost a packet; UD delivering datagrams with the GRH area; and invalidation for
-// LOCAL_INV and SEND_WITH_INV.
+// The responders of the unreliable transports (IBTA 9.8.2, 9.8.4): UC without ACKs,
+// dropping a message that lost a packet; UD delivering datagrams with the GRH area. The
+// reliable one, RC, is responder.go.
 
 package engine
 
@@ -119,16 +119,4 @@ func fillGRH(grh *[grhLen]byte, from, to netip.AddrPort, udpPayload int) {
 	} else {
 		copy(grh[:], b[:40])
 	}
-}
-
-// invalidate implements LOCAL_INV and SEND_WITH_INV on a type 2 memory window of pd
-// (IBTA 10.6.6.2, 10.6.7.2.4). Ordinary memory regions and type 1 windows cannot be
-// invalidated this way.
-func (d *Device) invalidate(pd *PD, rkey uint32) bool {
-	reg := d.keys.lookup(rkey)
-	if reg == nil || reg.pd != pd || !reg.window || reg.mwType != 2 {
-		return false
-	}
-	reg.invalidate()
-	return true
 }

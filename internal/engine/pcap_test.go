@@ -1,4 +1,4 @@
-package verbs
+package engine_test
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/goverbs/goverbs/netio"
 	"github.com/goverbs/goverbs/pcap"
+	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/wire"
 )
 
@@ -27,39 +28,39 @@ func TestRCSessionCapture(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := newHostCfg(t, SoftConfig{Recorder: w})
+	a := newHostCfg(t, verbs.SoftConfig{Recorder: w})
 	b := newHost(t)
-	p := newPair(t, a, b, QPTypeRC, defaultRC())
-	src, dst := a.mr(t, 8192, allAccess), b.mr(t, 8192, allAccess)
+	p := newPair(t, a, b, verbs.QPTypeRC, defaultRC())
+	src, dst := a.MR(t, 8192, allAccess), b.MR(t, 8192, allAccess)
 	fill(src.Buf(), 1)
 	for i := 0; i < 4; i++ {
-		p.qb.PostRecv(RecvWR{ID: uint64(i), SGL: []SGE{dst.SGE(0, 8192)}})
+		p.QB.PostRecv(verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{dst.SGE(0, 8192)}})
 	}
-	wrs := []SendWR{
-		{Opcode: WRSend, SGL: []SGE{src.SGE(0, 3000)}},
-		{Opcode: WRSendWithImm, Imm: 5, SGL: []SGE{src.SGE(0, 100)}},
-		{Opcode: WRRDMAWrite, SGL: []SGE{src.SGE(0, 5000)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()},
-		{Opcode: WRRDMAWriteWithImm, Imm: 6, SGL: []SGE{src.SGE(0, 1024)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()},
-		{Opcode: WRRDMARead, SGL: []SGE{src.SGE(0, 4000)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()},
-		{Opcode: WRAtomicFetchAdd, SGL: []SGE{src.SGE(0, 8)}, RemoteAddr: dst.Addr(), RKey: dst.RKey(), CompareAdd: 1},
-		{Opcode: WRAtomicCmpAndSwp, SGL: []SGE{src.SGE(8, 8)}, RemoteAddr: dst.Addr(), RKey: dst.RKey(), CompareAdd: 1, Swap: 2},
-		{Opcode: WRSend, Flags: SendInline, SGL: []SGE{src.SGE(0, 16)}},
+	wrs := []verbs.SendWR{
+		{Opcode: verbs.WRSend, SGL: []verbs.SGE{src.SGE(0, 3000)}},
+		{Opcode: verbs.WRSendWithImm, Imm: 5, SGL: []verbs.SGE{src.SGE(0, 100)}},
+		{Opcode: verbs.WRRDMAWrite, SGL: []verbs.SGE{src.SGE(0, 5000)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()},
+		{Opcode: verbs.WRRDMAWriteWithImm, Imm: 6, SGL: []verbs.SGE{src.SGE(0, 1024)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()},
+		{Opcode: verbs.WRRDMARead, SGL: []verbs.SGE{src.SGE(0, 4000)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()},
+		{Opcode: verbs.WRAtomicFetchAdd, SGL: []verbs.SGE{src.SGE(0, 8)}, RemoteAddr: dst.Addr(), RKey: dst.RKey(), CompareAdd: 1},
+		{Opcode: verbs.WRAtomicCmpAndSwp, SGL: []verbs.SGE{src.SGE(8, 8)}, RemoteAddr: dst.Addr(), RKey: dst.RKey(), CompareAdd: 1, Swap: 2},
+		{Opcode: verbs.WRSend, Flags: verbs.SendInline, SGL: []verbs.SGE{src.SGE(0, 16)}},
 	}
 	for i := range wrs {
 		wrs[i].ID = uint64(i)
-		wrs[i].Flags |= SendSignaled
+		wrs[i].Flags |= verbs.SendSignaled
 	}
-	if err := p.qa.PostSend(wrs...); err != nil {
+	if err := p.QA.PostSend(wrs...); err != nil {
 		t.Fatal(err)
 	}
-	for _, wc := range waitWC(t, a.cq, len(wrs), 5*time.Second) {
-		if wc.Status != WCSuccess {
+	for _, wc := range waitWC(t, a.CQ, len(wrs), 5*time.Second) {
+		if wc.Status != verbs.WCSuccess {
 			t.Fatalf("completion %+v", wc)
 		}
 	}
-	waitWC(t, b.rcq, 3, 5*time.Second)
+	waitWC(t, b.RCQ, 3, 5*time.Second)
 	time.Sleep(20 * time.Millisecond) // the last ACK
-	a.dev.Close()
+	a.Dev.Close()
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -146,23 +147,23 @@ func (r *ackReqRecorder) Record(_ time.Time, src, _ netip.AddrPort, _ uint16, b 
 // message of an unsignaled stream.
 func TestAckReqPlacement(t *testing.T) {
 	rec := &ackReqRecorder{}
-	a := newHostCfg(t, SoftConfig{Recorder: rec})
+	a := newHostCfg(t, verbs.SoftConfig{Recorder: rec})
 	b := newHost(t)
 	params := defaultRC()
-	params.mtu = MTU4096
-	p := newPair(t, a, b, QPTypeRC, params)
-	src, dst := a.mr(t, 8192, allAccess), b.mr(t, 8192, allAccess)
+	params.MTU = verbs.MTU4096
+	p := newPair(t, a, b, verbs.QPTypeRC, params)
+	src, dst := a.MR(t, 8192, allAccess), b.MR(t, 8192, allAccess)
 	// 40 unsignaled two-packet WRITEs, then a signaled one: 82 packets, posted at once.
-	wrs := make([]SendWR, 41)
+	wrs := make([]verbs.SendWR, 41)
 	for i := range wrs {
-		wrs[i] = SendWR{ID: uint64(i), Opcode: WRRDMAWrite, SGL: []SGE{src.SGE(0, 8192)},
+		wrs[i] = verbs.SendWR{ID: uint64(i), Opcode: verbs.WRRDMAWrite, SGL: []verbs.SGE{src.SGE(0, 8192)},
 			RemoteAddr: dst.Addr(), RKey: dst.RKey()}
 	}
-	wrs[40].Flags = SendSignaled
-	if err := p.qa.PostSend(wrs...); err != nil {
+	wrs[40].Flags = verbs.SendSignaled
+	if err := p.QA.PostSend(wrs...); err != nil {
 		t.Fatal(err)
 	}
-	expectStatus(t, a.cq, 40, WCSuccess)
+	expectStatus(t, a.CQ, 40, verbs.WCSuccess)
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	if len(rec.reqs) != 82 {
@@ -202,9 +203,9 @@ func (r *segRecorder) Record(_ time.Time, src, _ netip.AddrPort, ipID uint16, b 
 // Identification i, takes every packet (no ICRC errors, no retransmissions).
 func TestTwoPacketMessageOneGSOSend(t *testing.T) {
 	rec := &segRecorder{}
-	a := newHostCfg(t, SoftConfig{Recorder: rec})
+	a := newHostCfg(t, verbs.SoftConfig{Recorder: rec})
 	rec.mu.Lock()
-	rec.from = a.gid.Addr()
+	rec.from = a.GID.Addr()
 	rec.mu.Unlock()
 	b := newHost(t)
 	if c, err := netio.ListenUDP(netip.MustParseAddrPort("127.10.0.9:0"), netio.UDPOptions{}); err != nil || !c.Caps().GSO {
@@ -213,29 +214,29 @@ func TestTwoPacketMessageOneGSOSend(t *testing.T) {
 		c.Close()
 	}
 	params := defaultRC()
-	params.mtu = MTU4096
-	p := newPair(t, a, b, QPTypeRC, params)
+	params.MTU = verbs.MTU4096
+	p := newPair(t, a, b, verbs.QPTypeRC, params)
 	const msgs, size = 20, 8192
-	src, dst := a.mr(t, msgs*size, allAccess), b.mr(t, msgs*size, allAccess)
+	src, dst := a.MR(t, msgs*size, allAccess), b.MR(t, msgs*size, allAccess)
 	fill(src.Buf(), 7)
 	for i := range msgs {
-		if err := p.qa.PostSend(SendWR{ID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
-			SGL: []SGE{src.SGE(i*size, size)}, RemoteAddr: dst.Addr() + uint64(i*size), RKey: dst.RKey()}); err != nil {
+		if err := p.QA.PostSend(verbs.SendWR{ID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{src.SGE(i*size, size)}, RemoteAddr: dst.Addr() + uint64(i*size), RKey: dst.RKey()}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, wc := range waitWC(t, a.cq, msgs, 5*time.Second) {
-		if wc.Status != WCSuccess {
+	for _, wc := range waitWC(t, a.CQ, msgs, 5*time.Second) {
+		if wc.Status != verbs.WCSuccess {
 			t.Fatalf("completion %+v", wc)
 		}
 	}
 	if !bytes.Equal(dst.Buf(), src.Buf()) {
 		t.Fatal("WRITE data differs")
 	}
-	if n := b.dev.Counters().Get("rcvd_icrc_err"); n != 0 {
+	if n := b.Dev.Counters().Get("rcvd_icrc_err"); n != 0 {
 		t.Fatalf("receiver counted %d ICRC errors", n)
 	}
-	if n := p.qa.Counters().Retransmits; n != 0 {
+	if n := p.QA.Counters().Retransmits; n != 0 {
 		t.Fatalf("%d retransmissions", n)
 	}
 	rec.mu.Lock()

@@ -1,8 +1,10 @@
-package verbs
+package engine_test
 
 import (
 	"testing"
 	"time"
+
+	"github.com/goverbs/goverbs/verbs"
 )
 
 // TestDeviceCountersBalance: on a lossless loopback every packet one device counts as sent
@@ -12,39 +14,39 @@ import (
 // by an ACK.
 func TestDeviceCountersBalance(t *testing.T) {
 	a, b := newHost(t), newHost(t)
-	p := newPair(t, a, b, QPTypeRC, defaultRC())
-	src, dst := a.mr(t, 64<<10, allAccess), b.mr(t, 64<<10, allAccess)
+	p := newPair(t, a, b, verbs.QPTypeRC, defaultRC())
+	src, dst := a.MR(t, 64<<10, allAccess), b.MR(t, 64<<10, allAccess)
 	for i := range src.Buf() {
 		src.Buf()[i] = byte(i * 13)
 	}
-	if err := p.qa.PostSend(SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{src.SGE(0, src.Len())},
+	if err := p.QA.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(0, src.Len())},
 		RemoteAddr: dst.Addr(), RKey: dst.RKey()}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 8 {
-		if err := p.qb.PostRecv(RecvWR{ID: uint64(i), SGL: []SGE{dst.SGE(i*8, 8)}}); err != nil {
+		if err := p.QB.PostRecv(verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{dst.SGE(i*8, 8)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if wc := waitWC(t, a.cq, 1, 5*time.Second)[0]; wc.Status != WCSuccess {
+	if wc := waitWC(t, a.CQ, 1, 5*time.Second)[0]; wc.Status != verbs.WCSuccess {
 		t.Fatalf("WRITE: %+v", wc)
 	}
 	if string(dst.Buf()) != string(src.Buf()) {
 		t.Fatal("the WRITE's bytes differ")
 	}
 	for i := range 8 {
-		if err := p.qa.PostSend(SendWR{ID: uint64(10 + i), Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{src.SGE(i*8, 8)}}); err != nil {
+		if err := p.QA.PostSend(verbs.SendWR{ID: uint64(10 + i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(i*8, 8)}}); err != nil {
 			t.Fatal(err)
 		}
-		if wc := waitWC(t, a.cq, 1, 5*time.Second)[0]; wc.Status != WCSuccess {
+		if wc := waitWC(t, a.CQ, 1, 5*time.Second)[0]; wc.Status != verbs.WCSuccess {
 			t.Fatalf("SEND %d: %+v", i, wc)
 		}
 	}
-	waitWC(t, b.rcq, 8, 5*time.Second)
+	waitWC(t, b.RCQ, 8, 5*time.Second)
 
 	count := func(h *host) map[string]uint64 {
 		m := map[string]uint64{}
-		for _, c := range h.dev.Counters() {
+		for _, c := range h.Dev.Counters() {
 			m[c.Name] = c.Value
 		}
 		return m

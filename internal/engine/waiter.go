@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/netio"
+	"github.com/goverbs/goverbs/verbs/driver"
 )
 
 // Waiter lets one completion channel's waiting goroutine run its device's receive path
@@ -23,7 +24,7 @@ type Waiter struct {
 // NewWaiter returns a Waiter for a completion channel on d, or nil when d cannot be
 // read by a waiting goroutine: a busy-poll device (its pollers read it already) or a Conn
 // whose blocked read cannot be interrupted (netio.Interrupter).
-func (d *Device) NewWaiter() *Waiter {
+func (d *Device) NewWaiter() driver.Waiter {
 	if d.intr == nil {
 		return nil
 	}

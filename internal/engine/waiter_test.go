@@ -26,14 +26,14 @@ func newLeadPair(t *testing.T) *leadPair {
 	// goroutine may not have processed b's ACKs, and retired a's sends, by the next post.
 	qcap := driver.QPCap{MaxSendWR: 32, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}
 	side := func(d *Device) (*QP, *CQ, *MR, []byte) {
-		pd, err := d.AllocPD()
+		pd, err := d.allocPD()
 		must(t, err)
-		cq, err := d.CreateCQ(64)
+		cq, err := d.newCQ(64)
 		must(t, err)
 		qp, err := d.CreateQP(pd, QPInit{Type: driver.QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: qcap})
 		must(t, err)
 		buf := make([]byte, 64)
-		mr, err := pd.RegMR(buf, driver.AccessLocalWrite)
+		mr, err := pd.regMR(buf, driver.AccessLocalWrite)
 		must(t, err)
 		return qp, cq, mr, buf
 	}
@@ -61,7 +61,7 @@ func (p *leadPair) sendA(t *testing.T) {
 
 // serve runs w.Serve until it reports that it served, as a channel's Wait does (a
 // Serve that finds the receive goroutine holding the socket waits for its Turn).
-func serve(w *Waiter) {
+func serve(w driver.Waiter) {
 	for !w.Serve() {
 		select {
 		case <-w.Turn():

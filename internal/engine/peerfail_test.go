@@ -1,4 +1,4 @@
-package verbs
+package engine_test
 
 import (
 	"bufio"
@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/goverbs/goverbs/verbs"
 )
 
 // Peer failure (issue 6): the peer is another process — this test binary re-executed as a
@@ -49,12 +51,12 @@ func TestPeerFailHelper(t *testing.T) {
 	} else {
 		h = newHostAt(t, self)
 	}
-	mr, err := h.pd.RegMR(make([]byte, peerMRSize), allAccess)
+	mr, err := h.PD.RegMR(make([]byte, peerMRSize), allAccess)
 	if err != nil {
 		fail(err)
 	}
-	qp := h.qp(t, QPTypeRC)
-	fmt.Printf("READY %d %d %d %s\n", qp.QPN(), mr.RKey(), mr.Addr(), h.gid.Addr())
+	qp := h.QP(t, verbs.QPTypeRC)
+	fmt.Printf("READY %d %d %d %s\n", qp.QPN(), mr.RKey(), mr.Addr(), h.GID.Addr())
 	in := bufio.NewScanner(os.Stdin)
 	if !in.Scan() {
 		fail(errors.New("no PEER line"))
@@ -64,10 +66,10 @@ func TestPeerFailHelper(t *testing.T) {
 		fail(err)
 	}
 	p := defaultRC()
-	connect(t, qp, p, GIDFromAddr(netip.MustParseAddr(parent)), qpn, rq, sq)
+	connect(t, qp, p, verbs.GIDFromAddr(netip.MustParseAddr(parent)), qpn, rq, sq)
 	const slot, nrecv = 8192, 64
 	for i := 0; i < nrecv; i++ {
-		if err := qp.PostRecv(RecvWR{ID: uint64(i), SGL: []SGE{mr.SGE(i*slot, slot)}}); err != nil {
+		if err := qp.PostRecv(verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{mr.SGE(i*slot, slot)}}); err != nil {
 			fail(err)
 		}
 	}
@@ -77,28 +79,28 @@ func TestPeerFailHelper(t *testing.T) {
 		}
 		os.Exit(0) // the parent closed stdin
 	}()
-	wcs := make([]WC, 32)
+	wcs := make([]verbs.WC, 32)
 	for {
-		n, err := h.rcq.Poll(wcs)
+		n, err := h.RCQ.Poll(wcs)
 		if err != nil {
 			fail(err)
 		}
 		for _, wc := range wcs[:n] {
-			if wc.Status != WCSuccess {
+			if wc.Status != verbs.WCSuccess {
 				fail(fmt.Errorf("receive %+v", wc))
 			}
 			i := int(wc.ID) % nrecv
 			// Echo into the echo half of the region, then repost the buffer.
 			echo := peerMRSize/2 + i*slot
 			copy(mr.Buf()[echo:], mr.Buf()[i*slot:i*slot+int(wc.ByteLen)])
-			if err := qp.PostSend(SendWR{ID: wc.ID, Opcode: WRSend, SGL: []SGE{mr.SGE(echo, int(wc.ByteLen))}}); err != nil {
+			if err := qp.PostSend(verbs.SendWR{ID: wc.ID, Opcode: verbs.WRSend, SGL: []verbs.SGE{mr.SGE(echo, int(wc.ByteLen))}}); err != nil {
 				fail(err)
 			}
-			if err := qp.PostRecv(RecvWR{ID: wc.ID + nrecv, SGL: []SGE{mr.SGE(i*slot, slot)}}); err != nil {
+			if err := qp.PostRecv(verbs.RecvWR{ID: wc.ID + nrecv, SGL: []verbs.SGE{mr.SGE(i*slot, slot)}}); err != nil {
 				fail(err)
 			}
 		}
-		h.cq.Poll(wcs) // the echoes' own (unsignaled: errors only)
+		h.CQ.Poll(wcs) // the echoes' own (unsignaled: errors only)
 		if n == 0 {
 			time.Sleep(50 * time.Microsecond)
 		}
@@ -114,13 +116,13 @@ type peerProc struct {
 	qpn   uint32
 	rkey  uint32
 	addr  uint64
-	gid   GID
+	gid   verbs.GID
 	errs  bytes.Buffer
 }
 
 // startPeer starts a helper process serving on self ("": an address it chooses) whose
 // QP will be connected to parent.
-func startPeer(t *testing.T, self string, parent GID) *peerProc {
+func startPeer(t *testing.T, self string, parent verbs.GID) *peerProc {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestPeerFailHelper$", "-test.count=1")
 	cmd.Env = append(os.Environ(), peerEnv+"="+self+","+parent.Addr().String())
@@ -152,7 +154,7 @@ func startPeer(t *testing.T, self string, parent GID) *peerProc {
 	if err != nil {
 		t.Fatalf("helper said %q: %v", line, err)
 	}
-	p.gid = GIDFromAddr(a)
+	p.gid = verbs.GIDFromAddr(a)
 	return p
 }
 
@@ -190,29 +192,29 @@ func (p *peerProc) connectTo(qpn, rq, sq uint32) {
 
 // checkTransfer WRITEs a pattern into the peer, READs it back, and has a SEND echoed: the
 // connection works byte for byte.
-func checkTransfer(t *testing.T, h *host, qp *QP, p *peerProc, seed uint64) {
+func checkTransfer(t *testing.T, h *host, qp *verbs.QP, p *peerProc, seed uint64) {
 	t.Helper()
-	src, back := h.mr(t, 64<<10, allAccess), h.mr(t, 64<<10, allAccess)
+	src, back := h.MR(t, 64<<10, allAccess), h.MR(t, 64<<10, allAccess)
 	fill(src.Buf(), seed)
-	if err := qp.PostRecv(RecvWR{ID: 900, SGL: []SGE{back.SGE(0, 8192)}}); err != nil {
+	if err := qp.PostRecv(verbs.RecvWR{ID: 900, SGL: []verbs.SGE{back.SGE(0, 8192)}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := qp.PostSend(
-		SendWR{ID: 901, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{src.SGE(0, 64<<10)}, RemoteAddr: p.addr + 4096, RKey: p.rkey},
-		SendWR{ID: 902, Opcode: WRRDMARead, Flags: SendSignaled, SGL: []SGE{back.SGE(0, 64<<10)}, RemoteAddr: p.addr + 4096, RKey: p.rkey},
+		verbs.SendWR{ID: 901, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(0, 64<<10)}, RemoteAddr: p.addr + 4096, RKey: p.rkey},
+		verbs.SendWR{ID: 902, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, SGL: []verbs.SGE{back.SGE(0, 64<<10)}, RemoteAddr: p.addr + 4096, RKey: p.rkey},
 	); err != nil {
 		t.Fatal(err)
 	}
-	expectStatus(t, h.cq, 901, WCSuccess)
-	expectStatus(t, h.cq, 902, WCSuccess)
+	expectStatus(t, h.CQ, 901, verbs.WCSuccess)
+	expectStatus(t, h.CQ, 902, verbs.WCSuccess)
 	if !bytes.Equal(back.Buf(), src.Buf()) {
 		t.Fatal("READ back from the peer differs from what was written")
 	}
-	if err := qp.PostSend(SendWR{ID: 903, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{src.SGE(100, 3000)}}); err != nil {
+	if err := qp.PostSend(verbs.SendWR{ID: 903, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(100, 3000)}}); err != nil {
 		t.Fatal(err)
 	}
-	expectStatus(t, h.cq, 903, WCSuccess)
-	wc := expectStatus(t, h.rcq, 900, WCSuccess)
+	expectStatus(t, h.CQ, 903, verbs.WCSuccess)
+	wc := expectStatus(t, h.RCQ, 900, verbs.WCSuccess)
 	if wc.ByteLen != 3000 || !bytes.Equal(back.Buf()[:3000], src.Buf()[100:3100]) {
 		t.Fatalf("echo: %+v", wc)
 	}
@@ -223,10 +225,10 @@ func TestPeerProcessKilledMidTransfer(t *testing.T) {
 		t.Skip("starts helper processes")
 	}
 	h := newHost(t)
-	peer := startPeer(t, "", h.gid)
+	peer := startPeer(t, "", h.GID)
 	params := defaultRC()
-	params.timeout, params.retry = 14, 3 // 67.1 ms per try, 4 tries: 268 ms
-	qp := h.qp(t, QPTypeRC)
+	params.Timeout, params.Retry = 14, 3 // 67.1 ms per try, 4 tries: 268 ms
+	qp := h.QP(t, verbs.QPTypeRC)
 	connect(t, qp, params, peer.gid, peer.qpn, 0x10, 0x20)
 	peer.connectTo(qp.QPN(), 0x20, 0x10)
 	checkTransfer(t, h, qp, peer, 1)
@@ -234,15 +236,15 @@ func TestPeerProcessKilledMidTransfer(t *testing.T) {
 	// Mid-transfer: 200 WRITEs and READs of 64–256 KiB queued (about 30 MiB: what is left
 	// after the kill must outlast the peer's death; with 16–64 KiB the transfer
 	// sometimes finished first), and the peer killed once 10 are done.
-	src := h.mr(t, peerMRSize, allAccess)
+	src := h.MR(t, peerMRSize, allAccess)
 	fill(src.Buf(), 2)
 	const total = 200
 	for i := 0; i < total; i++ {
 		n := 64<<10 + (i%4)*64<<10
-		wr := SendWR{ID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{src.SGE(0, n)}, RemoteAddr: peer.addr, RKey: peer.rkey}
+		wr := verbs.SendWR{ID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(0, n)}, RemoteAddr: peer.addr, RKey: peer.rkey}
 		if i%3 == 2 {
-			wr.Opcode = WRRDMARead
-			wr.SGL = []SGE{src.SGE(peerMRSize/2, n)}
+			wr.Opcode = verbs.WRRDMARead
+			wr.SGL = []verbs.SGE{src.SGE(peerMRSize/2, n)}
 		}
 		if err := qp.PostSend(wr); err != nil {
 			t.Fatal(err)
@@ -250,35 +252,35 @@ func TestPeerProcessKilledMidTransfer(t *testing.T) {
 	}
 	var killed time.Time
 	var failedAt time.Duration
-	wcs := waitWCFunc(t, h.cq, total, 20*time.Second, func(done int) {
+	wcs := waitWCFunc(t, h.CQ, total, 20*time.Second, func(done int) {
 		if done >= 10 && killed.IsZero() {
 			if err := peer.cmd.Process.Kill(); err != nil { // SIGKILL
 				t.Fatal(err)
 			}
 			killed = time.Now()
 		}
-	}, func(wc WC) {
-		if wc.Status == WCRetryExcErr {
+	}, func(wc verbs.WC) {
+		if wc.Status == verbs.WCRetryExcErr {
 			failedAt = time.Since(killed)
 		}
 	})
 	// In order: successes, then exactly one RETRY_EXC_ERR, then every later WR flushed.
 	i := 0
-	for i < total && wcs[i].Status == WCSuccess {
+	for i < total && wcs[i].Status == verbs.WCSuccess {
 		i++
 	}
-	if i == total || wcs[i].Status != WCRetryExcErr {
+	if i == total || wcs[i].Status != verbs.WCRetryExcErr {
 		t.Fatalf("after %d successes: %+v", i, wcs[min(i, total-1)])
 	}
 	for k, wc := range wcs {
 		if wc.ID != uint64(k) {
 			t.Fatalf("completion %d is for wr %d", k, wc.ID)
 		}
-		if k > i && wc.Status != WCWRFlushErr {
+		if k > i && wc.Status != verbs.WCWRFlushErr {
 			t.Fatalf("wr %d after the failure completed with %v, want flushed", k, wc.Status)
 		}
 	}
-	budget := time.Duration(params.retry+1) * 4096 * time.Nanosecond << params.timeout
+	budget := time.Duration(params.Retry+1) * 4096 * time.Nanosecond << params.Timeout
 	t.Logf("peer killed after %d completions; RETRY_EXC_ERR %v later (timeout×(retry_cnt+1) = %v); %d flushed",
 		10, failedAt.Round(time.Millisecond), budget, total-i-1)
 	// The deadline runs from the last progress, which is before the kill; scheduling on a
@@ -286,30 +288,30 @@ func TestPeerProcessKilledMidTransfer(t *testing.T) {
 	if failedAt > budget+budget/2+100*time.Millisecond {
 		t.Errorf("RETRY_EXC_ERR took %v, more than timeout×(retry_cnt+1) = %v", failedAt, budget)
 	}
-	if failedAt < budget*time.Duration(params.retry)/time.Duration(params.retry+1)/2 {
+	if failedAt < budget*time.Duration(params.Retry)/time.Duration(params.Retry+1)/2 {
 		t.Errorf("RETRY_EXC_ERR after only %v: fewer tries than retry_cnt", failedAt)
 	}
-	waitState(t, qp, QPStateErr)
-	if c := qp.Counters(); c.RetryTimeouts < uint64(params.retry)+1 {
-		t.Errorf("%d retry timeouts, want %d", c.RetryTimeouts, params.retry+1)
+	waitState(t, qp, verbs.QPStateErr)
+	if c := qp.Counters(); c.RetryTimeouts < uint64(params.Retry)+1 {
+		t.Errorf("%d retry timeouts, want %d", c.RetryTimeouts, params.Retry+1)
 	}
 
 	// The peer comes back (a new process, a new QP); the same local QP, reset, connects to
 	// it and works.
 	peer.cmd.Wait()
-	peer2 := startPeer(t, peer.gid.Addr().String(), h.gid) // back on the address the killed one held
+	peer2 := startPeer(t, peer.gid.Addr().String(), h.GID) // back on the address the killed one held
 	if peer2.qpn != peer.qpn {
 		t.Logf("new peer QPN %#x (was %#x)", peer2.qpn, peer.qpn)
 	}
-	if err := qp.Modify(&QPAttr{State: QPStateReset}, QPAttrState); err != nil {
+	if err := qp.Modify(&verbs.QPAttr{State: verbs.QPStateReset}, verbs.QPAttrState); err != nil {
 		t.Fatal(err)
 	}
 	connect(t, qp, params, peer2.gid, peer2.qpn, 0x500, 0x700)
 	peer2.connectTo(qp.QPN(), 0x700, 0x500)
 	checkTransfer(t, h, qp, peer2, 3)
 	// And a brand-new QP beside it.
-	qp2 := h.qp(t, QPTypeRC)
-	peer3 := startPeer(t, "", h.gid)
+	qp2 := h.QP(t, verbs.QPTypeRC)
+	peer3 := startPeer(t, "", h.GID)
 	connect(t, qp2, params, peer3.gid, peer3.qpn, 1, 2)
 	peer3.connectTo(qp2.QPN(), 2, 1)
 	checkTransfer(t, h, qp2, peer3, 4)
@@ -317,10 +319,10 @@ func TestPeerProcessKilledMidTransfer(t *testing.T) {
 
 // waitWCFunc is waitWC with callbacks: after every poll with the count so far, and for
 // every completion.
-func waitWCFunc(t *testing.T, cq *CQ, n int, within time.Duration, polled func(done int), each func(WC)) []WC {
+func waitWCFunc(t *testing.T, cq *verbs.CQ, n int, within time.Duration, polled func(done int), each func(verbs.WC)) []verbs.WC {
 	t.Helper()
-	out := make([]WC, 0, n)
-	buf := make([]WC, 64)
+	out := make([]verbs.WC, 0, n)
+	buf := make([]verbs.WC, 64)
 	deadline := time.Now().Add(within)
 	for len(out) < n {
 		k, err := cq.Poll(buf[:min(len(buf), n-len(out))])
@@ -368,7 +370,7 @@ type traffic struct {
 	stop     chan struct{}
 	wg       sync.WaitGroup
 	mu       sync.Mutex
-	statuses map[WCStatus]int
+	statuses map[verbs.WCStatus]int
 	postErr  atomic.Value
 	pollErr  atomic.Value
 	posted   atomic.Int64
@@ -376,8 +378,8 @@ type traffic struct {
 	diag     func() string // what to print when an expectation fails
 }
 
-func startTraffic(qa *QP, cq *CQ, src, dst *MR) *traffic {
-	tr := &traffic{stop: make(chan struct{}), statuses: map[WCStatus]int{}}
+func startTraffic(qa *verbs.QP, cq *verbs.CQ, src, dst *verbs.MR) *traffic {
+	tr := &traffic{stop: make(chan struct{}), statuses: map[verbs.WCStatus]int{}}
 	tr.wg.Add(2)
 	go func() {
 		defer tr.wg.Done()
@@ -391,7 +393,7 @@ func startTraffic(qa *QP, cq *CQ, src, dst *MR) *traffic {
 				time.Sleep(20 * time.Microsecond)
 				continue
 			}
-			wr := SendWR{ID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{src.SGE(0, 16<<10)},
+			wr := verbs.SendWR{ID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(0, 16<<10)},
 				RemoteAddr: dst.Addr(), RKey: dst.RKey()}
 			if err := qa.PostSend(wr); err != nil {
 				tr.postErr.Store(err)
@@ -402,7 +404,7 @@ func startTraffic(qa *QP, cq *CQ, src, dst *MR) *traffic {
 	}()
 	go func() {
 		defer tr.wg.Done()
-		wcs := make([]WC, 32)
+		wcs := make([]verbs.WC, 32)
 		for {
 			select {
 			case <-tr.stop:
@@ -440,7 +442,7 @@ func (tr *traffic) waitDone(t *testing.T, n int64) {
 	}
 }
 
-func (tr *traffic) end() map[WCStatus]int {
+func (tr *traffic) end() map[verbs.WCStatus]int {
 	close(tr.stop)
 	tr.wg.Wait()
 	tr.mu.Lock()
@@ -449,7 +451,7 @@ func (tr *traffic) end() map[WCStatus]int {
 }
 
 // waitStatus waits until a completion with status st was polled.
-func (tr *traffic) waitStatus(t *testing.T, st WCStatus) {
+func (tr *traffic) waitStatus(t *testing.T, st verbs.WCStatus) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -471,62 +473,62 @@ func TestCloseWhileTrafficRuns(t *testing.T) {
 	// default, as a responder slowed down by -race on a loaded machine can take longer than
 	// 3 ms to answer a burst, and the requester would give up before the NAK arrives.
 	fast := defaultRC()
-	fast.timeout, fast.retry = 8, 2
+	fast.Timeout, fast.Retry = 8, 2
 	cases := []struct {
 		name string
 		fast bool
 		// act closes something while traffic runs and checks what follows.
-		act func(t *testing.T, a, b *host, p *pair, dst *MR, tr *traffic)
+		act func(t *testing.T, a, b *host, p *pair, dst *verbs.MR, tr *traffic)
 	}{
-		{"responder MR", false, func(t *testing.T, a, b *host, p *pair, dst *MR, tr *traffic) {
+		{"responder MR", false, func(t *testing.T, a, b *host, p *pair, dst *verbs.MR, tr *traffic) {
 			if err := dst.Close(); err != nil {
 				t.Fatal(err)
 			}
-			tr.waitStatus(t, WCRemAccessErr)
-			waitState(t, p.qa, QPStateErr)
+			tr.waitStatus(t, verbs.WCRemAccessErr)
+			waitState(t, p.QA, verbs.QPStateErr)
 		}},
-		{"requester QP", false, func(t *testing.T, a, b *host, p *pair, dst *MR, tr *traffic) {
+		{"requester QP", false, func(t *testing.T, a, b *host, p *pair, dst *verbs.MR, tr *traffic) {
 			// Outstanding work is discarded without completions (ibv_destroy_qp), and
 			// posting after Close is an error, not a panic.
-			if err := p.qa.Close(); err != nil {
+			if err := p.QA.Close(); err != nil {
 				t.Fatal(err)
 			}
-			if err := p.qa.PostSend(SendWR{ID: 1, Opcode: WRSend, Flags: SendSignaled}); err == nil {
+			if err := p.QA.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled}); err == nil {
 				t.Fatal("posting to a closed QP did not fail")
 			}
-			if err := p.qa.PostRecv(RecvWR{ID: 1}); err == nil {
+			if err := p.QA.PostRecv(verbs.RecvWR{ID: 1}); err == nil {
 				t.Fatal("posting a receive to a closed QP did not fail")
 			}
 		}},
-		{"responder QP", true, func(t *testing.T, a, b *host, p *pair, dst *MR, tr *traffic) {
-			if err := p.qb.Close(); err != nil {
+		{"responder QP", true, func(t *testing.T, a, b *host, p *pair, dst *verbs.MR, tr *traffic) {
+			if err := p.QB.Close(); err != nil {
 				t.Fatal(err)
 			}
-			tr.waitStatus(t, WCRetryExcErr)
+			tr.waitStatus(t, verbs.WCRetryExcErr)
 		}},
-		{"CQ", false, func(t *testing.T, a, b *host, p *pair, dst *MR, tr *traffic) {
-			if err := a.cq.Close(); err == nil {
+		{"CQ", false, func(t *testing.T, a, b *host, p *pair, dst *verbs.MR, tr *traffic) {
+			if err := a.CQ.Close(); err == nil {
 				t.Fatal("closed a CQ a QP still uses")
 			}
-			if err := a.pd.Close(); err == nil {
+			if err := a.PD.Close(); err == nil {
 				t.Fatal("closed a PD that still has QPs and MRs")
 			}
 		}},
-		{"requester device", false, func(t *testing.T, a, b *host, p *pair, dst *MR, tr *traffic) {
-			if err := a.dev.Close(); err != nil {
+		{"requester device", false, func(t *testing.T, a, b *host, p *pair, dst *verbs.MR, tr *traffic) {
+			if err := a.Dev.Close(); err != nil {
 				t.Fatal(err)
 			}
-			a.closed = true
-			if err := p.qa.PostSend(SendWR{ID: 1, Opcode: WRSend, Flags: SendSignaled}); err == nil {
+			a.Closed = true
+			if err := p.QA.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled}); err == nil {
 				t.Fatal("posting on a closed device did not fail")
 			}
 		}},
-		{"responder device", true, func(t *testing.T, a, b *host, p *pair, dst *MR, tr *traffic) {
-			if err := b.dev.Close(); err != nil {
+		{"responder device", true, func(t *testing.T, a, b *host, p *pair, dst *verbs.MR, tr *traffic) {
+			if err := b.Dev.Close(); err != nil {
 				t.Fatal(err)
 			}
-			b.closed = true
-			tr.waitStatus(t, WCRetryExcErr)
+			b.Closed = true
+			tr.waitStatus(t, verbs.WCRetryExcErr)
 		}},
 	}
 	for _, c := range cases {
@@ -534,17 +536,17 @@ func TestCloseWhileTrafficRuns(t *testing.T) {
 			leaks := checkGoroutines(t)
 			func() {
 				a, b := newHost(t), newHost(t)
-				defer a.dev.Close()
-				defer b.dev.Close()
+				defer a.Dev.Close()
+				defer b.Dev.Close()
 				params := defaultRC()
 				if c.fast {
 					params = fast
 				}
-				p := newPair(t, a, b, QPTypeRC, params)
-				src, dst := a.mr(t, 16<<10, allAccess), b.mr(t, 16<<10, allAccess)
-				tr := startTraffic(p.qa, a.cq, src, dst)
+				p := newPair(t, a, b, verbs.QPTypeRC, params)
+				src, dst := a.MR(t, 16<<10, allAccess), b.MR(t, 16<<10, allAccess)
+				tr := startTraffic(p.QA, a.CQ, src, dst)
 				tr.diag = func() string {
-					return fmt.Sprintf("A %v\nB %v\nqa %s\nqb %s", a.dev.Counters(), b.dev.Counters(), p.qa.debugString(), p.qb.debugString())
+					return fmt.Sprintf("A %v\nB %v\nqa %s\nqb %s", a.Dev.Counters(), b.Dev.Counters(), debugA(p), debugB(p))
 				}
 				tr.waitDone(t, 50)
 				c.act(t, a, b, p, dst, tr)
@@ -553,18 +555,18 @@ func TestCloseWhileTrafficRuns(t *testing.T) {
 				t.Logf("completions by status: %v; post error: %v", st, tr.postErr.Load())
 				// Tear everything down in the order a careful program would, then
 				// carelessly close it all again: closing twice is harmless.
-				for _, qp := range []*QP{p.qa, p.qb} {
+				for _, qp := range []*verbs.QP{p.QA, p.QB} {
 					qp.Close()
 				}
 				for _, h := range []*host{a, b} {
-					h.cq.Close()
-					h.rcq.Close()
+					h.CQ.Close()
+					h.RCQ.Close()
 				}
 				src.Close()
 				dst.Close()
-				a.dev.Close()
-				b.dev.Close()
-				a.dev.Close()
+				a.Dev.Close()
+				b.Dev.Close()
+				a.Dev.Close()
 			}()
 			leaks()
 		})
@@ -578,25 +580,25 @@ func TestCloseWithUndrainedEvents(t *testing.T) {
 	leaks := checkGoroutines(t)
 	func() {
 		a := newHost(t)
-		defer a.dev.Close()
-		evs := a.dev.Events()
+		defer a.Dev.Close()
+		evs := a.Dev.Events()
 		<-evs // PORT_ACTIVE: the forwarding goroutines are running
-		src := a.mr(t, 64, allAccess)
+		src := a.MR(t, 64, allAccess)
 		// Each QP fails locally (a bad lkey) and raises one event: more than every buffer
 		// between the engine and the user holds.
 		for i := 0; i < 400; i++ {
-			qp := a.qp(t, QPTypeRC)
-			connect(t, qp, defaultRC(), a.gid, 0x99, 1, 1)
+			qp := a.QP(t, verbs.QPTypeRC)
+			connect(t, qp, defaultRC(), a.GID, 0x99, 1, 1)
 			sge := src.SGE(0, 8)
 			sge.LKey ^= 0x100
-			if err := qp.PostSend(SendWR{ID: 1, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{sge}}); err != nil {
+			if err := qp.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{sge}}); err != nil {
 				t.Fatal(err)
 			}
 			qp.Close()
-			for n, _ := a.cq.Poll(make([]WC, 4)); n > 0; n, _ = a.cq.Poll(make([]WC, 4)) {
+			for n, _ := a.CQ.Poll(make([]verbs.WC, 4)); n > 0; n, _ = a.CQ.Poll(make([]verbs.WC, 4)) {
 			}
 		}
-		if err := a.dev.Close(); err != nil {
+		if err := a.Dev.Close(); err != nil {
 			t.Fatal(err)
 		}
 	}()

@@ -1,4 +1,4 @@
-package verbs
+package engine_test
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/goverbs/goverbs/internal/testaddr"
 	"github.com/goverbs/goverbs/netio"
+	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/wire"
 )
 
@@ -27,11 +28,11 @@ const guardLen = 256
 // on both sides that no remote access may reach, and a snapshot to compare against.
 type guarded struct {
 	all  []byte
-	mr   *MR
+	mr   *verbs.MR
 	want []byte
 }
 
-func newGuarded(t testing.TB, pd *PD, size int, access Access, seed uint64) *guarded {
+func newGuarded(t testing.TB, pd *verbs.PD, size int, access verbs.Access, seed uint64) *guarded {
 	t.Helper()
 	all := make([]byte, guardLen+size+guardLen) // 8-aligned: heap objects of this size are
 	fill(all, seed)
@@ -72,7 +73,7 @@ func firstDiff(a, b []byte) int {
 	return -1
 }
 
-func waitCounter(t testing.TB, d *Device, name string, want uint64) {
+func waitCounter(t testing.TB, d *verbs.Device, name string, want uint64) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for d.Counters().Get(name) < want {
@@ -86,68 +87,70 @@ func waitCounter(t testing.TB, d *Device, name string, want uint64) {
 // accessCase is one forbidden request made by a real requester.
 type accessCase struct {
 	name   string
-	access Access // the target MR's rights (allAccess if zero)
-	qpAcc  Access // the responder QP's access flags (allAccess if zero)
-	size   int    // the target MR's size (4096 if zero)
+	access verbs.Access // the target MR's rights (allAccess if zero)
+	qpAcc  verbs.Access // the responder QP's access flags (allAccess if zero)
+	size   int          // the target MR's size (4096 if zero)
 	// wr builds the request against the target region t (and the second PD's region o).
-	wr func(t, o *MR, local *MR) SendWR
+	wr func(t, o *verbs.MR, local *verbs.MR) verbs.SendWR
 	// before runs before posting (deregistering the target, say).
 	before func(t *testing.T, target *guarded)
 	// status is the requester's completion status; nak the NAK code behind it.
-	status WCStatus
+	status verbs.WCStatus
 	nak    wire.NAKCode
 	// accessErr: the responder counts the refusal under remote_access_err.
 	accessErr bool
 }
 
-func write(n int, va func(*MR) uint64, rkey func(*MR) uint32) func(t, o, l *MR) SendWR {
-	return func(t, o, l *MR) SendWR {
-		return SendWR{Opcode: WRRDMAWrite, SGL: []SGE{l.SGE(0, n)}, RemoteAddr: va(t), RKey: rkey(t)}
+func write(n int, va func(*verbs.MR) uint64, rkey func(*verbs.MR) uint32) func(t, o, l *verbs.MR) verbs.SendWR {
+	return func(t, o, l *verbs.MR) verbs.SendWR {
+		return verbs.SendWR{Opcode: verbs.WRRDMAWrite, SGL: []verbs.SGE{l.SGE(0, n)}, RemoteAddr: va(t), RKey: rkey(t)}
 	}
 }
 
-func read(n int, va func(*MR) uint64, rkey func(*MR) uint32) func(t, o, l *MR) SendWR {
-	return func(t, o, l *MR) SendWR {
-		return SendWR{Opcode: WRRDMARead, SGL: []SGE{l.SGE(0, n)}, RemoteAddr: va(t), RKey: rkey(t)}
+func read(n int, va func(*verbs.MR) uint64, rkey func(*verbs.MR) uint32) func(t, o, l *verbs.MR) verbs.SendWR {
+	return func(t, o, l *verbs.MR) verbs.SendWR {
+		return verbs.SendWR{Opcode: verbs.WRRDMARead, SGL: []verbs.SGE{l.SGE(0, n)}, RemoteAddr: va(t), RKey: rkey(t)}
 	}
 }
 
-func fetchAdd(va func(*MR) uint64, rkey func(*MR) uint32) func(t, o, l *MR) SendWR {
-	return func(t, o, l *MR) SendWR {
-		return SendWR{Opcode: WRAtomicFetchAdd, SGL: []SGE{l.SGE(0, 8)}, RemoteAddr: va(t), RKey: rkey(t), CompareAdd: 1}
+func fetchAdd(va func(*verbs.MR) uint64, rkey func(*verbs.MR) uint32) func(t, o, l *verbs.MR) verbs.SendWR {
+	return func(t, o, l *verbs.MR) verbs.SendWR {
+		return verbs.SendWR{Opcode: verbs.WRAtomicFetchAdd, SGL: []verbs.SGE{l.SGE(0, 8)}, RemoteAddr: va(t), RKey: rkey(t), CompareAdd: 1}
 	}
 }
 
-func cmpSwap(va func(*MR) uint64, rkey func(*MR) uint32) func(t, o, l *MR) SendWR {
-	return func(t, o, l *MR) SendWR {
+func cmpSwap(va func(*verbs.MR) uint64, rkey func(*verbs.MR) uint32) func(t, o, l *verbs.MR) verbs.SendWR {
+	return func(t, o, l *verbs.MR) verbs.SendWR {
 		// Compare with what is there, so that a wrongly executed swap would change memory.
-		return SendWR{Opcode: WRAtomicCmpAndSwp, SGL: []SGE{l.SGE(0, 8)}, RemoteAddr: va(t), RKey: rkey(t),
+		return verbs.SendWR{Opcode: verbs.WRAtomicCmpAndSwp, SGL: []verbs.SGE{l.SGE(0, 8)}, RemoteAddr: va(t), RKey: rkey(t),
 			CompareAdd: 0, Swap: 0xdeadbeef}
 	}
 }
 
 var (
-	atStart  = func(m *MR) uint64 { return m.Addr() }
-	rightKey = func(m *MR) uint32 { return m.RKey() }
-	at       = func(off int64) func(*MR) uint64 { return func(m *MR) uint64 { return m.Addr() + uint64(off) } }
-	atEnd    = func(off int64) func(*MR) uint64 {
-		return func(m *MR) uint64 { return m.Addr() + uint64(m.Len()) + uint64(off) }
+	atStart  = func(m *verbs.MR) uint64 { return m.Addr() }
+	rightKey = func(m *verbs.MR) uint32 { return m.RKey() }
+	at       = func(off int64) func(*verbs.MR) uint64 {
+		return func(m *verbs.MR) uint64 { return m.Addr() + uint64(off) }
 	}
-	absolute = func(va uint64) func(*MR) uint64 { return func(*MR) uint64 { return va } }
+	atEnd = func(off int64) func(*verbs.MR) uint64 {
+		return func(m *verbs.MR) uint64 { return m.Addr() + uint64(m.Len()) + uint64(off) }
+	}
+	absolute = func(va uint64) func(*verbs.MR) uint64 { return func(*verbs.MR) uint64 { return va } }
 )
 
 func TestAccessMatrix(t *testing.T) {
-	wrongIndex := func(m *MR) uint32 { return m.RKey() ^ 0x100 }                           // another key-table slot
-	staleKey := func(m *MR) uint32 { return m.RKey() ^ 0x01 }                              // right slot, wrong key byte
-	otherPD := func(t, o, l *MR) SendWR { return write(64, atStart, rightKey)(o, nil, l) } // o's own key and address
-	otherPDRead := func(t, o, l *MR) SendWR { return read(64, atStart, rightKey)(o, nil, l) }
-	otherPDAtomic := func(t, o, l *MR) SendWR { return fetchAdd(atStart, rightKey)(o, nil, l) }
+	wrongIndex := func(m *verbs.MR) uint32 { return m.RKey() ^ 0x100 }                                 // another key-table slot
+	staleKey := func(m *verbs.MR) uint32 { return m.RKey() ^ 0x01 }                                    // right slot, wrong key byte
+	otherPD := func(t, o, l *verbs.MR) verbs.SendWR { return write(64, atStart, rightKey)(o, nil, l) } // o's own key and address
+	otherPDRead := func(t, o, l *verbs.MR) verbs.SendWR { return read(64, atStart, rightKey)(o, nil, l) }
+	otherPDAtomic := func(t, o, l *verbs.MR) verbs.SendWR { return fetchAdd(atStart, rightKey)(o, nil, l) }
 	dereg := func(t *testing.T, g *guarded) {
 		if err := g.mr.Close(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	rae, inv := WCRemAccessErr, WCRemInvReqErr
+	rae, inv := verbs.WCRemAccessErr, verbs.WCRemInvReqErr
 	cases := []accessCase{
 		{name: "READ with a wrong rkey", wr: read(64, atStart, wrongIndex), status: rae, accessErr: true},
 		{name: "FETCH_AND_ADD with a wrong rkey", wr: fetchAdd(atStart, wrongIndex), status: rae, accessErr: true},
@@ -176,17 +179,17 @@ func TestAccessMatrix(t *testing.T) {
 		{name: "WRITE whose VA+len wraps 2^64", wr: write(64, absolute(^uint64(0)-15), rightKey), status: rae, accessErr: true},
 		{name: "READ whose VA+len wraps 2^64", wr: read(4096, absolute(^uint64(0)-4095+64), rightKey), status: rae, accessErr: true},
 
-		{name: "WRITE to an MR without REMOTE_WRITE", access: AccessLocalWrite | AccessRemoteRead | AccessRemoteAtomic,
+		{name: "WRITE to an MR without REMOTE_WRITE", access: verbs.AccessLocalWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic,
 			wr: write(64, atStart, rightKey), status: rae, accessErr: true},
-		{name: "atomic on an MR without REMOTE_ATOMIC", access: AccessLocalWrite | AccessRemoteRead | AccessRemoteWrite,
+		{name: "atomic on an MR without REMOTE_ATOMIC", access: verbs.AccessLocalWrite | verbs.AccessRemoteRead | verbs.AccessRemoteWrite,
 			wr: fetchAdd(atStart, rightKey), status: rae, accessErr: true},
-		{name: "CMP_AND_SWP on a read-only MR", access: AccessRemoteRead,
+		{name: "CMP_AND_SWP on a read-only MR", access: verbs.AccessRemoteRead,
 			wr: cmpSwap(atStart, rightKey), status: rae, accessErr: true},
 
 		// The QP's own access flags (IBTA 9.7.4.1.3; rxe answers Invalid Request).
-		{name: "READ from a QP without REMOTE_READ", qpAcc: AccessLocalWrite | AccessRemoteWrite | AccessRemoteAtomic,
+		{name: "READ from a QP without REMOTE_READ", qpAcc: verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteAtomic,
 			wr: read(64, atStart, rightKey), status: inv, nak: wire.NAKInvalidRequest},
-		{name: "atomic to a QP without REMOTE_ATOMIC", qpAcc: AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead,
+		{name: "atomic to a QP without REMOTE_ATOMIC", qpAcc: verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead,
 			wr: fetchAdd(atStart, rightKey), status: inv, nak: wire.NAKInvalidRequest},
 
 		{name: "READ from a deregistered MR", before: dereg, wr: read(64, atStart, rightKey), status: rae, accessErr: true},
@@ -196,28 +199,28 @@ func TestAccessMatrix(t *testing.T) {
 		{name: "misaligned FETCH_AND_ADD by one byte", wr: fetchAdd(at(1), rightKey), status: inv, nak: wire.NAKInvalidRequest},
 	}
 	a, b := newHost(t), newHost(t)
-	pd2, err := b.dev.AllocPD()
+	pd2, err := b.Dev.AllocPD()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if c.nak == 0 && c.status == WCRemAccessErr {
+			if c.nak == 0 && c.status == verbs.WCRemAccessErr {
 				c.nak = wire.NAKRemoteAccessError
 			}
 			params := defaultRC()
-			p := newPair(t, a, b, QPTypeRC, params)
-			defer p.qa.Close()
-			defer p.qb.Close()
+			p := newPair(t, a, b, verbs.QPTypeRC, params)
+			defer p.QA.Close()
+			defer p.QB.Close()
 			if c.qpAcc != 0 {
 				// Take the responder's QP back and bring it up again with fewer rights.
-				for _, s := range []QPState{QPStateErr, QPStateReset} {
-					if err := p.qb.Modify(&QPAttr{State: s}, QPAttrState); err != nil {
+				for _, s := range []verbs.QPState{verbs.QPStateErr, verbs.QPStateReset} {
+					if err := p.QB.Modify(&verbs.QPAttr{State: s}, verbs.QPAttrState); err != nil {
 						t.Fatal(err)
 					}
 				}
-				params.access = c.qpAcc
-				connect(t, p.qb, params, a.gid, p.qa.QPN(), 0xabc000, 0x100)
+				params.Access = c.qpAcc
+				connect(t, p.QB, params, a.GID, p.QA.QPN(), 0xabc000, 0x100)
 			}
 			acc, size := c.access, c.size
 			if acc == 0 {
@@ -226,36 +229,36 @@ func TestAccessMatrix(t *testing.T) {
 			if size == 0 {
 				size = 4096
 			}
-			target := newGuarded(t, b.pd, size, acc, uint64(i)+1)
+			target := newGuarded(t, b.PD, size, acc, uint64(i)+1)
 			defer target.mr.Close()
 			other := newGuarded(t, pd2, 4096, allAccess, uint64(i)+100)
 			defer other.mr.Close()
-			local := newGuarded(t, a.pd, 8192, allAccess, uint64(i)+200)
+			local := newGuarded(t, a.PD, 8192, allAccess, uint64(i)+200)
 			defer local.mr.Close()
 			if c.before != nil {
 				c.before(t, target)
 			}
-			before := b.dev.Counters().Get("remote_access_err")
+			before := b.Dev.Counters().Get("remote_access_err")
 			wr := c.wr(target.mr, other.mr, local.mr)
-			wr.ID, wr.Flags = 1, SendSignaled
-			if err := p.qa.PostSend(wr); err != nil {
+			wr.ID, wr.Flags = 1, verbs.SendSignaled
+			if err := p.QA.PostSend(wr); err != nil {
 				t.Fatal(err)
 			}
 			// Work behind the failing request is flushed.
-			if err := p.qa.PostSend(SendWR{ID: 2, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{local.mr.SGE(0, 8)}}); err != nil {
+			if err := p.QA.PostSend(verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{local.mr.SGE(0, 8)}}); err != nil {
 				t.Fatal(err)
 			}
-			wc := expectStatus(t, a.cq, 1, c.status)
+			wc := expectStatus(t, a.CQ, 1, c.status)
 			if got := wire.Syndrome(wc.VendorErr); got != wire.NAKSyndrome(c.nak) {
 				t.Errorf("completion carries syndrome %v, want %v", got, wire.NAKSyndrome(c.nak))
 			}
-			expectStatus(t, a.cq, 2, WCWRFlushErr)
-			waitState(t, p.qa, QPStateErr)
+			expectStatus(t, a.CQ, 2, verbs.WCWRFlushErr)
+			waitState(t, p.QA, verbs.QPStateErr)
 			// A class C responder error moves the responder's QP to the error state too
 			// (IBTA 9.9.3.1.2); the NAK is sent first.
-			waitState(t, p.qb, QPStateErr)
+			waitState(t, p.QB, verbs.QPStateErr)
 			if c.accessErr {
-				waitCounter(t, b.dev, "remote_access_err", before+1)
+				waitCounter(t, b.Dev, "remote_access_err", before+1)
 			}
 			target.unchanged(t, "target")
 			other.unchanged(t, "region in the other PD")
@@ -268,19 +271,19 @@ func TestAccessMatrix(t *testing.T) {
 // no key at all and succeeds without touching memory, whatever its rkey and address.
 func TestAccessZeroLength(t *testing.T) {
 	a, b := newHost(t), newHost(t)
-	p := newPair(t, a, b, QPTypeRC, defaultRC())
-	target := newGuarded(t, b.pd, 4096, allAccess, 1)
-	local := newGuarded(t, a.pd, 64, allAccess, 2)
-	p.qa.PostSend(
-		SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, RemoteAddr: 8, RKey: 0xdead01},
-		SendWR{ID: 2, Opcode: WRRDMARead, Flags: SendSignaled, RemoteAddr: ^uint64(0), RKey: target.mr.RKey() ^ 0x100},
-		SendWR{ID: 3, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{local.mr.SGE(0, 0)}, RemoteAddr: target.mr.AddrOf(4096), RKey: target.mr.RKey()},
+	p := newPair(t, a, b, verbs.QPTypeRC, defaultRC())
+	target := newGuarded(t, b.PD, 4096, allAccess, 1)
+	local := newGuarded(t, a.PD, 64, allAccess, 2)
+	p.QA.PostSend(
+		verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, RemoteAddr: 8, RKey: 0xdead01},
+		verbs.SendWR{ID: 2, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, RemoteAddr: ^uint64(0), RKey: target.mr.RKey() ^ 0x100},
+		verbs.SendWR{ID: 3, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{local.mr.SGE(0, 0)}, RemoteAddr: target.mr.AddrOf(4096), RKey: target.mr.RKey()},
 	)
 	for id := uint64(1); id <= 3; id++ {
-		expectStatus(t, a.cq, id, WCSuccess)
+		expectStatus(t, a.CQ, id, verbs.WCSuccess)
 	}
-	if p.qb.State() != QPStateRTS {
-		t.Fatalf("responder in %v", p.qb.State())
+	if p.QB.State() != verbs.QPStateRTS {
+		t.Fatalf("responder in %v", p.QB.State())
 	}
 	target.unchanged(t, "target")
 	local.unchanged(t, "local")
@@ -300,7 +303,7 @@ type rawPeer struct {
 // dst's RoCEv2 port.
 func newRawPeer(t testing.TB, port uint16, dst netip.Addr) *rawPeer {
 	t.Helper()
-	c := testaddr.Open(t, testaddr.Verbs, func(a netip.Addr) (netio.Conn, error) {
+	c := testaddr.Open(t, testaddr.Engine, func(a netip.Addr) (netio.Conn, error) {
 		return netio.ListenUDP(netip.AddrPortFrom(a, port), netio.UDPOptions{DisableGSO: true, DisableGRO: true})
 	})
 	r := &rawPeer{t: t, conn: c, dst: netip.AddrPortFrom(dst, wire.UDPPort), in: make(chan []byte, 1024)}
@@ -377,25 +380,25 @@ func (r *rawPeer) quiet(d time.Duration) {
 type rawRig struct {
 	b      *host
 	peer   *rawPeer
-	qp     *QP
+	qp     *verbs.QP
 	target *guarded
 	psn    wire.PSN
 }
 
 const fakePeerQPN = 0x777
 
-func newRawRig(t *testing.T, b *host, peer *rawPeer, state QPState) *rawRig {
+func newRawRig(t *testing.T, b *host, peer *rawPeer, state verbs.QPState) *rawRig {
 	t.Helper()
-	qp := b.qp(t, QPTypeRC)
+	qp := b.QP(t, verbs.QPTypeRC)
 	t.Cleanup(func() { qp.Close() })
-	r := &rawRig{b: b, peer: peer, qp: qp, target: newGuarded(t, b.pd, 4096, allAccess, 7), psn: 0x1000}
+	r := &rawRig{b: b, peer: peer, qp: qp, target: newGuarded(t, b.PD, 4096, allAccess, 7), psn: 0x1000}
 	t.Cleanup(func() { r.target.mr.Close() })
-	peerGID := GIDFromAddr(peer.conn.LocalAddr().Addr())
+	peerGID := verbs.GIDFromAddr(peer.conn.LocalAddr().Addr())
 	switch state {
-	case QPStateReset:
-	case QPStateInit:
-		if err := qp.Modify(&QPAttr{State: QPStateInit, Port: 1, AccessFlags: allAccess},
-			QPAttrState|QPAttrPKeyIndex|QPAttrPort|QPAttrAccessFlags); err != nil {
+	case verbs.QPStateReset:
+	case verbs.QPStateInit:
+		if err := qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, Port: 1, AccessFlags: allAccess},
+			verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
 			t.Fatal(err)
 		}
 	default:
@@ -438,9 +441,9 @@ func (r *rawRig) control(t *testing.T, h wire.Headers, off int, payload []byte) 
 // is not yet in RTR.
 func TestAccessHandBuilt(t *testing.T) {
 	b := newHost(t)
-	peer := newRawPeer(t, wire.UDPPort, b.gid.Addr())
+	peer := newRawPeer(t, wire.UDPPort, b.GID.Addr())
 	payload := []byte("sixteen bytes!!!")
-	counter := func(name string) uint64 { return b.dev.Counters().Get(name) }
+	counter := func(name string) uint64 { return b.Dev.Counters().Get(name) }
 
 	// Requests the responder refuses with a NAK, moving its QP to the error state. A DMA
 	// length beyond the port's max_msg_sz (8 MiB) is an Invalid Request whatever the key
@@ -493,7 +496,7 @@ func TestAccessHandBuilt(t *testing.T) {
 	}
 	for _, c := range naks {
 		t.Run(c.name, func(t *testing.T) {
-			r := newRawRig(t, b, peer, QPStateRTS)
+			r := newRawRig(t, b, peer, verbs.QPStateRTS)
 			h, pl := c.h(r)
 			r.peer.send(h, pl)
 			nak := r.peer.expect(5 * time.Second)
@@ -504,7 +507,7 @@ func TestAccessHandBuilt(t *testing.T) {
 			if nak.BTH.DestQP() != fakePeerQPN {
 				t.Errorf("NAK sent to QPN %#x", nak.BTH.DestQP())
 			}
-			waitState(t, r.qp, QPStateErr)
+			waitState(t, r.qp, verbs.QPStateErr)
 			r.target.unchanged(t, "target")
 			r.peer.quiet(20 * time.Millisecond)
 		})
@@ -515,19 +518,19 @@ func TestAccessHandBuilt(t *testing.T) {
 	// with the field corrected then lands.
 	drops := []struct {
 		name      string
-		state     QPState
+		state     verbs.QPState
 		elsewhere bool // sent from another address than the QP's peer
 		counter   string
 		mangle    func(r *rawRig, h *wire.Headers)
 	}{
-		{name: "wrong P_Key", state: QPStateRTS, counter: "bad_pkey_drop", mangle: func(r *rawRig, h *wire.Headers) { h.BTH.PKey = 0x1234 }},
-		{name: "P_Key 0 (invalid)", state: QPStateRTS, counter: "bad_pkey_drop", mangle: func(r *rawRig, h *wire.Headers) { h.BTH.PKey = 0 }},
-		{name: "wrong destination QPN", state: QPStateRTS, counter: "no_qp_drop", mangle: func(r *rawRig, h *wire.Headers) { h.BTH.DestQP = r.qp.QPN() + 0x1000 }},
-		{name: "destination QPN 0", state: QPStateRTS, counter: "no_qp_drop", mangle: func(r *rawRig, h *wire.Headers) { h.BTH.DestQP = 0 }},
-		{name: "source address not the QP's peer", state: QPStateRTS, elsewhere: true, counter: "bad_address_drop"},
-		{name: "UC opcode to an RC QP", state: QPStateRTS, counter: "bad_transport_drop", mangle: func(r *rawRig, h *wire.Headers) { h.BTH.Opcode = wire.UCWriteOnly }},
-		{name: "QP in INIT", state: QPStateInit, counter: "bad_qp_state_drop"},
-		{name: "QP in RESET", state: QPStateReset, counter: "bad_qp_state_drop"},
+		{name: "wrong P_Key", state: verbs.QPStateRTS, counter: "bad_pkey_drop", mangle: func(r *rawRig, h *wire.Headers) { h.BTH.PKey = 0x1234 }},
+		{name: "P_Key 0 (invalid)", state: verbs.QPStateRTS, counter: "bad_pkey_drop", mangle: func(r *rawRig, h *wire.Headers) { h.BTH.PKey = 0 }},
+		{name: "wrong destination QPN", state: verbs.QPStateRTS, counter: "no_qp_drop", mangle: func(r *rawRig, h *wire.Headers) { h.BTH.DestQP = r.qp.QPN() + 0x1000 }},
+		{name: "destination QPN 0", state: verbs.QPStateRTS, counter: "no_qp_drop", mangle: func(r *rawRig, h *wire.Headers) { h.BTH.DestQP = 0 }},
+		{name: "source address not the QP's peer", state: verbs.QPStateRTS, elsewhere: true, counter: "bad_address_drop"},
+		{name: "UC opcode to an RC QP", state: verbs.QPStateRTS, counter: "bad_transport_drop", mangle: func(r *rawRig, h *wire.Headers) { h.BTH.Opcode = wire.UCWriteOnly }},
+		{name: "QP in INIT", state: verbs.QPStateInit, counter: "bad_qp_state_drop"},
+		{name: "QP in RESET", state: verbs.QPStateReset, counter: "bad_qp_state_drop"},
 	}
 	for _, c := range drops {
 		t.Run(c.name, func(t *testing.T) {
@@ -539,13 +542,13 @@ func TestAccessHandBuilt(t *testing.T) {
 			}
 			from := r.peer
 			if c.elsewhere {
-				from = newRawPeer(t, 0, b.gid.Addr())
+				from = newRawPeer(t, 0, b.GID.Addr())
 			}
 			before := counter(c.counter)
-			c0 := b.dev.Counters()
+			c0 := b.Dev.Counters()
 			defer func() {
 				if t.Failed() { // say where the packet went instead
-					for i, x := range b.dev.Counters() {
+					for i, x := range b.Dev.Counters() {
 						if x.Value != c0[i].Value {
 							t.Logf("%s: %d -> %d", x.Name, c0[i].Value, x.Value)
 						}
@@ -553,25 +556,25 @@ func TestAccessHandBuilt(t *testing.T) {
 				}
 			}()
 			from.send(h, payload)
-			waitCounter(t, b.dev, c.counter, before+1)
+			waitCounter(t, b.Dev, c.counter, before+1)
 			r.peer.quiet(20 * time.Millisecond)
 			r.target.unchanged(t, "target")
 			if got := r.qp.State(); got != state {
 				t.Fatalf("QP moved from %v to %v", state, got)
 			}
-			if state != QPStateRTS {
+			if state != verbs.QPStateRTS {
 				// Bring it up; the request sent early must have left no trace.
-				if state == QPStateReset {
-					if err := r.qp.Modify(&QPAttr{State: QPStateInit, Port: 1, AccessFlags: allAccess},
-						QPAttrState|QPAttrPKeyIndex|QPAttrPort|QPAttrAccessFlags); err != nil {
+				if state == verbs.QPStateReset {
+					if err := r.qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, Port: 1, AccessFlags: allAccess},
+						verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
 						t.Fatal(err)
 					}
 				}
 				p := defaultRC()
-				rtr := &QPAttr{State: QPStateRTR, PathMTU: p.mtu, DestQPN: fakePeerQPN, RQPSN: uint32(r.psn),
-					MaxDestRdAtomic: 1, MinRNRTimer: 1, AH: AHAttr{DGID: GIDFromAddr(r.peer.conn.LocalAddr().Addr()), Port: 1}}
-				if err := r.qp.Modify(rtr, QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|
-					QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer); err != nil {
+				rtr := &verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: p.MTU, DestQPN: fakePeerQPN, RQPSN: uint32(r.psn),
+					MaxDestRdAtomic: 1, MinRNRTimer: 1, AH: verbs.AHAttr{DGID: verbs.GIDFromAddr(r.peer.conn.LocalAddr().Addr()), Port: 1}}
+				if err := r.qp.Modify(rtr, verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
+					verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -588,36 +591,36 @@ func TestAccessUDWrongQKey(t *testing.T) {
 	a, b := newHost(t), newHost(t)
 	const qkey = 0x11111111
 	qa, qb := udQP(t, a, qkey), udQP(t, b, qkey)
-	src := a.mr(t, 256, allAccess)
+	src := a.MR(t, 256, allAccess)
 	copy(src.Buf(), "q_key")
-	recvBuf := newGuarded(t, b.pd, GRHLen+256, allAccess, 3)
-	ah, err := a.pd.CreateAH(AHAttr{DGID: b.gid, Port: 1, HopLimit: 64})
+	recvBuf := newGuarded(t, b.PD, verbs.GRHLen+256, allAccess, 3)
+	ah, err := a.PD.CreateAH(verbs.AHAttr{DGID: b.GID, Port: 1, HopLimit: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := qb.PostRecv(RecvWR{ID: 1, SGL: []SGE{recvBuf.mr.SGE(0, recvBuf.mr.Len())}}); err != nil {
+	if err := qb.PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{recvBuf.mr.SGE(0, recvBuf.mr.Len())}}); err != nil {
 		t.Fatal(err)
 	}
 	for i, wrong := range []uint32{qkey ^ 1, 0, 0x7fffffff} {
-		before := b.dev.Counters().Get("bad_qkey_drop")
-		if err := qa.PostSend(SendWR{ID: uint64(10 + i), Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{src.SGE(0, 5)},
+		before := b.Dev.Counters().Get("bad_qkey_drop")
+		if err := qa.PostSend(verbs.SendWR{ID: uint64(10 + i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(0, 5)},
 			AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: wrong}); err != nil {
 			t.Fatal(err)
 		}
-		expectStatus(t, a.cq, uint64(10+i), WCSuccess)
-		waitCounter(t, b.dev, "bad_qkey_drop", before+1)
+		expectStatus(t, a.CQ, uint64(10+i), verbs.WCSuccess)
+		waitCounter(t, b.Dev, "bad_qkey_drop", before+1)
 	}
-	if n, _ := b.rcq.Poll(make([]WC, 1)); n != 0 {
+	if n, _ := b.RCQ.Poll(make([]verbs.WC, 1)); n != 0 {
 		t.Fatal("a datagram with a wrong Q_Key completed")
 	}
 	recvBuf.unchanged(t, "receive buffer")
-	qa.PostSend(SendWR{ID: 20, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{src.SGE(0, 5)}, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: qkey})
-	expectStatus(t, a.cq, 20, WCSuccess)
-	wc := expectStatus(t, b.rcq, 1, WCSuccess)
-	if wc.ByteLen != GRHLen+5 || string(recvBuf.mr.Buf()[GRHLen:GRHLen+5]) != "q_key" {
-		t.Fatalf("right Q_Key: %+v %q", wc, recvBuf.mr.Buf()[GRHLen:GRHLen+5])
+	qa.PostSend(verbs.SendWR{ID: 20, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(0, 5)}, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: qkey})
+	expectStatus(t, a.CQ, 20, verbs.WCSuccess)
+	wc := expectStatus(t, b.RCQ, 1, verbs.WCSuccess)
+	if wc.ByteLen != verbs.GRHLen+5 || string(recvBuf.mr.Buf()[verbs.GRHLen:verbs.GRHLen+5]) != "q_key" {
+		t.Fatalf("right Q_Key: %+v %q", wc, recvBuf.mr.Buf()[verbs.GRHLen:verbs.GRHLen+5])
 	}
-	if qb.State() != QPStateRTS {
+	if qb.State() != verbs.QPStateRTS {
 		t.Fatalf("UD QP in %v", qb.State())
 	}
 }
@@ -627,24 +630,24 @@ func TestAccessUDWrongQKey(t *testing.T) {
 func TestAccessWrongDestQPNRequester(t *testing.T) {
 	a, b := newHost(t), newHost(t)
 	p := defaultRC()
-	p.timeout, p.retry = 8, 1 // ≈1 ms per try
-	qa, qb := a.qp(t, QPTypeRC), b.qp(t, QPTypeRC)
-	connect(t, qa, p, b.gid, qb.QPN()+0x100, 1, 2)
-	connect(t, qb, p, a.gid, qa.QPN(), 2, 1)
-	target := newGuarded(t, b.pd, 4096, allAccess, 9)
-	src := a.mr(t, 64, allAccess)
-	before := b.dev.Counters().Get("no_qp_drop")
-	qa.PostSend(SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{src.SGE(0, 64)},
+	p.Timeout, p.Retry = 8, 1 // ≈1 ms per try
+	qa, qb := a.QP(t, verbs.QPTypeRC), b.QP(t, verbs.QPTypeRC)
+	connect(t, qa, p, b.GID, qb.QPN()+0x100, 1, 2)
+	connect(t, qb, p, a.GID, qa.QPN(), 2, 1)
+	target := newGuarded(t, b.PD, 4096, allAccess, 9)
+	src := a.MR(t, 64, allAccess)
+	before := b.Dev.Counters().Get("no_qp_drop")
+	qa.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(0, 64)},
 		RemoteAddr: target.mr.Addr(), RKey: target.mr.RKey()})
-	expectStatus(t, a.cq, 1, WCRetryExcErr)
+	expectStatus(t, a.CQ, 1, verbs.WCRetryExcErr)
 	// One try and one retry, both dropped (the receive loop may count the second after
 	// the requester has given up on it).
-	waitCounter(t, b.dev, "no_qp_drop", before+2)
-	if got := b.dev.Counters().Get("no_qp_drop") - before; got != 2 {
+	waitCounter(t, b.Dev, "no_qp_drop", before+2)
+	if got := b.Dev.Counters().Get("no_qp_drop") - before; got != 2 {
 		t.Errorf("no_qp_drop rose by %d, want 2", got)
 	}
 	target.unchanged(t, "target")
-	if qb.State() != QPStateRTS {
+	if qb.State() != verbs.QPStateRTS {
 		t.Fatalf("the QP the packets were not for is in %v", qb.State())
 	}
 }

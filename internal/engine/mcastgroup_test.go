@@ -1,4 +1,4 @@
-package verbs
+package engine_test
 
 import (
 	"bytes"
@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goverbs/goverbs/internal/engine"
 	"github.com/goverbs/goverbs/internal/testaddr"
+	"github.com/goverbs/goverbs/verbs"
 )
 
 // Through the public API: a UD QP attached to a group receives a SEND to it (remote QPN
@@ -14,46 +16,46 @@ import (
 func TestMcastAttachAndSend(t *testing.T) {
 	const qkey = 0x01234567
 	a, b := newHost(t), newHost(t)
-	gid := GIDFromAddr(testaddr.Group(testaddr.Verbs))
+	gid := verbs.GIDFromAddr(testaddr.Group(testaddr.Engine))
 	qa, qb := udQP(t, a, qkey), udQP(t, b, qkey)
 	if err := qb.AttachMcast(gid, 0); err != nil {
 		t.Fatal(err)
 	}
-	src, dst := a.mr(t, 64, allAccess), b.mr(t, 64+GRHLen, allAccess)
+	src, dst := a.MR(t, 64, allAccess), b.MR(t, 64+verbs.GRHLen, allAccess)
 	copy(src.Buf(), "to the group")
-	qb.PostRecv(RecvWR{ID: 1, SGL: []SGE{dst.SGE(0, dst.Len())}})
-	ah, err := a.pd.CreateAH(AHAttr{DGID: gid, Port: 1, HopLimit: 64})
+	qb.PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{dst.SGE(0, dst.Len())}})
+	ah, err := a.PD.CreateAH(verbs.AHAttr{DGID: gid, Port: 1, HopLimit: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := qa.PostSend(SendWR{ID: 2, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{src.SGE(0, 12)},
+	if err := qa.PostSend(verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(0, 12)},
 		AH: ah, RemoteQPN: 0xFFFFFF, RemoteQKey: qkey}); err != nil {
 		t.Fatal(err)
 	}
-	expectStatus(t, a.cq, 2, WCSuccess)
-	wc := expectStatus(t, b.rcq, 1, WCSuccess)
-	if wc.SrcQP != qa.QPN() || !bytes.Equal(dst.Buf()[GRHLen:GRHLen+12], src.Buf()[:12]) {
-		t.Fatalf("multicast receive %+v: %q", wc, dst.Buf()[GRHLen:GRHLen+12])
+	expectStatus(t, a.CQ, 2, verbs.WCSuccess)
+	wc := expectStatus(t, b.RCQ, 1, verbs.WCSuccess)
+	if wc.SrcQP != qa.QPN() || !bytes.Equal(dst.Buf()[verbs.GRHLen:verbs.GRHLen+12], src.Buf()[:12]) {
+		t.Fatalf("multicast receive %+v: %q", wc, dst.Buf()[verbs.GRHLen:verbs.GRHLen+12])
 	}
 	if err := qb.DetachMcast(gid, 0); err != nil {
 		t.Fatal(err)
 	}
 
-	if q := a.dev.Query(); q.MaxMcastGrp <= 0 || q.MaxMcastQPAttach <= 0 || q.MaxTotalMcastQPAttach < q.MaxMcastGrp {
+	if q := a.Dev.Query(); q.MaxMcastGrp <= 0 || q.MaxMcastQPAttach <= 0 || q.MaxTotalMcastQPAttach < q.MaxMcastGrp {
 		t.Errorf("multicast limits %d %d %d", q.MaxMcastGrp, q.MaxMcastQPAttach, q.MaxTotalMcastQPAttach)
 	}
-	rc := a.qp(t, QPTypeRC)
-	if err := rc.AttachMcast(gid, 0); !errors.Is(err, ErrInvalidAttr) {
+	rc := a.QP(t, verbs.QPTypeRC)
+	if err := rc.AttachMcast(gid, 0); !errors.Is(err, verbs.ErrInvalidAttr) {
 		t.Errorf("RC QP attach: %v", err)
 	}
-	if err := qa.AttachMcast(a.gid, 0); !errors.Is(err, ErrInvalidAttr) {
+	if err := qa.AttachMcast(a.GID, 0); !errors.Is(err, verbs.ErrInvalidAttr) {
 		t.Errorf("attach to a unicast GID: %v", err)
 	}
-	if err := qa.DetachMcast(gid, 0); !errors.Is(err, ErrInvalidAttr) {
+	if err := qa.DetachMcast(gid, 0); !errors.Is(err, verbs.ErrInvalidAttr) {
 		t.Errorf("detach of a QP not attached: %v", err)
 	}
 	qa.Close()
-	if err := qa.AttachMcast(gid, 0); !errors.Is(err, ErrClosed) {
+	if err := qa.AttachMcast(gid, 0); !errors.Is(err, verbs.ErrClosed) {
 		t.Errorf("attach after close: %v", err)
 	}
 }
@@ -63,9 +65,9 @@ func TestMcastAttachAndSend(t *testing.T) {
 func TestMcastBlockSelfLoopback(t *testing.T) {
 	const qkey = 0x01234567
 	h := newHost(t)
-	gid := GIDFromAddr(testaddr.Group(testaddr.Verbs))
-	quiet, err := h.pd.CreateQP(QPInitAttr{Type: QPTypeUD, SendCQ: h.cq, RecvCQ: h.rcq, BlockSelfMcastLoopback: true,
-		Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	gid := verbs.GIDFromAddr(testaddr.Group(testaddr.Engine))
+	quiet, err := h.PD.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeUD, SendCQ: h.CQ, RecvCQ: h.RCQ, BlockSelfMcastLoopback: true,
+		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,71 +75,71 @@ func TestMcastBlockSelfLoopback(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := udQP(t, h, qkey)
-	buf := h.mr(t, 2*(64+GRHLen), allAccess)
-	for i, qp := range []*QP{quiet, other} {
+	buf := h.MR(t, 2*(64+verbs.GRHLen), allAccess)
+	for i, qp := range []*verbs.QP{quiet, other} {
 		if err := qp.AttachMcast(gid, 0); err != nil {
 			t.Fatal(err)
 		}
-		qp.PostRecv(RecvWR{ID: uint64(10 + i), SGL: []SGE{buf.SGE(i*(64+GRHLen), 64+GRHLen)}})
+		qp.PostRecv(verbs.RecvWR{ID: uint64(10 + i), SGL: []verbs.SGE{buf.SGE(i*(64+verbs.GRHLen), 64+verbs.GRHLen)}})
 	}
-	ah, _ := h.pd.CreateAH(AHAttr{DGID: gid, Port: 1})
-	if err := quiet.PostSend(SendWR{ID: 1, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{buf.SGE(0, 8)},
+	ah, _ := h.PD.CreateAH(verbs.AHAttr{DGID: gid, Port: 1})
+	if err := quiet.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{buf.SGE(0, 8)},
 		AH: ah, RemoteQPN: 0xFFFFFF, RemoteQKey: qkey}); err != nil {
 		t.Fatal(err)
 	}
-	expectStatus(t, h.cq, 1, WCSuccess)
-	if wc := expectStatus(t, h.rcq, 11, WCSuccess); wc.QPN != other.QPN() {
+	expectStatus(t, h.CQ, 1, verbs.WCSuccess)
+	if wc := expectStatus(t, h.RCQ, 11, verbs.WCSuccess); wc.QPN != other.QPN() {
 		t.Fatalf("completion %+v", wc)
 	}
 	time.Sleep(50 * time.Millisecond)
-	if n, _ := h.rcq.Poll(make([]WC, 4)); n != 0 {
+	if n, _ := h.RCQ.Poll(make([]verbs.WC, 4)); n != 0 {
 		t.Fatal("the blocking QP heard its own send")
 	}
 }
 
 // readyUD brings a UD QP to RTS with the Q_Key (udQP for a QP made elsewhere).
-func readyUD(qp *QP, qkey uint32) error {
-	if err := qp.Modify(&QPAttr{State: QPStateInit, Port: 1, QKey: qkey}, QPAttrState|QPAttrPKeyIndex|QPAttrPort|QPAttrQKey); err != nil {
+func readyUD(qp *verbs.QP, qkey uint32) error {
+	if err := qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, Port: 1, QKey: qkey}, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrQKey); err != nil {
 		return err
 	}
-	if err := qp.Modify(&QPAttr{State: QPStateRTR}, QPAttrState); err != nil {
+	if err := qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTR}, verbs.QPAttrState); err != nil {
 		return err
 	}
-	return qp.Modify(&QPAttr{State: QPStateRTS}, QPAttrState|QPAttrSQPSN)
+	return qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTS}, verbs.QPAttrState|verbs.QPAttrSQPSN)
 }
 
 // A multicast round, post to the group and poll the member's completion, allocates
 // nothing: the group's receive goroutine and its delivery to each member reuse their
 // buffers as the device's own receive path does.
 func TestMcastAllocsNothing(t *testing.T) {
-	if raceEnabled {
+	if engine.RaceEnabled {
 		t.Skip("allocation counts are meaningless under the race detector (sync.Pool drops items)")
 	}
 	const qkey = 0x01234567
 	a, b := newHost(t), newHost(t)
-	gid := GIDFromAddr(testaddr.Group(testaddr.Verbs))
+	gid := verbs.GIDFromAddr(testaddr.Group(testaddr.Engine))
 	qa, qb := udQP(t, a, qkey), udQP(t, b, qkey)
 	if err := qb.AttachMcast(gid, 0); err != nil {
 		t.Fatal(err)
 	}
-	src, dst := a.mr(t, 64, allAccess), b.mr(t, 64+GRHLen, allAccess)
-	ah, err := a.pd.CreateAH(AHAttr{DGID: gid, Port: 1, HopLimit: 64})
+	src, dst := a.MR(t, 64, allAccess), b.MR(t, 64+verbs.GRHLen, allAccess)
+	ah, err := a.PD.CreateAH(verbs.AHAttr{DGID: gid, Port: 1, HopLimit: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
-	wcs := make([]WC, 4)
+	wcs := make([]verbs.WC, 4)
 	round := func() {
-		if err := qb.PostRecv(RecvWR{ID: 1, SGL: []SGE{dst.SGE(0, dst.Len())}}); err != nil {
+		if err := qb.PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{dst.SGE(0, dst.Len())}}); err != nil {
 			t.Fatal(err)
 		}
-		if err := qa.PostSend(SendWR{ID: 2, Opcode: WRSend, SGL: []SGE{src.SGE(0, 8)},
+		if err := qa.PostSend(verbs.SendWR{ID: 2, Opcode: verbs.WRSend, SGL: []verbs.SGE{src.SGE(0, 8)},
 			AH: ah, RemoteQPN: 0xFFFFFF, RemoteQKey: qkey}); err != nil {
 			t.Fatal(err)
 		}
 		deadline := time.Now().Add(5 * time.Second)
 		for {
-			n, err := b.rcq.Poll(wcs)
-			if err != nil || n > 0 && wcs[0].Status != WCSuccess {
+			n, err := b.RCQ.Poll(wcs)
+			if err != nil || n > 0 && wcs[0].Status != verbs.WCSuccess {
 				t.Fatalf("poll: %v %+v", err, wcs[0])
 			}
 			if n > 0 {

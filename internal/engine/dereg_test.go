@@ -1,4 +1,4 @@
-package verbs
+package engine_test
 
 import (
 	"net/netip"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/netio/simnet"
+	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/wire"
 )
 
@@ -24,29 +25,29 @@ const derefChildEnv = "GOVERBS_DEREG_CHILD"
 // derefHosts are two devices on a simulated network with a 1 ms one-way delay, so that
 // an 8 MiB transfer (8192 packets, 128 per round trip) takes about 130 ms of fake time and
 // "in the middle of it" is a definite moment. Call inside synctest.
-func derefHosts(t *testing.T) (a, b *host, p *pair) { return derefHostsMTU(t, MTU1024) }
+func derefHosts(t *testing.T) (a, b *host, p *pair) { return derefHostsMTU(t, verbs.MTU1024) }
 
 // derefHostsMTU is derefHosts with another MTU.
-func derefHostsMTU(t *testing.T, mtu MTU) (a, b *host, p *pair) {
+func derefHostsMTU(t *testing.T, mtu verbs.MTU) (a, b *host, p *pair) {
 	n := simnet.New(1, simnet.Faults{Delay: time.Millisecond})
 	host := func(addr string) *host {
 		c, err := n.Listen(netip.AddrPortFrom(netip.MustParseAddr(addr), wire.UDPPort))
 		if err != nil {
 			t.Fatal(err)
 		}
-		return newHostCfg(t, SoftConfig{Addr: netip.MustParseAddr(addr), Conn: c, MTU: mtu})
+		return newHostCfg(t, verbs.SoftConfig{Addr: netip.MustParseAddr(addr), Conn: c, MTU: mtu})
 	}
 	a, b = host("127.0.200.41"), host("127.0.200.42")
 	params := defaultRC()
-	params.mtu = mtu
-	return a, b, newPair(t, a, b, QPTypeRC, params)
+	params.MTU = mtu
+	return a, b, newPair(t, a, b, verbs.QPTypeRC, params)
 }
 
 // startBigOp starts a WRITE into (or READ from) all of mr and returns 20 ms (fake) later,
 // with about a sixth of it done.
-func startBigOp(t *testing.T, p *pair, op WROpcode, mr *MR, local *MR) {
+func startBigOp(t *testing.T, p *pair, op verbs.WROpcode, mr *verbs.MR, local *verbs.MR) {
 	t.Helper()
-	if err := p.qa.PostSend(SendWR{ID: 1, Opcode: op, Flags: SendSignaled, SGL: []SGE{local.SGE(0, mr.Len())},
+	if err := p.QA.PostSend(verbs.SendWR{ID: 1, Opcode: op, Flags: verbs.SendSignaled, SGL: []verbs.SGE{local.SGE(0, mr.Len())},
 		RemoteAddr: mr.Addr(), RKey: mr.RKey()}); err != nil {
 		t.Fatal(err)
 	}
@@ -58,75 +59,75 @@ func TestDeregisterDuringTransfer(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			const n = 8 << 20
 			a, b, p := derefHosts(t)
-			local := a.mr(t, n, allAccess)
+			local := a.MR(t, n, allAccess)
 			fill(local.Buf(), 1)
 			buf := make([]byte, n)
-			mr, err := b.pd.RegMR(buf, allAccess)
+			mr, err := b.PD.RegMR(buf, allAccess)
 			if err != nil {
 				t.Fatal(err)
 			}
-			startBigOp(t, p, WRRDMAWrite, mr, local)
+			startBigOp(t, p, verbs.WRRDMAWrite, mr, local)
 			if err := mr.Close(); err != nil {
 				t.Fatal(err)
 			}
 			for i := range buf { // the program reuses the memory at once
 				buf[i] = 0xee
 			}
-			wc := waitWC(t, a.cq, 1, 10*time.Second)[0]
+			wc := waitWC(t, a.CQ, 1, 10*time.Second)[0]
 			touched := 0
 			for _, x := range buf {
 				if x != 0xee {
 					touched++
 				}
 			}
-			if touched > 0 || wc.Status == WCSuccess {
+			if touched > 0 || wc.Status == verbs.WCSuccess {
 				t.Errorf("WRITE after MR.Close: completion %v, %d bytes of the deregistered memory written", wc.Status, touched)
 			}
-			a.dev.Close()
-			b.dev.Close()
+			a.Dev.Close()
+			b.Dev.Close()
 		})
 	})
 	t.Run("WRITE through a window invalidated mid-way", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			const n = 8 << 20
 			a, b, p := derefHosts(t)
-			local := a.mr(t, n, allAccess)
+			local := a.MR(t, n, allAccess)
 			buf := make([]byte, n)
-			mr, err := b.pd.RegMR(buf, allAccess|AccessMWBind)
+			mr, err := b.PD.RegMR(buf, allAccess|verbs.AccessMWBind)
 			if err != nil {
 				t.Fatal(err)
 			}
-			mw, err := b.pd.AllocMW(MWType2)
+			mw, err := b.PD.AllocMW(verbs.MWType2)
 			if err != nil {
 				t.Fatal(err)
 			}
-			rkey := IncRKey(mw.RKey())
-			p.qb.PostSend(SendWR{ID: 7, Opcode: WRBindMW, Flags: SendSignaled, Bind: &MWBindWR{MW: mw, RKey: rkey,
-				MWBind: MWBind{MR: mr, Addr: mr.Addr(), Length: n, Access: AccessRemoteWrite}}})
-			expectStatus(t, b.cq, 7, WCSuccess)
-			if err := p.qa.PostSend(SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{local.SGE(0, n)},
+			rkey := verbs.IncRKey(mw.RKey())
+			p.QB.PostSend(verbs.SendWR{ID: 7, Opcode: verbs.WRBindMW, Flags: verbs.SendSignaled, Bind: &verbs.MWBindWR{MW: mw, RKey: rkey,
+				MWBind: verbs.MWBind{MR: mr, Addr: mr.Addr(), Length: n, Access: verbs.AccessRemoteWrite}}})
+			expectStatus(t, b.CQ, 7, verbs.WCSuccess)
+			if err := p.QA.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{local.SGE(0, n)},
 				RemoteAddr: mr.Addr(), RKey: rkey}); err != nil {
 				t.Fatal(err)
 			}
 			time.Sleep(20 * time.Millisecond)
-			p.qb.PostSend(SendWR{ID: 8, Opcode: WRLocalInv, Flags: SendSignaled, Imm: rkey})
-			expectStatus(t, b.cq, 8, WCSuccess)
+			p.QB.PostSend(verbs.SendWR{ID: 8, Opcode: verbs.WRLocalInv, Flags: verbs.SendSignaled, Imm: rkey})
+			expectStatus(t, b.CQ, 8, verbs.WCSuccess)
 			for i := range buf {
 				buf[i] = 0xee
 			}
-			wc := waitWC(t, a.cq, 1, 10*time.Second)[0]
+			wc := waitWC(t, a.CQ, 1, 10*time.Second)[0]
 			touched := 0
 			for _, x := range buf {
 				if x != 0xee {
 					touched++
 				}
 			}
-			if touched > 0 || wc.Status == WCSuccess {
+			if touched > 0 || wc.Status == verbs.WCSuccess {
 				t.Errorf("WRITE after LOCAL_INV of its window: completion %v, %d bytes written through the revoked window", wc.Status, touched)
 			}
 			mw.Close()
-			a.dev.Close()
-			b.dev.Close()
+			a.Dev.Close()
+			b.Dev.Close()
 		})
 	})
 	// In a child process each: the memory is unmapped, and a touch would kill it.
@@ -158,22 +159,22 @@ func TestDeregisterChild(t *testing.T) {
 	}
 	synctest.Test(t, func(t *testing.T) {
 		const n = 8 << 20
-		mtu := MTU1024
+		mtu := verbs.MTU1024
 		if side == "source" {
-			mtu = MTU4096
+			mtu = verbs.MTU4096
 		}
 		a, b, p := derefHostsMTU(t, mtu)
-		buf, err := Mmap(n, false)
+		buf, err := verbs.Mmap(n, false)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var mr, local *MR
+		var mr, local *verbs.MR
 		if side == "source" {
-			local, err = a.pd.RegMR(buf, allAccess)
-			mr = b.mr(t, n, allAccess)
+			local, err = a.PD.RegMR(buf, allAccess)
+			mr = b.MR(t, n, allAccess)
 		} else {
-			local = a.mr(t, n, allAccess)
-			mr, err = b.pd.RegMR(buf, allAccess)
+			local = a.MR(t, n, allAccess)
+			mr, err = b.PD.RegMR(buf, allAccess)
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -182,19 +183,19 @@ func TestDeregisterChild(t *testing.T) {
 		if side == "source" {
 			closed = local
 		}
-		startBigOp(t, p, WRRDMAWrite, mr, local)
+		startBigOp(t, p, verbs.WRRDMAWrite, mr, local)
 		if err := closed.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if err := Munmap(buf); err != nil {
+		if err := verbs.Munmap(buf); err != nil {
 			t.Fatal(err)
 		}
-		wc := waitWC(t, a.cq, 1, 10*time.Second)[0]
+		wc := waitWC(t, a.CQ, 1, 10*time.Second)[0]
 		t.Logf("WRITE completed with %v", wc.Status)
-		if wc.Status == WCSuccess {
+		if wc.Status == verbs.WCSuccess {
 			t.Errorf("WRITE whose %s MR was closed mid-way completed successfully", side)
 		}
-		a.dev.Close()
-		b.dev.Close()
+		a.Dev.Close()
+		b.Dev.Close()
 	})
 }

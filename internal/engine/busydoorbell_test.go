@@ -1,4 +1,4 @@
-package verbs
+package engine_test
 
 import (
 	"errors"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/goverbs/goverbs/netio"
 	"github.com/goverbs/goverbs/netio/netiotest"
+	"github.com/goverbs/goverbs/verbs"
 )
 
 // countingConn counts WriteBatch calls: sendmmsg calls, on the UDP backend.
@@ -32,19 +33,19 @@ func busyPipePair(t *testing.T, a4, c4 byte) (busy *host, counted *countingConn,
 	ec := netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 10, 0, c4}), 4791)
 	pa, pc := netiotest.Pipe(ea, ec)
 	counted = &countingConn{Conn: pa}
-	busy = newHostCfg(t, SoftConfig{Addr: ea.Addr(), Conn: counted, BusyPoll: true})
-	peer = newHostCfg(t, SoftConfig{Addr: ec.Addr(), Conn: pc})
+	busy = newHostCfg(t, verbs.SoftConfig{Addr: ea.Addr(), Conn: counted, BusyPoll: true})
+	peer = newHostCfg(t, verbs.SoftConfig{Addr: ec.Addr(), Conn: pc})
 	return busy, counted, peer
 }
 
 // writeStream returns n 8-byte WRITEs from src to dst, the last one signaled.
-func writeStream(n int, src, dst *MR) []SendWR {
-	wrs := make([]SendWR, n)
+func writeStream(n int, src, dst *verbs.MR) []verbs.SendWR {
+	wrs := make([]verbs.SendWR, n)
 	for i := range wrs {
-		wrs[i] = SendWR{ID: uint64(i), Opcode: WRRDMAWrite, SGL: []SGE{src.SGE(i*8, 8)},
+		wrs[i] = verbs.SendWR{ID: uint64(i), Opcode: verbs.WRRDMAWrite, SGL: []verbs.SGE{src.SGE(i*8, 8)},
 			RemoteAddr: dst.Addr() + uint64(i*8), RKey: dst.RKey()}
 	}
-	wrs[n-1].Flags = SendSignaled
+	wrs[n-1].Flags = verbs.SendSignaled
 	return wrs
 }
 
@@ -54,9 +55,9 @@ func writeStream(n int, src, dst *MR) []SendWR {
 // every byte arrives.
 func TestBusyPollStreamLeavesAtPoll(t *testing.T) {
 	a, ca, c := busyPipePair(t, 4, 5)
-	p := newPair(t, a, c, QPTypeRC, defaultRC())
+	p := newPair(t, a, c, verbs.QPTypeRC, defaultRC())
 	const posts = 32
-	src, dst := a.mr(t, posts*8, allAccess), c.mr(t, posts*8, allAccess)
+	src, dst := a.MR(t, posts*8, allAccess), c.MR(t, posts*8, allAccess)
 	fill(src.Buf(), 1)
 	wrs := writeStream(posts, src, dst)
 	// Whether each post comes within the stream gap of the previous one, and all of them
@@ -67,13 +68,13 @@ func TestBusyPollStreamLeavesAtPoll(t *testing.T) {
 		before := ca.writes.Load()
 		start := time.Now()
 		for i := range wrs {
-			if err := p.qa.PostSend(wrs[i]); err != nil {
+			if err := p.QA.PostSend(wrs[i]); err != nil {
 				t.Fatal(err)
 			}
 		}
 		queued := ca.writes.Load() - before
 		took := time.Since(start)
-		waitWC(t, a.cq, 1, 5*time.Second) // polling sends the rest
+		waitWC(t, a.CQ, 1, 5*time.Second) // polling sends the rest
 		sent := ca.writes.Load() - before
 		if judged = took < 40*time.Microsecond; judged && (queued > 2 || sent > 4) {
 			t.Fatalf("%d posts in %v: %d send calls before the poll, %d in all; want the stream sent at the poll, in a few", posts, took, queued, sent)
@@ -99,17 +100,17 @@ func TestBusyPollStreamLeavesWithoutPoll(t *testing.T) {
 	a, ca, c := busyPipePair(t, 6, 7)
 	const qkey, sends = 0x11111111, 16
 	qa, qc := udQP(t, a, qkey), udQP(t, c, qkey)
-	ah, err := a.pd.CreateAH(AHAttr{DGID: c.gid, Port: 1, HopLimit: 64})
+	ah, err := a.PD.CreateAH(verbs.AHAttr{DGID: c.GID, Port: 1, HopLimit: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, dst := a.mr(t, 64, allAccess), c.mr(t, sends*(GRHLen+8), allAccess)
-	wr := SendWR{Opcode: WRSend, SGL: []SGE{src.SGE(0, 8)}, AH: ah, RemoteQPN: qc.QPN(), RemoteQKey: qkey}
+	src, dst := a.MR(t, 64, allAccess), c.MR(t, sends*(verbs.GRHLen+8), allAccess)
+	wr := verbs.SendWR{Opcode: verbs.WRSend, SGL: []verbs.SGE{src.SGE(0, 8)}, AH: ah, RemoteQPN: qc.QPN(), RemoteQKey: qkey}
 	var took []time.Duration
-	wcs := make([]WC, sends)
+	wcs := make([]verbs.WC, sends)
 	for try := 0; len(took) < 11; try++ {
 		for i := range sends {
-			if err := qc.PostRecv(RecvWR{SGL: []SGE{dst.SGE(i*(GRHLen+8), GRHLen+8)}}); err != nil {
+			if err := qc.PostRecv(verbs.RecvWR{SGL: []verbs.SGE{dst.SGE(i*(verbs.GRHLen+8), verbs.GRHLen+8)}}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -122,7 +123,7 @@ func TestBusyPollStreamLeavesWithoutPoll(t *testing.T) {
 		posted := time.Now()
 		deferred := ca.writes.Load()-before < sends
 		for got := 0; got < sends; {
-			k, err := c.rcq.Poll(wcs) // the peer's CQ: polling it sends nothing of a's
+			k, err := c.RCQ.Poll(wcs) // the peer's CQ: polling it sends nothing of a's
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -152,28 +153,28 @@ func TestBusyPollResizeSeesStreamedCompletions(t *testing.T) {
 	a, ca, c := busyPipePair(t, 8, 9)
 	const qkey, sends = 0x11111111, 6
 	qc := udQP(t, c, qkey)
-	ah, err := a.pd.CreateAH(AHAttr{DGID: c.gid, Port: 1, HopLimit: 64})
+	ah, err := a.PD.CreateAH(verbs.AHAttr{DGID: c.GID, Port: 1, HopLimit: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := a.mr(t, 64, allAccess)
-	wr := SendWR{Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{src.SGE(0, 8)}, AH: ah, RemoteQPN: qc.QPN(), RemoteQKey: qkey}
+	src := a.MR(t, 64, allAccess)
+	wr := verbs.SendWR{Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(0, 8)}, AH: ah, RemoteQPN: qc.QPN(), RemoteQKey: qkey}
 	for try := 0; ; try++ {
-		cq, err := a.dev.CreateCQ(7, nil)
+		cq, err := a.Dev.CreateCQ(7, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		qp, err := a.pd.CreateQP(QPInitAttr{Type: QPTypeUD, SendCQ: cq, RecvCQ: a.rcq, Cap: QPCap{MaxSendWR: 16, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		qp, err := a.PD.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeUD, SendCQ: cq, RecvCQ: a.RCQ, Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, m := range []struct {
-			attr *QPAttr
-			mask QPAttrMask
+			attr *verbs.QPAttr
+			mask verbs.QPAttrMask
 		}{
-			{&QPAttr{State: QPStateInit, Port: 1, QKey: qkey}, QPAttrState | QPAttrPKeyIndex | QPAttrPort | QPAttrQKey},
-			{&QPAttr{State: QPStateRTR}, QPAttrState},
-			{&QPAttr{State: QPStateRTS}, QPAttrState | QPAttrSQPSN},
+			{&verbs.QPAttr{State: verbs.QPStateInit, Port: 1, QKey: qkey}, verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrQKey},
+			{&verbs.QPAttr{State: verbs.QPStateRTR}, verbs.QPAttrState},
+			{&verbs.QPAttr{State: verbs.QPStateRTS}, verbs.QPAttrState | verbs.QPAttrSQPSN},
 		} {
 			if err := qp.Modify(m.attr, m.mask); err != nil {
 				t.Fatal(err)
@@ -186,7 +187,7 @@ func TestBusyPollResizeSeesStreamedCompletions(t *testing.T) {
 			}
 		}
 		deferred := ca.writes.Load()-before < sends
-		if err := cq.Resize(sends - 1); !errors.Is(err, ErrInvalidAttr) {
+		if err := cq.Resize(sends - 1); !errors.Is(err, verbs.ErrInvalidAttr) {
 			t.Fatalf("resize of a CQ that should hold %d completions to %d: %v, want ErrInvalidAttr (deferred: %v)", sends, sends-1, err, deferred)
 		}
 		qp.Close()
@@ -206,7 +207,7 @@ func TestBusyPollResizeSeesStreamedCompletions(t *testing.T) {
 // timerfd syscalls took send_lat 8 B from 2.6 to 11 us one-way).
 func TestBusyPollPostAfterPollLeavesInline(t *testing.T) {
 	a, ca, qa, wr := busyWriter(t, 10, 11)
-	wcs := make([]WC, 1)
+	wcs := make([]verbs.WC, 1)
 	for turn := range 200 {
 		before := ca.writes.Load()
 		if err := qa.PostSend(wr); err != nil {
@@ -218,8 +219,8 @@ func TestBusyPollPostAfterPollLeavesInline(t *testing.T) {
 		// Spin as a busy ping-pong does (no sleep), so the next post comes within the
 		// stream gap of this one.
 		for deadline := time.Now().Add(5 * time.Second); ; {
-			n, err := a.cq.Poll(wcs)
-			if err != nil || n == 1 && wcs[0].Status != WCSuccess {
+			n, err := a.CQ.Poll(wcs)
+			if err != nil || n == 1 && wcs[0].Status != verbs.WCSuccess {
 				t.Fatalf("poll: %v %+v", err, wcs[0])
 			}
 			if n == 1 {
@@ -238,7 +239,7 @@ func TestBusyPollPostAfterPollLeavesInline(t *testing.T) {
 // data followed by a credit.
 func TestBusyPollBurstOfTwoLeavesInline(t *testing.T) {
 	a, ca, qa, wr := busyWriter(t, 12, 13)
-	wcs := make([]WC, 2)
+	wcs := make([]verbs.WC, 2)
 	for turn := range 100 {
 		for k := range 2 {
 			before := ca.writes.Load()
@@ -250,8 +251,8 @@ func TestBusyPollBurstOfTwoLeavesInline(t *testing.T) {
 			}
 		}
 		for got, deadline := 0, time.Now().Add(5*time.Second); got < 2; {
-			n, err := a.cq.Poll(wcs)
-			if err != nil || n > 0 && wcs[0].Status != WCSuccess {
+			n, err := a.CQ.Poll(wcs)
+			if err != nil || n > 0 && wcs[0].Status != verbs.WCSuccess {
 				t.Fatalf("poll: %v %+v", err, wcs[0])
 			}
 			got += n
@@ -265,10 +266,10 @@ func TestBusyPollBurstOfTwoLeavesInline(t *testing.T) {
 // busyWriter connects two busy-poll hosts on an in-memory pipe (busyPipePair) and
 // returns the writing host, its Conn, its RC QP and a signaled 8-byte WRITE to the
 // other host.
-func busyWriter(t *testing.T, x, y byte) (*host, *countingConn, *QP, SendWR) {
+func busyWriter(t *testing.T, x, y byte) (*host, *countingConn, *verbs.QP, verbs.SendWR) {
 	t.Helper()
 	a, ca, c := busyPipePair(t, x, y)
-	p := newPair(t, a, c, QPTypeRC, defaultRC())
-	src, dst := a.mr(t, 8, allAccess), c.mr(t, 8, allAccess)
-	return a, ca, p.qa, writeStream(1, src, dst)[0]
+	p := newPair(t, a, c, verbs.QPTypeRC, defaultRC())
+	src, dst := a.MR(t, 8, allAccess), c.MR(t, 8, allAccess)
+	return a, ca, p.QA, writeStream(1, src, dst)[0]
 }

@@ -1,4 +1,4 @@
-package verbs
+package engine_test
 
 import (
 	"net"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/wire"
 )
 
@@ -17,9 +18,9 @@ import (
 func TestICRCPolicy(t *testing.T) {
 	b := newHost(t)
 	qb := udQP(t, b, 0x1234)
-	buf := b.mr(t, 4096, allAccess)
+	buf := b.MR(t, 4096, allAccess)
 	for i := 0; i < 8; i++ {
-		qb.PostRecv(RecvWR{ID: uint64(i), SGL: []SGE{buf.SGE(0, 4096)}})
+		qb.PostRecv(verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{buf.SGE(0, 4096)}})
 	}
 	qp := qb
 	conn, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.10.0.2:0")))
@@ -28,7 +29,7 @@ func TestICRCPolicy(t *testing.T) {
 	}
 	defer conn.Close()
 	srcAP := conn.LocalAddr().(*net.UDPAddr).AddrPort()
-	dst := netip.AddrPortFrom(b.gid.Addr(), wire.UDPPort)
+	dst := netip.AddrPortFrom(b.GID.Addr(), wire.UDPPort)
 	send := func(id uint16, df, corrupt bool) {
 		h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.UDSendOnly, PKey: 0xffff, DestQP: qp.QPN(), PSN: 1},
 			DETH: wire.DETHFields{QKey: 0x1234, SrcQP: 0x99}}
@@ -45,7 +46,7 @@ func TestICRCPolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	counter := func(name string) uint64 { return b.dev.Counters().Get(name) }
+	counter := func(name string) uint64 { return b.Dev.Counters().Get(name) }
 	waitCounter := func(name string, want uint64) {
 		deadline := time.Now().Add(5 * time.Second)
 		for counter(name) != want {
@@ -60,7 +61,7 @@ func TestICRCPolicy(t *testing.T) {
 	ids := []uint16{65534, 65535, 0, 1, 2, 100, 101}
 	for i, id := range ids {
 		send(id, true, false)
-		expectStatus(t, b.rcq, uint64(i), WCSuccess)
+		expectStatus(t, b.RCQ, uint64(i), verbs.WCSuccess)
 	}
 	waitCounter("icrc_ipid_recovered", uint64(len(ids)-1)) // ID 0 verifies directly
 	send(4243, true, true)                                 // corrupt: no Identification explains it
@@ -70,15 +71,15 @@ func TestICRCPolicy(t *testing.T) {
 	qc := udQP(t, b, 0x1234)
 	qp = qc
 	for i := 0; i < 140; i++ {
-		qc.PostRecv(RecvWR{ID: uint64(1000 + i), SGL: []SGE{buf.SGE(0, 4096)}})
+		qc.PostRecv(verbs.RecvWR{ID: uint64(1000 + i), SGL: []verbs.SGE{buf.SGE(0, 4096)}})
 	}
 	for i := 0; i < 130; i++ {
 		send(0, true, false)
-		expectStatus(t, b.rcq, uint64(1000+i), WCSuccess)
+		expectStatus(t, b.RCQ, uint64(1000+i), verbs.WCSuccess)
 	}
 	send(4244, true, false) // a numbered packet to a strict QP: refused
 	waitCounter("rcvd_icrc_err", 2)
-	if n, _ := b.rcq.Poll(make([]WC, 1)); n != 0 {
+	if n, _ := b.RCQ.Poll(make([]verbs.WC, 1)); n != 0 {
 		t.Fatal("a corrupt or unverifiable packet completed")
 	}
 }

@@ -1,4 +1,4 @@
-package verbs
+package engine_test
 
 import (
 	"testing"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/netio/simnet"
+	"github.com/goverbs/goverbs/verbs"
 )
 
 // TestRCSendStreamWithRNR streams SENDs, unsignaled but for every 16th, into a receiver
@@ -22,51 +23,51 @@ func TestRCSendStreamWithRNR(t *testing.T) {
 			net := simnet.New(uint64(700+i), f)
 			a, b := simHost(t, net, "127.0.100.1"), simHost(t, net, "127.0.100.2")
 			params := defaultRC()
-			params.minRNR = 1 // 0.01 ms
-			p := newPair(t, a, b, QPTypeRC, params)
+			params.MinRNR = 1 // 0.01 ms
+			p := newPair(t, a, b, verbs.QPTypeRC, params)
 			const msgs, size, recvs = 3000, 256, 8
-			src := a.mr(t, size, allAccess)
-			dst := b.mr(t, recvs*size, allAccess)
+			src := a.MR(t, size, allAccess)
+			dst := b.MR(t, recvs*size, allAccess)
 			// The receiver posts its receives only after the first messages have left, as
 			// a perftest server that is still setting up does.
 			go func() {
 				time.Sleep(50 * time.Microsecond)
 				for k := range recvs {
-					p.qb.PostRecv(RecvWR{ID: uint64(k), SGL: []SGE{dst.SGE(k*size, size)}})
+					p.QB.PostRecv(verbs.RecvWR{ID: uint64(k), SGL: []verbs.SGE{dst.SGE(k*size, size)}})
 					time.Sleep(5 * time.Microsecond)
 				}
 			}()
-			wcs := make([]WC, 64)
+			wcs := make([]verbs.WC, 64)
 			posted, completed, received := 0, 0, 0
 			deadline := time.Now().Add(60 * time.Second)
 			for completed < msgs || received < completed {
 				if time.Now().After(deadline) {
 					t.Fatalf("stuck: posted %d, completed %d, received %d\nA %s\nB %s",
-						posted, completed, received, p.qa.debugString(), p.qb.debugString())
+						posted, completed, received, debugA(p), debugB(p))
 				}
 				for posted < msgs && posted-completed < 64 {
 					src.Buf()[0] = byte(posted)
-					w := SendWR{ID: uint64(posted), Opcode: WRSend, SGL: []SGE{src.SGE(0, size)}, Flags: SendInline}
+					w := verbs.SendWR{ID: uint64(posted), Opcode: verbs.WRSend, SGL: []verbs.SGE{src.SGE(0, size)}, Flags: verbs.SendInline}
 					if posted%16 == 15 || posted == msgs-1 {
-						w.Flags |= SendSignaled
+						w.Flags |= verbs.SendSignaled
 					}
-					if err := p.qa.PostSend(w); err != nil {
+					if err := p.QA.PostSend(w); err != nil {
 						t.Fatal(err)
 					}
 					posted++
 				}
-				k, _ := a.cq.Poll(wcs)
+				k, _ := a.CQ.Poll(wcs)
 				for _, wc := range wcs[:k] {
-					if wc.Status != WCSuccess {
+					if wc.Status != verbs.WCSuccess {
 						t.Fatalf("send %d: %v (received %d)", wc.ID, wc.Status, received)
 					}
 					completed = int(wc.ID) + 1
 				}
 				// The receiver is slow: it looks at its CQ only every 200 µs.
 				time.Sleep(200 * time.Microsecond)
-				k, _ = b.rcq.Poll(wcs)
+				k, _ = b.RCQ.Poll(wcs)
 				for _, wc := range wcs[:k] {
-					if wc.Status != WCSuccess {
+					if wc.Status != verbs.WCSuccess {
 						t.Fatalf("receive: %v", wc.Status)
 					}
 					slot := int(wc.ID)
@@ -74,10 +75,10 @@ func TestRCSendStreamWithRNR(t *testing.T) {
 						t.Fatalf("message %d arrived as %d", received, got)
 					}
 					received++
-					p.qb.PostRecv(RecvWR{ID: uint64(slot), SGL: []SGE{dst.SGE(slot*size, size)}})
+					p.QB.PostRecv(verbs.RecvWR{ID: uint64(slot), SGL: []verbs.SGE{dst.SGE(slot*size, size)}})
 				}
 			}
-			t.Logf("faults %+v: %d messages; B RNR NAKs sent %d; %+v", f, msgs, p.qb.Counters().RNRNakSent, net.Stats())
+			t.Logf("faults %+v: %d messages; B RNR NAKs sent %d; %+v", f, msgs, p.QB.Counters().RNRNakSent, net.Stats())
 		})
 	}
 }

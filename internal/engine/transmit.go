@@ -1,0 +1,292 @@
+// Transmit: the one path of every packet goverbs sends, and the batches it goes out in.
+// emit takes the packet's place in the device's transmit batch (a UDP GSO run to one
+// destination when it can join one), encodes the headers, copies or gathers the payload,
+// pads it and seals it with the ICRC; flushTx sends the batch (one sendmmsg). A WRITE's
+// walk goes back and forth between the two halves, so they are one file.
+
+package engine
+
+import (
+	"encoding/binary"
+	"net/netip"
+
+	"github.com/goverbs/goverbs/netio"
+	"github.com/goverbs/goverbs/wire"
+)
+
+// txBufSize holds the largest RoCEv2 packet: the longest header set (BTH+RETH+ImmDt is
+// the longest with payload; BTH+AtomicETH without) plus a 4096-byte payload, pad and ICRC.
+const txBufSize = 128 + 4096 + 4
+
+// txBatch collects outgoing packets so that one WriteBatch call (sendmmsg) carries many.
+// With UDP GSO, consecutive packets of equal length to one destination are laid out back
+// to back in one message as a run that the kernel segments: a 64 KiB RDMA WRITE leaves
+// in two sends instead of sixteen. Batches are pooled per device; the kernel copies the
+// bytes before WriteBatch returns, so the buffers are reused at once.
+//
+// A packet with a large payload from registered memory is gathered rather than copied
+// (commitGather): its headers and its pad and ICRC go into the message's buffer, and the
+// message's Iov points at those and at the payload where it lies, so the kernel's copy
+// is the only one. The regions stay pinned until the batch is sent (held).
+type txBatch struct {
+	msgs   []netio.Message
+	used   []int      // bytes of msgs[i].Buf in use; below N once the message gathers
+	iovs   [][][]byte // msgs[i].Iov's backing array, kept across sends
+	held   []*region  // regions a gathered payload lies in, released after the send
+	pieces [][]byte   // one packet's payload slices (scratch)
+	n      int
+	// GSO runs, and the Conn's limits on one GSO send (netio.Caps). A run never exceeds
+	// them, so each run is exactly one GSO send and its segments carry IPv4
+	// Identifications 0, 1, 2, … (netio.GSOSegmentID).
+	gso      bool
+	maxSeg   int
+	maxBytes int
+	// The packet being built: where emit placed it.
+	appendRun bool // it extends the run in msgs[n-1]
+	// The ICRC's share for the last destination (a batch mostly goes to one peer).
+	flowDst netip.AddrPort
+	flow    wire.ICRCFlow
+}
+
+// gatherMin is the smallest payload sent from registered memory in place; smaller ones
+// are copied. Gathering costs per packet (two more iovecs for the kernel to walk, a
+// region pin) and saves per byte, so against copying it pays only on full 4 KiB packets
+// (DESIGN.md, "Payload sent in place", has the measurement).
+const gatherMin = 4096
+
+func newTxBatch(c netio.Caps) *txBatch {
+	size := min(max(c.BatchSize, 1), 64)
+	b := &txBatch{gso: c.GSO && c.MaxSegments > 1 && c.MaxGSOBytes > txBufSize,
+		maxSeg: c.MaxSegments, maxBytes: c.MaxGSOBytes}
+	bufSize := txBufSize
+	if b.gso {
+		size = min(size, 16)
+		bufSize = c.MaxGSOBytes
+	}
+	b.msgs = make([]netio.Message, size)
+	b.used = make([]int, size)
+	b.iovs = make([][][]byte, size)
+	for i := range b.msgs {
+		b.msgs[i].Buf = make([]byte, bufSize)
+	}
+	return b
+}
+
+func (d *Device) getTx() *txBatch { return d.txPool.Get().(*txBatch) }
+
+// putTx sends what is left in b and returns it to the pool.
+func (d *Device) putTx(b *txBatch) {
+	d.flushTx(b)
+	d.txPool.Put(b)
+}
+
+// payload is where a packet's payload comes from: bytes copied from b, or n bytes at
+// off of a resolved scatter/gather list (copied, its regions pinned by the caller:
+// sendPackets; gathered in place from registered memory when a full gatherMin bytes,
+// see txBatch). The zero payload is none.
+type payload struct {
+	b      []byte
+	sgl    *sgl
+	off, n int
+}
+
+// bytesPayload is a payload copied from b.
+func bytesPayload(b []byte) payload { return payload{b: b, n: len(b)} }
+
+// emit adds a packet with headers h and payload pl for dst to tx, sealed with pad and
+// ICRC for the IP header it will travel in (commit, commitGather). It reports false,
+// having sealed nothing, when a gathered payload's memory is no longer registered.
+//
+// The packet goes at the end of the batch's open GSO run when it can join it, otherwise
+// into a fresh message (the batch is sent first when it is full). A packet joins a run
+// of its own size. With endRun (a request) it may also end a run of larger packets as
+// its shorter last segment, which UDP GSO allows: a two-packet message (a FIRST with its
+// RETH, then a LAST 16 bytes shorter) then leaves in one GSO send instead of two
+// datagrams (write_bw at 8 KiB was below its 4 KiB rate). A run whose last segment is
+// short is closed: its N is no longer a multiple of SegSize. ACKs and responses do not
+// end runs: measured, an ACK folded into the requests' GSO send costs a busy-poll
+// ping-pong more (the peer processes it before returning the request's completion) than
+// a datagram of its own in the same sendmmsg. A run never gathers from more than
+// netio.MaxIov slices.
+//
+// One function, not a placement helper and a build: this is every packet's path, and
+// the placement is inlined here rather than paid as a call.
+func (d *Device) emit(tx *txBatch, dst netip.AddrPort, h *wire.Headers, pl payload, endRun bool) bool {
+	n := pl.n
+	size := wireLen(h.Len(), n)
+	gather := pl.sgl != nil && n >= gatherMin
+	pieces := 0
+	if gather {
+		pieces = len(pl.sgl.segs)
+	}
+	var buf []byte
+	tx.appendRun = false
+	if tx.gso && tx.n > 0 {
+		last := &tx.msgs[tx.n-1]
+		if last.Addr == dst && last.N%last.SegSize == 0 &&
+			(last.SegSize == size || endRun && size < last.SegSize) &&
+			last.N+size <= tx.maxBytes && last.N/last.SegSize < tx.maxSeg &&
+			len(last.Iov)+pieces+3 <= netio.MaxIov && !dst.Addr().IsMulticast() {
+			// (A multicast group's members read its socket without GRO, so a segment's
+			// number, its IPv4 Identification, would be lost to them: every multicast
+			// packet leaves on its own, with Identification 0.)
+			tx.appendRun = true
+			buf = last.Buf[tx.used[tx.n-1]:]
+		}
+	}
+	if !tx.appendRun {
+		if tx.n == len(tx.msgs) {
+			d.flushTx(tx)
+		}
+		buf = tx.msgs[tx.n].Buf
+	}
+	hlen := h.Encode(buf)
+	if gather {
+		// Sent from registered memory in place (see txBatch), pinned until the send.
+		if !pl.sgl.acquire() {
+			return false
+		}
+		tx.held = append(tx.held, pl.sgl.regs...)
+		tx.pieces = pl.sgl.slices(pl.off, n, tx.pieces[:0])
+		d.commitGather(tx, hlen, tx.pieces, n, dst)
+		return true
+	}
+	if pl.sgl != nil {
+		pl.sgl.copyOut(buf[hlen:hlen+n], pl.off)
+	} else {
+		copy(buf[hlen:hlen+n], pl.b)
+	}
+	d.commit(tx, hlen, n, dst)
+	return true
+}
+
+// wireLen is the size of a packet with hlen header bytes and n payload bytes.
+func wireLen(hlen, n int) int { return hlen + n + wire.PadLen(n) + wire.ICRCLen }
+
+// commit seals the packet emit built at the batch's open position: hlen header bytes, payloadLen
+// payload bytes after them. It pads, and computes the ICRC for the IP header the packet
+// will travel in: DF set, Identification 0, or the segment's number within a GSO run.
+func (d *Device) commit(b *txBatch, hlen, payloadLen int, dst netip.AddrPort) {
+	i, seg := b.place(dst)
+	m := &b.msgs[i]
+	pkt := m.Buf[b.used[i]:]
+	n := wire.Finish(pkt, hlen, payloadLen)
+	f := b.flowTo(d, dst)
+	binary.LittleEndian.PutUint32(pkt[n:], f.Sum(netio.GSOSegmentID(0, seg), pkt[:n], nil, 0))
+	size := n + wire.ICRCLen
+	if m.Iov != nil {
+		m.Iov = append(m.Iov, pkt[:size])
+	}
+	b.grow(i, size, size)
+}
+
+// commitGather seals a packet whose hlen header bytes are at the batch's open position and
+// whose payload is pieces (in registered memory, pinned until the batch is sent): the
+// pad and ICRC go after the headers in the buffer, and the message gathers headers,
+// payload and trailer.
+func (d *Device) commitGather(b *txBatch, hlen int, pieces [][]byte, payloadLen int, dst netip.AddrPort) {
+	i, seg := b.place(dst)
+	m := &b.msgs[i]
+	start := b.used[i]
+	hdr := m.Buf[start : start+hlen]
+	pad := wire.PadLen(payloadLen)
+	wire.BTH(hdr).SetPadCnt(pad)
+	tail := m.Buf[start+hlen : start+hlen+pad+wire.ICRCLen]
+	clear(tail[:pad])
+	f := b.flowTo(d, dst)
+	binary.LittleEndian.PutUint32(tail[pad:], f.Sum(netio.GSOSegmentID(0, seg), hdr, pieces, pad))
+	if m.Iov == nil {
+		m.Iov = b.iovs[i][:0]
+		if start > 0 {
+			m.Iov = append(m.Iov, m.Buf[:start]) // the run's copied packets so far
+		}
+	}
+	m.Iov = append(m.Iov, hdr)
+	m.Iov = append(m.Iov, pieces...)
+	m.Iov = append(m.Iov, tail)
+	b.grow(i, hlen+payloadLen+pad+wire.ICRCLen, hlen+len(tail))
+}
+
+// place returns the message the packet emit built belongs to, and its
+// segment number in that message's run; a packet that starts a message sets it up.
+func (b *txBatch) place(dst netip.AddrPort) (i, seg int) {
+	if b.appendRun {
+		i = b.n - 1
+		return i, b.msgs[i].N / b.msgs[i].SegSize
+	}
+	i = b.n
+	b.msgs[i].N, b.msgs[i].SegSize, b.msgs[i].Addr = 0, 0, dst
+	b.used[i] = 0
+	b.n++
+	return i, 0
+}
+
+// grow accounts for a packet of size wire bytes, bufBytes of them in the buffer.
+func (b *txBatch) grow(i, size, bufBytes int) {
+	m := &b.msgs[i]
+	if !b.appendRun {
+		m.SegSize = size // a run of one; it may grow
+	}
+	m.N += size
+	b.used[i] += bufBytes
+	b.appendRun = false
+}
+
+// flowTo returns the ICRC's share for packets to dst, which travel with DF set; the
+// caller adds the Identification (0, or a GSO segment's number).
+func (b *txBatch) flowTo(d *Device, dst netip.AddrPort) *wire.ICRCFlow {
+	if dst != b.flowDst || !b.flowDst.IsValid() {
+		b.flowDst = dst
+		b.flow = wire.NewICRCFlow(&wire.IPHeader{
+			Src: d.src.Addr(), Dst: dst.Addr(), SrcPort: d.src.Port(), DstPort: dst.Port(), DF: true,
+		})
+	}
+	return &b.flow
+}
+
+func (d *Device) flushTx(b *txBatch) {
+	msgs := b.msgs[:b.n]
+	for i := range msgs {
+		if msgs[i].N <= msgs[i].SegSize {
+			msgs[i].SegSize = 0 // a single datagram: no GSO
+		}
+	}
+	raceReleaseWire()
+	for len(msgs) > 0 {
+		n, err := d.conn.WriteBatch(msgs)
+		for i := 0; i < n && i < len(msgs); i++ {
+			segs := uint64(msgs[i].NumSegments())
+			d.counters.TxPackets.Add(segs)
+			d.counters.TxBytes.Add(uint64(msgs[i].N))
+		}
+		if err != nil {
+			// A datagram the socket refuses is a lost packet: the transport's retry
+			// recovers it, exactly as from loss in the network. Skip it and go on.
+			d.counters.SendErrors.Add(1)
+			if isClosed(err) {
+				break
+			}
+			if n < len(msgs) {
+				n++
+			}
+		}
+		if n <= 0 {
+			n = 1
+		}
+		msgs = msgs[min(n, len(msgs)):]
+	}
+	for _, r := range b.held {
+		r.release()
+	}
+	clear(b.held) // no pointers into registered memory outlive the send
+	b.held = b.held[:0]
+	for i := range b.msgs[:b.n] {
+		if m := &b.msgs[i]; m.Iov != nil {
+			clear(m.Iov)
+			b.iovs[i] = m.Iov[:0]
+			m.Iov = nil
+		}
+	}
+	b.n = 0
+	b.appendRun = false
+}

@@ -1,0 +1,62 @@
+// The environment: the device list (GOVERBS_DEVICES) and protocol logging
+// (GOVERBS_DEBUG).
+
+package soft
+
+import (
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"strings"
+
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
+// EnvDevices is the environment variable that lists the software devices: comma-separated
+// NAME=ADDR[:PORT] entries, for example "sw0=127.0.0.2,sw1=[::1]:4791". Unset, there is
+// one device, sw0 on 127.0.0.1.
+const EnvDevices = "GOVERBS_DEVICES"
+
+// EnvDebug is the environment variable that, when set (to anything), logs every software
+// device's protocol events at debug level to standard error, unless its Config has a
+// Logger.
+const EnvDebug = "GOVERBS_DEBUG"
+
+// Configs returns the configurations of the listed devices, parsed from GOVERBS_DEVICES
+// at each call. A malformed list is an error that wraps driver.ErrNoDevice.
+func Configs() ([]Config, error) {
+	spec := os.Getenv(EnvDevices)
+	if spec == "" {
+		return []Config{{Name: "sw0", Addr: netip.MustParseAddr("127.0.0.1")}}, nil
+	}
+	var out []Config
+	for _, ent := range strings.Split(spec, ",") {
+		ent = strings.TrimSpace(ent)
+		if ent == "" {
+			continue
+		}
+		name, addr, ok := strings.Cut(ent, "=")
+		if !ok || name == "" {
+			return nil, fmt.Errorf("%w: %s: entry %q is not NAME=ADDR[:PORT]", driver.ErrNoDevice, EnvDevices, ent)
+		}
+		cfg := Config{Name: name}
+		if ap, err := netip.ParseAddrPort(addr); err == nil {
+			cfg.Addr, cfg.Port = ap.Addr(), ap.Port()
+		} else if a, err := netip.ParseAddr(strings.Trim(addr, "[]")); err == nil {
+			cfg.Addr = a
+		} else {
+			return nil, fmt.Errorf("%w: %s: %q is not an IP address", driver.ErrNoDevice, EnvDevices, addr)
+		}
+		out = append(out, cfg)
+	}
+	return out, nil
+}
+
+// debugLogger is the logger of a device whose Config has none: GOVERBS_DEBUG's, or nil.
+func debugLogger() *slog.Logger {
+	if os.Getenv(EnvDebug) == "" {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}

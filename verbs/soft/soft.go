@@ -1,0 +1,196 @@
+// Package soft is the software RoCEv2 provider: the engine of internal/engine (an RNIC
+// in Go, on a UDP socket) offered to package verbs through verbs/driver, as
+// verbs/ibverbs offers the kernel's devices. It registers as "soft" when imported, and
+// package verbs imports it, so every program has the software devices.
+//
+// Programs use package verbs (verbs.Open, verbs.OpenSoft with a verbs.SoftConfig, which
+// is this package's Config). This package holds what belongs to the provider alone:
+// its configuration, the device list from the GOVERBS_DEVICES environment variable, and
+// opening a device; the engine's own objects are the driver objects.
+package soft
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+
+	"github.com/goverbs/goverbs/internal/engine"
+	"github.com/goverbs/goverbs/netio"
+	"github.com/goverbs/goverbs/verbs/driver"
+	"github.com/goverbs/goverbs/wire"
+)
+
+// ProviderName is the name the provider registers under (verbs.DeviceInfo.Provider).
+const ProviderName = "soft"
+
+func init() { driver.Register(ProviderName, provider{}) }
+
+// Config describes a software RoCEv2 device: a UDP socket on one IP address that
+// speaks RoCEv2 like an RNIC, inside this process.
+type Config struct {
+	// Name is the device name ("sw0" when empty).
+	Name string
+	// Addr is the IP address to bind (IPv4 or IPv6); its GID is the port's GID 0.
+	Addr netip.Addr
+	// Port is the UDP port to bind and to send to (4791, the RoCEv2 port, when zero).
+	Port uint16
+	// MTU is the port's active MTU. Zero derives it from the interface MTU as Linux rxe
+	// does (interface MTU − 80, rounded down to an IB MTU: 4096 on loopback).
+	MTU driver.MTU
+	// BusyPoll makes CQ polls read the socket themselves when the CQ is empty, the way
+	// a DPDK poll-mode driver runs in the application's thread: a program spinning on
+	// CQ.Poll sees packets without a goroutine hand-off. Traffic nobody polls for (a
+	// passive WRITE target) is still served by a goroutine parked in the netpoller.
+	BusyPoll bool
+	// Conn, when set, is used instead of opening a UDP socket (for example a simulated
+	// network from netio/simnet, or a netio.Tee recording to pcap). The device owns it.
+	Conn netio.Conn
+	// Recorder, when set, receives every datagram the device sends and receives
+	// (a *pcap.Writer records them to a file Wireshark opens).
+	Recorder netio.Recorder
+	// Logger receives protocol events at debug level; nil logs nothing unless
+	// GOVERBS_DEBUG is set.
+	Logger *slog.Logger
+}
+
+// Info is the listing entry of the device cfg describes.
+func Info(cfg Config) driver.DeviceInfo {
+	if cfg.Name == "" {
+		cfg.Name = "sw0"
+	}
+	return driver.DeviceInfo{Name: cfg.Name, NodeGUID: nodeGUID(cfg.Addr), NodeType: driver.NodeCA, Transport: "InfiniBand"}
+}
+
+// provider is the software device's entry in the driver registry. Its devices are
+// those GOVERBS_DEVICES lists, read again at each call: the provider keeps no state.
+type provider struct{}
+
+func (provider) Devices() ([]driver.DeviceInfo, error) {
+	list, err := Configs()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]driver.DeviceInfo, len(list))
+	for i, cfg := range list {
+		out[i] = Info(cfg)
+	}
+	return out, nil
+}
+
+func (provider) Open(name string) (driver.Device, error) {
+	list, err := Configs()
+	if err != nil {
+		return nil, err
+	}
+	for _, cfg := range list {
+		if cfg.Name == name {
+			return Open(cfg)
+		}
+	}
+	return nil, fmt.Errorf("%w: %q", driver.ErrNoDevice, name)
+}
+
+// nodeGUID makes a stable EUI-64-style GUID from the address (rxe derives it from the
+// MAC; a software device on loopback has none).
+func nodeGUID(a netip.Addr) uint64 {
+	h := fnv.New64a()
+	b, _ := a.MarshalBinary()
+	h.Write(b)
+	return 0x0200_00ff_fe00_0000 | h.Sum64()&0xffffff | (h.Sum64()>>24&0xff)<<32
+}
+
+// interfaceMTU finds the MTU of the interface that holds a.
+func interfaceMTU(a netip.Addr) int {
+	if a.IsLoopback() {
+		if ifi, err := net.InterfaceByName("lo"); err == nil {
+			return ifi.MTU
+		}
+		return 65536
+	}
+	if ifi, ok := netio.InterfaceOf(a); ok {
+		return ifi.MTU
+	}
+	return 1500
+}
+
+// warnBuffersOnce: the socket-buffer warning is the same for every device of a process
+// (the limits are system-wide), so it is said once.
+var warnBuffersOnce sync.Once
+
+// Open opens the software device cfg describes: it binds cfg.Addr (or takes cfg.Conn)
+// and starts the engine on it. The driver.Device it returns is the engine's device,
+// which is also a driver.Leader and a driver.GSI (QP1).
+func Open(cfg Config) (driver.Device, error) {
+	if cfg.Name == "" {
+		cfg.Name = "sw0"
+	}
+	port := cfg.Port
+	if port == 0 {
+		port = wire.UDPPort
+	}
+	conn := cfg.Conn
+	if conn == nil {
+		if !cfg.Addr.IsValid() {
+			return nil, fmt.Errorf("%w: software device %s has no address", driver.ErrInvalidAttr, cfg.Name)
+		}
+		c, err := netio.ListenUDP(netip.AddrPortFrom(cfg.Addr, port), netio.UDPOptions{BusyPoll: cfg.BusyPoll})
+		if err != nil {
+			return nil, &openError{name: cfg.Name, addr: netip.AddrPortFrom(cfg.Addr, port), err: err}
+		}
+		conn = c
+	}
+	if cfg.Recorder != nil {
+		conn = netio.Tee(conn, cfg.Recorder)
+	}
+	if msg := netio.BufferWarning(conn.Caps()); msg != "" {
+		warnBuffersOnce.Do(func() {
+			l := cfg.Logger
+			if l == nil {
+				l = slog.Default() // a degraded device should not stay silent
+			}
+			l.Warn(msg, "device", cfg.Name)
+		})
+	}
+	addr := conn.LocalAddr().Addr()
+	mtu := cfg.MTU
+	if mtu == 0 {
+		mtu = wire.ActiveMTU(interfaceMTU(addr))
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = debugLogger()
+	}
+	d, err := engine.New(engine.Config{Name: cfg.Name, Conn: conn, PeerPort: port, MTU: mtu, Logger: log,
+		BusyPoll: cfg.BusyPoll, NodeGUID: nodeGUID(cfg.Addr)})
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// openError is a software device that could not be opened. Its text names the device and
+// the socket error at the root of the chain; errors.Is still sees the whole chain.
+type openError struct {
+	name string
+	addr netip.AddrPort
+	err  error
+}
+
+func (e *openError) Error() string {
+	root := e.err
+	for {
+		next := errors.Unwrap(root)
+		if next == nil {
+			break
+		}
+		root = next
+	}
+	return fmt.Sprintf("verbs: open %s on %v: %v", e.name, e.addr, root)
+}
+
+func (e *openError) Unwrap() []error { return []error{driver.ErrUnavailable, e.err} }

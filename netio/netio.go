@@ -154,6 +154,10 @@ type Caps struct {
 	// (what the ICRC is computed for). GSO segments after the first are
 	// numbered upwards; see GSOSegmentID.
 	IPv4IDZero bool
+	// SameHost: datagrams to goverbs devices of this user on this host go through
+	// shared memory (ListenSameHost) rather than the kernel's UDP path; see
+	// SameHostStatsOf for which peers do now.
+	SameHost bool
 }
 
 // MaxGROSize is the receive buffer size that holds any GRO-coalesced run.

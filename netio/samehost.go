@@ -1,0 +1,57 @@
+package netio
+
+import (
+	"errors"
+	"fmt"
+)
+
+// SameHostOptions tunes ListenSameHost.
+type SameHostOptions struct {
+	// Dir is the rendezvous directory; "" means $XDG_RUNTIME_DIR/goverbs, or
+	// $TMPDIR/goverbs-UID without it.
+	Dir string
+	// RingSize is the bytes of each direction's ring (a power of two); 0 means
+	// DefaultRingSize.
+	RingSize int
+}
+
+// DefaultRingSize is a same-host ring's size per direction: room for several 64 KiB
+// messages' packets in flight, so that a stream's window never waits on the ring.
+const DefaultRingSize = 2 << 20
+
+// SameHostStats says what a same-host Conn's shortcut carries.
+type SameHostStats struct {
+	Peers     int    // peer devices reached through shared memory now
+	TxPackets uint64 // datagrams written into rings
+	RxPackets uint64 // datagrams read from rings
+	Corrupt   uint64 // times a peer's ring was found inconsistent (its datagrams dropped)
+	RingFull  uint64 // datagrams dropped because a peer's ring stayed full
+	Fallbacks uint64 // peers that answered at the rendezvous and refused, or failed the handshake
+}
+
+// String is the one-line summary tools print.
+func (s SameHostStats) String() string {
+	return fmt.Sprintf("same-host peers %d, ring tx %d rx %d, corrupt %d, ring-full drops %d, refused %d",
+		s.Peers, s.TxPackets, s.RxPackets, s.Corrupt, s.RingFull, s.Fallbacks)
+}
+
+// ErrSameHostUnsupported is ListenSameHost's error for a Conn it cannot wrap (not the
+// UDP backend, or not Linux).
+var ErrSameHostUnsupported = errors.New("netio: same-host shortcut unavailable for this Conn")
+
+// sameHoster is a Conn with a same-host shortcut.
+type sameHoster interface {
+	SameHostStats() SameHostStats
+}
+
+// SameHostStatsOf returns the shortcut's counters of c (looking through Tees), and false
+// when c has no shortcut.
+func SameHostStatsOf(c Conn) (SameHostStats, bool) {
+	if t, ok := c.(*teeConn); ok {
+		return SameHostStatsOf(t.Conn)
+	}
+	if s, ok := c.(sameHoster); ok {
+		return s.SameHostStats(), true
+	}
+	return SameHostStats{}, false
+}

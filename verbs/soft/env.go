@@ -14,9 +14,18 @@ import (
 )
 
 // EnvDevices is the environment variable that lists the software devices: comma-separated
-// NAME=ADDR[:PORT] entries, for example "sw0=127.0.0.2,sw1=[::1]:4791". Unset, there is
-// one device, sw0 on 127.0.0.1.
+// NAME=ADDR[:PORT][@serve] entries, for example "sw0=127.0.0.2,sw1=[::1]:4791". Unset,
+// there is one device, sw0 on 127.0.0.1. An entry ending in "@serve" is a device that a
+// `goverbs serve` daemon runs and this process attaches to (Config.Attach).
 const EnvDevices = "GOVERBS_DEVICES"
+
+// EnvAttach is the environment variable that, set to 1, attaches every software device
+// (those of GOVERBS_DEVICES, and those a program opens with its own Config) to the
+// `goverbs serve` daemon serving its address, as "@serve" does for one entry.
+const EnvAttach = "GOVERBS_ATTACH"
+
+// AttachAll reports whether GOVERBS_ATTACH asks for every device to be attached.
+func AttachAll() bool { return os.Getenv(EnvAttach) == "1" }
 
 // EnvDebug is the environment variable that, when set (to anything), logs every software
 // device's protocol events at debug level to standard error, unless its Config has a
@@ -28,8 +37,14 @@ const EnvDebug = "GOVERBS_DEBUG"
 func Configs() ([]Config, error) {
 	spec := os.Getenv(EnvDevices)
 	if spec == "" {
-		return []Config{{Name: "sw0", Addr: netip.MustParseAddr("127.0.0.1")}}, nil
+		return []Config{{Name: "sw0", Addr: netip.MustParseAddr("127.0.0.1"), Attach: AttachAll()}}, nil
 	}
+	return ParseDevices(spec)
+}
+
+// ParseDevices parses a device list in GOVERBS_DEVICES' syntax (`goverbs serve` takes
+// one on its command line).
+func ParseDevices(spec string) ([]Config, error) {
 	var out []Config
 	for _, ent := range strings.Split(spec, ",") {
 		ent = strings.TrimSpace(ent)
@@ -40,7 +55,10 @@ func Configs() ([]Config, error) {
 		if !ok || name == "" {
 			return nil, fmt.Errorf("%w: %s: entry %q is not NAME=ADDR[:PORT]", driver.ErrNoDevice, EnvDevices, ent)
 		}
-		cfg := Config{Name: name}
+		cfg := Config{Name: name, Attach: AttachAll()}
+		if a, ok := strings.CutSuffix(addr, "@serve"); ok {
+			addr, cfg.Attach = a, true
+		}
 		if ap, err := netip.ParseAddrPort(addr); err == nil {
 			cfg.Addr, cfg.Port = ap.Addr(), ap.Port()
 		} else if a, err := netip.ParseAddr(strings.Trim(addr, "[]")); err == nil {

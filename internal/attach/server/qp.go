@@ -70,7 +70,7 @@ type srqObj struct {
 
 func (s *session) createQP(r *attach.Reader, w *attach.Writer) ([]*os.File, error) {
 	ph, typ, sigAll, block := r.U32(), driver.QPType(r.U8()), r.U8() != 0, r.U8() != 0
-	r.U16()
+	r.U8()
 	sh, rh, qh := r.U32(), r.U32(), r.U32()
 	c := r.Cap()
 	if r.Err != nil {

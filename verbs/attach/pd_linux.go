@@ -1,0 +1,143 @@
+package attach
+
+import (
+	"unsafe"
+
+	"github.com/goverbs/goverbs/internal/attach"
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
+// PD is a protection domain in the daemon.
+type PD struct {
+	d *Device
+	h uint32
+}
+
+func (p *PD) Close() error {
+	_, err := p.d.call(attach.OpDeallocPD, func(w *attach.Writer) { w.U32(p.h) })
+	return err
+}
+
+// MR is a registered region: buf's pages, shared with the daemon.
+type MR struct {
+	d          *Device
+	h          uint32
+	lkey, rkey uint32
+	addr       uint64
+	span       *sharedSpan
+}
+
+// RegMR shares buf's pages with the daemon (share) and registers them there under
+// buf's address, which is what peers and SGEs name.
+func (p *PD) RegMR(buf []byte, access driver.Access) (driver.MR, error) {
+	if len(buf) == 0 {
+		return nil, driver.NewError(driver.ErrInvalidAttr, "memory region is empty")
+	}
+	sp, off, err := share(buf)
+	if err != nil {
+		return nil, err
+	}
+	addr := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
+	r, files, err := p.d.ctl.call(attach.OpRegMR, func(w *attach.Writer) {
+		w.U32(p.h)
+		w.U32(uint32(access))
+		w.U64(addr)
+		w.U64(uint64(len(buf)))
+		w.U64(off)
+	}, int(sp.reg.File().Fd()))
+	if err == nil {
+		err = want(&r, files, 0)
+	}
+	if err != nil {
+		unshare(sp)
+		return nil, err
+	}
+	return &MR{d: p.d, h: r.U32(), lkey: r.U32(), rkey: r.U32(), addr: addr, span: sp}, nil
+}
+
+// Close deregisters the region; its pages stay shared (see share).
+func (m *MR) Close() error {
+	_, err := m.d.call(attach.OpDeregMR, func(w *attach.Writer) { w.U32(m.h) })
+	if err == nil {
+		unshare(m.span)
+	}
+	return err
+}
+func (m *MR) LKey() uint32 { return m.lkey }
+func (m *MR) RKey() uint32 { return m.rkey }
+func (m *MR) Addr() uint64 { return m.addr }
+
+// AH is an address handle in the daemon.
+type AH struct {
+	d *Device
+	h uint32
+}
+
+func (p *PD) CreateAH(a *driver.AHAttr) (driver.AH, error) {
+	r, err := p.d.call(attach.OpCreateAH, func(w *attach.Writer) {
+		w.U32(p.h)
+		w.PutAH(a)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &AH{d: p.d, h: r.U32()}, nil
+}
+
+func (a *AH) Close() error {
+	_, err := a.d.call(attach.OpDestroyAH, func(w *attach.Writer) { w.U32(a.h) })
+	return err
+}
+
+// MW is a memory window in the daemon. Its rkey is the one its last bind gave it.
+type MW struct {
+	d    *Device
+	h    uint32
+	rkey uint32
+}
+
+func (p *PD) AllocMW(t driver.MWType) (driver.MW, error) {
+	r, err := p.d.call(attach.OpAllocMW, func(w *attach.Writer) {
+		w.U32(p.h)
+		w.U8(uint8(t))
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &MW{d: p.d, h: r.U32(), rkey: r.U32()}, nil
+}
+
+func (m *MW) Close() error {
+	_, err := m.d.call(attach.OpDeallocMW, func(w *attach.Writer) { w.U32(m.h) })
+	return err
+}
+func (m *MW) RKey() uint32 { return m.rkey }
+
+// handles of a work request's objects, which must be this provider's.
+func ahHandle(r driver.AHRef) uint32 {
+	if r == nil {
+		return 0
+	}
+	if a, ok := r.DriverAH().(*AH); ok && a != nil {
+		return a.h
+	}
+	return 0
+}
+
+func mwOf(r driver.MWRef) *MW {
+	if r == nil {
+		return nil
+	}
+	m, _ := r.DriverMW().(*MW)
+	return m
+}
+
+func mrHandle(r driver.MRRef) uint32 {
+	if r == nil {
+		return 0
+	}
+	if m, ok := r.DriverMR().(*MR); ok && m != nil {
+		return m.h
+	}
+	return 0
+}

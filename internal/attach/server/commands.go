@@ -381,14 +381,14 @@ func (s *session) createCQ(r *attach.Reader, w *attach.Writer) ([]*os.File, erro
 		ev.Close()
 		return nil, err
 	}
-	db := s.db
-	cq, err := s.d.dev.CreateCQ(int(depth), func() { db.Signal() })
+	c := &cqObj{reg: reg, ev: ev, prod: prod, arm: attach.Word(mem, l.CtlOff), overflow: attach.Word(mem, l.CtlOff+4)}
+	cq, err := s.d.dev.CreateCQ(int(depth), func() { s.completed(c) })
 	if err != nil {
 		reg.Close()
 		ev.Close()
 		return nil, err
 	}
-	c := &cqObj{cq: cq, reg: reg, ev: ev, prod: prod, arm: attach.Word(mem, l.CtlOff), overflow: attach.Word(mem, l.CtlOff+4)}
+	c.cq = cq
 	c.h = s.add(c)
 	s.cqs = append(s.cqs, c)
 	s.d.own(cq, owner{s: s, h: c.h, kind: attach.EventCQ})

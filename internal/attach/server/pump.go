@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"runtime"
 	"time"
 
 	"github.com/goverbs/goverbs/internal/attach"
@@ -34,6 +35,9 @@ func (s *session) pump() {
 		}
 		if spin > 0 && time.Since(idleSince) < spin {
 			s.mu.Unlock()
+			// Let the device's receive goroutine and the other clients' pumps run:
+			// on a busy host they need this P more than an idle pump does.
+			runtime.Gosched()
 			continue
 		}
 		// Say we sleep, then look once more: a post published before the flag was
@@ -85,6 +89,23 @@ func (q *recvQueue) sleeping(on bool) {
 	} else {
 		q.ring.Awake()
 	}
+}
+
+// completed is the engine's CQ event, armed while the pump sleeps: the goroutine
+// that completed the work moves the completions to the client itself, which saves
+// waking the pump for them, and arms the CQ again. If the pump holds the session it
+// is awake, or about to look once more before it sleeps; the doorbell makes sure.
+func (s *session) completed(c *cqObj) {
+	if !s.mu.TryLock() {
+		s.db.Signal()
+		return
+	}
+	if !s.closing && c.cq != nil {
+		c.move(s)
+		c.cq.RequestNotify(false)
+		c.move(s)
+	}
+	s.mu.Unlock()
 }
 
 // step does what work there is and reports whether there was any.

@@ -36,16 +36,13 @@ type Config struct {
 	// Dir holds the rendezvous and stat sockets (shm.Dir() when empty).
 	Dir string
 	// Spin is how long a client's queues are polled after the last work before the
-	// daemon sleeps on the client's doorbell (DefaultSpin when zero, none when negative).
+	// daemon sleeps on the client's doorbell; zero sleeps at once. Spinning saves the
+	// client's eventfd write and the daemon's wake-up per post, at a core per spinning
+	// client: worth it only where the daemon has cores to itself.
 	Spin time.Duration
 	// Logger receives the daemon's events (clients attaching and leaving); nil is quiet.
 	Logger *slog.Logger
 }
-
-// DefaultSpin: a client's next post usually follows its last completion within a
-// round trip, and catching it while spinning saves the doorbell's eventfd write and the
-// daemon's wake-up.
-const DefaultSpin = 50 * time.Microsecond
 
 // Server is a running daemon.
 type Server struct {
@@ -61,9 +58,6 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Dir == "" {
 		cfg.Dir = shm.Dir()
-	}
-	if cfg.Spin == 0 {
-		cfg.Spin = DefaultSpin
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger}
 	if s.log == nil {

@@ -24,7 +24,7 @@ func Run(cmd *tool.Command, args []string) error {
 	fs.ArgsUsage = "[NAME=ADDR[,NAME=ADDR...]]"
 	var spin string
 	var busy, verbose bool
-	fs.StringOpt(&spin, "", "spin", server.DefaultSpin.String(), "poll a client's queues for `DURATION` after its last work before sleeping (0: never spin)")
+	fs.StringOpt(&spin, "", "spin", "0", "poll a client's queues for `DURATION` after its last work before sleeping (for a daemon with cores of its own)")
 	fs.BoolOpt(&busy, "", "busy-poll", "run the devices in busy-poll mode (the daemon's polls read the sockets)")
 	fs.BoolOpt(&verbose, "v", "verbose", "log clients attaching and leaving")
 	rest, err := fs.ParseArgs(args)
@@ -34,9 +34,6 @@ func Run(cmd *tool.Command, args []string) error {
 	d, err := time.ParseDuration(spin)
 	if err != nil {
 		return fmt.Errorf("invalid --spin %q: %v", spin, err)
-	}
-	if d == 0 {
-		d = -1
 	}
 	var cfgs []soft.Config
 	switch {

@@ -1,6 +1,7 @@
 package attach
 
 import (
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/goverbs/goverbs/internal/attach"
@@ -20,6 +21,7 @@ func (p *PD) Close() error {
 
 // MR is a registered region: buf's pages, shared with the daemon.
 type MR struct {
+	closed     atomic.Bool
 	d          *Device
 	h          uint32
 	lkey, rkey uint32
@@ -59,6 +61,7 @@ func (p *PD) RegMR(buf []byte, access driver.Access) (driver.MR, error) {
 func (m *MR) Close() error {
 	_, err := m.d.call(attach.OpDeregMR, func(w *attach.Writer) { w.U32(m.h) })
 	if err == nil {
+		m.closed.Store(true)
 		unshare(m.span)
 	}
 	return err
@@ -69,8 +72,9 @@ func (m *MR) Addr() uint64 { return m.addr }
 
 // AH is an address handle in the daemon.
 type AH struct {
-	d *Device
-	h uint32
+	closed atomic.Bool
+	d      *Device
+	h      uint32
 }
 
 func (p *PD) CreateAH(a *driver.AHAttr) (driver.AH, error) {
@@ -86,14 +90,18 @@ func (p *PD) CreateAH(a *driver.AHAttr) (driver.AH, error) {
 
 func (a *AH) Close() error {
 	_, err := a.d.call(attach.OpDestroyAH, func(w *attach.Writer) { w.U32(a.h) })
+	if err == nil {
+		a.closed.Store(true)
+	}
 	return err
 }
 
 // MW is a memory window in the daemon. Its rkey is the one its last bind gave it.
 type MW struct {
-	d    *Device
-	h    uint32
-	rkey uint32
+	closed atomic.Bool
+	d      *Device
+	h      uint32
+	rkey   atomic.Uint32
 }
 
 func (p *PD) AllocMW(t driver.MWType) (driver.MW, error) {
@@ -104,24 +112,31 @@ func (p *PD) AllocMW(t driver.MWType) (driver.MW, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &MW{d: p.d, h: r.U32(), rkey: r.U32()}, nil
+	m := &MW{d: p.d, h: r.U32()}
+	m.rkey.Store(r.U32())
+	return m, nil
 }
 
 func (m *MW) Close() error {
 	_, err := m.d.call(attach.OpDeallocMW, func(w *attach.Writer) { w.U32(m.h) })
+	if err == nil {
+		m.closed.Store(true)
+	}
 	return err
 }
-func (m *MW) RKey() uint32 { return m.rkey }
+func (m *MW) RKey() uint32 { return m.rkey.Load() }
 
-// handles of a work request's objects, which must be this provider's.
-func ahHandle(r driver.AHRef) uint32 {
+// The handles of a work request's objects, which must be this provider's; ok is
+// false for one already closed (a post naming it fails at once, as the engine's does).
+func ahHandle(r driver.AHRef) (uint32, bool) {
 	if r == nil {
-		return 0
+		return 0, true
 	}
-	if a, ok := r.DriverAH().(*AH); ok && a != nil {
-		return a.h
+	a, ok := r.DriverAH().(*AH)
+	if !ok || a == nil {
+		return 0, true
 	}
-	return 0
+	return a.h, !a.closed.Load()
 }
 
 func mwOf(r driver.MWRef) *MW {
@@ -132,12 +147,13 @@ func mwOf(r driver.MWRef) *MW {
 	return m
 }
 
-func mrHandle(r driver.MRRef) uint32 {
+func mrHandle(r driver.MRRef) (uint32, bool) {
 	if r == nil {
-		return 0
+		return 0, true
 	}
-	if m, ok := r.DriverMR().(*MR); ok && m != nil {
-		return m.h
+	m, ok := r.DriverMR().(*MR)
+	if !ok || m == nil {
+		return 0, true
 	}
-	return 0
+	return m.h, !m.closed.Load()
 }

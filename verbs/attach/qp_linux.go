@@ -176,17 +176,28 @@ func (q *QP) PostSend(wrs []driver.SendWR) error {
 			perr = &driver.PostError{Index: i, Err: errQueueFull}
 			break
 		}
-		h := attach.SendWQE{AH: ahHandle(wr.AH)}
+		var h attach.SendWQE
+		live := true
+		h.AH, live = ahHandle(wr.AH)
 		var bindRKey uint32
 		var bindAddr, bindLen uint64
 		var bindAccess driver.Access
-		if b := wr.Bind; b != nil && wr.Opcode == driver.WRBindMW {
-			if mw := mwOf(b.MW); mw != nil {
-				h.BindMW = mw.h
-				mw.rkey = b.RKey
+		var bindMW *MW
+		if b := wr.Bind; b != nil && wr.Opcode == driver.WRBindMW && live {
+			if bindMW = mwOf(b.MW); bindMW != nil {
+				h.BindMW, live = bindMW.h, !bindMW.closed.Load()
 			}
-			h.BindMR = mrHandle(b.MR)
+			if live {
+				h.BindMR, live = mrHandle(b.MR)
+			}
 			bindRKey, bindAddr, bindLen, bindAccess = b.RKey, b.Addr, b.Length, b.Access
+		}
+		if !live {
+			perr = &driver.PostError{Index: i, Err: errClosed}
+			break
+		}
+		if bindMW != nil {
+			bindMW.rkey.Store(bindRKey) // a type 2 window's rkey is the one its bind gives
 		}
 		attach.PutSendWQE(slot, wr, h, bindRKey, bindAddr, bindLen, bindAccess)
 		q.sq.ring.Commit()
@@ -246,7 +257,8 @@ func (q *QP) BindMW(mw driver.MW, id uint64, flags driver.SendFlags, b driver.MW
 		w.U32(m.h)
 		w.U64(id)
 		w.U32(uint32(flags))
-		w.U32(mrHandle(b.MR))
+		mh, _ := mrHandle(b.MR)
+		w.U32(mh)
 		w.U64(b.Addr)
 		w.U64(b.Length)
 		w.U32(uint32(b.Access))
@@ -254,8 +266,9 @@ func (q *QP) BindMW(mw driver.MW, id uint64, flags driver.SendFlags, b driver.MW
 	if err != nil {
 		return 0, err
 	}
-	m.rkey = r.U32()
-	return m.rkey, nil
+	rkey := r.U32()
+	m.rkey.Store(rkey)
+	return rkey, nil
 }
 
 func (q *QP) mcast(op attach.Op, gid driver.GID, lid uint16) error {

@@ -47,8 +47,7 @@ var shared struct {
 // would part from ours. unshare undoes the registration's hold.
 func share(buf []byte) (*sharedSpan, uint64, error) {
 	page := uintptr(os.Getpagesize())
-	p := unsafe.Pointer(unsafe.SliceData(buf))
-	a := uintptr(p)
+	a := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
 	start, end := a&^(page-1), (a+uintptr(len(buf))+page-1)&^(page-1)
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
@@ -73,15 +72,28 @@ func share(buf []byte) (*sharedSpan, uint64, error) {
 	if err != nil {
 		return nil, 0, driver.NewError(driver.ErrLimit, err.Error())
 	}
-	// Safe: base is the start of a page run that holds buf (and possibly pages of
-	// spans shared before, all mapped in this process); the run is read once here,
-	// then replaced by a mapping of the same size at the same address with the same
-	// bytes, so every pointer into it stays valid.
-	base := unsafe.Add(p, -int(a-start))
-	copy(reg.Bytes(), unsafe.Slice((*byte)(base), size))
-	if _, err := unix.MmapPtr(int(reg.File().Fd()), 0, base, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_FIXED); err != nil {
+	// The pages are copied and remapped by address, through the kernel (pwrite(2) from
+	// them, mmap(2) over them): they hold memory outside buf, which Go code may not
+	// reach through buf's pointer. The run is read once, then replaced by a mapping of
+	// the same size at the same address with the same bytes, so every pointer into it
+	// stays valid.
+	fd := reg.File().Fd()
+	for off := uintptr(0); off < size; {
+		n, _, errno := unix.Syscall6(unix.SYS_PWRITE64, fd, start+off, size-off, off, 0, 0)
+		if errno == unix.EINTR {
+			continue
+		}
+		if errno != 0 || n == 0 {
+			reg.Close()
+			return nil, 0, driver.NewError(driver.ErrLimit, fmt.Sprintf("attach: copy the region's pages: %v", errno))
+		}
+		off += n
+	}
+	got, _, errno := unix.Syscall6(unix.SYS_MMAP, start, size, unix.PROT_READ|unix.PROT_WRITE,
+		unix.MAP_SHARED|unix.MAP_FIXED, fd, 0)
+	if errno != 0 || got != start {
 		reg.Close()
-		return nil, 0, driver.NewError(driver.ErrLimit, fmt.Sprintf("attach: map the region's pages shared: %v", err))
+		return nil, 0, driver.NewError(driver.ErrLimit, fmt.Sprintf("attach: map the region's pages shared: %v", errno))
 	}
 	for _, s := range shared.spans {
 		if s.start >= start && s.end <= end && s.live == 0 {

@@ -2,6 +2,8 @@ package attach
 
 import (
 	"sync"
+
+	"golang.org/x/sys/unix"
 	"sync/atomic"
 
 	"github.com/goverbs/goverbs/internal/attach"
@@ -22,6 +24,7 @@ type CQ struct {
 	ev       *shm.Eventfd
 	mu       sync.Mutex // the ring has one consumer
 	closed   bool       // under mu: the ring is unmapped
+	empties  int        // under mu: empty polls in a row
 	done     chan struct{}
 }
 
@@ -101,6 +104,13 @@ func (cq *CQ) Poll(wcs []driver.WC) (int, error) {
 	}
 	if n > 0 {
 		cq.ring.Publish()
+		cq.empties = 0
+	} else if cq.empties++; cq.empties%16 == 0 {
+		// A program spinning on an empty CQ waits for the daemon, whose threads need a
+		// CPU to do the work: on a host with fewer cores than spinners they would
+		// otherwise wait for the scheduler's time slice. The in-process device does this
+		// work in the spinning thread itself.
+		unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 	}
 	cq.mu.Unlock()
 	if n == 0 && cq.overflow.Load() != 0 {

@@ -351,7 +351,8 @@ type cqObj struct {
 	prod     *shm.SlotProducer
 	arm      *atomic.Uint32
 	overflow *atomic.Uint32
-	users    int // QPs using it
+	users    int         // QPs using it
+	due      atomic.Bool // the engine's event came while the pump held the session
 	broken   bool
 	wcs      [32]driver.WC
 	carry    []driver.WC // polled from the engine, not yet in the ring
@@ -389,6 +390,7 @@ func (s *session) createCQ(r *attach.Reader, w *attach.Writer) ([]*os.File, erro
 		return nil, err
 	}
 	c.cq = cq
+	cq.RequestNotify(false) // completions are moved on the engine's events (completed)
 	c.h = s.add(c)
 	s.cqs = append(s.cqs, c)
 	s.d.own(cq, owner{s: s, h: c.h, kind: attach.EventCQ})

@@ -13,8 +13,12 @@ import (
 // into its rings and posts them to the engine, and copies the engine's completions
 // into the client's CQ rings. It spins while there is work (cfg.Spin after the last),
 // then sleeps on the client's doorbell eventfd, which the client writes only when a
-// ring it published to said the pump sleeps, and which the engine's CQ events write
-// too.
+// ring it published to said the pump sleeps.
+//
+// Completions are moved by the engine's CQ events (completed), which stay armed: the
+// pump polls an engine CQ only when the client's ring was full. (A pump that polled
+// every CQ in its spin would look to the engine like a program spinning on its CQs,
+// whose ACKs and posts the engine holds for that program's next poll.)
 func (s *session) pump() {
 	defer close(s.pumped)
 	spin := s.d.srv.cfg.Spin
@@ -35,8 +39,10 @@ func (s *session) pump() {
 		}
 		if spin > 0 && time.Since(idleSince) < spin {
 			s.mu.Unlock()
-			// Let the device's receive goroutine and the other clients' pumps run:
-			// on a busy host they need this P more than an idle pump does.
+			// A spinning pump reads the device's socket itself, as a busy poller does:
+			// goroutines that only yield to each other starve Go's netpoller, which
+			// the scheduler then checks only every few milliseconds.
+			s.d.dev.Progress()
 			runtime.Gosched()
 			continue
 		}
@@ -49,8 +55,22 @@ func (s *session) pump() {
 			idleSince = time.Time{}
 			continue
 		}
+		stuck := false
+		for _, c := range s.cqs {
+			stuck = stuck || len(c.carry) > 0
+		}
 		s.mu.Unlock()
-		if err := s.db.Wait(); err != nil {
+		var t *time.Timer
+		if stuck {
+			// A CQ ring is full and the client does not say when it polls: look again
+			// soon.
+			t = time.AfterFunc(100*time.Microsecond, s.db.Signal)
+		}
+		err := s.db.Wait()
+		if t != nil {
+			t.Stop()
+		}
+		if err != nil {
 			return
 		}
 		s.mu.Lock()
@@ -76,11 +96,6 @@ func (s *session) sleeping(on bool) {
 	for _, q := range s.srqs {
 		q.rq.sleeping(on)
 	}
-	if on {
-		for _, c := range s.cqs {
-			c.cq.RequestNotify(false)
-		}
-	}
 }
 
 func (q *recvQueue) sleeping(on bool) {
@@ -91,41 +106,54 @@ func (q *recvQueue) sleeping(on bool) {
 	}
 }
 
-// completed is the engine's CQ event, armed while the pump sleeps: the goroutine
-// that completed the work moves the completions to the client itself, which saves
-// waking the pump for them, and arms the CQ again. If the pump holds the session it
-// is awake, or about to look once more before it sleeps; the doorbell makes sure.
+// completed is the engine's CQ event: the goroutine that completed the work moves
+// the completions to the client itself, which saves waking the pump for them, and
+// arms the CQ again. If the pump holds the session, it is told to (c.due) and woken.
 func (s *session) completed(c *cqObj) {
 	if !s.mu.TryLock() {
+		c.due.Store(true)
 		s.db.Signal()
 		return
 	}
 	if !s.closing && c.cq != nil {
-		c.move(s)
-		c.cq.RequestNotify(false)
-		c.move(s)
+		c.drain(s)
 	}
 	s.mu.Unlock()
 }
 
+// drain moves what the engine's CQ holds and arms it again; s.mu is held.
+func (c *cqObj) drain(s *session) bool {
+	c.due.Store(false)
+	did := c.move(s)
+	c.cq.RequestNotify(false)
+	if c.move(s) {
+		did = true
+	}
+	return did
+}
+
 // step does what work there is and reports whether there was any.
 func (s *session) step() bool {
+	// Receives first: a program posts its receive before the send whose answer it
+	// expects, and the answer must not find the receive still in the ring (RNR).
 	did := false
-	for _, q := range s.qps {
-		if q.drainSend(s) {
-			did = true
-		}
-		if q.rq != nil && q.rq.drain(s, q.qp.PostRecv, q) {
-			did = true
-		}
-	}
 	for _, q := range s.srqs {
 		if q.rq.drain(s, q.srq.PostRecv, nil) {
 			did = true
 		}
 	}
+	for _, q := range s.qps {
+		if q.rq != nil && q.rq.drain(s, q.qp.PostRecv, q) {
+			did = true
+		}
+	}
+	for _, q := range s.qps {
+		if q.drainSend(s) {
+			did = true
+		}
+	}
 	for _, c := range s.cqs {
-		if c.move(s) {
+		if (c.due.Load() || len(c.carry) > 0 || len(c.extra) > 0) && c.drain(s) {
 			did = true
 		}
 	}

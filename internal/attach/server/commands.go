@@ -348,6 +348,7 @@ func (s *session) deregMR(m *mrObj) error {
 type cqObj struct {
 	h        uint32
 	cq       driver.CQ
+	eng      *engine.CQ // cq, for Take
 	reg      *shm.Region
 	ev       *shm.Eventfd // written when an armed CQ fires: the client's completion channel
 	prod     *shm.SlotProducer
@@ -391,7 +392,7 @@ func (s *session) createCQ(r *attach.Reader, w *attach.Writer) ([]*os.File, erro
 		ev.Close()
 		return nil, err
 	}
-	c.cq = cq
+	c.cq, c.eng = cq, cq.(*engine.CQ)
 	cq.RequestNotify(false) // completions are moved on the engine's events (completed)
 	c.h = s.add(c)
 	s.cqs = append(s.cqs, c)

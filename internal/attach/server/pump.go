@@ -366,7 +366,7 @@ func (c *cqObj) move(s *session) bool {
 				c.extra = c.extra[:copy(c.extra, c.extra[n:])]
 				c.carry = c.wcs[:n]
 			} else {
-				n, err := c.cq.Poll(c.wcs[:])
+				n, err := c.eng.Take(c.wcs[:])
 				if err != nil {
 					c.overflow.Store(1)
 				}

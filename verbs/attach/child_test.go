@@ -4,6 +4,7 @@ package attach_test
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"net/netip"
 	"os"
@@ -39,7 +40,10 @@ func runChild(mode string) error {
 	if err != nil {
 		return err
 	}
-	cq, err := dev.CreateCQ(256, nil)
+	if os.Getenv("ATTACH_EVENTS") != "" {
+		childChannel = dev.CreateCompChannel()
+	}
+	cq, err := dev.CreateCQ(256, childChannel)
 	if err != nil {
 		return err
 	}
@@ -94,9 +98,30 @@ func connect(qp *verbs.QP, gid verbs.GID, dest uint32, timeout, retry uint8) err
 		verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|verbs.QPAttrMaxQPRdAtomic)
 }
 
-// poll waits for one completion, spinning politely.
+// childChannel is the child's completion channel with ATTACH_EVENTS.
+var childChannel *verbs.CompChannel
+
+// poll waits for one completion, spinning politely, or (ATTACH_EVENTS) blocked on the
+// completion channel.
 func poll(cq *verbs.CQ) (verbs.WC, error) {
 	var wc [1]verbs.WC
+	if ch := childChannel; ch != nil {
+		for {
+			if n, err := cq.Poll(wc[:]); n == 1 || err != nil {
+				return wc[0], err
+			}
+			cq.RequestNotify(false)
+			if n, err := cq.Poll(wc[:]); n == 1 || err != nil {
+				return wc[0], err
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, err := ch.Wait(ctx)
+			cancel()
+			if err != nil {
+				return wc[0], err
+			}
+		}
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for i := 0; ; i++ {
 		n, err := cq.Poll(wc[:])

@@ -1127,7 +1127,7 @@ func (c *sameHostConn) Close() error {
 		c.rxEv.Signal()
 		time.Sleep(100 * time.Microsecond)
 	}
-	c.rmu.Lock()     // and the reads
+	c.rmu.Lock() // and the reads
 	err := c.inner.Close()
 	c.mu.Lock()
 	rx := *c.rx.Load()

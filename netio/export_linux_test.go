@@ -8,8 +8,7 @@ import "net/netip"
 // instead of at its first datagram, so that a test's traffic starts on the rings.
 func SameHostConnect(c Conn, a netip.AddrPort) error {
 	s := c.(*sameHostConn)
-	s.learn(a)
-	e := (*s.peers.Load())[a]
+	e := s.entry(a)
 	for !e.dialing.CompareAndSwap(false, true) {
 	}
 	defer e.dialing.Store(false)

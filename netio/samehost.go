@@ -3,6 +3,7 @@ package netio
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 )
 
 // SameHostOptions tunes ListenSameHost.
@@ -55,3 +56,16 @@ func SameHostStatsOf(c Conn) (SameHostStats, bool) {
 	}
 	return SameHostStats{}, false
 }
+
+// Resolver is implemented by Conns that can prepare the path to a destination before
+// traffic flows, as a kernel RNIC resolves a neighbour when a QP is given its address: a
+// same-host Conn makes its rendezvous with a local peer device then, so that a
+// connection's first packet already takes the ring and none is reordered by a switch
+// from UDP mid-stream. Resolve blocks for at most a rendezvous's timeout; a destination
+// that is not a same-host device costs one failed connect(2).
+type Resolver interface {
+	Resolve(dest netip.AddrPort)
+}
+
+// AsResolver returns c as a Resolver if it has paths to prepare, looking through Tees.
+func AsResolver(c Conn) (Resolver, bool) { return asThroughTee[Resolver](c) }

@@ -93,7 +93,12 @@ type shPair struct {
 	tx   *shm.RecordProducer
 	rxMu sync.Mutex
 	rx   *shm.RecordConsumer
-	dead atomic.Bool
+	// closing: the pair takes no more datagrams (its lifeline ended, or it lost to
+	// another pair); what its ring holds is still read. dead: its memory is unmapped
+	// (under txMu and rxMu, which every access holds).
+	closing    atomic.Bool
+	finalizing atomic.Bool
+	dead       atomic.Bool
 }
 
 // Region layout: a header page, then ring 0 (initiator to acceptor), then ring 1.
@@ -273,7 +278,7 @@ func (c *sameHostConn) WriteBatch(msgs []Message) (int, error) {
 		} else if c.wantsRing(m.Addr) {
 			c.learn(m.Addr)
 		}
-		if p == nil || p.dead.Load() {
+		if p == nil || p.closing.Load() {
 			continue // part of a UDP run
 		}
 		if ok, err := flushUDP(i); !ok {
@@ -330,32 +335,47 @@ func (c *sameHostConn) publish(p *shPair) {
 // live peer drains its ring far sooner, a stuck one must not stall the sender.
 const ringFullWait = 20 * time.Millisecond
 
+// ringHdr is the netio header before each ring record's datagrams: the run's segment
+// size (uint32, 0 for a single datagram), and 4 reserved bytes. A GSO run crosses the
+// ring as one record and arrives as UDP GRO would deliver it, one Message with SegSize,
+// so that the receiver (and a pcap Tee) numbers its segments as over the socket.
+const ringHdr = 8
+
 // ringWrite writes m's datagrams into p's ring; p.txMu is held. It reports false if the
-// pair is dead (nothing was written).
+// pair is closing (nothing was written).
 func (c *sameHostConn) ringWrite(p *shPair, m *Message) bool {
-	if p.dead.Load() {
+	if p.closing.Load() || p.dead.Load() {
 		return false
 	}
-	seg := m.N
+	chunk, seg := m.N, 0
 	if m.SegSize > 0 && m.N > m.SegSize {
+		// As many segments as one GSO send carries (each chunk numbered from 0, as the
+		// UDP backend's sends are), and as a record holds.
 		seg = m.SegSize
+		k := min(gsoRunSegments(seg, MaxGSOSegments, maxGSOBytes), (shm.MaxRecord(c.ring)-ringHdr)/seg)
+		chunk = max(k, 1) * seg
 	}
 	for off := 0; ; {
-		n := min(seg, m.N-off)
-		buf, ok, err := p.tx.Reserve(n)
+		n := min(chunk, m.N-off)
+		s := seg
+		if n <= seg {
+			s = 0 // a run's last chunk of one segment is a single datagram
+		}
+		buf, ok, err := p.tx.Reserve(ringHdr + n)
 		if err != nil {
 			c.corrupt.Add(1)
-			go c.teardown(p) // the peer scribbled on its tail: no more of its ring
+			go c.teardown(p, false) // the peer scribbled on its tail: no more of its ring
 			return true
 		}
-		if !ok && c.waitRoom(p, n) {
-			buf, ok, _ = p.tx.Reserve(n)
+		if !ok && c.waitRoom(p, ringHdr+n) {
+			buf, ok, _ = p.tx.Reserve(ringHdr + n)
 		}
 		if ok {
+			binary.LittleEndian.PutUint64(buf, uint64(s))
 			if m.Iov == nil {
-				copy(buf, m.Buf[off:off+n])
+				copy(buf[ringHdr:], m.Buf[off:off+n])
 			} else {
-				gather(buf, m.Iov, off)
+				gather(buf[ringHdr:], m.Iov, off)
 			}
 			p.tx.Commit()
 		} else {
@@ -376,7 +396,7 @@ func (c *sameHostConn) waitRoom(p *shPair, n int) bool {
 	}
 	deadline := time.Now().Add(ringFullWait)
 	for i := 0; ; i++ {
-		if p.dead.Load() || c.closed.Load() {
+		if p.closing.Load() || c.closed.Load() {
 			return false
 		}
 		_, ok, err := p.tx.Reserve(n)
@@ -418,6 +438,11 @@ func (c *sameHostConn) wantsRing(a netip.AddrPort) bool {
 // learn adds a destination WriteBatch has not seen and starts a rendezvous with it.
 // Once per destination: the map is copied on write so that lookups take no lock.
 func (c *sameHostConn) learn(a netip.AddrPort) {
+	c.maybeDial(c.entry(a), time.Now().UnixNano())
+}
+
+// entry returns a's entry, adding it if it is new.
+func (c *sameHostConn) entry(a netip.AddrPort) *shPeer {
 	c.mu.Lock()
 	old := *c.peers.Load()
 	e := old[a]
@@ -431,7 +456,35 @@ func (c *sameHostConn) learn(a netip.AddrPort) {
 		c.peers.Store(&m)
 	}
 	c.mu.Unlock()
-	c.maybeDial(e, time.Now().UnixNano())
+	return e
+}
+
+// Resolve makes the rendezvous with dest now, if dest may be a same-host device and
+// none is made or failed recently (Resolver).
+func (c *sameHostConn) Resolve(dest netip.AddrPort) {
+	if !c.wantsRing(dest) {
+		return
+	}
+	e := c.entry(dest)
+	deadline := time.Now().Add(handshakeTimeout)
+	for {
+		if e.pair.Load() != nil || time.Now().UnixNano() < e.retryAt.Load() {
+			return
+		}
+		if e.dialing.CompareAndSwap(false, true) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(100 * time.Microsecond) // the dialer is at it: wait for its outcome
+	}
+	if e.pair.Load() == nil {
+		if err := c.dial(e); err != nil {
+			e.retryAt.Store(time.Now().Add(dialRetry).UnixNano())
+		}
+	}
+	e.dialing.Store(false)
 }
 
 // maybeDial hands e to the dialer unless a rendezvous is under way or failed recently.
@@ -516,12 +569,12 @@ func (c *sameHostConn) pollLocked(msgs []Message, always bool) (int, error) {
 		if n == len(msgs) {
 			break
 		}
-		k := c.readRing(p, msgs[n:])
+		k, pkts := c.readRing(p, msgs[n:])
 		n += k
 		ringed += k
-	}
-	if ringed > 0 {
-		c.rxPackets.Add(uint64(ringed))
+		if pkts > 0 {
+			c.rxPackets.Add(uint64(pkts))
+		}
 	}
 	if n == len(msgs) {
 		c.udpFirst = ringed > 0 // the rings had more than a batch: the socket goes first next
@@ -550,16 +603,23 @@ func (c *sameHostConn) pollUDP(msgs []Message) (int, error) {
 	return k, err
 }
 
-// readRing copies up to len(msgs) datagrams out of p's ring.
-func (c *sameHostConn) readRing(p *shPair, msgs []Message) int {
+// readRing copies up to len(msgs) messages out of p's ring and returns how many, and
+// how many datagrams they hold.
+func (c *sameHostConn) readRing(p *shPair, msgs []Message) (n, pkts int) {
 	if !p.rxMu.TryLock() {
-		return 0 // being torn down
+		return 0, 0 // being torn down
 	}
 	defer p.rxMu.Unlock()
 	if p.dead.Load() {
-		return 0
+		return 0, 0
 	}
-	n := 0
+	gro := c.inner.gro.Load()
+	defer func() {
+		p.rx.Publish()
+		if n < len(msgs) && p.closing.Load() && p.rx.Empty() && p.finalizing.CompareAndSwap(false, true) {
+			go c.finalize(p) // drained: its memory can go (finalize waits for rxMu)
+		}
+	}()
 	for n < len(msgs) {
 		rec, err := p.rx.Next()
 		if err != nil {
@@ -569,14 +629,42 @@ func (c *sameHostConn) readRing(p *shPair, msgs []Message) int {
 		if rec == nil {
 			break
 		}
+		if len(rec) < ringHdr {
+			c.corrupt.Add(1)
+			p.rx.Release()
+			continue
+		}
+		seg := int(binary.LittleEndian.Uint32(rec)) // read once: the peer may change it
+		data := rec[ringHdr:]
 		m := &msgs[n]
-		m.N = copy(m.Buf, rec) // a datagram longer than the buffer is cut, as recvmmsg cuts it
-		m.Addr, m.SegSize, m.Iov = p.peerSrc, 0, nil
+		switch {
+		case seg <= 0 || seg >= len(data):
+			m.N = copy(m.Buf, data) // a datagram longer than the buffer is cut, as recvmmsg cuts it
+			m.SegSize = 0
+			pkts++
+		case gro && len(m.Buf) >= len(data):
+			m.N = copy(m.Buf, data)
+			m.SegSize = seg
+			pkts += (len(data) + seg - 1) / seg
+		default: // a run, to a reader without GRO: its datagrams one by one
+			if (len(data)+seg-1)/seg > len(msgs)-n && n > 0 {
+				return n, pkts // the next call takes it whole
+			}
+			for off := 0; off < len(data) && n < len(msgs); off += seg {
+				m = &msgs[n]
+				m.N = copy(m.Buf, data[off:min(off+seg, len(data))])
+				m.Addr, m.SegSize, m.Iov = p.peerSrc, 0, nil
+				n++
+				pkts++
+			}
+			p.rx.Release()
+			continue
+		}
+		m.Addr, m.Iov = p.peerSrc, nil
 		p.rx.Release()
 		n++
 	}
-	p.rx.Publish()
-	return n
+	return n, pkts
 }
 
 // sleep tells every ring's producer that the reader may wait, then looks once more: it
@@ -919,7 +1007,7 @@ func (c *sameHostConn) install(p *shPair) {
 	c.mu.Lock()
 	if c.closed.Load() {
 		c.mu.Unlock()
-		c.teardown(p)
+		c.teardown(p, false)
 		return
 	}
 	old := *c.peers.Load()
@@ -934,7 +1022,7 @@ func (c *sameHostConn) install(p *shPair) {
 		c.peers.Store(&m)
 	}
 	var loser *shPair
-	if cur := e.pair.Load(); cur != nil && !cur.dead.Load() {
+	if cur := e.pair.Load(); cur != nil && !cur.closing.Load() {
 		if p.initiator.Compare(cur.initiator) < 0 {
 			loser = cur
 		} else {
@@ -948,7 +1036,7 @@ func (c *sameHostConn) install(p *shPair) {
 	}
 	c.mu.Unlock()
 	if loser != nil {
-		c.teardown(loser)
+		c.teardown(loser, loser != p)
 	}
 	if loser != p {
 		go c.watch(p)
@@ -964,13 +1052,22 @@ func (c *sameHostConn) watch(p *shPair) {
 			break
 		}
 	}
-	c.teardown(p)
+	c.teardown(p, true)
 }
 
-// teardown drops p: its destination goes by UDP again (after dialRetry), and its memory
-// is unmapped once no reader or writer is inside it.
-func (c *sameHostConn) teardown(p *shPair) {
-	if p.dead.Swap(true) {
+// drainTime bounds how long a closing pair's ring stays mapped for its last datagrams
+// to be read: a peer that closed its device may have left some (an ACK it owed, sent
+// as it closed), which a socket would have kept in its buffer.
+const drainTime = time.Second
+
+// teardown stops sending through p: its destination goes by UDP again (after
+// dialRetry). With drain, what p's ring holds is still read, and its memory unmapped
+// once it is empty (readRing) or after drainTime; without, at once.
+func (c *sameHostConn) teardown(p *shPair, drain bool) {
+	if p.closing.Swap(true) {
+		if !drain {
+			c.finalize(p)
+		}
 		return
 	}
 	p.uc.Close()
@@ -978,6 +1075,21 @@ func (c *sameHostConn) teardown(p *shPair) {
 	if e := (*c.peers.Load())[p.peerLocal]; e != nil && e.pair.CompareAndSwap(p, nil) {
 		e.retryAt.Store(time.Now().Add(dialRetry).UnixNano())
 	}
+	c.mu.Unlock()
+	if drain && !c.closed.Load() {
+		time.AfterFunc(drainTime, func() { c.finalize(p) })
+		return
+	}
+	c.finalize(p)
+}
+
+// finalize takes p out of the read list and unmaps its memory once no reader or writer
+// is inside it.
+func (c *sameHostConn) finalize(p *shPair) {
+	if p.dead.Load() {
+		return
+	}
+	c.mu.Lock()
 	old := *c.rx.Load()
 	rx := make([]*shPair, 0, len(old))
 	for _, q := range old {
@@ -989,8 +1101,10 @@ func (c *sameHostConn) teardown(p *shPair) {
 	c.mu.Unlock()
 	p.txMu.Lock()
 	p.rxMu.Lock()
-	p.region.Close()
-	p.peerEv.Close()
+	if !p.dead.Swap(true) {
+		p.region.Close()
+		p.peerEv.Close()
+	}
 	p.rxMu.Unlock()
 	p.txMu.Unlock()
 }
@@ -1007,14 +1121,19 @@ func (c *sameHostConn) Close() error {
 	if c.ep != nil {
 		c.ep.Close() // a ReadBatch parked in the netpoller returns
 	}
-	c.closeMu.Lock() // the waits in poll(2) are over
-	c.rmu.Lock()     // and the reads
+	// The waits in poll(2) must end: the eventfd is shared with ReadBatch's wait, which
+	// may drain a single signal before a poll(2) saw it, so signal until they are out.
+	for !c.closeMu.TryLock() {
+		c.rxEv.Signal()
+		time.Sleep(100 * time.Microsecond)
+	}
+	c.rmu.Lock() // and the reads
 	err := c.inner.Close()
 	c.mu.Lock()
 	rx := *c.rx.Load()
 	c.mu.Unlock()
 	for _, p := range rx {
-		c.teardown(p)
+		c.teardown(p, false)
 	}
 	c.rxEv.Close()
 	c.rmu.Unlock()
@@ -1029,3 +1148,7 @@ func (c *sameHostConn) closeWaiters() {
 	}
 	c.rxEv.Close()
 }
+
+// JoinGroup joins a multicast group on the UDP Conn (Multicaster): multicast is
+// delivered by the kernel to every member, so it never takes a ring.
+func (c *sameHostConn) JoinGroup(group netip.Addr) (Conn, error) { return c.inner.JoinGroup(group) }

@@ -4,6 +4,7 @@
 package engine
 
 import (
+	"github.com/goverbs/goverbs/netio"
 	"sync/atomic"
 
 	"github.com/goverbs/goverbs/verbs/driver"
@@ -92,5 +93,16 @@ func (qp *QP) Counters() driver.QPCounters {
 func (d *Device) Counters() driver.Counters {
 	var out driver.Counters
 	d.counters.Each(func(name string, v uint64) { out = append(out, driver.Counter{Name: name, Value: v}) })
+	// Which path the device's datagrams take: the same-host shortcut's counters, when
+	// its Conn has one (netio.ListenSameHost), so that stat and --stats show it.
+	if s, ok := netio.SameHostStatsOf(d.conn); ok {
+		out = append(out,
+			driver.Counter{Name: "samehost_peers", Value: uint64(s.Peers)},
+			driver.Counter{Name: "samehost_tx_pkts", Value: s.TxPackets},
+			driver.Counter{Name: "samehost_rx_pkts", Value: s.RxPackets},
+			driver.Counter{Name: "samehost_corrupt", Value: s.Corrupt},
+			driver.Counter{Name: "samehost_ring_full", Value: s.RingFull},
+			driver.Counter{Name: "samehost_refused", Value: s.Fallbacks})
+	}
 	return out
 }

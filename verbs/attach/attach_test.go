@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goverbs/goverbs/internal/attach/attachtest"
 	"github.com/goverbs/goverbs/internal/attach/server"
-	"github.com/goverbs/goverbs/internal/testaddr"
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/soft"
 	"github.com/goverbs/goverbs/verbs/verbstest"
@@ -34,18 +34,7 @@ func TestMain(m *testing.M) {
 }
 
 // daemon serves one device on a free address of the package's block.
-func daemon(t *testing.T) (*server.Server, netip.Addr) {
-	t.Helper()
-	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
-	var srv *server.Server
-	addr := testaddr.Open(t, testaddr.Attach, func(a netip.Addr) (netip.Addr, error) {
-		s, err := server.New(server.Config{Devices: []soft.Config{{Name: "sw0", Addr: a}}})
-		srv = s
-		return a, err
-	})
-	t.Cleanup(func() { srv.Close() })
-	return srv, addr
-}
+func daemon(t *testing.T) (*server.Server, netip.Addr) { return attachtest.Daemon(t) }
 
 func attachTo(t testing.TB, addr netip.Addr) *verbs.Device {
 	t.Helper()

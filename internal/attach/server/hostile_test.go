@@ -14,26 +14,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goverbs/goverbs/internal/attach"
+	"github.com/goverbs/goverbs/internal/attach/attachtest"
 	"github.com/goverbs/goverbs/internal/attach/server"
 	"github.com/goverbs/goverbs/internal/shm"
-	"github.com/goverbs/goverbs/internal/testaddr"
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/driver"
-	"github.com/goverbs/goverbs/verbs/soft"
 )
 
-func daemon(t *testing.T) (*server.Server, netip.Addr) {
-	t.Helper()
-	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
-	var srv *server.Server
-	addr := testaddr.Open(t, testaddr.Attach, func(a netip.Addr) (netip.Addr, error) {
-		s, err := server.New(server.Config{Devices: []soft.Config{{Name: "sw0", Addr: a}}})
-		srv = s
-		return a, err
-	})
-	t.Cleanup(func() { srv.Close() })
-	return srv, addr
-}
+func daemon(t *testing.T) (*server.Server, netip.Addr) { return attachtest.Daemon(t) }
 
 // raw speaks the protocol by hand, as a hostile (or broken) C client might.
 type raw struct {

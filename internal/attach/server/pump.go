@@ -215,18 +215,24 @@ func (q *qpObj) drainSend(s *session) bool {
 			q.pending = 0
 			continue
 		}
-		idx := 0
-		var pe *driver.PostError
-		if errors.As(err, &pe) && pe.Index >= 0 && pe.Index < q.pending {
-			idx = pe.Index
-		}
-		if errors.Is(err, driver.ErrQueueFull) {
+		idx, full := refused(err, q.pending)
+		if full {
 			q.shift(idx) // the engine's queue is full: retry when it has room
 			return did
 		}
 		q.refuse(&q.send[idx])
 		q.shift(idx + 1)
 	}
+}
+
+// refused says which of n posted work requests the engine refused (a PostError's
+// index; the first for any other error) and whether because its queue was full.
+func refused(err error, n int) (idx int, full bool) {
+	var pe *driver.PostError
+	if errors.As(err, &pe) && pe.Index >= 0 && pe.Index < n {
+		idx = pe.Index
+	}
+	return idx, errors.Is(err, driver.ErrQueueFull)
 }
 
 // resolve turns the handles of WQE i into the session's objects; a handle that is
@@ -325,12 +331,8 @@ func (q *recvQueue) drain(s *session, post func([]driver.RecvWR) error, qp *qpOb
 			q.pending = 0
 			continue
 		}
-		idx := 0
-		var pe *driver.PostError
-		if errors.As(err, &pe) && pe.Index >= 0 && pe.Index < q.pending {
-			idx = pe.Index
-		}
-		if !errors.Is(err, driver.ErrQueueFull) {
+		idx, full := refused(err, q.pending)
+		if !full {
 			idx++ // the refused one is dropped: a receive the engine refused cannot complete
 		}
 		k := 0
@@ -339,7 +341,7 @@ func (q *recvQueue) drain(s *session, post func([]driver.RecvWR) error, qp *qpOb
 			q.sgl[k], q.sgl[j] = q.sgl[j], q.sgl[k]
 		}
 		q.pending = k
-		if errors.Is(err, driver.ErrQueueFull) {
+		if full {
 			return did
 		}
 	}

@@ -66,7 +66,7 @@ func (s *session) pump() {
 		if stuck {
 			// A CQ ring is full and the client does not say when it polls: look again
 			// soon.
-			t = time.AfterFunc(100*time.Microsecond, s.db.Signal)
+			t = time.AfterFunc(100*time.Microsecond, s.signal)
 		}
 		err := s.db.Wait()
 		if t != nil {
@@ -114,7 +114,7 @@ func (q *recvQueue) sleeping(on bool) {
 func (s *session) completed(c *cqObj) {
 	if !s.mu.TryLock() {
 		c.due.Store(true)
-		s.db.Signal()
+		s.signal()
 		return
 	}
 	if !s.closing && c.cq != nil {

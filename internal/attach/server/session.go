@@ -28,6 +28,14 @@ type session struct {
 	prog string
 	done chan struct{}
 
+	// The engine's goroutines signal the doorbell and queue events at any time, also
+	// while the session is torn down: these guard the descriptor (a closed eventfd's
+	// number may be reused by then) and the channel.
+	dbMu     sync.RWMutex
+	dbClosed bool
+	evMu     sync.Mutex
+	evClosed bool
+
 	// mu guards everything below; the pump holds it while it works, so that a
 	// command that destroys an object never pulls memory from under it.
 	mu      sync.Mutex
@@ -153,10 +161,24 @@ func (s *session) event(typ, kind, h uint32) {
 	w.U32(kind)
 	w.U32(h)
 	w.U32(0)
+	s.evMu.Lock()
+	defer s.evMu.Unlock()
+	if s.evClosed {
+		return
+	}
 	select {
 	case s.evq <- e:
 	default:
 	}
+}
+
+// signal writes the doorbell, unless the session has closed it.
+func (s *session) signal() {
+	s.dbMu.RLock()
+	if !s.dbClosed {
+		s.db.Signal()
+	}
+	s.dbMu.RUnlock()
 }
 
 func (s *session) writeEvents() {
@@ -215,7 +237,7 @@ func (s *session) teardown() {
 	s.mu.Lock()
 	s.closing = true
 	s.mu.Unlock()
-	s.db.Signal()
+	s.signal()
 	if s.ev != nil {
 		<-s.pumped // the pump has left the shared queues
 	}
@@ -264,9 +286,15 @@ func (s *session) teardown() {
 	}
 	clear(s.objs) // every owner entry went with its object: no event comes now
 	s.c.Close()
+	s.dbMu.Lock()
+	s.dbClosed = true
 	s.db.Close()
+	s.dbMu.Unlock()
+	s.evMu.Lock()
+	s.evClosed = true
+	close(s.evq) // the writer drains it and ends
+	s.evMu.Unlock()
 	if s.ev != nil {
-		close(s.evq)
 		s.ev.Close()
 	}
 	if s.prog != "" || s.pid != 0 {

@@ -23,6 +23,12 @@ var comparisons = []struct{ run, base, key, unit, what string }{
 	{"send_lat_busy", "udp_lat_busy", "t_typical_us", "µs", "RC SEND 8 B latency, busy-poll, vs Go UDP spinning ping-pong"},
 	{"write_lat_busy", "udp_lat_busy", "t_typical_us", "µs", "RC WRITE 8 B latency, busy-poll, vs Go UDP spinning ping-pong"},
 	{"send_lat_busy", "udp_lat_rcwire", "t_typical_us", "µs", "RC SEND 8 B latency, busy-poll, vs the same Go UDP ping-pong sending RC's datagrams (unconnected, DF, an ACK behind each: nettest --rc-wire)"},
+	// bench/samehost.sh: the same-host shortcut against the UDP path and a unix socket.
+	{"shm_send_lat_busy", "send_lat_busy", "t_typical_us", "µs", "Same host: RC SEND 8 B latency, busy-poll, shared memory vs goverbs over UDP"},
+	{"shm_send_lat_ev", "unix_lat", "t_typical_us", "µs", "Same host: RC SEND 8 B latency, -e, shared memory vs Go unix-socket ping-pong"},
+	{"send_lat_ev", "unix_lat", "t_typical_us", "µs", "Same host: RC SEND 8 B latency, -e, over UDP vs Go unix-socket ping-pong"},
+	{"shm_write_bw", "write_bw", "bw_avg_mib_s", "MiB/s", "Same host: RC WRITE 64 KiB bandwidth, shared memory vs goverbs over UDP"},
+	{"shm_write_bw_8", "write_bw_8", "msg_rate_mpps", "M/s", "Same host: RC WRITE 8 B message rate, shared memory vs goverbs over UDP"},
 	{"tcp_lat", "", "t_typical_us", "µs", "Go TCP 64 B request/response (one-way, median), baseline only"},
 	{"tcp_lat_busy", "", "t_typical_us", "µs", "Go TCP 64 B request/response, spinning, baseline only"},
 }

@@ -67,13 +67,12 @@ func checkPath(t testing.TB, d *verbs.Device) {
 	}
 }
 
-// TestSameHostPath: two devices of this process exchange SENDs, WRITEs and READs on the
-// path this run is about, and their counters say which.
-func TestSameHostPath(t *testing.T) {
-	a, b := newHost(t), newHost(t)
+// writeChecked connects an RC pair between a and b and WRITEs n bytes from a to b.
+func writeChecked(t *testing.T, a, b *host, n int) {
+	t.Helper()
 	p := newPair(t, a, b, verbs.QPTypeRC, defaultRC())
-	src, dst := a.MR(t, 256<<10, allAccess), b.MR(t, 256<<10, allAccess)
-	fill(src.Buf(), 3)
+	src, dst := a.MR(t, n, allAccess), b.MR(t, n, allAccess)
+	fill(src.Buf(), uint64(n))
 	if err := p.QA.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(0, src.Len())},
 		RemoteAddr: dst.Addr(), RKey: dst.RKey()}); err != nil {
 		t.Fatal(err)
@@ -82,6 +81,13 @@ func TestSameHostPath(t *testing.T) {
 	if string(dst.Buf()) != string(src.Buf()) {
 		t.Fatal("the WRITE's bytes differ")
 	}
+}
+
+// TestSameHostPath: two devices of this process exchange SENDs, WRITEs and READs on the
+// path this run is about, and their counters say which.
+func TestSameHostPath(t *testing.T) {
+	a, b := newHost(t), newHost(t)
+	writeChecked(t, a, b, 256<<10)
 	checkPath(t, a.Dev)
 	checkPath(t, b.Dev)
 	if sameHostOn() && a.Dev.Counters().Get("samehost_peers") != 1 {
@@ -93,17 +99,7 @@ func TestSameHostPath(t *testing.T) {
 // the other reaches it over UDP without a word, and the traffic is the same.
 func TestSameHostFallbackToUDP(t *testing.T) {
 	a, b := newHost(t), newHostCfg(t, verbs.SoftConfig{NoSameHost: true})
-	p := newPair(t, a, b, verbs.QPTypeRC, defaultRC())
-	src, dst := a.MR(t, 64<<10, allAccess), b.MR(t, 64<<10, allAccess)
-	fill(src.Buf(), 4)
-	if err := p.QA.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(0, src.Len())},
-		RemoteAddr: dst.Addr(), RKey: dst.RKey()}); err != nil {
-		t.Fatal(err)
-	}
-	expectStatus(t, a.CQ, 1, verbs.WCSuccess)
-	if string(dst.Buf()) != string(src.Buf()) {
-		t.Fatal("the WRITE's bytes differ")
-	}
+	writeChecked(t, a, b, 64<<10)
 	time.Sleep(10 * time.Millisecond)
 	c := a.Dev.Counters()
 	if c.Get("samehost_tx_pkts") != 0 || c.Get("samehost_peers") != 0 {

@@ -109,3 +109,71 @@ func TestSameHostFallbackToUDP(t *testing.T) {
 		t.Fatal("a device with the shortcut off has a same-host peer")
 	}
 }
+
+// TestMRCloseUnderWriteStream: the target closes its MR while a stream of WRITEs into it
+// runs, over real devices (through rings in the shm run, over UDP in the other). The
+// WRITEs before the close succeed, the first one after it fails with a remote access
+// error (the requester's QP then flushes the rest), MR.Close returns only after the
+// accesses in progress, and the target survives to serve a new MR.
+func TestMRCloseUnderWriteStream(t *testing.T) {
+	a, b := newHost(t), newHost(t)
+	p := newPair(t, a, b, verbs.QPTypeRC, defaultRC())
+	const size = 1 << 20
+	src := a.MR(t, size, allAccess)
+	fill(src.Buf(), 7)
+	dst, err := b.PD.RegMR(make([]byte, size), allAccess)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const total = 400
+	posted := 0
+	post := func(n int) {
+		for ; posted < n; posted++ {
+			if err := p.QA.PostSend(verbs.SendWR{ID: uint64(posted), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+				SGL: []verbs.SGE{src.SGE(0, 64<<10)}, RemoteAddr: dst.Addr() + uint64(posted%16)*(64<<10), RKey: dst.RKey()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	post(64)
+	var wcs []verbs.WC
+	buf := make([]verbs.WC, 64)
+	closed := false
+	deadline := time.Now().Add(20 * time.Second)
+	for len(wcs) < total && time.Now().Before(deadline) {
+		n, _ := a.CQ.Poll(buf)
+		wcs = append(wcs, buf[:n]...)
+		if !closed && len(wcs) >= 20 {
+			if err := dst.Close(); err != nil { // under the stream
+				t.Fatal(err)
+			}
+			closed = true
+		}
+		if len(wcs) > 0 && wcs[len(wcs)-1].Status != verbs.WCSuccess {
+			post(posted) // no more: the QP is in error
+		} else {
+			post(min(total, len(wcs)+64))
+		}
+		if n == 0 {
+			if len(wcs) > 0 && wcs[len(wcs)-1].Status != verbs.WCSuccess && len(wcs) == posted {
+				break
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+	i := 0
+	for i < len(wcs) && wcs[i].Status == verbs.WCSuccess {
+		i++
+	}
+	if i == len(wcs) || wcs[i].Status != verbs.WCRemAccessErr {
+		t.Fatalf("after %d successes of %d completions: %+v, want a remote access error", i, len(wcs), wcs[min(i, len(wcs)-1)])
+	}
+	for _, wc := range wcs[i+1:] {
+		if wc.Status != verbs.WCWRFlushErr {
+			t.Fatalf("after the access error: %+v, want flushed", wc)
+		}
+	}
+	// The target is unharmed: a new pair and a new MR work.
+	writeChecked(t, a, b, 64<<10)
+	checkPath(t, b.Dev)
+}

@@ -55,7 +55,7 @@ type sameHostConn struct {
 
 	rmu       sync.Mutex
 	udpFirst  bool // the rings filled the last batch: the UDP socket goes first next time
-	idlePolls int  // ring-only polls since the UDP socket was last read (busy-poll)
+	idlePolls int  // polls since the UDP socket was last read
 	udpHot    bool // the last UDP poll found something
 
 	closeMu sync.RWMutex // WaitReadable's poll holds it shared; Close exclusively
@@ -501,10 +501,10 @@ func (c *sameHostConn) maybeDial(e *shPeer, now int64) {
 
 // ---- receiving ----
 
-// udpEvery is how many empty ring polls a busy poller makes between two reads of the
-// UDP socket while peers reach it through rings and the socket has been quiet: a poll
-// of the rings costs no syscall, a recvmmsg one, and a spinning ping-pong over the rings
-// would otherwise pay it on every poll.
+// udpEvery is how many polls of the rings come between two reads of the UDP socket
+// while peers reach this Conn through rings and the socket has been quiet: a poll of
+// the rings costs no syscall, a recvmmsg one, and a spinning ping-pong or a stream over
+// the rings would otherwise pay it on every poll.
 const udpEvery = 32
 
 // ReadBatch reads from the rings, then the UDP socket, and waits for either when both
@@ -580,10 +580,11 @@ func (c *sameHostConn) pollLocked(msgs []Message, always bool) (int, error) {
 		c.udpFirst = ringed > 0 // the rings had more than a batch: the socket goes first next
 		return n, nil
 	}
-	if len(rx) > 0 && ringed == 0 {
-		c.idlePolls++
-	}
-	if len(rx) > 0 && (always || c.udpHot || ringed == 0 && c.idlePolls >= udpEvery) {
+	// The socket is read when it had traffic last time, when a blocking read found the
+	// rings empty and is about to sleep, and otherwise every udpEvery polls, so that a
+	// stream through the rings neither pays a syscall per poll nor starves the socket.
+	c.idlePolls++
+	if len(rx) > 0 && (c.udpHot || always && ringed == 0 || c.idlePolls >= udpEvery) {
 		c.idlePolls = 0
 		k, err := c.pollUDP(msgs[n:])
 		if err != nil {

@@ -259,3 +259,45 @@ func TestSameHostGarbage(t *testing.T) {
 		t.Fatalf("garbage not counted: %v", s)
 	}
 }
+
+// TestSameHostAllocsNothing: a write through a ring and a read of it, in the default mode
+// (PollBatch) and blocked (ReadBatch), allocate nothing: the engine's 0 allocs/op from
+// post to poll holds on the shm path.
+func TestSameHostAllocsNothing(t *testing.T) {
+	for _, busy := range []bool{false, true} {
+		dir := rendezvousDir(t)
+		a, b := sameHost(t, "127.0.0.2:0", dir, netio.UDPOptions{BusyPoll: busy}), sameHost(t, "127.0.0.3:0", dir, netio.UDPOptions{BusyPoll: busy})
+		if err := netio.SameHostConnect(a, b.LocalAddr()); err != nil {
+			t.Fatal(err)
+		}
+		waitPeers(t, b, 1)
+		out := []netio.Message{{Buf: make([]byte, 64), N: 64, Addr: b.LocalAddr()}, {Buf: make([]byte, 4096), N: 3000, Addr: b.LocalAddr(), SegSize: 1000}}
+		in := make([]netio.Message, 4)
+		for i := range in {
+			in[i].Buf = make([]byte, netio.MaxGROSize)
+		}
+		p, _ := netio.AsPoller(b)
+		allocs := testing.AllocsPerRun(200, func() {
+			if _, err := a.WriteBatch(out); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := p.PollBatch(in); n == 0 || err != nil {
+				t.Fatalf("PollBatch = %d, %v", n, err)
+			}
+			if _, err := a.WriteBatch(out[:1]); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := b.ReadBatch(in); n == 0 || err != nil {
+				t.Fatalf("ReadBatch = %d, %v", n, err)
+			}
+			for {
+				if n, _ := p.PollBatch(in); n == 0 {
+					break
+				}
+			}
+		})
+		if allocs != 0 {
+			t.Errorf("busy-poll %v: %.1f allocations per write and read", busy, allocs)
+		}
+	}
+}

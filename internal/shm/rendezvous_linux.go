@@ -11,15 +11,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Dir is where goverbs' unix sockets live: $XDG_RUNTIME_DIR/goverbs, or
-// $TMPDIR/goverbs-UID without it. `goverbs stat`'s control sockets live there too.
-func Dir() string {
-	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
-		return filepath.Join(d, "goverbs")
-	}
-	return filepath.Join(os.TempDir(), fmt.Sprintf("goverbs-%d", os.Getuid()))
-}
-
 // ErrPermission is returned for a rendezvous directory or peer that is not this user's
 // alone.
 var ErrPermission = errors.New("shm: rendezvous not private to this user")

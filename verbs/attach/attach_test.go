@@ -101,7 +101,7 @@ func TestDaemonGoneIsDeviceFatal(t *testing.T) {
 			t.Fatal("no DEVICE_FATAL after the daemon closed")
 		}
 	}
-	if _, err := pd.RegMR(make([]byte, 64), verbs.AccessLocalWrite); !errors.Is(err, verbs.ErrUnavailable) {
+	if _, err := pd.RegMR(make([]byte, 4096), verbs.AccessLocalWrite); !errors.Is(err, verbs.ErrUnavailable) {
 		t.Fatalf("RegMR after the daemon's end: %v, want ErrUnavailable", err)
 	}
 }

@@ -21,18 +21,19 @@ import (
 // process_vm_readv/writev, was the alternative: it costs a syscall per access, needs
 // ptrace permission, and would need the engine to address memory it has not mapped.)
 //
-// The move is per page, so it takes whatever else shares the buffer's first and last
-// pages along; the pages stay moved after the MR is closed (moving them back would
-// race with the program as moving them did), and a later registration within them
-// reuses the memfd. A write by another goroutine to those pages between the copy and
-// the mapping would be lost: register page-aligned memory (verbs.Mmap, or Go
-// allocations of 32 KiB and more, which have pages of their own) when other goroutines
-// write next to the buffer.
+// Only a buffer that is whole pages can be moved: between the copy and the mapping, a
+// write by another goroutine to the same pages would be lost, and Go puts other objects
+// (and new allocations) beside a buffer that does not fill its pages. A buffer that
+// starts on a page and is a whole number of pages has its pages to itself (verbs.Mmap's
+// memory; Go allocations of whole pages); any other is refused, unless it lies inside
+// pages a live registration already moved, which are shared as they are. The pages stay
+// moved after the MR closes (moving them back would race with the program as moving
+// them did); a new registration of them copies them into a new memfd.
 
 type sharedSpan struct {
 	start, end uintptr
 	reg        *shm.Region
-	live       int // registrations using it
+	live       int // registrations using it; the span leaves the table at 0
 }
 
 var shared struct {
@@ -40,32 +41,28 @@ var shared struct {
 	spans []*sharedSpan
 }
 
-// share returns the memfd that holds buf and buf's offset in it, moving buf's pages
-// onto a new memfd first if they are not shared yet. Pages shared earlier and no
-// longer registered are taken into the new memfd when buf straddles them (Go reuses
-// freed memory); ones still registered cannot be, since the daemon's view of them
-// would part from ours. unshare undoes the registration's hold.
+var errNotPages = driver.NewError(driver.ErrInvalidAttr,
+	"attach: an attached device registers whole pages: the buffer must start on a page and be a whole number of pages (verbs.Mmap, or make a multiple of the page size)")
+
+// share returns the span that holds buf and buf's offset in its memfd.
 func share(buf []byte) (*sharedSpan, uint64, error) {
 	page := uintptr(os.Getpagesize())
 	a := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
 	start, end := a&^(page-1), (a+uintptr(len(buf))+page-1)&^(page-1)
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
-	keep := shared.spans[:0:0]
 	for _, s := range shared.spans {
 		if start >= s.start && end <= s.end {
 			s.live++
 			return s, uint64(a - s.start), nil
 		}
 		if start < s.end && end > s.start {
-			if s.live > 0 {
-				return nil, 0, driver.NewError(driver.ErrInvalidAttr, fmt.Sprintf(
-					"attach: region [%#x, %#x) straddles pages of a registered region; register page-aligned buffers", a, a+uintptr(len(buf))))
-			}
-			start, end = min(start, s.start), max(end, s.end)
-			continue
+			return nil, 0, driver.NewError(driver.ErrInvalidAttr, fmt.Sprintf(
+				"attach: region [%#x, %#x) straddles the pages of a registered region", a, a+uintptr(len(buf))))
 		}
-		keep = append(keep, s)
+	}
+	if a != start || uintptr(len(buf))%page != 0 {
+		return nil, 0, errNotPages
 	}
 	size := end - start
 	reg, err := shm.Create("goverbs-mr", int(size))
@@ -73,10 +70,9 @@ func share(buf []byte) (*sharedSpan, uint64, error) {
 		return nil, 0, driver.NewError(driver.ErrLimit, err.Error())
 	}
 	// The pages are copied and remapped by address, through the kernel (pwrite(2) from
-	// them, mmap(2) over them): they hold memory outside buf, which Go code may not
-	// reach through buf's pointer. The run is read once, then replaced by a mapping of
-	// the same size at the same address with the same bytes, so every pointer into it
-	// stays valid.
+	// them, mmap(2) over them), which needs no Go pointer arithmetic; they are buf's own
+	// (checked above), read once here, then replaced by a mapping of the same size at
+	// the same address with the same bytes, so every pointer into them stays valid.
 	fd := reg.File().Fd()
 	for off := uintptr(0); off < size; {
 		n, _, errno := unix.Syscall6(unix.SYS_PWRITE64, fd, start+off, size-off, off, 0, 0)
@@ -95,18 +91,24 @@ func share(buf []byte) (*sharedSpan, uint64, error) {
 		reg.Close()
 		return nil, 0, driver.NewError(driver.ErrLimit, fmt.Sprintf("attach: map the region's pages shared: %v", errno))
 	}
-	for _, s := range shared.spans {
-		if s.start >= start && s.end <= end && s.live == 0 {
-			s.reg.Close() // its pages at our addresses are the new memfd's now
-		}
-	}
 	sp := &sharedSpan{start: start, end: end, reg: reg, live: 1}
-	shared.spans = append(keep, sp)
-	return sp, uint64(a - start), nil
+	shared.spans = append(shared.spans, sp)
+	return sp, 0, nil
 }
 
+// unshare drops a registration's hold on its span. The last one takes the span out of
+// the table and closes our handle of the memfd; the pages stay mapped on it.
 func unshare(s *sharedSpan) {
 	shared.mu.Lock()
-	s.live--
-	shared.mu.Unlock()
+	defer shared.mu.Unlock()
+	if s.live--; s.live > 0 {
+		return
+	}
+	for i, x := range shared.spans {
+		if x == s {
+			shared.spans = append(shared.spans[:i], shared.spans[i+1:]...)
+			break
+		}
+	}
+	s.reg.Close()
 }

@@ -35,6 +35,9 @@ func (p *PD) RegMR(buf []byte, access driver.Access) (driver.MR, error) {
 	if len(buf) == 0 {
 		return nil, driver.NewError(driver.ErrInvalidAttr, "memory region is empty")
 	}
+	if p.d.gone() {
+		return nil, errGone
+	}
 	sp, off, err := share(buf)
 	if err != nil {
 		return nil, err

@@ -11,7 +11,8 @@
 // Registered memory is shared with the daemon without a copy: RegMR moves the pages
 // under the buffer onto a memfd (contents kept, address kept) that the daemon maps, so
 // the daemon's engine reads and writes the program's buffer itself and can reach
-// nothing else. Linux only.
+// nothing else. A registered buffer must therefore be whole pages (memory_linux.go).
+// Linux only.
 package attach
 
 import (

@@ -36,6 +36,7 @@ import (
 	"github.com/goverbs/goverbs/cmd/goverbs/internal/soak"
 	"github.com/goverbs/goverbs/cmd/goverbs/internal/tool"
 	"github.com/goverbs/goverbs/netio"
+	_ "github.com/goverbs/goverbs/verbs/soft/xdp" // GOVERBS_DEVICES entries "NAME=ADDR@xdp:IFACE/Q"
 )
 
 // commands is the command table: each command's name, its one-line summary (the

@@ -14,8 +14,10 @@ import (
 )
 
 // EnvDevices is the environment variable that lists the software devices: comma-separated
-// NAME=ADDR[:PORT] entries, for example "sw0=127.0.0.2,sw1=[::1]:4791". Unset, there is
-// one device, sw0 on 127.0.0.1.
+// NAME=ADDR[:PORT][@BACKEND] entries, for example "sw0=127.0.0.2,sw1=[::1]:4791". Unset,
+// there is one device, sw0 on 127.0.0.1. A device runs on a UDP socket unless its entry
+// names a registered backend after an @ (Config.Backend), for example
+// "sw0=10.0.0.1@xdp:eth0/0".
 const EnvDevices = "GOVERBS_DEVICES"
 
 // EnvDebug is the environment variable that, when set (to anything), logs every software
@@ -41,6 +43,9 @@ func Configs() ([]Config, error) {
 			return nil, fmt.Errorf("%w: %s: entry %q is not NAME=ADDR[:PORT]", driver.ErrNoDevice, EnvDevices, ent)
 		}
 		cfg := Config{Name: name}
+		// The backend is looked up when the device opens: a program that does not
+		// carry it still lists the device, and opening it says what to import.
+		addr, cfg.Backend, _ = strings.Cut(addr, "@")
 		if ap, err := netip.ParseAddrPort(addr); err == nil {
 			cfg.Addr, cfg.Port = ap.Addr(), ap.Port()
 		} else if a, err := netip.ParseAddr(strings.Trim(addr, "[]")); err == nil {

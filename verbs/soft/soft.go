@@ -49,6 +49,12 @@ type Config struct {
 	// Conn, when set, is used instead of opening a UDP socket (for example a simulated
 	// network from netio/simnet, or a netio.Tee recording to pcap). The device owns it.
 	Conn netio.Conn
+	// Backend, when set (and Conn is not), names the datagram backend to open instead of
+	// a UDP socket, as "KIND:ARGS" of a backend registered with RegisterBackend: for
+	// example "xdp:eth0/0", AF_XDP on queue 0 of eth0, once package verbs/soft/xdp is
+	// imported. A backend that cannot be opened is an error, never a silent fall back
+	// to UDP.
+	Backend string
 	// Recorder, when set, receives every datagram the device sends and receives
 	// (a *pcap.Writer records them to a file Wireshark opens).
 	Recorder netio.Recorder
@@ -137,7 +143,7 @@ func Open(cfg Config) (driver.Device, error) {
 		if !cfg.Addr.IsValid() {
 			return nil, fmt.Errorf("%w: software device %s has no address", driver.ErrInvalidAttr, cfg.Name)
 		}
-		c, err := netio.ListenUDP(netip.AddrPortFrom(cfg.Addr, port), netio.UDPOptions{BusyPoll: cfg.BusyPoll})
+		c, err := listen(cfg, netip.AddrPortFrom(cfg.Addr, port))
 		if err != nil {
 			return nil, &openError{name: cfg.Name, addr: netip.AddrPortFrom(cfg.Addr, port), err: err}
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goverbs/goverbs/cmd/goverbs/internal/tool"
 	"github.com/goverbs/goverbs/verbs"
 )
 
@@ -36,16 +37,16 @@ func TestStatCommand(t *testing.T) {
 // does; an RC QP left in RTR raises COMM_EST when its first packet arrives.
 func TestAsyncwatch(t *testing.T) {
 	a, b := addrPair(t)
-	ea, err := openEndpoint(devOpts{bind: a, ibPort: 1, tool: "test"})
+	ea, err := tool.OpenEndpoint(tool.DevOpts{Bind: a, IBPort: 1, Tool: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ea.close()
-	eb, err := openEndpoint(devOpts{bind: b, ibPort: 1})
+	defer ea.Close()
+	eb, err := tool.OpenEndpoint(tool.DevOpts{Bind: b, IBPort: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer eb.close()
+	defer eb.Close()
 	w := startServer(t, "async events of", "asyncwatch", "--bind", a)
 
 	qa, qb, mra, mrb := rcPair(t, ea, eb)
@@ -69,17 +70,17 @@ func TestAsyncwatch(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	ea.close() // the tool ends: asyncwatch says so and exits 0
+	ea.Close() // the tool ends: asyncwatch says so and exits 0
 	r := w.wait(t)
 	mustSucceed(t, "asyncwatch", r)
 	mustContain(t, "asyncwatch", r.stdout, "async events of goverbs test (pid ", "the tool closed its device\n")
 }
 
 // rcPair connects an RC QP on ea (left in RTR) to one on eb (in RTS).
-func rcPair(t *testing.T, ea, eb *endpoint) (*verbs.QP, *verbs.QP, *verbs.MR, *verbs.MR) {
+func rcPair(t *testing.T, ea, eb *tool.Endpoint) (*verbs.QP, *verbs.QP, *verbs.MR, *verbs.MR) {
 	t.Helper()
-	mk := func(ep *endpoint) (*verbs.QP, *verbs.MR) {
-		pd, err := ep.dev.AllocPD()
+	mk := func(ep *tool.Endpoint) (*verbs.QP, *verbs.MR) {
+		pd, err := ep.Dev.AllocPD()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,7 +88,7 @@ func rcPair(t *testing.T, ea, eb *endpoint) (*verbs.QP, *verbs.QP, *verbs.MR, *v
 		if err != nil {
 			t.Fatal(err)
 		}
-		cq, err := ep.dev.CreateCQ(16, nil)
+		cq, err := ep.Dev.CreateCQ(16, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -112,8 +113,8 @@ func rcPair(t *testing.T, ea, eb *endpoint) (*verbs.QP, *verbs.QP, *verbs.MR, *v
 			t.Fatal(err)
 		}
 	}
-	rtr(qa, qb, eb.gid)
-	rtr(qb, qa, ea.gid)
+	rtr(qa, qb, eb.GID)
+	rtr(qb, qa, ea.GID)
 	if err := qb.Modify(&verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: 0, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
 		verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|verbs.QPAttrMaxQPRdAtomic); err != nil {
 		t.Fatal(err)

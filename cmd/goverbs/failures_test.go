@@ -51,7 +51,7 @@ func TestDevinfoWhileRunning(t *testing.T) {
 
 // TestStatsFlag: README and stat.go promised --stats; the tools refused it.
 func TestStatsFlag(t *testing.T) {
-	srv, cli := pingpong(t, "rc", "-n", "10", "--stats")
+	srv, cli := pingpongPair(t, "rc", "-n", "10", "--stats")
 	for who, r := range map[string]result{"server": srv, "client": cli} {
 		mustSucceed(t, "rc_pingpong --stats "+who, r)
 		mustContain(t, "rc_pingpong --stats "+who, r.stderr, "\nlink sw0/1 sent_pkts ", " rcvd_icrc_err 0 ")

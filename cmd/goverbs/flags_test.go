@@ -59,10 +59,10 @@ func TestHelpPages(t *testing.T) {
 // TestPingpongMemoryFlags: rdma-core's -o -O -P -t -j -N. What a software device does
 // anyway works; what it lacks fails with rdma-core's own message.
 func TestPingpongMemoryFlags(t *testing.T) {
-	srv, cli := pingpong(t, "rc", "-n", "20", "-o", "-P", "-N", "-c")
+	srv, cli := pingpongPair(t, "rc", "-n", "20", "-o", "-P", "-N", "-c")
 	mustSucceed(t, "rc_pingpong -o -P -N server", srv)
 	mustSucceed(t, "rc_pingpong -o -P -N client", cli)
-	srv, cli = pingpong(t, "srq", "-n", "20", "-q", "2", "-o")
+	srv, cli = pingpongPair(t, "srq", "-n", "20", "-q", "2", "-o")
 	mustSucceed(t, "srq_pingpong -o server", srv)
 	mustSucceed(t, "srq_pingpong -o client", cli)
 	badInput(t, "the device doesn't support implicit ODP", "rc_pingpong", "-O")

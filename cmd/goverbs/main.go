@@ -21,58 +21,62 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 
+	"github.com/goverbs/goverbs/cmd/goverbs/internal/cmtools"
+	"github.com/goverbs/goverbs/cmd/goverbs/internal/inspect"
+	"github.com/goverbs/goverbs/cmd/goverbs/internal/perftest"
+	"github.com/goverbs/goverbs/cmd/goverbs/internal/pingpong"
+	"github.com/goverbs/goverbs/cmd/goverbs/internal/rstream"
+	"github.com/goverbs/goverbs/cmd/goverbs/internal/soak"
+	"github.com/goverbs/goverbs/cmd/goverbs/internal/tool"
 	"github.com/goverbs/goverbs/netio"
 )
 
-// command is one subcommand: run parses its own flags from args.
-type command struct {
-	summary string
-	run     func(args []string) error
+// commands is the command table: each command's name, its one-line summary (the
+// help pages show it) and the function that parses its flags and runs it.
+var commands = []*tool.Command{
+	{Name: "devices", Summary: "list software RDMA devices (ibv_devices)", Run: inspect.RunDevices},
+	{Name: "devinfo", Summary: "show device and port attributes (ibv_devinfo)", Run: inspect.RunDevinfo},
+	{Name: "rc_pingpong", Summary: "RC send/receive ping-pong (ibv_rc_pingpong)", Run: pingpong.Runner(pingpong.RC)},
+	{Name: "uc_pingpong", Summary: "UC send/receive ping-pong (ibv_uc_pingpong)", Run: pingpong.Runner(pingpong.UC)},
+	{Name: "ud_pingpong", Summary: "UD send/receive ping-pong (ibv_ud_pingpong)", Run: pingpong.Runner(pingpong.UD)},
+	{Name: "srq_pingpong", Summary: "RC ping-pong over a shared receive queue (ibv_srq_pingpong)", Run: pingpong.Runner(pingpong.SRQ)},
+	{Name: "send_bw", Summary: "SEND bandwidth (ib_send_bw)", Run: perftest.Runner(perftest.SendBW)},
+	{Name: "write_bw", Summary: "RDMA WRITE bandwidth (ib_write_bw)", Run: perftest.Runner(perftest.WriteBW)},
+	{Name: "read_bw", Summary: "RDMA READ bandwidth (ib_read_bw)", Run: perftest.Runner(perftest.ReadBW)},
+	{Name: "atomic_bw", Summary: "atomic FETCH_AND_ADD or CMP_AND_SWAP bandwidth (ib_atomic_bw)", Run: perftest.Runner(perftest.AtomicBW)},
+	{Name: "send_lat", Summary: "SEND latency (ib_send_lat)", Run: perftest.Runner(perftest.SendLat)},
+	{Name: "write_lat", Summary: "RDMA WRITE latency (ib_write_lat)", Run: perftest.Runner(perftest.WriteLat)},
+	{Name: "read_lat", Summary: "RDMA READ latency (ib_read_lat)", Run: perftest.Runner(perftest.ReadLat)},
+	{Name: "atomic_lat", Summary: "atomic FETCH_AND_ADD or CMP_AND_SWAP latency (ib_atomic_lat)", Run: perftest.Runner(perftest.AtomicLat)},
+	{Name: "soak", Summary: "long verified RC stream over a simulated faulty network", Run: soak.RunCommand},
+	{Name: "version", Summary: "print the goverbs module version and the Go version", Run: runVersion},
+	{Name: "stat", Summary: "counters of running tools' devices and QPs (rdma statistic)", Run: inspect.RunStat},
+	{Name: "asyncwatch", Summary: "a running tool's device's async events as they happen (ibv_asyncwatch)", Run: inspect.RunAsyncwatch},
+	{Name: "rping", Summary: "RDMA ping through the connection manager (librdmacm's rping)", Run: cmtools.RunRping},
+	{Name: "ucmatose", Summary: "RC connections and messages through the connection manager (librdmacm's cmatose)", Run: cmtools.RunUcmatose},
+	{Name: "udaddy", Summary: "UD datagrams to a service found through the connection manager (librdmacm's udaddy)", Run: cmtools.RunUdaddy},
+	{Name: "rstream", Summary: "stream bandwidth and latency over rdmanet, or Go TCP with --tcp (librdmacm's rstream)", Run: rstream.Run},
+	{Name: "mckey", Summary: "UD datagrams to a multicast group joined through the connection manager (librdmacm's mckey)", Run: cmtools.RunMckey},
 }
 
-// commands is filled by init: the commands' help pages read their summaries from it.
-var commands map[string]command
-
-func init() {
-	commands = map[string]command{
-		"devices":      {"list software RDMA devices (ibv_devices)", runDevices},
-		"devinfo":      {"show device and port attributes (ibv_devinfo)", runDevinfo},
-		"rc_pingpong":  {"RC send/receive ping-pong (ibv_rc_pingpong)", pingpongCmd(ppRC)},
-		"uc_pingpong":  {"UC send/receive ping-pong (ibv_uc_pingpong)", pingpongCmd(ppUC)},
-		"ud_pingpong":  {"UD send/receive ping-pong (ibv_ud_pingpong)", pingpongCmd(ppUD)},
-		"srq_pingpong": {"RC ping-pong over a shared receive queue (ibv_srq_pingpong)", pingpongCmd(ppSRQ)},
-		"send_bw":      {"SEND bandwidth (ib_send_bw)", perfCmd(testSend, false)},
-		"write_bw":     {"RDMA WRITE bandwidth (ib_write_bw)", perfCmd(testWrite, false)},
-		"read_bw":      {"RDMA READ bandwidth (ib_read_bw)", perfCmd(testRead, false)},
-		"atomic_bw":    {"atomic FETCH_AND_ADD or CMP_AND_SWAP bandwidth (ib_atomic_bw)", perfCmd(testAtomic, false)},
-		"send_lat":     {"SEND latency (ib_send_lat)", perfCmd(testSend, true)},
-		"write_lat":    {"RDMA WRITE latency (ib_write_lat)", perfCmd(testWrite, true)},
-		"read_lat":     {"RDMA READ latency (ib_read_lat)", perfCmd(testRead, true)},
-		"atomic_lat":   {"atomic FETCH_AND_ADD or CMP_AND_SWAP latency (ib_atomic_lat)", perfCmd(testAtomic, true)},
-		"soak":         {"long verified RC stream over a simulated faulty network", runSoak},
-		"version":      {"print the goverbs module version and the Go version", runVersion},
-		"stat":         {"counters of running tools' devices and QPs (rdma statistic)", runStat},
-		"asyncwatch":   {"a running tool's device's async events as they happen (ibv_asyncwatch)", runAsyncwatch},
-		"rping":        {"RDMA ping through the connection manager (librdmacm's rping)", runRping},
-		"ucmatose":     {"RC connections and messages through the connection manager (librdmacm's cmatose)", runUcmatose},
-		"udaddy":       {"UD datagrams to a service found through the connection manager (librdmacm's udaddy)", runUdaddy},
-		"rstream":      {"stream bandwidth and latency over rdmanet, or Go TCP with --tcp (librdmacm's rstream)", runRstream},
-		"mckey":        {"UD datagrams to a multicast group joined through the connection manager (librdmacm's mckey)", runMckey},
+// lookup returns the command called name.
+func lookup(name string) (*tool.Command, bool) {
+	for _, c := range commands {
+		if c.Name == name {
+			return c, true
+		}
 	}
+	return nil, false
 }
 
 func usage(w io.Writer) {
 	fmt.Fprintf(w, "usage: goverbs COMMAND [flags] [server address]\n\ncommands:\n")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-13s %s\n", n, commands[n].summary)
+	sorted := slices.SortedFunc(slices.Values(commands), func(a, b *tool.Command) int { return strings.Compare(a.Name, b.Name) })
+	for _, c := range sorted {
+		fmt.Fprintf(w, "  %-13s %s\n", c.Name, c.Summary)
 	}
 	fmt.Fprintf(w, "\nRun 'goverbs help COMMAND' (or 'goverbs COMMAND -h') for a command's flags.\n")
 }
@@ -99,21 +103,21 @@ func run(args []string) int {
 		// goverbs help COMMAND: that command's own help page.
 		return run([]string{args[1], "-h"})
 	}
-	cmd, ok := commands[name]
+	cmd, ok := lookup(name)
 	if !ok {
 		fmt.Fprintf(os.Stderr, "goverbs: unknown command %q (run 'goverbs help')\n", args[0])
 		return 2
 	}
-	err := cmd.run(args[1:])
+	err := cmd.Run(cmd, args[1:])
 	switch {
 	case err == nil:
 		return 0
-	case errors.Is(err, errHelp):
+	case errors.Is(err, tool.ErrHelp):
 		return 0
-	case errors.Is(err, errInterrupted):
+	case errors.Is(err, tool.ErrInterrupted):
 		fmt.Fprintf(os.Stderr, "goverbs %s: interrupted\n", name)
 		return 130
-	case errors.Is(err, errUsage):
+	case errors.Is(err, tool.ErrUsage):
 		// The flag package has already printed the problem and the usage.
 		return 2
 	}

@@ -239,7 +239,7 @@ func TestDevinfo(t *testing.T) {
 	mustContain(t, "devinfo -d swB", string(out), "hca_id:\tswB\n")
 }
 
-func pingpong(t *testing.T, kind string, extra ...string) (result, result) {
+func pingpongPair(t *testing.T, kind string, extra ...string) (result, result) {
 	t.Helper()
 	a, b := addrPair(t)
 	port := freePort(t, a)
@@ -256,7 +256,7 @@ func TestPingpongs(t *testing.T) {
 			if kind == "srq" {
 				extra = append(extra, "-q", "4")
 			}
-			srv, cli := pingpong(t, kind, extra...)
+			srv, cli := pingpongPair(t, kind, extra...)
 			for who, r := range map[string]result{"server": srv, "client": cli} {
 				mustSucceed(t, kind+" "+who, r)
 				mustContain(t, kind+" "+who, r.stdout, "  local address:  LID 0x0000, QPN 0x", "  remote address: LID 0x0000, QPN 0x",
@@ -278,7 +278,7 @@ func TestPingpongs(t *testing.T) {
 }
 
 func TestRCPingpongOptions(t *testing.T) {
-	srv, cli := pingpong(t, "rc", "-s", "10000", "-m", "2048", "-r", "20", "-e", "-c")
+	srv, cli := pingpongPair(t, "rc", "-s", "10000", "-m", "2048", "-r", "20", "-e", "-c")
 	mustSucceed(t, "server", srv)
 	mustSucceed(t, "client", cli)
 	mustContain(t, "client", cli.stdout, "2000000 bytes in ")
@@ -303,7 +303,7 @@ func TestPingpongChkPattern(t *testing.T) {
 
 func TestPcap(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "rc.pcap")
-	srv, cli := pingpong(t, "rc", "-s", "100", "--pcap", file)
+	srv, cli := pingpongPair(t, "rc", "-s", "100", "--pcap", file)
 	mustSucceed(t, "server", srv)
 	mustSucceed(t, "client", cli)
 	st, err := os.Stat(file)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/goverbs/goverbs/cmd/goverbs/internal/exchange/perftestcomm"
 )
 
 // perftest's flags, each run end to end (--loopback: both sides in one process).
@@ -166,7 +168,7 @@ func TestPerfUDSizeAndVersion(t *testing.T) {
 	badInput(t, "larger than the MTU", "send_bw", "--loopback", "-c", "UD", "-s", "8192")
 	for _, v := range []string{"-V", "--version"} {
 		r = runBin(t, 10*time.Second, "write_bw", v)
-		if r.code != 0 || r.stdout != "Version: "+perftestVersion+"\n" {
+		if r.code != 0 || r.stdout != "Version: "+perftestcomm.Version+"\n" {
 			t.Errorf("write_bw %s: exit %d, %q", v, r.code, r.stdout)
 		}
 	}

@@ -7,14 +7,16 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+
+	"github.com/goverbs/goverbs/cmd/goverbs/internal/tool"
 )
 
 // runVersion prints the module version goverbs was built from and the Go version that
 // built it, as `go version -m` reads them from the binary.
-func runVersion(args []string) error {
+func runVersion(cmd *tool.Command, args []string) error {
 	if len(args) > 0 {
 		fmt.Fprintln(os.Stderr, "goverbs version: takes no arguments")
-		return errUsage
+		return tool.ErrUsage
 	}
 	info, ok := debug.ReadBuildInfo()
 	if !ok {

@@ -91,7 +91,6 @@ func (t SRQType) String() string {
 // DeviceAttr.DeviceCapFlags.
 const DeviceXRC = 1 << 20
 
-
 // QPState is a QP's state (ibv_qp_state, IBTA 10.3.1).
 type QPState uint8
 

@@ -16,7 +16,10 @@ static struct ibv_qp *gv_create(struct ibv_pd *pd, void *qp_context, struct ibv_
 	uint32_t qpn;
 	int rc;
 
-	if (!pd || !send_cq || !recv_cq || !cap) {
+	/* An XRC_SEND QP has no receive queue: recv_cq is ignored (and may be NULL). */
+	if (type == IBV_QPT_XRC_SEND)
+		recv_cq = NULL, srq = NULL;
+	if (!pd || !send_cq || (!recv_cq && type != IBV_QPT_XRC_SEND) || !cap) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -27,7 +30,8 @@ static struct ibv_qp *gv_create(struct ibv_pd *pd, void *qp_context, struct ibv_
 		errno = ENOMEM;
 		return NULL;
 	}
-	rc = gv_create_qp(((struct gv_pd *)pd)->h, ((struct gv_cq *)send_cq)->h, ((struct gv_cq *)recv_cq)->h,
+	rc = gv_create_qp(((struct gv_pd *)pd)->h, ((struct gv_cq *)send_cq)->h,
+			  recv_cq ? ((struct gv_cq *)recv_cq)->h : 0,
 			  srq ? ((struct gv_srq *)srq)->h : 0, type, sq_sig_all, cap, &q->qpx.qp_base,
 			  &q->h, &qpn);
 	if (rc) {
@@ -68,17 +72,65 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 			 attr->qp_type, attr->sq_sig_all);
 }
 
-/* ibv_create_qp_ex: the PD, CQs and SRQ, plus the ibv_wr_* send operations. */
+/*
+ * An XRC_RECV QP (IBTA Annex A14) belongs to an XRC domain, not a PD, and has no queues:
+ * its ibv_qp has no PD, CQs or SRQ, and nothing to post.
+ */
+static struct ibv_qp *gv_create_xrc_recv(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr)
+{
+	struct gv_qp *q;
+	uint32_t qpn;
+	int rc;
+
+	if (!attr->xrcd || attr->xrcd->context != context) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (gv_fork_guard())
+		return NULL;
+	q = calloc(1, sizeof(*q));
+	if (!q) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	rc = gv_create_xrc_recv_qp(((struct gv_xrcd *)attr->xrcd)->h, &q->qpx.qp_base, &q->h, &qpn);
+	if (rc) {
+		free(q);
+		errno = rc;
+		return NULL;
+	}
+	memset(&attr->cap, 0, sizeof(attr->cap));
+	struct ibv_qp *qp = &q->qpx.qp_base;
+	qp->context = context;
+	qp->qp_context = attr->qp_context;
+	qp->qp_num = qpn;
+	qp->state = IBV_QPS_RESET;
+	qp->qp_type = IBV_QPT_XRC_RECV;
+	pthread_mutex_init(&qp->mutex, NULL);
+	pthread_cond_init(&qp->cond, NULL);
+	gv_init_qp_ex(q);
+	return qp;
+}
+
+/* ibv_create_qp_ex: the PD, CQs and SRQ, plus the ibv_wr_* send operations; or an XRC domain. */
 struct ibv_qp *gv_op_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr)
 {
-	const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+	const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
+			       IBV_QP_INIT_ATTR_CREATE_FLAGS;
 	const uint64_t ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
 			     IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |
 			     IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
 			     IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_BIND_MW;
 
+	if (context && attr && attr->qp_type == IBV_QPT_XRC_RECV && !(attr->comp_mask & ~known)) {
+		if (!(attr->comp_mask & IBV_QP_INIT_ATTR_XRCD)) {
+			errno = EINVAL;
+			return NULL;
+		}
+		return gv_create_xrc_recv(context, attr);
+	}
 	if (!context || !attr || !(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || (attr->comp_mask & ~known) ||
-	    attr->pd->context != context) {
+	    !attr->pd || attr->pd->context != context) {
 		errno = attr && (attr->comp_mask & ~known) ? EOPNOTSUPP : EINVAL;
 		return NULL;
 	}
@@ -345,6 +397,15 @@ static void gv_wr_set_ud_addr(struct ibv_qp_ex *x, struct ibv_ah *ah, uint32_t q
 	}
 }
 
+/* The XRC SRQ at the target of an XRC_SEND QP's request (wr.qp_type.xrc.remote_srqn). */
+static void gv_wr_set_xrc_srqn(struct ibv_qp_ex *x, uint32_t remote_srqn)
+{
+	struct ibv_send_wr *w = gv_wr_cur(x);
+
+	if (w)
+		w->qp_type.xrc.remote_srqn = remote_srqn;
+}
+
 static void gv_wr_set_sge_list(struct ibv_qp_ex *x, size_t n, const struct ibv_sge *sges)
 {
 	struct ibv_send_wr *w = gv_wr_cur(x);
@@ -397,6 +458,7 @@ static void gv_init_qp_ex(struct gv_qp *q)
 	x->wr_local_inv = gv_wr_local_inv;
 	x->wr_bind_mw = gv_wr_bind_mw;
 	x->wr_set_ud_addr = gv_wr_set_ud_addr;
+	x->wr_set_xrc_srqn = gv_wr_set_xrc_srqn;
 	x->wr_set_sge = gv_wr_set_sge;
 	x->wr_set_sge_list = gv_wr_set_sge_list;
 	x->wr_set_inline_data = gv_wr_set_inline_data;

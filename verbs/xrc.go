@@ -39,9 +39,9 @@ var errXRCDClosed = driver.NewError(ErrClosed, "XRC domain is closed")
 // OpenXRCD opens an XRC domain (ibv_open_xrcd). With fd -1 the domain is new and the
 // caller's alone. Otherwise the domain is the one of the file fd refers to, shared by
 // every open of that file (the same inode) on this device in this process: oflags with
-// os.O_CREATE makes it if the file has none (without, that is ENOENT); with os.O_EXCL as
-// well, a file that has one is EEXIST. Each open is closed on its own; the domain lives
-// until the last. XRC needs a device whose DeviceCapFlags have DeviceXRC.
+// os.O_CREATE makes it if the file has none (without, the error is syscall.EAGAIN, as the
+// kernel answers); with os.O_EXCL a file that has one is syscall.EINVAL. Each open is
+// closed on its own; the domain lives until the last. XRC needs a device whose DeviceCapFlags have DeviceXRC.
 func (d *Device) OpenXRCD(fd int, oflags int) (*XRCD, error) {
 	if d.closed.Load() {
 		return nil, errDeviceClosed

@@ -43,7 +43,8 @@ type XRCD struct {
 
 // OpenXRCD opens an XRC domain (driver.XRCDevice): fd -1 a new one of its own, else the
 // one of fd's file, shared by every open of the same inode on this device, created when
-// oflags has O_CREAT (xrcdFileKey and the open flags are platform code).
+// oflags has O_CREAT; O_EXCL refuses a file that has one (xrcdFileKey, the flags and the
+// errors are platform code).
 func (d *Device) OpenXRCD(fd int, oflags int) (driver.XRCD, error) {
 	if d.closed.Load() {
 		return nil, ErrDeviceClosed
@@ -59,7 +60,7 @@ func (d *Device) OpenXRCD(fd int, oflags int) (driver.XRCD, error) {
 	defer d.xrcdMu.Unlock()
 	dom := d.xrcds[key]
 	switch {
-	case dom != nil && oflags&oExcl != 0 && oflags&oCreat != 0:
+	case dom != nil && oflags&oExcl != 0:
 		return nil, fmt.Errorf("verbs: XRC domain of fd %d: %w", fd, errExist)
 	case dom == nil && oflags&oCreat == 0:
 		return nil, fmt.Errorf("verbs: XRC domain of fd %d: %w", fd, errNotExist)

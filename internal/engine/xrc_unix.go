@@ -12,9 +12,11 @@ const (
 	oExcl  = syscall.O_EXCL
 )
 
+// The kernel's answers (ib_uverbs_open_xrcd), which programs test for: a file with a
+// domain opened with O_EXCL is EINVAL, one without and no O_CREAT is EAGAIN.
 var (
-	errExist    error = syscall.EEXIST
-	errNotExist error = syscall.ENOENT
+	errExist    error = syscall.EINVAL
+	errNotExist error = syscall.EAGAIN
 )
 
 // xrcdFileKey identifies the file fd refers to: its device and inode, as the kernel's

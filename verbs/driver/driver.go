@@ -161,8 +161,8 @@ type XRCDevice interface {
 	// OpenXRCD opens an XRC domain as ibv_open_xrcd does: fd -1 makes a domain of its
 	// own; otherwise every open of the same file (the same inode) on the device shares
 	// one domain, made by an open whose oflags have O_CREAT (without it, a file with no
-	// domain is ENOENT; with O_EXCL, a file that has one is EEXIST). The domain lives
-	// until its last opener closes it.
+	// domain is EAGAIN; with O_EXCL, a file that has one is EINVAL: the kernel's errnos).
+	// The domain lives until its last opener closes it.
 	OpenXRCD(fd int, oflags int) (XRCD, error)
 }
 

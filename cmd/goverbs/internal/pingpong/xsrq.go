@@ -1,69 +1,30 @@
 package pingpong
 
 import (
-	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
-	"strconv"
-	"strings"
 
 	"github.com/goverbs/goverbs/cmd/goverbs/internal/exchange"
+	"github.com/goverbs/goverbs/cmd/goverbs/internal/exchange/xsrqrec"
 	"github.com/goverbs/goverbs/cmd/goverbs/internal/tool"
 	"github.com/goverbs/goverbs/verbs"
 )
 
 // xsrq_pingpong: rdma-core's XRC example (libibverbs/examples/xsrq_pingpong.c), with its
-// flags, output and exchange, so that either side may be Debian's ibv_xsrq_pingpong. A
-// server serves -c clients; each side has, per peer, an XRC_RECV QP (in an XRC domain
-// opened on the file /tmp/xrc_domain) and an XRC_SEND QP, and one XRC SRQ receives what
-// every peer sends. The exchange is one 66-byte record each way,
-// "LLLL:RRRRRR:SSSSSS:PPPPPP:NNNNNN:GID" (LID, receive and send QPN, PSN, SRQ number,
-// GID as 32 hex digits), NUL-terminated, and at the end a 4-byte "END" each way.
+// flags, output and exchange (package xsrqrec), so that either side may be Debian's
+// ibv_xsrq_pingpong. A server serves -c clients; each side has, per peer, an XRC_RECV QP
+// (in an XRC domain opened on the file /tmp/xrc_domain) and an XRC_SEND QP, and one XRC
+// SRQ receives what every peer sends.
 
-const (
-	xsrqRecordLen = 66
-	xsrqEnd       = "END\x00"
-	xsrqDomain    = "/tmp/xrc_domain"
-)
+const xsrqDomain = "/tmp/xrc_domain"
 
-type xsrqDest struct {
-	lid                   uint16
-	recvQPN, sendQPN, psn uint32
-	srqn                  uint32
-	gid                   verbs.GID
-	ppCnt                 int
-	conn                  net.Conn
-}
-
-func (d *xsrqDest) record() []byte {
-	s := fmt.Sprintf("%04x:%06x:%06x:%06x:%06x:%s", d.lid, d.recvQPN&0xffffff, d.sendQPN&0xffffff,
-		d.psn&0xffffff, d.srqn&0xffffff, hex.EncodeToString(d.gid[:]))
-	b := make([]byte, xsrqRecordLen)
-	copy(b, s)
-	return b
-}
-
-func parseXSRQRecord(b []byte) (xsrqDest, error) {
-	var d xsrqDest
-	f := strings.Split(strings.TrimRight(string(b), "\x00"), ":")
-	if len(f) != 6 || len(f[5]) != 32 {
-		return d, fmt.Errorf("the peer does not speak xsrq_pingpong's exchange (66-byte LID:RQPN:SQPN:PSN:SRQN:GID records)")
-	}
-	var v [5]uint64
-	for i := range v {
-		x, err := strconv.ParseUint(f[i], 16, 32)
-		if err != nil {
-			return d, fmt.Errorf("bad xsrq_pingpong record %q", b)
-		}
-		v[i] = x
-	}
-	if _, err := hex.Decode(d.gid[:], []byte(f[5])); err != nil {
-		return d, fmt.Errorf("bad GID in xsrq_pingpong record %q", b)
-	}
-	d.lid, d.recvQPN, d.sendQPN, d.psn, d.srqn = uint16(v[0]), uint32(v[1]), uint32(v[2]), uint32(v[3]), uint32(v[4])
-	return d, nil
+// xsrqPeer is a peer's record, the connection it came on and the messages sent to it.
+type xsrqPeer struct {
+	xsrqrec.Dest
+	ppCnt int
+	conn  net.Conn
 }
 
 type xsrq struct {
@@ -83,7 +44,7 @@ type xsrq struct {
 	srqn     uint32
 	recvQP   []*verbs.QP
 	sendQP   []*verbs.QP
-	rem      []xsrqDest
+	rem      []xsrqPeer
 	localPSN []uint32
 }
 
@@ -187,7 +148,7 @@ func (x *xsrq) init() error {
 	if x.srqn, err = x.srq.Num(); err != nil {
 		return fmt.Errorf("couldn't get SRQ num: %v", err)
 	}
-	x.rem = make([]xsrqDest, x.clients)
+	x.rem = make([]xsrqPeer, x.clients)
 	x.localPSN = make([]uint32, x.clients)
 	initMask := verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags
 	for i := range x.clients {
@@ -214,31 +175,30 @@ func (x *xsrq) init() error {
 	return nil
 }
 
-func (x *xsrq) printDest(which string, d *xsrqDest) {
+func (x *xsrq) printDest(which string, d *xsrqrec.Dest) {
 	fmt.Printf("%8s: LID %04x, QPN RECV %06x SEND %06x, PSN %06x, SRQN %06x, GID %s\n",
-		which, d.lid, d.recvQPN, d.sendQPN, d.psn, d.srqn, tool.GIDText(d.gid))
+		which, d.LID, d.RecvQPN, d.SendQPN, d.PSN, d.SRQN, tool.GIDText(d.GID))
 }
 
 func (x *xsrq) sendLocal(c net.Conn, i int) error {
 	x.localPSN[i] = rand.Uint32() & 0xffffff
-	d := xsrqDest{lid: x.ep.Port.LID, recvQPN: x.recvQP[i].QPN(), sendQPN: x.sendQP[i].QPN(),
-		psn: x.localPSN[i], srqn: x.srqn, gid: x.ep.GID}
+	d := xsrqrec.Dest{LID: x.ep.Port.LID, RecvQPN: x.recvQP[i].QPN(), SendQPN: x.sendQP[i].QPN(),
+		PSN: x.localPSN[i], SRQN: x.srqn, GID: x.ep.GID}
 	x.printDest("local", &d)
-	return exchange.WriteAll(c, d.record(), "local address")
+	return exchange.WriteAll(c, d.Record(), "local address")
 }
 
 func (x *xsrq) recvRemote(c net.Conn, i int) error {
-	b := make([]byte, xsrqRecordLen)
+	b := make([]byte, xsrqrec.RecordLen)
 	if err := exchange.ReadFull(c, b, "remote address"); err != nil {
 		return err
 	}
-	d, err := parseXSRQRecord(b)
+	d, err := xsrqrec.Parse(b)
 	if err != nil {
 		return err
 	}
-	d.conn = c
-	x.rem[i] = d
-	x.printDest("remote", &x.rem[i])
+	x.rem[i] = xsrqPeer{Dest: d, conn: c}
+	x.printDest("remote", &d)
 	return nil
 }
 
@@ -246,9 +206,9 @@ func (x *xsrq) recvRemote(c net.Conn, i int) error {
 // receive QP answers the peer's send QP, the send QP talks to the peer's receive QP.
 func (x *xsrq) connectQPs(i int) error {
 	r := &x.rem[i]
-	ah := verbs.AHAttr{DGID: r.gid, SGIDIndex: uint8(0), HopLimit: 5, Port: 1}
-	if err := x.recvQP[i].Modify(&verbs.QPAttr{State: verbs.QPStateRTR, DestQPN: r.sendQPN, PathMTU: x.mtu,
-		RQPSN: r.psn, MinRNRTimer: 12, AH: ah},
+	ah := verbs.AHAttr{DGID: r.GID, SGIDIndex: uint8(0), HopLimit: 5, Port: 1}
+	if err := x.recvQP[i].Modify(&verbs.QPAttr{State: verbs.QPStateRTR, DestQPN: r.SendQPN, PathMTU: x.mtu,
+		RQPSN: r.PSN, MinRNRTimer: 12, AH: ah},
 		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
 			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
 		return fmt.Errorf("failed to modify recv QP[%d] to RTR: %v", i, err)
@@ -257,8 +217,8 @@ func (x *xsrq) connectQPs(i int) error {
 		verbs.QPAttrState|verbs.QPAttrTimeout|verbs.QPAttrSQPSN); err != nil {
 		return fmt.Errorf("failed to modify recv QP[%d] to RTS: %v", i, err)
 	}
-	if err := x.sendQP[i].Modify(&verbs.QPAttr{State: verbs.QPStateRTR, DestQPN: r.recvQPN, PathMTU: x.mtu,
-		RQPSN: r.psn, AH: ah},
+	if err := x.sendQP[i].Modify(&verbs.QPAttr{State: verbs.QPStateRTR, DestQPN: r.RecvQPN, PathMTU: x.mtu,
+		RQPSN: r.PSN, AH: ah},
 		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN); err != nil {
 		return fmt.Errorf("failed to modify send QP[%d] to RTR: %v", i, err)
 	}
@@ -330,7 +290,7 @@ func (x *xsrq) postSend(index int) error {
 		fl = verbs.SendSignaled
 	}
 	return x.sendQP[qpi].PostSend(verbs.SendWR{ID: uint64(index), Opcode: verbs.WRSend, Flags: fl,
-		SGL: []verbs.SGE{x.mr.SGE(0, x.size)}, RemoteSRQN: r.srqn})
+		SGL: []verbs.SGE{x.mr.SGE(0, x.size)}, RemoteSRQN: r.SRQN})
 }
 
 func (x *xsrq) findQP(qpn uint32) int {
@@ -381,16 +341,16 @@ func (x *xsrq) loop() error {
 // client's, then answers each (so no process closes while a message to it is in flight).
 func (x *xsrq) terminate(client bool) error {
 	read := func(i int) error {
-		b := make([]byte, len(xsrqEnd))
+		b := make([]byte, len(xsrqrec.End))
 		if err := exchange.ReadFull(x.rem[i].conn, b, "remote termination ack"); err != nil {
 			return err
 		}
-		if string(b) != xsrqEnd {
+		if string(b) != xsrqrec.End {
 			return fmt.Errorf("invalid termination ack was accepted")
 		}
 		return nil
 	}
-	write := func(i int) error { return exchange.WriteAll(x.rem[i].conn, []byte(xsrqEnd), "termination ack") }
+	write := func(i int) error { return exchange.WriteAll(x.rem[i].conn, []byte(xsrqrec.End), "termination ack") }
 	if client {
 		if err := write(0); err != nil {
 			return err

@@ -8,6 +8,36 @@
 
 static void gv_init_qp_ex(struct gv_qp *q);
 
+/* gv_qp_alloc allocates a QP's C object, or sets errno and returns NULL. */
+static struct gv_qp *gv_qp_alloc(void)
+{
+	struct gv_qp *q;
+
+	if (gv_fork_guard())
+		return NULL;
+	q = calloc(1, sizeof(*q));
+	if (!q)
+		errno = ENOMEM;
+	return q;
+}
+
+/* gv_qp_publish fills what every QP's ibv_qp holds; the PD, CQs and SRQ are the caller's. */
+static struct ibv_qp *gv_qp_publish(struct gv_qp *q, struct ibv_context *context, void *qp_context,
+				    uint32_t qpn, enum ibv_qp_type type)
+{
+	struct ibv_qp *qp = &q->qpx.qp_base;
+
+	qp->context = context;
+	qp->qp_context = qp_context;
+	qp->qp_num = qpn;
+	qp->state = IBV_QPS_RESET;
+	qp->qp_type = type;
+	pthread_mutex_init(&qp->mutex, NULL);
+	pthread_cond_init(&qp->cond, NULL);
+	gv_init_qp_ex(q);
+	return qp;
+}
+
 static struct ibv_qp *gv_create(struct ibv_pd *pd, void *qp_context, struct ibv_cq *send_cq,
 				struct ibv_cq *recv_cq, struct ibv_srq *srq, struct ibv_qp_cap *cap,
 				enum ibv_qp_type type, int sq_sig_all)
@@ -23,13 +53,9 @@ static struct ibv_qp *gv_create(struct ibv_pd *pd, void *qp_context, struct ibv_
 		errno = EINVAL;
 		return NULL;
 	}
-	if (gv_fork_guard())
+	q = gv_qp_alloc();
+	if (!q)
 		return NULL;
-	q = calloc(1, sizeof(*q));
-	if (!q) {
-		errno = ENOMEM;
-		return NULL;
-	}
 	rc = gv_create_qp(((struct gv_pd *)pd)->h, ((struct gv_cq *)send_cq)->h,
 			  recv_cq ? ((struct gv_cq *)recv_cq)->h : 0,
 			  srq ? ((struct gv_srq *)srq)->h : 0, type, sq_sig_all, cap, &q->qpx.qp_base,
@@ -46,19 +72,11 @@ static struct ibv_qp *gv_create(struct ibv_pd *pd, void *qp_context, struct ibv_
 		errno = rc;
 		return NULL;
 	}
-	struct ibv_qp *qp = &q->qpx.qp_base;
-	qp->context = pd->context;
-	qp->qp_context = qp_context;
+	struct ibv_qp *qp = gv_qp_publish(q, pd->context, qp_context, qpn, type);
 	qp->pd = pd;
 	qp->send_cq = send_cq;
 	qp->recv_cq = recv_cq;
 	qp->srq = srq;
-	qp->qp_num = qpn;
-	qp->state = IBV_QPS_RESET;
-	qp->qp_type = type;
-	pthread_mutex_init(&qp->mutex, NULL);
-	pthread_cond_init(&qp->cond, NULL);
-	gv_init_qp_ex(q);
 	return qp;
 }
 
@@ -86,13 +104,9 @@ static struct ibv_qp *gv_create_xrc_recv(struct ibv_context *context, struct ibv
 		errno = EINVAL;
 		return NULL;
 	}
-	if (gv_fork_guard())
+	q = gv_qp_alloc();
+	if (!q)
 		return NULL;
-	q = calloc(1, sizeof(*q));
-	if (!q) {
-		errno = ENOMEM;
-		return NULL;
-	}
 	rc = gv_create_xrc_recv_qp(((struct gv_xrcd *)attr->xrcd)->h, &q->qpx.qp_base, &q->h, &qpn);
 	if (rc) {
 		free(q);
@@ -100,16 +114,7 @@ static struct ibv_qp *gv_create_xrc_recv(struct ibv_context *context, struct ibv
 		return NULL;
 	}
 	memset(&attr->cap, 0, sizeof(attr->cap));
-	struct ibv_qp *qp = &q->qpx.qp_base;
-	qp->context = context;
-	qp->qp_context = attr->qp_context;
-	qp->qp_num = qpn;
-	qp->state = IBV_QPS_RESET;
-	qp->qp_type = IBV_QPT_XRC_RECV;
-	pthread_mutex_init(&qp->mutex, NULL);
-	pthread_cond_init(&qp->cond, NULL);
-	gv_init_qp_ex(q);
-	return qp;
+	return gv_qp_publish(q, context, attr->qp_context, qpn, IBV_QPT_XRC_RECV);
 }
 
 /* ibv_create_qp_ex: the PD, CQs and SRQ, plus the ibv_wr_* send operations; or an XRC domain. */

@@ -65,12 +65,7 @@ func gv_create_xrc_srq(ph, xh, cqh C.uintptr_t, a *C.struct_ibv_srq_attr, srq un
 	if err != nil {
 		return logErr("create XRC SRQ", err)
 	}
-	got := s.Query()
-	a.max_wr, a.max_sge = C.uint32_t(got.MaxWR), C.uint32_t(got.MaxSGE)
-	p.ctx.mu.Lock()
-	p.ctx.srqs[s] = srq
-	p.ctx.mu.Unlock()
-	*out = newHandle(&sharedRQ{srq: s, ctx: p.ctx})
+	*out = p.ctx.publishSRQ(s, a, srq)
 	return 0
 }
 

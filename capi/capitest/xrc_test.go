@@ -2,9 +2,6 @@ package capitest
 
 import (
 	"context"
-	"encoding/hex"
-	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,8 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goverbs/goverbs/pcap"
-	"github.com/goverbs/goverbs/wire"
+	"github.com/goverbs/goverbs/internal/softtest"
 )
 
 // TestXSRQPingpong runs Debian's unmodified ibv_xsrq_pingpong (rdma-core's XRC example)
@@ -107,77 +103,9 @@ func TestXSRQAgainstGoTools(t *testing.T) {
 					t.Errorf("%s:\n%s", who, out)
 				}
 			}
-			checkXRCCapture(t, capture)
+			if c := softtest.CheckXRCCapture(t, capture); len(c.SRQNs) < 20 {
+				t.Errorf("only %d requests captured", len(c.SRQNs))
+			}
 		})
-	}
-}
-
-// checkXRCCapture checks a capture of XRC traffic with goverbs' decoder and with tshark.
-func checkXRCCapture(t *testing.T, path string) {
-	t.Helper()
-	r, f, err := pcap.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var want []string // per packet: the opcode and, for a request, its XRCETH as tshark prints it
-	for {
-		_, pkt, err := r.NextIP()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		ip, udp, err := wire.ParseIPUDP(pkt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var p wire.Packet
-		if err := p.Parse(udp, 4096); err != nil {
-			t.Fatalf("packet %d: %v", len(want)+1, err)
-		}
-		if p.Op.Transport != wire.TransportXRC {
-			t.Fatalf("packet %d: %v is not XRC", len(want)+1, p.Op.Name)
-		}
-		if !wire.CheckICRC(&ip, udp) {
-			t.Fatalf("packet %d (%v): ICRC does not verify", len(want)+1, p.Op.Name)
-		}
-		w := strconv.Itoa(int(p.BTH.Opcode()))
-		if p.XRCETH != nil {
-			w += " " + hex.EncodeToString(p.XRCETH)
-		}
-		want = append(want, w)
-	}
-	if len(want) < 20 {
-		t.Fatalf("only %d packets captured", len(want))
-	}
-	if _, err := exec.LookPath("tshark"); err != nil {
-		t.Log("tshark not installed: dissector check skipped")
-		return
-	}
-	out, err := exec.Command("tshark", "-n", "--disable-protocol", "rpcordma", "-r", path, "-T", "fields",
-		"-e", "frame.protocols", "-e", "infiniband.bth.opcode", "-e", "infiniband.vendor", "-e", "_ws.malformed").Output()
-	if err != nil {
-		t.Fatalf("tshark: %v", err)
-	}
-	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n") // keep the last line's empty field
-	if len(lines) != len(want) {
-		t.Fatalf("tshark printed %d lines for %d packets", len(lines), len(want))
-	}
-	for i, l := range lines {
-		f := strings.Split(l, "\t")
-		if len(f) != 4 || f[0] != "raw:ip:udp:infiniband" || f[3] != "" {
-			t.Fatalf("packet %d: %q", i+1, l)
-		}
-		// Wireshark names the XRC opcodes; the XRCETH it shows as the first 4 bytes of data
-		// it does not dissect further.
-		got := f[1]
-		if w := strings.Fields(want[i]); len(w) == 2 {
-			got += " " + strings.SplitN(f[2], ",", 2)[0]
-		}
-		if got != want[i] {
-			t.Errorf("packet %d: tshark reads %q, goverbs %q", i+1, got, want[i])
-		}
 	}
 }

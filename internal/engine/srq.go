@@ -121,7 +121,9 @@ func (s *SRQ) Len() int {
 // take moves the oldest WQE into dst (owned by the consuming QP).
 func (s *SRQ) take(dst *recvWQE) bool {
 	s.mu.Lock()
-	if s.head == s.tail {
+	// An XRC SRQ may close while an XRC_RECV QP is between naming it and taking from it
+	// (no QP holds it, as a basic SRQ's QPs do): then it has nothing to give.
+	if s.head == s.tail || s.closed {
 		s.mu.Unlock()
 		return false
 	}

@@ -1,21 +1,29 @@
 package engine
 
-import "sync"
+import (
+	"sync"
+	"weak"
+)
 
 // devices holds every device made in this test binary, by GID (test hosts have
-// addresses of their own), for DebugQP.
-var devices sync.Map
+// addresses of their own), for DebugQP. Weakly: a closed device's buffers must not
+// outlive it for the rest of the tests.
+var devices sync.Map // [16]byte → weak.Pointer[Device]
 
-func init() { testHookNew = func(d *Device) { devices.Store(d.gid, d) } }
+func init() { testHookNew = func(d *Device) { devices.Store(d.gid, weak.Make(d)) } }
 
 // DebugQP describes the transport state of QP qpn of the device with GID gid (the
 // engine's DebugString), for tests that drive the engine through package verbs.
 func DebugQP(gid [16]byte, qpn uint32) string {
-	d, ok := devices.Load(gid)
+	w, ok := devices.Load(gid)
 	if !ok {
 		return ""
 	}
-	qp := d.(*Device).lookupQP(qpn)
+	d := w.(weak.Pointer[Device]).Value()
+	if d == nil {
+		return ""
+	}
+	qp := d.lookupQP(qpn)
 	if qp == nil {
 		return ""
 	}

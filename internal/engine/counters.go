@@ -43,6 +43,10 @@ type Counters struct {
 	CQOverflows   atomic.Uint64
 	SendErrors    atomic.Uint64 // the socket refused a datagram
 	EventsLost    atomic.Uint64
+	// XRC targets' requests refused (NAKed as invalid, Annex A14): the XRCETH named no
+	// XRC SRQ, or one of another domain.
+	XRCBadSRQN         atomic.Uint64
+	XRCDomainViolation atomic.Uint64
 }
 
 // Each calls f for every counter with its name, in a fixed order. The names follow
@@ -79,6 +83,8 @@ func (c *Counters) Each(f func(name string, v uint64)) {
 	f("cq_overflow", c.CQOverflows.Load())
 	f("send_err", c.SendErrors.Load())
 	f("async_events_lost", c.EventsLost.Load())
+	f("xrc_bad_srqn", c.XRCBadSRQN.Load())
+	f("xrc_domain_violation", c.XRCDomainViolation.Load())
 }
 
 // Counters returns a snapshot of the per-QP statistics.

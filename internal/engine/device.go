@@ -86,6 +86,13 @@ type Device struct {
 	pdHandles atomic.Uint32
 	keys      keyTable
 
+	// XRC (xrc.go): the domains shared through files, and SRQs by number.
+	xrcdMu   sync.Mutex
+	xrcds    map[xrcdKey]*xrcDomain
+	srqMu    sync.RWMutex
+	srqs     map[uint32]*SRQ
+	nextSRQN uint32
+
 	qpMu    sync.RWMutex
 	qps     map[uint32]*QP
 	qpGone  atomic.Uint64 // QPs removed from qps so far: invalidates rxQP
@@ -237,6 +244,7 @@ func (d *Device) Query() driver.DeviceAttr {
 		MaxMcastGrp: MaxMcastGroups, MaxMcastQPAttach: MaxMcastQPAttach,
 		MaxTotalMcastQPAttach: MaxTotalMcastQPAttach,
 		MaxInlineData:         MaxInline,
+		DeviceCapFlags:        driver.DeviceXRC,
 		AtomicCap:             driver.AtomicHCA, PhysPortCnt: 1, MaxPKeys: 64,
 	}
 }

@@ -169,7 +169,8 @@ func (qp *QP) strictICRC() bool {
 	return !qp.icrcForeign.Load() && qp.icrcRun.Load() >= strictSafeRun
 }
 
-var transportOf = [...]wire.Transport{driver.QPTypeRC: wire.TransportRC, driver.QPTypeUC: wire.TransportUC, driver.QPTypeUD: wire.TransportUD}
+var transportOf = [...]wire.Transport{driver.QPTypeRC: wire.TransportRC, driver.QPTypeUC: wire.TransportUC,
+	driver.QPTypeUD: wire.TransportUD, driver.QPTypeXRCSend: wire.TransportXRC, driver.QPTypeXRCRecv: wire.TransportXRC}
 
 // receive applies the per-QP checks and hands the packet to the responder or completer;
 // to is where it was sent (the device, or a multicast group). qp.mu is held.
@@ -214,6 +215,20 @@ func (qp *QP) receive(p *wire.Packet, from, to netip.AddrPort) {
 		} else {
 			qp.complete(p)
 		}
+	case driver.QPTypeXRCSend:
+		// An initiator only sends requests: a request for it has no receive queue to go
+		// to, and a target sends no requests (Annex A14).
+		if req {
+			d.counters.BadTransport.Add(1)
+			return
+		}
+		qp.complete(p)
+	case driver.QPTypeXRCRecv:
+		if !req {
+			d.counters.BadTransport.Add(1)
+			return
+		}
+		qp.respond(p)
 	case driver.QPTypeUC:
 		qp.respondUC(p)
 	case driver.QPTypeUD:

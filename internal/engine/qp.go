@@ -41,7 +41,12 @@ type QPInit struct {
 	// BlockSelfMcastLoopback keeps the QP's own multicast sends from its own receive
 	// queue (IBV_QP_CREATE_BLOCK_SELF_MCAST_LB); other members still get them.
 	BlockSelfMcastLoopback bool
+	// XRCD is an XRC_RECV QP's domain open (it has no PD, CQs or queues).
+	XRCD *XRCD
 }
+
+// xrcOpBase turns an RC opcode into its XRC one (Annex A14: 0xA0 + the RC code).
+const xrcOpBase wire.Opcode = 0xa0
 
 // wqeState is where a send WQE is in its life (rxe's wqe_state).
 type wqeState uint8
@@ -117,6 +122,11 @@ type QP struct {
 	srq    *SRQ
 	sigAll bool
 	cap    driver.QPCap
+	// reliable: RC, XRC_SEND and XRC_RECV, which share RC's transport (ACKs, the window,
+	// retries); opBase is added to every RC opcode sent (xrcOpBase for XRC, else 0).
+	reliable bool
+	opBase   wire.Opcode
+	xrcd     *XRCD // XRC_RECV: the domain open it was created through
 
 	mu     sync.Mutex
 	state  driver.QPState
@@ -160,7 +170,7 @@ type QP struct {
 func (pd *PD) CreateQP(init *driver.QPInit) (driver.QP, error) {
 	send, ok1 := init.SendCQ.(*CQ)
 	recv, ok2 := init.RecvCQ.(*CQ)
-	if !ok1 || !ok2 {
+	if !ok1 || !ok2 && !(init.RecvCQ == nil && init.Type == driver.QPTypeXRCSend) {
 		return nil, driver.ErrWrongDevice
 	}
 	e := QPInit{Type: init.Type, SendCQ: send, RecvCQ: recv, Cap: init.Cap, SigAll: init.SigAll,
@@ -184,16 +194,32 @@ func (d *Device) CreateQP(pd *PD, init QPInit) (*QP, error) {
 	if d.closed.Load() {
 		return nil, ErrDeviceClosed
 	}
-	if pd.closed.Load() {
-		return nil, ErrPDClosed
-	}
 	switch init.Type {
 	case driver.QPTypeRC, driver.QPTypeUC, driver.QPTypeUD:
+		if init.SendCQ == nil || init.RecvCQ == nil {
+			return nil, ErrNoCQ
+		}
+	case driver.QPTypeXRCSend:
+		// An initiator has no receive queue (Annex A14): its only receive work is the
+		// completer's.
+		if init.SendCQ == nil || init.SRQ != nil {
+			return nil, ErrNoCQ
+		}
+		init.RecvCQ = nil
+		init.Cap.MaxRecvWR, init.Cap.MaxRecvSGE = 0, 0
+	case driver.QPTypeXRCRecv:
+		// A target has no queues at all: a send queue of one unused slot keeps the
+		// code that walks it simple.
+		if init.XRCD == nil || pd != nil {
+			return nil, ErrBadOpcode
+		}
+		init.SendCQ, init.RecvCQ, init.SRQ = nil, nil, nil
+		init.Cap = driver.QPCap{}
 	default:
 		return nil, fmt.Errorf("%w (QP type %d)", ErrBadOpcode, init.Type)
 	}
-	if init.SendCQ == nil || init.RecvCQ == nil {
-		return nil, ErrNoCQ
+	if pd != nil && pd.closed.Load() {
+		return nil, ErrPDClosed
 	}
 	c := init.Cap
 	if c.MaxSendWR > MaxQPWR || c.MaxRecvWR > MaxQPWR || c.MaxSendSGE > MaxSGE ||
@@ -215,7 +241,11 @@ func (d *Device) CreateQP(pd *PD, init QPInit) (*QP, error) {
 	qp := &QP{
 		dev: d, pd: pd, typ: init.Type, sendCQ: init.SendCQ, recvCQ: init.RecvCQ,
 		srq: init.SRQ, sigAll: init.SigAll, cap: c, state: driver.QPStateReset,
-		blockSelfMcast: init.BlockSelfMcastLoopback,
+		blockSelfMcast: init.BlockSelfMcastLoopback, xrcd: init.XRCD,
+		reliable: init.Type == driver.QPTypeRC || init.Type.XRC(),
+	}
+	if init.Type.XRC() {
+		qp.opBase = xrcOpBase
 	}
 	qp.sq.wqes = make([]sendWQE, c.MaxSendWR)
 	sges := make([]driver.SGE, int(c.MaxSendWR*c.MaxSendSGE))
@@ -236,7 +266,17 @@ func (d *Device) CreateQP(pd *PD, init QPInit) (*QP, error) {
 			w.inline = inl[k : k : k+n]
 		}
 	}
-	if init.SRQ == nil {
+	switch {
+	case init.XRCD != nil:
+		// The XRC SRQs a target takes WQEs from vary by request: room for the most SGEs
+		// any has, so that taking one never allocates.
+		qp.cap = driver.QPCap{}
+		qp.srqWQE.sgeStore = make([]driver.SGE, 0, MaxSGE)
+		qp.srqWQE.local.segs = make([][]byte, 0, MaxSGE)
+		qp.srqWQE.local.regs = make([]*region, 0, MaxSGE)
+	case init.Type == driver.QPTypeXRCSend:
+		qp.cap.MaxRecvWR, qp.cap.MaxRecvSGE = 0, 0
+	case init.SRQ == nil:
 		qp.rq.wqes = make([]recvWQE, c.MaxRecvWR)
 		rsges := make([]driver.SGE, int(c.MaxRecvWR*c.MaxRecvSGE))
 		rsegs := make([][]byte, int(c.MaxRecvWR*c.MaxRecvSGE))
@@ -247,7 +287,7 @@ func (d *Device) CreateQP(pd *PD, init QPInit) (*QP, error) {
 			qp.rq.wqes[i].local.segs = rsegs[k : k : k+n]
 			qp.rq.wqes[i].local.regs = rregs[k : k : k+n]
 		}
-	} else {
+	default:
 		qp.cap.MaxRecvWR, qp.cap.MaxRecvSGE = 0, 0
 		qp.srqWQE.sgeStore = make([]driver.SGE, 0, init.SRQ.maxSGE)
 		qp.srqWQE.local.segs = make([][]byte, 0, init.SRQ.maxSGE)
@@ -274,9 +314,13 @@ func (d *Device) CreateQP(pd *PD, init QPInit) (*QP, error) {
 	d.qps[qp.qpn] = qp
 	d.qpMu.Unlock()
 
-	pd.refs.Add(1)
-	init.SendCQ.ref(1)
-	if init.RecvCQ != init.SendCQ {
+	if pd != nil {
+		pd.refs.Add(1)
+	}
+	if init.SendCQ != nil {
+		init.SendCQ.ref(1)
+	}
+	if init.RecvCQ != nil && init.RecvCQ != init.SendCQ {
 		init.RecvCQ.ref(1)
 	}
 	if init.SRQ != nil {
@@ -516,10 +560,17 @@ func (qp *QP) Close() error {
 	delete(d.qps, qp.qpn)
 	d.qpGone.Add(1)
 	d.qpMu.Unlock()
-	qp.pd.refs.Add(-1)
-	qp.sendCQ.ref(-1)
-	if qp.recvCQ != qp.sendCQ {
+	if qp.pd != nil {
+		qp.pd.refs.Add(-1)
+	}
+	if qp.sendCQ != nil {
+		qp.sendCQ.ref(-1)
+	}
+	if qp.recvCQ != nil && qp.recvCQ != qp.sendCQ {
 		qp.recvCQ.ref(-1)
+	}
+	if qp.xrcd != nil {
+		qp.xrcd.release()
 	}
 	if qp.srq != nil {
 		qp.srq.ref(-1)

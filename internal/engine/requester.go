@@ -40,9 +40,9 @@ func (qp *QP) opcodeFor(w *sendWQE, k, n uint32) wire.Opcode {
 	var t *msgOpcodes
 	write := w.wr.Opcode == driver.WRRDMAWrite || w.wr.Opcode == driver.WRRDMAWriteWithImm
 	switch {
-	case qp.typ == driver.QPTypeRC && write:
+	case qp.reliable && write:
 		t = &rcWrite
-	case qp.typ == driver.QPTypeRC:
+	case qp.reliable:
 		t = &rcSend
 	case write:
 		t = &ucWrite
@@ -112,7 +112,7 @@ func (qp *QP) runRequester() {
 				continue
 			}
 		}
-		if qp.typ == driver.QPTypeRC && qp.req.psn.Diff(qp.comp.psn) >= qp.window() {
+		if qp.reliable && qp.req.psn.Diff(qp.comp.psn) >= qp.window() {
 			break // window full: the completer kicks us when ACKs arrive
 		}
 		if tx == nil {
@@ -135,7 +135,7 @@ func (qp *QP) runRequester() {
 	// UC and UD work completes as soon as its packets are on the wire, and local
 	// operations (bind, LOCAL_INV) when they execute, once everything before them has.
 	qp.retire()
-	if sentAny && qp.typ == driver.QPTypeRC {
+	if sentAny && qp.reliable {
 		qp.comp.armRetransmit()
 	}
 }
@@ -240,11 +240,11 @@ func (qp *QP) sendPackets(w *sendWQE, tx *txBatch) bool {
 		defer w.local.release()
 	}
 	for w.next < w.npkts {
-		if qp.typ == driver.QPTypeRC && qp.req.psn.Diff(qp.comp.psn) >= win {
+		if qp.reliable && qp.req.psn.Diff(qp.comp.psn) >= win {
 			return true
 		}
 		k := w.next
-		op := qp.opcodeFor(w, k, w.npkts)
+		op := qp.opcodeFor(w, k, w.npkts) | qp.opBase
 		info := op.Info()
 		off := int(k) * qp.mtu
 		n := w.length - off
@@ -255,12 +255,13 @@ func (qp *QP) sendPackets(w *sendWQE, tx *txBatch) bool {
 			n = 0
 		}
 		psn := w.firstPSN.Add(k)
-		h := wire.Headers{BTH: wire.BTHFields{Opcode: op, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn}}
+		h := wire.Headers{BTH: wire.BTHFields{Opcode: op, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn},
+			XRCSRQN: w.wr.RemoteSRQN}
 		last := k == w.npkts-1
 		if last && w.wr.Flags&driver.SendSolicited != 0 {
 			h.BTH.SE = true
 		}
-		if qp.typ == driver.QPTypeRC {
+		if qp.reliable {
 			h.BTH.AckReq = qp.askAck(w, last)
 		}
 		if info.Flags.Has(wire.HasRETH) {
@@ -291,7 +292,7 @@ func (qp *QP) sendPackets(w *sendWQE, tx *txBatch) bool {
 		w.next++
 	}
 	w.state = wqeSent
-	if qp.typ != driver.QPTypeRC {
+	if !qp.reliable {
 		w.state = wqeDone
 	}
 	return true
@@ -304,7 +305,8 @@ func (qp *QP) sendReadAtomic(w *sendWQE, tx *txBatch) {
 		return
 	}
 	psn := w.firstPSN.Add(w.next)
-	h := wire.Headers{BTH: wire.BTHFields{PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn, AckReq: true}}
+	h := wire.Headers{BTH: wire.BTHFields{PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn, AckReq: true},
+		XRCSRQN: w.wr.RemoteSRQN}
 	if w.wr.Opcode == driver.WRRDMARead {
 		off := int(w.next) * qp.mtu
 		h.BTH.Opcode = wire.RCReadRequest
@@ -320,6 +322,7 @@ func (qp *QP) sendReadAtomic(w *sendWQE, tx *txBatch) {
 			h.AtomicETH.Compare = w.wr.CompareAdd
 		}
 	}
+	h.BTH.Opcode |= qp.opBase
 	qp.dev.emit(tx, qp.remote, &h, payload{}, true)
 	qp.sentPSN(psn, w.lastPSN().Add(1))
 	qp.restartAckCount()

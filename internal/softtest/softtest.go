@@ -116,7 +116,7 @@ func Connect(t testing.TB, qp *verbs.QP, p RCParams, gid verbs.GID, remoteQPN, r
 	rtr := &verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: p.MTU, DestQPN: remoteQPN, RQPSN: rq,
 		MaxDestRdAtomic: p.DestRdAtom, MinRNRTimer: p.MinRNR, AH: verbs.AHAttr{DGID: gid, Port: 1, HopLimit: 64}}
 	mask := verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN
-	if qp.Type() == verbs.QPTypeRC {
+	if typ := qp.Type(); typ == verbs.QPTypeRC || typ == verbs.QPTypeXRCRecv { // a responder's
 		mask |= verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
 	}
 	if err := qp.Modify(rtr, mask); err != nil {
@@ -124,8 +124,11 @@ func Connect(t testing.TB, qp *verbs.QP, p RCParams, gid verbs.GID, remoteQPN, r
 	}
 	rts := &verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: sq, Timeout: p.Timeout, RetryCnt: p.Retry, RNRRetry: p.RNR, MaxRdAtomic: p.RdAtomic}
 	mask = verbs.QPAttrState | verbs.QPAttrSQPSN
-	if qp.Type() == verbs.QPTypeRC {
+	switch qp.Type() {
+	case verbs.QPTypeRC, verbs.QPTypeXRCSend: // a requester's
 		mask |= verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic
+	case verbs.QPTypeXRCRecv:
+		mask |= verbs.QPAttrTimeout
 	}
 	if err := qp.Modify(rts, mask); err != nil {
 		t.Fatal("RTS:", err)

@@ -43,6 +43,9 @@ func (p *pd) CreateQP(init *driver.QPInit) (driver.QP, error) {
 	}
 	defer p.dev.exit()
 	scq, ok1 := init.SendCQ.(*cq)
+	if init.Type == driver.QPTypeXRCSend && ok1 {
+		return p.createXRCSend(h, scq, init)
+	}
 	rcq, ok2 := init.RecvCQ.(*cq)
 	if !ok1 || !ok2 {
 		return nil, errWrongDevice("CQ")

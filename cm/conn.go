@@ -29,6 +29,8 @@ type Conn struct {
 	privateData []byte
 	done        chan struct{}
 	err         error
+
+	kc *kconn // a kernel agent's connection: its rdma_cm id
 }
 
 func newConn(a *Agent) *Conn {
@@ -80,6 +82,9 @@ func (c *Conn) Disconnect(ctx context.Context, privateData []byte) error {
 // sendDREQ moves the QP to the error state and sends the DREQ, unless the
 // connection has ended already.
 func (c *Conn) sendDREQ(privateData []byte) error {
+	if c.kc != nil {
+		return c.kernelDisconnect(privateData)
+	}
 	if len(privateData) > mad.DREQPrivateLen {
 		return ErrPrivateDataTooLong
 	}
@@ -139,6 +144,9 @@ func (c *Conn) finish(why error) {
 	}
 	close(c.done)
 	c.a.track(c, false)
+	if c.kc != nil {
+		c.a.k.release(c.a, c)
+	}
 }
 
 // handle takes an event of the CM about this connection.

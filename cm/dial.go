@@ -19,6 +19,9 @@ import (
 // ErrTimeout after the CM's retries, or earlier when ctx is done (the
 // handshake is then abandoned with a REJ).
 func (a *Agent) Dial(ctx context.Context, raddr netip.AddrPort, p *Param) (*Conn, error) {
+	if a.k != nil {
+		return a.kernelDial(ctx, raddr, p)
+	}
 	if len(p.PrivateData) > mad.ConnectPrivateLen {
 		return nil, ErrPrivateDataTooLong
 	}

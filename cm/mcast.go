@@ -58,6 +58,9 @@ var ErrNotMulticast = errors.New("cm: not a multicast group of the device's addr
 // Linux's rdma_cm refuses IPv6 groups on RoCEv2 (cma_iboe_join_multicast returns
 // ENOTSUPP); goverbs joins them, as IPv6 multicast.
 func (a *Agent) JoinMulticast(group netip.Addr, p *JoinParam) (*Multicast, error) {
+	if a.k != nil {
+		return nil, kernelNotSupported("multicast")
+	}
 	group = group.Unmap()
 	if !group.IsMulticast() || group.Is4() != a.addr.Is4() {
 		return nil, fmt.Errorf("%w: %v", ErrNotMulticast, group)

@@ -80,6 +80,9 @@ func ReadyUD(qp *verbs.QP) error {
 // its PD, or in p.PD. p.PrivateData (at most 180 bytes: rdma_cm's header takes 36 of
 // the SIDR_REQ's 216) goes to the server.
 func (a *Agent) ResolveUD(ctx context.Context, raddr netip.AddrPort, p *Param) (*UDDest, error) {
+	if a.k != nil {
+		return nil, kernelNotSupported("UD service resolution (SIDR)")
+	}
 	if len(p.PrivateData) > mad.UDPrivateLen {
 		return nil, ErrPrivateDataTooLong
 	}

@@ -268,6 +268,20 @@ func (kc *kconn) wait(ctx context.Context, want cmEvent) (kevent, error) {
 	}
 }
 
+// pendingErr is the error of a handshake-ending event already queued, if any.
+func (kc *kconn) pendingErr() error {
+	for {
+		select {
+		case e := <-kc.ev:
+			if err := e.err(); err != nil {
+				return err
+			}
+		default:
+			return nil
+		}
+	}
+}
+
 // markUp ends the handshake: from now on a DISCONNECTED ends the connection, also
 // one that came while the handshake's last step was under way.
 func (c *Conn) markUp() {
@@ -296,7 +310,7 @@ func (e *kevent) err() error {
 		if e.status > 0 && e.status <= 0xffff {
 			return &RejectError{Reason: mad.Reason(e.status), PrivateData: fit(e.priv, mad.RejectPrivateLen)}
 		}
-		return fmt.Errorf("%w: %v", ErrRejected, errnoOf(e.status))
+		return fmt.Errorf("%w: %w", ErrRejected, errnoOf(e.status))
 	case evUnreachable:
 		if e.status == -int(syscall.ETIMEDOUT) || e.status == 0 {
 			return ErrTimeout
@@ -419,11 +433,17 @@ func (a *Agent) kernelDial(ctx context.Context, raddr netip.AddrPort, p *Param) 
 	}
 	c.privateData = fit(e.priv, mad.REPPrivateLen)
 	minRNR := orDefault(p.MinRNRTimer, 12)
-	err = k.modify(kc.tok, qp, verbs.QPStateRTR, func(at *verbs.QPAttr, m verbs.QPAttrMask) {
-		if m&verbs.QPAttrMinRNRTimer != 0 {
-			at.MinRNRTimer = minRNR
-		}
-	})
+	// INIT again: before the REQ the kernel's INIT attributes grant no remote
+	// access (rdma_cm has no connection yet to take the rights from); now they grant
+	// WRITE, and READ and atomics when this side offered responder resources.
+	err = k.modify(kc.tok, qp, verbs.QPStateInit, nil)
+	if err == nil {
+		err = k.modify(kc.tok, qp, verbs.QPStateRTR, func(at *verbs.QPAttr, m verbs.QPAttrMask) {
+			if m&verbs.QPAttrMinRNRTimer != 0 {
+				at.MinRNRTimer = minRNR
+			}
+		})
+	}
 	if err == nil {
 		err = k.modify(kc.tok, qp, verbs.QPStateRTS, nil)
 	}
@@ -553,6 +573,10 @@ func (r *Request) kernelAccept(ctx context.Context, p *Param) (*Conn, error) {
 		})
 	}
 	if err != nil {
+		// The kernel refuses the attributes of a request whose peer gave up: say so.
+		if pe := kc.pendingErr(); pe != nil {
+			err = pe
+		}
 		k.b.reject(kc.tok, nil)
 		return fail(err)
 	}
@@ -576,14 +600,12 @@ func (r *Request) kernelReject(privateData []byte) error {
 	return err
 }
 
-// kernelDisconnect is rdma_disconnect; it carries no private data (librdmacm has no
-// way to send any in a DREQ).
+// kernelDisconnect is rdma_disconnect. Its DREQ carries no private data: librdmacm
+// has no way to send any, and the Go API shows a peer's DREQ data to nobody, so
+// dropping it changes nothing a program can see.
 func (c *Conn) kernelDisconnect(privateData []byte) error {
 	if len(privateData) > mad.DREQPrivateLen {
 		return ErrPrivateDataTooLong
-	}
-	if len(privateData) > 0 {
-		return fmt.Errorf("%w: private data in a disconnect", ErrNotSupported)
 	}
 	select {
 	case <-c.done:

@@ -1,0 +1,288 @@
+//go:build ibverbs
+
+package cm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/goverbs/goverbs/cm/mad"
+	"github.com/goverbs/goverbs/verbs"
+	"github.com/goverbs/goverbs/verbs/ibverbs"
+)
+
+// These tests run the CM on a kernel RDMA device through the kernel's rdma_cm:
+// GOVERBS_TEST_DEVICE names it (rxe0), else the first device the ibverbs provider
+// lists; without one they skip. Both ends are on the one device, which rdma_cm and
+// rxe loop back. The rxe VM (../shared/rxe-vm) runs them: build with
+// `go test -c -tags ibverbs ./cm`, copy, run with -test.run Kernel.
+
+// kernelSide opens the kernel device, its agent (which must be the kernel one), a PD
+// and a CQ. The QPs are the ibverbs provider's, on its own ibv_context: librdmacm's ids
+// have another context on the same device, and only the QP number travels.
+func kernelSide(t *testing.T) *side {
+	t.Helper()
+	name := os.Getenv("GOVERBS_TEST_DEVICE")
+	if name == "" {
+		list, err := verbs.Devices()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range list {
+			if d.Provider == ibverbs.ProviderName {
+				name = d.Name
+				break
+			}
+		}
+	}
+	if name == "" {
+		t.Skip("no kernel RDMA device (set GOVERBS_TEST_DEVICE to choose one)")
+	}
+	dev, err := verbs.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	if dev.Info().Provider != ibverbs.ProviderName {
+		t.Skipf("%s is not a kernel device", name)
+	}
+	s := &side{dev: dev}
+	if s.pd, err = dev.AllocPD(); err != nil {
+		t.Fatal(err)
+	}
+	if s.cq, err = dev.CreateCQ(64, nil); err != nil {
+		t.Fatal(err)
+	}
+	if s.a, err = NewAgent(dev, nil); err != nil {
+		t.Fatal(err)
+	}
+	if s.a.k == nil {
+		t.Fatal("the agent of a kernel device is not the kernel one")
+	}
+	t.Cleanup(func() { s.a.Close() })
+	return s
+}
+
+// kernelAccept accepts the next request of l in the background.
+func kernelAccept(ctx context.Context, l *Listener, p *Param) <-chan acceptResult {
+	ch := make(chan acceptResult, 1)
+	go func() {
+		r, err := l.Accept(ctx)
+		if err != nil {
+			ch <- acceptResult{err: err}
+			return
+		}
+		c, err := r.Accept(ctx, p)
+		ch <- acceptResult{c, r, err}
+	}()
+	return ch
+}
+
+type acceptResult struct {
+	c   *Conn
+	r   *Request
+	err error
+}
+
+func TestKernelDialAccept(t *testing.T) {
+	s := kernelSide(t)
+	ctx := ctxT(t)
+	if info, ok := DeviceFor(s.a.Addr()); !ok || info.Name != s.dev.Name() {
+		t.Errorf("DeviceFor(%v) = %v, %v; want %s", s.a.Addr(), info.Name, ok, s.dev.Name())
+	}
+	l, err := s.a.Listen(0, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ch := kernelAccept(ctx, l, s.param([]byte("welcome")))
+	cc, err := s.a.Dial(ctx, l.Addr(), s.param([]byte("hello")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	acc := <-ch
+	if acc.err != nil {
+		t.Fatal(acc.err)
+	}
+	sc, r := acc.c, acc.r
+	if r.Remote != cc.LocalAddr() || r.Local != l.Addr() || !bytes.HasPrefix(r.PrivateData, []byte("hello")) ||
+		len(r.PrivateData) != mad.ConnectPrivateLen || r.QPN != cc.QP().QPN() || r.Transport != verbs.QPTypeRC {
+		t.Fatalf("request %+v (client %v qpn %#x)", r, cc.LocalAddr(), cc.QP().QPN())
+	}
+	if !bytes.HasPrefix(cc.PrivateData(), []byte("welcome")) || len(cc.PrivateData()) != mad.REPPrivateLen ||
+		cc.RemoteAddr() != l.Addr() {
+		t.Fatalf("client sees %q from %v", cc.PrivateData(), cc.RemoteAddr())
+	}
+	for _, c := range []*Conn{cc, sc} {
+		if st := c.QP().State(); st != verbs.QPStateRTS {
+			t.Fatalf("QP in %v", st)
+		}
+	}
+
+	// A SEND from the server and an RDMA READ of the client's memory.
+	buf := make([]byte, 64)
+	cmr, err := s.pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(buf[32:], "client memory")
+	if err := cc.QP().PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{cmr.SGE(0, 32)}}); err != nil {
+		t.Fatal(err)
+	}
+	sbuf := make([]byte, 64)
+	smr, err := s.pd.RegMR(sbuf, verbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(sbuf, "ping")
+	if err := sc.QP().PostSend(verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{smr.SGE(0, 4)}}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, s.cq)
+	poll(t, s.cq) // the send's and the receive's, in either order
+	if string(buf[:4]) != "ping" {
+		t.Fatalf("received %q", buf[:4])
+	}
+	if err := sc.QP().PostSend(verbs.SendWR{ID: 3, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{smr.SGE(16, 13)}, RemoteAddr: cmr.Addr() + 32, RKey: cmr.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, s.cq)
+	if string(sbuf[16:29]) != "client memory" {
+		t.Fatalf("READ gave %q", sbuf[16:29])
+	}
+
+	// The client disconnects; the server hears of it; both QPs are in ERR.
+	if err := cc.Disconnect(ctx, []byte("bye")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sc.Done():
+	case <-ctx.Done():
+		t.Fatal("the server never saw the disconnection")
+	}
+	if !errors.Is(sc.Err(), ErrDisconnected) || !errors.Is(cc.Err(), ErrDisconnected) {
+		t.Fatalf("errors %v, %v", sc.Err(), cc.Err())
+	}
+	for _, c := range []*Conn{cc, sc} {
+		if st := c.QP().State(); st != verbs.QPStateErr {
+			t.Fatalf("QP in %v after the disconnection", st)
+		}
+		c.Close()
+	}
+}
+
+func TestKernelRejects(t *testing.T) {
+	s := kernelSide(t)
+	ctx := ctxT(t)
+	l, err := s.a.Listen(0, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		r, err := l.Accept(ctx)
+		if err == nil {
+			r.Reject([]byte("go away"))
+		}
+	}()
+	_, err = s.a.Dial(ctx, l.Addr(), s.param(nil))
+	var rej *RejectError
+	if !errors.As(err, &rej) || rej.Reason != mad.ReasonConsumerReject || !bytes.HasPrefix(rej.PrivateData, []byte("go away")) ||
+		len(rej.PrivateData) != mad.RejectPrivateLen {
+		t.Fatalf("Dial to a rejecting listener: %v", err)
+	}
+
+	// No listener: rdma_cm's REJ "invalid service ID".
+	_, err = s.a.Dial(ctx, netip.AddrPortFrom(s.a.Addr(), l.Addr().Port()+1), s.param(nil))
+	if !errors.Is(err, ErrRejected) {
+		t.Fatalf("Dial to no listener: %v", err)
+	}
+	t.Logf("no listener: %v", err)
+
+	// Budgets are the software CM's, checked before anything is sent.
+	if _, err := s.a.Dial(ctx, l.Addr(), s.param(make([]byte, mad.ConnectPrivateLen+1))); !errors.Is(err, ErrPrivateDataTooLong) {
+		t.Fatalf("Dial with 57 bytes: %v", err)
+	}
+	if _, err := s.a.ResolveUD(ctx, l.Addr(), &Param{}); !errors.Is(err, ErrNotSupported) {
+		t.Fatalf("ResolveUD: %v", err)
+	}
+	if _, err := s.a.ListenUD(0, 1); !errors.Is(err, ErrNotSupported) {
+		t.Fatalf("ListenUD: %v", err)
+	}
+	if _, err := s.a.JoinMulticast(netip.MustParseAddr("239.1.2.3"), &JoinParam{}); !errors.Is(err, ErrNotSupported) {
+		t.Fatalf("JoinMulticast: %v", err)
+	}
+}
+
+// TestKernelDialCancelled: a listener that never answers, a Dial whose context ends:
+// the Dial returns the context's error and its id is gone.
+func TestKernelDialCancelled(t *testing.T) {
+	s := kernelSide(t)
+	l, err := s.a.Listen(0, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err = s.a.Dial(ctx, l.Addr(), s.param(nil))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Dial: %v", err)
+	}
+	// The request reached the listener; answering it now fails, as the peer is gone.
+	r, err := l.Accept(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, acancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer acancel()
+	if _, err := r.Accept(actx, s.param(nil)); err == nil {
+		t.Fatal("Accept of an abandoned request succeeded")
+	} else {
+		t.Logf("accepting the abandoned request: %v", err)
+	}
+	s.a.k.mu.Lock()
+	n := len(s.a.k.conns)
+	s.a.k.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d ids left", n)
+	}
+}
+
+// TestKernelAgentClose: closing an agent ends its connections, and the peer hears.
+func TestKernelAgentClose(t *testing.T) {
+	s, s2 := kernelSide(t), kernelSide(t)
+	ctx := ctxT(t)
+	l, err := s2.a.Listen(0, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := kernelAccept(ctx, l, s2.param(nil))
+	cc, err := s.a.Dial(ctx, l.Addr(), s.param(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	acc := <-ch
+	if acc.err != nil {
+		t.Fatal(acc.err)
+	}
+	s.a.Close()
+	if !errors.Is(cc.Err(), ErrClosed) {
+		t.Fatalf("after Close: %v", cc.Err())
+	}
+	select {
+	case <-acc.c.Done():
+	case <-ctx.Done():
+		t.Fatal("the peer never saw the agent close")
+	}
+	if _, err := s.a.Listen(0, 1); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Listen after Close: %v", err)
+	}
+}

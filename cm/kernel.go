@@ -72,11 +72,12 @@ func (e cmEvent) String() string {
 // kevent is an rdma_cm event, copied out of librdmacm's before it was acknowledged.
 type kevent struct {
 	kind   cmEvent
-	status int    // event->status: an IB REJ reason for REJECTED, else 0 or -errno
-	tok    uint64 // the id's token; for CONNECT_REQUEST, the new id's
-	listen uint64 // CONNECT_REQUEST: the listening id's token
-	priv   []byte // the message's private data, as long as the event said (at most 255)
-	param  kparam // CONNECT_REQUEST and CONNECT_RESPONSE: the peer's rdma_conn_param
+	status int     // event->status: an IB REJ reason for REJECTED, else 0 or -errno
+	tok    uint64  // the id's token; for CONNECT_REQUEST, the new id's
+	listen uint64  // CONNECT_REQUEST: the listening id's token
+	priv   []byte  // the message's private data, as long as the event said (at most 255)
+	param  kparam  // CONNECT_REQUEST and CONNECT_RESPONSE: the peer's rdma_conn_param
+	ud     udParam // ESTABLISHED of a UD id, MULTICAST_JOIN: rdma_ud_param
 	// CONNECT_REQUEST: the new id's addresses.
 	local, remote netip.AddrPort
 }
@@ -89,10 +90,19 @@ type kparam struct {
 	qpn                                uint32
 }
 
+// udParam is struct rdma_ud_param without the private data: where to send.
+type udParam struct {
+	ah   verbs.AHAttr
+	qpn  uint32
+	qkey uint32
+}
+
 // kernelBackend is librdmacm as the kernel path uses it: ids named by tokens, the
 // events of all of them delivered to the handler given to the backend, one at a time.
 type kernelBackend interface {
-	newID() (uint64, error) // rdma_create_id, RDMA_PS_TCP
+	newID(udp bool) (uint64, error) // rdma_create_id, RDMA_PS_TCP or RDMA_PS_UDP
+	bind(tok uint64, addr netip.Addr) error
+	join(tok uint64, group netip.Addr, sendOnly bool) error // rdma_join_multicast(_ex)
 	resolveAddr(tok uint64, src netip.Addr, dst netip.AddrPort, timeout time.Duration) error
 	resolveRoute(tok uint64, timeout time.Duration) error
 	// device names the device the id is bound to (id->verbs): its name and node GUID.
@@ -209,11 +219,12 @@ func (k *kernelAgent) handle(a *Agent, e kevent) {
 	}
 }
 
-// register makes a Conn for the id tok (a new one from newID when tok is 0).
-func (k *kernelAgent) register(a *Agent, c *Conn, tok uint64) error {
+// register makes c the Conn of the id tok, a new one (of the UDP port space when udp)
+// when tok is 0.
+func (k *kernelAgent) register(a *Agent, c *Conn, tok uint64, udp bool) error {
 	if tok == 0 {
 		var err error
-		if tok, err = k.b.newID(); err != nil {
+		if tok, err = k.b.newID(udp); err != nil {
 			return err
 		}
 	}
@@ -322,6 +333,8 @@ func (e *kevent) err() error {
 		return fmt.Errorf("cm: route resolution failed: %w", errnoOf(e.status))
 	case evConnectError:
 		return fmt.Errorf("cm: connection failed: %w", errnoOf(e.status))
+	case evMulticastError:
+		return fmt.Errorf("cm: multicast join failed: %w", errnoOf(e.status))
 	case evDisconnected:
 		return ErrDisconnected
 	case evDeviceRemoval:
@@ -379,6 +392,29 @@ func (k *kernelAgent) checkDevice(tok uint64, a *Agent) error {
 	return nil
 }
 
+// resolve is rdma_resolve_addr from the agent's address and rdma_resolve_route, each
+// waited for, with the check that the id is on the agent's device.
+func (k *kernelAgent) resolve(ctx context.Context, a *Agent, c *Conn, raddr netip.AddrPort) error {
+	kc := c.kc
+	if err := k.b.resolveAddr(kc.tok, a.addr, raddr, kernelResolveTimeout); err != nil {
+		return err
+	}
+	if _, err := kc.wait(ctx, evAddrResolved); err != nil {
+		return err
+	}
+	if err := k.checkDevice(kc.tok, a); err != nil {
+		return err
+	}
+	if err := k.b.resolveRoute(kc.tok, kernelResolveTimeout); err != nil {
+		return err
+	}
+	if _, err := kc.wait(ctx, evRouteResolved); err != nil {
+		return err
+	}
+	c.local = k.b.localAddr(kc.tok)
+	return nil
+}
+
 func (a *Agent) kernelDial(ctx context.Context, raddr netip.AddrPort, p *Param) (*Conn, error) {
 	if len(p.PrivateData) > mad.ConnectPrivateLen {
 		return nil, ErrPrivateDataTooLong
@@ -392,7 +428,7 @@ func (a *Agent) kernelDial(ctx context.Context, raddr netip.AddrPort, p *Param) 
 	c := newConn(a)
 	c.qp, c.ownQP = qp, own
 	c.remote = raddr
-	if err := k.register(a, c, 0); err != nil {
+	if err := k.register(a, c, 0, false); err != nil {
 		return nil, c.abandon(err)
 	}
 	kc := c.kc
@@ -400,22 +436,9 @@ func (a *Agent) kernelDial(ctx context.Context, raddr netip.AddrPort, p *Param) 
 		k.release(a, c)
 		return nil, c.abandon(err)
 	}
-	if err := k.b.resolveAddr(kc.tok, a.addr, raddr, kernelResolveTimeout); err != nil {
+	if err := k.resolve(ctx, a, c, raddr); err != nil {
 		return fail(err)
 	}
-	if _, err := kc.wait(ctx, evAddrResolved); err != nil {
-		return fail(err)
-	}
-	if err := k.checkDevice(kc.tok, a); err != nil {
-		return fail(err)
-	}
-	if err := k.b.resolveRoute(kc.tok, kernelResolveTimeout); err != nil {
-		return fail(err)
-	}
-	if _, err := kc.wait(ctx, evRouteResolved); err != nil {
-		return fail(err)
-	}
-	c.local = k.b.localAddr(kc.tok)
 	// INIT now, as rdma_create_qp does once the id has its device; a QP the program
 	// brought to INIT itself (InitQP) gets the same port and P_Key again.
 	if err := k.modify(kc.tok, qp, verbs.QPStateInit, nil); err != nil {
@@ -459,8 +482,8 @@ func (a *Agent) kernelDial(ctx context.Context, raddr netip.AddrPort, p *Param) 
 }
 
 func (a *Agent) kernelListen(space mad.PortSpace, port uint16, backlog int) (*Listener, error) {
-	if space != mad.PortSpaceTCP {
-		return nil, fmt.Errorf("%w: listening in rdma_cm's UDP port space", ErrNotSupported)
+	if space != mad.PortSpaceTCP && space != mad.PortSpaceUDP {
+		return nil, fmt.Errorf("%w: port space %v", ErrNotSupported, space)
 	}
 	if backlog <= 0 {
 		backlog = DefaultBacklog
@@ -472,7 +495,7 @@ func (a *Agent) kernelListen(space mad.PortSpace, port uint16, backlog int) (*Li
 	if closed {
 		return nil, ErrClosed
 	}
-	tok, err := k.b.newID()
+	tok, err := k.b.newID(space == mad.PortSpaceUDP)
 	if err != nil {
 		return nil, err
 	}
@@ -513,16 +536,23 @@ func (k *kernelAgent) request(a *Agent, e kevent) {
 	k.mu.Unlock()
 	c := newConn(a)
 	c.remote, c.local = e.remote, e.local
-	c.privateData = fit(e.priv, mad.ConnectPrivateLen)
-	if l == nil || k.register(a, c, e.tok) != nil {
+	ud := l != nil && l.space == mad.PortSpaceUDP
+	if ud {
+		c.privateData = fit(e.priv, mad.UDPrivateLen)
+	} else {
+		c.privateData = fit(e.priv, mad.ConnectPrivateLen)
+	}
+	if l == nil || k.register(a, c, e.tok, ud) != nil {
 		k.b.reject(e.tok, nil)
 		k.b.destroy(e.tok)
 		return
 	}
-	r := &Request{c: c, Remote: c.remote, Local: c.local, PrivateData: c.privateData,
-		ResponderResources: e.param.responderResources, InitiatorDepth: e.param.initiatorDepth,
-		RetryCount: e.param.retryCount, RNRRetryCount: e.param.rnrRetryCount, Transport: verbs.QPTypeRC,
-		PathMTU: a.mtu, QPN: e.param.qpn}
+	r := &Request{c: c, Remote: c.remote, Local: c.local, PrivateData: c.privateData, Transport: verbs.QPTypeUD}
+	if !ud {
+		r.ResponderResources, r.InitiatorDepth = e.param.responderResources, e.param.initiatorDepth
+		r.RetryCount, r.RNRRetryCount = e.param.retryCount, e.param.rnrRetryCount
+		r.Transport, r.PathMTU, r.QPN = verbs.QPTypeRC, a.mtu, e.param.qpn
+	}
 	select {
 	case <-l.closed:
 	case l.reqs <- r:
@@ -633,9 +663,4 @@ func (a *Agent) kernelClose(ls []*Listener, cs []*Conn) error {
 		c.finish(ErrClosed)
 	}
 	return a.k.b.close()
-}
-
-// kernelNotSupported is the error of the calls that have no kernel implementation yet.
-func kernelNotSupported(what string) error {
-	return fmt.Errorf("%w: %s", ErrNotSupported, what)
 }

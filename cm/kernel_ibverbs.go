@@ -27,6 +27,12 @@ struct gv_cm_event {
 	int priv_len;
 	uint8_t responder_resources, initiator_depth, retry_count, rnr_retry_count, srq;
 	uint32_t qp_num;
+	// ud: the event carries rdma_ud_param, whose address vector and Q_Key follow.
+	int ud;
+	uint32_t qkey;
+	uint8_t dgid[16];
+	uint8_t sgid_index, hop_limit, traffic_class, sl, port_num;
+	uint32_t flow_label;
 	uint8_t local_ip[16], remote_ip[16];
 	uint16_t local_port, remote_port;
 	int local_family, remote_family;
@@ -75,26 +81,41 @@ static int gv_get_event(struct rdma_event_channel *ch, struct gv_cm_event *out)
 		gv_sockaddr(rdma_get_local_addr(ev->id), out->local_ip, &out->local_port, &out->local_family);
 		gv_sockaddr(rdma_get_peer_addr(ev->id), out->remote_ip, &out->remote_port, &out->remote_family);
 	}
-	// Connection events carry rdma_conn_param; the datagram ones (not used here) a
-	// rdma_ud_param whose first two fields are the same private data and length.
+	// Connection events carry rdma_conn_param; those of UDP-port-space ids and
+	// multicast joins an rdma_ud_param, whose first two fields are the same private
+	// data and length.
 	p = &ev->param.conn;
 	if (p->private_data != NULL && p->private_data_len > 0) {
 		out->priv_len = p->private_data_len; // a uint8_t: never past priv
 		memcpy(out->priv, p->private_data, out->priv_len);
 	}
-	out->responder_resources = p->responder_resources;
-	out->initiator_depth = p->initiator_depth;
-	out->retry_count = p->retry_count;
-	out->rnr_retry_count = p->rnr_retry_count;
-	out->srq = p->srq;
-	out->qp_num = p->qp_num;
+	if (ev->id->ps == RDMA_PS_UDP || ev->id->ps == RDMA_PS_IPOIB || ev->event == RDMA_CM_EVENT_MULTICAST_JOIN) {
+		const struct rdma_ud_param *u = &ev->param.ud;
+		out->ud = 1;
+		out->qp_num = u->qp_num;
+		out->qkey = u->qkey;
+		memcpy(out->dgid, u->ah_attr.grh.dgid.raw, 16);
+		out->sgid_index = u->ah_attr.grh.sgid_index;
+		out->hop_limit = u->ah_attr.grh.hop_limit;
+		out->traffic_class = u->ah_attr.grh.traffic_class;
+		out->flow_label = u->ah_attr.grh.flow_label;
+		out->sl = u->ah_attr.sl;
+		out->port_num = u->ah_attr.port_num;
+	} else {
+		out->responder_resources = p->responder_resources;
+		out->initiator_depth = p->initiator_depth;
+		out->retry_count = p->retry_count;
+		out->rnr_retry_count = p->rnr_retry_count;
+		out->srq = p->srq;
+		out->qp_num = p->qp_num;
+	}
 	rdma_ack_cm_event(ev);
 	return 0;
 }
 
-static int gv_create_id(struct rdma_event_channel *ch, struct rdma_cm_id **id, uint64_t tok)
+static int gv_create_id(struct rdma_event_channel *ch, struct rdma_cm_id **id, uint64_t tok, int udp)
 {
-	return rdma_create_id(ch, id, (void *)(uintptr_t)tok, RDMA_PS_TCP);
+	return rdma_create_id(ch, id, (void *)(uintptr_t)tok, udp ? RDMA_PS_UDP : RDMA_PS_TCP);
 }
 
 static void gv_set_tok(struct rdma_cm_id *id, uint64_t tok) { id->context = (void *)(uintptr_t)tok; }
@@ -136,6 +157,28 @@ static int gv_bind_listen(struct rdma_cm_id *id, int v4, const uint8_t *ip, uint
 		return -1;
 	*got = ntohs(rdma_get_src_port(id));
 	return 0;
+}
+
+static int gv_bind(struct rdma_cm_id *id, int v4, const uint8_t *ip)
+{
+	struct sockaddr_storage s;
+	gv_make_sockaddr(&s, v4, ip, 0);
+	return rdma_bind_addr(id, (struct sockaddr *)&s);
+}
+
+static int gv_join(struct rdma_cm_id *id, int v4, const uint8_t *ip, int send_only)
+{
+	struct sockaddr_storage s;
+	struct rdma_cm_join_mc_attr_ex mc;
+
+	gv_make_sockaddr(&s, v4, ip, 0);
+	if (!send_only)
+		return rdma_join_multicast(id, (struct sockaddr *)&s, NULL);
+	memset(&mc, 0, sizeof(mc));
+	mc.comp_mask = RDMA_CM_JOIN_MC_ATTR_ADDRESS | RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS;
+	mc.join_flags = RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER;
+	mc.addr = (struct sockaddr *)&s;
+	return rdma_join_multicast_ex(id, &mc, NULL);
 }
 
 // gv_bound_device binds a throwaway id to ip and names the device the kernel's rdma_cm
@@ -314,6 +357,13 @@ func (b *librdmacm) convert(ev *C.struct_gv_cm_event) kevent {
 	e.param = kparam{responderResources: uint8(ev.responder_resources), initiatorDepth: uint8(ev.initiator_depth),
 		retryCount: uint8(ev.retry_count), rnrRetryCount: uint8(ev.rnr_retry_count), srq: ev.srq != 0,
 		qpn: uint32(ev.qp_num) & 0xffffff}
+	if ev.ud != 0 {
+		e.param = kparam{}
+		e.ud = udParam{qpn: uint32(ev.qp_num) & 0xffffff, qkey: uint32(ev.qkey), ah: verbs.AHAttr{
+			DGID: *(*verbs.GID)(unsafe.Pointer(&ev.dgid)), SGIDIndex: uint8(ev.sgid_index),
+			HopLimit: uint8(ev.hop_limit), TrafficClass: uint8(ev.traffic_class),
+			FlowLabel: uint32(ev.flow_label), SL: uint8(ev.sl), Port: uint8(ev.port_num)}}
+	}
 	if e.kind == evConnectRequest && ev.id != nil {
 		e.local = sockAddr(&ev.local_ip, ev.local_port, ev.local_family)
 		e.remote = sockAddr(&ev.remote_ip, ev.remote_port, ev.remote_family)
@@ -348,13 +398,17 @@ func (b *librdmacm) id(tok uint64) (*C.struct_rdma_cm_id, error) {
 	return id, nil
 }
 
-func (b *librdmacm) newID() (uint64, error) {
+func (b *librdmacm) newID(udp bool) (uint64, error) {
 	b.mu.Lock()
 	b.next++
 	tok := b.next
 	b.mu.Unlock()
 	var id *C.struct_rdma_cm_id
-	if r, err := C.gv_create_id(b.ch, &id, C.uint64_t(tok)); r != 0 {
+	u := C.int(0)
+	if udp {
+		u = 1
+	}
+	if r, err := C.gv_create_id(b.ch, &id, C.uint64_t(tok), u); r != 0 {
 		return 0, fmt.Errorf("cm: rdma_create_id: %w", errnoErr(err))
 	}
 	b.mu.Lock()
@@ -391,6 +445,26 @@ func (b *librdmacm) resolveAddr(tok uint64, src netip.Addr, dst netip.AddrPort, 
 	return b.call(tok, "rdma_resolve_addr", func(id *C.struct_rdma_cm_id) (C.int, error) {
 		r, err := C.gv_resolve_addr(id, v4, (*C.uint8_t)(&s[0]), (*C.uint8_t)(&d[0]), C.uint16_t(dst.Port()),
 			C.int(timeout.Milliseconds()))
+		return r, err
+	})
+}
+
+func (b *librdmacm) bind(tok uint64, addr netip.Addr) error {
+	v4, ip := ip16(addr)
+	return b.call(tok, "rdma_bind_addr", func(id *C.struct_rdma_cm_id) (C.int, error) {
+		r, err := C.gv_bind(id, v4, (*C.uint8_t)(&ip[0]))
+		return r, err
+	})
+}
+
+func (b *librdmacm) join(tok uint64, group netip.Addr, sendOnly bool) error {
+	v4, ip := ip16(group)
+	so := C.int(0)
+	if sendOnly {
+		so = 1
+	}
+	return b.call(tok, "rdma_join_multicast", func(id *C.struct_rdma_cm_id) (C.int, error) {
+		r, err := C.gv_join(id, v4, (*C.uint8_t)(&ip[0]), so)
 		return r, err
 	})
 }

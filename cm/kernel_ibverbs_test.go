@@ -210,14 +210,114 @@ func TestKernelRejects(t *testing.T) {
 	if _, err := s.a.Dial(ctx, l.Addr(), s.param(make([]byte, mad.ConnectPrivateLen+1))); !errors.Is(err, ErrPrivateDataTooLong) {
 		t.Fatalf("Dial with 57 bytes: %v", err)
 	}
-	if _, err := s.a.ResolveUD(ctx, l.Addr(), &Param{}); !errors.Is(err, ErrNotSupported) {
-		t.Fatalf("ResolveUD: %v", err)
+}
+
+// TestKernelResolveUD: SIDR through the kernel's rdma_cm, then a datagram to the QP
+// and Q_Key learnt; a refusal and a missing listener are SIDRErrors.
+func TestKernelResolveUD(t *testing.T) {
+	s := kernelSide(t)
+	ctx := ctxT(t)
+	l, err := s.a.ListenUD(0, 4)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := s.a.ListenUD(0, 1); !errors.Is(err, ErrNotSupported) {
-		t.Fatalf("ListenUD: %v", err)
+	defer l.Close()
+	sqp := s.udQP(t)
+	go func() {
+		for i := 0; ; i++ {
+			r, err := l.Accept(ctx)
+			if err != nil {
+				return
+			}
+			if r.Transport != verbs.QPTypeUD || len(r.PrivateData) != mad.UDPrivateLen {
+				t.Errorf("request %+v", r)
+			}
+			if i == 0 {
+				if err := r.AcceptUD(&Param{QP: sqp, PrivateData: []byte("served")}); err != nil {
+					t.Error(err)
+				}
+			} else {
+				r.Reject([]byte("no"))
+			}
+		}
+	}()
+	cqp := s.udQP(t)
+	d, err := s.a.ResolveUD(ctx, l.Addr(), &Param{QP: cqp, PrivateData: []byte("ud hello")})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := s.a.JoinMulticast(netip.MustParseAddr("239.1.2.3"), &JoinParam{}); !errors.Is(err, ErrNotSupported) {
-		t.Fatalf("JoinMulticast: %v", err)
+	if d.QPN != sqp.QPN() || d.QKey != UDPQKey || d.AH == nil || !bytes.HasPrefix(d.PrivateData, []byte("served")) {
+		t.Fatalf("resolved %+v", d)
+	}
+	rbuf := make([]byte, 40+16)
+	rmr, _ := s.pd.RegMR(rbuf, verbs.AccessLocalWrite)
+	if err := sqp.PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{rmr.SGE(0, len(rbuf))}}); err != nil {
+		t.Fatal(err)
+	}
+	msg := []byte("datagram")
+	smr, _ := s.pd.RegMR(msg, 0)
+	if err := cqp.PostSend(verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{smr.SGE(0, len(msg))}, AH: d.AH, RemoteQPN: d.QPN, RemoteQKey: d.QKey}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, s.cq)
+	poll(t, s.cq)
+	if string(rbuf[40:40+len(msg)]) != "datagram" {
+		t.Fatalf("received %q", rbuf[40:])
+	}
+
+	var serr *SIDRError
+	_, err = s.a.ResolveUD(ctx, l.Addr(), &Param{PD: s.pd})
+	if !errors.As(err, &serr) || serr.Status != mad.SIDRRejected || !bytes.HasPrefix(serr.PrivateData, []byte("no")) {
+		t.Fatalf("refused: %v", err)
+	}
+	_, err = s.a.ResolveUD(ctx, netip.AddrPortFrom(s.a.Addr(), l.Addr().Port()+1), &Param{PD: s.pd})
+	if !errors.Is(err, ErrRejected) {
+		t.Fatalf("no listener: %v", err)
+	}
+	t.Logf("no UD listener: %v", err)
+	if _, err := s.a.ResolveUD(ctx, l.Addr(), &Param{PrivateData: make([]byte, mad.UDPrivateLen+1)}); !errors.Is(err, ErrPrivateDataTooLong) {
+		t.Fatal(err)
+	}
+}
+
+// TestKernelJoinMulticast: a join through the kernel's rdma_cm gives rdma_cm's MGID,
+// QPN and Q_Key and attaches the QP; a send-only join attaches nothing; Leave twice is
+// no error.
+func TestKernelJoinMulticast(t *testing.T) {
+	s := kernelSide(t)
+	group := netip.MustParseAddr("239.77.0.9")
+	rqp, sqp := s.udQP(t), s.udQP(t)
+	rm, err := s.a.JoinMulticast(group, &JoinParam{QP: rqp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sm, err := s.a.JoinMulticast(group, &JoinParam{QP: sqp, SendOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sm.Leave()
+	want := verbs.GIDFromAddr(group)
+	for _, m := range []*Multicast{rm, sm} {
+		if m.Group != group || m.MGID != want || m.QPN != McastQPN || m.QKey != UDPQKey || m.AH == nil {
+			t.Fatalf("joined %+v", m)
+		}
+	}
+	if rqp.State() != verbs.QPStateRTS || rqp.Query().QKey != UDPQKey {
+		t.Fatalf("receiver QP in %v with Q_Key %#x", rqp.State(), rqp.Query().QKey)
+	}
+	msg := []byte("to the group")
+	smr, _ := s.pd.RegMR(msg, 0)
+	if err := sqp.PostSend(verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{smr.SGE(0, len(msg))}, AH: sm.AH, RemoteQPN: sm.QPN, RemoteQKey: sm.QKey}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, s.cq)
+	if err := rm.Leave(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rm.Leave(); err != nil {
+		t.Fatal(err)
 	}
 }
 

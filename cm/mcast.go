@@ -58,9 +58,6 @@ var ErrNotMulticast = errors.New("cm: not a multicast group of the device's addr
 // Linux's rdma_cm refuses IPv6 groups on RoCEv2 (cma_iboe_join_multicast returns
 // ENOTSUPP); goverbs joins them, as IPv6 multicast.
 func (a *Agent) JoinMulticast(group netip.Addr, p *JoinParam) (*Multicast, error) {
-	if a.k != nil {
-		return nil, kernelNotSupported("multicast")
-	}
 	group = group.Unmap()
 	if !group.IsMulticast() || group.Is4() != a.addr.Is4() {
 		return nil, fmt.Errorf("%w: %v", ErrNotMulticast, group)
@@ -70,6 +67,9 @@ func (a *Agent) JoinMulticast(group netip.Addr, p *JoinParam) (*Multicast, error
 	a.mu.Unlock()
 	if closed {
 		return nil, ErrClosed
+	}
+	if a.k != nil {
+		return a.kernelJoinMulticast(group, p)
 	}
 	// The MGID as cma_iboe_set_mgid makes it: IPv4-mapped for IPv4.
 	m := &Multicast{Group: group, MGID: verbs.GIDFromAddr(group), QPN: McastQPN, QKey: UDPQKey, HopLimit: hopLimit}

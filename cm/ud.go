@@ -81,7 +81,7 @@ func ReadyUD(qp *verbs.QP) error {
 // the SIDR_REQ's 216) goes to the server.
 func (a *Agent) ResolveUD(ctx context.Context, raddr netip.AddrPort, p *Param) (*UDDest, error) {
 	if a.k != nil {
-		return nil, kernelNotSupported("UD service resolution (SIDR)")
+		return a.kernelResolveUD(ctx, raddr, p)
 	}
 	if len(p.PrivateData) > mad.UDPrivateLen {
 		return nil, ErrPrivateDataTooLong
@@ -157,6 +157,9 @@ func (r *Request) AcceptUD(p *Param) error {
 	if !r.answered.CompareAndSwap(false, true) {
 		return ErrAnswered
 	}
+	if r.c.kc != nil {
+		return r.kernelAcceptUD(p)
+	}
 	c, a := r.c, r.c.a
 	defer a.track(c, false)
 	if err := ReadyUD(p.QP); err != nil {
@@ -177,6 +180,9 @@ func (r *Request) rejectUD(privateData []byte) error {
 	}
 	if !r.answered.CompareAndSwap(false, true) {
 		return ErrAnswered
+	}
+	if r.c.kc != nil {
+		return r.kernelRejectUD(privateData)
 	}
 	defer r.c.a.track(r.c, false)
 	return r.replyUD(mad.SIDRRejected, privateData)

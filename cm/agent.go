@@ -60,6 +60,9 @@ type Agent struct {
 	// k is the kernel half of an agent on a kernel RDMA device (kernel.go); the
 	// MAD fields above are then unused.
 	k *kernelAgent
+	// gidIndex is gid's index in the device's table: 0 on a software device, the
+	// RoCE v2 entry of the address on a kernel one.
+	gidIndex uint8
 }
 
 func newAgent(dev *verbs.Device, port madPort, cfg *Config) (*Agent, error) {

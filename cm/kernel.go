@@ -151,11 +151,11 @@ func newKernelAgent(dev *verbs.Device, b kernelBackend, cfg *Config) (*Agent, er
 	if err != nil {
 		return nil, err
 	}
-	gid, err := kernelGID(dev)
+	gid, idx, err := kernelGID(dev)
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{dev: dev, gid: gid, addr: gid.Addr().Unmap(), mtu: pa.ActiveMTU, guid: dev.Query().NodeGUID,
+	a := &Agent{dev: dev, gid: gid, gidIndex: idx, addr: gid.Addr().Unmap(), mtu: pa.ActiveMTU, guid: dev.Query().NodeGUID,
 		listeners: map[uint64]*Listener{}, conns: map[*Conn]struct{}{}}
 	a.sent0.L = &a.mu
 	a.k = &kernelAgent{b: b, dev: dev.Name(), conns: map[uint64]*Conn{}, listens: map[uint64]*Listener{}}
@@ -163,28 +163,29 @@ func newKernelAgent(dev *verbs.Device, b kernelBackend, cfg *Config) (*Agent, er
 	return a, nil
 }
 
-func kernelGID(dev *verbs.Device) (verbs.GID, error) {
+func kernelGID(dev *verbs.Device) (verbs.GID, uint8, error) {
 	tbl, err := dev.GIDTable(1)
 	if err != nil {
-		return verbs.GID{}, err
+		return verbs.GID{}, 0, err
 	}
 	var v2 *verbs.GIDEntry
 	for i := range tbl {
 		g := &tbl[i]
-		if g.GID.IsZero() || g.Type != "RoCE v2" {
+		if g.GID.IsZero() || g.Type != "RoCE v2" || g.Index > 0xff {
 			continue
 		}
 		if g.GID.Addr().Unmap().Is4() {
-			return g.GID, nil
+			return g.GID, uint8(g.Index), nil
 		}
 		if v2 == nil {
 			v2 = g
 		}
 	}
 	if v2 != nil {
-		return v2.GID, nil
+		return v2.GID, uint8(v2.Index), nil
 	}
-	return dev.QueryGID(1, 0)
+	g, err := dev.QueryGID(1, 0)
+	return g, 0, err
 }
 
 // handle takes one event from the backend's loop. It must not block: the loop

@@ -95,6 +95,13 @@ func TestKernelDialAccept(t *testing.T) {
 	if info, ok := DeviceFor(s.a.Addr()); !ok || info.Name != s.dev.Name() {
 		t.Errorf("DeviceFor(%v) = %v, %v; want %s", s.a.Addr(), info.Name, ok, s.dev.Name())
 	}
+	// The agent's address vector names the device's GID of its address: an AH made
+	// from it is accepted (GID 0 of rxe, IPv6 link-local, would not be with an IPv4 peer).
+	if ah, err := s.pd.CreateAH(s.a.AHAttr(s.a.Addr())); err != nil {
+		t.Errorf("AH from the agent's AHAttr %+v: %v", s.a.AHAttr(s.a.Addr()), err)
+	} else {
+		ah.Close()
+	}
 	l, err := s.a.Listen(0, 4)
 	if err != nil {
 		t.Fatal(err)

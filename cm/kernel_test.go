@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/goverbs/goverbs/cm/mad"
+	"github.com/goverbs/goverbs/verbs"
 )
 
 // TestKernelEventErrors: each rdma_cm event that ends a handshake becomes the error
@@ -93,4 +94,19 @@ func TestCMEventString(t *testing.T) {
 			t.Errorf("%d: %q, want %q", int(e), got, want)
 		}
 	}
+}
+
+// TestAgentAHAttr: on a software device the agent's address vector uses GID 0, the
+// device's only one.
+func TestAgentAHAttr(t *testing.T) {
+	s, peer := pair(t, nil)
+	a := s.a.AHAttr(peer.a.Addr())
+	if a.DGID != verbs.GIDFromAddr(peer.a.Addr()) || a.SGIDIndex != 0 || a.Port != 1 || a.HopLimit != 64 {
+		t.Fatalf("AHAttr %+v", a)
+	}
+	ah, err := s.pd.CreateAH(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ah.Close()
 }

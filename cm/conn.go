@@ -82,9 +82,6 @@ func (c *Conn) Disconnect(ctx context.Context, privateData []byte) error {
 // sendDREQ moves the QP to the error state and sends the DREQ, unless the
 // connection has ended already.
 func (c *Conn) sendDREQ(privateData []byte) error {
-	if c.kc != nil {
-		return c.kernelDisconnect(privateData)
-	}
 	if len(privateData) > mad.DREQPrivateLen {
 		return ErrPrivateDataTooLong
 	}
@@ -98,6 +95,10 @@ func (c *Conn) sendDREQ(privateData []byte) error {
 	c.mu.Unlock()
 	if qp != nil {
 		qp.Modify(&verbs.QPAttr{State: verbs.QPStateErr}, verbs.QPAttrState)
+	}
+	if c.kc != nil {
+		c.kernelDisconnect()
+		return nil
 	}
 	err := c.a.do(func(now time.Time) error { return c.a.cm.Disconnect(now, c.ic, privateData) })
 	if err != nil {

@@ -19,9 +19,6 @@ import (
 // ErrTimeout after the CM's retries, or earlier when ctx is done (the
 // handshake is then abandoned with a REJ).
 func (a *Agent) Dial(ctx context.Context, raddr netip.AddrPort, p *Param) (*Conn, error) {
-	if a.k != nil {
-		return a.kernelDial(ctx, raddr, p)
-	}
 	if len(p.PrivateData) > mad.ConnectPrivateLen {
 		return nil, ErrPrivateDataTooLong
 	}
@@ -32,8 +29,11 @@ func (a *Agent) Dial(ctx context.Context, raddr netip.AddrPort, p *Param) (*Conn
 	}
 	c := newConn(a)
 	c.qp, c.ownQP = qp, own
-	c.local = netip.AddrPortFrom(a.addr, ephemeralPort())
 	c.remote = raddr
+	if a.k != nil {
+		return a.kernelDial(ctx, c, p)
+	}
+	c.local = netip.AddrPortFrom(a.addr, ephemeralPort())
 	if err := toInit(qp); err != nil {
 		return nil, c.abandon(err)
 	}

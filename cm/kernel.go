@@ -363,18 +363,48 @@ func fit(p []byte, n int) []byte {
 	return out
 }
 
+// ownAttrs are the attributes a side sets over the kernel's: the Param's RNR NAK
+// delay (rdma_cm's would be 0, 655 ms), and on the passive side the READ depths
+// agreed, as librdmacm takes them from rdma_accept's parameters.
+type ownAttrs struct {
+	minRNRTimer                  uint8
+	depths                       bool
+	maxDestRdAtomic, maxRdAtomic uint8
+}
+
 // modify moves qp to state with the attributes the kernel's CM computed for the id,
-// after edit (which may change them) when it is not nil.
-func (k *kernelAgent) modify(tok uint64, qp *verbs.QP, state verbs.QPState, edit func(*verbs.QPAttr, verbs.QPAttrMask)) error {
+// o's set over them where the kernel sets them too.
+func (k *kernelAgent) modify(tok uint64, qp *verbs.QP, state verbs.QPState, o *ownAttrs) error {
 	attr, mask, err := k.b.initQPAttr(tok, state)
 	if err != nil {
 		return err
 	}
-	if edit != nil {
-		edit(&attr, mask)
+	if o != nil {
+		if mask&verbs.QPAttrMinRNRTimer != 0 {
+			attr.MinRNRTimer = o.minRNRTimer
+		}
+		if o.depths && mask&verbs.QPAttrMaxDestRdAtomic != 0 {
+			attr.MaxDestRdAtomic = o.maxDestRdAtomic
+		}
+		if o.depths && mask&verbs.QPAttrMaxQPRdAtomic != 0 {
+			attr.MaxRdAtomic = o.maxRdAtomic
+		}
 	}
 	if err := qp.Modify(&attr, mask); err != nil {
 		return fmt.Errorf("cm: moving QP %#x to %v: %w", qp.QPN(), state, err)
+	}
+	return nil
+}
+
+// bringUp moves qp through INIT (again, on the active side: before the REQ the
+// kernel's INIT attributes grant no remote access, as rdma_cm has no connection to
+// take the rights from; now they grant WRITE, and READ and atomics with responder
+// resources), RTR and RTS.
+func (k *kernelAgent) bringUp(tok uint64, qp *verbs.QP, o *ownAttrs) error {
+	for _, st := range []verbs.QPState{verbs.QPStateInit, verbs.QPStateRTR, verbs.QPStateRTS} {
+		if err := k.modify(tok, qp, st, o); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -416,19 +446,9 @@ func (k *kernelAgent) resolve(ctx context.Context, a *Agent, c *Conn, raddr neti
 	return nil
 }
 
-func (a *Agent) kernelDial(ctx context.Context, raddr netip.AddrPort, p *Param) (*Conn, error) {
-	if len(p.PrivateData) > mad.ConnectPrivateLen {
-		return nil, ErrPrivateDataTooLong
-	}
-	raddr = netip.AddrPortFrom(raddr.Addr().Unmap(), raddr.Port())
-	qp, own, err := p.qp(a)
-	if err != nil {
-		return nil, err
-	}
-	k := a.k
-	c := newConn(a)
-	c.qp, c.ownQP = qp, own
-	c.remote = raddr
+// kernelDial is Dial's kernel half, for c with its QP and remote address set.
+func (a *Agent) kernelDial(ctx context.Context, c *Conn, p *Param) (*Conn, error) {
+	k, qp := a.k, c.qp
 	if err := k.register(a, c, 0, false); err != nil {
 		return nil, c.abandon(err)
 	}
@@ -437,7 +457,7 @@ func (a *Agent) kernelDial(ctx context.Context, raddr netip.AddrPort, p *Param) 
 		k.release(a, c)
 		return nil, c.abandon(err)
 	}
-	if err := k.resolve(ctx, a, c, raddr); err != nil {
+	if err := k.resolve(ctx, a, c, c.remote); err != nil {
 		return fail(err)
 	}
 	// INIT now, as rdma_create_qp does once the id has its device; a QP the program
@@ -456,22 +476,7 @@ func (a *Agent) kernelDial(ctx context.Context, raddr netip.AddrPort, p *Param) 
 		return fail(err)
 	}
 	c.privateData = fit(e.priv, mad.REPPrivateLen)
-	minRNR := orDefault(p.MinRNRTimer, 12)
-	// INIT again: before the REQ the kernel's INIT attributes grant no remote
-	// access (rdma_cm has no connection yet to take the rights from); now they grant
-	// WRITE, and READ and atomics when this side offered responder resources.
-	err = k.modify(kc.tok, qp, verbs.QPStateInit, nil)
-	if err == nil {
-		err = k.modify(kc.tok, qp, verbs.QPStateRTR, func(at *verbs.QPAttr, m verbs.QPAttrMask) {
-			if m&verbs.QPAttrMinRNRTimer != 0 {
-				at.MinRNRTimer = minRNR
-			}
-		})
-	}
-	if err == nil {
-		err = k.modify(kc.tok, qp, verbs.QPStateRTS, nil)
-	}
-	if err != nil {
+	if err := k.bringUp(kc.tok, qp, &ownAttrs{minRNRTimer: orDefault(p.MinRNRTimer, 12)}); err != nil {
 		k.b.reject(kc.tok, nil)
 		return fail(err)
 	}
@@ -584,25 +589,8 @@ func (r *Request) kernelAccept(ctx context.Context, p *Param) (*Conn, error) {
 		return fail(ErrQP)
 	}
 	respRes, initDepth := min(p.ResponderResources, r.InitiatorDepth), min(p.InitiatorDepth, r.ResponderResources)
-	minRNR := orDefault(p.MinRNRTimer, 12)
-	err = k.modify(kc.tok, qp, verbs.QPStateInit, nil)
-	if err == nil {
-		err = k.modify(kc.tok, qp, verbs.QPStateRTR, func(at *verbs.QPAttr, m verbs.QPAttrMask) {
-			if m&verbs.QPAttrMaxDestRdAtomic != 0 {
-				at.MaxDestRdAtomic = respRes
-			}
-			if m&verbs.QPAttrMinRNRTimer != 0 {
-				at.MinRNRTimer = minRNR
-			}
-		})
-	}
-	if err == nil {
-		err = k.modify(kc.tok, qp, verbs.QPStateRTS, func(at *verbs.QPAttr, m verbs.QPAttrMask) {
-			if m&verbs.QPAttrMaxQPRdAtomic != 0 {
-				at.MaxRdAtomic = initDepth
-			}
-		})
-	}
+	err = k.bringUp(kc.tok, qp, &ownAttrs{minRNRTimer: orDefault(p.MinRNRTimer, 12), depths: true,
+		maxDestRdAtomic: respRes, maxRdAtomic: initDepth})
 	if err != nil {
 		// The kernel refuses the attributes of a request whose peer gave up: say so.
 		if pe := kc.pendingErr(); pe != nil {
@@ -631,28 +619,14 @@ func (r *Request) kernelReject(privateData []byte) error {
 	return err
 }
 
-// kernelDisconnect is rdma_disconnect. Its DREQ carries no private data: librdmacm
-// has no way to send any, and the Go API shows a peer's DREQ data to nobody, so
-// dropping it changes nothing a program can see.
-func (c *Conn) kernelDisconnect(privateData []byte) error {
-	if len(privateData) > mad.DREQPrivateLen {
-		return ErrPrivateDataTooLong
-	}
-	select {
-	case <-c.done:
-		return nil
-	default:
-	}
-	c.mu.Lock()
-	qp := c.qp
-	c.mu.Unlock()
-	if qp != nil {
-		qp.Modify(&verbs.QPAttr{State: verbs.QPStateErr}, verbs.QPAttrState)
-	}
+// kernelDisconnect is rdma_disconnect, once sendDREQ has checked the private data and
+// moved the QP to ERR. Its DREQ carries no private data: librdmacm has no way to send
+// any, and the Go API shows a peer's DREQ data to nobody, so dropping it changes
+// nothing a program can see.
+func (c *Conn) kernelDisconnect() {
 	if err := c.a.k.b.disconnect(c.kc.tok); err != nil {
 		c.finish(ErrDisconnected) // not connected any more: it has ended
 	}
-	return nil
 }
 
 // kernelClose ends every listener and connection, then the backend.

@@ -5,7 +5,6 @@ package cm
 /*
 #cgo LDFLAGS: -lrdmacm -libverbs
 #include <errno.h>
-#include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -239,16 +238,6 @@ static void gv_local_addr(struct rdma_cm_id *id, uint8_t ip[16], uint16_t *port,
 {
 	gv_sockaddr(rdma_get_local_addr(id), ip, port, family);
 }
-
-// gv_nonblock_dup makes the channel's fd non-blocking (rdma_get_cm_event then fails
-// with EAGAIN when no event is there) and returns a duplicate for Go's netpoller.
-static int gv_nonblock_dup(int fd)
-{
-	int fl = fcntl(fd, F_GETFL);
-	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
-		return -1;
-	return fcntl(fd, F_DUPFD_CLOEXEC, 0);
-}
 */
 import "C"
 
@@ -308,13 +297,13 @@ func openLibrdmacm() (*librdmacm, error) {
 	if ch == nil {
 		return nil, fmt.Errorf("cm: rdma_create_event_channel (is rdma_ucm loaded?): %w", errnoErr(err))
 	}
-	dup, err := C.gv_nonblock_dup(ch.fd)
-	if dup < 0 {
+	// Non-blocking, rdma_get_cm_event fails with EAGAIN when no event is there.
+	f, err := ibverbs.PollableFD(int(ch.fd), "rdma_cm event channel")
+	if err != nil {
 		C.rdma_destroy_event_channel(ch)
-		return nil, fmt.Errorf("cm: event channel: %w", errnoErr(err))
+		return nil, fmt.Errorf("cm: %w", err)
 	}
-	return &librdmacm{ch: ch, file: os.NewFile(uintptr(dup), "rdma_cm event channel"),
-		ids: map[uint64]*C.struct_rdma_cm_id{}}, nil
+	return &librdmacm{ch: ch, file: f, ids: map[uint64]*C.struct_rdma_cm_id{}}, nil
 }
 
 func errnoErr(err error) error {

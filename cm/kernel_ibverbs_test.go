@@ -117,72 +117,12 @@ func TestKernelDialAccept(t *testing.T) {
 		t.Fatal(acc.err)
 	}
 	sc, r := acc.c, acc.r
-	if r.Remote != cc.LocalAddr() || r.Local != l.Addr() || !bytes.HasPrefix(r.PrivateData, []byte("hello")) ||
-		len(r.PrivateData) != mad.ConnectPrivateLen || r.QPN != cc.QP().QPN() || r.Transport != verbs.QPTypeRC {
-		t.Fatalf("request %+v (client %v qpn %#x)", r, cc.LocalAddr(), cc.QP().QPN())
-	}
-	if !bytes.HasPrefix(cc.PrivateData(), []byte("welcome")) || len(cc.PrivateData()) != mad.REPPrivateLen ||
-		cc.RemoteAddr() != l.Addr() {
-		t.Fatalf("client sees %q from %v", cc.PrivateData(), cc.RemoteAddr())
-	}
-	for _, c := range []*Conn{cc, sc} {
-		if st := c.QP().State(); st != verbs.QPStateRTS {
-			t.Fatalf("QP in %v", st)
-		}
-	}
+	checkHandshake(t, l, r, cc, sc)
+	sendAndRead(t, s, s, cc, sc)
 
-	// A SEND from the server and an RDMA READ of the client's memory.
-	buf := make([]byte, 64)
-	cmr, err := s.pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
-	if err != nil {
-		t.Fatal(err)
-	}
-	copy(buf[32:], "client memory")
-	if err := cc.QP().PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{cmr.SGE(0, 32)}}); err != nil {
-		t.Fatal(err)
-	}
-	sbuf := make([]byte, 64)
-	smr, err := s.pd.RegMR(sbuf, verbs.AccessLocalWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	copy(sbuf, "ping")
-	if err := sc.QP().PostSend(verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
-		SGL: []verbs.SGE{smr.SGE(0, 4)}}); err != nil {
-		t.Fatal(err)
-	}
-	poll(t, s.cq)
-	poll(t, s.cq) // the send's and the receive's, in either order
-	if string(buf[:4]) != "ping" {
-		t.Fatalf("received %q", buf[:4])
-	}
-	if err := sc.QP().PostSend(verbs.SendWR{ID: 3, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
-		SGL: []verbs.SGE{smr.SGE(16, 13)}, RemoteAddr: cmr.Addr() + 32, RKey: cmr.RKey()}); err != nil {
-		t.Fatal(err)
-	}
-	poll(t, s.cq)
-	if string(sbuf[16:29]) != "client memory" {
-		t.Fatalf("READ gave %q", sbuf[16:29])
-	}
-
-	// The client disconnects; the server hears of it; both QPs are in ERR.
-	if err := cc.Disconnect(ctx, []byte("bye")); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-sc.Done():
-	case <-ctx.Done():
-		t.Fatal("the server never saw the disconnection")
-	}
-	if !errors.Is(sc.Err(), ErrDisconnected) || !errors.Is(cc.Err(), ErrDisconnected) {
-		t.Fatalf("errors %v, %v", sc.Err(), cc.Err())
-	}
-	for _, c := range []*Conn{cc, sc} {
-		if st := c.QP().State(); st != verbs.QPStateErr {
-			t.Fatalf("QP in %v after the disconnection", st)
-		}
-		c.Close()
-	}
+	// The client disconnects (the DREQ drops its private data: librdmacm cannot
+	// send any); the server hears of it; both QPs are in ERR.
+	disconnect(ctx, t, cc, sc)
 }
 
 func TestKernelRejects(t *testing.T) {

@@ -280,15 +280,19 @@ func (kc *kconn) wait(ctx context.Context, want cmEvent) (kevent, error) {
 	}
 }
 
-// pendingErr is the error of a handshake-ending event already queued, if any.
+// pendingErr is the error of a handshake-ending event queued, or arriving within
+// pendingWait, if any: a call the kernel refused because the peer gave up says so
+// rather than EINVAL, as the software CM's pendingErr does.
 func (kc *kconn) pendingErr() error {
+	t := time.NewTimer(pendingWait)
+	defer t.Stop()
 	for {
 		select {
 		case e := <-kc.ev:
 			if err := e.err(); err != nil {
 				return err
 			}
-		default:
+		case <-t.C:
 			return nil
 		}
 	}
@@ -593,16 +597,13 @@ func (r *Request) kernelAccept(ctx context.Context, p *Param) (*Conn, error) {
 		maxDestRdAtomic: respRes, maxRdAtomic: initDepth})
 	if err != nil {
 		// The kernel refuses the attributes of a request whose peer gave up: say so.
-		if pe := kc.pendingErr(); pe != nil {
-			err = pe
-		}
 		k.b.reject(kc.tok, nil)
-		return fail(err)
+		return fail(kc.orPending(err))
 	}
 	kp := kparam{responderResources: respRes, initiatorDepth: initDepth,
 		rnrRetryCount: orDefault(p.RNRRetryCount, 7), srq: p.QPInit.SRQ != nil, qpn: qp.QPN()}
 	if err := k.b.accept(kc.tok, &kp, p.PrivateData); err != nil {
-		return fail(err)
+		return fail(kc.orPending(err))
 	}
 	if _, err := kc.wait(ctx, evEstablished); err != nil {
 		return fail(err)

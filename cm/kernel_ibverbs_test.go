@@ -68,27 +68,6 @@ func kernelSide(t *testing.T) *side {
 	return s
 }
 
-// kernelAccept accepts the next request of l in the background.
-func kernelAccept(ctx context.Context, l *Listener, p *Param) <-chan acceptResult {
-	ch := make(chan acceptResult, 1)
-	go func() {
-		r, err := l.Accept(ctx)
-		if err != nil {
-			ch <- acceptResult{err: err}
-			return
-		}
-		c, err := r.Accept(ctx, p)
-		ch <- acceptResult{c, r, err}
-	}()
-	return ch
-}
-
-type acceptResult struct {
-	c   *Conn
-	r   *Request
-	err error
-}
-
 func TestKernelDialAccept(t *testing.T) {
 	s := kernelSide(t)
 	ctx := ctxT(t)

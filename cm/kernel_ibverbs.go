@@ -593,9 +593,12 @@ func (b *librdmacm) close() error {
 	return nil
 }
 
-// kernelDeviceFor names the kernel device the kernel's rdma_cm binds addr to.
+// kernelDeviceFor names the kernel device the kernel's rdma_cm binds addr to. Not for
+// a loopback address: rdma_cm binds those to whichever device has an active port, whose
+// GIDs are other addresses, where a program on 127.0.0.1 means a software device.
 func kernelDeviceFor(addr netip.Addr) (verbs.DeviceInfo, bool) {
-	if !addr.IsValid() {
+	addr = addr.Unmap()
+	if !addr.IsValid() || addr.IsLoopback() || addr.IsUnspecified() {
 		return verbs.DeviceInfo{}, false
 	}
 	v4, ip := ip16(addr)

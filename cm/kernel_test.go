@@ -110,3 +110,27 @@ func TestAgentAHAttr(t *testing.T) {
 	}
 	ah.Close()
 }
+
+// FuzzKernelEventErr: whatever an event says (type, status, private data of any
+// length), its meaning is computed without a panic, and a refusal's private data is
+// the REJ's field, zero-padded or cut.
+func FuzzKernelEventErr(f *testing.F) {
+	f.Add(int(evRejected), 28, []byte("go away"))
+	f.Add(int(evRejected), -111, []byte(nil))
+	f.Add(int(evUnreachable), -110, bytes.Repeat([]byte{1}, 255))
+	f.Add(int(evConnectError), 0, []byte{})
+	f.Add(-1, 1<<30, []byte{0})
+	f.Fuzz(func(t *testing.T, kind, status int, priv []byte) {
+		e := kevent{kind: cmEvent(kind), status: status, priv: priv}
+		err := e.err()
+		_ = e.kind.String()
+		var rej *RejectError
+		if errors.As(err, &rej) && (len(rej.PrivateData) != mad.RejectPrivateLen ||
+			!bytes.Equal(rej.PrivateData[:min(len(priv), mad.RejectPrivateLen)], priv[:min(len(priv), mad.RejectPrivateLen)])) {
+			t.Fatalf("%v: private data %x", e.kind, rej.PrivateData)
+		}
+		if err != nil && err.Error() == "" {
+			t.Fatal("an error without text")
+		}
+	})
+}

@@ -20,7 +20,8 @@ import (
 // GOVERBS_TEST_DEVICE names it (rxe0), else the first device the ibverbs provider
 // lists; without one they skip. Both ends are on the one device, which rdma_cm and
 // rxe loop back. The rxe VM (../shared/rxe-vm) runs them: build with
-// `go test -c -tags ibverbs ./cm`, copy, run with -test.run Kernel.
+// `go test -c -tags ibverbs ./cm`, copy, run with -test.run '^TestKernel' (the
+// TestFakeKernel tests need software devices, which cannot bind UDP 4791 beside rxe).
 
 // kernelSide opens the kernel device, its agent (which must be the kernel one), a PD
 // and a CQ. The QPs are the ibverbs provider's, on its own ibv_context: librdmacm's ids

@@ -332,10 +332,16 @@ func (e *kevent) err() error {
 			return ErrTimeout
 		}
 		return fmt.Errorf("cm: peer unreachable: %w", errnoOf(e.status))
-	case evAddrError:
-		return fmt.Errorf("cm: address resolution failed: %w", errnoOf(e.status))
-	case evRouteError:
-		return fmt.Errorf("cm: route resolution failed: %w", errnoOf(e.status))
+	case evAddrError, evRouteError:
+		what := "address"
+		if e.kind == evRouteError {
+			what = "route"
+		}
+		// No answer (ARP, neighbour discovery) is the software CM's silent peer.
+		if e.status == -int(syscall.ETIMEDOUT) {
+			return fmt.Errorf("%w: %s resolution: %w", ErrTimeout, what, errnoOf(e.status))
+		}
+		return fmt.Errorf("cm: %s resolution failed: %w", what, errnoOf(e.status))
 	case evConnectError:
 		return fmt.Errorf("cm: connection failed: %w", errnoOf(e.status))
 	case evMulticastError:

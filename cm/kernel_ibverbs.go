@@ -327,7 +327,11 @@ func (b *librdmacm) start(handle func(kevent)) {
 		rc.Read(func(uintptr) bool {
 			for {
 				if r, err := C.gv_get_event(b.ch, &ev); r != 0 {
-					// EAGAIN: drained, wait for more; anything else ends the loop.
+					// EAGAIN: drained, wait for more; EINTR: again; anything else
+					// (the channel is being destroyed) ends the loop.
+					if errors.Is(err, syscall.EINTR) {
+						continue
+					}
 					return !errors.Is(err, syscall.EAGAIN)
 				}
 				handle(b.convert(&ev))

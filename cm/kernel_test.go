@@ -29,6 +29,8 @@ func TestKernelEventErrors(t *testing.T) {
 		{e: kevent{kind: evUnreachable, status: -int(syscall.EHOSTUNREACH)}, is: syscall.EHOSTUNREACH},
 		{e: kevent{kind: evAddrError, status: -int(syscall.ENODEV)}, is: syscall.ENODEV},
 		{e: kevent{kind: evRouteError, status: -int(syscall.ETIMEDOUT)}, is: syscall.ETIMEDOUT},
+		{e: kevent{kind: evAddrError, status: -int(syscall.ETIMEDOUT)}, is: ErrTimeout},
+		{e: kevent{kind: evRouteError, status: -int(syscall.EHOSTUNREACH)}, is: syscall.EHOSTUNREACH},
 		{e: kevent{kind: evConnectError, status: -int(syscall.EINVAL)}, is: syscall.EINVAL},
 		{e: kevent{kind: evConnectError}},
 		{e: kevent{kind: evDisconnected}, is: ErrDisconnected},

@@ -516,6 +516,9 @@ func (a *Agent) kernelListen(space mad.PortSpace, port uint16, backlog int) (*Li
 		return nil, err
 	}
 	got, err := k.b.listen(tok, netip.AddrPortFrom(a.addr, port), backlog)
+	if err == nil {
+		err = k.checkDevice(tok, a)
+	}
 	if err != nil {
 		k.b.destroy(tok)
 		if errors.Is(err, syscall.EADDRINUSE) {

@@ -115,6 +115,9 @@ func (c *Conn) Close() error {
 	err := c.sendDREQ(nil)
 	c.finish(ErrDisconnected)
 	<-c.done // a finish under way elsewhere may still be moving the QP to ERR
+	if c.kc != nil {
+		c.a.k.release(c.a, c) // done once the finish elsewhere has destroyed the id
+	}
 	c.mu.Lock()
 	qp, own := c.qp, c.ownQP
 	c.ownQP = false

@@ -287,9 +287,15 @@ type librdmacm struct {
 	file *os.File // a duplicate of the channel's fd, in the netpoller
 	loop sync.WaitGroup
 
-	mu   sync.Mutex
-	ids  map[uint64]*C.struct_rdma_cm_id
-	next uint64
+	// busy is held shared by every call into librdmacm with an id or the channel,
+	// exclusively to destroy them: an Agent.Close or a peer's disconnection may destroy
+	// an id while a Dial is in rdma_resolve_route with it.
+	busy sync.RWMutex
+
+	mu     sync.Mutex
+	ids    map[uint64]*C.struct_rdma_cm_id
+	next   uint64
+	closed bool
 }
 
 func openLibrdmacm() (*librdmacm, error) {
@@ -381,18 +387,27 @@ func sockAddr(ip *[16]C.uint8_t, port C.uint16_t, family C.int) netip.AddrPort {
 	return netip.AddrPortFrom(a, uint16(port))
 }
 
-func (b *librdmacm) id(tok uint64) (*C.struct_rdma_cm_id, error) {
+// with runs f with the id tok, which stays alive meanwhile.
+func (b *librdmacm) with(tok uint64, f func(*C.struct_rdma_cm_id) error) error {
+	b.busy.RLock()
+	defer b.busy.RUnlock()
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	id := b.ids[tok]
+	b.mu.Unlock()
 	if id == nil {
-		return nil, ErrClosed
+		return ErrClosed
 	}
-	return id, nil
+	return f(id)
 }
 
 func (b *librdmacm) newID(udp bool) (uint64, error) {
+	b.busy.RLock()
+	defer b.busy.RUnlock()
 	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return 0, ErrClosed
+	}
 	b.next++
 	tok := b.next
 	b.mu.Unlock()
@@ -412,14 +427,12 @@ func (b *librdmacm) newID(udp bool) (uint64, error) {
 
 // call runs a librdmacm call that returns -1 with errno on failure.
 func (b *librdmacm) call(tok uint64, op string, f func(*C.struct_rdma_cm_id) (C.int, error)) error {
-	id, err := b.id(tok)
-	if err != nil {
-		return err
-	}
-	if r, err := f(id); r != 0 {
-		return fmt.Errorf("cm: %s: %w", op, errnoErr(err))
-	}
-	return nil
+	return b.with(tok, func(id *C.struct_rdma_cm_id) error {
+		if r, err := f(id); r != 0 {
+			return fmt.Errorf("cm: %s: %w", op, errnoErr(err))
+		}
+		return nil
+	})
 }
 
 func ip16(a netip.Addr) (v4 C.int, ip [16]byte) {
@@ -469,29 +482,29 @@ func (b *librdmacm) resolveRoute(tok uint64, timeout time.Duration) error {
 	})
 }
 
-func (b *librdmacm) device(tok uint64) (string, uint64, error) {
-	id, err := b.id(tok)
-	if err != nil {
-		return "", 0, err
-	}
-	var guid C.uint64_t
-	name := C.gv_id_device(id, &guid)
-	if name == nil {
-		return "", 0, errors.New("cm: the kernel's rdma_cm bound the id to no device")
-	}
-	return C.GoString(name), uint64(guid), nil
+func (b *librdmacm) device(tok uint64) (name string, guid uint64, err error) {
+	err = b.with(tok, func(id *C.struct_rdma_cm_id) error {
+		var g C.uint64_t
+		n := C.gv_id_device(id, &g)
+		if n == nil {
+			return errors.New("cm: the kernel's rdma_cm bound the id to no device")
+		}
+		name, guid = C.GoString(n), uint64(g)
+		return nil
+	})
+	return name, guid, err
 }
 
-func (b *librdmacm) localAddr(tok uint64) netip.AddrPort {
-	id, err := b.id(tok)
-	if err != nil {
-		return netip.AddrPort{}
-	}
-	var ip [16]C.uint8_t
-	var port C.uint16_t
-	var family C.int
-	C.gv_local_addr(id, &ip[0], &port, &family)
-	return sockAddr(&ip, port, family)
+func (b *librdmacm) localAddr(tok uint64) (a netip.AddrPort) {
+	b.with(tok, func(id *C.struct_rdma_cm_id) error {
+		var ip [16]C.uint8_t
+		var port C.uint16_t
+		var family C.int
+		C.gv_local_addr(id, &ip[0], &port, &family)
+		a = sockAddr(&ip, port, family)
+		return nil
+	})
+	return a
 }
 
 func (b *librdmacm) listen(tok uint64, addr netip.AddrPort, backlog int) (uint16, error) {
@@ -573,6 +586,8 @@ func (b *librdmacm) initQPAttr(tok uint64, state verbs.QPState) (verbs.QPAttr, v
 // acknowledged, which the loop does before handing them on, so it may be called from
 // the loop's handler too.
 func (b *librdmacm) destroy(tok uint64) {
+	b.busy.Lock()
+	defer b.busy.Unlock()
 	b.mu.Lock()
 	id := b.ids[tok]
 	delete(b.ids, tok)
@@ -582,8 +597,16 @@ func (b *librdmacm) destroy(tok uint64) {
 	}
 }
 
-// close destroys the ids left, stops the loop and destroys the channel.
+// close stops the loop, destroys the ids left and then the channel; calls after it
+// find no id (ErrClosed).
 func (b *librdmacm) close() error {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.file.Close() // wakes the loop's wait with an error
+	b.loop.Wait()
+	b.busy.Lock()
+	defer b.busy.Unlock()
 	b.mu.Lock()
 	ids := b.ids
 	b.ids = map[uint64]*C.struct_rdma_cm_id{}
@@ -591,8 +614,6 @@ func (b *librdmacm) close() error {
 	for _, id := range ids {
 		C.rdma_destroy_id(id)
 	}
-	b.file.Close() // wakes the loop's wait with an error
-	b.loop.Wait()
 	C.rdma_destroy_event_channel(b.ch)
 	return nil
 }

@@ -202,22 +202,22 @@ func (k *kernelAgent) handle(a *Agent, e kevent) {
 		return
 	}
 	kc := c.kc
-	switch e.kind {
-	case evTimewaitExit, evAddrChange:
+	if e.kind == evTimewaitExit || e.kind == evAddrChange {
 		return
-	case evDisconnected, evDeviceRemoval:
-		kc.mu.Lock()
-		up := kc.up
+	}
+	// Under kc.mu, so that markUp, which drains the handshake's events under it,
+	// sees a disconnection either queued or after it set up.
+	kc.mu.Lock()
+	if kc.up && (e.kind == evDisconnected || e.kind == evDeviceRemoval) {
 		kc.mu.Unlock()
-		if up {
-			c.finish(ErrDisconnected)
-			return
-		}
+		c.finish(ErrDisconnected)
+		return
 	}
 	select {
 	case kc.ev <- e:
 	default:
 	}
+	kc.mu.Unlock()
 }
 
 // register makes c the Conn of the id tok, a new one (of the UDP port space when udp)

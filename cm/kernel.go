@@ -624,6 +624,9 @@ func (r *Request) kernelAccept(ctx context.Context, p *Param) (*Conn, error) {
 func (r *Request) kernelReject(privateData []byte) error {
 	c, a := r.c, r.c.a
 	err := a.k.b.reject(c.kc.tok, privateData)
+	if err != nil {
+		err = c.kc.orPending(err) // the peer gave up first: its event says how
+	}
 	a.k.release(a, c)
 	c.abandon(nil)
 	return err

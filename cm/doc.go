@@ -71,5 +71,5 @@
 // the system's librdmacm, with the same API: one event channel per agent waited on
 // in the netpoller, the program's QPs user-managed and moved with
 // rdma_init_qp_attr's attributes (kernel.go). DeviceFor finds such a device by
-// address. What differs is in docs/cm-kernel.md.
+// address. What differs is in docs/guide/cm-kernel.md.
 package cm

@@ -37,7 +37,7 @@ func (p gsiPort) Close() error                                      { return p.g
 //
 // On a kernel RDMA device (the ibverbs provider's, in builds with the ibverbs
 // tag) the agent is a client of the kernel's rdma_cm through librdmacm instead:
-// see kernel.go and docs/cm-kernel.md.
+// see kernel.go and docs/guide/cm-kernel.md.
 func NewAgent(dev *verbs.Device, cfg *Config) (*Agent, error) {
 	if a, ok, err := newKernel(dev, cfg); ok {
 		return a, err

@@ -179,7 +179,8 @@ func (c *Conn) complete(wc *verbs.WC) {
 	}
 }
 
-// received handles a message from the peer. c.mu is held.
+// received handles a message from the peer, as rsockets' rs_poll_cq does, except that
+// whatever a conforming peer cannot send fails the connection. c.mu is held.
 func (c *Conn) received(wc *verbs.WC) {
 	if wc.Flags&verbs.WCWithImm == 0 {
 		c.fail(fmt.Errorf("%w: a message without immediate", errProtocol))
@@ -189,33 +190,64 @@ func (c *Conn) received(wc *verbs.WC) {
 		c.fail(err)
 		return
 	}
-	switch imm := wc.Imm; immOp(imm) {
+	imm := wc.Imm
+	if o := immOp(imm); o != opCtrl && o != opSGL && wc.Opcode != verbs.WCRecvRDMAWithImm {
+		c.fail(fmt.Errorf("%w: op %d by SEND", errProtocol, o))
+		return
+	}
+	switch immOp(imm) {
 	case opData:
-		n := immLen(imm)
-		if wc.Opcode != verbs.WCRecvRDMAWithImm || n != int(wc.ByteLen) || n == 0 ||
-			c.rxAvail+n > len(c.ep.ring.Buf()) || c.eof {
-			c.fail(fmt.Errorf("%w: data message of %d bytes", errProtocol, n))
+		n := immVal(imm)
+		switch {
+		case n == 0 || n != wc.ByteLen:
+			c.fail(fmt.Errorf("%w: data message of %d bytes says %d", errProtocol, wc.ByteLen, n))
+		case c.rxSeq == c.rxComp:
+			c.fail(fmt.Errorf("%w: data message beyond the %d credits given", errProtocol, c.ep.credits))
+		case c.rxHead+uint64(c.rxAvail)+uint64(n) > c.rxGranted:
+			c.fail(fmt.Errorf("%w: %d data bytes beyond the buffers given", errProtocol, n))
+		case c.eof:
+			c.fail(fmt.Errorf("%w: data after SHUTDOWN", errProtocol))
+		default:
+			c.rxSeq++
+			c.rxAvail += int(n)
+			wake(c.rxReady)
+		}
+	case opSGL:
+		// The peer's credit: the sequence up to which this side may send. rsockets
+		// sends a 16-bit sum in 29 bits, so only the low 16 count.
+		comp := uint16(immVal(imm))
+		if comp-c.txSeq > c.peer.credits || comp-c.txComp > c.peer.credits {
+			c.fail(fmt.Errorf("%w: credit to message %d, beyond the %d credits after %d", errProtocol,
+				comp, c.peer.credits, c.txSeq))
 			return
 		}
-		c.rxAvail += n
-		c.owedMsgs++
-		wake(c.rxReady)
-	case opCredit:
-		msgs, bytes := immCredit(imm)
-		if msgs > c.msgs || c.credited+uint64(bytes) > c.sent {
-			c.fail(fmt.Errorf("%w: credit for %d messages, %d bytes", errProtocol, msgs, bytes))
+		if wc.ByteLen != 0 && wc.ByteLen != sgeLen {
+			c.fail(fmt.Errorf("%w: SGL update of %d bytes", errProtocol, wc.ByteLen))
 			return
 		}
-		c.msgs -= msgs
-		c.credited += uint64(bytes)
+		c.txComp = comp
+		if err := c.adoptTargets(); err != nil {
+			c.fail(err)
+			return
+		}
 		wake(c.txReady)
-	case opFin:
-		c.eof = true
-		wake(c.rxReady)
-	case opClose:
-		c.eof = true
-		c.peerClosed = true
-		wake(c.rxReady)
-		wake(c.txReady)
+	case opCtrl:
+		switch immVal(imm) {
+		case ctrlShutdown:
+			c.eof = true
+			wake(c.rxReady)
+		case ctrlDisconnect:
+			c.eof = true
+			c.peerClosed = true
+			wake(c.rxReady)
+			wake(c.txReady)
+		case ctrlKeepalive:
+		default:
+			c.fail(fmt.Errorf("%w: control message %d", errProtocol, immVal(imm)))
+		}
+	case opIOMapSGL:
+		c.fail(fmt.Errorf("%w: iomap update, and no iomap was advertised", errProtocol))
+	default:
+		c.fail(fmt.Errorf("%w: unknown op %d in immediate %#x", errProtocol, immOp(imm), imm))
 	}
 }

@@ -79,12 +79,12 @@ type Conn struct {
 	// the peer was given buffers. rxSeq counts data messages received (16 bits, as
 	// rsockets' sequence numbers), rxComp is the sequence up to which the peer may
 	// send, and the next credit update is due when rxSeq reaches rxDue.
-	rxHead, rxGranted   uint64
-	rxAvail             int
-	rxSeq, rxComp       uint16
-	rxDue               uint16
-	remoteSGE           int  // the entry of the peer's target SGL the next update goes to
-	eof                 bool // the peer sent SHUTDOWN or DISCONNECT: after rxAvail, nothing more comes
+	rxHead, rxGranted uint64
+	rxAvail           int
+	rxSeq, rxComp     uint16
+	rxDue             uint16
+	remoteSGE         int  // the entry of the peer's target SGL the next update goes to
+	eof               bool // the peer sent SHUTDOWN or DISCONNECT: after rxAvail, nothing more comes
 	// Sending: stage bytes posted and completed (cumulative; a stage position is free
 	// again once completed has passed it); the buffers the peer gave (target, the
 	// current one tgt); txSeq data messages sent and txComp the peer's credit.

@@ -104,17 +104,21 @@ type Conn struct {
 
 	rxReady, txReady chan struct{} // wake the reader, the writer (capacity 1)
 	// The CQ's pollers (poll.go): pollMu is held by whoever polls and handles
-	// completions, and wcs is theirs; readSpin counts Reads polling it, while which the
-	// completion loop parks until pollKick.
+	// completions, and wcs is theirs; spinners counts Reads and Writes polling it
+	// (spinFor), while which the completion loop parks until pollKick; rxSpin and
+	// txSpin are whether the reader's and the writer's spins pay (under rmu, wmu).
 	pollMu     sync.Mutex
 	wcs        []verbs.WC
-	readSpin   atomic.Int32
+	spinners   atomic.Int32
+	rxSpin     spinPolicy
+	txSpin     spinPolicy
 	blocked    atomic.Int32 // goroutines blocked on what completions bring (block)
 	probeWaits atomic.Int32 // Write waits that lasted probeInterval (waitWritable)
 	pollKick   chan struct{}
 	probeTimer *time.Timer   // the waiting writer's (stopped when it does not wait)
 	drained    chan struct{} // after Close: every send completed or failed
 	flushed    chan struct{} // closed when the linger ends (every send completed, or lingerT)
+	qpGone     chan struct{} // closed when the QP is destroyed, after flushed
 	done       chan struct{} // closed by Close
 	stopPoll   context.CancelFunc
 	pollDone   chan struct{}
@@ -129,7 +133,7 @@ func newConn(ep *endpoint, peer connData, laddr, raddr *Addr, disconnect, releas
 		rdl: newDeadline(), wdl: newDeadline(),
 		rxReady: make(chan struct{}, 1), txReady: make(chan struct{}, 1),
 		pollKick: make(chan struct{}, 1), wcs: make([]verbs.WC, 64),
-		drained: make(chan struct{}, 1), flushed: make(chan struct{}), done: make(chan struct{}),
+		drained: make(chan struct{}, 1), flushed: make(chan struct{}), qpGone: make(chan struct{}), done: make(chan struct{}),
 		pollDone: make(chan struct{}), tornDown: make(chan struct{}), probeTimer: time.NewTimer(probeInterval)}
 	c.probeTimer.Stop()
 	// As rsockets starts: the peer's data buffer is the first target and its
@@ -169,15 +173,7 @@ func (c *Conn) opErr(op string, err error) error {
 func (c *Conn) Read(b []byte) (int, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
-	// The reader polls the CQ itself for a while before it parks (spinner), and the
-	// completion loop stays out of the way meanwhile (poll): in a request/response the
-	// answer then reaches the goroutine that wants it with no hand-off. A reader parked
-	// on rxReady is a goroutine the completion loop must wake, and on a 2-core machine
-	// that wake-up (wakep: a thread woken for the idle P) was most of what a 64 B
-	// request/response cost over Go TCP's (bench/rstream.sh).
-	var spin spinner
-	c.readSpin.Add(1)
-	spinning := true
+	spun := false
 	for {
 		c.mu.Lock()
 		ready, err := c.readable()
@@ -187,28 +183,35 @@ func (c *Conn) Read(b []byte) (int, error) {
 				n = c.copyOut(b)
 			}
 			c.mu.Unlock()
-			if spinning {
-				c.readSpin.Add(-1)
-				if err != nil {
-					c.kick() // this reader may not come back: the loop takes over
-				}
-			}
 			return n, c.opErr("read", err)
 		}
 		c.mu.Unlock()
-		if spinning {
-			if c.pollMu.TryLock() {
-				c.pollCQ()
-				c.pollMu.Unlock()
-			}
-			if spin.more() {
+		// The reader polls the CQ itself for a while before it parks, if its spins
+		// have been paying off (spin.go): in a request/response the answer then
+		// reaches the goroutine that wants it with no hand-off.
+		if !spun {
+			spun = true
+			if c.spinFor(&c.rxSpin, c.readReady) {
 				continue
 			}
-			spinning = false
-			c.readSpin.Add(-1)
 		}
 		c.waitReadable()
 	}
+}
+
+// readReady says whether a Read would return now.
+func (c *Conn) readReady() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ready, err := c.readable()
+	return ready || err != nil
+}
+
+// writeReady says whether a Write could go on now.
+func (c *Conn) writeReady() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.writeErr() != nil || c.txSpace(1) > 0
 }
 
 // readable says whether there are bytes to read, or else why there will be none
@@ -335,6 +338,9 @@ func (c *Conn) writeErr() error {
 // Close, or probeInterval: a peer that is gone sends no credit, and once everything
 // sent to it is acknowledged no retry can run out, so a wait that long probes it.
 func (c *Conn) waitWritable() {
+	if c.spinFor(&c.txSpin, c.writeReady) {
+		return
+	}
 	c.block() // credits and completions come through the completion loop
 	defer c.blocked.Add(-1)
 	c.probeTimer.Reset(probeInterval)
@@ -398,7 +404,7 @@ func (c *Conn) Close() error {
 	t := time.NewTimer(closeWait)
 	defer t.Stop()
 	select {
-	case <-c.flushed:
+	case <-c.qpGone:
 	case <-t.C:
 	}
 	return nil
@@ -421,6 +427,13 @@ linger:
 	close(c.flushed)
 	c.stopPoll()
 	<-c.pollDone
+	// The QP goes first, as rsockets' rclose destroys it before its rdma_cm id: the
+	// device then sends whatever ACK it still owes the peer (a software device defers
+	// ACKs to batch them), and Close, which waits for this, may be followed by exit.
+	// A peer's last message (its DISCONNECT) left unacknowledged would have it
+	// retransmitting to nobody, and rsockets' rclose waits for that ACK.
+	c.ep.closeQP()
+	close(c.qpGone)
 	if c.disconnect != nil {
 		c.disconnect()
 	}

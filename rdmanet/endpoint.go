@@ -25,7 +25,8 @@ type endpoint struct {
 	tsgl *verbs.MR
 	// ctrl holds the SGEs this side's SGL updates send, one slot per control message
 	// in flight.
-	ctrl *verbs.MR
+	ctrl     *verbs.MR
+	qpClosed bool // closeQP ran (teardown's goroutine only)
 	// credits is how many data messages the peer may have in flight: the receives
 	// kept for them.
 	credits int
@@ -97,12 +98,20 @@ func (ep *endpoint) connData() connData {
 		dataBuf:   sge{addr: ep.ring.Addr(), key: ep.ring.RKey(), length: uint32(len(ep.ring.Buf()) / 2)}}
 }
 
+// closeQP destroys the QP ahead of the rest (Conn.teardown).
+// A QP closed stays in the field: a Read still spinning on a closed Conn may poll and
+// repost once more, which a closed QP refuses with an error.
+func (ep *endpoint) closeQP() error {
+	if ep.qp == nil || ep.qpClosed {
+		return nil
+	}
+	ep.qpClosed = true
+	return ep.qp.Close()
+}
+
 // close releases everything, QP first so that no access to the buffers follows.
 func (ep *endpoint) close() error {
-	var errs []error
-	if ep.qp != nil {
-		errs = append(errs, ep.qp.Close())
-	}
+	errs := []error{ep.closeQP()}
 	for _, mr := range []*verbs.MR{ep.ring, ep.stage, ep.tsgl, ep.ctrl} {
 		if mr != nil {
 			errs = append(errs, mr.Close())

@@ -91,6 +91,7 @@ type Conn struct {
 	sent, completed       uint64
 	target                [sglEntries]sge
 	tgt                   int
+	tsglNext              int // the entry of the target SGL the peer's next update writes
 	txSeq, txComp         uint16
 	ctrls                 int // control messages in flight
 	ctrlSeq               int // control messages sent: picks their SGE slot
@@ -145,6 +146,7 @@ func newConn(ep *endpoint, peer connData, laddr, raddr *Addr, disconnect, releas
 	c.rxComp = uint16(ep.credits)
 	c.rxDue = uint16(ep.credits / 2)
 	c.remoteSGE = 1 % int(peer.targetSGL.length)
+	c.tsglNext = 1 % sglEntries
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stopPoll = cancel
 	c.mu.Lock()

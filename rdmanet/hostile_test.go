@@ -43,7 +43,13 @@ func TestProtocolViolationsFailTheConnection(t *testing.T) {
 			return ctrlWR(msgImm(opSGL, uint32(b.ep.credits+1)))(nil, b)
 		}, "beyond the 256 credits"},
 		{"credit going back", 0, ctrlWR(msgImm(opSGL, 0xFFFF)), "beyond the 256 credits"},
-		{"data beyond the credits", 4, func(_, b *Conn) []verbs.SendWR {
+		{"data beyond the credits", 4, func(a, b *Conn) []verbs.SendWR {
+			// a's credits follow the messages it receives, so a peer that outruns
+			// them only shows when a cannot widen the window meanwhile: its control
+			// slots are taken.
+			a.mu.Lock()
+			a.ctrls += 2 * ctrlSlots
+			a.mu.Unlock()
 			var wrs []verbs.SendWR
 			for range 5 {
 				wrs = append(wrs, dataWR(b, 1, msgImm(opData, 1)))
@@ -74,6 +80,7 @@ func TestProtocolViolationsFailTheConnection(t *testing.T) {
 		}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			da, db := testDevices(t)
 			credits := tc.credits
 			if credits == 0 {

@@ -186,9 +186,11 @@ func (c *Conn) received(wc *verbs.WC) {
 			return
 		}
 		c.txComp = comp
-		if err := c.adoptTargets(); err != nil {
-			c.fail(err)
-			return
+		if wc.ByteLen == sgeLen {
+			if err := c.adoptTarget(); err != nil {
+				c.fail(err)
+				return
+			}
 		}
 		wake(c.txReady)
 	case opCtrl:

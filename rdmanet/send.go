@@ -164,28 +164,27 @@ func (c *Conn) postStaged(n int) error {
 	return nil
 }
 
-// adoptTargets takes the buffers the peer wrote into this side's target SGL: an
-// entry used up here (length 0) that now has a length is the peer's next buffer.
-// The entry is cleared as it is taken, so that the peer's next write into it shows;
-// the peer writes an entry again only after the buffer it named was filled and read.
-// The SGL update's completion, just polled, orders the peer's write before this
-// read. c.mu is held.
-func (c *Conn) adoptTargets() error {
-	tsgl := c.ep.tsgl.Buf()
-	for i := range c.target {
-		if c.target[i].length != 0 {
-			continue
-		}
-		e := tsgl[i*sgeLen:][:sgeLen]
-		s := getSGE(e, nativeOrder)
-		if s.length == 0 {
-			continue
-		}
-		if s.addr+uint64(s.length) < s.addr {
-			return fmt.Errorf("%w: SGL update of %d bytes at %#x wraps the address space", errProtocol, s.length, s.addr)
-		}
-		c.target[i] = s
-		clear(e)
+// adoptTarget takes the buffer the peer's SGL update just wrote into this side's
+// target SGL. The peer writes the entries in turn, starting with entry 1 (entry 0 was
+// its connection data's buffer), so the update is in entry tsglNext: only that entry
+// is read, since the peer may be writing the next one meanwhile (its update's
+// completion orders its write before this read; nothing orders a later one). The
+// entry is cleared as it is taken; the peer writes it again only after the buffer it
+// named was filled and read. c.mu is held.
+func (c *Conn) adoptTarget() error {
+	i := c.tsglNext
+	e := c.ep.tsgl.Buf()[i*sgeLen:][:sgeLen]
+	s := getSGE(e, nativeOrder)
+	switch {
+	case c.target[i].length != 0:
+		return fmt.Errorf("%w: SGL update into entry %d, whose buffer is in use", errProtocol, i)
+	case s.length == 0:
+		return fmt.Errorf("%w: SGL update of an empty buffer into entry %d", errProtocol, i)
+	case s.addr+uint64(s.length) < s.addr:
+		return fmt.Errorf("%w: SGL update of %d bytes at %#x wraps the address space", errProtocol, s.length, s.addr)
 	}
+	c.target[i] = s
+	clear(e)
+	c.tsglNext = (i + 1) % sglEntries
 	return nil
 }

@@ -119,7 +119,7 @@ func (l *Listener) serve() {
 	}
 }
 
-// handshake answers one request: a peer whose private data is not an rdmanet setup
+// handshake answers one request: a peer whose private data is not rsockets' rs_conn_data
 // is refused.
 func (l *Listener) handshake(req *cm.Request) (*Conn, error) {
 	peer, err := parseConnData(req.PrivateData)

@@ -52,14 +52,10 @@ cleanup() {
 trap cleanup EXIT
 if [ "$veth" = 1 ]; then
 	# As bench/veth.sh: the server in namespace A, the client in B, a veth pair at MTU 1500.
-	ip netns add "$A"
-	ip netns add "$B"
-	ip -n "$A" link add va type veth peer name vb netns "$B"
-	ip -n "$A" addr add $S/24 dev va
-	ip -n "$B" addr add $C/24 dev vb
-	for ns in "$A" "$B"; do ip -n "$ns" link set lo up; done
-	ip -n "$A" link set va mtu 1500 up
-	ip -n "$B" link set vb mtu 1500 up
+	. bench/vethpair.sh
+	veth_pair "$A" "$B" $S $C
+	ip -n "$A" link set va mtu 1500
+	ip -n "$B" link set vb mtu 1500
 fi
 variants=()
 if [ $# -eq 0 ]; then

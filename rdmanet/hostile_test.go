@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"testing"
 	"time"
 
@@ -190,16 +191,7 @@ func bystanderWorks(t *testing.T, x, y *Conn) {
 // test covers.)
 func TestMalformedConnDataIsRefused(t *testing.T) {
 	l, d := listenDial(t)
-	good, err := d.DialContext(context.Background(), "rdma", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer good.Close()
-	srv, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	good, srv := dialAccept(t, l, d)
 
 	dev, err := acquireDevice(d.LocalAddr)
 	if err != nil {
@@ -229,17 +221,23 @@ func TestMalformedConnDataIsRefused(t *testing.T) {
 	}
 	// The connection made before goes on, and so does the listener.
 	echoOnce(t, good, srv)
-	c2, err := d.DialContext(context.Background(), "rdma", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c2.Close()
-	s2, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
+	c2, s2 := dialAccept(t, l, d)
 	echoOnce(t, c2, s2)
+}
+
+// dialAccept connects d to l and returns both ends, closed when the test ends.
+func dialAccept(t *testing.T, l net.Listener, d *Dialer) (c, s net.Conn) {
+	t.Helper()
+	c, err := d.DialContext(context.Background(), "rdma", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if s, err = l.Accept(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return c, s
 }
 
 // testConnData is a well-formed rs_conn_data naming nothing real.

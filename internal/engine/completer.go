@@ -116,6 +116,7 @@ func (c *completer) stopTimers() {
 	if c.rnr != nil {
 		c.rnr.Stop()
 	}
+	c.qp.stopPace()
 }
 
 // onRetransmitTimer runs when the local ACK timeout may have expired (IBTA 9.7.6.1.3).

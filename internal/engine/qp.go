@@ -151,6 +151,7 @@ type QP struct {
 	resp   responder
 	comp   completer
 	acks   ackState
+	cc     *qpCC // DCQCN's per-QP state; nil when the device runs without (congestion.go)
 
 	Stats driver.QPCounters
 }
@@ -254,6 +255,9 @@ func (d *Device) CreateQP(pd *PD, init QPInit) (*QP, error) {
 		qp.srqWQE.local.regs = make([]*region, 0, init.SRQ.maxSGE)
 	}
 	qp.comp.init(qp)
+	if init.Type != driver.QPTypeUD {
+		qp.cc = d.newQPCC()
+	}
 
 	d.qpMu.Lock()
 	if len(d.qps) >= MaxQP {

@@ -89,6 +89,9 @@ func (qp *QP) runRequester() {
 	if qp.state != driver.QPStateRTS || qp.comp.rnrWait {
 		return
 	}
+	if qp.cc != nil && qp.sq.req != qp.sq.tail && !qp.paceStart() {
+		return // paced (DCQCN): the pace timer resumes us
+	}
 	var tx *txBatch
 	sentAny := false
 	for qp.sq.req != qp.sq.tail {
@@ -124,9 +127,15 @@ func (qp *QP) runRequester() {
 		}
 		sentAny = true
 		if w.state == wqeSending {
-			break // stopped by the window
+			break // stopped by the window or the pacer
 		}
 		qp.sq.req++
+		if qp.cc != nil && qp.cc.budget <= 0 {
+			break
+		}
+	}
+	if qp.cc != nil {
+		qp.paceEnd()
 	}
 	if tx != nil {
 		qp.ackAlong(tx) // after the requests: the peer is waiting for those
@@ -243,6 +252,9 @@ func (qp *QP) sendPackets(w *sendWQE, tx *txBatch) bool {
 		if qp.typ == driver.QPTypeRC && qp.req.psn.Diff(qp.comp.psn) >= win {
 			return true
 		}
+		if qp.cc != nil && qp.cc.budget <= 0 {
+			return true // the batch's paced budget is spent (congestion.go)
+		}
 		k := w.next
 		op := qp.opcodeFor(w, k, w.npkts)
 		info := op.Info()
@@ -287,6 +299,9 @@ func (qp *QP) sendPackets(w *sendWQE, tx *txBatch) bool {
 		if !qp.dev.emit(tx, dst, &h, pl, true) {
 			return false
 		}
+		if qp.cc != nil {
+			qp.cc.paceSent(wireLen(h.Len(), n))
+		}
 		qp.sentPSN(psn, psn.Add(1))
 		w.next++
 	}
@@ -300,7 +315,7 @@ func (qp *QP) sendPackets(w *sendWQE, tx *txBatch) bool {
 // sendReadAtomic sends a READ request (for the responses not yet received) or an atomic
 // request. Either occupies its whole PSN range at once.
 func (qp *QP) sendReadAtomic(w *sendWQE, tx *txBatch) {
-	if qp.req.psn.Diff(qp.comp.psn) >= qp.window() {
+	if qp.req.psn.Diff(qp.comp.psn) >= qp.window() || qp.cc != nil && qp.cc.budget <= 0 {
 		return
 	}
 	psn := w.firstPSN.Add(w.next)
@@ -321,6 +336,9 @@ func (qp *QP) sendReadAtomic(w *sendWQE, tx *txBatch) {
 		}
 	}
 	qp.dev.emit(tx, qp.remote, &h, payload{}, true)
+	if qp.cc != nil {
+		qp.cc.paceSent(wireLen(h.Len(), 0))
+	}
 	qp.sentPSN(psn, w.lastPSN().Add(1))
 	qp.restartAckCount()
 	qp.req.outstandingRdAtom++

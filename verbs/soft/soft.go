@@ -55,6 +55,10 @@ type Config struct {
 	// Logger receives protocol events at debug level; nil logs nothing unless
 	// GOVERBS_DEBUG is set.
 	Logger *slog.Logger
+	// Congestion is DCQCN congestion control (ParseCongestion); off, the default, unless
+	// GOVERBS_CC switches it on. On, RC and UC packets leave ECN-capable, CE-marked ones
+	// are answered with CNPs and each QP is paced to its DCQCN rate.
+	Congestion Congestion
 }
 
 // Info is the listing entry of the device cfg describes.
@@ -164,8 +168,13 @@ func Open(cfg Config) (driver.Device, error) {
 	if log == nil {
 		log = debugLogger()
 	}
+	cc, err := congestionFor(cfg, addr)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
 	d, err := engine.New(engine.Config{Name: cfg.Name, Conn: conn, PeerPort: port, MTU: mtu, Logger: log,
-		BusyPoll: cfg.BusyPoll, NodeGUID: nodeGUID(cfg.Addr)})
+		BusyPoll: cfg.BusyPoll, NodeGUID: nodeGUID(cfg.Addr), Congestion: cc})
 	if err != nil {
 		conn.Close()
 		return nil, err

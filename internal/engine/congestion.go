@@ -131,6 +131,21 @@ func (cc *qpCC) paceSent(n int) {
 	cc.sent += n
 }
 
+// pacedAckReq reports whether a packet of n wire bytes, the last its batch's budget
+// allows while the QP is throttled, asks for an ACK. The local ACK timer (IBTA 9.7.6.1.3)
+// measures the responder's silence; a throttled requester that held the rest of a
+// message back for the pacer would otherwise wait that long for the ACK of the message's
+// last packet, and at a low rate time out with nothing lost. An ACK per paced burst keeps
+// the timer measuring the network, at a cost only while congested.
+func (qp *QP) pacedAckReq(n int) bool {
+	cc := qp.cc
+	if cc.budget > n || cc.rp.Phase() == congestion.PhaseLine {
+		return false
+	}
+	qp.restartAckCount()
+	return true
+}
+
 // paceEnd reports the batch's bytes to the reaction point and, when the budget ran out
 // with work left, arms the pace timer. qp.mu is held.
 func (qp *QP) paceEnd() {

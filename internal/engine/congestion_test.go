@@ -173,12 +173,13 @@ type incastResult struct {
 	timeouts   uint64
 	marked     uint64
 	cnps, cuts uint64
+	failed     int // senders whose QP failed (retry exceeded)
 }
 
 func (r incastResult) String() string {
 	q := func(p float64) int { return r.queue[min(len(r.queue)-1, int(p*float64(len(r.queue))))] >> 10 }
-	return fmt.Sprintf("goodput %.3f Gb/s, Jain %.4f, queue p10/p50/p90/p99 %d/%d/%d/%d KB, %.1f%% in [Kmin, Kmax], tail drops %d, timeouts %d, marked %d, CNPs %d, cuts %d",
-		r.goodput/1e9, r.jain, q(0.1), q(0.5), q(0.9), q(0.99), 100*r.inBand, r.tailDrops, r.timeouts, r.marked, r.cnps, r.cuts)
+	return fmt.Sprintf("goodput %.3f Gb/s, Jain %.4f, queue p10/p50/p90/p99 %d/%d/%d/%d KB, %.1f%% in [Kmin, Kmax], tail drops %d, timeouts %d, marked %d, CNPs %d, cuts %d, failed QPs %d",
+		r.goodput/1e9, r.jain, q(0.1), q(0.5), q(0.9), q(0.99), 100*r.inBand, r.tailDrops, r.timeouts, r.marked, r.cnps, r.cuts, r.failed)
 }
 
 // runIncast runs 8 senders into 1 receiver through one 10 Gb/s port (1 MB queue, DCQCN's
@@ -210,11 +211,15 @@ func runIncast(t *testing.T, cc congestion.Config, warm, dur time.Duration) inca
 		from, stop := start.Add(warm), start.Add(warm+dur)
 		got := make([]float64, senders)
 		var wg sync.WaitGroup
+		var mu sync.Mutex
 		for i, p := range pairs {
 			wg.Go(func() {
 				b, err := ccWriteStream(t, p, 64<<10, 12, from, stop)
 				if err != nil {
-					t.Errorf("sender %d: %v", i, err)
+					mu.Lock()
+					r.failed++
+					mu.Unlock()
+					t.Logf("sender %d: %v", i, err)
 				}
 				got[i] = float64(b)
 			})
@@ -268,7 +273,7 @@ func TestEngineIncast(t *testing.T) {
 	off := runIncast(t, congestion.Config{}, warm, dur)
 	t.Logf("off:   %v", off)
 	const port = 10e9 * 4096 / 4178 // payload of a port full of 4 KiB packets
-	if on.goodput < 0.9*port || on.jain < 0.95 || on.timeouts != 0 || on.tailDrops != 0 {
+	if on.goodput < 0.9*port || on.jain < 0.95 || on.timeouts != 0 || on.tailDrops != 0 || on.failed != 0 {
 		t.Errorf("DCQCN: %v; want goodput ≥ %.2f Gb/s, Jain ≥ 0.95, no timeouts or drops", on, 0.9*port/1e9)
 	}
 	if on.inBand < 0.8 {

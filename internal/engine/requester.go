@@ -274,6 +274,9 @@ func (qp *QP) sendPackets(w *sendWQE, tx *txBatch) bool {
 		}
 		if qp.typ == driver.QPTypeRC {
 			h.BTH.AckReq = qp.askAck(w, last)
+			if qp.cc != nil && !h.BTH.AckReq && qp.pacedAckReq(wireLen(h.Len(), n)) {
+				h.BTH.AckReq = true
+			}
 		}
 		if info.Flags.Has(wire.HasRETH) {
 			h.RETH = wire.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALen: uint32(w.length)}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -287,5 +288,46 @@ func TestEngineIncast(t *testing.T) {
 	}
 	if math.IsNaN(on.jain) {
 		t.Error("no traffic")
+	}
+}
+
+// TestCongestionAllocsNothing: with congestion control on, an RC WRITE stream (paced,
+// its packets ECN-capable) allocates nothing per message once its QP's pace timer exists.
+func TestCongestionAllocsNothing(t *testing.T) {
+	if engine.RaceEnabled {
+		t.Skip("allocation counts are meaningless under the race detector")
+	}
+	// A low line rate, so that the pacer holds the stream and its timer runs.
+	cc := congestion.PaperConfig(1e9)
+	a, b := newHostCfg(t, verbs.SoftConfig{Congestion: cc}), newHostCfg(t, verbs.SoftConfig{Congestion: cc})
+	p := newPair(t, a, b, verbs.QPTypeRC, defaultRC())
+	src, dst := a.MR(t, 64<<10, allAccess), b.MR(t, 64<<10, allAccess)
+	wcs := make([]verbs.WC, 4)
+	write := func() {
+		if err := p.QA.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{src.SGE(0, 64<<10)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			if k, _ := a.CQ.Poll(wcs); k > 0 {
+				if wcs[0].Status != verbs.WCSuccess {
+					t.Fatalf("completion %+v", wcs[0])
+				}
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("no completion")
+			}
+			runtime.Gosched()
+		}
+	}
+	for range 8 {
+		write()
+	}
+	if n := testing.AllocsPerRun(20, write); n != 0 {
+		t.Errorf("%v allocations per paced 64 KiB WRITE", n)
+	}
+	if a.Dev.Counters().Get("pace_waits") == 0 {
+		t.Error("the stream was never paced")
 	}
 }

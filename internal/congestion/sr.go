@@ -14,8 +14,8 @@ import (
 // PSN that revealed the gap (a selective acknowledgement); the requester
 // retransmits only what is missing, once per loss, and keeps at most a
 // bandwidth-delay product of packets in flight. These are the two sides'
-// bookkeeping, with no packets and no clock; the engine wires them in later,
-// behind a negotiation so that go-back-N peers (rxe) see no change.
+// bookkeeping, with no packets and no clock; internal/engine/selective.go wires
+// them in, behind a switch so that go-back-N peers (rxe) see no change.
 
 // psnSet is a set of PSNs within a window of a fixed size from a moving base,
 // kept as a ring bitmap: PSN p is bit p mod the ring's size.
@@ -231,6 +231,22 @@ func (w *SendWindow) canSendNew() bool {
 // Next is the PSN to send now: a retransmission first, then a new PSN while
 // fewer than cap are in flight. ok is false when there is nothing to send.
 func (w *SendWindow) Next() (psn wire.PSN, ok bool) {
+	if p, ok := w.Retransmission(); ok {
+		return p, true
+	}
+	if !w.canSendNew() {
+		return 0, false
+	}
+	p := w.next
+	w.next = w.next.Add(1)
+	w.stats.Sent++
+	return p, true
+}
+
+// Retransmission is Next for a requester that numbers its new packets itself
+// (the engine, which reports them with SentNew): the next PSN queued for
+// retransmission, if any.
+func (w *SendWindow) Retransmission() (psn wire.PSN, ok bool) {
 	for len(w.retx) > 0 {
 		p := w.retx[0]
 		w.retx = w.retx[1:]
@@ -249,13 +265,37 @@ func (w *SendWindow) Next() (psn wire.PSN, ok bool) {
 		w.stats.Retransmitted++
 		return p, true
 	}
-	if !w.canSendNew() {
-		return 0, false
+	return 0, false
+}
+
+// RetransmissionQueued reports whether Retransmission has a PSN to hand out.
+func (w *SendWindow) RetransmissionQueued() bool { return len(w.retx) > 0 }
+
+// SentNew records that a requester which numbers its packets itself sent psn
+// for the first time: NextNew moves past it. A PSN before NextNew, or beyond
+// the span, changes nothing.
+func (w *SendWindow) SentNew(psn wire.PSN) {
+	if d := psn.Diff(w.next); d >= 0 && int(psn.Diff(w.una)) < w.span {
+		w.next = psn.Add(1)
+		w.stats.Sent++
 	}
-	p := w.next
-	w.next = w.next.Add(1)
-	w.stats.Sent++
-	return p, true
+}
+
+// Restart forgets every selective acknowledgement and queued retransmission
+// and makes [una, next) the outstanding PSNs: after the requester went back N
+// (a timeout, an RNR NAK, a NAK without a selective acknowledgement), which
+// resends all of them anyway. It allocates nothing.
+func (w *SendWindow) Restart(una, next wire.PSN) {
+	clear(w.sacked.words)
+	clear(w.retxDone.words)
+	clear(w.queued.words)
+	w.retx = w.retx[:0]
+	w.nsacked = 0
+	w.una = una & wire.PSNMask
+	w.next = w.una
+	if d := next.Diff(w.una); d > 0 && int(d) <= w.span {
+		w.next = next & wire.PSNMask
+	}
 }
 
 // outstanding reports whether p is in [una, next).

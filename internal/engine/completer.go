@@ -175,6 +175,9 @@ func (c *completer) spendRetry(why string) bool {
 func (c *completer) progress(psn wire.PSN) {
 	if psn.After(c.psn) {
 		c.psn = psn
+		if sr := c.qp.sr; sr != nil && sr.sw != nil {
+			sr.sw.ACK(psn.Sub(1))
+		}
 	}
 	c.retryLeft = c.qp.attr.RetryCnt
 	c.rnrRetryLeft = c.qp.attr.RNRRetry
@@ -242,7 +245,9 @@ func (qp *QP) complete(p *wire.Packet) {
 		qp.rnrNak(psn, syn)
 	case syn.Type() == wire.AckTypeNAK:
 		progressed = qp.ackThrough(psn.Sub(1))
-		qp.nak(psn, syn)
+		if qp.sr == nil || !qp.selectiveNak(p, psn) {
+			qp.nak(psn, syn)
+		}
 	default:
 		qp.dev.counters.Malformed.Add(1)
 	}

@@ -27,29 +27,31 @@ type Counters struct {
 	ImpliedNak        atomic.Uint64 // a later ACK or response showed a READ/atomic response was lost
 	DuplicateResponse atomic.Uint64 // READ responses and ACKs for PSNs already acknowledged
 
-	ICRCErrors    atomic.Uint64 // dropped: no IPv4 ID or checksum makes the ICRC match
-	ICRCRecovered atomic.Uint64 // verified after solving for a peer's non-zero IPv4 Identification
-	Malformed     atomic.Uint64 // dropped: wire.Packet.Parse refused it
-	BadPKey       atomic.Uint64
-	NoQP          atomic.Uint64 // dropped: no such destination QP
-	BadQPState    atomic.Uint64 // dropped: QP not in a state that accepts the packet
-	BadTransport  atomic.Uint64 // dropped: opcode of another transport than the QP's
-	BadAddress    atomic.Uint64 // dropped: source/destination do not match the QP's path
-	BadQKey       atomic.Uint64
-	OutOfSequence atomic.Uint64 // dropped: UC/RC packet not at the expected PSN
-	GhostResponse atomic.Uint64 // dropped: response or ACK for nothing outstanding
-	AccessErrors  atomic.Uint64 // remote requests refused for key, bounds or rights
-	NoRecvWQE     atomic.Uint64 // dropped: UD/UC message with no receive WQE posted
-	CNPReceived   atomic.Uint64 // RoCEv2 CNPs (Annex A17.9.3), counted with or without congestion control
-	CNPSent       atomic.Uint64 // CNPs sent for CE-marked packets (congestion.go)
-	CNPSuppressed atomic.Uint64 // CE-marked packets that asked for no CNP: one had left within the CNP interval
-	ECNCEReceived atomic.Uint64 // packets for a QP that arrived with ECN Congestion Experienced
-	RateCuts      atomic.Uint64 // DCQCN rate decreases applied to a QP
-	PaceWaits     atomic.Uint64 // times a requester ran out of its paced budget with work left
-	McastPackets  atomic.Uint64 // multicast packets accepted for a joined group, before each member's checks
-	CQOverflows   atomic.Uint64
-	SendErrors    atomic.Uint64 // the socket refused a datagram
-	EventsLost    atomic.Uint64
+	ICRCErrors           atomic.Uint64 // dropped: no IPv4 ID or checksum makes the ICRC match
+	ICRCRecovered        atomic.Uint64 // verified after solving for a peer's non-zero IPv4 Identification
+	Malformed            atomic.Uint64 // dropped: wire.Packet.Parse refused it
+	BadPKey              atomic.Uint64
+	NoQP                 atomic.Uint64 // dropped: no such destination QP
+	BadQPState           atomic.Uint64 // dropped: QP not in a state that accepts the packet
+	BadTransport         atomic.Uint64 // dropped: opcode of another transport than the QP's
+	BadAddress           atomic.Uint64 // dropped: source/destination do not match the QP's path
+	BadQKey              atomic.Uint64
+	OutOfSequence        atomic.Uint64 // dropped: UC/RC packet not at the expected PSN
+	GhostResponse        atomic.Uint64 // dropped: response or ACK for nothing outstanding
+	AccessErrors         atomic.Uint64 // remote requests refused for key, bounds or rights
+	NoRecvWQE            atomic.Uint64 // dropped: UD/UC message with no receive WQE posted
+	CNPReceived          atomic.Uint64 // RoCEv2 CNPs (Annex A17.9.3), counted with or without congestion control
+	CNPSent              atomic.Uint64 // CNPs sent for CE-marked packets (congestion.go)
+	CNPSuppressed        atomic.Uint64 // CE-marked packets that asked for no CNP: one had left within the CNP interval
+	ECNCEReceived        atomic.Uint64 // packets for a QP that arrived with ECN Congestion Experienced
+	RateCuts             atomic.Uint64 // DCQCN rate decreases applied to a QP
+	PaceWaits            atomic.Uint64 // times a requester ran out of its paced budget with work left
+	OOOKept              atomic.Uint64 // requests kept beyond a gap (selective repeat)
+	SelectiveRetransmits atomic.Uint64 // packets resent because a SACK showed them missing
+	McastPackets         atomic.Uint64 // multicast packets accepted for a joined group, before each member's checks
+	CQOverflows          atomic.Uint64
+	SendErrors           atomic.Uint64 // the socket refused a datagram
+	EventsLost           atomic.Uint64
 }
 
 // Each calls f for every counter with its name, in a fixed order. The names follow
@@ -87,6 +89,8 @@ func (c *Counters) Each(f func(name string, v uint64)) {
 	f("ecn_ce_rcvd", c.ECNCEReceived.Load())
 	f("rate_cuts", c.RateCuts.Load())
 	f("pace_waits", c.PaceWaits.Load())
+	f("ooo_kept", c.OOOKept.Load())
+	f("selective_retransmits", c.SelectiveRetransmits.Load())
 	f("rcvd_mcast_pkts", c.McastPackets.Load())
 	f("cq_overflow", c.CQOverflows.Load())
 	f("send_err", c.SendErrors.Load())

@@ -73,6 +73,10 @@ type Config struct {
 	// ECT(0) when the Conn carries ECN (Caps.ECN), CE-marked packets are answered with
 	// CNPs and each QP's requester is paced to its rate (congestion.go).
 	Congestion congestion.Config
+	// SelectiveRepeat makes RC QPs keep out-of-order requests and SACK them, and resend
+	// only what a peer's SACKs say is missing (selective.go). A connection runs it only
+	// when both ends have it on; with any other peer it is go-back-N, as without.
+	SelectiveRepeat bool
 }
 
 // Device is one software RDMA device bound to one IP address.
@@ -90,6 +94,9 @@ type Device struct {
 	cc       congestion.Config // DCQCN's parameters; off unless Enabled (congestion.go)
 	ect      bool              // requests and responses leave ECT(0)
 	rxECN    netio.ECN         // the ECN codepoint of the datagram being input
+
+	selectiveRepeat bool      // RC QPs run selective repeat with peers that do (selective.go)
+	srBufs          sync.Pool // *[]byte of srBufSize: packets kept beyond a gap
 
 	closed    atomic.Bool
 	pdHandles atomic.Uint32
@@ -193,6 +200,7 @@ func New(cfg Config) (*Device, error) {
 		d.cc = cfg.Congestion
 	}
 	d.ect = d.cc.Enabled && d.conn.Caps().ECN
+	d.selectiveRepeat = cfg.SelectiveRepeat
 	if p, ok := netio.AsPoller(d.conn); ok && cfg.BusyPoll {
 		d.poller = p
 	} else if i, ok := netio.AsInterrupter(d.conn); ok {

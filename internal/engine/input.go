@@ -212,7 +212,9 @@ func (qp *QP) receive(p *wire.Packet, from, to netip.AddrPort) {
 	}
 	switch qp.typ {
 	case driver.QPTypeRC:
-		if req {
+		if req && qp.sr != nil {
+			qp.respondSR(p) // selective.go
+		} else if req {
 			qp.respond(p)
 		} else {
 			qp.complete(p)

@@ -152,6 +152,7 @@ type QP struct {
 	comp   completer
 	acks   ackState
 	cc     *qpCC // DCQCN's per-QP state; nil when the device runs without (congestion.go)
+	sr     *qpSR // selective repeat (RC); nil when the device runs go-back-N (selective.go)
 
 	Stats driver.QPCounters
 }
@@ -257,6 +258,9 @@ func (d *Device) CreateQP(pd *PD, init QPInit) (*QP, error) {
 	qp.comp.init(qp)
 	if init.Type != driver.QPTypeUD {
 		qp.cc = d.newQPCC()
+	}
+	if init.Type == driver.QPTypeRC && d.selectiveRepeat {
+		qp.sr = &qpSR{}
 	}
 
 	d.qpMu.Lock()
@@ -440,6 +444,10 @@ func (qp *QP) reset() {
 	qp.resp = responder{}
 	qp.acks = ackState{}
 	qp.comp.reset()
+	if qp.sr != nil {
+		qp.dropKept()
+		qp.sr.sw = nil // made again at the first send, from the new send PSN
+	}
 	qp.attr = driver.QPAttr{}
 	qp.mtu = 0
 	qp.remote = netip.AddrPort{}

@@ -5,6 +5,8 @@
 package engine
 
 import (
+	"net/netip"
+
 	"github.com/goverbs/goverbs/verbs/driver"
 	"github.com/goverbs/goverbs/wire"
 )
@@ -89,11 +91,16 @@ func (qp *QP) runRequester() {
 	if qp.state != driver.QPStateRTS || qp.comp.rnrWait {
 		return
 	}
-	if qp.cc != nil && qp.sq.req != qp.sq.tail && !qp.paceStart() {
+	if qp.cc != nil && (qp.sq.req != qp.sq.tail || qp.resendQueued()) && !qp.paceStart() {
 		return // paced (DCQCN): the pace timer resumes us
 	}
 	var tx *txBatch
 	sentAny := false
+	if qp.resendQueued() {
+		tx = qp.dev.getTx()
+		qp.resendSelective(tx)
+		sentAny = true
+	}
 	for qp.sq.req != qp.sq.tail {
 		w := qp.sq.at(qp.sq.req)
 		if w.state == wqeDone { // acknowledged while waiting to be resent
@@ -256,61 +263,77 @@ func (qp *QP) sendPackets(w *sendWQE, tx *txBatch) bool {
 			return true // the batch's paced budget is spent (congestion.go)
 		}
 		k := w.next
-		op := qp.opcodeFor(w, k, w.npkts)
-		info := op.Info()
-		off := int(k) * qp.mtu
-		n := w.length - off
-		if n > qp.mtu {
-			n = qp.mtu
-		}
-		if n < 0 {
-			n = 0
-		}
-		psn := w.firstPSN.Add(k)
-		h := wire.Headers{BTH: wire.BTHFields{Opcode: op, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn}}
-		last := k == w.npkts-1
-		if last && w.wr.Flags&driver.SendSolicited != 0 {
-			h.BTH.SE = true
-		}
-		if qp.typ == driver.QPTypeRC {
-			h.BTH.AckReq = qp.askAck(w, last)
-			if qp.cc != nil && !h.BTH.AckReq && qp.pacedAckReq(wireLen(h.Len(), n)) {
-				h.BTH.AckReq = true
-			}
-		}
-		if info.Flags.Has(wire.HasRETH) {
-			h.RETH = wire.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALen: uint32(w.length)}
-		}
-		if info.Flags.Has(wire.HasImmDt) {
-			h.ImmDt = w.wr.Imm
-		}
-		if info.Flags.Has(wire.HasIETH) {
-			h.IETH = w.wr.Imm
-		}
-		if info.Flags.Has(wire.HasDETH) {
-			h.BTH.DestQP = w.wr.RemoteQPN
-			qkey := w.wr.RemoteQKey
-			if qkey&0x80000000 != 0 {
-				qkey = qp.attr.QKey // IBTA 10.2.5: a Q_Key with the high bit set means "use the QP's"
-			}
-			h.DETH = wire.DETHFields{QKey: qkey, SrcQP: qp.qpn}
-		}
-		pl := payload{sgl: &w.local, off: off, n: n}
-		if w.wr.Flags&driver.SendInline != 0 {
-			pl = bytesPayload(w.inline[off : off+n])
-		}
-		if !qp.dev.emit(tx, dst, &h, pl, true) {
+		if !qp.emitPacket(w, k, tx, dst, false) {
 			return false
 		}
-		if qp.cc != nil {
-			qp.cc.paceSent(wireLen(h.Len(), n))
-		}
+		psn := w.firstPSN.Add(k)
 		qp.sentPSN(psn, psn.Add(1))
 		w.next++
 	}
 	w.state = wqeSent
 	if qp.typ != driver.QPTypeRC {
 		w.state = wqeDone
+	}
+	return true
+}
+
+// emitPacket adds packet k of w (a SEND or WRITE) to tx for dst: its opcode, headers and
+// payload. resend marks a selective retransmission (selective.go), which always asks for
+// an ACK and leaves the AckReq count alone. It reports false when w's memory is no longer
+// registered. The caller has pinned w's regions (sendPackets).
+func (qp *QP) emitPacket(w *sendWQE, k uint32, tx *txBatch, dst netip.AddrPort, resend bool) bool {
+	op := qp.opcodeFor(w, k, w.npkts)
+	info := op.Info()
+	off := int(k) * qp.mtu
+	n := w.length - off
+	if n > qp.mtu {
+		n = qp.mtu
+	}
+	if n < 0 {
+		n = 0
+	}
+	psn := w.firstPSN.Add(k)
+	h := wire.Headers{BTH: wire.BTHFields{Opcode: op, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn}}
+	last := k == w.npkts-1
+	if last && w.wr.Flags&driver.SendSolicited != 0 {
+		h.BTH.SE = true
+	}
+	if qp.typ == driver.QPTypeRC {
+		if resend {
+			h.BTH.AckReq = true // a selective resend: the ACK shows the gap is filled
+		} else {
+			h.BTH.AckReq = qp.askAck(w, last)
+		}
+		if qp.cc != nil && !h.BTH.AckReq && qp.pacedAckReq(wireLen(h.Len(), n)) {
+			h.BTH.AckReq = true
+		}
+	}
+	if info.Flags.Has(wire.HasRETH) {
+		h.RETH = wire.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALen: uint32(w.length)}
+	}
+	if info.Flags.Has(wire.HasImmDt) {
+		h.ImmDt = w.wr.Imm
+	}
+	if info.Flags.Has(wire.HasIETH) {
+		h.IETH = w.wr.Imm
+	}
+	if info.Flags.Has(wire.HasDETH) {
+		h.BTH.DestQP = w.wr.RemoteQPN
+		qkey := w.wr.RemoteQKey
+		if qkey&0x80000000 != 0 {
+			qkey = qp.attr.QKey // IBTA 10.2.5: a Q_Key with the high bit set means "use the QP's"
+		}
+		h.DETH = wire.DETHFields{QKey: qkey, SrcQP: qp.qpn}
+	}
+	pl := payload{sgl: &w.local, off: off, n: n}
+	if w.wr.Flags&driver.SendInline != 0 {
+		pl = bytesPayload(w.inline[off : off+n])
+	}
+	if !qp.dev.emit(tx, dst, &h, pl, true) {
+		return false
+	}
+	if qp.cc != nil {
+		qp.cc.paceSent(wireLen(h.Len(), n))
 	}
 	return true
 }
@@ -358,6 +381,9 @@ func (qp *QP) sentPSN(psn, next wire.PSN) {
 	qp.req.psn = next
 	if next.After(qp.req.high) {
 		qp.req.high = next
+		if qp.sr != nil {
+			qp.srSent(next)
+		}
 	}
 }
 
@@ -403,4 +429,7 @@ func (qp *QP) rewind(psn wire.PSN) {
 	w := qp.sq.at(i)
 	qp.req.psn = w.firstPSN.Add(w.next)
 	qp.restartAckCount()
+	if qp.sr != nil && qp.sr.sw != nil {
+		qp.sr.sw.Restart(qp.comp.psn, qp.req.high) // everything from psn goes again
+	}
 }

@@ -25,6 +25,15 @@ type Congestion = congestion.Config
 // ("dcqcn", "connectx:25g", "off").
 const EnvCongestion = "GOVERBS_CC"
 
+// EnvSelectiveRepeat is the environment variable that, set to anything but "" or "0",
+// switches selective repeat on for every software device (Config.SelectiveRepeat).
+const EnvSelectiveRepeat = "GOVERBS_SR"
+
+func envOn(name string) bool {
+	v := os.Getenv(name)
+	return v != "" && v != "0"
+}
+
 // defaultLineRate is the line rate of a device whose interface reports no speed
 // (loopback, a tunnel): a software device has no port speed, and a low guess would pace
 // an uncongested QP below what the machine can do.

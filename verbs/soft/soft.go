@@ -59,6 +59,10 @@ type Config struct {
 	// GOVERBS_CC switches it on. On, RC and UC packets leave ECN-capable, CE-marked ones
 	// are answered with CNPs and each QP is paced to its DCQCN rate.
 	Congestion Congestion
+	// SelectiveRepeat makes RC QPs keep out-of-order packets and resend only what is
+	// lost, IRN-style, with peers that have it on too; with any other peer (rxe, older
+	// goverbs) they run go-back-N as before. Off unless GOVERBS_SR=1.
+	SelectiveRepeat bool
 }
 
 // Info is the listing entry of the device cfg describes.
@@ -174,7 +178,8 @@ func Open(cfg Config) (driver.Device, error) {
 		return nil, err
 	}
 	d, err := engine.New(engine.Config{Name: cfg.Name, Conn: conn, PeerPort: port, MTU: mtu, Logger: log,
-		BusyPoll: cfg.BusyPoll, NodeGUID: nodeGUID(cfg.Addr), Congestion: cc})
+		BusyPoll: cfg.BusyPoll, NodeGUID: nodeGUID(cfg.Addr), Congestion: cc,
+		SelectiveRepeat: cfg.SelectiveRepeat || envOn(EnvSelectiveRepeat)})
 	if err != nil {
 		conn.Close()
 		return nil, err

@@ -25,6 +25,7 @@ type DevOpts struct {
 	Busy     bool   // --busy-poll: the device in busy-poll mode, CQs polled without sleeping
 	Stats    bool   // --stats: print the device's and QPs' counters at exit
 	CC       string // --cc: congestion control, off|dcqcn|connectx[:RATE]
+	SR       bool   // --sr: selective repeat for RC (with peers that have it on)
 	Tool     string // the command, named on the stat/asyncwatch socket
 }
 
@@ -39,6 +40,7 @@ func (o *DevOpts) Register(fs *FlagSet, gidShort, gidLong string) {
 	fs.StringOpt(&o.Pcap, "", "pcap", "", "record the packets this side sends and receives to pcap `FILE`")
 	fs.BoolOpt(&o.Busy, "", "busy-poll", "busy-poll: CQ polls drive the device and never sleep (lowest latency, burns a core)")
 	fs.StringOpt(&o.CC, "", "cc", "", "congestion control `MODE[:RATE]`: off, dcqcn or connectx, at the port's RATE (25g; default the interface's speed) (also "+soft.EnvCongestion+")")
+	fs.BoolOpt(&o.SR, "", "sr", "selective repeat for RC: keep out-of-order packets, resend only what is lost (go-back-N with peers without it; also "+soft.EnvSelectiveRepeat+"=1)")
 	fs.BoolOpt(&o.Stats, "", "stats", "print the device's and each QP's counters on stderr at exit, as `rdma statistic` does (also "+control.EnvStats+"=1)")
 }
 
@@ -119,6 +121,7 @@ func OpenEndpoint(o DevOpts) (*Endpoint, error) {
 		}
 		cfg.Congestion = cc
 	}
+	cfg.SelectiveRepeat = o.SR
 	if o.Pcap != "" {
 		w, err := pcap.Create(o.Pcap)
 		if err != nil {

@@ -164,6 +164,7 @@ type SendWindowStats struct {
 	Retransmitted uint64 // of which retransmissions
 	Timeouts      uint64
 	NAKs          uint64
+	LostAgain     uint64 // retransmissions a later SACK showed lost
 }
 
 // SendWindow is the requester's side of selective repeat for one QP: PSNs from
@@ -183,8 +184,12 @@ type SendWindow struct {
 	sacked    psnSet // acknowledged selectively, in [una, next)
 	retxDone  psnSet // retransmitted since the last timeout, in [una, next)
 	queued    psnSet // in retx
-	retx      []wire.PSN
-	stats     SendWindowStats
+	// retxAt[p mod len] is NextNew when p was last retransmitted: a SACK of a PSN
+	// at or after it, with p still missing, means the retransmission was lost
+	// too (the path keeps order), and p goes again without waiting for a timeout.
+	retxAt []wire.PSN
+	retx   []wire.PSN
+	stats  SendWindowStats
 }
 
 // SpanFactor is how many BDP caps a SendWindow's span may reach.
@@ -195,8 +200,10 @@ const SpanFactor = 4
 func NewSendWindow(first wire.PSN, cap int) *SendWindow {
 	cap = min(max(cap, 1), 1<<20)
 	span := SpanFactor * cap
-	return &SendWindow{una: first & wire.PSNMask, next: first & wire.PSNMask, cap: cap, span: span,
+	w := &SendWindow{una: first & wire.PSNMask, next: first & wire.PSNMask, cap: cap, span: span,
 		sacked: newPSNSet(span + 1), retxDone: newPSNSet(span + 1), queued: newPSNSet(span + 1)}
+	w.retxAt = make([]wire.PSN, len(w.sacked.words)*64)
+	return w
 }
 
 // Span is the most PSNs from Una to NextNew: the window a responder's Tracker
@@ -261,6 +268,7 @@ func (w *SendWindow) Retransmission() (psn wire.PSN, ok bool) {
 			continue
 		}
 		w.retxDone.set(p)
+		w.retxAt[uint32(p)&w.sacked.mask] = w.next
 		w.stats.Sent++
 		w.stats.Retransmitted++
 		return p, true
@@ -350,6 +358,10 @@ func (w *SendWindow) NAK(expected, sacked wire.PSN) {
 		sacked = expected.Add(1)
 	}
 	for p := expected; p != sacked; p = p.Add(1) {
+		if w.retxDone.has(p) && !w.sacked.has(p) && !sacked.Before(w.retxAt[uint32(p)&w.sacked.mask]) {
+			w.retxDone.clear(p) // its retransmission was lost: sent before sacked, not arrived
+			w.stats.LostAgain++
+		}
 		if !w.sacked.has(p) && !w.retxDone.has(p) && !w.queued.has(p) {
 			w.queued.set(p)
 			w.retx = append(w.retx, p)

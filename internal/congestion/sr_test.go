@@ -73,9 +73,9 @@ func TestSendWindow(t *testing.T) {
 	send(100, 101, 104) // the retransmissions, then one new: 102 no longer counts
 	w.NAK(100, 103)     // 103 arrived too: nothing more is missing below it
 	send(105)
-	w.NAK(100, 104)
-	send(106)
-	if st := w.Stats(); st.Retransmitted != 2 || st.Sent != 9 {
+	w.NAK(100, 104) // 104 left after the retransmissions and arrived: they were lost again
+	send(100, 101, 106)
+	if st := w.Stats(); st.Retransmitted != 4 || st.Sent != 11 || st.LostAgain != 2 {
 		t.Fatalf("stats %+v", st)
 	}
 	w.ACK(104) // the retransmissions arrived: 100..104 done
@@ -93,7 +93,7 @@ func TestSendWindow(t *testing.T) {
 	send(105, 106, 109)
 	w.Timeout() // everything not known received goes again: 105, 106, 108, 109
 	send(105, 106, 108, 109)
-	if st := w.Stats(); st.Timeouts != 1 || st.Retransmitted != 8 {
+	if st := w.Stats(); st.Timeouts != 1 || st.Retransmitted != 10 {
 		t.Errorf("stats %+v", st)
 	}
 	// The span bounds a window whose oldest packet stays missing.

@@ -218,6 +218,20 @@ func (qp *QP) resendSelective(tx *txBatch) {
 	}
 }
 
+// srCapped reports whether the requester has its cap of packets in flight: sent and
+// neither acknowledged nor SACKed (IRN's BDP cap). With selective repeat the window
+// (QP.window, which the responder keeps packets within) bounds the PSNs from the oldest
+// unacknowledged one, and half of it may be in flight: what the responder has kept
+// counts as delivered, so new packets keep leaving while a loss is repaired. They are
+// what reveals a lost retransmission (a SACK of a PSN sent after it); with every PSN of
+// the window sent at once after an ACK, a lost retransmission had nothing behind it and
+// waited for the local ACK timeout. Half the window is 256 KiB, 2 BDPs of 10 Gb/s at a
+// 100 µs round trip. qp.mu is held.
+func (qp *QP) srCapped() bool {
+	sw := qp.sr.sw
+	return sw != nil && sw.InFlight() >= int(qp.window()/2)
+}
+
 // resendQueued reports whether SACKs have asked for resends not yet sent.
 func (qp *QP) resendQueued() bool {
 	return qp.sr != nil && qp.sr.sw != nil && qp.sr.sw.RetransmissionQueued()

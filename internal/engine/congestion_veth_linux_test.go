@@ -76,7 +76,7 @@ func nftIn(t *testing.T, ns, rules string) {
 
 // listenIn opens a UDP Conn on addr inside namespace ns: the socket belongs to the
 // namespace it was made in, whichever thread uses it later.
-func listenIn(t *testing.T, ns string, addr netip.AddrPort) netio.Conn {
+func listenIn(t *testing.T, ns string, addr netip.AddrPort, opts netio.UDPOptions) netio.Conn {
 	t.Helper()
 	var c netio.Conn
 	var ferr error
@@ -100,7 +100,7 @@ func listenIn(t *testing.T, ns string, addr netip.AddrPort) netio.Conn {
 			ferr = err
 			return
 		}
-		c, ferr = netio.ListenUDP(addr, netio.UDPOptions{})
+		c, ferr = netio.ListenUDP(addr, opts)
 		if unix.Setns(orig, unix.CLONE_NEWNET) == nil {
 			runtime.UnlockOSThread() // else the thread ends with this goroutine
 		}
@@ -112,21 +112,32 @@ func listenIn(t *testing.T, ns string, addr netip.AddrPort) netio.Conn {
 	return c
 }
 
-// vethPair opens a device in each namespace, with cc, and connects an RC pair A → B.
-func vethPair(t *testing.T, nsA, nsB string, cc congestion.Config) *pair {
+// vethPair opens a device in each namespace, with cc and selective repeat as asked,
+// and connects an RC pair A → B. noGSO sends one datagram per packet, so that a drop
+// rule drops packets, not GSO runs.
+func vethPair(t *testing.T, nsA, nsB string, cc congestion.Config, sr, noGSO bool) *pair {
 	t.Helper()
 	a4, b4 := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
-	ca, cb := listenIn(t, nsA, netip.AddrPortFrom(a4, wire.UDPPort)), listenIn(t, nsB, netip.AddrPortFrom(b4, wire.UDPPort))
+	opts := netio.UDPOptions{DisableGSO: noGSO}
+	ca, cb := listenIn(t, nsA, netip.AddrPortFrom(a4, wire.UDPPort), opts), listenIn(t, nsB, netip.AddrPortFrom(b4, wire.UDPPort), opts)
 	if !ca.Caps().ECN {
 		ca.Close()
 		cb.Close()
 		t.Skip("the UDP backend reports no ECN here")
 	}
-	a := newHostCfg(t, verbs.SoftConfig{Addr: a4, Conn: ca, MTU: verbs.MTU4096, Congestion: cc})
-	b := newHostCfg(t, verbs.SoftConfig{Addr: b4, Conn: cb, MTU: verbs.MTU4096, Congestion: cc})
+	a := newHostCfg(t, verbs.SoftConfig{Addr: a4, Conn: ca, MTU: verbs.MTU4096, Congestion: cc, SelectiveRepeat: sr})
+	b := newHostCfg(t, verbs.SoftConfig{Addr: b4, Conn: cb, MTU: verbs.MTU4096, Congestion: cc, SelectiveRepeat: sr})
 	params := defaultRC()
 	params.MTU = verbs.MTU4096
+	params.Timeout = 10 // 4 ms
 	return newPair(t, a, b, verbs.QPTypeRC, params)
+}
+
+// closePair closes both devices of p (before the next pair binds their addresses).
+func closePair(p *pair) {
+	p.A.Dev.Close()
+	p.B.Dev.Close()
+	p.A.Closed, p.B.Closed = true, true
 }
 
 // TestVethCEMarksCutRate: nft marks a tenth of A's ECN-capable RoCEv2 packets CE on their
@@ -141,7 +152,7 @@ func TestVethCEMarksCutRate(t *testing.T) {
 		udp dport 4791 ip ecn ect0 numgen random mod 10 == 0 ip ecn set ce
 	}
 }`)
-	p := vethPair(t, nsA, nsB, congestion.PaperConfig(10e9))
+	p := vethPair(t, nsA, nsB, congestion.PaperConfig(10e9), false, false)
 	start := time.Now()
 	got, err := ccWriteStream(t, p, 64<<10, 8, start, start.Add(500*time.Millisecond))
 	if err != nil {
@@ -162,40 +173,60 @@ func TestVethCEMarksCutRate(t *testing.T) {
 	}
 }
 
-// TestVethLossGoBackN: 1% of the RoCEv2 datagrams dropped each way by nft numgen, one RC
-// WRITE stream: the goodput against the same stream without loss. Selective repeat is not
-// wired yet (docs/congestion.md), so this records go-back-N's figure, with congestion
-// control on (ECT on the wire changes nothing without marks). The output hook sees a UDP
-// GSO send before the veth segments it, so a drop there takes a whole GSO run (up to 64
-// KiB), not one packet: harsher than 1% packet loss, and what a per-packet comparison
-// with selective repeat will have to account for (netem on the device drops segments).
-func TestVethLossGoBackN(t *testing.T) {
+// TestVethLoss: 1% of the RoCEv2 datagrams dropped each way by nft numgen, one RC WRITE
+// stream: with selective repeat at least 95% of the lossless goodput, one retransmission
+// per loss; go-back-N's figure beside it. Sent one datagram per packet (no GSO): nft's
+// output hook sees a GSO send before the veth segments it, so a drop there would take a
+// whole run (up to 64 KiB), not one packet. Lossless and lossy runs alternate, twice,
+// and the better of each is compared: the machine is shared.
+func TestVethLoss(t *testing.T) {
 	if testing.Short() {
-		t.Skip("a second of traffic each way")
+		t.Skip("seconds of traffic")
 	}
 	nsA, nsB := vethNet(t)
-	p := vethPair(t, nsA, nsB, congestion.PaperConfig(10e9))
-	run := func() float64 {
-		start := time.Now()
-		got, err := ccWriteStream(t, p, 64<<10, 16, start.Add(100*time.Millisecond), start.Add(600*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return float64(got) * 8 / 0.5
-	}
-	lossless := run()
-	drop := `table ip gvcc {
+	const dur = 400 * time.Millisecond
+	run := func(sr, lossy bool) (float64, uint64, uint64) {
+		rules := "flush ruleset\n"
+		if lossy {
+			rules += `table ip gvcc {
 	chain out {
 		type filter hook output priority 0; policy accept;
-		udp dport 4791 numgen random mod 100 == 0 drop
+		udp dport 4791 numgen random mod 100 == 0 counter drop
 	}
 }`
-	nftIn(t, nsA, drop)
-	nftIn(t, nsB, drop)
-	lossy := run()
-	t.Logf("lossless %.2f Gb/s, 1%% loss %.2f Gb/s (%.0f%%); A: retransmits %d retry_timeouts %d",
-		lossless/1e9, lossy/1e9, 100*lossy/lossless, p.A.Dev.Counters().Get("retransmits"), p.A.Dev.Counters().Get("retry_timeouts"))
-	if lossy == 0 {
-		t.Fatal("nothing delivered at 1% loss")
+		}
+		nftIn(t, nsA, rules)
+		nftIn(t, nsB, rules)
+		p := vethPair(t, nsA, nsB, congestion.Config{}, sr, true)
+		defer closePair(p)
+		start := time.Now()
+		got, err := ccWriteStream(t, p, 64<<10, 16, start.Add(100*time.Millisecond), start.Add(100*time.Millisecond+dur))
+		if err != nil {
+			t.Fatalf("selective repeat %v, lossy %v: %v\nA: %v\nB: %v", sr, lossy, err, p.A.Dev.Counters(), p.B.Dev.Counters())
+		}
+		c := p.A.Dev.Counters()
+		return float64(got) * 8 / dur.Seconds(), c.Get("retransmits"), c.Get("retry_timeouts")
+	}
+	var best [2][2]float64 // [sr][lossy]
+	var retx, timeouts [2]uint64
+	for range 2 {
+		for _, sr := range []bool{true, false} {
+			for _, lossy := range []bool{true, false} {
+				g, r, to := run(sr, lossy)
+				i, j := map[bool]int{false: 0, true: 1}[sr], map[bool]int{false: 0, true: 1}[lossy]
+				best[i][j] = max(best[i][j], g)
+				if lossy {
+					retx[i] += r
+					timeouts[i] += to
+				}
+			}
+		}
+	}
+	t.Logf("selective repeat: lossless %.2f Gb/s, 1%% loss %.2f Gb/s (%.0f%%), %d retransmitted, %d timeouts in two runs",
+		best[1][0]/1e9, best[1][1]/1e9, 100*best[1][1]/best[1][0], retx[1], timeouts[1])
+	t.Logf("go-back-N:        lossless %.2f Gb/s, 1%% loss %.2f Gb/s (%.0f%%), %d retransmitted, %d timeouts in two runs",
+		best[0][0]/1e9, best[0][1]/1e9, 100*best[0][1]/best[0][0], retx[0], timeouts[0])
+	if best[1][1] < 0.95*best[1][0] {
+		t.Errorf("selective repeat kept %.0f%% of its lossless goodput at 1%% loss, want ≥ 95%%", 100*best[1][1]/best[1][0])
 	}
 }

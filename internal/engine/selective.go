@@ -66,7 +66,7 @@ func (d *Device) getSRBuf() *[]byte {
 func (qp *QP) respondSR(p *wire.Packet) {
 	r := &qp.resp
 	psn := p.BTH.PSN()
-	if d := psn.Diff(r.psn); d > 0 && d < qp.window() && len(p.Buf) <= srBufSize {
+	if d := psn.Diff(r.psn); d > 0 && d < srSpan*qp.window() && len(p.Buf) <= srBufSize {
 		qp.keep(p, psn)
 		return
 	}
@@ -80,7 +80,7 @@ func (qp *QP) respondSR(p *wire.Packet) {
 // keep copies an out-of-order request into its slot and SACKs it.
 func (qp *QP) keep(p *wire.Packet, psn wire.PSN) {
 	sr := qp.sr
-	win := int(qp.window())
+	win := srSpan * int(qp.window())
 	if len(sr.slots) < win {
 		qp.dropKept()
 		sr.slots = make([]srSlot, win) // once per QP (or per MTU change)
@@ -218,19 +218,31 @@ func (qp *QP) resendSelective(tx *txBatch) {
 	}
 }
 
-// srCapped reports whether the requester has its cap of packets in flight: sent and
-// neither acknowledged nor SACKed (IRN's BDP cap). With selective repeat the window
-// (QP.window, which the responder keeps packets within) bounds the PSNs from the oldest
-// unacknowledged one, and half of it may be in flight: what the responder has kept
-// counts as delivered, so new packets keep leaving while a loss is repaired. They are
-// what reveals a lost retransmission (a SACK of a PSN sent after it); with every PSN of
-// the window sent at once after an ACK, a lost retransmission had nothing behind it and
-// waited for the local ACK timeout. Half the window is 256 KiB, 2 BDPs of 10 Gb/s at a
-// 100 µs round trip. qp.mu is held.
-func (qp *QP) srCapped() bool {
+// srFull is the requester's window with selective repeat: at most a window of packets in
+// flight (sent, neither acknowledged nor SACKed), and at most two windows of PSNs from
+// the oldest unacknowledged one (srSpan: what the responder keeps within). What the
+// responder has kept counts as delivered, so new packets keep leaving while a loss is
+// repaired, as IRN's sender does; they are what reveals a lost retransmission (a SACK of
+// a PSN sent after it). Counted from the oldest unacknowledged PSN, as go-back-N counts,
+// a window whose every PSN had left before a retransmission left nothing behind it, and
+// a lost retransmission waited for the local ACK timeout. In flight is capped at the
+// window, not below: a lower cap stalled on every lost ACK until the timeout.
+//
+// A requester going back N (after a timeout, an RNR NAK, a NAK without a SACK) resends
+// within go-back-N's window alone. qp.mu is held.
+func (qp *QP) srFull() bool {
+	win := qp.window()
+	out := qp.req.psn.Diff(qp.comp.psn)
 	sw := qp.sr.sw
-	return sw != nil && sw.InFlight() >= int(qp.window()/2)
+	if sw == nil || qp.req.psn.Before(qp.req.high) {
+		return out >= win
+	}
+	return out >= srSpan*win || sw.InFlight() >= int(win)
 }
+
+// srSpan is how many windows of PSNs a selective-repeat requester may have outstanding,
+// and so how far beyond its expected PSN the responder keeps packets.
+const srSpan = 2
 
 // resendQueued reports whether SACKs have asked for resends not yet sent.
 func (qp *QP) resendQueued() bool {

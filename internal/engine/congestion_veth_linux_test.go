@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goverbs/goverbs/internal/congestion"
+	"github.com/goverbs/goverbs/internal/engine"
 	"github.com/goverbs/goverbs/netio"
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/wire"
@@ -183,6 +184,9 @@ func TestVethLoss(t *testing.T) {
 	if testing.Short() {
 		t.Skip("seconds of traffic")
 	}
+	if engine.RaceEnabled {
+		t.Skip("a goodput ratio: under the race detector the stream is CPU-bound and its timeouts spurious")
+	}
 	nsA, nsB := vethNet(t)
 	const dur = 400 * time.Millisecond
 	run := func(sr, lossy bool) (float64, uint64, uint64) {
@@ -211,7 +215,7 @@ func TestVethLoss(t *testing.T) {
 	var retx, timeouts [2]uint64
 	for range 2 {
 		for _, sr := range []bool{true, false} {
-			for _, lossy := range []bool{true, false} {
+			for _, lossy := range []bool{false, true} {
 				g, r, to := run(sr, lossy)
 				i, j := map[bool]int{false: 0, true: 1}[sr], map[bool]int{false: 0, true: 1}[lossy]
 				best[i][j] = max(best[i][j], g)

@@ -66,18 +66,6 @@ func ccWriteStream(t *testing.T, p *pair, size, depth int, from, stop time.Time)
 	return got, nil
 }
 
-func jain(x []float64) float64 {
-	var s, s2 float64
-	for _, v := range x {
-		s += v
-		s2 += v * v
-	}
-	if s2 == 0 {
-		return 0
-	}
-	return s * s / (float64(len(x)) * s2)
-}
-
 // TestCNPCutsRate: a 10 Gb/s sender into a 1 Gb/s port whose switch marks ECN. The
 // receiver sees CE-marked requests and answers with CNPs, at most one per 50 µs; the
 // sender counts them, cuts its rate, and its data still arrives whole.
@@ -238,7 +226,7 @@ func runIncast(t *testing.T, cc congestion.Config, warm, dur time.Duration) inca
 			sum += g
 		}
 		r.goodput = sum * 8 / dur.Seconds()
-		r.jain = jain(got)
+		r.jain = congestion.Jain(got)
 		slices.Sort(r.queue)
 		in := 0
 		for _, q := range r.queue {

@@ -7,16 +7,14 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/goverbs/goverbs/internal/congestion"
 	"github.com/goverbs/goverbs/internal/engine"
+	"github.com/goverbs/goverbs/internal/netnstest"
 	"github.com/goverbs/goverbs/netio"
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/wire"
@@ -80,35 +78,10 @@ func nftIn(t *testing.T, ns, rules string) {
 func listenIn(t *testing.T, ns string, addr netip.AddrPort, opts netio.UDPOptions) netio.Conn {
 	t.Helper()
 	var c netio.Conn
-	var ferr error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread()
-		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			ferr = err
-			return
-		}
-		defer unix.Close(orig)
-		target, err := unix.Open("/run/netns/"+ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			ferr = err
-			return
-		}
-		defer unix.Close(target)
-		if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
-			ferr = err
-			return
-		}
-		c, ferr = netio.ListenUDP(addr, opts)
-		if unix.Setns(orig, unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread() // else the thread ends with this goroutine
-		}
-	}()
-	<-done
-	if ferr != nil {
-		t.Fatal(ferr)
+	var err error
+	netnstest.In(t, ns, func() { c, err = netio.ListenUDP(addr, opts) })
+	if err != nil {
+		t.Fatal(err)
 	}
 	return c
 }

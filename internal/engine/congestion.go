@@ -8,6 +8,7 @@
 package engine
 
 import (
+	"math"
 	"time"
 
 	"github.com/goverbs/goverbs/internal/congestion"
@@ -26,6 +27,7 @@ type qpCC struct {
 	now      time.Time // when the current batch's budget was read
 	budget   int       // bytes the batch may still send; the last packet may overdraw
 	sent     int       // bytes the batch sent
+	unpaced  bool      // the batch runs at line rate: not paced, not charged
 	paceWait bool      // the requester waits for pace to fire
 	pace     *time.Timer
 }
@@ -115,9 +117,19 @@ func (qp *QP) paceStart() bool {
 	}
 	cc.now = time.Now()
 	cuts := cc.rp.Stats().Cuts
-	cc.budget = cc.rp.Budget(cc.now)
+	cc.rp.Advance(cc.now)
 	qp.dev.counters.RateCuts.Add(cc.rp.Stats().Cuts - cuts) // a held cut applied late
 	cc.sent = 0
+	cc.unpaced = cc.rp.Phase() == congestion.PhaseLine
+	if cc.unpaced {
+		// At line rate (no CNP yet, or recovered) the QP is not paced: an RNIC's port
+		// sends no faster than its line, and a software device's only limit is its host.
+		// Paced here, a stream that nothing congests was held to what one timer wake-up
+		// per burst allows, below the line rate on loopback.
+		cc.budget = math.MaxInt
+		return true
+	}
+	cc.budget = cc.rp.Budget(cc.now)
 	if cc.budget <= 0 {
 		qp.armPace()
 		return false
@@ -150,6 +162,10 @@ func (qp *QP) pacedAckReq(n int) bool {
 // with work left, arms the pace timer. qp.mu is held.
 func (qp *QP) paceEnd() {
 	cc := qp.cc
+	if cc.unpaced {
+		cc.sent = 0 // not charged: a pacer in debt for unpaced bytes would stall the first cut
+		return
+	}
 	cc.rp.Sent(cc.now, cc.sent)
 	cc.sent = 0
 	if cc.budget <= 0 && qp.sq.req != qp.sq.tail {

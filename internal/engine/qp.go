@@ -448,6 +448,9 @@ func (qp *QP) reset() {
 		qp.dropKept()
 		qp.sr.sw = nil // made again at the first send, from the new send PSN
 	}
+	if qp.cc != nil {
+		qp.cc = qp.dev.newQPCC() // a new connection starts at line rate (its timer was stopped above)
+	}
 	qp.attr = driver.QPAttr{}
 	qp.mtu = 0
 	qp.remote = netip.AddrPort{}

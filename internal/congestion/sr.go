@@ -189,7 +189,13 @@ type SendWindow struct {
 	// too (the path keeps order), and p goes again without waiting for a timeout.
 	retxAt []wire.PSN
 	retx   []wire.PSN
-	stats  SendWindowStats
+	// resent lists the PSNs retransmitted and not known delivered, for NAK's check
+	// for lost retransmissions; scanExp and scanTo say that NAK has looked at every
+	// PSN in [scanExp, scanTo) for the expected PSN scanExp, so that a run of SACKs
+	// for one gap costs each PSN one look, not one per SACK.
+	resent          []wire.PSN
+	scanExp, scanTo wire.PSN
+	stats           SendWindowStats
 }
 
 // SpanFactor is how many BDP caps a SendWindow's span may reach.
@@ -269,6 +275,7 @@ func (w *SendWindow) Retransmission() (psn wire.PSN, ok bool) {
 		}
 		w.retxDone.set(p)
 		w.retxAt[uint32(p)&w.sacked.mask] = w.next
+		w.resent = append(w.resent, p)
 		w.stats.Sent++
 		w.stats.Retransmitted++
 		return p, true
@@ -298,6 +305,8 @@ func (w *SendWindow) Restart(una, next wire.PSN) {
 	clear(w.retxDone.words)
 	clear(w.queued.words)
 	w.retx = w.retx[:0]
+	w.resent = w.resent[:0]
+	w.scanExp, w.scanTo = 0, 0
 	w.nsacked = 0
 	w.una = una & wire.PSNMask
 	w.next = w.una
@@ -357,15 +366,40 @@ func (w *SendWindow) NAK(expected, sacked wire.PSN) {
 	} else {
 		sacked = expected.Add(1)
 	}
-	for p := expected; p != sacked; p = p.Add(1) {
-		if w.retxDone.has(p) && !w.sacked.has(p) && !sacked.Before(w.retxAt[uint32(p)&w.sacked.mask]) {
-			w.retxDone.clear(p) // its retransmission was lost: sent before sacked, not arrived
+	// Retransmissions sent before sacked that have not arrived were lost again.
+	kept := w.resent[:0]
+	for _, p := range w.resent {
+		if !w.outstanding(p) || w.sacked.has(p) || !w.retxDone.has(p) {
+			continue // delivered, or queued again already
+		}
+		if p.Before(sacked) && !sacked.Before(w.retxAt[uint32(p)&w.sacked.mask]) {
+			w.retxDone.clear(p)
 			w.stats.LostAgain++
+			w.queue(p)
+			continue
 		}
-		if !w.sacked.has(p) && !w.retxDone.has(p) && !w.queued.has(p) {
-			w.queued.set(p)
-			w.retx = append(w.retx, p)
+		kept = append(kept, p)
+	}
+	w.resent = kept
+	start := expected
+	if w.scanExp == expected && w.outstanding(w.scanTo) && w.scanTo.After(expected) {
+		start = w.scanTo
+	}
+	for p := start; p.Before(sacked); p = p.Add(1) {
+		if !w.sacked.has(p) && !w.retxDone.has(p) {
+			w.queue(p)
 		}
+	}
+	if w.scanExp != expected || sacked.After(w.scanTo) {
+		w.scanExp, w.scanTo = expected, sacked
+	}
+}
+
+// queue puts p on the retransmission queue, once.
+func (w *SendWindow) queue(p wire.PSN) {
+	if !w.queued.has(p) {
+		w.queued.set(p)
+		w.retx = append(w.retx, p)
 	}
 }
 

@@ -226,7 +226,7 @@ func (qp *QP) complete(p *wire.Packet) {
 	if p.AETH != nil {
 		syn = p.AETH.Syndrome()
 	}
-	progressed := false
+	progressed, sack := false, false
 	switch {
 	case info.Flags.Has(wire.OpRead):
 		progressed = qp.readResponse(p, psn)
@@ -245,7 +245,7 @@ func (qp *QP) complete(p *wire.Packet) {
 		qp.rnrNak(psn, syn)
 	case syn.Type() == wire.AckTypeNAK:
 		progressed = qp.ackThrough(psn.Sub(1))
-		if qp.sr == nil || !qp.selectiveNak(p, psn) {
+		if sack = qp.sr != nil && qp.selectiveNak(p, psn); !sack {
 			qp.nak(psn, syn)
 		}
 	default:
@@ -257,6 +257,9 @@ func (qp *QP) complete(p *wire.Packet) {
 	}
 	if progressed {
 		c.restartRetransmit()
+	}
+	if sack && !progressed && !qp.srRunDue() {
+		return // selective.go: the window has not opened by a burst yet
 	}
 	qp.runRequester()
 }

@@ -101,7 +101,11 @@ func (qp *QP) keep(p *wire.Packet, psn wire.PSN) {
 	qp.resp.out.push(respItem{kind: respSACK, psn: qp.resp.psn, first: psn, syn: wire.NAKSyndrome(wire.NAKPSNSeqError)})
 	qp.dev.counters.SeqNakSent.Add(1)
 	qp.Stats.SeqNakSent++
-	qp.flushResponses()
+	// The SACK leaves with the receive batch's ACKs (the owed ACK flushes the response
+	// queue), not on its own: a send per kept packet cost the responder a syscall per
+	// packet while a loss was repaired (a tenth of a veth stream's goodput at 1% loss).
+	// Equal-sized, the batch's SACKs go out as one GSO run.
+	qp.queueAck(qp.resp.psn.Sub(1))
 }
 
 func (qp *QP) freeSlot(s *srSlot) {
@@ -239,6 +243,21 @@ func (qp *QP) srFull() bool {
 	}
 	return out >= srSpan*win || sw.InFlight() >= int(win)
 }
+
+// srRunDue reports whether a SACK that acknowledged nothing cumulatively should run the
+// requester: when it queued a resend, or when the packets SACKed since the requester
+// last ran have opened the window by srBurst. Each SACK frees one packet's room in
+// flight; run on every one, the requester sent one packet per SACK, each in a send of
+// its own (a syscall per packet while a loss was repaired, a tenth and more of a veth
+// stream's goodput at 1% loss). The requester's batch is the unit, as for ACKs.
+func (qp *QP) srRunDue() bool {
+	sw := qp.sr.sw
+	return sw == nil || sw.RetransmissionQueued() || int(qp.window())-sw.InFlight() >= srBurst
+}
+
+// srBurst is how many packets' room a run of SACKs opens before the requester runs:
+// 64 KiB at MTU 4096.
+const srBurst = 16
 
 // srSpan is how many windows of PSNs a selective-repeat requester may have outstanding,
 // and so how far beyond its expected PSN the responder keeps packets.

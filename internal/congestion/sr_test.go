@@ -183,3 +183,44 @@ func TestBDPCap(t *testing.T) {
 		t.Error("BDPCap of nonsense")
 	}
 }
+
+// TestSendWindowNumberedBySender: the engine's use of SendWindow, which numbers packets
+// itself: SentNew moves NextNew, Retransmission hands out only resends, a SACK run for one
+// gap queues each missing PSN once, a resend a later SACK shows lost goes again, and
+// Restart forgets it all for a go-back-N rewind.
+func TestSendWindowNumberedBySender(t *testing.T) {
+	w := NewSendWindow(10, 8)
+	for p := wire.PSN(10); p < 20; p++ {
+		w.SentNew(p)
+	}
+	w.SentNew(5) // before NextNew: nothing
+	if w.NextNew() != 20 || w.Outstanding() != 10 || w.RetransmissionQueued() {
+		t.Fatalf("next %v, outstanding %d", w.NextNew(), w.Outstanding())
+	}
+	for s := wire.PSN(13); s < 18; s++ {
+		w.NAK(12, s) // 12 lost; 13..17 kept, one SACK each
+	}
+	if got, ok := w.Retransmission(); !ok || got != 12 {
+		t.Fatalf("Retransmission = %v, %v; want 12", got, ok)
+	}
+	if _, ok := w.Retransmission(); ok {
+		t.Fatal("12 queued more than once")
+	}
+	w.SentNew(20)
+	w.NAK(12, 18) // 18 left before the resend of 12: says nothing about it
+	if w.RetransmissionQueued() {
+		t.Fatal("a resend queued again by a SACK of an older packet")
+	}
+	w.NAK(12, 20) // 20 left after it, and 12 is still missing: lost again
+	if got, ok := w.Retransmission(); !ok || got != 12 || w.Stats().LostAgain != 1 {
+		t.Fatalf("Retransmission = %v, %v, stats %+v; want 12 again", got, ok, w.Stats())
+	}
+	w.Restart(12, 21)
+	if w.Una() != 12 || w.NextNew() != 21 || w.InFlight() != 9 || w.RetransmissionQueued() {
+		t.Fatalf("after Restart: una %v next %v in flight %d", w.Una(), w.NextNew(), w.InFlight())
+	}
+	w.Restart(12, 12+1000) // beyond the span: nothing outstanding
+	if w.Outstanding() != 0 {
+		t.Fatalf("outstanding %d after a Restart beyond the span", w.Outstanding())
+	}
+}

@@ -28,7 +28,7 @@ func (d *Device) input(b []byte, from netip.AddrPort, seg int) {
 		return
 	}
 	if p.Op.Transport == wire.TransportCNP {
-		d.counters.CNPReceived.Add(1)
+		d.inputCNP(qp) // congestion.go: the QP's rate is cut; never an error
 		return
 	}
 	if qp == nil {
@@ -41,6 +41,9 @@ func (d *Device) input(b []byte, from netip.AddrPort, seg int) {
 	}
 	qp.mu.Lock()
 	qp.receive(p, from, d.local)
+	if d.rxECN == netio.ECNCE {
+		qp.ceMarked(p) // congestion.go: the notification point
+	}
 	qp.mu.Unlock()
 }
 
@@ -210,7 +213,9 @@ func (qp *QP) receive(p *wire.Packet, from, to netip.AddrPort) {
 	}
 	switch qp.typ {
 	case driver.QPTypeRC:
-		if req {
+		if req && qp.sr != nil {
+			qp.respondSR(p) // selective.go
+		} else if req {
 			qp.respond(p)
 		} else {
 			qp.complete(p)

@@ -161,6 +161,8 @@ type QP struct {
 	resp   responder
 	comp   completer
 	acks   ackState
+	cc     *qpCC // DCQCN's per-QP state; nil when the device runs without (congestion.go)
+	sr     *qpSR // selective repeat (RC); nil when the device runs go-back-N (selective.go)
 
 	Stats driver.QPCounters
 }
@@ -294,6 +296,12 @@ func (d *Device) CreateQP(pd *PD, init QPInit) (*QP, error) {
 		qp.srqWQE.local.regs = make([]*region, 0, init.SRQ.maxSGE)
 	}
 	qp.comp.init(qp)
+	if init.Type != driver.QPTypeUD {
+		qp.cc = d.newQPCC()
+	}
+	if init.Type == driver.QPTypeRC && d.selectiveRepeat {
+		qp.sr = &qpSR{}
+	}
 
 	d.qpMu.Lock()
 	if len(d.qps) >= MaxQP {
@@ -480,6 +488,13 @@ func (qp *QP) reset() {
 	qp.resp = responder{}
 	qp.acks = ackState{}
 	qp.comp.reset()
+	if qp.sr != nil {
+		qp.dropKept()
+		qp.sr.sw = nil // made again at the first send, from the new send PSN
+	}
+	if qp.cc != nil {
+		qp.cc = qp.dev.newQPCC() // a new connection starts at line rate (its timer was stopped above)
+	}
 	qp.attr = driver.QPAttr{}
 	qp.mtu = 0
 	qp.remote = netip.AddrPort{}

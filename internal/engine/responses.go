@@ -72,6 +72,10 @@ func (qp *QP) pump(budget int) bool {
 			qp.buildAtomicAck(tx, it.psn, it.orig)
 			budget--
 			q.head++
+		case respSACK:
+			qp.buildSACK(tx, it.psn, it.first)
+			budget--
+			q.head++
 		case respRead:
 			for budget > 0 {
 				if !qp.buildReadResponse(tx, it) {

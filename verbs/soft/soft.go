@@ -61,6 +61,14 @@ type Config struct {
 	// Logger receives protocol events at debug level; nil logs nothing unless
 	// GOVERBS_DEBUG is set.
 	Logger *slog.Logger
+	// Congestion is DCQCN congestion control (ParseCongestion); off, the default, unless
+	// GOVERBS_CC switches it on. On, RC and UC packets leave ECN-capable, CE-marked ones
+	// are answered with CNPs and each QP is paced to its DCQCN rate.
+	Congestion Congestion
+	// SelectiveRepeat makes RC QPs keep out-of-order packets and resend only what is
+	// lost, IRN-style, with peers that have it on too; with any other peer (rxe, older
+	// goverbs) they run go-back-N as before. Off unless GOVERBS_SR=1.
+	SelectiveRepeat bool
 }
 
 // Info is the listing entry of the device cfg describes.
@@ -170,8 +178,14 @@ func Open(cfg Config) (driver.Device, error) {
 	if log == nil {
 		log = debugLogger()
 	}
+	cc, err := congestionFor(cfg, addr)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
 	d, err := engine.New(engine.Config{Name: cfg.Name, Conn: conn, PeerPort: port, MTU: mtu, Logger: log,
-		BusyPoll: cfg.BusyPoll, NodeGUID: nodeGUID(cfg.Addr)})
+		BusyPoll: cfg.BusyPoll, NodeGUID: nodeGUID(cfg.Addr), Congestion: cc,
+		SelectiveRepeat: cfg.SelectiveRepeat || envOn(EnvSelectiveRepeat)})
 	if err != nil {
 		conn.Close()
 		return nil, err

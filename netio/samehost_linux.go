@@ -96,9 +96,8 @@ type shPair struct {
 	// closing: the pair takes no more datagrams (its lifeline ended, or it lost to
 	// another pair); what its ring holds is still read. dead: its memory is unmapped
 	// (under txMu and rxMu, which every access holds).
-	closing    atomic.Bool
-	finalizing atomic.Bool
-	dead       atomic.Bool
+	closing atomic.Bool
+	dead    atomic.Bool
 }
 
 // Region layout: a header page, then ring 0 (initiator to acceptor), then ring 1.
@@ -331,9 +330,12 @@ func (c *sameHostConn) publish(p *shPair) {
 }
 
 // ringFullWait bounds how long a sender waits for a peer to make room in its ring
-// before it drops the datagram, as a full socket buffer would (RC retransmits it); a
-// live peer drains its ring far sooner, a stuck one must not stall the sender.
-const ringFullWait = 20 * time.Millisecond
+// before it drops the datagram, as a full socket buffer drops it (RC retransmits it).
+// It must stay short: the sender may be the device's receive path sending an ACK, and
+// two devices whose receive paths both wait on each other's full ring would each stall
+// the other for the whole wait, datagram after datagram (seen in rdmanet's soak with a
+// wait of milliseconds).
+const ringFullWait = 50 * time.Microsecond
 
 // ringHdr is the netio header before each ring record's datagrams: the run's segment
 // size (uint32, 0 for a single datagram), and 4 reserved bytes. A GSO run crosses the
@@ -406,7 +408,7 @@ func (c *sameHostConn) waitRoom(p *shPair, n int) bool {
 		if ok {
 			return true // the caller's Reserve writes the same header at the same place
 		}
-		if i%64 == 63 && time.Now().After(deadline) {
+		if i%8 == 7 && time.Now().After(deadline) {
 			return false
 		}
 		runtime.Gosched()
@@ -615,12 +617,7 @@ func (c *sameHostConn) readRing(p *shPair, msgs []Message) (n, pkts int) {
 		return 0, 0
 	}
 	gro := c.inner.gro.Load()
-	defer func() {
-		p.rx.Publish()
-		if n < len(msgs) && p.closing.Load() && p.rx.Empty() && p.finalizing.CompareAndSwap(false, true) {
-			go c.finalize(p) // drained: its memory can go (finalize waits for rxMu)
-		}
-	}()
+	defer p.rx.Publish()
 	for n < len(msgs) {
 		rec, err := p.rx.Next()
 		if err != nil {
@@ -1032,12 +1029,17 @@ func (c *sameHostConn) install(p *shPair) {
 	}
 	if loser != p {
 		e.pair.Store(p)
-		rx := append(append([]*shPair(nil), *c.rx.Load()...), p)
-		c.rx.Store(&rx)
 	}
+	// Read even a pair that lost: the peer may have written into it before it learnt.
+	rx := append(append([]*shPair(nil), *c.rx.Load()...), p)
+	c.rx.Store(&rx)
+	// The peer may have written into p's ring before p was on the list, and its first
+	// write took the ring's initial sleeping flag with it: a reader asleep since before
+	// must wake, take the new list, and look. (Under c.mu: Close closes rxEv under it.)
+	c.rxEv.Signal()
 	c.mu.Unlock()
 	if loser != nil {
-		c.teardown(loser, loser != p)
+		c.teardown(loser, true)
 	}
 	if loser != p {
 		go c.watch(p)
@@ -1056,14 +1058,15 @@ func (c *sameHostConn) watch(p *shPair) {
 	c.teardown(p, true)
 }
 
-// drainTime bounds how long a closing pair's ring stays mapped for its last datagrams
-// to be read: a peer that closed its device may have left some (an ACK it owed, sent
-// as it closed), which a socket would have kept in its buffer.
+// drainTime is how long a closing pair's ring stays mapped for its last datagrams to be
+// read: a peer that closed its device may have left some (an ACK it owed, sent as it
+// closed), which a socket would have kept in its buffer, and a peer whose pair lost to
+// another may write a few more before it learns.
 const drainTime = time.Second
 
 // teardown stops sending through p: its destination goes by UDP again (after
 // dialRetry). With drain, what p's ring holds is still read, and its memory unmapped
-// once it is empty (readRing) or after drainTime; without, at once.
+// after drainTime; without, at once.
 func (c *sameHostConn) teardown(p *shPair, drain bool) {
 	if p.closing.Swap(true) {
 		if !drain {
@@ -1136,7 +1139,9 @@ func (c *sameHostConn) Close() error {
 	for _, p := range rx {
 		c.teardown(p, false)
 	}
+	c.mu.Lock()
 	c.rxEv.Close()
+	c.mu.Unlock()
 	c.rmu.Unlock()
 	c.closeMu.Unlock()
 	return err

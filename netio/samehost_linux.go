@@ -775,16 +775,31 @@ func (c *sameHostConn) interruptible() bool { return !c.busy }
 // WaitReadable waits until a ring or the UDP socket has a datagram, or the timeout
 // passes (Poller), in poll(2) on the socket and the rings' eventfd.
 func (c *sameHostConn) WaitReadable(timeout time.Duration) (bool, error) {
-	rx := *c.rx.Load()
-	if !c.sleep(rx) {
-		return true, nil
+	var deadline time.Time
+	if timeout >= 0 {
+		deadline = time.Now().Add(timeout)
 	}
-	ready, err := c.waitPoll(timeout)
-	awake(rx)
-	if err != nil {
-		return false, err
+	for {
+		rx := *c.rx.Load()
+		if !c.sleep(rx) {
+			return true, nil
+		}
+		ready, err := c.waitPoll(timeout)
+		awake(rx)
+		if err != nil {
+			return false, err
+		}
+		if ready || !ringsEmpty(rx) {
+			return true, nil
+		}
+		// The eventfd woke us for nothing readable now (a pair installed, a wake-up
+		// meant for a blocked ReadBatch): wait on for what is left of the timeout.
+		if timeout >= 0 {
+			if timeout = time.Until(deadline); timeout <= 0 {
+				return false, nil
+			}
+		}
 	}
-	return ready || !ringsEmpty(rx), nil
 }
 
 // waitPoll waits in poll(2) for the UDP socket or the eventfd; it reports whether the

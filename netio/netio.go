@@ -203,6 +203,10 @@ type Caps struct {
 	// Without it datagrams leave Not-ECT and Message.ECN means nothing on
 	// read.
 	ECN bool
+	// SameHost: datagrams to goverbs devices of this user on this host go through
+	// shared memory (ListenSameHost) rather than the kernel's UDP path; see
+	// SameHostStatsOf for which peers do now.
+	SameHost bool
 }
 
 // MaxGROSize is the receive buffer size that holds any GRO-coalesced run.

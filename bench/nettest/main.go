@@ -7,6 +7,7 @@
 //	nettest udp_rate [-s SIZE] [-D SECONDS] --bind ADDR [SERVER]
 //	nettest tcp_bw   [-s SIZE] [-D SECONDS] --bind ADDR [SERVER]
 //	nettest tcp_lat  [-s SIZE] [-n ITERS] [--busy-poll] --bind ADDR [SERVER]
+//	nettest unix_lat [-s SIZE] [-n ITERS] --bind ADDR [SERVER]
 //	nettest udp_gso_bw [-s SIZE] [-D SECONDS] [--zerocopy] --bind ADDR [SERVER]
 //
 // Without SERVER the process serves on --bind (udp_lat echoes until it is killed, the
@@ -41,6 +42,9 @@
 //     everything and closed, so bytes still in socket buffers are not counted as moved.
 //   - tcp_lat: SIZE-byte request/response on one TCP connection (Go sets TCP_NODELAY),
 //     netpoller or, with --busy-poll, spinning like udp_lat's.
+//   - unix_lat: SIZE-byte request/response on one unix stream socket in $TMPDIR (named
+//     after --bind and the port), netpoller on both sides: bench/samehost.sh's baseline
+//     for two processes of one host.
 //   - udp_gso_bw: not a baseline in bench/compare.sh but the socket layer's ceiling for
 //     datagrams the size of RoCEv2 packets (SIZE, default 4112: a 4096-byte payload with
 //     its BTH and ICRC): runs of up to 64 KiB sent with UDP GSO (a UDP_SEGMENT control
@@ -96,13 +100,14 @@ var tests = map[string]func(options) error{
 	"udp_rate": udpRate,
 	"tcp_bw":   tcpBW,
 	"tcp_lat":  tcpLat,
+	"unix_lat": unixLat,
 	// The socket layer's ceiling, not a baseline of compare.sh's.
 	"udp_gso_bw": udpGSOBW,
 }
 
 func main() {
 	if len(os.Args) < 2 || tests[os.Args[1]] == nil {
-		fmt.Fprintln(os.Stderr, "usage: nettest udp_lat|udp_rate|tcp_bw|tcp_lat|udp_gso_bw [flags] [server]")
+		fmt.Fprintln(os.Stderr, "usage: nettest udp_lat|udp_rate|tcp_bw|tcp_lat|unix_lat|udp_gso_bw [flags] [server]")
 		os.Exit(2)
 	}
 	o, err := parse(os.Args[1], os.Args[2:])
@@ -128,7 +133,7 @@ func parse(name string, args []string) (options, error) {
 	fs.Parse(args)
 	o := options{size: *size, iters: *iters, dur: time.Duration(*dur * float64(time.Second)), busy: *busy, rcWire: *rcWire, zerocopy: *zerocopy, port: *port}
 	if o.size == 0 {
-		o.size = map[string]int{"udp_lat": 8, "udp_rate": 8, "tcp_bw": 65536, "tcp_lat": 64, "udp_gso_bw": 4112}[name]
+		o.size = map[string]int{"udp_lat": 8, "udp_rate": 8, "tcp_bw": 65536, "tcp_lat": 64, "unix_lat": 8, "udp_gso_bw": 4112}[name]
 	}
 	var err error
 	if o.bind, err = netip.ParseAddr(*bind); err != nil {

@@ -29,6 +29,12 @@ var comparisons = []struct{ run, base, key, unit, what string }{
 	{"xdp_write_bw_8", "write_bw_8", "msg_rate_mpps", "M/s", "AF_XDP: RC WRITE 8 B message rate vs the UDP backend's"},
 	{"xdp_write_bw_8_busy", "write_bw_8_busy", "msg_rate_mpps", "M/s", "AF_XDP: RC WRITE 8 B message rate, busy-poll, vs the UDP backend's"},
 	{"xdp_write_bw", "write_bw", "bw_avg_mib_s", "MiB/s", "AF_XDP: RC WRITE 64 KiB bandwidth vs the UDP backend's"},
+	// bench/samehost.sh: the same-host shortcut against the UDP path and a unix socket.
+	{"shm_send_lat_busy", "send_lat_busy", "t_typical_us", "µs", "Same host: RC SEND 8 B latency, busy-poll, shared memory vs goverbs over UDP"},
+	{"shm_send_lat_ev", "unix_lat", "t_typical_us", "µs", "Same host: RC SEND 8 B latency, -e, shared memory vs Go unix-socket ping-pong"},
+	{"send_lat_ev", "unix_lat", "t_typical_us", "µs", "Same host: RC SEND 8 B latency, -e, over UDP vs Go unix-socket ping-pong"},
+	{"shm_write_bw", "write_bw", "bw_avg_mib_s", "MiB/s", "Same host: RC WRITE 64 KiB bandwidth, shared memory vs goverbs over UDP"},
+	{"shm_write_bw_8", "write_bw_8", "msg_rate_mpps", "M/s", "Same host: RC WRITE 8 B message rate, shared memory vs goverbs over UDP"},
 	{"tcp_lat", "", "t_typical_us", "µs", "Go TCP 64 B request/response (one-way, median), baseline only"},
 	{"tcp_lat_busy", "", "t_typical_us", "µs", "Go TCP 64 B request/response, spinning, baseline only"},
 }

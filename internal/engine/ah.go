@@ -27,6 +27,7 @@ type AH struct {
 
 // CreateAH makes an address handle (driver.PD). It holds no resource of the device.
 func (pd *PD) CreateAH(attr *driver.AHAttr) (driver.AH, error) {
+	pd.dev.resolve(netip.AddrPortFrom(attr.DGID.Addr().Unmap(), pd.dev.peerPort))
 	return &AH{
 		DGID: attr.DGID, Addr: attr.DGID.Addr(), HopLimit: attr.HopLimit, TrafficClass: attr.TrafficClass,
 		FlowLabel: attr.FlowLabel, SL: attr.SL, SGIDIndex: attr.SGIDIndex, Port: attr.Port,

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync/atomic"
 
+	"github.com/goverbs/goverbs/netio"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
@@ -116,6 +117,17 @@ func (d *Device) Counters() driver.Counters {
 	d.counters.Each(func(name string, v uint64) { out = append(out, driver.Counter{Name: name, Value: v}) })
 	if d.cc.Enabled {
 		out = append(out, driver.Counter{Name: "cc_rate_min_mbps", Value: d.minRateMbps()})
+	}
+	// Which path the device's datagrams take: the same-host shortcut's counters, when
+	// its Conn has one (netio.ListenSameHost), so that stat and --stats show it.
+	if s, ok := netio.SameHostStatsOf(d.conn); ok {
+		out = append(out,
+			driver.Counter{Name: "samehost_peers", Value: uint64(s.Peers)},
+			driver.Counter{Name: "samehost_tx_pkts", Value: s.TxPackets},
+			driver.Counter{Name: "samehost_rx_pkts", Value: s.RxPackets},
+			driver.Counter{Name: "samehost_corrupt", Value: s.Corrupt},
+			driver.Counter{Name: "samehost_ring_full", Value: s.RingFull},
+			driver.Counter{Name: "samehost_refused", Value: s.Fallbacks})
 	}
 	return out
 }

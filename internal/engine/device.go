@@ -235,6 +235,17 @@ var testHookNew func(*Device)
 // Name returns the device name.
 func (d *Device) Name() string { return d.name }
 
+// resolve prepares the path to a peer before traffic flows (netio.Resolver): a
+// same-host Conn makes its shared-memory rendezvous now, as an RNIC resolves a
+// neighbour when a QP or an AH is given its address, so that a connection's first
+// packets do not switch paths mid-stream. The packets and their semantics are the same
+// on either path.
+func (d *Device) resolve(dest netip.AddrPort) {
+	if r, ok := netio.AsResolver(d.conn); ok && dest.Addr().IsValid() {
+		r.Resolve(dest)
+	}
+}
+
 // GID returns the device's RoCEv2 GID (index 0): its IP address, IPv4 mapped into IPv6.
 func (d *Device) GID() [16]byte { return d.gid }
 

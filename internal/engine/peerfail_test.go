@@ -232,6 +232,7 @@ func TestPeerProcessKilledMidTransfer(t *testing.T) {
 	connect(t, qp, params, peer.gid, peer.qpn, 0x10, 0x20)
 	peer.connectTo(qp.QPN(), 0x20, 0x10)
 	checkTransfer(t, h, qp, peer, 1)
+	checkPath(t, h.Dev) // two processes: through rings with the shortcut on
 
 	// Mid-transfer: 200 WRITEs and READs of 64–256 KiB queued (about 30 MiB: what is left
 	// after the kill must outlast the peer's death; with 16–64 KiB the transfer

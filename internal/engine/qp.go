@@ -385,6 +385,7 @@ func (qp *QP) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 		a := GIDToAddr(attr.AH.DGID)
 		qp.attr.AH.DGID = AddrToGID(a)
 		qp.remote = netip.AddrPortFrom(a, qp.dev.peerPort)
+		qp.dev.resolve(qp.remote)
 	}
 	if mask&driver.QPAttrPathMTU != 0 {
 		qp.attr.PathMTU = attr.PathMTU

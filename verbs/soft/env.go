@@ -58,6 +58,23 @@ func Configs() ([]Config, error) {
 	return out, nil
 }
 
+// EnvSameHost is the environment variable that, set to 0 (or "off", "false", "no"),
+// turns the same-host shortcut off for every device (Config.NoSameHost for one).
+const EnvSameHost = "GOVERBS_SHM"
+
+// sameHostWanted reports whether the device cfg describes takes the same-host shortcut.
+func sameHostWanted(cfg Config) bool {
+	if cfg.NoSameHost || cfg.Backend != "" {
+		// Another backend (AF_XDP) has its own path for traffic within the host.
+		return false
+	}
+	switch strings.ToLower(strings.TrimSpace(os.Getenv(EnvSameHost))) {
+	case "0", "off", "false", "no":
+		return false
+	}
+	return true
+}
+
 // debugLogger is the logger of a device whose Config has none: GOVERBS_DEBUG's, or nil.
 func debugLogger() *slog.Logger {
 	if os.Getenv(EnvDebug) == "" {

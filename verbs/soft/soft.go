@@ -46,6 +46,12 @@ type Config struct {
 	// CQ.Poll sees packets without a goroutine hand-off. Traffic nobody polls for (a
 	// passive WRITE target) is still served by a goroutine parked in the netpoller.
 	BusyPoll bool
+	// NoSameHost turns the same-host shortcut off for this device: its datagrams to
+	// other goverbs devices of this user on this host take the kernel's UDP path like
+	// any other (GOVERBS_SHM=0 does the same for every device). By default a device
+	// that opens its own UDP socket serves a rendezvous socket and reaches such peers
+	// through shared memory (netio.ListenSameHost; docs/guide/same-host.md).
+	NoSameHost bool
 	// Conn, when set, is used instead of opening a UDP socket (for example a simulated
 	// network from netio/simnet, or a netio.Tee recording to pcap). The device owns it.
 	Conn netio.Conn
@@ -156,6 +162,14 @@ func Open(cfg Config) (driver.Device, error) {
 			return nil, &openError{name: cfg.Name, addr: netip.AddrPortFrom(cfg.Addr, port), err: err}
 		}
 		conn = c
+		if sameHostWanted(cfg) {
+			if sh, err := netio.ListenSameHost(c, netio.SameHostOptions{}); err == nil {
+				conn = sh
+			} else if l := cfg.Logger; l != nil {
+				// Not fatal: the device runs on UDP alone, as with the shortcut off.
+				l.Debug("same-host shortcut unavailable", "device", cfg.Name, "err", err)
+			}
+		}
 	}
 	if cfg.Recorder != nil {
 		conn = netio.Tee(conn, cfg.Recorder)

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/goverbs/goverbs/internal/shm"
 	"github.com/goverbs/goverbs/verbs"
 )
 
@@ -36,12 +37,7 @@ import (
 //	          until the tool closes the device
 
 // controlDir is where the sockets live.
-func controlDir() string {
-	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
-		return filepath.Join(d, "goverbs")
-	}
-	return filepath.Join(os.TempDir(), fmt.Sprintf("goverbs-%d", os.Getuid()))
-}
+func controlDir() string { return shm.Dir() }
 
 // controlPath is the socket of the device on addr.
 func controlPath(addr netip.Addr) string {

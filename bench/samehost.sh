@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Benchmark the same-host shortcut (issue 28): two goverbs processes on one host, their
+# datagrams through shared memory (the provider's default) against the same tools with
+# GOVERBS_SHM=0 (the kernel's UDP path), and against Go's unix-socket ping-pong, every
+# figure next to its baseline measured in the same round.
+#
+#   bench/samehost.sh [OUTDIR]        (default: docs/perf/samehost)
+#
+# Rows go to OUTDIR as bench/compare.sh's do (JSON per test, meta.json, log.txt), and the
+# table comes from bench/report. Environment: ROUNDS=3 (interleaved rounds), DURATION=3
+# (seconds per bandwidth and message-rate run), ITERS=20000 (round trips per latency run).
+#
+# Pairs per round (shm run, then its baseline):
+#   shm_send_lat_busy  vs send_lat_busy   RC SEND 8 B one-way, busy-poll, shm vs UDP
+#   shm_send_lat_ev    vs unix_lat        RC SEND 8 B blocked on the completion channel (-e)
+#                                         vs Go's unix-socket 8 B ping-pong (netpoller)
+#   send_lat_ev        (UDP, -e)          the same over UDP, for the ratio issue 28 quotes
+#   shm_write_bw       vs write_bw        RC WRITE 64 KiB bandwidth, shm vs UDP
+#   shm_write_bw_8     vs write_bw_8      RC WRITE 8 B message rate, shm vs UDP
+#
+# Uses only Go and this repository; 127.51.0.2 serves, 127.51.0.3 is the client.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-docs/perf/samehost}
+R=${ROUNDS:-3} D=${DURATION:-3} N=${ITERS:-20000}
+S=127.51.0.2 C=127.51.0.3
+repro="ROUNDS=$R DURATION=$D ITERS=$N bench/samehost.sh $out"
+mkdir -p "$out"
+rm -f "$out"/*.json "$out/log.txt"
+. bench/lib.sh
+. bench/meta.sh
+build
+write_meta "$out" "$repro"
+echo "$repro" >&2
+
+shm="env GOVERBS_SHM=1" udp="env GOVERBS_SHM=0"
+for round in $(seq "$R"); do
+  pair shm_send_lat_busy $round $shm $g send_lat --bind $S -s 8 -n $N --json --busy-poll -- $shm $g send_lat --bind $C -s 8 -n $N --json --busy-poll $S
+  pair send_lat_busy $round     $udp $g send_lat --bind $S -s 8 -n $N --json --busy-poll -- $udp $g send_lat --bind $C -s 8 -n $N --json --busy-poll $S
+  pair shm_send_lat_ev $round   $shm $g send_lat --bind $S -s 8 -n $N --json -e -- $shm $g send_lat --bind $C -s 8 -n $N --json -e $S
+  pair unix_lat $round          $n unix_lat --bind $S -- $n unix_lat --bind $C -s 8 -n $N $S
+  pair send_lat_ev $round       $udp $g send_lat --bind $S -s 8 -n $N --json -e -- $udp $g send_lat --bind $C -s 8 -n $N --json -e $S
+  pair shm_write_bw $round      $shm $g write_bw --bind $S --json -- $shm $g write_bw --bind $C -s 65536 -D $D --json $S
+  pair write_bw $round          $udp $g write_bw --bind $S --json -- $udp $g write_bw --bind $C -s 65536 -D $D --json $S
+  pair shm_write_bw_8 $round    $shm $g write_bw --bind $S --json -- $shm $g write_bw --bind $C -s 8 -D $D --json $S
+  pair write_bw_8 $round        $udp $g write_bw --bind $S --json -- $udp $g write_bw --bind $C -s 8 -D $D --json $S
+done
+
+echo "Two processes on one host, $R interleaved rounds. Reproduce: \`$repro\`"
+echo
+"$bin/report" -dir "$out"
+echo "reproduce with: $repro" >&2
+report_failures

@@ -1,0 +1,187 @@
+package shm
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrPermission is returned for a rendezvous directory or peer that is not this user's
+// alone.
+var ErrPermission = errors.New("shm: rendezvous not private to this user")
+
+// EnsureDir creates dir (mode 0700) if it does not exist and checks that it is a
+// directory (not a symbolic link) that this user owns and nobody else can enter: in a
+// shared TMPDIR another user could otherwise have made it first and listen in it.
+func EnsureDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("shm: %w", err)
+	}
+	return checkDir(dir)
+}
+
+func checkDir(dir string) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return fmt.Errorf("shm: %w", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Getuid() || st.Mode&0o077 != 0 {
+		return fmt.Errorf("%w: %s (mode %o, uid %d)", ErrPermission, dir, st.Mode&0o7777, st.Uid)
+	}
+	return nil
+}
+
+// Listener is a rendezvous socket: a SOCK_SEQPACKET unix socket (one message per
+// read, so a peer cannot desynchronise the framing) that accepts only peers of this
+// user (SO_PEERCRED).
+type Listener struct {
+	l *net.UnixListener
+}
+
+// Listen creates the rendezvous socket at path, in a directory EnsureDir accepts. A
+// socket file left by a process that died (nobody answers on it) is replaced; a live
+// one is an error (another process serves that name).
+func Listen(path string) (*Listener, error) {
+	if err := EnsureDir(filepath.Dir(path)); err != nil {
+		return nil, err
+	}
+	if c, err := net.DialTimeout("unixpacket", path, time.Second); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("shm: %s: %w", path, unix.EADDRINUSE)
+	}
+	os.Remove(path)
+	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		return nil, fmt.Errorf("shm: %w", err)
+	}
+	l.SetUnlinkOnClose(true)
+	return &Listener{l: l}, nil
+}
+
+// Accept waits for a peer of this user; connections from other users are closed
+// unanswered.
+func (l *Listener) Accept() (*net.UnixConn, error) {
+	for {
+		c, err := l.l.AcceptUnix()
+		if err != nil {
+			return nil, err
+		}
+		if err := checkPeer(c); err != nil {
+			c.Close()
+			continue
+		}
+		return c, nil
+	}
+}
+
+// Close removes the socket; Accept returns an error.
+func (l *Listener) Close() error { return l.l.Close() }
+
+// Dial connects to the rendezvous socket at path, if its directory is private to this
+// user and the process listening is this user's.
+func Dial(path string, timeout time.Duration) (*net.UnixConn, error) {
+	if err := checkDir(filepath.Dir(path)); err != nil {
+		return nil, err
+	}
+	d := net.Dialer{Timeout: timeout}
+	c, err := d.Dial("unixpacket", path)
+	if err != nil {
+		return nil, err
+	}
+	uc := c.(*net.UnixConn)
+	if err := checkPeer(uc); err != nil {
+		uc.Close()
+		return nil, err
+	}
+	return uc, nil
+}
+
+// PeerPID is the process at the other end of c (SO_PEERCRED), 0 if unknown.
+func PeerPID(c *net.UnixConn) int {
+	cred, err := peerCred(c)
+	if err != nil {
+		return 0
+	}
+	return int(cred.Pid)
+}
+
+func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := rc.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return nil, err
+	}
+	return cred, cerr
+}
+
+func checkPeer(c *net.UnixConn) error {
+	cred, err := peerCred(c)
+	if err != nil {
+		return err
+	}
+	if int(cred.Uid) != os.Getuid() {
+		return fmt.Errorf("%w: peer uid %d", ErrPermission, cred.Uid)
+	}
+	return nil
+}
+
+// MaxFDs is the most descriptors one rendezvous message carries.
+const MaxFDs = 8
+
+// Send writes one message with the descriptors fds attached (SCM_RIGHTS).
+func Send(c *net.UnixConn, msg []byte, fds ...int) error {
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	_, _, err := c.WriteMsgUnix(msg, oob, nil)
+	return err
+}
+
+// Recv reads one message into buf and returns its length and the descriptors that
+// came with it (the caller owns them: close what it does not keep). A message with
+// more than MaxFDs descriptors, or truncated, is an error, and its descriptors are
+// closed.
+func Recv(c *net.UnixConn, buf []byte) (int, []int, error) {
+	oob := make([]byte, unix.CmsgSpace(MaxFDs*4))
+	n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return 0, nil, err
+	}
+	var fds []int
+	if oobn > 0 {
+		msgs, perr := unix.ParseSocketControlMessage(oob[:oobn])
+		if perr != nil {
+			return 0, nil, perr
+		}
+		for _, m := range msgs {
+			got, err := unix.ParseUnixRights(&m)
+			if err == nil {
+				fds = append(fds, got...)
+			}
+		}
+	}
+	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || len(fds) > MaxFDs {
+		CloseFDs(fds)
+		return 0, nil, errors.New("shm: rendezvous message truncated")
+	}
+	return n, fds, nil
+}
+
+// CloseFDs closes descriptors received and not kept.
+func CloseFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}

@@ -1,0 +1,39 @@
+//go:build linux
+
+package netio
+
+import "net/netip"
+
+// SameHostConnect makes c (a same-host Conn) rendezvous with the device at a now,
+// instead of at its first datagram, so that a test's traffic starts on the rings.
+func SameHostConnect(c Conn, a netip.AddrPort) error {
+	s := c.(*sameHostConn)
+	e := s.entry(a)
+	for !e.dialing.CompareAndSwap(false, true) {
+	}
+	defer e.dialing.Store(false)
+	if e.pair.Load() != nil {
+		return nil
+	}
+	return s.dial(e)
+}
+
+// SameHostScribble overwrites the ring that c's peer at a writes and c reads with
+// garbage (the peer turned hostile).
+func SameHostScribble(c Conn, a netip.AddrPort, garbage func(mem []byte)) bool {
+	s := c.(*sameHostConn)
+	e := (*s.peers.Load())[a]
+	if e == nil {
+		return false
+	}
+	p := e.pair.Load()
+	if p == nil {
+		return false
+	}
+	i := 1 // the initiator reads ring 1
+	if p.initiator != s.LocalAddr() {
+		i = 0
+	}
+	garbage(ringMem(p.region.Bytes(), s.ring, i))
+	return true
+}

@@ -338,7 +338,9 @@ func (c *sameHostConn) publish(p *shPair) {
 const ringFullWait = 50 * time.Microsecond
 
 // ringHdr is the netio header before each ring record's datagrams: the run's segment
-// size (uint32, 0 for a single datagram), and 4 reserved bytes. A GSO run crosses the
+// size (uint32, 0 for a single datagram), the datagrams' ECN codepoint (one byte, the IP
+// header's two bits, which the ring carries as the socket's TOS/traffic class would),
+// and 3 reserved bytes. A GSO run crosses the
 // ring as one record and arrives as UDP GRO would deliver it, one Message with SegSize,
 // so that the receiver (and a pcap Tee) numbers its segments as over the socket.
 const ringHdr = 8
@@ -373,7 +375,8 @@ func (c *sameHostConn) ringWrite(p *shPair, m *Message) bool {
 			buf, ok, _ = p.tx.Reserve(ringHdr + n)
 		}
 		if ok {
-			binary.LittleEndian.PutUint64(buf, uint64(s))
+			binary.LittleEndian.PutUint32(buf, uint32(s))
+			buf[4], buf[5], buf[6], buf[7] = byte(m.ECN&0b11), 0, 0, 0
 			if m.Iov == nil {
 				copy(buf[ringHdr:], m.Buf[off:off+n])
 			} else {
@@ -633,6 +636,7 @@ func (c *sameHostConn) readRing(p *shPair, msgs []Message) (n, pkts int) {
 			continue
 		}
 		seg := int(binary.LittleEndian.Uint32(rec)) // read once: the peer may change it
+		ecn := ECN(rec[4] & 0b11)
 		data := rec[ringHdr:]
 		m := &msgs[n]
 		switch {
@@ -651,14 +655,14 @@ func (c *sameHostConn) readRing(p *shPair, msgs []Message) (n, pkts int) {
 			for off := 0; off < len(data) && n < len(msgs); off += seg {
 				m = &msgs[n]
 				m.N = copy(m.Buf, data[off:min(off+seg, len(data))])
-				m.Addr, m.SegSize, m.Iov = p.peerSrc, 0, nil
+				m.Addr, m.SegSize, m.Iov, m.ECN = p.peerSrc, 0, nil, ecn
 				n++
 				pkts++
 			}
 			p.rx.Release()
 			continue
 		}
-		m.Addr, m.Iov = p.peerSrc, nil
+		m.Addr, m.Iov, m.ECN = p.peerSrc, nil, ecn
 		p.rx.Release()
 		n++
 	}

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -41,7 +42,8 @@ type sameHostConn struct {
 	inner *udpConn
 	busy  bool
 	dir   string
-	ring  int // bytes per direction
+	netns string // the network namespace the device was opened in (sockPath)
+	ring  int    // bytes per direction
 
 	rxEv *shm.Eventfd
 	// The default mode's wait: an epoll instance in the netpoller holding rxEv and,
@@ -153,7 +155,7 @@ func ListenSameHost(inner Conn, opts SameHostOptions) (Conn, error) {
 	if dir == "" {
 		dir = shm.Dir()
 	}
-	c := &sameHostConn{inner: u, busy: u.rfd != nil, dir: dir, ring: ring,
+	c := &sameHostConn{inner: u, busy: u.rfd != nil, dir: dir, netns: netnsTag(), ring: ring,
 		dialCh: make(chan *shPeer, 64), done: make(chan struct{}), udpFD: -1}
 	peers := map[netip.AddrPort]*shPeer{}
 	c.peers.Store(&peers)
@@ -201,10 +203,24 @@ func (c *sameHostConn) initEpoll() error {
 	return nil
 }
 
-// sockPath is the rendezvous socket of the device listening on a.
+// sockPath is the rendezvous socket of the device listening on a. It names the network
+// namespace too: devices in two namespaces of one host (joined by a veth pair, say) are
+// on two hosts as far as their user is concerned, whose path between them (its MTU, its
+// loss, its firewall) is the point, so they never take the shortcut to each other.
 func (c *sameHostConn) sockPath(a netip.AddrPort) string {
 	a = netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
-	return filepath.Join(c.dir, "shm-"+a.String()+".sock")
+	return filepath.Join(c.dir, "shm-"+c.netns+"-"+a.String()+".sock")
+}
+
+// netnsTag names the calling thread's network namespace by its inode (namespaces(7)): a
+// program may open a device from a thread it moved into another namespace. "0" where it
+// cannot be read, which only ever pairs with another device that could not read its own.
+func netnsTag() string {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+		return "0"
+	}
+	return strconv.FormatUint(st.Ino, 10)
 }
 
 func (c *sameHostConn) LocalAddr() netip.AddrPort  { return c.inner.LocalAddr() }

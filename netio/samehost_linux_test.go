@@ -187,7 +187,7 @@ func TestSameHostRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	l, err := shm.Listen(filepath.Join(dir, "shm-"+b.LocalAddr().String()+".sock"))
+	l, err := shm.Listen(filepath.Join(dir, netio.SameHostSockName(b.LocalAddr())))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -162,8 +162,10 @@ func TestSameHostPeerGone(t *testing.T) {
 	baddr := b.LocalAddr()
 	b.Close()
 	waitPeers(t, a, 0)
-	// A new device on the same address is reached by UDP, then by a new rendezvous
-	// (after the retry delay).
+	// A new device on the same address is reached: by UDP until the retry delay after
+	// the teardown has passed, then by a new rendezvous. The old pair's drain takes
+	// about as long as that delay, so which of the two carries these datagrams depends
+	// on the scheduler; that every one arrives does not.
 	u, err := netio.ListenUDP(baddr, netio.UDPOptions{})
 	if err != nil {
 		t.Skipf("address taken meanwhile: %v", err)
@@ -173,9 +175,7 @@ func TestSameHostPeerGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b2.Close()
-	if s := exchange(t, a, b2, 5); s.RxPackets != 0 {
-		t.Fatalf("%d datagrams through a ring that should be gone", s.RxPackets)
-	}
+	exchange(t, a, b2, 5)
 }
 
 // TestSameHostRefused: a rendezvous socket that refuses (here a fake one) leaves the

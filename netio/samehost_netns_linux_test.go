@@ -45,6 +45,10 @@ func TestSameHostNotAcrossNamespaces(t *testing.T) {
 	var ca, cb netio.Conn
 	netnstest.In(t, a, func() { ca = sameHost(t, "192.0.2.1:0", dir, netio.UDPOptions{}) })
 	netnstest.In(t, b, func() { cb = sameHost(t, "192.0.2.2:0", dir, netio.UDPOptions{}) })
+	// A rendezvous asked for at once finds no device of A's namespace at B's address.
+	if err := netio.SameHostConnect(ca, cb.LocalAddr()); err == nil {
+		t.Error("A made a rendezvous with B across namespaces")
+	}
 	payload := []byte("over the veth")
 	msgs := []netio.Message{{Buf: payload, N: len(payload), Addr: cb.LocalAddr()}}
 	arrived := make(chan string, 1)

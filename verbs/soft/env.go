@@ -58,8 +58,9 @@ func Configs() ([]Config, error) {
 	return out, nil
 }
 
-// EnvSameHost is the environment variable that, set to 0 (or "off", "false", "no"),
-// turns the same-host shortcut off for every device (Config.NoSameHost for one).
+// EnvSameHost is the environment variable that, set to 1 (or "on", "true", "yes"), turns
+// the same-host shortcut on for every device (Config.SameHost for one); 0 ("off",
+// "false", "no"), like unset, leaves it off.
 const EnvSameHost = "GOVERBS_SHM"
 
 // sameHostWanted reports whether the device cfg describes takes the same-host shortcut.
@@ -69,10 +70,10 @@ func sameHostWanted(cfg Config) bool {
 		return false
 	}
 	switch strings.ToLower(strings.TrimSpace(os.Getenv(EnvSameHost))) {
-	case "0", "off", "false", "no":
-		return false
+	case "1", "on", "true", "yes":
+		return true
 	}
-	return true
+	return cfg.SameHost
 }
 
 // debugLogger is the logger of a device whose Config has none: GOVERBS_DEBUG's, or nil.

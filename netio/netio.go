@@ -369,6 +369,17 @@ type Unwatcher interface {
 // AsUnwatcher returns c as an Unwatcher if it has a watch to stop, looking through Tees.
 func AsUnwatcher(c Conn) (Unwatcher, bool) { return asThroughTee[Unwatcher](c) }
 
+// Counting is implemented by Conns with counters of their own (a backend's mode, its
+// drops, its system calls): a device lists them after its own (--stats, goverbs stat),
+// so that a run says which path its datagrams took. Names are lower_snake_case with the
+// backend's prefix.
+type Counting interface {
+	EachCounter(f func(name string, value uint64))
+}
+
+// AsCounting returns c as a Counting if it has counters of its own, looking through Tees.
+func AsCounting(c Conn) (Counting, bool) { return asThroughTee[Counting](c) }
+
 // Multicaster is implemented by Conns that can receive IP multicast (the UDP backend on
 // Linux, and a Tee over one). RoCEv2 carries a multicast GID's traffic as IP multicast
 // to the group's address at the RoCEv2 port (IBTA Annex A17.4.5.2): sending needs

@@ -118,6 +118,10 @@ func (d *Device) Counters() driver.Counters {
 	if d.cc.Enabled {
 		out = append(out, driver.Counter{Name: "cc_rate_min_mbps", Value: d.minRateMbps()})
 	}
+	// The backend's own counters (AF_XDP's mode and drops), when its Conn has them.
+	if cn, ok := netio.AsCounting(d.conn); ok {
+		cn.EachCounter(func(name string, v uint64) { out = append(out, driver.Counter{Name: name, Value: v}) })
+	}
 	// Which path the device's datagrams take: the same-host shortcut's counters, when
 	// its Conn has one (netio.ListenSameHost), so that stat and --stats show it.
 	if s, ok := netio.SameHostStatsOf(d.conn); ok {

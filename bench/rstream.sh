@@ -6,7 +6,8 @@
 #   - loopback: two processes on loopback addresses;
 #   - veth:     two processes in two network namespaces joined by a veth pair at MTU 1500
 #               (needs root and iproute2; skipped otherwise, or with VETH=0);
-#   - inproc:   both ends in one process (rstream --loop).
+#   - inproc:   both ends in one process (rstream --loop; INPROC=0 leaves it out, for
+#               revisions older than --loop).
 # Two measurements per variant and mode:
 #   - stream bandwidth: -S 65536 -C $BW_COUNT -I 1 (64 KiB transfers, one way and then
 #     back), Gb/sec;
@@ -129,7 +130,7 @@ writebw() {
 
 modes=(loopback)
 [ "$veth" = 1 ] && modes+=(veth)
-modes+=(inproc)
+[ "${INPROC:-1}" = 1 ] && modes+=(inproc) # INPROC=0: revisions before `rstream --loop`
 for r in $(seq "$rounds"); do
 	for mode in "${modes[@]}"; do
 		for v in "${variants[@]}"; do

@@ -119,31 +119,7 @@ func TestDialAccept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type accepted struct {
-		c   *Conn
-		r   *Request
-		err error
-	}
-	ch := make(chan accepted, 1)
-	go func() {
-		r, err := l.Accept(ctx)
-		if err != nil {
-			ch <- accepted{err: err}
-			return
-		}
-		c, err := r.Accept(ctx, sv.param([]byte("welcome")))
-		ch <- accepted{c, r, err}
-	}()
-	cc, err := cl.a.Dial(ctx, l.Addr(), cl.param([]byte("hello")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	acc := <-ch
-	if acc.err != nil {
-		t.Fatal(acc.err)
-	}
-	sc, r := acc.c, acc.r
-	checkHandshake(t, l, r, cc, sc)
+	cc, sc := dialAccepted(ctx, t, cl, sv, l)
 	qa, qb := cl.a.Counters(), sv.a.Counters()
 	if qa.MADsSent != 2 || qb.MADsSent != 1 || qa.MADsDropped+qb.MADsDropped != 0 {
 		t.Fatalf("counters %+v %+v", qa, qb)
@@ -426,6 +402,44 @@ func sendAndRead(t *testing.T, cl, sv *side, cc, sc *Conn) {
 	if string(sbuf[16:29]) != "client memory" {
 		t.Fatalf("READ gave %q", sbuf[16:29])
 	}
+}
+
+// kernelAccept accepts the next request of l in the background.
+func kernelAccept(ctx context.Context, l *Listener, p *Param) <-chan acceptResult {
+	ch := make(chan acceptResult, 1)
+	go func() {
+		r, err := l.Accept(ctx)
+		if err != nil {
+			ch <- acceptResult{err: err}
+			return
+		}
+		c, err := r.Accept(ctx, p)
+		ch <- acceptResult{c, r, err}
+	}()
+	return ch
+}
+
+type acceptResult struct {
+	c   *Conn
+	r   *Request
+	err error
+}
+
+// dialAccepted dials l from cl while sv accepts in the background, with the private data
+// checkHandshake expects, and checks the handshake.
+func dialAccepted(ctx context.Context, t *testing.T, cl, sv *side, l *Listener) (cc, sc *Conn) {
+	t.Helper()
+	ch := kernelAccept(ctx, l, sv.param([]byte("welcome")))
+	cc, err := cl.a.Dial(ctx, l.Addr(), cl.param([]byte("hello")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	acc := <-ch
+	if acc.err != nil {
+		t.Fatal(acc.err)
+	}
+	checkHandshake(t, l, acc.r, cc, acc.c)
+	return cc, acc.c
 }
 
 // checkHandshake checks what each side of a connection made by Dial("hello") and

@@ -87,17 +87,7 @@ func TestKernelDialAccept(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	ch := kernelAccept(ctx, l, s.param([]byte("welcome")))
-	cc, err := s.a.Dial(ctx, l.Addr(), s.param([]byte("hello")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	acc := <-ch
-	if acc.err != nil {
-		t.Fatal(acc.err)
-	}
-	sc, r := acc.c, acc.r
-	checkHandshake(t, l, r, cc, sc)
+	cc, sc := dialAccepted(ctx, t, s, s, l)
 	sendAndRead(t, s, s, cc, sc)
 
 	// The client disconnects (the DREQ drops its private data: librdmacm cannot

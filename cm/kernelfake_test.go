@@ -405,18 +405,9 @@ func TestFakeKernelDialAccept(t *testing.T) {
 	if _, err := sv.a.Listen(l.Addr().Port(), 4); !errors.Is(err, ErrPortInUse) {
 		t.Fatalf("a second Listen on the port: %v", err)
 	}
-	ch := kernelAccept(ctx, l, sv.param([]byte("welcome")))
-	cc, err := cl.a.Dial(ctx, l.Addr(), cl.param([]byte("hello")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	acc := <-ch
-	if acc.err != nil {
-		t.Fatal(acc.err)
-	}
-	checkHandshake(t, l, acc.r, cc, acc.c)
-	sendAndRead(t, cl, sv, cc, acc.c)
-	disconnect(ctx, t, cc, acc.c)
+	cc, sc := dialAccepted(ctx, t, cl, sv, l)
+	sendAndRead(t, cl, sv, cc, sc)
+	disconnect(ctx, t, cc, sc)
 	l.Close()
 	if n, m := clc.live(), svc.live(); n+m != 0 {
 		t.Fatalf("%d and %d ids left", n, m)
@@ -609,27 +600,6 @@ func TestFakeKernelHostileEvents(t *testing.T) {
 	default:
 	}
 	disconnect(ctx, t, cc, acc.c)
-}
-
-// kernelAccept accepts the next request of l in the background.
-func kernelAccept(ctx context.Context, l *Listener, p *Param) <-chan acceptResult {
-	ch := make(chan acceptResult, 1)
-	go func() {
-		r, err := l.Accept(ctx)
-		if err != nil {
-			ch <- acceptResult{err: err}
-			return
-		}
-		c, err := r.Accept(ctx, p)
-		ch <- acceptResult{c, r, err}
-	}()
-	return ch
-}
-
-type acceptResult struct {
-	c   *Conn
-	r   *Request
-	err error
 }
 
 func waitFor(t *testing.T, cond func() bool) {

@@ -81,6 +81,7 @@ void gv_inline_free(struct gv_qp *q);
 int gv_wants_staging(const struct gv_qp *q, const struct ibv_send_wr *wr);
 int gv_post_send_staged(struct gv_qp *q, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 void gv_wr_inline(struct gv_qp *q, struct ibv_send_wr *w, size_t n, const struct ibv_data_buf *bufs);
+struct ibv_srq *gv_srq_publish(struct gv_srq *s, struct ibv_pd *pd, void *srq_context);
 
 static inline struct gv_context *gv_ctx(struct ibv_context *c)
 {

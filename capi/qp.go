@@ -176,6 +176,7 @@ func gv_post_send(h C.uintptr_t, wr *C.struct_ibv_send_wr, bad *C.int) C.int {
 		return C.EINVAL
 	}
 	var wrs [wrBatch]verbs.SendWR
+	typ := q.qp.Type() // whether the requests carry UD or XRC fields, once per call
 	base := 0
 	for wr != nil {
 		n := 0
@@ -216,10 +217,10 @@ func gv_post_send(h C.uintptr_t, wr *C.struct_ibv_send_wr, bad *C.int) C.int {
 				}
 				w.Bind = &verbs.MWBindWR{MW: handle[*verbs.MW](mwp.h), RKey: *(*uint32)(unsafe.Add(p, C.gv_off_bind_rkey)), MWBind: b}
 			}
-			if q.qp.Type() == verbs.QPTypeXRCSend {
+			switch typ {
+			case verbs.QPTypeXRCSend:
 				w.RemoteSRQN = *(*uint32)(unsafe.Add(p, C.gv_off_xrc_srqn))
-			}
-			if q.qp.Type() == verbs.QPTypeUD {
+			case verbs.QPTypeUD:
 				ah := *(**C.struct_gv_ah)(unsafe.Add(p, C.gv_off_ud_ah))
 				if ah == nil {
 					*bad = C.int(base + n)

@@ -4,9 +4,7 @@
  * call (wired in ibv_open_device). The XRC QP types are in qp.c.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <stdlib.h>
-#include <string.h>
 #include "gv.h"
 #include "_cgo_export.h"
 
@@ -108,12 +106,7 @@ struct ibv_srq *gv_op_create_srq_ex(struct ibv_context *context, struct ibv_srq_
 		errno = rc;
 		return NULL;
 	}
-	s->srq.context = context;
-	s->srq.srq_context = attr->srq_context;
-	s->srq.pd = attr->pd;
-	pthread_mutex_init(&s->srq.mutex, NULL);
-	pthread_cond_init(&s->srq.cond, NULL);
-	return &s->srq;
+	return gv_srq_publish(s, attr->pd, attr->srq_context); /* attr->pd->context is context */
 }
 
 int gv_op_get_srq_num(struct ibv_srq *srq, uint32_t *srq_num)

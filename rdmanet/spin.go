@@ -49,7 +49,8 @@ func (p *spinPolicy) miss() {
 
 // spinFor polls the CQ until ready says so or the budget runs out, if p lets this
 // wait spin; it reports whether ready said so. The completion loop parks meanwhile
-// (poll) and is kicked when the spin ends without it.
+// (poll); a caller told false blocks (block), which kicks it, once this spin no
+// longer counts in c.spinners.
 func (c *Conn) spinFor(p *spinPolicy, ready func() bool) bool {
 	if !p.try() {
 		return false
@@ -68,7 +69,6 @@ func (c *Conn) spinFor(p *spinPolicy, ready func() bool) bool {
 		}
 		if !s.more() {
 			p.miss()
-			c.kick() // the waiter blocks: the loop takes over
 			return false
 		}
 	}

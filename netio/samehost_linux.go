@@ -393,11 +393,7 @@ func (c *sameHostConn) ringWrite(p *shPair, m *Message) bool {
 		if ok {
 			binary.LittleEndian.PutUint32(buf, uint32(s))
 			buf[4], buf[5], buf[6], buf[7] = byte(m.ECN&0b11), 0, 0, 0
-			if m.Iov == nil {
-				copy(buf[ringHdr:], m.Buf[off:off+n])
-			} else {
-				gather(buf[ringHdr:], m.Iov, off)
-			}
+			m.CopyData(buf[ringHdr:ringHdr+n], off)
 			p.tx.Commit()
 		} else {
 			c.ringFull.Add(1)
@@ -431,20 +427,5 @@ func (c *sameHostConn) waitRoom(p *shPair, n int) bool {
 			return false
 		}
 		runtime.Gosched()
-	}
-}
-
-// gather copies into dst the bytes of the concatenation of iov from offset off.
-func gather(dst []byte, iov [][]byte, off int) {
-	for _, v := range iov {
-		if off >= len(v) {
-			off -= len(v)
-			continue
-		}
-		k := copy(dst, v[off:])
-		dst, off = dst[k:], 0
-		if len(dst) == 0 {
-			return
-		}
 	}
 }

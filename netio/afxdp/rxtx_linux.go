@@ -388,7 +388,7 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 				return mi, err
 			}
 			f := x.umem[addr : addr+x.frameSize]
-			copyOut(f[hl:hl+size], m, off)
+			m.CopyData(f[hl:hl+size], off)
 			putHeaders(f, &flow, size)
 			d := x.tx.desc(x.tx.local)
 			d.Addr, d.Len, d.Options = addr, uint32(hl+size), 0
@@ -420,26 +420,6 @@ func dataHolds(m *netio.Message) bool {
 		have += len(v)
 	}
 	return m.N <= have
-}
-
-// copyOut copies bytes [off, off+len(dst)) of m's data (Buf, or the Iov slices one after
-// another) into dst.
-func copyOut(dst []byte, m *netio.Message, off int) {
-	if m.Iov == nil {
-		copy(dst, m.Buf[off:])
-		return
-	}
-	for _, v := range m.Iov {
-		if len(dst) == 0 {
-			return
-		}
-		if off >= len(v) {
-			off -= len(v)
-			continue
-		}
-		k := copy(dst, v[off:])
-		dst, off = dst[k:], 0
-	}
 }
 
 // takeTxFrame returns a free send frame, taking back what the kernel completed first,

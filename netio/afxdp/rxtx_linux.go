@@ -311,6 +311,16 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 	var hop netip.Addr // the destination flow.dstMAC was resolved for
 	hopLocal := false  // hop is on this host: the local path
 	now := time.Now()
+	// The datagrams sent, counted once per batch rather than with an atomic add each.
+	var sent, sentLocal uint64
+	defer func() {
+		if sent+sentLocal > 0 {
+			c.txPackets.Add(sent + sentLocal)
+		}
+		if sentLocal > 0 {
+			c.txLocal.Add(sentLocal)
+		}
+	}()
 	for mi := range msgs {
 		m := &msgs[mi]
 		if len(m.Iov) > netio.MaxIov {
@@ -367,8 +377,7 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 					fail(mi, 1, err)
 					continue
 				}
-				c.txLocal.Add(1)
-				c.txPackets.Add(1)
+				sentLocal++
 			}
 			continue
 		}
@@ -393,7 +402,7 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 			d := x.tx.desc(x.tx.local)
 			d.Addr, d.Len, d.Options = addr, uint32(hl+size), 0
 			x.tx.local++
-			c.txPackets.Add(1)
+			sent++
 			if x.tx.pending() >= batchSize {
 				c.flushTx()
 			}

@@ -279,10 +279,26 @@ func (c *sameHostConn) WriteBatch(msgs []Message) (int, error) {
 		}
 		return true, nil
 	}
+	// A batch mostly goes to one destination: its entry is looked up once per run of
+	// messages to the same address, not per message (the map's hash of a netip.AddrPort
+	// was a per-datagram cost of the remote UDP path too).
+	var lastAddr netip.AddrPort
+	var lastE *shPeer
+	looked := false
 	for i := range msgs {
 		m := &msgs[i]
 		var p *shPair
-		if e := peers[m.Addr]; e != nil {
+		e := lastE
+		if !looked || m.Addr != lastAddr {
+			e = peers[m.Addr]
+			if e == nil && c.wantsRing(m.Addr) {
+				// Once per run: peers is a snapshot and would not show the new entry to
+				// the run's other messages either; they go by UDP, as before.
+				c.learn(m.Addr)
+			}
+			lastAddr, lastE, looked = m.Addr, e, true
+		}
+		if e != nil {
 			p = e.pair.Load()
 			if p == nil {
 				if now == 0 {
@@ -290,8 +306,6 @@ func (c *sameHostConn) WriteBatch(msgs []Message) (int, error) {
 				}
 				c.maybeDial(e, now)
 			}
-		} else if c.wantsRing(m.Addr) {
-			c.learn(m.Addr)
 		}
 		if p == nil || p.closing.Load() {
 			continue // part of a UDP run

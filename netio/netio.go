@@ -135,6 +135,28 @@ func (m *Message) data() []byte {
 	return b
 }
 
+// CopyData copies bytes [off, off+len(dst)) of m's data (Buf, or the Iov slices one
+// after another) into dst: a backend that copies datagrams into memory of its own (a
+// frame, a ring) takes a run's segment at a time this way, gathering without an
+// intermediate slice.
+func (m *Message) CopyData(dst []byte, off int) {
+	if m.Iov == nil {
+		copy(dst, m.Buf[off:])
+		return
+	}
+	for _, v := range m.Iov {
+		if len(dst) == 0 {
+			return
+		}
+		if off >= len(v) {
+			off -= len(v)
+			continue
+		}
+		k := copy(dst, v[off:])
+		dst, off = dst[k:], 0
+	}
+}
+
 // Segments calls f for every datagram in m: Buf[:N] itself when SegSize is 0
 // (or N <= SegSize), otherwise each SegSize-long piece of it. It stops early
 // if f returns false. A message that gathers (Iov) is copied into one new

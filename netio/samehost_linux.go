@@ -279,10 +279,26 @@ func (c *sameHostConn) WriteBatch(msgs []Message) (int, error) {
 		}
 		return true, nil
 	}
+	// A batch mostly goes to one destination: its entry is looked up once per run of
+	// messages to the same address, not per message (the map's hash of a netip.AddrPort
+	// was a per-datagram cost of the remote UDP path too).
+	var lastAddr netip.AddrPort
+	var lastE *shPeer
+	looked := false
 	for i := range msgs {
 		m := &msgs[i]
 		var p *shPair
-		if e := peers[m.Addr]; e != nil {
+		e := lastE
+		if !looked || m.Addr != lastAddr {
+			e = peers[m.Addr]
+			if e == nil && c.wantsRing(m.Addr) {
+				// Once per run: peers is a snapshot and would not show the new entry to
+				// the run's other messages either; they go by UDP, as before.
+				c.learn(m.Addr)
+			}
+			lastAddr, lastE, looked = m.Addr, e, true
+		}
+		if e != nil {
 			p = e.pair.Load()
 			if p == nil {
 				if now == 0 {
@@ -290,8 +306,6 @@ func (c *sameHostConn) WriteBatch(msgs []Message) (int, error) {
 				}
 				c.maybeDial(e, now)
 			}
-		} else if c.wantsRing(m.Addr) {
-			c.learn(m.Addr)
 		}
 		if p == nil || p.closing.Load() {
 			continue // part of a UDP run
@@ -393,11 +407,7 @@ func (c *sameHostConn) ringWrite(p *shPair, m *Message) bool {
 		if ok {
 			binary.LittleEndian.PutUint32(buf, uint32(s))
 			buf[4], buf[5], buf[6], buf[7] = byte(m.ECN&0b11), 0, 0, 0
-			if m.Iov == nil {
-				copy(buf[ringHdr:], m.Buf[off:off+n])
-			} else {
-				gather(buf[ringHdr:], m.Iov, off)
-			}
+			m.CopyData(buf[ringHdr:ringHdr+n], off)
 			p.tx.Commit()
 		} else {
 			c.ringFull.Add(1)
@@ -431,20 +441,5 @@ func (c *sameHostConn) waitRoom(p *shPair, n int) bool {
 			return false
 		}
 		runtime.Gosched()
-	}
-}
-
-// gather copies into dst the bytes of the concatenation of iov from offset off.
-func gather(dst []byte, iov [][]byte, off int) {
-	for _, v := range iov {
-		if off >= len(v) {
-			off -= len(v)
-			continue
-		}
-		k := copy(dst, v[off:])
-		dst, off = dst[k:], 0
-		if len(dst) == 0 {
-			return
-		}
 	}
 }

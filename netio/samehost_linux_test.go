@@ -301,3 +301,22 @@ func TestSameHostAllocsNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestSameHostInterrupt: a default-mode same-host Conn is an Interrupter whose Interrupt
+// ends a ReadBatch parked on its rings and socket (netiotest.TestInterrupt), with a
+// datagram through a ring after it; and a plain remote one, by UDP, with no ring at all.
+func TestSameHostInterrupt(t *testing.T) {
+	send := func(from, to netio.Conn) func(string) {
+		return func(s string) {
+			from.WriteBatch([]netio.Message{{Buf: []byte(s), N: len(s), Addr: to.LocalAddr()}})
+		}
+	}
+	a, b := sameHostPair("127.0.0.2:0", "127.0.0.3:0", netio.UDPOptions{}, nil)(t)
+	netiotest.TestInterrupt(t, b, send(a, b))
+	if s, _ := netio.SameHostStatsOf(b); s.RxPackets != 1 {
+		t.Errorf("b read %d datagrams from its ring, want 1", s.RxPackets)
+	}
+	c := sameHost(t, "127.0.0.4:0", rendezvousDir(t), netio.UDPOptions{})
+	u := listenUDP(t, "127.0.0.5:0", netio.UDPOptions{})
+	netiotest.TestInterrupt(t, c, send(u, c))
+}

@@ -3,6 +3,7 @@
 package netio_test
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -22,7 +23,7 @@ func TestSameHostPingPongFromCold(t *testing.T) {
 			for i := 0; i < n; i++ {
 				k, err := c.ReadBatch(in)
 				if err != nil || k != 1 {
-					done <- err
+					done <- fmt.Errorf("ReadBatch = %d, %v; want the ball", k, err)
 					return
 				}
 				if _, err := c.WriteBatch([]netio.Message{{Buf: in[0].Buf, N: in[0].N, Addr: to}}); err != nil {

@@ -3,8 +3,10 @@
 // single-consumer rings in them, eventfd wake-ups, and the rendezvous sockets through
 // which processes find each other.
 //
-// A record ring (RecordRing) carries variable-length records, the datagrams. Each side
-// keeps its own index privately and only publishes it: the producer stores head with release
+// Two kinds of ring share one index discipline (Ring): a record ring (RecordRing) of
+// variable-length records, which carries datagrams, and a slot ring (SlotRing) of
+// fixed-size slots, for work and completion queue entries. Each side keeps its own
+// index privately and only publishes it: the producer stores head with release
 // semantics after writing a record, the consumer loads it with acquire semantics before
 // reading one, and the reverse for tail. sync/atomic's operations are sequentially
 // consistent, which is what the wake-up protocol needs:

@@ -3,14 +3,16 @@ package shm
 import (
 	"fmt"
 	"os"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
 // Eventfd is a wake-up a consumer waits on and a producer signals: a non-blocking
-// eventfd, pollable by epoll and by a C program's poll().
+// eventfd, pollable by Go's netpoller (Wait), by epoll and by a C program's poll().
 type Eventfd struct {
 	f  *os.File
+	rc syscall.RawConn
 	fd int
 }
 
@@ -34,8 +36,13 @@ func EventfdFrom(fd int) (*Eventfd, error) {
 		return nil, fmt.Errorf("shm: eventfd: %w", err)
 	}
 	f := os.NewFile(uintptr(fd), "shm-eventfd")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
 	// Not f.Fd(), which would switch the descriptor back to blocking mode.
-	return &Eventfd{f: f, fd: fd}, nil
+	return &Eventfd{f: f, rc: rc, fd: fd}, nil
 }
 
 // FD is the descriptor, for poll(2), epoll or SCM_RIGHTS. Valid until Close.
@@ -58,5 +65,20 @@ func (e *Eventfd) Drain() {
 	_, _ = unix.Read(e.fd, b[:])
 }
 
-// Close closes the eventfd.
+// Wait parks the goroutine in Go's netpoller until the eventfd is signalled, then
+// drains it. It returns an error once the eventfd is closed.
+func (e *Eventfd) Wait() error {
+	var b [8]byte
+	var rerr error
+	err := e.rc.Read(func(fd uintptr) bool {
+		_, rerr = unix.Read(int(fd), b[:])
+		return rerr != unix.EAGAIN
+	})
+	if err != nil {
+		return err
+	}
+	return rerr
+}
+
+// Close closes the eventfd; a Wait in progress returns.
 func (e *Eventfd) Close() error { return e.f.Close() }

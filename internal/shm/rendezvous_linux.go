@@ -101,6 +101,15 @@ func Dial(path string, timeout time.Duration) (*net.UnixConn, error) {
 	return uc, nil
 }
 
+// PeerPID is the process at the other end of c (SO_PEERCRED), 0 if unknown.
+func PeerPID(c *net.UnixConn) int {
+	cred, err := peerCred(c)
+	if err != nil {
+		return 0
+	}
+	return int(cred.Pid)
+}
+
 func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
 	rc, err := c.SyscallConn()
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 
 // A ring's memory starts with a control block, then its data area.
 //
-//	off   0  head      uint64  the producer's published index (bytes)
+//	off   0  head      uint64  the producer's published index (bytes or slots)
 //	off 128  tail      uint64  the consumer's published index
 //	off 192  sleeping  uint32  1 while the consumer waits (or may wait) for a wake-up
 //
@@ -285,3 +285,141 @@ func (c *RecordConsumer) Sleep() { c.r.c.sleeping.Store(1) }
 
 // Awake tells the producer the consumer is polling again: no wake-ups needed.
 func (c *RecordConsumer) Awake() { c.r.c.sleeping.Store(0) }
+
+// SlotRingSize is the memory a SlotRing of n slots of size bytes takes.
+func SlotRingSize(n, size int) int { return CtrlSize + n*size }
+
+// slotRing is what both ends of a SlotRing share.
+type slotRing struct {
+	c    ctrl
+	data []byte
+	n    uint64 // slots, a power of two
+	size uint64 // bytes per slot, a multiple of 8
+}
+
+func attachSlotRing(mem []byte, n, size int) (slotRing, error) {
+	if n < 1 || n&(n-1) != 0 || n > 1<<24 || size < 8 || size%8 != 0 || size > 1<<16 || len(mem) < SlotRingSize(n, size) {
+		return slotRing{}, fmt.Errorf("%w: %d slots of %d bytes in %d", ErrLayout, n, size, len(mem))
+	}
+	c, err := attachCtrl(mem)
+	if err != nil {
+		return slotRing{}, err
+	}
+	end := SlotRingSize(n, size)
+	return slotRing{c: c, data: mem[CtrlSize:end:end], n: uint64(n), size: uint64(size)}, nil
+}
+
+// InitSlotRing makes mem an empty SlotRing of n slots (a power of two) of size bytes
+// (a multiple of 8).
+func InitSlotRing(mem []byte, n, size int) error {
+	r, err := attachSlotRing(mem, n, size)
+	if err != nil {
+		return err
+	}
+	r.c.init()
+	return nil
+}
+
+func (r *slotRing) slot(i uint64) []byte {
+	off := (i & (r.n - 1)) * r.size
+	return r.data[off : off+r.size : off+r.size]
+}
+
+// SlotProducer fills a SlotRing's slots: a work queue's poster, a completion queue's
+// writer. One goroutine at a time.
+type SlotProducer struct {
+	r    slotRing
+	head uint64
+	tail uint64
+}
+
+// NewSlotProducer attaches the producing end of the SlotRing in mem.
+func NewSlotProducer(mem []byte, n, size int) (*SlotProducer, error) {
+	r, err := attachSlotRing(mem, n, size)
+	if err != nil {
+		return nil, err
+	}
+	h := r.c.head.Load()
+	return &SlotProducer{r: r, head: h, tail: h}, nil
+}
+
+// Slot returns the next free slot to fill, ok false when the ring is full, ErrCorrupt
+// when the consumer's published tail is impossible. Commit it when filled.
+func (p *SlotProducer) Slot() (buf []byte, ok bool, err error) {
+	if p.head-p.tail >= p.r.n {
+		t := p.r.c.tail.Load()
+		if p.head-t > p.r.n {
+			return nil, false, ErrCorrupt
+		}
+		p.tail = t
+		if p.head-p.tail >= p.r.n {
+			return nil, false, nil
+		}
+	}
+	return p.r.slot(p.head), true, nil
+}
+
+// Commit adds the filled slot to what the next Publish makes visible.
+func (p *SlotProducer) Commit() { p.head++ }
+
+// Publish makes the committed slots visible and reports whether to wake the consumer.
+func (p *SlotProducer) Publish() (wake bool) {
+	p.r.c.head.Store(p.head)
+	return p.r.c.wake()
+}
+
+// SlotConsumer takes a SlotRing's slots in order. One goroutine at a time.
+type SlotConsumer struct {
+	r       slotRing
+	tail    uint64
+	head    uint64
+	corrupt uint64
+}
+
+// NewSlotConsumer attaches the consuming end of the SlotRing in mem.
+func NewSlotConsumer(mem []byte, n, size int) (*SlotConsumer, error) {
+	r, err := attachSlotRing(mem, n, size)
+	if err != nil {
+		return nil, err
+	}
+	t := r.c.tail.Load()
+	return &SlotConsumer{r: r, tail: t, head: t}, nil
+}
+
+// Peek returns the oldest filled slot, or nil when there is none; a view of shared
+// memory, to be copied before it is trusted, then released (Release). ErrCorrupt: the
+// producer's head was impossible, and the slots it claimed are dropped.
+func (c *SlotConsumer) Peek() ([]byte, error) {
+	if c.tail == c.head {
+		h := c.r.c.head.Load()
+		if h-c.tail > c.r.n {
+			c.tail, c.head = h, h
+			c.corrupt++
+			c.r.c.tail.Store(h)
+			return nil, ErrCorrupt
+		}
+		if h == c.tail {
+			return nil, nil
+		}
+		c.head = h
+	}
+	return c.r.slot(c.tail), nil
+}
+
+// Release consumes the slot Peek returned.
+func (c *SlotConsumer) Release() { c.tail++ }
+
+// Publish gives the released slots back to the producer.
+func (c *SlotConsumer) Publish() { c.r.c.tail.Store(c.tail) }
+
+// Corrupt is how many times the ring was found inconsistent.
+func (c *SlotConsumer) Corrupt() uint64 { return c.corrupt }
+
+// Empty reports whether no filled slot waits.
+func (c *SlotConsumer) Empty() bool { return c.tail == c.head && c.r.c.head.Load() == c.tail }
+
+// Sleep and Awake are RecordConsumer's, for a slot ring.
+func (c *SlotConsumer) Sleep() { c.r.c.sleeping.Store(1) }
+
+// Awake: see Sleep.
+func (c *SlotConsumer) Awake() { c.r.c.sleeping.Store(0) }

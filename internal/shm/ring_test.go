@@ -148,3 +148,48 @@ func TestRecordRingGarbage(t *testing.T) {
 		t.Fatal("garbage went unnoticed")
 	}
 }
+
+func TestSlotRing(t *testing.T) {
+	const n, size = 8, 64
+	mem := mem8(SlotRingSize(n, size))
+	InitSlotRing(mem, n, size)
+	p, _ := NewSlotProducer(mem, n, size)
+	c, _ := NewSlotConsumer(mem, n, size)
+	for round := 0; round < 100; round++ {
+		k := 0
+		for {
+			s, ok, err := p.Slot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+			binary.LittleEndian.PutUint64(s, uint64(round*100+k))
+			p.Commit()
+			k++
+		}
+		if k != n && round == 0 {
+			t.Fatalf("%d slots free in a ring of %d", k, n)
+		}
+		p.Publish()
+		for j := 0; ; j++ {
+			s, err := c.Peek()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s == nil {
+				break
+			}
+			if got := binary.LittleEndian.Uint64(s); got != uint64(round*100+j) {
+				t.Fatalf("slot %d of round %d holds %d", j, round, got)
+			}
+			c.Release()
+		}
+		c.Publish()
+	}
+	binary.LittleEndian.PutUint64(mem[offHead:], 1<<40)
+	if _, err := c.Peek(); err != ErrCorrupt {
+		t.Fatalf("impossible head: %v", err)
+	}
+}

@@ -122,7 +122,7 @@ func (qp *QP) runRequester() {
 				continue
 			}
 		}
-		if qp.reliable && (qp.sr == nil && qp.req.psn.Diff(qp.comp.psn) >= qp.window() || qp.sr != nil && qp.srFull()) {
+		if qp.reliable && (qp.sr == nil && qp.req.psn.Diff(qp.comp.psn) >= qp.window() || qp.sr != nil && qp.srFull(qp.window())) {
 			break // window full: the completer kicks us when ACKs arrive
 		}
 		if tx == nil {
@@ -256,7 +256,7 @@ func (qp *QP) sendPackets(w *sendWQE, tx *txBatch) bool {
 		defer w.local.release()
 	}
 	for w.next < w.npkts {
-		if qp.reliable && (qp.sr == nil && qp.req.psn.Diff(qp.comp.psn) >= win || qp.sr != nil && qp.srFull()) {
+		if qp.reliable && (qp.sr == nil && qp.req.psn.Diff(qp.comp.psn) >= win || qp.sr != nil && qp.srFull(win)) {
 			return true
 		}
 		if qp.cc != nil && qp.cc.budget <= 0 {
@@ -342,7 +342,7 @@ func (qp *QP) emitPacket(w *sendWQE, k uint32, tx *txBatch, dst netip.AddrPort, 
 // sendReadAtomic sends a READ request (for the responses not yet received) or an atomic
 // request. Either occupies its whole PSN range at once.
 func (qp *QP) sendReadAtomic(w *sendWQE, tx *txBatch) {
-	if qp.sr == nil && qp.req.psn.Diff(qp.comp.psn) >= qp.window() || qp.sr != nil && qp.srFull() || qp.cc != nil && qp.cc.budget <= 0 {
+	if qp.sr == nil && qp.req.psn.Diff(qp.comp.psn) >= qp.window() || qp.sr != nil && qp.srFull(qp.window()) || qp.cc != nil && qp.cc.budget <= 0 {
 		return
 	}
 	psn := w.firstPSN.Add(w.next)

@@ -233,9 +233,8 @@ func (qp *QP) resendSelective(tx *txBatch) {
 // window, not below: a lower cap stalled on every lost ACK until the timeout.
 //
 // A requester going back N (after a timeout, an RNR NAK, a NAK without a SACK) resends
-// within go-back-N's window alone. qp.mu is held.
-func (qp *QP) srFull() bool {
-	win := qp.window()
+// within go-back-N's window alone. win is qp.window(). qp.mu is held.
+func (qp *QP) srFull(win int32) bool {
 	out := qp.req.psn.Diff(qp.comp.psn)
 	sw := qp.sr.sw
 	if sw == nil || qp.req.psn.Before(qp.req.high) {

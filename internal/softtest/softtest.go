@@ -168,6 +168,13 @@ func UDQP(t testing.TB, h *Host, qkey uint32) *verbs.QP {
 // WaitWC polls cq until n completions arrived or the deadline passes.
 func WaitWC(t testing.TB, cq *verbs.CQ, n int, within time.Duration) []verbs.WC {
 	t.Helper()
+	return WaitWCFunc(t, cq, n, within, nil, nil)
+}
+
+// WaitWCFunc is WaitWC with callbacks, either of which may be nil: polled after every
+// poll with the count so far, each for every completion.
+func WaitWCFunc(t testing.TB, cq *verbs.CQ, n int, within time.Duration, polled func(done int), each func(verbs.WC)) []verbs.WC {
+	t.Helper()
 	out := make([]verbs.WC, 0, n)
 	buf := make([]verbs.WC, 64)
 	deadline := time.Now().Add(within)
@@ -176,7 +183,15 @@ func WaitWC(t testing.TB, cq *verbs.CQ, n int, within time.Duration) []verbs.WC 
 		if err != nil {
 			t.Fatalf("poll: %v", err)
 		}
+		if each != nil {
+			for _, wc := range buf[:k] {
+				each(wc)
+			}
+		}
 		out = append(out, buf[:k]...)
+		if polled != nil {
+			polled(len(out))
+		}
 		if k == 0 {
 			if time.Now().After(deadline) {
 				t.Fatalf("got %d of %d completions within %v: %+v", len(out), n, within, out)

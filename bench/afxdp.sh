@@ -14,7 +14,7 @@
 # Needs root and iproute2 (skips, exit 0, without them), a kernel with AF_XDP, and a
 # goverbs whose GOVERBS_DEVICES understands an AF_XDP device,
 #   NAME=ADDR[:PORT]@xdp:IFACE[/QUEUE]
-# (docs/afxdp.md); it stops with a message if the binary does not. veth has no AF_XDP
+# (docs/guide/afxdp.md); it stops with a message if the binary does not. veth has no AF_XDP
 # zero-copy: the socket runs in copy mode, the program in veth's native XDP. Both veth
 # ends get one queue each way, so that every datagram reaches the queue the socket is
 # bound to. Everything lives in the two namespaces, deleted on exit with the veth pair;
@@ -54,7 +54,7 @@ xA=(env "GOVERBS_DEVICES=xdp0=$S@xdp:va/$Q") xB=(env "GOVERBS_DEVICES=xdp0=$C@xd
 if ! "${inA[@]}" "${xA[@]}" "$g" devinfo -d xdp0 >"$out/devinfo.txt" 2>&1; then
   echo "afxdp.sh: this goverbs cannot open an AF_XDP device from GOVERBS_DEVICES:" >&2
   cat "$out/devinfo.txt" >&2
-  echo "afxdp.sh: wire netio/afxdp into SoftConfig and GOVERBS_DEVICES first (docs/afxdp.md)" >&2
+  echo "afxdp.sh: wire netio/afxdp into SoftConfig and GOVERBS_DEVICES first (docs/guide/afxdp.md)" >&2
   exit 1
 fi
 

@@ -31,6 +31,9 @@
 # (127.50.0.2 serves, 127.50.0.3 is the client); nothing leaves the machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# RoCEv2 over the kernel's UDP path, as between hosts: the same-host shortcut (shared
+# memory between goverbs processes on one host) has its own comparison, bench/samehost.sh.
+export GOVERBS_SHM=0
 out=${1:-docs/perf/loopback}
 R=${ROUNDS:-3} D=${DURATION:-3} N=${ITERS:-20000} SWEEP=${SWEEP:-1} ONLY=${ONLY:-}
 [ "$ONLY" = lat ] && SWEEP=0

@@ -13,7 +13,8 @@
 #                RXE_NETNS=rxeio RXE_NET_PREFIX=10.79.0 keeps clear of another user's VM.
 #   UP=1         boot the VM (build.sh, up.sh) if it does not answer; DOWN=1 stops it at the end.
 #   GOVERBS=BIN  a goverbs binary to test (default: built from this tree into a temp dir).
-#   ONLY=FAMILY  run one family of cases.
+#   ONLY=FAMILY  run one family of cases (pingpong, ipv6, cm, rsockets, perftest, capi).
+#   RSTREAM_DEFAULT=1 also runs rstream with its default sizes both ways (slow under TCG).
 #   TIMEOUT=60   seconds each side may take.
 #   The ipv6 family runs when the guest has an IPv6 address (the VM brought up with RXE_IPV6=1).
 #   CAPI=1       also run Debian's programs on the host over goverbs' libibverbs.so.1 (capi/),
@@ -173,6 +174,22 @@ run mckey-gvrecv mckey "goverbs receiver" "UD multicast" "$rdmacm" 2 \
   host "$g mckey -m $grp -b $H" guest "mckey -m $grp -b $V -s"
 run mckey-gvsend mckey "goverbs sender" "UD multicast" "$rdmacm" 6 \
   guest "mckey -m $grp -b $V" host "$g mckey -m $grp -b $H -s"
+
+family=rsockets
+# librdmacm's rstream (rsockets) against goverbs rstream (rdmanet): rs_conn_data in the CM's
+# private data, data and SGL updates by WRITE WITH IMMEDIATE, SHUTDOWN and DISCONNECT at the end.
+# The default run (rstream's four sizes, 100000 64 B round trips first) takes minutes under TCG:
+# give it TIMEOUT=900.
+both rstream-64k rstream "rsockets (RC, rdma_cm)" "$rdmacm" \
+  "$g rstream -b $H -S 65536 -C 1000" "rstream -s $H -S 65536 -C 1000" \
+  "rstream -S 65536 -C 1000" "$g rstream -s $V -b $H -S 65536 -C 1000"
+both rstream-verify rstream "rsockets (RC, rdma_cm)" "$rdmacm" \
+  "$g rstream -b $H -S 100000 -C 50 -T v" "rstream -s $H -S 100000 -C 50 -T v" \
+  "rstream -S 100000 -C 50 -T v" "$g rstream -s $V -b $H -S 100000 -C 50 -T v"
+if [ "${RSTREAM_DEFAULT:-0}" = 1 ]; then
+  both rstream-default rstream "rsockets (RC, rdma_cm)" "$rdmacm" \
+    "$g rstream -b $H" "rstream -s $H" "rstream" "$g rstream -s $V -b $H"
+fi
 
 family=perftest
 # perftest's tools: perftest's TCP exchange (or, with -R, its exchange over rdma_cm). perftest

@@ -35,14 +35,8 @@ remove_namespaces() {
   ip netns del "$B" 2>/dev/null || true
 }
 cleanup_hooks+=(remove_namespaces)
-ip netns add "$A"
-ip netns add "$B"
-ip -n "$A" link add va type veth peer name vb netns "$B"
-ip -n "$A" addr add $S/24 dev va
-ip -n "$B" addr add $C/24 dev vb
-for ns in "$A" "$B"; do ip -n "$ns" link set lo up; done
-ip -n "$A" link set va up
-ip -n "$B" link set vb up
+. bench/vethpair.sh
+veth_pair "$A" "$B" $S $C
 if [ -n "${LOSS:-}" ]; then
   if ! { ip netns exec "$A" tc qdisc add dev va root netem loss "$LOSS%" &&
          ip netns exec "$B" tc qdisc add dev vb root netem loss "$LOSS%"; }; then

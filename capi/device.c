@@ -137,6 +137,10 @@ struct ibv_mw *gv_op_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
 int gv_op_dealloc_mw(struct ibv_mw *mw);
 int gv_op_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind);
 struct ibv_cq_ex *gv_op_create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *attr);
+struct ibv_xrcd *gv_op_open_xrcd(struct ibv_context *context, struct ibv_xrcd_init_attr *attr);
+int gv_op_close_xrcd(struct ibv_xrcd *xrcd);
+struct ibv_srq *gv_op_create_srq_ex(struct ibv_context *context, struct ibv_srq_init_attr_ex *attr);
+int gv_op_get_srq_num(struct ibv_srq *srq, uint32_t *srq_num);
 
 static int gv_op_query_port(struct ibv_context *context, uint8_t port_num,
 			    struct ibv_port_attr *port_attr, size_t port_attr_len);
@@ -200,6 +204,10 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	c->vctx.query_device_ex = gv_op_query_device_ex;
 	c->vctx.create_qp_ex = gv_op_create_qp_ex;
 	c->vctx.create_cq_ex = gv_op_create_cq_ex;
+	c->vctx.open_xrcd = gv_op_open_xrcd;
+	c->vctx.close_xrcd = gv_op_close_xrcd;
+	c->vctx.create_srq_ex = gv_op_create_srq_ex;
+	c->vctx.get_srq_num = gv_op_get_srq_num;
 	return ctx;
 }
 

@@ -42,6 +42,7 @@ struct gv_cq {
 	struct ibv_wc cur;
 };
 struct gv_srq { struct ibv_srq srq; uintptr_t h; };
+struct gv_xrcd { struct ibv_xrcd xrcd; uintptr_t h; };
 struct gv_ah { struct ibv_ah ah; uintptr_t h; };
 struct gv_mw { struct ibv_mw mw; uintptr_t h; };
 
@@ -80,6 +81,7 @@ void gv_inline_free(struct gv_qp *q);
 int gv_wants_staging(const struct gv_qp *q, const struct ibv_send_wr *wr);
 int gv_post_send_staged(struct gv_qp *q, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 void gv_wr_inline(struct gv_qp *q, struct ibv_send_wr *w, size_t n, const struct ibv_data_buf *bufs);
+struct ibv_srq *gv_srq_publish(struct gv_srq *s, struct ibv_pd *pd, void *srq_context);
 
 static inline struct gv_context *gv_ctx(struct ibv_context *c)
 {
@@ -105,6 +107,7 @@ enum {
 	gv_off_ud_ah = offsetof(struct ibv_send_wr, wr.ud.ah),
 	gv_off_ud_qpn = offsetof(struct ibv_send_wr, wr.ud.remote_qpn),
 	gv_off_ud_qkey = offsetof(struct ibv_send_wr, wr.ud.remote_qkey),
+	gv_off_xrc_srqn = offsetof(struct ibv_send_wr, qp_type.xrc.remote_srqn),
 	gv_off_bind_mw = offsetof(struct ibv_send_wr, bind_mw.mw),
 	gv_off_bind_rkey = offsetof(struct ibv_send_wr, bind_mw.rkey),
 	gv_off_bind_info = offsetof(struct ibv_send_wr, bind_mw.bind_info),

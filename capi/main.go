@@ -28,6 +28,7 @@ import (
 	"syscall"
 
 	"github.com/goverbs/goverbs/verbs"
+	_ "github.com/goverbs/goverbs/verbs/soft/xdp" // GOVERBS_DEVICES entries "NAME=ADDR@xdp:IFACE/Q"
 )
 
 func main() {}

@@ -420,8 +420,14 @@ struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr
 		free(s);
 		GV_FAIL(rc);
 	}
+	return gv_srq_publish(s, pd, attr->srq_context);
+}
+
+/* gv_srq_publish fills what every SRQ's ibv_srq holds (ibv_create_srq, and the XRC SRQs of xrc.c). */
+struct ibv_srq *gv_srq_publish(struct gv_srq *s, struct ibv_pd *pd, void *srq_context)
+{
 	s->srq.context = pd->context;
-	s->srq.srq_context = attr->srq_context;
+	s->srq.srq_context = srq_context;
 	s->srq.pd = pd;
 	pthread_mutex_init(&s->srq.mutex, NULL);
 	pthread_cond_init(&s->srq.cond, NULL);

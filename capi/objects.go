@@ -288,13 +288,19 @@ func gv_create_srq(ph C.uintptr_t, a *C.struct_ibv_srq_attr, srq unsafe.Pointer,
 	if err != nil {
 		return logErr("create SRQ", err)
 	}
+	*out = p.ctx.publishSRQ(s, a, srq)
+	return 0
+}
+
+// publishSRQ writes what the SRQ got into the program's attributes, maps it to its C
+// object srq for events, and returns its handle.
+func (c *devContext) publishSRQ(s *verbs.SRQ, a *C.struct_ibv_srq_attr, srq unsafe.Pointer) C.uintptr_t {
 	got := s.Query()
 	a.max_wr, a.max_sge = C.uint32_t(got.MaxWR), C.uint32_t(got.MaxSGE)
-	p.ctx.mu.Lock()
-	p.ctx.srqs[s] = srq
-	p.ctx.mu.Unlock()
-	*out = newHandle(&sharedRQ{srq: s, ctx: p.ctx})
-	return 0
+	c.mu.Lock()
+	c.srqs[s] = srq
+	c.mu.Unlock()
+	return newHandle(&sharedRQ{srq: s, ctx: c})
 }
 
 //export gv_modify_srq

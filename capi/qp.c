@@ -8,6 +8,36 @@
 
 static void gv_init_qp_ex(struct gv_qp *q);
 
+/* gv_qp_alloc allocates a QP's C object, or sets errno and returns NULL. */
+static struct gv_qp *gv_qp_alloc(void)
+{
+	struct gv_qp *q;
+
+	if (gv_fork_guard())
+		return NULL;
+	q = calloc(1, sizeof(*q));
+	if (!q)
+		errno = ENOMEM;
+	return q;
+}
+
+/* gv_qp_publish fills what every QP's ibv_qp holds; the PD, CQs and SRQ are the caller's. */
+static struct ibv_qp *gv_qp_publish(struct gv_qp *q, struct ibv_context *context, void *qp_context,
+				    uint32_t qpn, enum ibv_qp_type type)
+{
+	struct ibv_qp *qp = &q->qpx.qp_base;
+
+	qp->context = context;
+	qp->qp_context = qp_context;
+	qp->qp_num = qpn;
+	qp->state = IBV_QPS_RESET;
+	qp->qp_type = type;
+	pthread_mutex_init(&qp->mutex, NULL);
+	pthread_cond_init(&qp->cond, NULL);
+	gv_init_qp_ex(q);
+	return qp;
+}
+
 static struct ibv_qp *gv_create(struct ibv_pd *pd, void *qp_context, struct ibv_cq *send_cq,
 				struct ibv_cq *recv_cq, struct ibv_srq *srq, struct ibv_qp_cap *cap,
 				enum ibv_qp_type type, int sq_sig_all)
@@ -16,18 +46,18 @@ static struct ibv_qp *gv_create(struct ibv_pd *pd, void *qp_context, struct ibv_
 	uint32_t qpn;
 	int rc;
 
-	if (!pd || !send_cq || !recv_cq || !cap) {
+	/* An XRC_SEND QP has no receive queue: recv_cq is ignored (and may be NULL). */
+	if (type == IBV_QPT_XRC_SEND)
+		recv_cq = NULL, srq = NULL;
+	if (!pd || !send_cq || (!recv_cq && type != IBV_QPT_XRC_SEND) || !cap) {
 		errno = EINVAL;
 		return NULL;
 	}
-	if (gv_fork_guard())
+	q = gv_qp_alloc();
+	if (!q)
 		return NULL;
-	q = calloc(1, sizeof(*q));
-	if (!q) {
-		errno = ENOMEM;
-		return NULL;
-	}
-	rc = gv_create_qp(((struct gv_pd *)pd)->h, ((struct gv_cq *)send_cq)->h, ((struct gv_cq *)recv_cq)->h,
+	rc = gv_create_qp(((struct gv_pd *)pd)->h, ((struct gv_cq *)send_cq)->h,
+			  recv_cq ? ((struct gv_cq *)recv_cq)->h : 0,
 			  srq ? ((struct gv_srq *)srq)->h : 0, type, sq_sig_all, cap, &q->qpx.qp_base,
 			  &q->h, &qpn);
 	if (rc) {
@@ -42,19 +72,11 @@ static struct ibv_qp *gv_create(struct ibv_pd *pd, void *qp_context, struct ibv_
 		errno = rc;
 		return NULL;
 	}
-	struct ibv_qp *qp = &q->qpx.qp_base;
-	qp->context = pd->context;
-	qp->qp_context = qp_context;
+	struct ibv_qp *qp = gv_qp_publish(q, pd->context, qp_context, qpn, type);
 	qp->pd = pd;
 	qp->send_cq = send_cq;
 	qp->recv_cq = recv_cq;
 	qp->srq = srq;
-	qp->qp_num = qpn;
-	qp->state = IBV_QPS_RESET;
-	qp->qp_type = type;
-	pthread_mutex_init(&qp->mutex, NULL);
-	pthread_cond_init(&qp->cond, NULL);
-	gv_init_qp_ex(q);
 	return qp;
 }
 
@@ -68,17 +90,52 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 			 attr->qp_type, attr->sq_sig_all);
 }
 
-/* ibv_create_qp_ex: the PD, CQs and SRQ, plus the ibv_wr_* send operations. */
+/*
+ * An XRC_RECV QP (IBTA Annex A14) belongs to an XRC domain, not a PD, and has no queues:
+ * its ibv_qp has no PD, CQs or SRQ, and nothing to post.
+ */
+static struct ibv_qp *gv_create_xrc_recv(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr)
+{
+	struct gv_qp *q;
+	uint32_t qpn;
+	int rc;
+
+	if (!attr->xrcd || attr->xrcd->context != context) {
+		errno = EINVAL;
+		return NULL;
+	}
+	q = gv_qp_alloc();
+	if (!q)
+		return NULL;
+	rc = gv_create_xrc_recv_qp(((struct gv_xrcd *)attr->xrcd)->h, &q->qpx.qp_base, &q->h, &qpn);
+	if (rc) {
+		free(q);
+		errno = rc;
+		return NULL;
+	}
+	memset(&attr->cap, 0, sizeof(attr->cap));
+	return gv_qp_publish(q, context, attr->qp_context, qpn, IBV_QPT_XRC_RECV);
+}
+
+/* ibv_create_qp_ex: the PD, CQs and SRQ, plus the ibv_wr_* send operations; or an XRC domain. */
 struct ibv_qp *gv_op_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr)
 {
-	const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+	const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
+			       IBV_QP_INIT_ATTR_CREATE_FLAGS;
 	const uint64_t ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
 			     IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |
 			     IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
 			     IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_BIND_MW;
 
+	if (context && attr && attr->qp_type == IBV_QPT_XRC_RECV && !(attr->comp_mask & ~known)) {
+		if (!(attr->comp_mask & IBV_QP_INIT_ATTR_XRCD)) {
+			errno = EINVAL;
+			return NULL;
+		}
+		return gv_create_xrc_recv(context, attr);
+	}
 	if (!context || !attr || !(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || (attr->comp_mask & ~known) ||
-	    attr->pd->context != context) {
+	    !attr->pd || attr->pd->context != context) {
 		errno = attr && (attr->comp_mask & ~known) ? EOPNOTSUPP : EINVAL;
 		return NULL;
 	}
@@ -345,6 +402,15 @@ static void gv_wr_set_ud_addr(struct ibv_qp_ex *x, struct ibv_ah *ah, uint32_t q
 	}
 }
 
+/* The XRC SRQ at the target of an XRC_SEND QP's request (wr.qp_type.xrc.remote_srqn). */
+static void gv_wr_set_xrc_srqn(struct ibv_qp_ex *x, uint32_t remote_srqn)
+{
+	struct ibv_send_wr *w = gv_wr_cur(x);
+
+	if (w)
+		w->qp_type.xrc.remote_srqn = remote_srqn;
+}
+
 static void gv_wr_set_sge_list(struct ibv_qp_ex *x, size_t n, const struct ibv_sge *sges)
 {
 	struct ibv_send_wr *w = gv_wr_cur(x);
@@ -397,6 +463,7 @@ static void gv_init_qp_ex(struct gv_qp *q)
 	x->wr_local_inv = gv_wr_local_inv;
 	x->wr_bind_mw = gv_wr_bind_mw;
 	x->wr_set_ud_addr = gv_wr_set_ud_addr;
+	x->wr_set_xrc_srqn = gv_wr_set_xrc_srqn;
 	x->wr_set_sge = gv_wr_set_sge;
 	x->wr_set_sge_list = gv_wr_set_sge_list;
 	x->wr_set_inline_data = gv_wr_set_inline_data;

@@ -33,20 +33,27 @@ func gv_create_qp(ph, sendCQ, recvCQ, srqH C.uintptr_t, typ C.int, sigAll C.int,
 	qp unsafe.Pointer, out *C.uintptr_t, qpn *C.uint32_t) C.int {
 	p := handle[*protDomain](ph)
 	scq, rcq := handle[*complQueue](sendCQ), handle[*complQueue](recvCQ)
-	if p == nil || scq == nil || rcq == nil {
+	// An XRC_SEND QP has no receive queue: its recv_cq is ignored, as libibverbs does.
+	xrcSend := typ == C.IBV_QPT_XRC_SEND
+	if p == nil || scq == nil || rcq == nil && !xrcSend {
 		return C.EINVAL
 	}
 	switch typ {
-	case C.IBV_QPT_RAW_PACKET, C.IBV_QPT_XRC_SEND, C.IBV_QPT_XRC_RECV, C.IBV_QPT_DRIVER:
+	case C.IBV_QPT_RAW_PACKET, C.IBV_QPT_DRIVER:
 		return C.EOPNOTSUPP // real types this device does not have; others are EINVAL
+	case C.IBV_QPT_XRC_RECV:
+		return C.EINVAL // made from an XRC domain (gv_create_xrc_recv_qp), not a PD
 	}
 	attr := verbs.QPInitAttr{
-		Type: verbs.QPType(typ), SendCQ: scq.cq, RecvCQ: rcq.cq, SigAll: sigAll != 0,
+		Type: verbs.QPType(typ), SendCQ: scq.cq, SigAll: sigAll != 0,
 		Cap: verbs.QPCap{
 			MaxSendWR: uint32(cap.max_send_wr), MaxRecvWR: uint32(cap.max_recv_wr),
 			MaxSendSGE: uint32(cap.max_send_sge), MaxRecvSGE: uint32(cap.max_recv_sge),
 			MaxInline: uint32(cap.max_inline_data),
 		},
+	}
+	if rcq != nil && !xrcSend {
+		attr.RecvCQ = rcq.cq
 	}
 	if srqH != 0 {
 		s := handle[*sharedRQ](srqH)
@@ -169,6 +176,7 @@ func gv_post_send(h C.uintptr_t, wr *C.struct_ibv_send_wr, bad *C.int) C.int {
 		return C.EINVAL
 	}
 	var wrs [wrBatch]verbs.SendWR
+	typ := q.qp.Type() // whether the requests carry UD or XRC fields, once per call
 	base := 0
 	for wr != nil {
 		n := 0
@@ -209,7 +217,10 @@ func gv_post_send(h C.uintptr_t, wr *C.struct_ibv_send_wr, bad *C.int) C.int {
 				}
 				w.Bind = &verbs.MWBindWR{MW: handle[*verbs.MW](mwp.h), RKey: *(*uint32)(unsafe.Add(p, C.gv_off_bind_rkey)), MWBind: b}
 			}
-			if q.qp.Type() == verbs.QPTypeUD {
+			switch typ {
+			case verbs.QPTypeXRCSend:
+				w.RemoteSRQN = *(*uint32)(unsafe.Add(p, C.gv_off_xrc_srqn))
+			case verbs.QPTypeUD:
 				ah := *(**C.struct_gv_ah)(unsafe.Add(p, C.gv_off_ud_ah))
 				if ah == nil {
 					*bad = C.int(base + n)

@@ -56,6 +56,13 @@ type Agent struct {
 	sent0   sync.Cond
 
 	sent, received, dropped, sendErrs atomic.Uint64
+
+	// k is the kernel half of an agent on a kernel RDMA device (kernel.go); the
+	// MAD fields above are then unused.
+	k *kernelAgent
+	// gidIndex is gid's index in the device's table: 0 on a software device, the
+	// RoCE v2 entry of the address on a kernel one.
+	gidIndex uint8
 }
 
 func newAgent(dev *verbs.Device, port madPort, cfg *Config) (*Agent, error) {
@@ -112,6 +119,9 @@ func (a *Agent) Close() error {
 		cs = append(cs, c)
 	}
 	a.mu.Unlock()
+	if a.k != nil {
+		return a.kernelClose(ls, cs)
+	}
 	for _, l := range ls {
 		l.Close()
 	}

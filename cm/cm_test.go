@@ -119,42 +119,7 @@ func TestDialAccept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type accepted struct {
-		c   *Conn
-		r   *Request
-		err error
-	}
-	ch := make(chan accepted, 1)
-	go func() {
-		r, err := l.Accept(ctx)
-		if err != nil {
-			ch <- accepted{err: err}
-			return
-		}
-		c, err := r.Accept(ctx, sv.param([]byte("welcome")))
-		ch <- accepted{c, r, err}
-	}()
-	cc, err := cl.a.Dial(ctx, l.Addr(), cl.param([]byte("hello")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	acc := <-ch
-	if acc.err != nil {
-		t.Fatal(acc.err)
-	}
-	sc, r := acc.c, acc.r
-	if r.Remote != cc.LocalAddr() || r.Local != l.Addr() || !bytes.HasPrefix(r.PrivateData, []byte("hello")) ||
-		len(r.PrivateData) != mad.ConnectPrivateLen || r.QPN != cc.QP().QPN() || r.Transport != verbs.QPTypeRC {
-		t.Fatalf("request %+v (client %v qpn %d)", r, cc.LocalAddr(), cc.QP().QPN())
-	}
-	if !bytes.HasPrefix(cc.PrivateData(), []byte("welcome")) || cc.RemoteAddr() != l.Addr() {
-		t.Fatalf("client sees %q from %v", cc.PrivateData(), cc.RemoteAddr())
-	}
-	for _, c := range []*Conn{cc, sc} {
-		if c.QP().State() != verbs.QPStateRTS {
-			t.Fatalf("QP in %v", c.QP().State())
-		}
-	}
+	cc, sc := dialAccepted(ctx, t, cl, sv, l)
 	qa, qb := cl.a.Counters(), sv.a.Counters()
 	if qa.MADsSent != 2 || qb.MADsSent != 1 || qa.MADsDropped+qb.MADsDropped != 0 {
 		t.Fatalf("counters %+v %+v", qa, qb)
@@ -162,55 +127,10 @@ func TestDialAccept(t *testing.T) {
 
 	// A SEND from the server and an RDMA READ from it: the QPs are connected
 	// and READ depths were agreed.
-	buf := make([]byte, 64)
-	cmr, err := cl.pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
-	if err != nil {
-		t.Fatal(err)
-	}
-	copy(buf[32:], "client memory")
-	if err := cc.QP().PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{cmr.SGE(0, 32)}}); err != nil {
-		t.Fatal(err)
-	}
-	sbuf := make([]byte, 64)
-	smr, err := sv.pd.RegMR(sbuf, verbs.AccessLocalWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	copy(sbuf, "ping")
-	if err := sc.QP().PostSend(verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
-		SGL: []verbs.SGE{smr.SGE(0, 4)}}); err != nil {
-		t.Fatal(err)
-	}
-	poll(t, sv.cq)
-	if wc := poll(t, cl.cq); wc.ByteLen != 4 || string(buf[:4]) != "ping" {
-		t.Fatalf("received %+v %q", wc, buf[:4])
-	}
-	if err := sc.QP().PostSend(verbs.SendWR{ID: 3, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
-		SGL: []verbs.SGE{smr.SGE(16, 13)}, RemoteAddr: cmr.Addr() + 32, RKey: cmr.RKey()}); err != nil {
-		t.Fatal(err)
-	}
-	poll(t, sv.cq)
-	if string(sbuf[16:29]) != "client memory" {
-		t.Fatalf("READ gave %q", sbuf[16:29])
-	}
+	sendAndRead(t, cl, sv, cc, sc)
 
 	// The client disconnects; the server hears of it.
-	if err := cc.Disconnect(ctx, []byte("bye")); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-sc.Done():
-	case <-ctx.Done():
-		t.Fatal("server never saw the disconnect")
-	}
-	if !errors.Is(sc.Err(), ErrDisconnected) || !errors.Is(cc.Err(), ErrDisconnected) {
-		t.Fatal(sc.Err(), cc.Err())
-	}
-	if s := sc.QP().State(); s != verbs.QPStateErr {
-		t.Fatalf("server QP in %v after disconnect", s)
-	}
-	cc.Close()
-	sc.Close()
+	disconnect(ctx, t, cc, sc)
 	l.Close()
 }
 
@@ -444,5 +364,122 @@ func TestPendingErrWaitsForTheEvent(t *testing.T) {
 	}
 	if err := newConn(nil).pendingErr(ErrTimeout); !errors.Is(err, ErrTimeout) {
 		t.Fatalf("pendingErr with no event = %v, want the default", err)
+	}
+}
+
+// sendAndRead checks a connection's QPs: a SEND from the server's, then an RDMA READ
+// of the client's memory by the server. cl and sv may be one side (one CQ).
+func sendAndRead(t *testing.T, cl, sv *side, cc, sc *Conn) {
+	t.Helper()
+	buf := make([]byte, 64)
+	cmr, err := cl.pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(buf[32:], "client memory")
+	if err := cc.QP().PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{cmr.SGE(0, 32)}}); err != nil {
+		t.Fatal(err)
+	}
+	sbuf := make([]byte, 64)
+	smr, err := sv.pd.RegMR(sbuf, verbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(sbuf, "ping")
+	if err := sc.QP().PostSend(verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{smr.SGE(0, 4)}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc1, wc2 := poll(t, sv.cq), poll(t, cl.cq); string(buf[:4]) != "ping" ||
+		wc1.Opcode == verbs.WCRecv && wc1.ByteLen != 4 || wc2.Opcode == verbs.WCRecv && wc2.ByteLen != 4 {
+		t.Fatalf("received %+v %+v %q", wc1, wc2, buf[:4])
+	}
+	if err := sc.QP().PostSend(verbs.SendWR{ID: 3, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{smr.SGE(16, 13)}, RemoteAddr: cmr.Addr() + 32, RKey: cmr.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, sv.cq)
+	if string(sbuf[16:29]) != "client memory" {
+		t.Fatalf("READ gave %q", sbuf[16:29])
+	}
+}
+
+// kernelAccept accepts the next request of l in the background.
+func kernelAccept(ctx context.Context, l *Listener, p *Param) <-chan acceptResult {
+	ch := make(chan acceptResult, 1)
+	go func() {
+		r, err := l.Accept(ctx)
+		if err != nil {
+			ch <- acceptResult{err: err}
+			return
+		}
+		c, err := r.Accept(ctx, p)
+		ch <- acceptResult{c, r, err}
+	}()
+	return ch
+}
+
+type acceptResult struct {
+	c   *Conn
+	r   *Request
+	err error
+}
+
+// dialAccepted dials l from cl while sv accepts in the background, with the private data
+// checkHandshake expects, and checks the handshake.
+func dialAccepted(ctx context.Context, t *testing.T, cl, sv *side, l *Listener) (cc, sc *Conn) {
+	t.Helper()
+	ch := kernelAccept(ctx, l, sv.param([]byte("welcome")))
+	cc, err := cl.a.Dial(ctx, l.Addr(), cl.param([]byte("hello")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	acc := <-ch
+	if acc.err != nil {
+		t.Fatal(acc.err)
+	}
+	checkHandshake(t, l, acc.r, cc, acc.c)
+	return cc, acc.c
+}
+
+// checkHandshake checks what each side of a connection made by Dial("hello") and
+// Accept("welcome") knows of the other, and that both QPs are in RTS.
+func checkHandshake(t *testing.T, l *Listener, r *Request, cc, sc *Conn) {
+	t.Helper()
+	if r.Remote != cc.LocalAddr() || r.Local != l.Addr() || !bytes.HasPrefix(r.PrivateData, []byte("hello")) ||
+		len(r.PrivateData) != mad.ConnectPrivateLen || r.QPN != cc.QP().QPN() || r.Transport != verbs.QPTypeRC {
+		t.Fatalf("request %+v (client %v qpn %#x)", r, cc.LocalAddr(), cc.QP().QPN())
+	}
+	if !bytes.HasPrefix(cc.PrivateData(), []byte("welcome")) || len(cc.PrivateData()) != mad.REPPrivateLen ||
+		cc.RemoteAddr() != l.Addr() {
+		t.Fatalf("client sees %q from %v", cc.PrivateData(), cc.RemoteAddr())
+	}
+	for _, c := range []*Conn{cc, sc} {
+		if st := c.QP().State(); st != verbs.QPStateRTS {
+			t.Fatalf("QP in %v", st)
+		}
+	}
+}
+
+// disconnect disconnects the client's side, waits until the server hears of it, checks
+// that both ended with ErrDisconnected and their QPs are in ERR, and closes both.
+func disconnect(ctx context.Context, t *testing.T, cc, sc *Conn) {
+	t.Helper()
+	if err := cc.Disconnect(ctx, []byte("bye")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sc.Done():
+	case <-ctx.Done():
+		t.Fatal("server never saw the disconnect")
+	}
+	if !errors.Is(sc.Err(), ErrDisconnected) || !errors.Is(cc.Err(), ErrDisconnected) {
+		t.Fatal(sc.Err(), cc.Err())
+	}
+	for _, c := range []*Conn{cc, sc} {
+		if st := c.QP().State(); st != verbs.QPStateErr {
+			t.Fatalf("QP in %v after the disconnection", st)
+		}
+		c.Close()
 	}
 }

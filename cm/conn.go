@@ -29,6 +29,8 @@ type Conn struct {
 	privateData []byte
 	done        chan struct{}
 	err         error
+
+	kc *kconn // a kernel agent's connection: its rdma_cm id
 }
 
 func newConn(a *Agent) *Conn {
@@ -94,6 +96,10 @@ func (c *Conn) sendDREQ(privateData []byte) error {
 	if qp != nil {
 		qp.Modify(&verbs.QPAttr{State: verbs.QPStateErr}, verbs.QPAttrState)
 	}
+	if c.kc != nil {
+		c.kernelDisconnect()
+		return nil
+	}
 	err := c.a.do(func(now time.Time) error { return c.a.cm.Disconnect(now, c.ic, privateData) })
 	if err != nil {
 		// The peer's DREQ crossed ours, or the connection is gone: it has ended.
@@ -109,6 +115,9 @@ func (c *Conn) Close() error {
 	err := c.sendDREQ(nil)
 	c.finish(ErrDisconnected)
 	<-c.done // a finish under way elsewhere may still be moving the QP to ERR
+	if c.kc != nil {
+		c.a.k.release(c.a, c) // done once the finish elsewhere has destroyed the id
+	}
 	c.mu.Lock()
 	qp, own := c.qp, c.ownQP
 	c.ownQP = false
@@ -139,6 +148,9 @@ func (c *Conn) finish(why error) {
 	}
 	close(c.done)
 	c.a.track(c, false)
+	if c.kc != nil {
+		c.a.k.release(c.a, c)
+	}
 }
 
 // handle takes an event of the CM about this connection.

@@ -29,8 +29,11 @@ func (a *Agent) Dial(ctx context.Context, raddr netip.AddrPort, p *Param) (*Conn
 	}
 	c := newConn(a)
 	c.qp, c.ownQP = qp, own
-	c.local = netip.AddrPortFrom(a.addr, ephemeralPort())
 	c.remote = raddr
+	if a.k != nil {
+		return a.kernelDial(ctx, c, p)
+	}
+	c.local = netip.AddrPortFrom(a.addr, ephemeralPort())
 	if err := toInit(qp); err != nil {
 		return nil, c.abandon(err)
 	}

@@ -63,4 +63,13 @@
 // The protocol itself (state machine, retransmission, duplicates, stale
 // connections, timewait) is cm/internal/ibcm, free of goroutines and
 // clocks; the message formats are cm/mad.
+//
+// # Kernel RDMA devices
+//
+// In builds with the ibverbs tag, the agent of a kernel device (rxe0, an RNIC,
+// opened through the ibverbs provider) is a client of the kernel's rdma_cm through
+// the system's librdmacm, with the same API: one event channel per agent waited on
+// in the netpoller, the program's QPs user-managed and moved with
+// rdma_init_qp_attr's attributes (kernel.go). DeviceFor finds such a device by
+// address. What differs is in docs/guide/cm-kernel.md.
 package cm

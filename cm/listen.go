@@ -29,6 +29,7 @@ type Listener struct {
 	reqs   chan *Request
 	closed chan struct{}
 	once   sync.Once
+	ktok   uint64 // a kernel agent's: the listening rdma_cm id
 }
 
 // Listen starts taking REQs for port (0 picks a free one). At most
@@ -39,6 +40,9 @@ func (a *Agent) Listen(port uint16, backlog int) (*Listener, error) {
 }
 
 func (a *Agent) listen(space mad.PortSpace, port uint16, backlog int) (*Listener, error) {
+	if a.k != nil {
+		return a.kernelListen(space, port, backlog)
+	}
 	if backlog <= 0 {
 		backlog = DefaultBacklog
 	}
@@ -84,11 +88,15 @@ func (l *Listener) Accept(ctx context.Context) (*Request, error) {
 func (l *Listener) Close() error {
 	l.once.Do(func() {
 		a := l.a
-		a.mu.Lock()
-		sid := mad.ServiceID(l.space, l.port)
-		delete(a.listeners, sid)
-		a.cm.Unlisten(sid)
-		a.mu.Unlock()
+		if a.k != nil {
+			l.kernelClose()
+		} else {
+			a.mu.Lock()
+			sid := mad.ServiceID(l.space, l.port)
+			delete(a.listeners, sid)
+			a.cm.Unlisten(sid)
+			a.mu.Unlock()
+		}
 		close(l.closed)
 		for {
 			select {
@@ -180,6 +188,9 @@ func (r *Request) Accept(ctx context.Context, p *Param) (*Conn, error) {
 	if !r.answered.CompareAndSwap(false, true) {
 		return nil, ErrAnswered
 	}
+	if r.c.kc != nil {
+		return r.kernelAccept(ctx, p)
+	}
 	c, a := r.c, r.c.a
 	f := &c.ic.REQ
 	qp, own, err := p.qp(a)
@@ -239,6 +250,9 @@ func (r *Request) Reject(privateData []byte) error {
 	}
 	if !r.answered.CompareAndSwap(false, true) {
 		return ErrAnswered
+	}
+	if r.c.kc != nil {
+		return r.kernelReject(privateData)
 	}
 	c, a := r.c, r.c.a
 	err := a.do(func(now time.Time) error {

@@ -68,6 +68,9 @@ func (a *Agent) JoinMulticast(group netip.Addr, p *JoinParam) (*Multicast, error
 	if closed {
 		return nil, ErrClosed
 	}
+	if a.k != nil {
+		return a.kernelJoinMulticast(group, p)
+	}
 	// The MGID as cma_iboe_set_mgid makes it: IPv4-mapped for IPv4.
 	m := &Multicast{Group: group, MGID: verbs.GIDFromAddr(group), QPN: McastQPN, QKey: UDPQKey, HopLimit: hopLimit}
 	m.leave = sync.OnceValue(m.leaveOnce)

@@ -25,7 +25,9 @@ func SourceAddr(dst netip.Addr) (netip.Addr, error) {
 
 // DeviceFor returns the configured software device (verbs.Devices, as
 // GOVERBS_DEVICES lists them) bound to addr, with ok false when none is; a program
-// then opens one on addr with verbs.OpenSoft.
+// then opens one on addr with verbs.OpenSoft. In builds with the ibverbs tag, when no
+// software device has addr, it returns the kernel RDMA device (rxe0, mlx5_0) that the
+// kernel's rdma_cm binds addr to, as rdma_bind_addr does.
 func DeviceFor(addr netip.Addr) (info verbs.DeviceInfo, ok bool) {
 	list, err := verbs.Devices()
 	if err != nil {
@@ -36,5 +38,5 @@ func DeviceFor(addr netip.Addr) (info verbs.DeviceInfo, ok bool) {
 			return d, true
 		}
 	}
-	return verbs.DeviceInfo{}, false
+	return kernelDeviceFor(addr)
 }

@@ -34,7 +34,14 @@ func (p gsiPort) Close() error                                      { return p.g
 // (goverbs ibping's responder) can share QP1. A device has at most one
 // agent at a time; the device must stay open while the agent is. cfg may
 // be nil.
+//
+// On a kernel RDMA device (the ibverbs provider's, in builds with the ibverbs
+// tag) the agent is a client of the kernel's rdma_cm through librdmacm instead:
+// see kernel.go and docs/guide/cm-kernel.md.
 func NewAgent(dev *verbs.Device, cfg *Config) (*Agent, error) {
+	if a, ok, err := newKernel(dev, cfg); ok {
+		return a, err
+	}
 	g, err := dev.OpenGSIClass(mad.ClassCM, mad.ClassVersionCM)
 	if errors.Is(err, verbs.ErrNoGSI) {
 		return nil, fmt.Errorf("%w: %v", ErrNoGSI, dev.Name())

@@ -80,6 +80,9 @@ func ReadyUD(qp *verbs.QP) error {
 // its PD, or in p.PD. p.PrivateData (at most 180 bytes: rdma_cm's header takes 36 of
 // the SIDR_REQ's 216) goes to the server.
 func (a *Agent) ResolveUD(ctx context.Context, raddr netip.AddrPort, p *Param) (*UDDest, error) {
+	if a.k != nil {
+		return a.kernelResolveUD(ctx, raddr, p)
+	}
 	if len(p.PrivateData) > mad.UDPrivateLen {
 		return nil, ErrPrivateDataTooLong
 	}
@@ -154,6 +157,9 @@ func (r *Request) AcceptUD(p *Param) error {
 	if !r.answered.CompareAndSwap(false, true) {
 		return ErrAnswered
 	}
+	if r.c.kc != nil {
+		return r.kernelAcceptUD(p)
+	}
 	c, a := r.c, r.c.a
 	defer a.track(c, false)
 	if err := ReadyUD(p.QP); err != nil {
@@ -174,6 +180,9 @@ func (r *Request) rejectUD(privateData []byte) error {
 	}
 	if !r.answered.CompareAndSwap(false, true) {
 		return ErrAnswered
+	}
+	if r.c.kc != nil {
+		return r.kernelRejectUD(privateData)
 	}
 	defer r.c.a.track(r.c, false)
 	return r.replyUD(mad.SIDRRejected, privateData)

@@ -37,3 +37,9 @@ func SameHostScribble(c Conn, a netip.AddrPort, garbage func(mem []byte)) bool {
 	garbage(ringMem(p.region.Bytes(), s.ring, i))
 	return true
 }
+
+// SameHostSockName is the file name of the rendezvous socket a device on a serves, in the
+// calling thread's network namespace.
+func SameHostSockName(a netip.AddrPort) string {
+	return "shm-" + netnsTag() + "-" + netip.AddrPortFrom(a.Addr().Unmap(), a.Port()).String() + ".sock"
+}

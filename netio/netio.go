@@ -135,6 +135,28 @@ func (m *Message) data() []byte {
 	return b
 }
 
+// CopyData copies bytes [off, off+len(dst)) of m's data (Buf, or the Iov slices one
+// after another) into dst: a backend that copies datagrams into memory of its own (a
+// frame, a ring) takes a run's segment at a time this way, gathering without an
+// intermediate slice.
+func (m *Message) CopyData(dst []byte, off int) {
+	if m.Iov == nil {
+		copy(dst, m.Buf[off:])
+		return
+	}
+	for _, v := range m.Iov {
+		if len(dst) == 0 {
+			return
+		}
+		if off >= len(v) {
+			off -= len(v)
+			continue
+		}
+		k := copy(dst, v[off:])
+		dst, off = dst[k:], 0
+	}
+}
+
 // Segments calls f for every datagram in m: Buf[:N] itself when SegSize is 0
 // (or N <= SegSize), otherwise each SegSize-long piece of it. It stops early
 // if f returns false. A message that gathers (Iov) is copied into one new
@@ -368,6 +390,17 @@ type Unwatcher interface {
 
 // AsUnwatcher returns c as an Unwatcher if it has a watch to stop, looking through Tees.
 func AsUnwatcher(c Conn) (Unwatcher, bool) { return asThroughTee[Unwatcher](c) }
+
+// Counting is implemented by Conns with counters of their own (a backend's mode, its
+// drops, its system calls): a device lists them after its own (--stats, goverbs stat),
+// so that a run says which path its datagrams took. Names are lower_snake_case with the
+// backend's prefix.
+type Counting interface {
+	EachCounter(f func(name string, value uint64))
+}
+
+// AsCounting returns c as a Counting if it has counters of its own, looking through Tees.
+func AsCounting(c Conn) (Counting, bool) { return asThroughTee[Counting](c) }
 
 // Multicaster is implemented by Conns that can receive IP multicast (the UDP backend on
 // Linux, and a Tee over one). RoCEv2 carries a multicast GID's traffic as IP multicast

@@ -16,9 +16,10 @@ type SameHostOptions struct {
 	RingSize int
 }
 
-// DefaultRingSize is a same-host ring's size per direction: room for several 64 KiB
-// messages' packets in flight, so that a stream's window never waits on the ring.
-const DefaultRingSize = 2 << 20
+// DefaultRingSize is a same-host ring's size per direction: room for the windows of many
+// QPs' streams at once (a full ring drops, as a full socket buffer does, and RC then
+// retransmits), of the order of the UDP backend's receive buffer.
+const DefaultRingSize = 4 << 20
 
 // SameHostStats says what a same-host Conn's shortcut carries.
 type SameHostStats struct {

@@ -162,8 +162,10 @@ func TestSameHostPeerGone(t *testing.T) {
 	baddr := b.LocalAddr()
 	b.Close()
 	waitPeers(t, a, 0)
-	// A new device on the same address is reached by UDP, then by a new rendezvous
-	// (after the retry delay).
+	// A new device on the same address is reached: by UDP until the retry delay after
+	// the teardown has passed, then by a new rendezvous. The old pair's drain takes
+	// about as long as that delay, so which of the two carries these datagrams depends
+	// on the scheduler; that every one arrives does not.
 	u, err := netio.ListenUDP(baddr, netio.UDPOptions{})
 	if err != nil {
 		t.Skipf("address taken meanwhile: %v", err)
@@ -173,9 +175,7 @@ func TestSameHostPeerGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b2.Close()
-	if s := exchange(t, a, b2, 5); s.RxPackets != 0 {
-		t.Fatalf("%d datagrams through a ring that should be gone", s.RxPackets)
-	}
+	exchange(t, a, b2, 5)
 }
 
 // TestSameHostRefused: a rendezvous socket that refuses (here a fake one) leaves the
@@ -187,7 +187,7 @@ func TestSameHostRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	l, err := shm.Listen(filepath.Join(dir, "shm-"+b.LocalAddr().String()+".sock"))
+	l, err := shm.Listen(filepath.Join(dir, netio.SameHostSockName(b.LocalAddr())))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,4 +300,23 @@ func TestSameHostAllocsNothing(t *testing.T) {
 			t.Errorf("busy-poll %v: %.1f allocations per write and read", busy, allocs)
 		}
 	}
+}
+
+// TestSameHostInterrupt: a default-mode same-host Conn is an Interrupter whose Interrupt
+// ends a ReadBatch parked on its rings and socket (netiotest.TestInterrupt), with a
+// datagram through a ring after it; and a plain remote one, by UDP, with no ring at all.
+func TestSameHostInterrupt(t *testing.T) {
+	send := func(from, to netio.Conn) func(string) {
+		return func(s string) {
+			from.WriteBatch([]netio.Message{{Buf: []byte(s), N: len(s), Addr: to.LocalAddr()}})
+		}
+	}
+	a, b := sameHostPair("127.0.0.2:0", "127.0.0.3:0", netio.UDPOptions{}, nil)(t)
+	netiotest.TestInterrupt(t, b, send(a, b))
+	if s, _ := netio.SameHostStatsOf(b); s.RxPackets != 1 {
+		t.Errorf("b read %d datagrams from its ring, want 1", s.RxPackets)
+	}
+	c := sameHost(t, "127.0.0.4:0", rendezvousDir(t), netio.UDPOptions{})
+	u := listenUDP(t, "127.0.0.5:0", netio.UDPOptions{})
+	netiotest.TestInterrupt(t, c, send(u, c))
 }

@@ -293,16 +293,13 @@ func (c *udpConn) finishRecv(n int) {
 		m.N = int(h.Len)
 		m.SegSize = 0
 		m.Addr = sockaddrToAddrPort(&r.names[j], !c.v6)
-		if c.ecn {
-			m.ECN = ECNNotECT
-		}
+		ecn := ECNNotECT // what a datagram without a TOS or traffic class message reports
 		if h.Hdr.Controllen > 0 {
-			var ecn ECN
 			m.SegSize, ecn = parseRecvCmsgs(r.oob[j][:h.Hdr.Controllen])
-			if c.ecn {
-				m.ECN = ecn
-			}
 			traceDatagram(r.oob[j][:h.Hdr.Controllen], m.N)
+		}
+		if c.ecn {
+			m.ECN = ecn
 		}
 		if m.N > len(m.Buf) {
 			m.N = len(m.Buf)

@@ -2,6 +2,7 @@ package rdmanet
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -36,13 +37,14 @@ const (
 	probeInterval = time.Second
 )
 
-// signalEvery is how many data WRITEs go per signaled one, as rsockets signals only
-// some sends: each completion costs the completion goroutine a wake-up, and in a
-// request/response stream it is a wake-up per message on each side. A WRITE is also
-// signaled once a quarter of the peer's ring has gone unsignaled, because the writer
-// reuses staging space only as completions retire it (signaling only every 16th
-// 64 KiB WRITE of a 1 MiB ring drained the whole ring before each completion), and
-// whenever it leaves the writer no room for the next (the writer will wait for its
+// signalEvery is how many data WRITEs go per signaled one (rsockets signals every
+// send; signaling is each side's own business, invisible on the wire): each
+// completion costs the completion goroutine a wake-up, and in a request/response
+// stream it is a wake-up per message on each side. A WRITE is also signaled once a
+// quarter of the staging buffer has gone unsignaled, because the writer reuses
+// staging space only as completions retire it (signaling only every 16th 64 KiB
+// WRITE of a 1 MiB buffer drained all of it before each completion), and whenever
+// it leaves the writer no room for the next (the writer will wait for its
 // completion), so a writer never waits for a completion that was not asked for.
 const signalEvery = 16
 
@@ -61,7 +63,8 @@ var (
 // CloseWrite as *net.TCPConn does.
 type Conn struct {
 	ep           *endpoint
-	peer         setup
+	peer         connData
+	order        binary.ByteOrder // the peer's, for what this side writes into its target SGL
 	laddr, raddr *Addr
 	// disconnect runs when the last message is acknowledged, before the endpoint is
 	// released (the CM's DREQ); release after it (the shared device's reference).
@@ -71,38 +74,52 @@ type Conn struct {
 	rdl, wdl deadline
 
 	mu sync.Mutex
-	// Receiving: the ring holds rxAvail unread bytes from position rxHead on.
-	rxHead    uint64
-	rxAvail   int
-	owedBytes int  // read but not yet credited to the peer
-	owedMsgs  int  // data messages received (their receives reposted), not yet credited
-	eof       bool // the peer sent FIN or CLOSE: after rxAvail, nothing more comes
-	// Sending: cumulative bytes posted, completed (ACKed) and credited (read by the
-	// peer); a staging position may be reused once both have passed it.
-	sent, completed, credited uint64
-	msgs                      int // data messages in flight and not yet credited
-	ctrls                     int // control messages in flight
-	posted, retired           int // every send posted and completed
-	unacked                   int // data WRITEs posted and not completed
-	quietMsgs, quietBytes     int // data WRITEs posted unsignaled since the last signaled send
-	finSent                   bool
-	peerClosed                bool
-	err                       error // the QP failed or the peer broke the protocol
-	closed                    bool
+	// Receiving: the ring holds rxAvail unread bytes from stream position rxHead on
+	// (ring offset rxHead mod its size); rxGranted is the stream position up to which
+	// the peer was given buffers. rxSeq counts data messages received (16 bits, as
+	// rsockets' sequence numbers), rxComp is the sequence up to which the peer may
+	// send, and the next credit update is due when rxSeq reaches rxDue.
+	rxHead, rxGranted uint64
+	rxAvail           int
+	rxSeq, rxComp     uint16
+	rxDue             uint16
+	remoteSGE         int  // the entry of the peer's target SGL the next update goes to
+	eof               bool // the peer sent SHUTDOWN or DISCONNECT: after rxAvail, nothing more comes
+	// Sending: stage bytes posted and completed (cumulative; a stage position is free
+	// again once completed has passed it); the buffers the peer gave (target, the
+	// current one tgt); txSeq data messages sent and txComp the peer's credit.
+	sent, completed       uint64
+	target                [sglEntries]sge
+	tgt                   int
+	tsglNext              int // the entry of the target SGL the peer's next update writes
+	txSeq, txComp         uint16
+	ctrls                 int // control messages in flight
+	ctrlSeq               int // control messages sent: picks their SGE slot
+	posted, retired       int // every send posted and completed
+	unacked               int // data WRITEs posted and not completed
+	quietMsgs, quietBytes int // data WRITEs posted unsignaled since the last signaled send
+	finSent               bool
+	peerClosed            bool
+	err                   error // the QP failed or the peer broke the protocol
+	closed                bool
 
 	rxReady, txReady chan struct{} // wake the reader, the writer (capacity 1)
 	// The CQ's pollers (poll.go): pollMu is held by whoever polls and handles
-	// completions, and wcs is theirs; readSpin counts Reads polling it, while which the
-	// completion loop parks until pollKick.
+	// completions, and wcs is theirs; spinners counts Reads and Writes polling it
+	// (spinFor), while which the completion loop parks until pollKick; rxSpin and
+	// txSpin are whether the reader's and the writer's spins pay (under rmu, wmu).
 	pollMu     sync.Mutex
 	wcs        []verbs.WC
-	readSpin   atomic.Int32
+	spinners   atomic.Int32
+	rxSpin     spinPolicy
+	txSpin     spinPolicy
 	blocked    atomic.Int32 // goroutines blocked on what completions bring (block)
 	probeWaits atomic.Int32 // Write waits that lasted probeInterval (waitWritable)
 	pollKick   chan struct{}
 	probeTimer *time.Timer   // the waiting writer's (stopped when it does not wait)
 	drained    chan struct{} // after Close: every send completed or failed
 	flushed    chan struct{} // closed when the linger ends (every send completed, or lingerT)
+	qpGone     chan struct{} // closed when the QP is destroyed, after flushed
 	done       chan struct{} // closed by Close
 	stopPoll   context.CancelFunc
 	pollDone   chan struct{}
@@ -111,16 +128,30 @@ type Conn struct {
 
 // newConn starts the stream over an endpoint whose QP is in RTS, towards a peer that
 // advertised peer.
-func newConn(ep *endpoint, peer setup, laddr, raddr *Addr, disconnect, release func()) *Conn {
-	c := &Conn{ep: ep, peer: peer, laddr: laddr, raddr: raddr, disconnect: disconnect, release: release,
+func newConn(ep *endpoint, peer connData, laddr, raddr *Addr, disconnect, release func()) *Conn {
+	c := &Conn{ep: ep, peer: peer, order: peer.order(), laddr: laddr, raddr: raddr,
+		disconnect: disconnect, release: release,
 		rdl: newDeadline(), wdl: newDeadline(),
 		rxReady: make(chan struct{}, 1), txReady: make(chan struct{}, 1),
 		pollKick: make(chan struct{}, 1), wcs: make([]verbs.WC, 64),
-		drained: make(chan struct{}, 1), flushed: make(chan struct{}), done: make(chan struct{}),
+		drained: make(chan struct{}, 1), flushed: make(chan struct{}), qpGone: make(chan struct{}), done: make(chan struct{}),
 		pollDone: make(chan struct{}), tornDown: make(chan struct{}), probeTimer: time.NewTimer(probeInterval)}
 	c.probeTimer.Stop()
+	// As rsockets starts: the peer's data buffer is the first target and its
+	// credits the first window; the first half of this side's ring went in the
+	// connection data, the second follows as the first SGL update (remoteSGE 1).
+	c.target[0] = peer.dataBuf
+	c.txComp = peer.credits
+	c.rxGranted = uint64(len(ep.ring.Buf()) / 2)
+	c.rxComp = uint16(ep.credits)
+	c.rxDue = uint16(ep.credits / 2)
+	c.remoteSGE = 1 % int(peer.targetSGL.length)
+	c.tsglNext = 1 % sglEntries
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stopPoll = cancel
+	c.mu.Lock()
+	c.giveCredit()
+	c.mu.Unlock()
 	go c.poll(ctx)
 	return c
 }
@@ -144,15 +175,7 @@ func (c *Conn) opErr(op string, err error) error {
 func (c *Conn) Read(b []byte) (int, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
-	// The reader polls the CQ itself for a while before it parks (spinner), and the
-	// completion loop stays out of the way meanwhile (poll): in a request/response the
-	// answer then reaches the goroutine that wants it with no hand-off. A reader parked
-	// on rxReady is a goroutine the completion loop must wake, and on a 2-core machine
-	// that wake-up (wakep: a thread woken for the idle P) was most of what a 64 B
-	// request/response cost over Go TCP's (bench/rstream.sh).
-	var spin spinner
-	c.readSpin.Add(1)
-	spinning := true
+	spun := false
 	for {
 		c.mu.Lock()
 		ready, err := c.readable()
@@ -162,28 +185,35 @@ func (c *Conn) Read(b []byte) (int, error) {
 				n = c.copyOut(b)
 			}
 			c.mu.Unlock()
-			if spinning {
-				c.readSpin.Add(-1)
-				if err != nil {
-					c.kick() // this reader may not come back: the loop takes over
-				}
-			}
 			return n, c.opErr("read", err)
 		}
 		c.mu.Unlock()
-		if spinning {
-			if c.pollMu.TryLock() {
-				c.pollCQ()
-				c.pollMu.Unlock()
-			}
-			if spin.more() {
+		// The reader polls the CQ itself for a while before it parks, if its spins
+		// have been paying off (spin.go): in a request/response the answer then
+		// reaches the goroutine that wants it with no hand-off.
+		if !spun {
+			spun = true
+			if c.spinFor(&c.rxSpin, c.readReady) {
 				continue
 			}
-			spinning = false
-			c.readSpin.Add(-1)
 		}
 		c.waitReadable()
 	}
+}
+
+// readReady says whether a Read would return now.
+func (c *Conn) readReady() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ready, err := c.readable()
+	return ready || err != nil
+}
+
+// writeReady says whether a Write could go on now.
+func (c *Conn) writeReady() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.writeErr() != nil || c.txSpace(1) > 0
 }
 
 // readable says whether there are bytes to read, or else why there will be none
@@ -216,8 +246,8 @@ func (c *Conn) waitReadable() {
 	}
 }
 
-// copyOut copies unread bytes from the ring into b and credits them to the peer
-// once enough are owed. c.mu is held.
+// copyOut copies unread bytes from the ring into b and gives the peer the half of
+// the ring they free, once a half is free. c.mu is held.
 func (c *Conn) copyOut(b []byte) int {
 	n := 0
 	for n < len(b) && c.rxAvail > 0 {
@@ -242,38 +272,6 @@ func (c *Conn) unread() []byte {
 func (c *Conn) consumed(n int) {
 	c.rxHead += uint64(n)
 	c.rxAvail -= n
-	c.owedBytes += n
-}
-
-// giveCredit tells the peer what it may send again when enough is owed that the
-// peer could be waiting for it: a quarter of the ring, or of the message credits.
-// c.mu is held.
-func (c *Conn) giveCredit() {
-	if c.owedBytes < len(c.ep.ring.Buf())/4 && c.owedMsgs < c.ep.credits/4 {
-		return
-	}
-	// Two control slots stay free, for FIN and CLOSE; the credit goes when a slot
-	// frees (the poller calls again).
-	if c.err != nil || c.closed || c.peerClosed || c.ctrls >= ctrlSlots-2 {
-		return
-	}
-	if c.postCtrl(creditImm(c.owedMsgs, c.owedBytes)) == nil {
-		c.owedBytes, c.owedMsgs = 0, 0
-	}
-}
-
-// postCtrl sends a control message: a zero-length SEND WITH IMMEDIATE. c.mu is held.
-func (c *Conn) postCtrl(imm uint32) error {
-	err := c.ep.qp.PostSend(verbs.SendWR{ID: sendID(wrCtrl, c.quietMsgs, c.quietBytes),
-		Opcode: verbs.WRSendWithImm, Flags: verbs.SendSignaled, Imm: imm})
-	if err != nil {
-		c.fail(err)
-		return err
-	}
-	c.quietMsgs, c.quietBytes = 0, 0 // this completion retires them
-	c.ctrls++
-	c.posted++
-	return nil
 }
 
 // fail records the connection's first error and wakes every waiter. c.mu is held.
@@ -342,6 +340,9 @@ func (c *Conn) writeErr() error {
 // Close, or probeInterval: a peer that is gone sends no credit, and once everything
 // sent to it is acknowledged no retry can run out, so a wait that long probes it.
 func (c *Conn) waitWritable() {
+	if c.spinFor(&c.txSpin, c.writeReady) {
+		return
+	}
 	c.block() // credits and completions come through the completion loop
 	defer c.blocked.Add(-1)
 	c.probeTimer.Reset(probeInterval)
@@ -354,87 +355,6 @@ func (c *Conn) waitWritable() {
 		c.probeWaits.Add(1)
 		c.probe()
 	}
-}
-
-// probe sends a zero-length RDMA WRITE, which the peer's transport acknowledges
-// without its application (it consumes no receive and checks no key, IBTA
-// 9.7.4.1.5): from a peer that is gone no ACK comes, the retries run out and the
-// connection fails, as TCP's zero-window probes end a connection whose peer went
-// silent. rsockets' keepalive probes the same way. While something else awaits its
-// ACK, that serves as the probe.
-func (c *Conn) probe() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.err != nil || c.closed || c.peerClosed || c.posted-c.quietMsgs != c.retired {
-		return
-	}
-	// Signaled, it retires the unsignaled WRITEs before it, as a control message does.
-	err := c.ep.qp.PostSend(verbs.SendWR{ID: sendID(wrProbe, c.quietMsgs, c.quietBytes),
-		Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
-		RemoteAddr: c.peer.ringAddr, RKey: c.peer.ringRKey})
-	if err != nil {
-		c.fail(err)
-		return
-	}
-	c.quietMsgs, c.quietBytes = 0, 0
-	c.posted++
-}
-
-// txSpace is how many of want bytes may be written now: no more than the peer has
-// room for, in one contiguous piece of its ring, within the message credits. c.mu is
-// held.
-func (c *Conn) txSpace(want int) int {
-	// The send queue too: a credit can overtake the ACK of the WRITE it credits
-	// (the peer's responder coalesces ACKs; its completion goroutine sends credits),
-	// so WRITEs read at the peer may still hold send queue slots here.
-	if c.msgs >= int(c.peer.credits) || c.unacked >= sendDepth-ctrlSlots {
-		return 0
-	}
-	size := uint64(c.peer.ringSize)
-	free := size - (c.sent - min(c.completed, c.credited))
-	return int(min(uint64(want), free, size-c.sent%size, maxChunk))
-}
-
-// postData copies p to the staging buffer at the stream position, which mirrors the
-// peer's ring, and WRITEs it there with the length in the immediate. c.mu is held.
-func (c *Conn) postData(p []byte) error {
-	copy(c.ep.stage.Buf()[c.stageOff():], p)
-	return c.postStaged(len(p))
-}
-
-// stageOff is the stream position in the staging buffer (and the peer's ring).
-// c.mu is held.
-func (c *Conn) stageOff() int { return int(c.sent % uint64(c.peer.ringSize)) }
-
-// postStaged WRITEs the next n staged bytes to the same place in the peer's ring,
-// with the length in the immediate, signaled as signalEvery says. c.mu is held.
-func (c *Conn) postStaged(n int) error {
-	off := c.stageOff()
-	wr := verbs.SendWR{ID: wrData, Opcode: verbs.WRRDMAWriteWithImm,
-		SGL: []verbs.SGE{c.ep.stage.SGE(off, n)}, Imm: dataImm(n),
-		RemoteAddr: c.peer.ringAddr + uint64(off), RKey: c.peer.ringRKey}
-	c.sent += uint64(n)
-	c.msgs++
-	c.unacked++
-	c.quietMsgs++
-	c.quietBytes += n
-	if c.quietMsgs >= signalEvery || c.quietBytes >= int(c.peer.ringSize)/4 || c.txSpace(1) == 0 {
-		wr.ID, wr.Flags = sendID(wrData, c.quietMsgs, c.quietBytes), verbs.SendSignaled
-	}
-	if err := c.ep.qp.PostSend(wr); err != nil {
-		c.sent -= uint64(n)
-		c.msgs--
-		c.unacked--
-		c.quietMsgs--
-		c.quietBytes -= n
-		c.fail(err)
-		return err
-	}
-	if wr.Flags != 0 {
-		c.quietMsgs, c.quietBytes = 0, 0
-	}
-	c.posted++
-	return nil
 }
 
 // CloseWrite shuts down the sending side: the peer reads what was written, then
@@ -455,7 +375,8 @@ func (c *Conn) CloseWrite() error {
 	if c.peerClosed {
 		return nil
 	}
-	return c.opErr("close", c.postCtrl(ctrlImm(opFin)))
+	// rsockets' shutdown(SHUT_WR): a SHUTDOWN control message after the data.
+	return c.opErr("close", c.postCtrl(msgImm(opCtrl, ctrlShutdown)))
 }
 
 // Close closes the connection: blocked calls return net.ErrClosed at once, the peer
@@ -472,7 +393,8 @@ func (c *Conn) Close() error {
 	c.closed = true
 	close(c.done)
 	if c.err == nil && !c.peerClosed {
-		c.postCtrl(ctrlImm(opClose))
+		// rsockets' rclose: shutdown(SHUT_RDWR), a DISCONNECT after the data.
+		c.postCtrl(msgImm(opCtrl, ctrlDisconnect))
 	}
 	c.mu.Unlock()
 	c.kick() // the acknowledgements Close waits for come through the completion loop
@@ -484,7 +406,7 @@ func (c *Conn) Close() error {
 	t := time.NewTimer(closeWait)
 	defer t.Stop()
 	select {
-	case <-c.flushed:
+	case <-c.qpGone:
 	case <-t.C:
 	}
 	return nil
@@ -507,6 +429,13 @@ linger:
 	close(c.flushed)
 	c.stopPoll()
 	<-c.pollDone
+	// The QP goes first, as rsockets' rclose destroys it before its rdma_cm id: the
+	// device then sends whatever ACK it still owes the peer (a software device defers
+	// ACKs to batch them), and Close, which waits for this, may be followed by exit.
+	// A peer's last message (its DISCONNECT) left unacknowledged would have it
+	// retransmitting to nobody, and rsockets' rclose waits for that ACK.
+	c.ep.closeQP()
+	close(c.qpGone)
 	if c.disconnect != nil {
 		c.disconnect()
 	}

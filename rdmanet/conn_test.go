@@ -2,6 +2,7 @@ package rdmanet
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
 	"math/rand/v2"
@@ -70,11 +71,11 @@ func TestSlowReaderGetsEverythingWithoutRNR(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a.mu.Lock()
-		inFlight := a.sent - a.credited
-		a.mu.Unlock()
-		if inFlight > ringSize {
-			t.Fatalf("%d bytes unread at the peer, more than the ring's %d", inFlight, ringSize)
+		b.mu.Lock()
+		given := b.rxGranted - b.rxHead
+		b.mu.Unlock()
+		if given > ringSize {
+			t.Fatalf("%d bytes given to the writer and not read, more than the ring's %d", given, ringSize)
 		}
 	}
 	if err := <-errc; err != nil {
@@ -154,6 +155,15 @@ func TestWriteDeadlineReportsPartialWrite(t *testing.T) {
 // Closing releases everything: the completion goroutine ends and the QP is gone.
 func TestCloseLeavesNoGoroutine(t *testing.T) {
 	da, db := testDevices(t)
+	// A first connection before counting: two devices of one host that have talked keep
+	// a goroutine each for their same-host pair's lifeline (netio.ListenSameHost) as long
+	// as both are open, which is the devices' state, not the connections'.
+	if a, b, err := testPair(t, da, db); err == nil {
+		a.Close()
+		b.Close()
+		<-a.tornDown
+		<-b.tornDown
+	}
 	before := runtime.NumGoroutine()
 	for range 5 {
 		a, b, err := testPair(t, da, db)
@@ -177,10 +187,13 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 	}
 }
 
-func TestParseSetupRejectsBadInput(t *testing.T) {
-	good := setup{credits: msgCredits, ringSize: ringSize, ringAddr: 0x1000, ringRKey: 7}.marshal(nil)
-	if s, err := parseSetup(append(good, 0, 0, 0)); err != nil || s.ringAddr != 0x1000 || s.ringRKey != 7 {
-		t.Fatalf("parseSetup(good + padding) = %+v, %v", s, err)
+func TestParseConnDataRejectsBadInput(t *testing.T) {
+	want := connData{flags: connFlagNet, credits: msgCredits,
+		targetSGL: sge{addr: 0x2000, key: 9, length: sglEntries},
+		dataBuf:   sge{addr: 0x1000, key: 7, length: ringSize / 2}}
+	good := want.marshal(nil)
+	if d, err := parseConnData(append(good, 0, 0, 0)); err != nil || d != want {
+		t.Fatalf("parseConnData(good + padding) = %+v, %v", d, err)
 	}
 	mod := func(f func(b []byte)) []byte {
 		b := bytes.Clone(good)
@@ -188,31 +201,59 @@ func TestParseSetupRejectsBadInput(t *testing.T) {
 		return b
 	}
 	for name, b := range map[string][]byte{
-		"short":        good[:setupLen-1],
-		"empty":        nil,
-		"version":      mod(func(b []byte) { b[0] = 2 }),
-		"no credits":   mod(func(b []byte) { b[2], b[3] = 0, 0 }),
-		"many credits": mod(func(b []byte) { b[2] = 0xff }),
-		"no ring":      mod(func(b []byte) { b[4], b[5], b[6], b[7] = 0, 0, 0, 0 }),
-		"huge ring":    mod(func(b []byte) { b[4] = 0x10 }),
+		"short":         good[:connLen-1],
+		"empty":         nil,
+		"version 0":     mod(func(b []byte) { b[0] = 0 }),
+		"version 2":     mod(func(b []byte) { b[0] = 2 }),
+		"no credits":    mod(func(b []byte) { b[2], b[3] = 0, 0 }),
+		"65535 credits": mod(func(b []byte) { b[2], b[3] = 0xff, 0xff }),
+		"empty SGL":     mod(func(b []byte) { clear(b[20:24]) }),
+		"huge SGL":      mod(func(b []byte) { b[20] = 1 }),
+		"SGL wraps":     mod(func(b []byte) { copy(b[8:], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xf0}) }),
+		"no buffer":     mod(func(b []byte) { clear(b[36:40]) }),
+		"buffer wraps":  mod(func(b []byte) { copy(b[24:], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xf0}) }),
 	} {
-		if _, err := parseSetup(b); !errors.Is(err, errSetup) {
-			t.Errorf("%s: parseSetup = %v, want errSetup", name, err)
+		if _, err := parseConnData(b); !errors.Is(err, errConnData) {
+			t.Errorf("%s: parseConnData = %v, want errConnData", name, err)
 		}
 	}
 }
 
+// rs_conn_data laid out as rsockets' rs_format_conn_data writes it on a little-endian
+// host with its defaults: version 1, flags IOMAP, 384 credits, no iomap, a 2-entry
+// target SGL, 64 KiB (half of 128 KiB) of data buffer, every field big-endian.
+func TestParseConnDataFromRsockets(t *testing.T) {
+	b := []byte{1, connFlagIOMap, 0x01, 0x80, 0, 0, 0, 0,
+		0x00, 0x00, 0x55, 0x55, 0x66, 0x77, 0x80, 0x00, 0x00, 0x00, 0x01, 0x23, 0x00, 0x00, 0x00, 0x02,
+		0x00, 0x00, 0x7f, 0x00, 0x11, 0x22, 0x30, 0x00, 0x00, 0x00, 0x04, 0x56, 0x00, 0x01, 0x00, 0x00}
+	d, err := parseConnData(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.credits != 384 || d.targetSGL != (sge{0x555566778000, 0x123, 2}) ||
+		d.dataBuf != (sge{0x7f0011223000, 0x456, 64 << 10}) || d.order() != binary.LittleEndian {
+		t.Fatalf("parsed %+v", d)
+	}
+}
+
 func TestImmediateRoundTrip(t *testing.T) {
-	if o, n := immOp(dataImm(ringSize)), immLen(dataImm(ringSize)); o != opData || n != ringSize {
-		t.Errorf("data: %v %d", o, n)
+	for _, o := range []op{opData, opSGL, opIOMapSGL, opCtrl} {
+		for _, v := range []uint32{0, 1, ringSize, immValMask} {
+			if imm := msgImm(o, v); immOp(imm) != o || immVal(imm) != v {
+				t.Errorf("op %d value %d: %#x", o, v, imm)
+			}
+		}
 	}
-	imm := creditImm(msgCredits, ringSize)
-	if m, n := immCredit(imm); immOp(imm) != opCredit || m != msgCredits || n != ringSize {
-		t.Errorf("credit: %v %d %d", immOp(imm), m, n)
+	// The wire values are rsockets': op in bits 31..29.
+	if msgImm(opCtrl, ctrlShutdown) != 0xe0000002 || msgImm(opSGL, 0x180) != 0x80000180 {
+		t.Errorf("control SHUTDOWN %#x, SGL 384 %#x", msgImm(opCtrl, ctrlShutdown), msgImm(opSGL, 0x180))
 	}
-	for _, o := range []op{opFin, opClose} {
-		if immOp(ctrlImm(o)) != o {
-			t.Errorf("op %d does not round-trip", o)
+	for _, o := range []binary.ByteOrder{binary.BigEndian, binary.LittleEndian} {
+		var b [sgeLen]byte
+		s := sge{addr: 0x0102030405060708, key: 0x0a0b0c0d, length: 0x10000}
+		putSGE(b[:], s, o)
+		if getSGE(b[:], o) != s || o.Uint32(b[12:]) != 0x10000 {
+			t.Errorf("%v: %x", o, b)
 		}
 	}
 }

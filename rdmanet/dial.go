@@ -80,13 +80,13 @@ func (d *Dialer) dial(ctx context.Context, network, address string, op *net.OpEr
 		return nil, err
 	}
 	cmc, err := dev.agent.Dial(ctx, raddr, &cm.Param{QP: ep.qp,
-		PrivateData: ep.setup().marshal(nil), ResponderResources: 1, InitiatorDepth: 1})
+		PrivateData: ep.connData().marshal(nil), ResponderResources: 1, InitiatorDepth: 1})
 	if err != nil {
 		ep.close()
 		dev.release()
 		return nil, err
 	}
-	peer, err := parseSetup(cmc.PrivateData())
+	peer, err := parseConnData(cmc.PrivateData())
 	if err != nil {
 		cmc.Close()
 		ep.close()
@@ -97,7 +97,7 @@ func (d *Dialer) dial(ctx context.Context, network, address string, op *net.OpEr
 }
 
 // newCMConn starts the stream over a connection the CM made.
-func newCMConn(ep *endpoint, peer setup, cmc *cm.Conn, dev *device) *Conn {
+func newCMConn(ep *endpoint, peer connData, cmc *cm.Conn, dev *device) *Conn {
 	disconnect := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), disconnectTimeout)
 		defer cancel()

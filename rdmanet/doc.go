@@ -6,8 +6,8 @@
 //
 // The design is rsockets' (librdmacm): each side has a receive ring in registered
 // memory, the peer writes stream bytes straight into it with RDMA WRITE WITH
-// IMMEDIATE, and credits returned by the reader keep the writer from overwriting what
-// has not been read.
+// IMMEDIATE, and buffers and credits returned by the reader keep the writer from
+// overwriting what has not been read.
 //
 // Why WRITE WITH IMMEDIATE. A stream needs bytes to land in order in memory the
 // reader copies from, and the reader to learn how many. A WRITE WITH IMMEDIATE does
@@ -23,80 +23,88 @@
 // in docs/DESIGN.md, "Streams over RDMA"; `goverbs write_bw`, `send_bw` and `read_bw`
 // re-measure them).
 //
-// Setup. When the connection is made (in rdma_cm's private data: the REQ's and the
-// REP's), each side tells the other where its ring is, in 24 bytes, big-endian:
+// The protocol is rsockets' (rdma-core's librdmacm/docs/rsocket; librdmacm/rsocket.c is
+// the reference implementation), so an rdmanet program and a C program using rsockets
+// connect to each other in either role.
+//
+// Setup. The connection is made by rdma_cm in the TCP port space (package cm: service ID
+// 0x0106<<16 | port, rdma_cm's 36-byte address header before the REQ's private data).
+// The REQ's and the REP's private data carry rs_conn_data, 40 bytes, every field
+// big-endian:
 //
 //	0      version (1)
-//	1      flags (0; ignored on receipt)
-//	2..3   message credits: data messages the peer may have in flight (1..256)
-//	4..7   ring size in bytes (1 B..1 MiB, the most a version-1 peer stages)
-//	8..15  ring address, as the peer's WRITEs name it
-//	16..19 ring rkey
-//	20..23 reserved (0)
+//	1      flags: 1 the sender is big-endian (the byte order of the SGEs written into its
+//	       target SGL), 2 it has an iomap (rdmanet: none)
+//	2..3   credits: data messages the peer may send before the first credit update
+//	4..6   reserved (0)
+//	7      target_iomap_size (rdmanet: 0)
+//	8..23  target SGL: addr, key (4), length (4) in entries: where the peer writes the
+//	       buffers this side frees (rdmanet: 2 entries, as rsockets)
+//	24..39 data buffer: addr, key, length: the first buffer the peer may write (rdmanet:
+//	       the first half of its 1 MiB ring)
 //
-// Immediates. Every message carries a 32-bit immediate whose top two bits are its
-// operation:
+// A REQ whose private data is not this is refused with a REJ.
 //
-//	00 DATA    RDMA WRITE WITH IMMEDIATE; bits 29..0: its length (≥ 1)
-//	01 CREDIT  SEND WITH IMMEDIATE, no payload; bits 29..21: data messages
-//	           credited back, bits 20..0: ring bytes read
-//	10 FIN     SEND WITH IMMEDIATE, no payload: the sender writes no more (CloseWrite)
-//	11 CLOSE   SEND WITH IMMEDIATE, no payload: the sender closed; it reads no more
+// Immediates. Every message is an RDMA WRITE WITH IMMEDIATE whose immediate's top 3
+// bits are its operation and low 29 its value:
 //
-// Data. The stream's bytes occupy the peer's ring in order: the n-th byte is at ring
-// offset n mod size, and a message never wraps (one that would is split at the
-// ring's end). RC delivers in order, so the receiver needs no offsets: each DATA
-// completion adds its length to the bytes there are to read. The writer copies into
-// a staging buffer that mirrors the peer's ring position for position, and may
-// reuse a position once the peer has both acknowledged the WRITE (its completion)
-// and read the bytes (its credit).
+//	0 DATA     the WRITE's bytes (≥ 1) went into the writer's current target buffer
+//	4 SGL      credit update: the low 16 bits are the sequence number up to which the
+//	           peer may send data messages; a 16-byte WRITE also gave it a buffer, an
+//	           SGE in the next entry of its target SGL
+//	6 IOMAP    an iomap entry changed (never sent; received, it is a violation)
+//	7 CTRL     0 DISCONNECT (closed: reads and writes no more), 1 KEEPALIVE,
+//	           2 SHUTDOWN (writes no more)
 //
-// Signaling. A data WRITE is signaled only every 16th, once a quarter of the ring
-// has gone unsignaled, and whenever it leaves the writer no room for the next (the
-// writer will wait for its completion); a send queue completes in order, so one
-// completion retires the unsignaled WRITEs before it.
-// Control SENDs are always signaled.
+// The other operations (1, 2, 3, 5) are a protocol violation, as are data beyond the
+// credits or beyond the buffers given, a credit that moves the window by more than the
+// credits or backwards, and an SGL update out of turn. A violation fails the connection
+// with an error that says which; the device and other connections are untouched.
 //
-// Credits. A writer may have at most ring size bytes unread at the peer and at most
-// the advertised message credits of DATA messages uncredited (and no more WRITEs
-// unacknowledged than its send queue holds: a credit may overtake the ACK). The reader returns
-// bytes as they are read and messages as their receives are reposted, in one CREDIT
-// when a quarter of either is owed. A slow reader therefore stops the writer at one
-// ring's worth: memory is bounded by the ring, and nothing is ever sent that has no
-// receive waiting, so there are no RNR NAKs. A writer that has waited for credits
-// for a second probes the peer with a zero-length RDMA WRITE, which only a peer that
-// is gone leaves unacknowledged: its retries then fail the connection.
+// Data. A writer fills the buffer the peer gave it to the end before it takes the next
+// (a message never spans two), with messages of at most 64 KiB. The receiver gives its
+// ring in two halves: the first in rs_conn_data, the second at once as the first SGL
+// update, and each again once the reader has emptied it; an update is RDMA-written into
+// the writer's target SGL, entries in turn from entry 1, in the byte order the
+// writer's flags ask for. Credits are 16-bit sequence numbers of data messages: the
+// receiver keeps a receive posted for each credit, reposting as they complete, and
+// sends an update (with a buffer, or alone as a zero-length WRITE WITH IMMEDIATE to
+// address 0) once half of either is used. A slow reader thus stops the writer at one
+// ring: memory is bounded by it, and nothing is sent that finds no receive.
 //
-// Receives. Each side keeps 256 + 32 receives posted, without buffers (a WRITE WITH
-// IMMEDIATE and a zero-length SEND only need the slot). The connection's completion
-// goroutine reposts each as it completes, whatever the reader does; data messages
-// use at most 256 of them (the credits), control messages at most 32 (a side keeps
-// no more than 32 in flight, two of them reserved for FIN and CLOSE). A
-// control receive is reposted when the goroutine sees its completion, a moment
-// after the sender has its ACK; a sender sends control messages only as the peer's
-// data and credits arrive, which that goroutine handles too, so few can be awaiting
-// reposting, and the QPs' RNR retry covers the rest.
+// Sending. Write copies into a 1 MiB staging buffer and WRITEs from it; its space is
+// free again when the WRITE completes. WRITEs are signaled every 16th, once a quarter
+// of the staging buffer has gone unsignaled, and whenever one leaves the writer no room
+// (a send queue completes in order, so one completion retires the unsignaled WRITEs
+// before it). At most 4 control messages are in flight (rsockets' RS_QP_CTRL_SIZE),
+// two of them kept for SHUTDOWN and DISCONNECT. A writer that has waited for room for a
+// second sends rsockets' keepalive, a zero-length RDMA WRITE to address 0 with key 0,
+// which only a peer that is gone leaves unacknowledged: its retries then fail the
+// connection.
 //
 // Copies. Write copies into the staging buffer (the sender's only copy; the
 // receiver's is Read's, out of the ring). io.Copy avoids one of them on either side:
 // ReadFrom reads its source straight into the staging buffer, and WriteTo hands the
 // ring's bytes to its destination, crediting them after.
 //
-// Waiting. A Read that finds nothing polls the connection's CQ itself for up to 50 µs,
-// yielding between polls, before it blocks, as rsockets polls for its polling_time: on a
-// software device an empty poll reads the socket, so a request/response's answer reaches
-// the reader without a wake-up (docs/PERFORMANCE.md has bench/rstream.sh's comparison
-// with Go TCP). A waiting Read therefore keeps a core busy for up to 50 µs, and the
-// completion goroutine does the same after its last completion.
+// Waiting. A Read that finds nothing, and a Write that finds no room, polls the
+// connection's CQ itself for up to 50 µs before it blocks, as rsockets polls for its
+// polling_time: on a software device an empty poll reads the socket, so a
+// request/response's answer reaches the waiter without a wake-up. It spins only while
+// spinning has paid: after a spin that found nothing the next waits block at once,
+// and a spin yields the processor to other threads every few polls, so that a peer
+// sharing the core runs (docs/DESIGN.md, "Streams over RDMA"). The connection's
+// completion goroutine never spins.
 //
-// Close. CloseWrite sends FIN after every DATA already posted: the peer reads them,
-// then io.EOF; this side may still read. Close sends CLOSE: the peer reads what was
-// sent and then io.EOF, and its writes fail with ErrPeerClosed. The closing side
-// keeps its queue pair until every message it posted is acknowledged (at most 10 s),
-// then releases it. Close itself returns once they are acknowledged (or after 1 s,
-// for a peer that does not answer), as rsockets' rclose waits for its sends: nothing
-// of a user-space stack outlives its process, so a program that exits right after
-// Close would otherwise lose the bytes and the CLOSE not yet sent.
+// Close. CloseWrite sends SHUTDOWN after every DATA already posted: the peer reads
+// them, then io.EOF; this side may still read. Close sends DISCONNECT: the peer reads
+// what was sent and then io.EOF, and its writes fail with ErrPeerClosed. Close returns
+// once every message it posted is acknowledged and the queue pair is destroyed (which
+// sends any acknowledgement this side still owed the peer), 1 s at most for a peer
+// that does not answer; then the connection manager's DREQ follows, as rsockets'
+// rclose destroys its QP before its rdma_cm id. Nothing of a user-space stack outlives
+// its process, so a program that exits right after Close would otherwise lose the
+// bytes not yet sent, and leave the peer retransmitting its DISCONNECT.
 //
 // # The API
 //

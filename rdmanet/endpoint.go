@@ -18,8 +18,15 @@ type endpoint struct {
 	ch    *verbs.CompChannel
 	cq    *verbs.CQ
 	qp    *verbs.QP
-	ring  *verbs.MR // the peer's RDMA WRITEs land here
-	stage *verbs.MR // this side's outgoing bytes, mirroring the peer's ring
+	ring  *verbs.MR // the peer's data WRITEs land here
+	stage *verbs.MR // this side's outgoing bytes, a ring freed as WRITEs complete
+	// tsgl is the target SGL: the peer writes each buffer it frees into its next
+	// entry (an SGL update), in this host's byte order.
+	tsgl *verbs.MR
+	// ctrl holds the SGEs this side's SGL updates send, one slot per control message
+	// in flight.
+	ctrl     *verbs.MR
+	qpClosed bool // closeQP ran (teardown's goroutine only)
 	// credits is how many data messages the peer may have in flight: the receives
 	// kept for them.
 	credits int
@@ -50,7 +57,13 @@ func newEndpointSized(pd *verbs.PD, ring, credits int) (ep *endpoint, err error)
 	if ep.ring, err = pd.RegMR(make([]byte, ring), verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
 		return nil, err
 	}
-	if ep.stage, err = pd.RegMR(make([]byte, ringSize), verbs.AccessLocalWrite); err != nil {
+	if ep.stage, err = pd.RegMR(make([]byte, stageSize), verbs.AccessLocalWrite); err != nil {
+		return nil, err
+	}
+	if ep.tsgl, err = pd.RegMR(make([]byte, sglEntries*sgeLen), verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+		return nil, err
+	}
+	if ep.ctrl, err = pd.RegMR(make([]byte, ctrlSlots*sgeLen), verbs.AccessLocalWrite); err != nil {
 		return nil, err
 	}
 	// The CM's INIT, rights included: it sets them again when it connects the QP,
@@ -58,9 +71,9 @@ func newEndpointSized(pd *verbs.PD, ring, credits int) (ep *endpoint, err error)
 	if err = cm.InitQP(ep.qp); err != nil {
 		return nil, err
 	}
-	// Receives carry no buffer: data arrives by RDMA WRITE WITH IMMEDIATE into the
-	// ring and control by a zero-length SEND WITH IMMEDIATE, so a receive is only a
-	// slot for the immediate.
+	// Receives carry no buffer: every message is an RDMA WRITE WITH IMMEDIATE (data
+	// into the ring, SGL updates into the target SGL, the rest zero-length), so a
+	// receive is only a slot for the immediate, as rsockets posts them.
 	for i := 0; i < recvDepth; i++ {
 		if err = ep.qp.PostRecv(verbs.RecvWR{ID: wrRecv}); err != nil {
 			return nil, fmt.Errorf("rdmanet: posting receives: %w", err)
@@ -72,19 +85,34 @@ func newEndpointSized(pd *verbs.PD, ring, credits int) (ep *endpoint, err error)
 	return ep, nil
 }
 
-// setup is what this side advertises to the peer.
-func (ep *endpoint) setup() setup {
-	return setup{credits: uint16(ep.credits), ringSize: uint32(len(ep.ring.Buf())), ringAddr: ep.ring.Addr(),
-		ringRKey: ep.ring.RKey()}
+// connData is what this side advertises to the peer: its credits, its target SGL
+// and the first half of its ring (the second follows as an SGL update once
+// connected, as rsockets does).
+func (ep *endpoint) connData() connData {
+	var flags uint8
+	if hostIsNet() {
+		flags |= connFlagNet
+	}
+	return connData{flags: flags, credits: uint16(ep.credits),
+		targetSGL: sge{addr: ep.tsgl.Addr(), key: ep.tsgl.RKey(), length: sglEntries},
+		dataBuf:   sge{addr: ep.ring.Addr(), key: ep.ring.RKey(), length: uint32(len(ep.ring.Buf()) / 2)}}
+}
+
+// closeQP destroys the QP ahead of the rest (Conn.teardown).
+// A QP closed stays in the field: a Read still spinning on a closed Conn may poll and
+// repost once more, which a closed QP refuses with an error.
+func (ep *endpoint) closeQP() error {
+	if ep.qp == nil || ep.qpClosed {
+		return nil
+	}
+	ep.qpClosed = true
+	return ep.qp.Close()
 }
 
 // close releases everything, QP first so that no access to the buffers follows.
 func (ep *endpoint) close() error {
-	var errs []error
-	if ep.qp != nil {
-		errs = append(errs, ep.qp.Close())
-	}
-	for _, mr := range []*verbs.MR{ep.ring, ep.stage} {
+	errs := []error{ep.closeQP()}
+	for _, mr := range []*verbs.MR{ep.ring, ep.stage, ep.tsgl, ep.ctrl} {
 		if mr != nil {
 			errs = append(errs, mr.Close())
 		}

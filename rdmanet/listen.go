@@ -119,10 +119,10 @@ func (l *Listener) serve() {
 	}
 }
 
-// handshake answers one request: a peer whose private data is not an rdmanet setup
+// handshake answers one request: a peer whose private data is not rsockets' rs_conn_data
 // is refused.
 func (l *Listener) handshake(req *cm.Request) (*Conn, error) {
-	peer, err := parseSetup(req.PrivateData)
+	peer, err := parseConnData(req.PrivateData)
 	if err != nil {
 		req.Reject(nil)
 		return nil, err
@@ -134,7 +134,7 @@ func (l *Listener) handshake(req *cm.Request) (*Conn, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
 	defer cancel()
-	cmc, err := req.Accept(ctx, &cm.Param{QP: ep.qp, PrivateData: ep.setup().marshal(nil),
+	cmc, err := req.Accept(ctx, &cm.Param{QP: ep.qp, PrivateData: ep.connData().marshal(nil),
 		ResponderResources: 1, InitiatorDepth: 1})
 	if err != nil {
 		ep.close()

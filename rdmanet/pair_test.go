@@ -39,11 +39,11 @@ func testPairSized(t testing.TB, a, b *verbs.Device, ring, credits int) (ca, cb 
 		epa.close()
 		return nil, nil, err
 	}
-	sa, err := parseSetup(epb.setup().marshal(nil))
+	sa, err := parseConnData(epb.connData().marshal(nil))
 	if err != nil {
 		return nil, nil, err
 	}
-	sb, err := parseSetup(epa.setup().marshal(nil))
+	sb, err := parseConnData(epa.connData().marshal(nil))
 	if err != nil {
 		return nil, nil, err
 	}

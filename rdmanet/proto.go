@@ -6,130 +6,196 @@ import (
 	"fmt"
 )
 
-// The stream protocol's constants and encodings; the package doc describes the protocol.
+// rsockets' stream protocol: its constants and encodings. The package doc describes
+// the protocol; rdma-core's librdmacm/docs/rsocket is its reference.
 
 const (
-	// setupVersion is the version byte of a setup message.
-	setupVersion = 1
-	// setupLen is a setup message's length: it fits rdma_cm's private data in a
-	// connect (56 bytes) and an accept (196).
-	setupLen = 24
-
-	// ringSize is the receive ring each side advertises: the most bytes a peer may have
-	// written and not yet seen read. The sender's staging buffer mirrors it, so a
-	// connection holds twice this. A 256 KiB ring kept only four 64 KiB messages between
-	// the writer and the credit that frees them, so the stream waited on credits; the
-	// measurements are in docs/DESIGN.md ("1 MiB rings") and bench/rstream.sh re-runs them.
+	// ringSize is the receive buffer each side has. rsockets advertises it in two
+	// halves (the first in the connection's data, the second at once by an SGL
+	// update, each again once the reader has emptied it), so a writer may have a
+	// whole ring unread at the peer. rsockets' own default is 128 KiB; a 256 KiB ring
+	// kept only four 64 KiB messages between the writer and the update that frees
+	// them, so goverbs' stream waited on them (docs/DESIGN.md, "1 MiB rings";
+	// bench/rstream.sh re-runs the comparison).
 	ringSize = 1 << 20
-	// maxChunk bounds one data message, so that a large Write is several messages in
-	// flight at once and the reader starts on the first while the rest arrive. 256 KiB
-	// messages in a 1 MiB ring streamed no faster (docs/DESIGN.md).
+	// stageSize is the send buffer each side copies outgoing bytes into; a WRITE's
+	// bytes there are free again when its completion comes.
+	stageSize = 1 << 20
+	// maxChunk bounds one data message (rsockets' RS_MAX_TRANSFER), so that a large
+	// Write is several messages in flight at once and the reader starts on the first
+	// while the rest arrive.
 	maxChunk = 64 << 10
-	// msgCredits is how many data messages a side may have in flight and not yet
-	// credited; the receiver posts that many receives for them.
+	// msgCredits is how many data messages the peer may have sent and this side not
+	// yet received (the credits of rs_conn_data): a receive is kept posted for each.
 	msgCredits = 256
-	// ctrlSlots is how many control messages a side keeps in flight at most; the
-	// receiver posts that many more receives for them.
-	ctrlSlots = 32
+	// ctrlSlots is how many control messages (SGL and credit updates, SHUTDOWN,
+	// DISCONNECT) a side keeps in flight, rsockets' RS_QP_CTRL_SIZE: they consume the
+	// peer's receives beyond its credits, and rsockets relies on the RNR retries for
+	// the rest.
+	ctrlSlots = 4
+	// recvSpare is how many receives a side posts beyond its credits for the peer's
+	// control messages (at most ctrlSlots from a peer that keeps to rsockets' limit).
+	recvSpare = 32
 	// recvDepth is the receives a side keeps posted: data and control.
-	recvDepth = msgCredits + ctrlSlots
-	// sendDepth is the send queue's depth: every data and control message in flight.
-	sendDepth = msgCredits + ctrlSlots
+	recvDepth = msgCredits + recvSpare
+	// sendDepth is the send queue's depth: data, control and keepalives in flight.
+	sendDepth = msgCredits + ctrlSlots + 1
+	// sglEntries is the length of the target SGL a side advertises, rsockets'
+	// RS_SGL_SIZE: the peer writes each buffer it frees into the next entry.
+	sglEntries = 2
+	// sgeLen is an rs_sge's size: addr (8), key (4), length (4).
+	sgeLen = 16
+	// maxPeerSGL bounds the target SGL a peer may advertise; rsockets' is 2 entries.
+	maxPeerSGL = 1 << 10
 )
 
-// op is the operation in the top two bits of an immediate.
+// op is rsockets' operation, in the top 3 bits of an immediate.
 type op uint32
 
 const (
-	// opData: an RDMA WRITE WITH IMMEDIATE of length bytes at the receiver's ring
-	// position; bits 29..0 are the length.
+	// opData: an RDMA WRITE WITH IMMEDIATE of that many bytes (the low 29 bits) into
+	// the writer's current target buffer.
 	opData op = 0
-	// opCredit: the receiver read bytes and reposted receives; bits 29..21 are the
-	// data messages credited, bits 20..0 the bytes.
-	opCredit op = 1
-	// opFin: the sender will write no more (half-close); what it wrote is all there is.
-	opFin op = 2
-	// opClose: the peer closed; it reads no more, and writes to it fail.
-	opClose op = 3
+	// opWrite is rsockets' direct (iomap) write; it is never on the wire.
+	opWrite op = 2
+	// opSGL: a credit update, the low 16 bits the sequence number up to which the
+	// peer may send data messages; its WRITE may carry a 16-byte SGE into the peer's
+	// target SGL (a buffer freed).
+	opSGL op = 4
+	// opIOMapSGL: an iomap entry was updated (riomap). goverbs advertises no iomap.
+	opIOMapSGL op = 6
+	// opCtrl: a control message; the low bits say which (ctrl*).
+	opCtrl op = 7
+)
+
+// Control messages, rsockets' RS_CTRL_*.
+const (
+	// ctrlDisconnect: the sender is closed; it reads and writes no more.
+	ctrlDisconnect = 0
+	// ctrlKeepalive: rsockets sends keepalives as zero-length WRITEs without
+	// immediate; one with it is accepted and ignored.
+	ctrlKeepalive = 1
+	// ctrlShutdown: the sender writes no more (shutdown(SHUT_WR)).
+	ctrlShutdown = 2
 )
 
 const (
-	immOpShift      = 30
-	immLenMask      = 1<<30 - 1
-	creditMsgShift  = 21
-	creditMsgMax    = 1<<9 - 1
-	creditBytesMask = 1<<21 - 1
+	immOpShift = 29
+	immValMask = 1<<29 - 1
 )
 
-// The credit fields must be wide enough for what a side can owe.
-var _ = [creditBytesMask - ringSize]struct{}{}
-var _ = [creditMsgMax - msgCredits]struct{}{}
-
-func dataImm(n int) uint32 { return uint32(opData)<<immOpShift | uint32(n) }
-
-func creditImm(msgs, bytes int) uint32 {
-	return uint32(opCredit)<<immOpShift | uint32(msgs)<<creditMsgShift | uint32(bytes)
-}
-
-func ctrlImm(o op) uint32 { return uint32(o) << immOpShift }
+func msgImm(o op, v uint32) uint32 { return uint32(o)<<immOpShift | v&immValMask }
 
 func immOp(imm uint32) op { return op(imm >> immOpShift) }
 
-func immLen(imm uint32) int { return int(imm & immLenMask) }
+func immVal(imm uint32) uint32 { return imm & immValMask }
 
-func immCredit(imm uint32) (msgs, bytes int) {
-	return int(imm>>creditMsgShift) & creditMsgMax, int(imm & creditBytesMask)
+// sge is rsockets' rs_sge: a buffer (or SGL) a peer may write, as addr, key, length.
+type sge struct {
+	addr   uint64
+	key    uint32
+	length uint32
 }
 
-// setup is what each side tells the other when the connection is made: where its
-// receive ring is. On the wire (big-endian):
+// putSGE encodes s in the byte order the reader of it asked for.
+func putSGE(b []byte, s sge, order binary.ByteOrder) {
+	order.PutUint64(b, s.addr)
+	order.PutUint32(b[8:], s.key)
+	order.PutUint32(b[12:], s.length)
+}
+
+func getSGE(b []byte, order binary.ByteOrder) sge {
+	return sge{addr: order.Uint64(b), key: order.Uint32(b[8:]), length: order.Uint32(b[12:])}
+}
+
+// Flags of rs_conn_data.
+const (
+	// connFlagNet: the sender's host is big-endian; SGL updates written into its
+	// target SGL must be big-endian too (otherwise little-endian).
+	connFlagNet = 1 << 0
+	// connFlagIOMap: the sender has an iomap after its target SGL.
+	connFlagIOMap = 1 << 1
+)
+
+const (
+	// connVersion is rs_conn_data's version.
+	connVersion = 1
+	// connLen is rs_conn_data's size: it goes in the REQ's private data after
+	// rdma_cm's 36-byte header (56 bytes are left) and in the REP's (196).
+	connLen = 40
+)
+
+// connData is rsockets' rs_conn_data, what each side tells the other when the
+// connection is made. All of it is big-endian on the wire:
 //
 //	0      version (1)
-//	1      flags (0; a receiver ignores unknown flags)
-//	2..3   message credits: data messages the sender may have in flight
-//	4..7   ring size in bytes
-//	8..15  ring address (the MR's address, as the peer's RDMA WRITEs name it)
-//	16..19 ring rkey
-//	20..23 reserved (0)
-type setup struct {
-	credits  uint16
-	ringSize uint32
-	ringAddr uint64
-	ringRKey uint32
+//	1      flags (connFlag*)
+//	2..3   credits: data messages the peer may send before the first update
+//	4..6   reserved (0)
+//	7      target_iomap_size (log2 of the entries; 0: none)
+//	8..23  target SGL: addr, key, length in entries (where the peer writes updates)
+//	24..39 data buffer: addr, key, length in bytes (the peer's first target buffer)
+type connData struct {
+	flags     uint8
+	credits   uint16
+	targetSGL sge
+	dataBuf   sge
 }
 
-var errSetup = errors.New("rdmanet: bad setup message")
+var errConnData = errors.New("rdmanet: bad rsockets connection data")
 
-func (s setup) marshal(b []byte) []byte {
-	var m [setupLen]byte
-	m[0] = setupVersion
-	binary.BigEndian.PutUint16(m[2:], s.credits)
-	binary.BigEndian.PutUint32(m[4:], s.ringSize)
-	binary.BigEndian.PutUint64(m[8:], s.ringAddr)
-	binary.BigEndian.PutUint32(m[16:], s.ringRKey)
+func (d connData) marshal(b []byte) []byte {
+	var m [connLen]byte
+	m[0] = connVersion
+	m[1] = d.flags
+	binary.BigEndian.PutUint16(m[2:], d.credits)
+	putSGE(m[8:], d.targetSGL, binary.BigEndian)
+	putSGE(m[24:], d.dataBuf, binary.BigEndian)
 	return append(b, m[:]...)
 }
 
-// parseSetup reads a peer's setup message; extra trailing bytes (rdma_cm pads private
-// data with zeros) are ignored.
-func parseSetup(b []byte) (setup, error) {
-	if len(b) < setupLen {
-		return setup{}, fmt.Errorf("%w: %d bytes, want %d", errSetup, len(b), setupLen)
+// parseConnData reads a peer's rs_conn_data; extra trailing bytes (rdma_cm pads
+// private data with zeros) are ignored, and so are flags this side does not know.
+func parseConnData(b []byte) (connData, error) {
+	if len(b) < connLen {
+		return connData{}, fmt.Errorf("%w: %d bytes, want %d", errConnData, len(b), connLen)
 	}
-	if b[0] != setupVersion {
-		return setup{}, fmt.Errorf("%w: version %d, want %d", errSetup, b[0], setupVersion)
+	if b[0] != connVersion {
+		return connData{}, fmt.Errorf("%w: version %d, want %d", errConnData, b[0], connVersion)
 	}
-	s := setup{
-		credits:  binary.BigEndian.Uint16(b[2:]),
-		ringSize: binary.BigEndian.Uint32(b[4:]),
-		ringAddr: binary.BigEndian.Uint64(b[8:]),
-		ringRKey: binary.BigEndian.Uint32(b[16:]),
-	}
+	d := connData{flags: b[1], credits: binary.BigEndian.Uint16(b[2:]),
+		targetSGL: getSGE(b[8:], binary.BigEndian), dataBuf: getSGE(b[24:], binary.BigEndian)}
 	switch {
-	case s.credits == 0 || s.credits > msgCredits:
-		return setup{}, fmt.Errorf("%w: %d message credits (1..%d)", errSetup, s.credits, msgCredits)
-	case s.ringSize == 0 || s.ringSize > ringSize:
-		return setup{}, fmt.Errorf("%w: ring of %d bytes (1..%d)", errSetup, s.ringSize, ringSize)
+	case d.credits == 0 || d.credits == 0xFFFF:
+		// A 16-bit sequence window of 65535 or more cannot tell full from empty.
+		return connData{}, fmt.Errorf("%w: %d credits", errConnData, d.credits)
+	case d.targetSGL.length == 0 || d.targetSGL.length > maxPeerSGL:
+		return connData{}, fmt.Errorf("%w: target SGL of %d entries (1..%d)", errConnData, d.targetSGL.length, maxPeerSGL)
+	case d.targetSGL.addr+uint64(d.targetSGL.length)*sgeLen < d.targetSGL.addr:
+		return connData{}, fmt.Errorf("%w: target SGL wraps the address space", errConnData)
+	case d.dataBuf.length == 0 || d.dataBuf.addr+uint64(d.dataBuf.length) < d.dataBuf.addr:
+		return connData{}, fmt.Errorf("%w: data buffer of %d bytes at %#x", errConnData, d.dataBuf.length, d.dataBuf.addr)
 	}
-	return s, nil
+	return d, nil
 }
+
+// order is the byte order of the SGEs a peer with these flags wants written into its
+// target SGL.
+func (d connData) order() binary.ByteOrder {
+	if d.flags&connFlagNet != 0 {
+		return binary.BigEndian
+	}
+	return binary.LittleEndian
+}
+
+// hostIsNet says whether this host is big-endian (rsockets' RS_CONN_FLAG_NET): the
+// peer writes this side's target SGL in host order, which the Conn reads as it is.
+func hostIsNet() bool {
+	var b [2]byte
+	binary.NativeEndian.PutUint16(b[:], 1)
+	return b[0] == 0
+}
+
+// nativeOrder is this host's byte order, in which the peer writes this side's target
+// SGL.
+var nativeOrder binary.ByteOrder = binary.NativeEndian

@@ -24,8 +24,9 @@
 //     for the peer's SENDs.
 //
 // Beside them: [SRQ] (a receive queue shared by QPs), [AH] (the destination of a UD
-// send), [MW] (a window onto part of an MR with its own rkey) and [Device.Events]
-// (asynchronous events).
+// send), [MW] (a window onto part of an MR with its own rkey), [XRCD] (an XRC domain:
+// XRC_SEND QPs deliver into XRC SRQs named by number, through XRC_RECV QPs) and
+// [Device.Events] (asynchronous events).
 //
 // The runnable examples show whole programs: an RDMA WRITE and READ between two devices,
 // and a SEND/RECV whose receiver waits on a completion channel. examples/hello in the

@@ -34,6 +34,9 @@ const (
 	QPTypeRC = driver.QPTypeRC
 	QPTypeUC = driver.QPTypeUC
 	QPTypeUD = driver.QPTypeUD
+	// XRC (IBTA Annex A14): see XRCD.
+	QPTypeXRCSend = driver.QPTypeXRCSend
+	QPTypeXRCRecv = driver.QPTypeXRCRecv
 )
 
 // QPState is a QP's state (ibv_qp_state, IBTA 10.3.1).

@@ -8,7 +8,9 @@ import (
 
 // QP is a queue pair (struct ibv_qp). Post and poll from any goroutine; the QP serialises.
 type QP struct {
-	pd     *PD
+	dev    *Device
+	pd     *PD // nil for an XRC_RECV QP, which belongs to an XRC domain instead
+	xrcd   *XRCD
 	impl   driver.QP
 	typ    QPType
 	sendCQ *CQ
@@ -17,30 +19,47 @@ type QP struct {
 	life   life
 }
 
-// CreateQP creates a queue pair in the RESET state (ibv_create_qp).
+// CreateQP creates a queue pair in the RESET state (ibv_create_qp). An XRC_SEND QP
+// (QPTypeXRCSend) has no receive queue: it takes no RecvCQ or SRQ. XRC_RECV QPs are made
+// by XRCD.CreateQP.
 func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
-	if attr.SendCQ == nil || attr.RecvCQ == nil {
+	xrcSend := attr.Type == QPTypeXRCSend
+	if attr.SendCQ == nil || attr.RecvCQ == nil && !xrcSend {
 		return nil, fmt.Errorf("%w: a QP needs a send and a receive CQ", ErrInvalidAttr)
 	}
-	if attr.SendCQ.dev != pd.dev || attr.RecvCQ.dev != pd.dev || attr.SRQ != nil && attr.SRQ.pd != pd {
+	if xrcSend && attr.SRQ != nil {
+		return nil, fmt.Errorf("%w: an XRC_SEND QP has no receive queue, so no SRQ", ErrInvalidAttr)
+	}
+	if attr.SendCQ.dev != pd.dev || attr.RecvCQ != nil && attr.RecvCQ.dev != pd.dev || attr.SRQ != nil && attr.SRQ.pd != pd {
 		return nil, ErrWrongDevice
 	}
+	if attr.SRQ != nil && attr.SRQ.xrcd != nil {
+		return nil, fmt.Errorf("%w: an XRC SRQ serves XRC_RECV QPs through its number, not as a QP's SRQ", ErrInvalidAttr)
+	}
 	switch attr.Type {
-	case QPTypeRC, QPTypeUC, QPTypeUD:
+	case QPTypeRC, QPTypeUC, QPTypeUD, QPTypeXRCSend:
+	case QPTypeXRCRecv:
+		return nil, fmt.Errorf("%w: an XRC_RECV QP is created from its XRC domain (XRCD.CreateQP)", ErrInvalidAttr)
 	default:
 		return nil, fmt.Errorf("%w: QP type %v", ErrInvalidAttr, attr.Type)
 	}
 	if err := pd.usable(); err != nil {
 		return nil, err
 	}
-	if attr.SendCQ.life.closed.Load() || attr.RecvCQ.life.closed.Load() {
+	if attr.SendCQ.life.closed.Load() || attr.RecvCQ != nil && attr.RecvCQ.life.closed.Load() {
 		return nil, errCQClosed
 	}
 	if attr.SRQ != nil && attr.SRQ.life.closed.Load() {
 		return nil, errSRQClosed
 	}
-	init := driver.QPInit{Type: attr.Type, SendCQ: attr.SendCQ.impl, RecvCQ: attr.RecvCQ.impl, Cap: attr.Cap, SigAll: attr.SigAll,
+	init := driver.QPInit{Type: attr.Type, SendCQ: attr.SendCQ.impl, Cap: attr.Cap, SigAll: attr.SigAll,
 		BlockSelfMcastLoopback: attr.BlockSelfMcastLoopback}
+	if xrcSend {
+		attr.RecvCQ = nil // ignored, as ibv_create_qp ignores an XRC_SEND QP's recv_cq
+		init.Cap.MaxRecvWR, init.Cap.MaxRecvSGE = 0, 0
+	} else {
+		init.RecvCQ = attr.RecvCQ.impl
+	}
 	if attr.SRQ != nil {
 		init.SRQ = attr.SRQ.impl
 	}
@@ -48,7 +67,7 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	if err != nil {
 		return nil, &opError{"create QP", err}
 	}
-	qp := &QP{pd: pd, impl: impl, typ: attr.Type, sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ, srq: attr.SRQ}
+	qp := &QP{dev: pd.dev, pd: pd, impl: impl, typ: attr.Type, sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ, srq: attr.SRQ}
 	if err := pd.dev.track(qp, nil, nil, true); err != nil {
 		impl.Close()
 		return nil, err
@@ -79,8 +98,14 @@ func (qp *QP) usable() error {
 	return nil
 }
 
-// PD returns the QP's protection domain.
+// PD returns the QP's protection domain; nil for an XRC_RECV QP.
 func (qp *QP) PD() *PD { return qp.pd }
+
+// XRCD returns the XRC domain of an XRC_RECV QP; nil for the other types.
+func (qp *QP) XRCD() *XRCD { return qp.xrcd }
+
+// Device returns the device the QP belongs to.
+func (qp *QP) Device() *Device { return qp.dev }
 
 // Modify changes the QP's attributes and state (ibv_modify_qp). mask says which fields
 // of attr apply; the transition and its attributes are checked against IBTA table 91.
@@ -103,7 +128,7 @@ func (qp *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 		return err
 	}
 	if mask&QPAttrPort != 0 {
-		if err := qp.pd.dev.checkPort(attr.Port); err != nil {
+		if err := qp.dev.checkPort(attr.Port); err != nil {
 			return err
 		}
 	}
@@ -201,7 +226,7 @@ func (qp *QP) Close() error {
 		if err := qp.impl.Close(); err != nil {
 			return err
 		}
-		qp.pd.dev.track(qp, nil, nil, false)
+		qp.dev.track(qp, nil, nil, false)
 		return nil
 	})
 }
@@ -209,6 +234,8 @@ func (qp *QP) Close() error {
 // SRQ is a shared receive queue (struct ibv_srq).
 type SRQ struct {
 	pd   *PD
+	xrcd *XRCD // an XRC SRQ's domain; nil for a basic SRQ
+	cq   *CQ   // an XRC SRQ's completion queue
 	impl driver.SRQ
 	life life
 }

@@ -6,12 +6,33 @@ import "fmt"
 // transition properties"), for the RC, UC and UD services: for each transition the
 // attributes that must be given and those that may be. Every other attribute is refused,
 // and a transition not in the table is refused: the same checks the Linux kernel applies
-// for every provider, so programs that pass here pass on hardware.
+// for every provider, so programs that pass here pass on hardware. The XRC types
+// (Annex A14) follow RC but for the halves of the transport they lack: see init.
 type transitionRule struct {
-	required, optional [5]QPAttrMask // indexed by QPType (RC=2, UC=3, UD=4)
+	required, optional [11]QPAttrMask // indexed by QPType (RC=2, UC=3, UD=4, XRC_SEND=9, XRC_RECV=10)
 }
 
-func rule(rc, uc, ud QPAttrMask) [5]QPAttrMask { return [5]QPAttrMask{2: rc, 3: uc, 4: ud} }
+func rule(rc, uc, ud QPAttrMask) [11]QPAttrMask {
+	return [11]QPAttrMask{2: rc, 3: uc, 4: ud, QPTypeXRCSend: rc, QPTypeXRCRecv: rc}
+}
+
+// The XRC rows that differ from RC's. An XRC_SEND QP has no responder, so RTR asks
+// nothing of one (no max_dest_rd_atomic or min_rnr_timer); an XRC_RECV QP has no
+// requester, so RTS asks only the timeout and the PSN its responses start from (the ACK
+// timeout is unused but required, as ib_modify_qp_is_ok does).
+func init() {
+	set := func(from, to QPState, t QPType, req, opt QPAttrMask) {
+		r := transitions[[2]QPState{from, to}]
+		r.required[t], r.optional[t] = req, opt
+		transitions[[2]QPState{from, to}] = r
+	}
+	set(QPStateInit, QPStateRTR, QPTypeXRCSend, QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN, pathOpt)
+	set(QPStateRTR, QPStateRTS, QPTypeXRCRecv, QPAttrTimeout|QPAttrSQPSN, rtsOpt|QPAttrMinRNRTimer)
+	set(QPStateRTR, QPStateRTS, QPTypeXRCSend,
+		QPAttrSQPSN|QPAttrTimeout|QPAttrRetryCnt|QPAttrRNRRetry|QPAttrMaxQPRdAtomic, rtsOpt)
+	set(QPStateRTS, QPStateRTS, QPTypeXRCSend, 0, rtsOpt)
+	set(QPStateSQD, QPStateRTS, QPTypeXRCSend, 0, rtsOpt)
+}
 
 const (
 	pathOpt = QPAttrAltPath | QPAttrAccessFlags | QPAttrPKeyIndex
@@ -70,7 +91,7 @@ func checkTransition(t QPType, cur, next QPState, mask QPAttrMask) error {
 		return nil
 	}
 	r, ok := transitions[[2]QPState{cur, next}]
-	if !ok || t == QPTypeRC && cur == QPStateSQE { // RC has no SQE state: its errors go to ERR
+	if !ok || int(t) >= len(r.required) || (t == QPTypeRC || t.XRC()) && cur == QPStateSQE { // RC and XRC have no SQE state: their errors go to ERR
 		return fmt.Errorf("%w: %v -> %v for %v", ErrInvalidState, cur, next, t)
 	}
 	if miss := r.required[t] &^ mask; miss != 0 {

@@ -12,6 +12,7 @@ const (
 	ImmDtLen        = 4
 	IETHLen         = 4
 	DETHLen         = 8
+	XRCETHLen       = 4
 	ICRCLen         = 4
 	// CNPPayloadLen is the length of the reserved field that follows the
 	// BTH of a RoCEv2 Congestion Notification Packet (Annex A17.9.3). The

@@ -1,5 +1,5 @@
 // Package wire is the RoCEv2 packet format: the InfiniBand Base Transport
-// Header (BTH), every extended transport header used by the RC, UC and UD
+// Header (BTH), every extended transport header used by the RC, UC, UD and XRC
 // services, the opcode table, 24-bit PSN arithmetic, IB MTU values, padding,
 // and the invariant CRC (ICRC) as RoCEv2 computes it over the IP and UDP
 // headers (IBTA Vol. 1 ch. 9, Annex A17).

@@ -248,3 +248,25 @@ func (h DETH) Fields() DETHFields {
 	_ = h[DETHLen-1]
 	return DETHFields{QKey: h.QKey(), SrcQP: h.SrcQP()}
 }
+
+// XRCETH is the XRC Extended Transport Header (IBTA Vol. 1 Annex A14), carried by
+// every XRC request directly after the BTH. It names the XRC SRQ at the target
+// whose receive WQEs (and whose XRC domain) the request uses; the BTH's DestQP
+// names the target's XRC_RECV QP, which holds the transport state.
+//
+//	 0               1               2               3
+//	+---------------+-----------------------------------------------+
+//	|   Reserved    |              XRC SRQ Number                   |
+//	+---------------+-----------------------------------------------+
+//
+// The reserved byte is sent as zero and ignored on receive.
+type XRCETH []byte
+
+// SRQN is the 24-bit XRC SRQ number.
+func (h XRCETH) SRQN() uint32 { return get24(h[1:]) }
+
+// SetSRQN sets the XRC SRQ number (low 24 bits of v) and zeroes the reserved byte.
+func (h XRCETH) SetSRQN(v uint32) {
+	h[0] = 0
+	put24(h[1:], v&mask24)
+}

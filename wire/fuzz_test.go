@@ -10,12 +10,15 @@ import (
 )
 
 // canonical returns b with the bits Encode does not preserve cleared: the
-// DETH reserved byte and the 16 reserved bytes of a CNP, both sent as zero
-// and ignored on receive.
+// DETH and XRCETH reserved bytes and the 16 reserved bytes of a CNP, all sent
+// as zero and ignored on receive.
 func canonical(p *wire.Packet, b []byte) []byte {
 	c := bytes.Clone(b)
 	if o := p.Op.DETHOff; o != 0 {
 		c[o+4] = 0
+	}
+	if o := p.Op.XRCETHOff; o != 0 {
+		c[o] = 0
 	}
 	if p.Op.Transport == wire.TransportCNP {
 		clear(c[wire.BTHLen:p.Op.HeaderLen])

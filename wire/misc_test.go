@@ -206,4 +206,9 @@ func TestExtAccessors(t *testing.T) {
 	if im[0] != 0x11 || im.Imm() != 0x11223344 || ie.RKey() != 0x55667788 || ie[3] != 0x88 || aa[7] != 0x99 || aa.OrigData() != 0x99 {
 		t.Error("ImmDt/IETH/AtomicAckETH")
 	}
+	x := wire.XRCETH{0xff, 0, 0, 0}
+	x.SetSRQN(0xff123456)
+	if string(x) != "\x00\x12\x34\x56" || x.SRQN() != 0x123456 {
+		t.Errorf("XRCETH %x", []byte(x))
+	}
 }

@@ -6,7 +6,7 @@ import "strconv"
 // select the transport service, the low five the operation.
 type Opcode uint8
 
-// Opcodes for the RC, UC and UD services and the RoCEv2 CNP.
+// Opcodes for the RC, UC, UD and XRC services and the RoCEv2 CNP.
 const (
 	RCSendFirst          Opcode = 0x00
 	RCSendMiddle         Opcode = 0x01
@@ -48,6 +48,32 @@ const (
 	UDSendOnly    Opcode = 0x64
 	UDSendOnlyImm Opcode = 0x65
 
+	// XRC (IBTA Vol. 1 Annex A14, the XRC transport service, 101b): the RC operations
+	// at 0xA0 + their RC code, requests carrying an XRCETH after the BTH.
+	XRCSendFirst          Opcode = 0xa0
+	XRCSendMiddle         Opcode = 0xa1
+	XRCSendLast           Opcode = 0xa2
+	XRCSendLastImm        Opcode = 0xa3
+	XRCSendOnly           Opcode = 0xa4
+	XRCSendOnlyImm        Opcode = 0xa5
+	XRCWriteFirst         Opcode = 0xa6
+	XRCWriteMiddle        Opcode = 0xa7
+	XRCWriteLast          Opcode = 0xa8
+	XRCWriteLastImm       Opcode = 0xa9
+	XRCWriteOnly          Opcode = 0xaa
+	XRCWriteOnlyImm       Opcode = 0xab
+	XRCReadRequest        Opcode = 0xac
+	XRCReadResponseFirst  Opcode = 0xad
+	XRCReadResponseMiddle Opcode = 0xae
+	XRCReadResponseLast   Opcode = 0xaf
+	XRCReadResponseOnly   Opcode = 0xb0
+	XRCAck                Opcode = 0xb1
+	XRCAtomicAck          Opcode = 0xb2
+	XRCCompareSwap        Opcode = 0xb3
+	XRCFetchAdd           Opcode = 0xb4
+	XRCSendLastInv        Opcode = 0xb6
+	XRCSendOnlyInv        Opcode = 0xb7
+
 	// CNP is the RoCEv2 Congestion Notification Packet (Annex A17.9.3).
 	CNP Opcode = 0x81
 )
@@ -62,6 +88,7 @@ const (
 	TransportRD  Transport = 2
 	TransportUD  Transport = 3
 	TransportCNP Transport = 4
+	TransportXRC Transport = 5
 )
 
 // String names the transport.
@@ -77,6 +104,8 @@ func (t Transport) String() string {
 		return "UD"
 	case TransportCNP:
 		return "CNP"
+	case TransportXRC:
+		return "XRC"
 	}
 	return "Transport(" + strconv.Itoa(int(t)) + ")"
 }
@@ -93,6 +122,7 @@ const (
 	HasImmDt
 	HasIETH
 	HasDETH
+	HasXRCETH  // XRC requests (Annex A14): the target's XRC SRQ number
 	HasPayload // the packet carries a (possibly empty) data payload
 
 	Request  // sent by a requester
@@ -129,13 +159,14 @@ type OpInfo struct {
 	HeaderLen int // BTH and all extended headers (for CNP also its 16 reserved bytes)
 
 	// Offsets from the start of the BTH; 0 when the header is absent.
-	RETHOff, AETHOff, AtomicETHOff, AtomicAckETHOff, ImmDtOff, IETHOff, DETHOff int
+	RETHOff, AETHOff, AtomicETHOff, AtomicAckETHOff, ImmDtOff, IETHOff, DETHOff, XRCETHOff int
 }
 
 // opTable is filled once at init from the short descriptions below. The
 // order of extended headers after the BTH is fixed by IBTA 9.2 (figure 109):
-// DETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH. The order in
-// which the flags are tested in init reproduces it.
+// DETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH; the XRC annex (A14)
+// puts the XRCETH first, directly after the BTH (where RD's RDETH would be).
+// The order in which the flags are tested in init reproduces it.
 var opTable [256]OpInfo
 
 type opDesc struct {
@@ -150,7 +181,9 @@ const (
 	readResp = Response | OpRead | HasPayload
 )
 
-// The RC rows of table 36. UC reuses rows 0x00..0x0b (without CanAckReq).
+// The RC rows of table 36. UC reuses rows 0x00..0x0b (without CanAckReq); XRC
+// reuses them all at 0xA0 + the RC code, its requests with an XRCETH (Annex A14:
+// responses go back to the initiator QP and name no SRQ).
 var rcOps = [...]opDesc{
 	{RCSendFirst, "SEND_FIRST", sendReq | First},
 	{RCSendMiddle, "SEND_MIDDLE", sendReq | Middle},
@@ -193,6 +226,7 @@ func init() {
 			n += l
 			return off
 		}
+		in.XRCETHOff = at(HasXRCETH, XRCETHLen)
 		in.DETHOff = at(HasDETH, DETHLen)
 		in.RETHOff = at(HasRETH, RETHLen)
 		in.AtomicETHOff = at(HasAtomicETH, AtomicETHLen)
@@ -214,6 +248,10 @@ func init() {
 		if d.op <= RCWriteOnlyImm {
 			add(d.op|0x20, "UC_"+d.name, TransportUC, d.flags)
 		}
+		if d.flags.Has(Request) {
+			f |= HasXRCETH
+		}
+		add(d.op|0xa0, "XRC_"+d.name, TransportXRC, f)
 	}
 	add(UDSendOnly, "UD_SEND_ONLY", TransportUD, sendReq|Only|HasDETH)
 	add(UDSendOnlyImm, "UD_SEND_ONLY_WITH_IMMEDIATE", TransportUD, sendReq|Only|HasDETH|HasImmDt)
@@ -225,7 +263,7 @@ func init() {
 // always dereference the result.
 func (o Opcode) Info() *OpInfo { return &opTable[o] }
 
-// Valid reports whether o is an RC, UC, UD or CNP opcode this package knows.
+// Valid reports whether o is an RC, UC, UD, XRC or CNP opcode this package knows.
 func (o Opcode) Valid() bool { return opTable[o].Valid }
 
 // String is the table name, or "UNKNOWN(0xNN)".

@@ -36,6 +36,7 @@ func allOpcodeCases() []opCase {
 			ImmDt:        0x01020304,
 			IETH:         0x55667788,
 			DETH:         wire.DETHFields{QKey: 0x11111111, SrcQP: 0x000123},
+			XRCSRQN:      0x00abcd ^ uint32(i),
 		}
 		var payload []byte
 		if in.Flags.Has(wire.HasPayload) {
@@ -55,8 +56,8 @@ func allOpcodeCases() []opCase {
 // every field of every header the table says is present.
 func TestOpcodeRoundTrip(t *testing.T) {
 	cases := allOpcodeCases()
-	if len(cases) != 23+12+2+1 {
-		t.Fatalf("%d valid opcodes, want 38", len(cases))
+	if len(cases) != 23+12+2+1+23 {
+		t.Fatalf("%d valid opcodes, want 61", len(cases))
 	}
 	for _, tc := range cases {
 		op := tc.h.BTH.Opcode
@@ -93,6 +94,9 @@ func TestOpcodeRoundTrip(t *testing.T) {
 			if !in.Flags.Has(wire.HasDETH) {
 				want.DETH = wire.DETHFields{}
 			}
+			if !in.Flags.Has(wire.HasXRCETH) {
+				want.XRCSRQN = 0
+			}
 			if got != want {
 				t.Errorf("headers\n got %+v\nwant %+v", got, want)
 			}
@@ -102,6 +106,7 @@ func TestOpcodeRoundTrip(t *testing.T) {
 			}{
 				{wire.HasRETH, p.RETH}, {wire.HasAETH, p.AETH}, {wire.HasAtomicETH, p.AtomicETH},
 				{wire.HasAtomicAckETH, p.AtomicAckETH}, {wire.HasImmDt, p.ImmDt}, {wire.HasIETH, p.IETH}, {wire.HasDETH, p.DETH},
+				{wire.HasXRCETH, p.XRCETH},
 			} {
 				if (hv.view != nil) != in.Flags.Has(hv.flag) {
 					t.Errorf("view presence for flag %#x wrong", hv.flag)
@@ -145,6 +150,19 @@ func TestOpcodeTable(t *testing.T) {
 		{wire.UDSendOnly, "UD_SEND_ONLY", 20, R | P | wire.HasDETH | wire.Only | wire.ConsumesRecvWQE},
 		{wire.UDSendOnlyImm, "UD_SEND_ONLY_WITH_IMMEDIATE", 24, R | P | wire.HasDETH | wire.HasImmDt},
 		{wire.CNP, "CNP", 28, wire.Only},
+		// XRC (Annex A14): requests carry the 4-byte XRCETH first, responses do not.
+		{wire.XRCSendFirst, "XRC_SEND_FIRST", 16, R | P | wire.First | wire.HasXRCETH | wire.ConsumesRecvWQE | wire.CanAckReq},
+		{wire.XRCSendOnlyImm, "XRC_SEND_ONLY_WITH_IMMEDIATE", 20, R | P | wire.Only | wire.HasXRCETH | wire.HasImmDt},
+		{wire.XRCSendOnlyInv, "XRC_SEND_ONLY_WITH_INVALIDATE", 20, R | P | wire.Only | wire.HasXRCETH | wire.HasIETH},
+		{wire.XRCWriteFirst, "XRC_RDMA_WRITE_FIRST", 32, R | P | wire.First | wire.HasXRCETH | wire.HasRETH | wire.OpWrite},
+		{wire.XRCWriteMiddle, "XRC_RDMA_WRITE_MIDDLE", 16, R | P | wire.Middle | wire.HasXRCETH},
+		{wire.XRCWriteOnlyImm, "XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE", 36, R | P | wire.HasXRCETH | wire.HasRETH | wire.HasImmDt | wire.ConsumesRecvWQE},
+		{wire.XRCReadRequest, "XRC_RDMA_READ_REQUEST", 32, R | wire.HasXRCETH | wire.HasRETH | wire.OpRead | wire.CanAckReq},
+		{wire.XRCReadResponseFirst, "XRC_RDMA_READ_RESPONSE_FIRST", 16, wire.Response | P | wire.HasAETH | wire.First},
+		{wire.XRCAck, "XRC_ACKNOWLEDGE", 16, wire.Response | wire.HasAETH | wire.OpAck},
+		{wire.XRCAtomicAck, "XRC_ATOMIC_ACKNOWLEDGE", 24, wire.Response | wire.HasAETH | wire.HasAtomicAckETH},
+		{wire.XRCCompareSwap, "XRC_COMPARE_SWAP", 44, R | wire.HasXRCETH | wire.HasAtomicETH | wire.OpAtomic},
+		{wire.XRCFetchAdd, "XRC_FETCH_ADD", 44, R | wire.HasXRCETH | wire.HasAtomicETH | wire.OpAtomic},
 	}
 	for _, r := range rows {
 		in := r.op.Info()
@@ -161,6 +179,16 @@ func TestOpcodeTable(t *testing.T) {
 	}
 	if in := wire.UDSendOnlyImm.Info(); in.DETHOff != 12 || in.ImmDtOff != 20 {
 		t.Errorf("UD_SEND_ONLY_IMM offsets %+v", in)
+	}
+	// XRCETH directly after the BTH, the RC headers after it.
+	if in := wire.XRCWriteOnlyImm.Info(); in.XRCETHOff != 12 || in.RETHOff != 16 || in.ImmDtOff != 32 {
+		t.Errorf("XRC_RDMA_WRITE_ONLY_IMM offsets %+v", in)
+	}
+	if in := wire.XRCCompareSwap.Info(); in.XRCETHOff != 12 || in.AtomicETHOff != 16 {
+		t.Errorf("XRC_COMPARE_SWAP offsets %+v", in)
+	}
+	if in := wire.XRCAtomicAck.Info(); in.XRCETHOff != 0 || in.AETHOff != 12 || in.AtomicAckETHOff != 16 {
+		t.Errorf("XRC_ATOMIC_ACK offsets %+v", in)
 	}
 	// Classes that must not be set.
 	for i := range 256 {
@@ -191,8 +219,12 @@ func TestOpcodeTable(t *testing.T) {
 		if n != 1 {
 			t.Errorf("%v: %d of First/Middle/Last/Only", op, n)
 		}
-		if f.Has(wire.CanAckReq) != (in.Transport == wire.TransportRC && f.Has(wire.Request)) {
+		reliable := in.Transport == wire.TransportRC || in.Transport == wire.TransportXRC
+		if f.Has(wire.CanAckReq) != (reliable && f.Has(wire.Request)) {
 			t.Errorf("%v: CanAckReq wrong", op)
+		}
+		if f.Has(wire.HasXRCETH) != (in.Transport == wire.TransportXRC && f.Has(wire.Request)) {
+			t.Errorf("%v: HasXRCETH wrong", op)
 		}
 		if f.Has(wire.OpSend) && !f.Has(wire.ConsumesRecvWQE) {
 			t.Errorf("%v: SEND must consume a receive WQE", op)
@@ -201,7 +233,7 @@ func TestOpcodeTable(t *testing.T) {
 			t.Errorf("%v: WRITE consumes a receive WQE iff it carries immediate data", op)
 		}
 	}
-	for _, op := range []wire.Opcode{0x15, 0x18, 0x2c, 0x40, 0x4c, 0x63, 0x66, 0x80, 0x82, 0xff} {
+	for _, op := range []wire.Opcode{0x15, 0x18, 0x2c, 0x40, 0x4c, 0x63, 0x66, 0x80, 0x82, 0xb5, 0xb8, 0xc0, 0xff} {
 		if op.Valid() {
 			t.Errorf("%#x should be unknown", uint8(op))
 		}

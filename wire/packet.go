@@ -17,6 +17,7 @@ type Packet struct {
 	ImmDt        ImmDt
 	IETH         IETH
 	DETH         DETH
+	XRCETH       XRCETH
 
 	Payload []byte // the data, without pad
 	ICRC    uint32 // as transmitted: the last four bytes read little endian
@@ -32,7 +33,7 @@ func sub(b []byte, off, n int) []byte {
 // Parse checks buf once and points p's fields into it. The checks, in order:
 //
 //   - at least BTH and ICRC (ErrTruncated);
-//   - the opcode is in the table (ErrUnknownOpcode): RC, UC, UD or CNP;
+//   - the opcode is in the table (ErrUnknownOpcode): RC, UC, UD, XRC or CNP;
 //   - TVer is 0 (ErrTVer, IBTA 9.2);
 //   - at least the opcode's headers and ICRC (ErrTruncated);
 //   - opcodes without payload (READ request, ACK, atomic ACK, atomic
@@ -113,6 +114,7 @@ func (p *Packet) TryParse(buf []byte, maxPayload int) (ParseError, bool) {
 	p.ImmDt = sub(buf, in.ImmDtOff, ImmDtLen)
 	p.IETH = sub(buf, in.IETHOff, IETHLen)
 	p.DETH = sub(buf, in.DETHOff, DETHLen)
+	p.XRCETH = sub(buf, in.XRCETHOff, XRCETHLen)
 	p.Payload = buf[hl : hl+data-pad : hl+data-pad]
 	p.ICRC = binary.LittleEndian.Uint32(buf[n-ICRCLen:])
 	return ParseError{}, true
@@ -129,6 +131,7 @@ type Headers struct {
 	ImmDt        uint32
 	IETH         uint32 // R_Key to invalidate
 	DETH         DETHFields
+	XRCSRQN      uint32 // the XRCETH's SRQ number
 }
 
 // Headers decodes the headers present in p; absent ones are zero.
@@ -156,6 +159,9 @@ func (p *Packet) Headers() Headers {
 	if p.DETH != nil {
 		h.DETH = p.DETH.Fields()
 	}
+	if p.XRCETH != nil {
+		h.XRCSRQN = p.XRCETH.SRQN()
+	}
 	return h
 }
 
@@ -166,11 +172,14 @@ func (h *Headers) Len() int { return opTable[h.BTH.Opcode].HeaderLen }
 // Encode writes the BTH and the opcode's extended headers into b, which must
 // hold at least Len bytes, and returns Len. It does not touch payload, pad or
 // ICRC; PadCnt is written as h.BTH.PadCnt says (see Finish). For a CNP the
-// 16 reserved bytes are written as zero; the DETH reserved byte likewise.
+// 16 reserved bytes are written as zero; the DETH and XRCETH reserved bytes likewise.
 func (h *Headers) Encode(b []byte) int {
 	in := &opTable[h.BTH.Opcode]
 	b = b[:in.HeaderLen]
 	BTH(b).Encode(&h.BTH)
+	if o := in.XRCETHOff; o != 0 {
+		XRCETH(b[o:]).SetSRQN(h.XRCSRQN)
+	}
 	if o := in.DETHOff; o != 0 {
 		DETH(b[o:]).Encode(&h.DETH)
 	}

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -45,6 +46,34 @@ func TestMedianOf(t *testing.T) {
 	}{{[]float64{3, 1, 2}, 2}, {[]float64{4, 1, 3, 2}, 2.5}, {[]float64{7}, 7}} {
 		if got := medianOf(c.in); got != c.want {
 			t.Errorf("medianOf(%v) = %v, want %v", c.in, got, c.want)
+		}
+	}
+}
+
+// bench/rstream.sh's modes each get a table with their own TCP, and the loopback stream
+// its ratio to write_bw of the same rounds; rows from before the modes are loopback's.
+func TestRstreamTableModes(t *testing.T) {
+	dir := t.TempDir()
+	rows := `{"round":1,"variant":"rdma-tree","bw_gbps":20,"rr_us":4}
+{"round":1,"variant":"tcp","bw_gbps":10,"rr_us":5}
+{"round":1,"mode":"veth","variant":"rdma-tree","bw_gbps":12,"rr_us":6}
+{"round":1,"mode":"veth","variant":"tcp","bw_gbps":8,"rr_us":7}
+{"round":1,"mode":"inproc","variant":"rdma-tree","bw_gbps":9,"rr_us":3}
+{"round":1,"mode":"inproc","variant":"tcp","bw_gbps":10,"rr_us":4}
+{"round":1,"mode":"loopback","variant":"write_bw","bw_gbps":25}
+`
+	if err := os.WriteFile(filepath.Join(dir, "rstream.json"), []byte(rows), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if !rstreamTable(&b, dir) {
+		t.Fatal("no table")
+	}
+	for _, want := range []string{"| rdma-tree | 20.00 | 2.00× | 2.00× | 4.00 | 0.80× | 0.80× |",
+		"veth pair at MTU 1500", "| rdma-tree | 12.00 | 1.50× | 1.50× |", "`rstream --loop`",
+		"| rdma-tree | 9.00 | 0.90× |", "| rdma-tree | 20.00 | 25.00 | 0.80× | 0.80× |"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
 		}
 	}
 }

@@ -135,14 +135,16 @@ MTU. The two processes use nearly both cores; the time goes to the kernel's copi
 and context switches.
 `
 
-var rstreamNotes = `` + "`goverbs rstream`" + ` (librdmacm's rstream over package rdmanet; ` + "`--tcp`" + ` runs the same transfers
-over ` + "`net.TCPConn`" + `) as server and client processes on loopback. Stream: ` + "`-S 65536 -C 4000`" + `
-(4000 transfers of 64 KiB one way, then back). Request/response: ` + "`-S 64 -C 1 -I 20000`" + `,
-time per one-way transfer. A Read that finds nothing polls the connection's CQ for up to
-50 µs before it blocks, as rsockets polls for its ` + "`polling_time`" + `, so an answer reaches the
-reader on its own thread without a wake-up; the cost is a core kept busy while a Read waits
-([DESIGN.md](DESIGN.md), "Streams over RDMA"). Go TCP's request/response is bimodal on a VM, as the UDP
-ping-pong above is.
+var rstreamNotes = `` + "`goverbs rstream`" + ` (librdmacm's rstream over package rdmanet, which speaks rsockets' protocol;
+` + "`--tcp`" + ` runs the same transfers over ` + "`net.TCPConn`" + `), in three placements: two processes on
+loopback, two processes in two namespaces joined by a veth pair at MTU 1500, and both ends in
+one process (` + "`--loop`" + `). Stream: ` + "`-S 65536 -C 4000`" + ` (4000 transfers of 64 KiB one way, then
+back). Request/response: ` + "`-S 64 -C 1 -I 20000`" + `, time per one-way transfer. Beside them,
+goverbs' own ` + "`write_bw -s 65536`" + ` on loopback: what the verbs under the stream carry. A waiting
+Read or Write polls the connection's CQ for up to 50 µs before it blocks, as rsockets polls for
+its ` + "`polling_time`" + `, but only while such spins have been answered; the completion goroutine
+never spins ([DESIGN.md](DESIGN.md), "Streams over RDMA"). Go TCP's request/response is bimodal
+on a VM, as the UDP ping-pong above is.
 `
 
 var pageTail = `## Other measurements

@@ -146,45 +146,101 @@ func ibMTU(ifMTU int) int {
 }
 
 // rstreamRow is one line of bench/rstream.sh's rstream.json: one variant's two figures
-// in one round.
+// in one round and mode (loopback, veth or inproc; rows from before the modes are
+// loopback's). The variant write_bw is goverbs' RC WRITE 64 KiB, bandwidth only.
 type rstreamRow struct {
 	Round   int     `json:"round"`
+	Mode    string  `json:"mode"`
 	Variant string  `json:"variant"`
 	BW      float64 `json:"bw_gbps"`
 	RR      float64 `json:"rr_us"`
 }
 
-// rstreamTable writes bench/rstream.sh's table: per variant (rdmanet at each revision,
-// then Go TCP) the medians, each round's ratio to TCP's and their median.
+// rstreamModes names bench/rstream.sh's placements.
+var rstreamModes = map[string]string{
+	"loopback": "Two processes on loopback",
+	"veth":     "Two processes in two namespaces, a veth pair at MTU 1500",
+	"inproc":   "Both ends in one process (`rstream --loop`)",
+}
+
+// rstreamTable writes bench/rstream.sh's tables: per mode and variant (rdmanet at each
+// revision, then Go TCP) the medians, each round's ratio to TCP's and their median;
+// then rdmanet's loopback stream against write_bw's in the same rounds.
 func rstreamTable(w io.Writer, dir string) bool {
 	var rows []rstreamRow
 	if err := loadInto(filepath.Join(dir, "rstream.json"), &rows); err != nil || len(rows) == 0 {
 		return false
 	}
-	var order []string
-	bw, rr := map[string]map[int]float64{}, map[string]map[int]float64{}
+	type series struct{ bw, rr map[int]float64 }
+	var modes []string
+	order := map[string][]string{}
+	data := map[string]map[string]*series{}
 	for _, r := range rows {
-		if bw[r.Variant] == nil {
-			order = append(order, r.Variant)
-			bw[r.Variant], rr[r.Variant] = map[int]float64{}, map[int]float64{}
+		if r.Mode == "" {
+			r.Mode = "loopback"
 		}
-		bw[r.Variant][r.Round], rr[r.Variant][r.Round] = r.BW, r.RR
+		if data[r.Mode] == nil {
+			modes = append(modes, r.Mode)
+			data[r.Mode] = map[string]*series{}
+		}
+		sr := data[r.Mode][r.Variant]
+		if sr == nil {
+			sr = &series{map[int]float64{}, map[int]float64{}}
+			data[r.Mode][r.Variant] = sr
+			order[r.Mode] = append(order[r.Mode], r.Variant)
+		}
+		sr.bw[r.Round], sr.rr[r.Round] = r.BW, r.RR
 	}
-	if bw["tcp"] == nil {
-		return false
-	}
-	fmt.Fprintln(w, "| variant | stream 64 KiB Gb/s (median) | ÷ TCP per round | median ratio | 64 B req/resp µs one-way (median) | ÷ TCP per round | median ratio |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
-	for _, v := range order {
-		mb, mr := medianOf(slices.Collect(maps.Values(bw[v]))), medianOf(slices.Collect(maps.Values(rr[v])))
-		if v == "tcp" {
-			fmt.Fprintf(w, "| Go TCP | %.2f | | | %.2f | | |\n", mb, mr)
+	printed := false
+	for _, m := range modes {
+		tcp := data[m]["tcp"]
+		if tcp == nil {
 			continue
 		}
-		xb, xr := perRound(bw[v], bw["tcp"]), perRound(rr[v], rr["tcp"])
-		fmt.Fprintf(w, "| %s | %.2f | %s | %s | %.2f | %s | %s |\n", v, mb, ratios(xb), medianRatio(xb), mr, ratios(xr), medianRatio(xr))
+		if printed {
+			fmt.Fprintln(w)
+		}
+		if len(modes) > 1 || m != "loopback" {
+			title := rstreamModes[m]
+			if title == "" {
+				title = m
+			}
+			fmt.Fprintf(w, "%s:\n\n", title)
+		}
+		fmt.Fprintln(w, "| variant | stream 64 KiB Gb/s (median) | ÷ TCP per round | median ratio | 64 B req/resp µs one-way (median) | ÷ TCP per round | median ratio |")
+		fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+		for _, v := range order[m] {
+			sr := data[m][v]
+			if v == "write_bw" {
+				continue
+			}
+			mb, mr := medianOf(slices.Collect(maps.Values(sr.bw))), medianOf(slices.Collect(maps.Values(sr.rr)))
+			if v == "tcp" {
+				fmt.Fprintf(w, "| Go TCP | %.2f | | | %.2f | | |\n", mb, mr)
+				continue
+			}
+			xb, xr := perRound(sr.bw, tcp.bw), perRound(sr.rr, tcp.rr)
+			fmt.Fprintf(w, "| %s | %.2f | %s | %s | %.2f | %s | %s |\n", v, mb, ratios(xb), medianRatio(xb), mr, ratios(xr), medianRatio(xr))
+		}
+		printed = true
 	}
-	return true
+	if wb := data["loopback"]["write_bw"]; wb != nil && printed {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "The loopback stream against goverbs' `write_bw -s 65536` (RC WRITE, what the stream rides on), same rounds:")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "| variant | stream Gb/s (median) | write_bw Gb/s (median) | ÷ write_bw per round | median ratio |")
+		fmt.Fprintln(w, "|---|---|---|---|---|")
+		for _, v := range order["loopback"] {
+			if v == "write_bw" || v == "tcp" {
+				continue
+			}
+			sr := data["loopback"][v]
+			x := perRound(sr.bw, wb.bw)
+			fmt.Fprintf(w, "| %s | %.2f | %.2f | %s | %s |\n", v, medianOf(slices.Collect(maps.Values(sr.bw))),
+				medianOf(slices.Collect(maps.Values(wb.bw))), ratios(x), medianRatio(x))
+		}
+	}
+	return printed
 }
 
 // ratios prints each round's ratio, in round order.

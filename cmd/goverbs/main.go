@@ -38,6 +38,7 @@ import (
 	"github.com/goverbs/goverbs/cmd/goverbs/internal/soak"
 	"github.com/goverbs/goverbs/cmd/goverbs/internal/tool"
 	"github.com/goverbs/goverbs/netio"
+	_ "github.com/goverbs/goverbs/verbs/soft/xdp" // GOVERBS_DEVICES entries "NAME=ADDR@xdp:IFACE/Q"
 )
 
 // commands is the command table: each command's name, its one-line summary (the
@@ -49,6 +50,7 @@ var commands = []*tool.Command{
 	{Name: "uc_pingpong", Summary: "UC send/receive ping-pong (ibv_uc_pingpong)", Run: pingpong.Runner(pingpong.UC)},
 	{Name: "ud_pingpong", Summary: "UD send/receive ping-pong (ibv_ud_pingpong)", Run: pingpong.Runner(pingpong.UD)},
 	{Name: "srq_pingpong", Summary: "RC ping-pong over a shared receive queue (ibv_srq_pingpong)", Run: pingpong.Runner(pingpong.SRQ)},
+	{Name: "xsrq_pingpong", Summary: "XRC ping-pong: senders into one XRC SRQ (ibv_xsrq_pingpong)", Run: pingpong.RunXSRQ},
 	{Name: "send_bw", Summary: "SEND bandwidth (ib_send_bw)", Run: perftest.Runner(perftest.SendBW)},
 	{Name: "write_bw", Summary: "RDMA WRITE bandwidth (ib_write_bw)", Run: perftest.Runner(perftest.WriteBW)},
 	{Name: "read_bw", Summary: "RDMA READ bandwidth (ib_read_bw)", Run: perftest.Runner(perftest.ReadBW)},

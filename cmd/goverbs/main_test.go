@@ -271,7 +271,7 @@ func TestPingpongs(t *testing.T) {
 					t.Errorf("srq %s: want 4 local address lines:\n%s", who, r.stdout)
 				}
 			}
-			size := map[string]int{"rc": 4096, "uc": 4096, "ud": 2048, "srq": 4096}[kind]
+			size := map[string]int{"rc": 4096, "uc": 4096, "ud": 1024, "srq": 4096}[kind]
 			mustContain(t, kind, cli.stdout, fmt.Sprintf("%d bytes in ", size*100*2))
 		})
 	}

@@ -32,6 +32,22 @@ func TestRstream(t *testing.T) {
 	}
 }
 
+// TestRstreamLoop runs both ends in one process (--loop), over rdmanet and over Go TCP,
+// verified: only the client's row is printed.
+func TestRstreamLoop(t *testing.T) {
+	row := regexp.MustCompile(`(?m)^custom    4k      100     3       2.3m    +\d+\.\d\ds +\d+\.\d\d +\d+\.\d\d$`)
+	for _, net := range [][]string{nil, {"--tcp"}} {
+		t.Run(strings.Join(append([]string{"rdma"}, net...), " "), func(t *testing.T) {
+			a, _ := addrPair(t)
+			args := append([]string{"rstream", "--loop", "-b", a, "-p", freePort(t, a), "-S", "4096", "-C", "100", "-I", "3", "-T", "v"}, net...)
+			r := runBin(t, 30*time.Second, args...)
+			if r.code != 0 || !strings.HasPrefix(r.stdout, rstreamHeader) || len(row.FindAllString(r.stdout, -1)) != 1 {
+				t.Errorf("rstream --loop: exit %d, stdout:\n%s\nstderr: %s", r.code, r.stdout, r.stderr)
+			}
+		})
+	}
+}
+
 // TestRstreamRefuses: flags rstream has but Go cannot honour, and bad values, fail
 // with one line before anything connects.
 func TestRstreamRefuses(t *testing.T) {
@@ -49,6 +65,7 @@ func TestRstreamRefuses(t *testing.T) {
 		{[]string{"-p", "70000"}, "a port number"},
 		{[]string{"-f", "ip", "-s", "localhost"}, "not a numeric address"},
 		{[]string{"127.0.0.1"}, "goes after -s"},
+		{[]string{"--loop"}, "--loop needs -b"},
 	} {
 		r := runBin(t, 10*time.Second, append([]string{"rstream"}, c.args...)...)
 		if r.code == 0 || !strings.Contains(r.stderr, c.want) || strings.Count(r.stderr, "\n") != 1 {

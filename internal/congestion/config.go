@@ -195,3 +195,18 @@ func (c *Config) Validate() error {
 	}
 	return nil
 }
+
+// Jain is Jain's fairness index of xs: (Σx)² / (n·Σx²), 1 when all are equal, 1/n when
+// one has everything; 0 when all are 0. The incast experiments judge DCQCN's fairness
+// by it (the bar: ≥ 0.95 over the senders).
+func Jain(xs []float64) float64 {
+	var s, q float64
+	for _, x := range xs {
+		s += x
+		q += x * x
+	}
+	if q == 0 {
+		return 0
+	}
+	return s * s / (float64(len(xs)) * q)
+}

@@ -101,7 +101,8 @@ func TestLossModel(t *testing.T) {
 		t.Errorf("selective repeat kept %.1f%% of its lossless goodput", 100*sr.lossy.Aggregate/sr.lossless.Aggregate)
 	}
 	lost, retx := sr.lossy.Net.LinkLoss, uint64(sr.lossy.Flows[0].Retrans)
-	if retx < lost || float64(retx) > 1.1*float64(lost) {
+	// A loss in the run's last round trip may not have been resent by its end.
+	if retx+2 < lost || float64(retx) > 1.1*float64(lost) {
 		t.Errorf("selective repeat: %d packets lost, %d retransmitted", lost, retx)
 	}
 	if gbn := rows[0]; gbn.lossy.Aggregate >= sr.lossy.Aggregate {

@@ -347,7 +347,7 @@ func runModel(t testing.TB, mc modelConfig) modelResult {
 		res.Aggregate += f.Goodput
 		goodputs = append(goodputs, f.Goodput)
 	}
-	res.Jain = jain(goodputs)
+	res.Jain = Jain(goodputs)
 	slices.Sort(queue)
 	if len(queue) > 0 {
 		for j, p := range []float64{0.01, 0.10, 0.50, 0.90, 0.99} {
@@ -466,18 +466,4 @@ func (s *modelSender) wake(now time.Time, mc modelConfig) time.Time {
 	}
 	earliest(s.rp.Deadline())
 	return at
-}
-
-// jain is Jain's fairness index of xs: (Σx)² / (n·Σx²), 1 when all are equal, 1/n
-// when one has everything; 0 when all are 0.
-func jain(xs []float64) float64 {
-	var s, q float64
-	for _, x := range xs {
-		s += x
-		q += x * x
-	}
-	if q == 0 {
-		return 0
-	}
-	return s * s / (float64(len(xs)) * q)
 }

@@ -14,8 +14,8 @@ import (
 // PSN that revealed the gap (a selective acknowledgement); the requester
 // retransmits only what is missing, once per loss, and keeps at most a
 // bandwidth-delay product of packets in flight. These are the two sides'
-// bookkeeping, with no packets and no clock; the engine wires them in later,
-// behind a negotiation so that go-back-N peers (rxe) see no change.
+// bookkeeping, with no packets and no clock; internal/engine/selective.go wires
+// them in, behind a switch so that go-back-N peers (rxe) see no change.
 
 // psnSet is a set of PSNs within a window of a fixed size from a moving base,
 // kept as a ring bitmap: PSN p is bit p mod the ring's size.
@@ -164,6 +164,7 @@ type SendWindowStats struct {
 	Retransmitted uint64 // of which retransmissions
 	Timeouts      uint64
 	NAKs          uint64
+	LostAgain     uint64 // retransmissions a later SACK showed lost
 }
 
 // SendWindow is the requester's side of selective repeat for one QP: PSNs from
@@ -183,8 +184,18 @@ type SendWindow struct {
 	sacked    psnSet // acknowledged selectively, in [una, next)
 	retxDone  psnSet // retransmitted since the last timeout, in [una, next)
 	queued    psnSet // in retx
-	retx      []wire.PSN
-	stats     SendWindowStats
+	// retxAt[p mod len] is NextNew when p was last retransmitted: a SACK of a PSN
+	// at or after it, with p still missing, means the retransmission was lost
+	// too (the path keeps order), and p goes again without waiting for a timeout.
+	retxAt []wire.PSN
+	retx   []wire.PSN
+	// resent lists the PSNs retransmitted and not known delivered, for NAK's check
+	// for lost retransmissions; scanExp and scanTo say that NAK has looked at every
+	// PSN in [scanExp, scanTo) for the expected PSN scanExp, so that a run of SACKs
+	// for one gap costs each PSN one look, not one per SACK.
+	resent          []wire.PSN
+	scanExp, scanTo wire.PSN
+	stats           SendWindowStats
 }
 
 // SpanFactor is how many BDP caps a SendWindow's span may reach.
@@ -195,8 +206,10 @@ const SpanFactor = 4
 func NewSendWindow(first wire.PSN, cap int) *SendWindow {
 	cap = min(max(cap, 1), 1<<20)
 	span := SpanFactor * cap
-	return &SendWindow{una: first & wire.PSNMask, next: first & wire.PSNMask, cap: cap, span: span,
+	w := &SendWindow{una: first & wire.PSNMask, next: first & wire.PSNMask, cap: cap, span: span,
 		sacked: newPSNSet(span + 1), retxDone: newPSNSet(span + 1), queued: newPSNSet(span + 1)}
+	w.retxAt = make([]wire.PSN, len(w.sacked.words)*64)
+	return w
 }
 
 // Span is the most PSNs from Una to NextNew: the window a responder's Tracker
@@ -231,6 +244,22 @@ func (w *SendWindow) canSendNew() bool {
 // Next is the PSN to send now: a retransmission first, then a new PSN while
 // fewer than cap are in flight. ok is false when there is nothing to send.
 func (w *SendWindow) Next() (psn wire.PSN, ok bool) {
+	if p, ok := w.Retransmission(); ok {
+		return p, true
+	}
+	if !w.canSendNew() {
+		return 0, false
+	}
+	p := w.next
+	w.next = w.next.Add(1)
+	w.stats.Sent++
+	return p, true
+}
+
+// Retransmission is Next for a requester that numbers its new packets itself
+// (the engine, which reports them with SentNew): the next PSN queued for
+// retransmission, if any.
+func (w *SendWindow) Retransmission() (psn wire.PSN, ok bool) {
 	for len(w.retx) > 0 {
 		p := w.retx[0]
 		w.retx = w.retx[1:]
@@ -245,17 +274,45 @@ func (w *SendWindow) Next() (psn wire.PSN, ok bool) {
 			continue
 		}
 		w.retxDone.set(p)
+		w.retxAt[uint32(p)&w.sacked.mask] = w.next
+		w.resent = append(w.resent, p)
 		w.stats.Sent++
 		w.stats.Retransmitted++
 		return p, true
 	}
-	if !w.canSendNew() {
-		return 0, false
+	return 0, false
+}
+
+// RetransmissionQueued reports whether Retransmission has a PSN to hand out.
+func (w *SendWindow) RetransmissionQueued() bool { return len(w.retx) > 0 }
+
+// SentNew records that a requester which numbers its packets itself sent psn
+// for the first time: NextNew moves past it. A PSN before NextNew, or beyond
+// the span, changes nothing.
+func (w *SendWindow) SentNew(psn wire.PSN) {
+	if d := psn.Diff(w.next); d >= 0 && int(psn.Diff(w.una)) < w.span {
+		w.next = psn.Add(1)
+		w.stats.Sent++
 	}
-	p := w.next
-	w.next = w.next.Add(1)
-	w.stats.Sent++
-	return p, true
+}
+
+// Restart forgets every selective acknowledgement and queued retransmission
+// and makes [una, next) the outstanding PSNs: after the requester went back N
+// (a timeout, an RNR NAK, a NAK without a selective acknowledgement), which
+// resends all of them anyway. It allocates nothing.
+func (w *SendWindow) Restart(una, next wire.PSN) {
+	clear(w.sacked.words)
+	clear(w.retxDone.words)
+	clear(w.queued.words)
+	w.retx = w.retx[:0]
+	w.resent = w.resent[:0]
+	w.scanExp, w.scanTo = 0, 0
+	w.nsacked = 0
+	w.una = una & wire.PSNMask
+	w.next = w.una
+	if d := next.Diff(w.una); d > 0 && int(d) <= w.span {
+		w.next = next & wire.PSNMask
+	}
 }
 
 // outstanding reports whether p is in [una, next).
@@ -309,11 +366,40 @@ func (w *SendWindow) NAK(expected, sacked wire.PSN) {
 	} else {
 		sacked = expected.Add(1)
 	}
-	for p := expected; p != sacked; p = p.Add(1) {
-		if !w.sacked.has(p) && !w.retxDone.has(p) && !w.queued.has(p) {
-			w.queued.set(p)
-			w.retx = append(w.retx, p)
+	// Retransmissions sent before sacked that have not arrived were lost again.
+	kept := w.resent[:0]
+	for _, p := range w.resent {
+		if !w.outstanding(p) || w.sacked.has(p) || !w.retxDone.has(p) {
+			continue // delivered, or queued again already
 		}
+		if p.Before(sacked) && !sacked.Before(w.retxAt[uint32(p)&w.sacked.mask]) {
+			w.retxDone.clear(p)
+			w.stats.LostAgain++
+			w.queue(p)
+			continue
+		}
+		kept = append(kept, p)
+	}
+	w.resent = kept
+	start := expected
+	if w.scanExp == expected && w.outstanding(w.scanTo) && w.scanTo.After(expected) {
+		start = w.scanTo
+	}
+	for p := start; p.Before(sacked); p = p.Add(1) {
+		if !w.sacked.has(p) && !w.retxDone.has(p) {
+			w.queue(p)
+		}
+	}
+	if w.scanExp != expected || sacked.After(w.scanTo) {
+		w.scanExp, w.scanTo = expected, sacked
+	}
+}
+
+// queue puts p on the retransmission queue, once.
+func (w *SendWindow) queue(p wire.PSN) {
+	if !w.queued.has(p) {
+		w.queued.set(p)
+		w.retx = append(w.retx, p)
 	}
 }
 

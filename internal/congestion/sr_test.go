@@ -73,9 +73,9 @@ func TestSendWindow(t *testing.T) {
 	send(100, 101, 104) // the retransmissions, then one new: 102 no longer counts
 	w.NAK(100, 103)     // 103 arrived too: nothing more is missing below it
 	send(105)
-	w.NAK(100, 104)
-	send(106)
-	if st := w.Stats(); st.Retransmitted != 2 || st.Sent != 9 {
+	w.NAK(100, 104) // 104 left after the retransmissions and arrived: they were lost again
+	send(100, 101, 106)
+	if st := w.Stats(); st.Retransmitted != 4 || st.Sent != 11 || st.LostAgain != 2 {
 		t.Fatalf("stats %+v", st)
 	}
 	w.ACK(104) // the retransmissions arrived: 100..104 done
@@ -93,7 +93,7 @@ func TestSendWindow(t *testing.T) {
 	send(105, 106, 109)
 	w.Timeout() // everything not known received goes again: 105, 106, 108, 109
 	send(105, 106, 108, 109)
-	if st := w.Stats(); st.Timeouts != 1 || st.Retransmitted != 8 {
+	if st := w.Stats(); st.Timeouts != 1 || st.Retransmitted != 10 {
 		t.Errorf("stats %+v", st)
 	}
 	// The span bounds a window whose oldest packet stays missing.
@@ -181,5 +181,46 @@ func TestBDPCap(t *testing.T) {
 	}
 	if BDPCap(0, time.Second, 1) != 1 || BDPCap(1e9, -1, 4096) != 1 || BDPCap(1e300, time.Hour, 1) != 1<<22 {
 		t.Error("BDPCap of nonsense")
+	}
+}
+
+// TestSendWindowNumberedBySender: the engine's use of SendWindow, which numbers packets
+// itself: SentNew moves NextNew, Retransmission hands out only resends, a SACK run for one
+// gap queues each missing PSN once, a resend a later SACK shows lost goes again, and
+// Restart forgets it all for a go-back-N rewind.
+func TestSendWindowNumberedBySender(t *testing.T) {
+	w := NewSendWindow(10, 8)
+	for p := wire.PSN(10); p < 20; p++ {
+		w.SentNew(p)
+	}
+	w.SentNew(5) // before NextNew: nothing
+	if w.NextNew() != 20 || w.Outstanding() != 10 || w.RetransmissionQueued() {
+		t.Fatalf("next %v, outstanding %d", w.NextNew(), w.Outstanding())
+	}
+	for s := wire.PSN(13); s < 18; s++ {
+		w.NAK(12, s) // 12 lost; 13..17 kept, one SACK each
+	}
+	if got, ok := w.Retransmission(); !ok || got != 12 {
+		t.Fatalf("Retransmission = %v, %v; want 12", got, ok)
+	}
+	if _, ok := w.Retransmission(); ok {
+		t.Fatal("12 queued more than once")
+	}
+	w.SentNew(20)
+	w.NAK(12, 18) // 18 left before the resend of 12: says nothing about it
+	if w.RetransmissionQueued() {
+		t.Fatal("a resend queued again by a SACK of an older packet")
+	}
+	w.NAK(12, 20) // 20 left after it, and 12 is still missing: lost again
+	if got, ok := w.Retransmission(); !ok || got != 12 || w.Stats().LostAgain != 1 {
+		t.Fatalf("Retransmission = %v, %v, stats %+v; want 12 again", got, ok, w.Stats())
+	}
+	w.Restart(12, 21)
+	if w.Una() != 12 || w.NextNew() != 21 || w.InFlight() != 9 || w.RetransmissionQueued() {
+		t.Fatalf("after Restart: una %v next %v in flight %d", w.Una(), w.NextNew(), w.InFlight())
+	}
+	w.Restart(12, 12+1000) // beyond the span: nothing outstanding
+	if w.Outstanding() != 0 {
+		t.Fatalf("outstanding %d after a Restart beyond the span", w.Outstanding())
 	}
 }

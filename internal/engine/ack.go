@@ -154,7 +154,7 @@ func (qp *QP) queueAckItem(syn wire.Syndrome, psn wire.PSN) {
 
 // buildAck adds an ACK or NAK packet to tx.
 func (qp *QP) buildAck(tx *txBatch, syn wire.Syndrome, psn wire.PSN) {
-	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAck, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn}}
+	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAck | qp.opBase, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn}}
 	h.AETH = wire.AETHFields{Syndrome: syn, MSN: qp.resp.msn}
 	qp.dev.emit(tx, qp.remote, &h, payload{}, false)
 	qp.Stats.TxPackets++

@@ -116,6 +116,7 @@ func (c *completer) stopTimers() {
 	if c.rnr != nil {
 		c.rnr.Stop()
 	}
+	c.qp.stopPace()
 }
 
 // onRetransmitTimer runs when the local ACK timeout may have expired (IBTA 9.7.6.1.3).
@@ -174,6 +175,9 @@ func (c *completer) spendRetry(why string) bool {
 func (c *completer) progress(psn wire.PSN) {
 	if psn.After(c.psn) {
 		c.psn = psn
+		if sr := c.qp.sr; sr != nil && sr.sw != nil {
+			sr.sw.ACK(psn.Sub(1))
+		}
 	}
 	c.retryLeft = c.qp.attr.RetryCnt
 	c.rnrRetryLeft = c.qp.attr.RNRRetry
@@ -222,7 +226,7 @@ func (qp *QP) complete(p *wire.Packet) {
 	if p.AETH != nil {
 		syn = p.AETH.Syndrome()
 	}
-	progressed := false
+	progressed, sack := false, false
 	switch {
 	case info.Flags.Has(wire.OpRead):
 		progressed = qp.readResponse(p, psn)
@@ -241,7 +245,9 @@ func (qp *QP) complete(p *wire.Packet) {
 		qp.rnrNak(psn, syn)
 	case syn.Type() == wire.AckTypeNAK:
 		progressed = qp.ackThrough(psn.Sub(1))
-		qp.nak(psn, syn)
+		if sack = qp.sr != nil && qp.selectiveNak(p, psn); !sack {
+			qp.nak(psn, syn)
+		}
 	default:
 		qp.dev.counters.Malformed.Add(1)
 	}
@@ -251,6 +257,9 @@ func (qp *QP) complete(p *wire.Packet) {
 	}
 	if progressed {
 		c.restartRetransmit()
+	}
+	if sack && !progressed && !qp.srRunDue() {
+		return // selective.go: the window has not opened by a burst yet
 	}
 	qp.runRequester()
 }

@@ -4,9 +4,11 @@
 package engine
 
 import (
-	"github.com/goverbs/goverbs/netio"
+	"maps"
+	"slices"
 	"sync/atomic"
 
+	"github.com/goverbs/goverbs/netio"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
@@ -26,24 +28,35 @@ type Counters struct {
 	ImpliedNak        atomic.Uint64 // a later ACK or response showed a READ/atomic response was lost
 	DuplicateResponse atomic.Uint64 // READ responses and ACKs for PSNs already acknowledged
 
-	ICRCErrors    atomic.Uint64 // dropped: no IPv4 ID or checksum makes the ICRC match
-	ICRCRecovered atomic.Uint64 // verified after solving for a peer's non-zero IPv4 Identification
-	Malformed     atomic.Uint64 // dropped: wire.Packet.Parse refused it
-	BadPKey       atomic.Uint64
-	NoQP          atomic.Uint64 // dropped: no such destination QP
-	BadQPState    atomic.Uint64 // dropped: QP not in a state that accepts the packet
-	BadTransport  atomic.Uint64 // dropped: opcode of another transport than the QP's
-	BadAddress    atomic.Uint64 // dropped: source/destination do not match the QP's path
-	BadQKey       atomic.Uint64
-	OutOfSequence atomic.Uint64 // dropped: UC/RC packet not at the expected PSN
-	GhostResponse atomic.Uint64 // dropped: response or ACK for nothing outstanding
-	AccessErrors  atomic.Uint64 // remote requests refused for key, bounds or rights
-	NoRecvWQE     atomic.Uint64 // dropped: UD/UC message with no receive WQE posted
-	CNPReceived   atomic.Uint64
-	McastPackets  atomic.Uint64 // multicast packets accepted for a joined group, before each member's checks
-	CQOverflows   atomic.Uint64
-	SendErrors    atomic.Uint64 // the socket refused a datagram
-	EventsLost    atomic.Uint64
+	ICRCErrors           atomic.Uint64 // dropped: no IPv4 ID or checksum makes the ICRC match
+	ICRCRecovered        atomic.Uint64 // verified after solving for a peer's non-zero IPv4 Identification
+	Malformed            atomic.Uint64 // dropped: wire.Packet.Parse refused it
+	BadPKey              atomic.Uint64
+	NoQP                 atomic.Uint64 // dropped: no such destination QP
+	BadQPState           atomic.Uint64 // dropped: QP not in a state that accepts the packet
+	BadTransport         atomic.Uint64 // dropped: opcode of another transport than the QP's
+	BadAddress           atomic.Uint64 // dropped: source/destination do not match the QP's path
+	BadQKey              atomic.Uint64
+	OutOfSequence        atomic.Uint64 // dropped: UC/RC packet not at the expected PSN
+	GhostResponse        atomic.Uint64 // dropped: response or ACK for nothing outstanding
+	AccessErrors         atomic.Uint64 // remote requests refused for key, bounds or rights
+	NoRecvWQE            atomic.Uint64 // dropped: UD/UC message with no receive WQE posted
+	CNPReceived          atomic.Uint64 // RoCEv2 CNPs (Annex A17.9.3), counted with or without congestion control
+	CNPSent              atomic.Uint64 // CNPs sent for CE-marked packets (congestion.go)
+	CNPSuppressed        atomic.Uint64 // CE-marked packets that asked for no CNP: one had left within the CNP interval
+	ECNCEReceived        atomic.Uint64 // packets for a QP that arrived with ECN Congestion Experienced
+	RateCuts             atomic.Uint64 // DCQCN rate decreases applied to a QP
+	PaceWaits            atomic.Uint64 // times a requester ran out of its paced budget with work left
+	OOOKept              atomic.Uint64 // requests kept beyond a gap (selective repeat)
+	SelectiveRetransmits atomic.Uint64 // packets resent because a SACK showed them missing
+	McastPackets         atomic.Uint64 // multicast packets accepted for a joined group, before each member's checks
+	CQOverflows          atomic.Uint64
+	SendErrors           atomic.Uint64 // the socket refused a datagram
+	EventsLost           atomic.Uint64
+	// XRC targets' requests refused (NAKed as invalid, Annex A14): the XRCETH named no
+	// XRC SRQ, or one of another domain.
+	XRCBadSRQN         atomic.Uint64
+	XRCDomainViolation atomic.Uint64
 }
 
 // Each calls f for every counter with its name, in a fixed order. The names follow
@@ -76,10 +89,19 @@ func (c *Counters) Each(f func(name string, v uint64)) {
 	f("remote_access_err", c.AccessErrors.Load())
 	f("no_recv_wqe_drop", c.NoRecvWQE.Load())
 	f("rcvd_cnp", c.CNPReceived.Load())
+	f("sent_cnp", c.CNPSent.Load())
+	f("cnp_suppressed", c.CNPSuppressed.Load())
+	f("ecn_ce_rcvd", c.ECNCEReceived.Load())
+	f("rate_cuts", c.RateCuts.Load())
+	f("pace_waits", c.PaceWaits.Load())
+	f("ooo_kept", c.OOOKept.Load())
+	f("selective_retransmits", c.SelectiveRetransmits.Load())
 	f("rcvd_mcast_pkts", c.McastPackets.Load())
 	f("cq_overflow", c.CQOverflows.Load())
 	f("send_err", c.SendErrors.Load())
 	f("async_events_lost", c.EventsLost.Load())
+	f("xrc_bad_srqn", c.XRCBadSRQN.Load())
+	f("xrc_domain_violation", c.XRCDomainViolation.Load())
 }
 
 // Counters returns a snapshot of the per-QP statistics.
@@ -93,6 +115,13 @@ func (qp *QP) Counters() driver.QPCounters {
 func (d *Device) Counters() driver.Counters {
 	var out driver.Counters
 	d.counters.Each(func(name string, v uint64) { out = append(out, driver.Counter{Name: name, Value: v}) })
+	if d.cc.Enabled {
+		out = append(out, driver.Counter{Name: "cc_rate_min_mbps", Value: d.minRateMbps()})
+	}
+	// The backend's own counters (AF_XDP's mode and drops), when its Conn has them.
+	if cn, ok := netio.AsCounting(d.conn); ok {
+		cn.EachCounter(func(name string, v uint64) { out = append(out, driver.Counter{Name: name, Value: v}) })
+	}
 	// Which path the device's datagrams take: the same-host shortcut's counters, when
 	// its Conn has one (netio.ListenSameHost), so that stat and --stats show it.
 	if s, ok := netio.SameHostStatsOf(d.conn); ok {
@@ -105,4 +134,23 @@ func (d *Device) Counters() driver.Counters {
 			driver.Counter{Name: "samehost_refused", Value: s.Fallbacks})
 	}
 	return out
+}
+
+// minRateMbps is the lowest current DCQCN rate among the device's connected QPs, in Mb/s
+// (a gauge, not a count: the slowest sender is the one congestion is holding back); the
+// line rate when none is throttled.
+func (d *Device) minRateMbps() uint64 {
+	d.qpMu.RLock()
+	qps := slices.Collect(maps.Values(d.qps))
+	d.qpMu.RUnlock()
+	low := uint64(d.cc.LineRate / 1e6)
+	for _, qp := range qps {
+		if qp.typ == driver.QPTypeUD {
+			continue
+		}
+		if r := qp.rateMbps(); r > 0 && r < low {
+			low = r
+		}
+	}
+	return low
 }

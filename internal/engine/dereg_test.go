@@ -70,16 +70,7 @@ func TestDeregisterDuringTransfer(t *testing.T) {
 			if err := mr.Close(); err != nil {
 				t.Fatal(err)
 			}
-			for i := range buf { // the program reuses the memory at once
-				buf[i] = 0xee
-			}
-			wc := waitWC(t, a.CQ, 1, 10*time.Second)[0]
-			touched := 0
-			for _, x := range buf {
-				if x != 0xee {
-					touched++
-				}
-			}
+			wc, touched := reuseAndWait(t, a, buf) // the program reuses the memory at once
 			if touched > 0 || wc.Status == verbs.WCSuccess {
 				t.Errorf("WRITE after MR.Close: completion %v, %d bytes of the deregistered memory written", wc.Status, touched)
 			}
@@ -112,16 +103,7 @@ func TestDeregisterDuringTransfer(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 			p.QB.PostSend(verbs.SendWR{ID: 8, Opcode: verbs.WRLocalInv, Flags: verbs.SendSignaled, Imm: rkey})
 			expectStatus(t, b.CQ, 8, verbs.WCSuccess)
-			for i := range buf {
-				buf[i] = 0xee
-			}
-			wc := waitWC(t, a.CQ, 1, 10*time.Second)[0]
-			touched := 0
-			for _, x := range buf {
-				if x != 0xee {
-					touched++
-				}
-			}
+			wc, touched := reuseAndWait(t, a, buf)
 			if touched > 0 || wc.Status == verbs.WCSuccess {
 				t.Errorf("WRITE after LOCAL_INV of its window: completion %v, %d bytes written through the revoked window", wc.Status, touched)
 			}
@@ -198,4 +180,21 @@ func TestDeregisterChild(t *testing.T) {
 		a.Dev.Close()
 		b.Dev.Close()
 	})
+}
+
+// reuseAndWait fills buf with 0xee, as a program reusing memory it took back from the
+// device would, then waits for the one completion on a's CQ: the WRITE's, and counts
+// the bytes of buf written since.
+func reuseAndWait(t *testing.T, a *host, buf []byte) (wc verbs.WC, touched int) {
+	t.Helper()
+	for i := range buf {
+		buf[i] = 0xee
+	}
+	wc = waitWC(t, a.CQ, 1, 10*time.Second)[0]
+	for _, x := range buf {
+		if x != 0xee {
+			touched++
+		}
+	}
+	return wc, touched
 }

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/goverbs/goverbs/internal/congestion"
 	"github.com/goverbs/goverbs/netio"
 	"github.com/goverbs/goverbs/verbs/driver"
 	"github.com/goverbs/goverbs/wire"
@@ -67,6 +68,15 @@ type Config struct {
 	// BusyPoll makes CQ polls read the socket themselves when the CQ is empty (the
 	// Conn must be a netio.Poller; otherwise the device stays in the default mode).
 	BusyPoll bool
+	// Congestion is DCQCN's configuration (internal/congestion); the zero Config is off,
+	// and a Config that fails Validate runs as off. On, requests and responses leave
+	// ECT(0) when the Conn carries ECN (Caps.ECN), CE-marked packets are answered with
+	// CNPs and each QP's requester is paced to its rate (congestion.go).
+	Congestion congestion.Config
+	// SelectiveRepeat makes RC QPs keep out-of-order requests and SACK them, and resend
+	// only what a peer's SACKs say is missing (selective.go). A connection runs it only
+	// when both ends have it on; with any other peer it is go-back-N, as without.
+	SelectiveRepeat bool
 }
 
 // Device is one software RDMA device bound to one IP address.
@@ -81,10 +91,23 @@ type Device struct {
 	log      *slog.Logger
 	debug    bool // log protocol events (checked before building a log record)
 	guid     uint64
+	cc       congestion.Config // DCQCN's parameters; off unless Enabled (congestion.go)
+	ect      bool              // requests and responses leave ECT(0)
+	rxECN    netio.ECN         // the ECN codepoint of the datagram being input
+
+	selectiveRepeat bool      // RC QPs run selective repeat with peers that do (selective.go)
+	srBufs          sync.Pool // *[]byte of srBufSize: packets kept beyond a gap
 
 	closed    atomic.Bool
 	pdHandles atomic.Uint32
 	keys      keyTable
+
+	// XRC (xrc.go): the domains shared through files, and SRQs by number.
+	xrcdMu   sync.Mutex
+	xrcds    map[xrcdKey]*xrcDomain
+	srqMu    sync.RWMutex
+	srqs     map[uint32]*SRQ
+	nextSRQN uint32
 
 	qpMu    sync.RWMutex
 	qps     map[uint32]*QP
@@ -180,6 +203,11 @@ func New(cfg Config) (*Device, error) {
 		d.log = slog.New(slog.DiscardHandler)
 	}
 	d.debug = d.log.Enabled(context.Background(), slog.LevelDebug)
+	if cfg.Congestion.Validate() == nil {
+		d.cc = cfg.Congestion
+	}
+	d.ect = d.cc.Enabled && d.conn.Caps().ECN
+	d.selectiveRepeat = cfg.SelectiveRepeat
 	if p, ok := netio.AsPoller(d.conn); ok && cfg.BusyPoll {
 		d.poller = p
 	} else if i, ok := netio.AsInterrupter(d.conn); ok {
@@ -248,6 +276,7 @@ func (d *Device) Query() driver.DeviceAttr {
 		MaxMcastGrp: MaxMcastGroups, MaxMcastQPAttach: MaxMcastQPAttach,
 		MaxTotalMcastQPAttach: MaxTotalMcastQPAttach,
 		MaxInlineData:         MaxInline,
+		DeviceCapFlags:        driver.DeviceXRC,
 		AtomicCap:             driver.AtomicHCA, PhysPortCnt: 1, MaxPKeys: 64,
 	}
 }

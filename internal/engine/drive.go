@@ -435,6 +435,7 @@ func (d *Device) inputBatch(n int) {
 	for i := range d.rxMsgs[:n] {
 		m := &d.rxMsgs[i]
 		b := m.Buf[:m.N]
+		d.rxECN = m.ECN // a GRO run has one codepoint: the kernel coalesces only equal TOS
 		if m.SegSize > 0 {
 			for seg := 0; len(b) > 0; seg++ {
 				k := min(m.SegSize, len(b))

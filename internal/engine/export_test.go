@@ -33,3 +33,18 @@ func DebugQP(gid [16]byte, qpn uint32) string {
 // RaceEnabled tells the external tests that allocation counts mean nothing (see
 // raceEnabled).
 const RaceEnabled = raceEnabled
+
+// InjectCNP hands QP qpn of the device with GID gid a CNP, as if one had arrived
+// (inputCNP), for tests that need a throttled QP without a marking network.
+func InjectCNP(gid [16]byte, qpn uint32) bool {
+	w, ok := devices.Load(gid)
+	if !ok {
+		return false
+	}
+	d := w.(weak.Pointer[Device]).Value()
+	if d == nil {
+		return false
+	}
+	d.inputCNP(d.lookupQP(qpn))
+	return true
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"github.com/goverbs/goverbs/internal/congestion"
 	"net/netip"
 	"runtime"
 	"sync"
@@ -126,7 +127,10 @@ func getRig(t testing.TB) *fuzzRig {
 
 func newFuzzRig() (*fuzzRig, error) {
 	conn := netiotest.NewConn(fuzzLocal)
-	dev, err := New(Config{Name: "fuzz", Conn: conn, MTU: wire.MTU1024})
+	// Congestion control and selective repeat on: hostile packets reach the CNP, CE and
+	// SACK paths too (congestion.go, selective.go).
+	dev, err := New(Config{Name: "fuzz", Conn: conn, MTU: wire.MTU1024,
+		Congestion: congestion.PaperConfig(10e9), SelectiveRepeat: true})
 	if err != nil {
 		return nil, err
 	}

@@ -27,6 +27,7 @@ var (
 	newPair      = softtest.NewPair
 	udQP         = softtest.UDQP
 	waitWC       = softtest.WaitWC
+	waitWCFunc   = softtest.WaitWCFunc
 	expectStatus = softtest.ExpectStatus
 	waitState    = softtest.WaitState
 	fill         = softtest.Fill

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 	"net/netip"
+	"os"
 	"testing"
 	"time"
 
@@ -97,6 +98,13 @@ func TestHostileDatagramsOverUDP(t *testing.T) {
 		return c
 	}
 	spoof, evil := listen(addrA), listen(addrEvil) // spoof: the RC peer's IP, another port
+	if shmOn() {
+		// The spoofer reaches devB through a ring, the evil socket over UDP: the storm
+		// crosses both paths.
+		spoof = sameHostWrap(t, spoof)
+		r, _ := netio.AsResolver(spoof)
+		r.Resolve(devB.LocalAddr())
+	}
 	cd := codec{local: devB.LocalAddr(), srcs: [4]netip.AddrPort{spoof.SourceAddr(), spoof.SourceAddr(), evil.SourceAddr(), evil.SourceAddr()},
 		qps: [3]*QP{qb, uc, ud}, remote: ar.remote}
 
@@ -188,6 +196,9 @@ func TestHostileDatagramsOverUDP(t *testing.T) {
 	if cs["rcvd_pkts"] < total/2 {
 		t.Fatalf("only %d of %d datagrams arrived", cs["rcvd_pkts"], total)
 	}
+	if shmOn() && devB.Counters().Get("samehost_rx_pkts") < total/4 {
+		t.Fatalf("only %d hostile datagrams came through the ring", devB.Counters().Get("samehost_rx_pkts"))
+	}
 
 	// The connection the storm hit: a SEND either completes or fails, never hangs.
 	srcA := make([]byte, 4096)
@@ -258,12 +269,29 @@ func openUDPDevice(t *testing.T) *Device {
 	c := testaddr.Open(t, testaddr.Engine, func(a netip.Addr) (netio.Conn, error) {
 		return netio.ListenUDP(netip.AddrPortFrom(a, wire.UDPPort), netio.UDPOptions{})
 	})
+	c = sameHostWrap(t, c)
 	d, err := New(Config{Name: c.LocalAddr().Addr().String(), Conn: c, MTU: wire.MTU1024})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
 	return d
+}
+
+// shmOn reports whether this run of the package's tests is the same-host one (TestMain).
+func shmOn() bool { return os.Getenv("GOVERBS_SHM") != "0" }
+
+// sameHostWrap gives c the same-host shortcut in the shm run, as the provider does.
+func sameHostWrap(t *testing.T, c netio.Conn) netio.Conn {
+	t.Helper()
+	if !shmOn() {
+		return c
+	}
+	sh, err := netio.ListenSameHost(c, netio.SameHostOptions{})
+	if err != nil {
+		t.Fatalf("same-host shortcut: %v", err)
+	}
+	return sh
 }
 
 // rcOnConn opens a device of the MTU given on conn (an in-memory Conn the test plays the

@@ -28,7 +28,7 @@ func (d *Device) input(b []byte, from netip.AddrPort, seg int) {
 		return
 	}
 	if p.Op.Transport == wire.TransportCNP {
-		d.counters.CNPReceived.Add(1)
+		d.inputCNP(qp) // congestion.go: the QP's rate is cut; never an error
 		return
 	}
 	if qp == nil {
@@ -41,6 +41,9 @@ func (d *Device) input(b []byte, from netip.AddrPort, seg int) {
 	}
 	qp.mu.Lock()
 	qp.receive(p, from, d.local)
+	if d.rxECN == netio.ECNCE {
+		qp.ceMarked(p) // congestion.go: the notification point
+	}
 	qp.mu.Unlock()
 }
 
@@ -169,7 +172,8 @@ func (qp *QP) strictICRC() bool {
 	return !qp.icrcForeign.Load() && qp.icrcRun.Load() >= strictSafeRun
 }
 
-var transportOf = [...]wire.Transport{driver.QPTypeRC: wire.TransportRC, driver.QPTypeUC: wire.TransportUC, driver.QPTypeUD: wire.TransportUD}
+var transportOf = [...]wire.Transport{driver.QPTypeRC: wire.TransportRC, driver.QPTypeUC: wire.TransportUC,
+	driver.QPTypeUD: wire.TransportUD, driver.QPTypeXRCSend: wire.TransportXRC, driver.QPTypeXRCRecv: wire.TransportXRC}
 
 // receive applies the per-QP checks and hands the packet to the responder or completer;
 // to is where it was sent (the device, or a multicast group). qp.mu is held.
@@ -209,11 +213,27 @@ func (qp *QP) receive(p *wire.Packet, from, to netip.AddrPort) {
 	}
 	switch qp.typ {
 	case driver.QPTypeRC:
-		if req {
+		if req && qp.sr != nil {
+			qp.respondSR(p) // selective.go
+		} else if req {
 			qp.respond(p)
 		} else {
 			qp.complete(p)
 		}
+	case driver.QPTypeXRCSend:
+		// An initiator only sends requests: a request for it has no receive queue to go
+		// to, and a target sends no requests (Annex A14).
+		if req {
+			d.counters.BadTransport.Add(1)
+			return
+		}
+		qp.complete(p)
+	case driver.QPTypeXRCRecv:
+		if !req {
+			d.counters.BadTransport.Add(1)
+			return
+		}
+		qp.respond(p)
 	case driver.QPTypeUC:
 		qp.respondUC(p)
 	case driver.QPTypeUD:

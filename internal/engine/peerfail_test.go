@@ -318,33 +318,6 @@ func TestPeerProcessKilledMidTransfer(t *testing.T) {
 	checkTransfer(t, h, qp2, peer3, 4)
 }
 
-// waitWCFunc is waitWC with callbacks: after every poll with the count so far, and for
-// every completion.
-func waitWCFunc(t *testing.T, cq *verbs.CQ, n int, within time.Duration, polled func(done int), each func(verbs.WC)) []verbs.WC {
-	t.Helper()
-	out := make([]verbs.WC, 0, n)
-	buf := make([]verbs.WC, 64)
-	deadline := time.Now().Add(within)
-	for len(out) < n {
-		k, err := cq.Poll(buf[:min(len(buf), n-len(out))])
-		if err != nil {
-			t.Fatalf("poll: %v", err)
-		}
-		for _, wc := range buf[:k] {
-			each(wc)
-		}
-		out = append(out, buf[:k]...)
-		polled(len(out))
-		if k == 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("got %d of %d completions within %v", len(out), n, within)
-			}
-			time.Sleep(50 * time.Microsecond)
-		}
-	}
-	return out
-}
-
 // checkGoroutines returns a function that fails the test if the number of goroutines has
 // not come back to what it is now within a few seconds, printing every goroutine's stack.
 func checkGoroutines(t *testing.T) func() {

@@ -105,7 +105,7 @@ func copyWR(wr *driver.SendWR, sgl []driver.SGE) driver.SendWR {
 	return driver.SendWR{
 		ID: wr.ID, Opcode: wr.Opcode, Flags: wr.Flags, SGL: sgl, Imm: wr.Imm,
 		RemoteAddr: wr.RemoteAddr, RKey: wr.RKey, CompareAdd: wr.CompareAdd, Swap: wr.Swap,
-		RemoteQPN: wr.RemoteQPN, RemoteQKey: wr.RemoteQKey,
+		RemoteQPN: wr.RemoteQPN, RemoteQKey: wr.RemoteQKey, RemoteSRQN: wr.RemoteSRQN,
 	}
 }
 
@@ -227,7 +227,7 @@ var errInlineKey = driver.NewError(driver.ErrInvalidAttr, "inline SGE does not n
 
 func opAllowed(t driver.QPType, op driver.WROpcode) bool {
 	switch t {
-	case driver.QPTypeRC:
+	case driver.QPTypeRC, driver.QPTypeXRCSend:
 		switch op {
 		case driver.WRRDMAWrite, driver.WRRDMAWriteWithImm, driver.WRSend, driver.WRSendWithImm, driver.WRRDMARead,
 			driver.WRAtomicCmpAndSwp, driver.WRAtomicFetchAdd, driver.WRLocalInv, driver.WRSendWithInv, driver.WRBindMW:
@@ -251,8 +251,8 @@ func (qp *QP) PostRecv(wrs []driver.RecvWR) error {
 	if qp.closed {
 		return ErrQPClosed
 	}
-	if qp.srq != nil {
-		return ErrQPState
+	if qp.srq != nil || qp.typ.XRC() {
+		return ErrQPState // the receives of an SRQ's QP, or of XRC, are the SRQ's
 	}
 	if qp.state == driver.QPStateReset {
 		return ErrQPState

@@ -1,5 +1,5 @@
 // The QP's lifecycle: creation, the state machine's transitions (Modify), query,
-// flush, reset and destroy, and the send and receive queues' layout.
+// flush, reset and destroy; its queues' slots are in workqueue.go.
 
 package engine
 
@@ -41,70 +41,12 @@ type QPInit struct {
 	// BlockSelfMcastLoopback keeps the QP's own multicast sends from its own receive
 	// queue (IBV_QP_CREATE_BLOCK_SELF_MCAST_LB); other members still get them.
 	BlockSelfMcastLoopback bool
+	// XRCD is an XRC_RECV QP's domain open (it has no PD, CQs or queues).
+	XRCD *XRCD
 }
 
-// wqeState is where a send WQE is in its life (rxe's wqe_state).
-type wqeState uint8
-
-const (
-	wqePosted  wqeState = iota // not yet looked at by the requester
-	wqeSending                 // PSNs assigned, some packets not (re)sent yet
-	wqeSent                    // every packet sent, awaiting ACK/response (RC)
-	wqeDone                    // finished, with status; the completer retires it in order
-)
-
-// sendWQE is one send-queue slot: the work request (copied at post time into storage the
-// slot owns, so posting does not allocate) and its transport progress.
-type sendWQE struct {
-	wr       driver.SendWR
-	sgeStore []driver.SGE
-	inline   []byte         // inline payload copied at post time
-	bind     BindMW         // BIND_MW: the binding, copied at post time
-	udDst    netip.AddrPort // UD: the destination, from the AH at post time
-	local    sgl            // SGL resolved to memory
-	length   int
-
-	state    wqeState
-	firstPSN wire.PSN
-	npkts    uint32 // PSNs the message occupies (READ: response packets)
-	next     uint32 // requester: next packet to send
-	got      uint32 // completer: READ responses placed so far
-	status   driver.WCStatus
-	vendor   uint32
-}
-
-func (w *sendWQE) lastPSN() wire.PSN { return w.firstPSN.Add(w.npkts - 1) }
-
-func (w *sendWQE) isReadOrAtomic() bool {
-	switch w.wr.Opcode {
-	case driver.WRRDMARead, driver.WRAtomicCmpAndSwp, driver.WRAtomicFetchAdd:
-		return true
-	}
-	return false
-}
-
-// sendQueue is a ring of WQEs with three cursors, all counting up without wrapping:
-// head (oldest not retired), req (next the requester works on), tail (next free).
-type sendQueue struct {
-	wqes            []sendWQE
-	head, req, tail uint64
-}
-
-func (q *sendQueue) at(i uint64) *sendWQE { return &q.wqes[i%uint64(len(q.wqes))] }
-
-type recvWQE struct {
-	id       uint64
-	sgeStore []driver.SGE
-	local    sgl
-}
-
-// recvQueue is a ring of receive WQEs.
-type recvQueue struct {
-	wqes       []recvWQE
-	head, tail uint64
-}
-
-func (q *recvQueue) at(i uint64) *recvWQE { return &q.wqes[i%uint64(len(q.wqes))] }
+// xrcOpBase turns an RC opcode into its XRC one (Annex A14: 0xA0 + the RC code).
+const xrcOpBase wire.Opcode = 0xa0
 
 // QP is a queue pair.
 type QP struct {
@@ -117,6 +59,11 @@ type QP struct {
 	srq    *SRQ
 	sigAll bool
 	cap    driver.QPCap
+	// reliable: RC, XRC_SEND and XRC_RECV, which share RC's transport (ACKs, the window,
+	// retries); opBase is added to every RC opcode sent (xrcOpBase for XRC, else 0).
+	reliable bool
+	opBase   wire.Opcode
+	xrcd     *XRCD // XRC_RECV: the domain open it was created through
 
 	mu     sync.Mutex
 	state  driver.QPState
@@ -151,6 +98,8 @@ type QP struct {
 	resp   responder
 	comp   completer
 	acks   ackState
+	cc     *qpCC // DCQCN's per-QP state; nil when the device runs without (congestion.go)
+	sr     *qpSR // selective repeat (RC); nil when the device runs go-back-N (selective.go)
 
 	Stats driver.QPCounters
 }
@@ -160,7 +109,7 @@ type QP struct {
 func (pd *PD) CreateQP(init *driver.QPInit) (driver.QP, error) {
 	send, ok1 := init.SendCQ.(*CQ)
 	recv, ok2 := init.RecvCQ.(*CQ)
-	if !ok1 || !ok2 {
+	if !ok1 || !ok2 && !(init.RecvCQ == nil && init.Type == driver.QPTypeXRCSend) {
 		return nil, driver.ErrWrongDevice
 	}
 	e := QPInit{Type: init.Type, SendCQ: send, RecvCQ: recv, Cap: init.Cap, SigAll: init.SigAll,
@@ -184,16 +133,32 @@ func (d *Device) CreateQP(pd *PD, init QPInit) (*QP, error) {
 	if d.closed.Load() {
 		return nil, ErrDeviceClosed
 	}
-	if pd.closed.Load() {
-		return nil, ErrPDClosed
-	}
 	switch init.Type {
 	case driver.QPTypeRC, driver.QPTypeUC, driver.QPTypeUD:
+		if init.SendCQ == nil || init.RecvCQ == nil {
+			return nil, ErrNoCQ
+		}
+	case driver.QPTypeXRCSend:
+		// An initiator has no receive queue (Annex A14): its only receive work is the
+		// completer's.
+		if init.SendCQ == nil || init.SRQ != nil {
+			return nil, ErrNoCQ
+		}
+		init.RecvCQ = nil
+		init.Cap.MaxRecvWR, init.Cap.MaxRecvSGE = 0, 0
+	case driver.QPTypeXRCRecv:
+		// A target has no queues at all: a send queue of one unused slot keeps the
+		// code that walks it simple.
+		if init.XRCD == nil || pd != nil {
+			return nil, ErrBadOpcode
+		}
+		init.SendCQ, init.RecvCQ, init.SRQ = nil, nil, nil
+		init.Cap = driver.QPCap{}
 	default:
 		return nil, fmt.Errorf("%w (QP type %d)", ErrBadOpcode, init.Type)
 	}
-	if init.SendCQ == nil || init.RecvCQ == nil {
-		return nil, ErrNoCQ
+	if pd != nil && pd.closed.Load() {
+		return nil, ErrPDClosed
 	}
 	c := init.Cap
 	if c.MaxSendWR > MaxQPWR || c.MaxRecvWR > MaxQPWR || c.MaxSendSGE > MaxSGE ||
@@ -215,7 +180,11 @@ func (d *Device) CreateQP(pd *PD, init QPInit) (*QP, error) {
 	qp := &QP{
 		dev: d, pd: pd, typ: init.Type, sendCQ: init.SendCQ, recvCQ: init.RecvCQ,
 		srq: init.SRQ, sigAll: init.SigAll, cap: c, state: driver.QPStateReset,
-		blockSelfMcast: init.BlockSelfMcastLoopback,
+		blockSelfMcast: init.BlockSelfMcastLoopback, xrcd: init.XRCD,
+		reliable: init.Type == driver.QPTypeRC || init.Type.XRC(),
+	}
+	if init.Type.XRC() {
+		qp.opBase = xrcOpBase
 	}
 	qp.sq.wqes = make([]sendWQE, c.MaxSendWR)
 	sges := make([]driver.SGE, int(c.MaxSendWR*c.MaxSendSGE))
@@ -236,7 +205,17 @@ func (d *Device) CreateQP(pd *PD, init QPInit) (*QP, error) {
 			w.inline = inl[k : k : k+n]
 		}
 	}
-	if init.SRQ == nil {
+	switch {
+	case init.XRCD != nil:
+		// The XRC SRQs a target takes WQEs from vary by request: room for the most SGEs
+		// any has, so that taking one never allocates.
+		qp.cap = driver.QPCap{}
+		qp.srqWQE.sgeStore = make([]driver.SGE, 0, MaxSGE)
+		qp.srqWQE.local.segs = make([][]byte, 0, MaxSGE)
+		qp.srqWQE.local.regs = make([]*region, 0, MaxSGE)
+	case init.Type == driver.QPTypeXRCSend:
+		qp.cap.MaxRecvWR, qp.cap.MaxRecvSGE = 0, 0
+	case init.SRQ == nil:
 		qp.rq.wqes = make([]recvWQE, c.MaxRecvWR)
 		rsges := make([]driver.SGE, int(c.MaxRecvWR*c.MaxRecvSGE))
 		rsegs := make([][]byte, int(c.MaxRecvWR*c.MaxRecvSGE))
@@ -247,13 +226,19 @@ func (d *Device) CreateQP(pd *PD, init QPInit) (*QP, error) {
 			qp.rq.wqes[i].local.segs = rsegs[k : k : k+n]
 			qp.rq.wqes[i].local.regs = rregs[k : k : k+n]
 		}
-	} else {
+	default:
 		qp.cap.MaxRecvWR, qp.cap.MaxRecvSGE = 0, 0
 		qp.srqWQE.sgeStore = make([]driver.SGE, 0, init.SRQ.maxSGE)
 		qp.srqWQE.local.segs = make([][]byte, 0, init.SRQ.maxSGE)
 		qp.srqWQE.local.regs = make([]*region, 0, init.SRQ.maxSGE)
 	}
 	qp.comp.init(qp)
+	if init.Type != driver.QPTypeUD {
+		qp.cc = d.newQPCC()
+	}
+	if init.Type == driver.QPTypeRC && d.selectiveRepeat {
+		qp.sr = &qpSR{}
+	}
 
 	d.qpMu.Lock()
 	if len(d.qps) >= MaxQP {
@@ -274,9 +259,13 @@ func (d *Device) CreateQP(pd *PD, init QPInit) (*QP, error) {
 	d.qps[qp.qpn] = qp
 	d.qpMu.Unlock()
 
-	pd.refs.Add(1)
-	init.SendCQ.ref(1)
-	if init.RecvCQ != init.SendCQ {
+	if pd != nil {
+		pd.refs.Add(1)
+	}
+	if init.SendCQ != nil {
+		init.SendCQ.ref(1)
+	}
+	if init.RecvCQ != nil && init.RecvCQ != init.SendCQ {
 		init.RecvCQ.ref(1)
 	}
 	if init.SRQ != nil {
@@ -437,6 +426,13 @@ func (qp *QP) reset() {
 	qp.resp = responder{}
 	qp.acks = ackState{}
 	qp.comp.reset()
+	if qp.sr != nil {
+		qp.dropKept()
+		qp.sr.sw = nil // made again at the first send, from the new send PSN
+	}
+	if qp.cc != nil {
+		qp.cc = qp.dev.newQPCC() // a new connection starts at line rate (its timer was stopped above)
+	}
 	qp.attr = driver.QPAttr{}
 	qp.mtu = 0
 	qp.remote = netip.AddrPort{}
@@ -517,10 +513,17 @@ func (qp *QP) Close() error {
 	delete(d.qps, qp.qpn)
 	d.qpGone.Add(1)
 	d.qpMu.Unlock()
-	qp.pd.refs.Add(-1)
-	qp.sendCQ.ref(-1)
-	if qp.recvCQ != qp.sendCQ {
+	if qp.pd != nil {
+		qp.pd.refs.Add(-1)
+	}
+	if qp.sendCQ != nil {
+		qp.sendCQ.ref(-1)
+	}
+	if qp.recvCQ != nil && qp.recvCQ != qp.sendCQ {
 		qp.recvCQ.ref(-1)
+	}
+	if qp.xrcd != nil {
+		qp.xrcd.release()
 	}
 	if qp.srq != nil {
 		qp.srq.ref(-1)

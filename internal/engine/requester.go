@@ -5,6 +5,8 @@
 package engine
 
 import (
+	"net/netip"
+
 	"github.com/goverbs/goverbs/verbs/driver"
 	"github.com/goverbs/goverbs/wire"
 )
@@ -40,9 +42,9 @@ func (qp *QP) opcodeFor(w *sendWQE, k, n uint32) wire.Opcode {
 	var t *msgOpcodes
 	write := w.wr.Opcode == driver.WRRDMAWrite || w.wr.Opcode == driver.WRRDMAWriteWithImm
 	switch {
-	case qp.typ == driver.QPTypeRC && write:
+	case qp.reliable && write:
 		t = &rcWrite
-	case qp.typ == driver.QPTypeRC:
+	case qp.reliable:
 		t = &rcSend
 	case write:
 		t = &ucWrite
@@ -89,8 +91,16 @@ func (qp *QP) runRequester() {
 	if qp.state != driver.QPStateRTS || qp.comp.rnrWait {
 		return
 	}
+	if qp.cc != nil && (qp.sq.req != qp.sq.tail || qp.resendQueued()) && !qp.paceStart() {
+		return // paced (DCQCN): the pace timer resumes us
+	}
 	var tx *txBatch
 	sentAny := false
+	if qp.resendQueued() {
+		tx = qp.dev.getTx()
+		qp.resendSelective(tx)
+		sentAny = true
+	}
 	for qp.sq.req != qp.sq.tail {
 		w := qp.sq.at(qp.sq.req)
 		if w.state == wqeDone { // acknowledged while waiting to be resent
@@ -112,7 +122,7 @@ func (qp *QP) runRequester() {
 				continue
 			}
 		}
-		if qp.typ == driver.QPTypeRC && qp.req.psn.Diff(qp.comp.psn) >= qp.window() {
+		if qp.reliable && (qp.sr == nil && qp.req.psn.Diff(qp.comp.psn) >= qp.window() || qp.sr != nil && qp.srFull(qp.window())) {
 			break // window full: the completer kicks us when ACKs arrive
 		}
 		if tx == nil {
@@ -124,9 +134,15 @@ func (qp *QP) runRequester() {
 		}
 		sentAny = true
 		if w.state == wqeSending {
-			break // stopped by the window
+			break // stopped by the window or the pacer
 		}
 		qp.sq.req++
+		if qp.cc != nil && qp.cc.budget <= 0 {
+			break
+		}
+	}
+	if qp.cc != nil {
+		qp.paceEnd()
 	}
 	if tx != nil {
 		qp.ackAlong(tx) // after the requests: the peer is waiting for those
@@ -135,7 +151,7 @@ func (qp *QP) runRequester() {
 	// UC and UD work completes as soon as its packets are on the wire, and local
 	// operations (bind, LOCAL_INV) when they execute, once everything before them has.
 	qp.retire()
-	if sentAny && qp.typ == driver.QPTypeRC {
+	if sentAny && qp.reliable {
 		qp.comp.armRetransmit()
 	}
 }
@@ -240,59 +256,85 @@ func (qp *QP) sendPackets(w *sendWQE, tx *txBatch) bool {
 		defer w.local.release()
 	}
 	for w.next < w.npkts {
-		if qp.typ == driver.QPTypeRC && qp.req.psn.Diff(qp.comp.psn) >= win {
+		if qp.reliable && (qp.sr == nil && qp.req.psn.Diff(qp.comp.psn) >= win || qp.sr != nil && qp.srFull(win)) {
 			return true
 		}
+		if qp.cc != nil && qp.cc.budget <= 0 {
+			return true // the batch's paced budget is spent (congestion.go)
+		}
 		k := w.next
-		op := qp.opcodeFor(w, k, w.npkts)
-		info := op.Info()
-		off := int(k) * qp.mtu
-		n := w.length - off
-		if n > qp.mtu {
-			n = qp.mtu
-		}
-		if n < 0 {
-			n = 0
-		}
-		psn := w.firstPSN.Add(k)
-		h := wire.Headers{BTH: wire.BTHFields{Opcode: op, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn}}
-		last := k == w.npkts-1
-		if last && w.wr.Flags&driver.SendSolicited != 0 {
-			h.BTH.SE = true
-		}
-		if qp.typ == driver.QPTypeRC {
-			h.BTH.AckReq = qp.askAck(w, last)
-		}
-		if info.Flags.Has(wire.HasRETH) {
-			h.RETH = wire.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALen: uint32(w.length)}
-		}
-		if info.Flags.Has(wire.HasImmDt) {
-			h.ImmDt = w.wr.Imm
-		}
-		if info.Flags.Has(wire.HasIETH) {
-			h.IETH = w.wr.Imm
-		}
-		if info.Flags.Has(wire.HasDETH) {
-			h.BTH.DestQP = w.wr.RemoteQPN
-			qkey := w.wr.RemoteQKey
-			if qkey&0x80000000 != 0 {
-				qkey = qp.attr.QKey // IBTA 10.2.5: a Q_Key with the high bit set means "use the QP's"
-			}
-			h.DETH = wire.DETHFields{QKey: qkey, SrcQP: qp.qpn}
-		}
-		pl := payload{sgl: &w.local, off: off, n: n}
-		if w.wr.Flags&driver.SendInline != 0 {
-			pl = bytesPayload(w.inline[off : off+n])
-		}
-		if !qp.dev.emit(tx, dst, &h, pl, true) {
+		if !qp.emitPacket(w, k, tx, dst, false) {
 			return false
 		}
+		psn := w.firstPSN.Add(k)
 		qp.sentPSN(psn, psn.Add(1))
 		w.next++
 	}
 	w.state = wqeSent
-	if qp.typ != driver.QPTypeRC {
+	if !qp.reliable {
 		w.state = wqeDone
+	}
+	return true
+}
+
+// emitPacket adds packet k of w (a SEND or WRITE) to tx for dst: its opcode, headers and
+// payload. resend marks a selective retransmission (selective.go), which always asks for
+// an ACK and leaves the AckReq count alone. It reports false when w's memory is no longer
+// registered. The caller has pinned w's regions (sendPackets).
+func (qp *QP) emitPacket(w *sendWQE, k uint32, tx *txBatch, dst netip.AddrPort, resend bool) bool {
+	op := qp.opcodeFor(w, k, w.npkts) | qp.opBase
+	info := op.Info()
+	off := int(k) * qp.mtu
+	n := w.length - off
+	if n > qp.mtu {
+		n = qp.mtu
+	}
+	if n < 0 {
+		n = 0
+	}
+	psn := w.firstPSN.Add(k)
+	h := wire.Headers{BTH: wire.BTHFields{Opcode: op, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn},
+		XRCSRQN: w.wr.RemoteSRQN}
+	last := k == w.npkts-1
+	if last && w.wr.Flags&driver.SendSolicited != 0 {
+		h.BTH.SE = true
+	}
+	if qp.reliable {
+		if resend {
+			h.BTH.AckReq = true // a selective resend: the ACK shows the gap is filled
+		} else {
+			h.BTH.AckReq = qp.askAck(w, last)
+		}
+		if qp.cc != nil && !h.BTH.AckReq && qp.pacedAckReq(wireLen(h.Len(), n)) {
+			h.BTH.AckReq = true
+		}
+	}
+	if info.Flags.Has(wire.HasRETH) {
+		h.RETH = wire.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALen: uint32(w.length)}
+	}
+	if info.Flags.Has(wire.HasImmDt) {
+		h.ImmDt = w.wr.Imm
+	}
+	if info.Flags.Has(wire.HasIETH) {
+		h.IETH = w.wr.Imm
+	}
+	if info.Flags.Has(wire.HasDETH) {
+		h.BTH.DestQP = w.wr.RemoteQPN
+		qkey := w.wr.RemoteQKey
+		if qkey&0x80000000 != 0 {
+			qkey = qp.attr.QKey // IBTA 10.2.5: a Q_Key with the high bit set means "use the QP's"
+		}
+		h.DETH = wire.DETHFields{QKey: qkey, SrcQP: qp.qpn}
+	}
+	pl := payload{sgl: &w.local, off: off, n: n}
+	if w.wr.Flags&driver.SendInline != 0 {
+		pl = bytesPayload(w.inline[off : off+n])
+	}
+	if !qp.dev.emit(tx, dst, &h, pl, true) {
+		return false
+	}
+	if qp.cc != nil {
+		qp.cc.paceSent(wireLen(h.Len(), n))
 	}
 	return true
 }
@@ -300,11 +342,12 @@ func (qp *QP) sendPackets(w *sendWQE, tx *txBatch) bool {
 // sendReadAtomic sends a READ request (for the responses not yet received) or an atomic
 // request. Either occupies its whole PSN range at once.
 func (qp *QP) sendReadAtomic(w *sendWQE, tx *txBatch) {
-	if qp.req.psn.Diff(qp.comp.psn) >= qp.window() {
+	if qp.sr == nil && qp.req.psn.Diff(qp.comp.psn) >= qp.window() || qp.sr != nil && qp.srFull(qp.window()) || qp.cc != nil && qp.cc.budget <= 0 {
 		return
 	}
 	psn := w.firstPSN.Add(w.next)
-	h := wire.Headers{BTH: wire.BTHFields{PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn, AckReq: true}}
+	h := wire.Headers{BTH: wire.BTHFields{PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn, AckReq: true},
+		XRCSRQN: w.wr.RemoteSRQN}
 	if w.wr.Opcode == driver.WRRDMARead {
 		off := int(w.next) * qp.mtu
 		h.BTH.Opcode = wire.RCReadRequest
@@ -320,7 +363,11 @@ func (qp *QP) sendReadAtomic(w *sendWQE, tx *txBatch) {
 			h.AtomicETH.Compare = w.wr.CompareAdd
 		}
 	}
+	h.BTH.Opcode |= qp.opBase
 	qp.dev.emit(tx, qp.remote, &h, payload{}, true)
+	if qp.cc != nil {
+		qp.cc.paceSent(wireLen(h.Len(), 0))
+	}
 	qp.sentPSN(psn, w.lastPSN().Add(1))
 	qp.restartAckCount()
 	qp.req.outstandingRdAtom++
@@ -337,6 +384,9 @@ func (qp *QP) sentPSN(psn, next wire.PSN) {
 	qp.req.psn = next
 	if next.After(qp.req.high) {
 		qp.req.high = next
+		if qp.sr != nil {
+			qp.srSent(next)
+		}
 	}
 }
 
@@ -382,4 +432,7 @@ func (qp *QP) rewind(psn wire.PSN) {
 	w := qp.sq.at(i)
 	qp.req.psn = w.firstPSN.Add(w.next)
 	qp.restartAckCount()
+	if qp.sr != nil && qp.sr.sw != nil {
+		qp.sr.sw.Restart(qp.comp.psn, qp.req.high) // everything from psn goes again
+	}
 }

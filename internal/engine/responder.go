@@ -35,6 +35,10 @@ type responder struct {
 
 	// UC: the message being dropped after a lost packet, until the next FIRST/ONLY.
 	ucDropping bool
+
+	// XRC_RECV: the XRC SRQ the current request names (xrcTarget); its PD guards the
+	// memory the request touches and its CQ takes the completions.
+	xsrq *SRQ
 }
 
 type msgKind uint8
@@ -68,7 +72,13 @@ func (qp *QP) respond(p *wire.Packet) {
 		qp.sequenceNak(psn)
 		return
 	case d < 0:
+		if qp.xrcd != nil && !qp.xrcTarget(p, psn, true) {
+			return
+		}
 		qp.duplicate(p, psn)
+		return
+	}
+	if qp.xrcd != nil && !qp.xrcTarget(p, psn, false) {
 		return
 	}
 	qp.acks.seqNakSent = false
@@ -129,9 +139,13 @@ func (qp *QP) requestValid(p *wire.Packet) bool {
 // takeRecv gives the responder a receive WQE for a new message, or reports RNR.
 func (qp *QP) takeRecv() bool {
 	r := &qp.resp
-	if qp.srq != nil {
+	srq := qp.srq
+	if r.xsrq != nil {
+		srq = r.xsrq
+	}
+	if srq != nil {
 		wqe := &qp.srqWQE
-		if !qp.srq.take(wqe) {
+		if !srq.take(wqe) {
 			return false
 		}
 		r.recv = wqe
@@ -182,7 +196,7 @@ func (qp *QP) recvSend(p *wire.Packet, psn wire.PSN) bool {
 			// SEND with Invalidate (IBTA 10.6.6.2, o10-36): the named rkey is invalidated
 			// before the completion is returned.
 			rkey := p.IETH.RKey()
-			if !qp.dev.invalidate(qp.pd, rkey) {
+			if !qp.dev.invalidate(qp.memPD(), rkey) {
 				qp.respError(wire.NAKRemoteOperationalError, driver.WCLocQPOpErr, psn, driver.EventQPFatal)
 				return false
 			}
@@ -191,14 +205,14 @@ func (qp *QP) recvSend(p *wire.Packet, psn wire.PSN) bool {
 		}
 		r.inMsg = msgNone
 		r.recv = nil
-		qp.recvCQ.push(&wc, p.BTH.SE())
+		qp.rcq().push(&wc, p.BTH.SE())
 	}
 	return true
 }
 
 // resolveRecv resolves a receive WQE's scatter list, which needs local write access.
 func (qp *QP) resolveRecv(w *recvWQE) bool {
-	return qp.dev.resolveSGL(qp.pd, w.sgeStore, true, &w.local)
+	return qp.dev.resolveSGL(qp.memPD(), w.sgeStore, true, &w.local)
 }
 
 // recvWrite places an RDMA WRITE packet.
@@ -252,7 +266,7 @@ func (qp *QP) recvWrite(p *wire.Packet, psn wire.PSN) bool {
 			wc := driver.WC{ID: r.recvID, Opcode: driver.WCRecvRDMAWithImm, ByteLen: uint32(r.writeLen), QPN: qp.qpn,
 				SrcQP: qp.attr.DestQPN, Flags: driver.WCWithImm, Imm: p.ImmDt.Imm()}
 			r.recv = nil
-			qp.recvCQ.push(&wc, p.BTH.SE())
+			qp.rcq().push(&wc, p.BTH.SE())
 		}
 		r.write, r.writeReg = nil, nil
 	}
@@ -268,7 +282,7 @@ func (qp *QP) remoteSpan(rkey uint32, va uint64, n uint32, need driver.Access) (
 		qp.dev.counters.AccessErrors.Add(1)
 		return nil, nil, false
 	}
-	b, ok := reg.span(qp.pd, va, n, need)
+	b, ok := reg.span(qp.memPD(), va, n, need)
 	if !ok {
 		qp.dev.counters.AccessErrors.Add(1)
 	}
@@ -345,7 +359,7 @@ func (qp *QP) recvAtomic(p *wire.Packet, psn wire.PSN) {
 	// device in this process to the same word are serialised by the CPU.
 	word := (*uint64)(unsafe.Pointer(unsafe.SliceData(b)))
 	var orig uint64
-	if p.BTH.Opcode() == wire.RCFetchAdd {
+	if p.BTH.Opcode()&^xrcOpBase == wire.RCFetchAdd {
 		orig = atomic.AddUint64(word, a.SwapAdd()) - a.SwapAdd()
 	} else {
 		for {
@@ -425,7 +439,7 @@ func (qp *QP) respError(code wire.NAKCode, st driver.WCStatus, psn wire.PSN, ev 
 	if r.recv != nil {
 		wc := driver.WC{ID: r.recvID, Status: st, Opcode: driver.WCRecv, QPN: qp.qpn, SrcQP: qp.attr.DestQPN}
 		r.recv = nil
-		qp.recvCQ.push(&wc, false)
+		qp.rcq().push(&wc, false)
 	}
 	r.inMsg = msgNone
 	qp.toError(ev)

@@ -72,6 +72,10 @@ func (qp *QP) pump(budget int) bool {
 			qp.buildAtomicAck(tx, it.psn, it.orig)
 			budget--
 			q.head++
+		case respSACK:
+			qp.buildSACK(tx, it.psn, it.first)
+			budget--
+			q.head++
 		case respRead:
 			for budget > 0 {
 				if !qp.buildReadResponse(tx, it) {
@@ -117,7 +121,7 @@ func (qp *QP) buildReadResponse(tx *txBatch, it *respItem) bool {
 	case k == it.npkts-1:
 		op = wire.RCReadResponseLast
 	}
-	h := wire.Headers{BTH: wire.BTHFields{Opcode: op, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: it.psn}}
+	h := wire.Headers{BTH: wire.BTHFields{Opcode: op | qp.opBase, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: it.psn}}
 	h.AETH = wire.AETHFields{Syndrome: wire.ACKSyndrome(wire.CreditsInvalid), MSN: qp.resp.msn}
 	m := min(len(it.src), qp.mtu)
 	if m > 0 && !it.reg.acquire() {
@@ -134,7 +138,7 @@ func (qp *QP) buildReadResponse(tx *txBatch, it *respItem) bool {
 }
 
 func (qp *QP) buildAtomicAck(tx *txBatch, psn wire.PSN, orig uint64) {
-	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAtomicAck, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn}}
+	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAtomicAck | qp.opBase, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn}}
 	h.AETH = wire.AETHFields{Syndrome: wire.ACKSyndrome(wire.CreditsInvalid), MSN: qp.resp.msn}
 	h.AtomicAckETH = orig
 	qp.dev.emit(tx, qp.remote, &h, payload{}, false)

@@ -19,6 +19,10 @@ type SRQ struct {
 	dev    *Device
 	pd     *PD
 	maxSGE int
+	num    uint32 // the number an XRCETH names (every SRQ has one; ibv_get_srq_num)
+	// An XRC SRQ's domain open and CQ (Annex A14); nil for a basic SRQ.
+	xrcd *XRCD
+	cq   *CQ
 
 	mu         sync.Mutex
 	wqes       []recvWQE
@@ -58,6 +62,9 @@ func (d *Device) CreateSRQ(pd *PD, maxWR, maxSGE int) (*SRQ, error) {
 	sges := make([]driver.SGE, maxWR*maxSGE)
 	for i := range s.wqes {
 		s.wqes[i].sgeStore = sges[i*maxSGE : i*maxSGE : (i+1)*maxSGE]
+	}
+	if err := d.numberSRQ(s); err != nil {
+		return nil, err
 	}
 	pd.refs.Add(1)
 	return s, nil
@@ -114,7 +121,9 @@ func (s *SRQ) Len() int {
 // take moves the oldest WQE into dst (owned by the consuming QP).
 func (s *SRQ) take(dst *recvWQE) bool {
 	s.mu.Lock()
-	if s.head == s.tail {
+	// An XRC SRQ may close while an XRC_RECV QP is between naming it and taking from it
+	// (no QP holds it, as a basic SRQ's QPs do): then it has nothing to give.
+	if s.head == s.tail || s.closed {
 		s.mu.Unlock()
 		return false
 	}
@@ -143,8 +152,19 @@ func (s *SRQ) Close() error {
 	if !s.closed {
 		s.closed = true
 		s.pd.refs.Add(-1)
+		s.dev.forgetSRQ(s)
+		if s.xrcd != nil {
+			s.cq.ref(-1)
+			s.xrcd.release()
+		}
 	}
 	return nil
+}
+
+func (s *SRQ) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
 }
 
 func (s *SRQ) ref(delta int) {

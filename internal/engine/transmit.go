@@ -41,8 +41,10 @@ type txBatch struct {
 	gso      bool
 	maxSeg   int
 	maxBytes int
-	// The packet being built: where emit placed it.
+	// The packet being built: where emit placed it, and its ECN codepoint (a GSO run has
+	// one: the kernel writes one TOS for all its segments).
 	appendRun bool // it extends the run in msgs[n-1]
+	ecn       netio.ECN
 	// The ICRC's share for the last destination (a batch mostly goes to one peer).
 	flowDst netip.AddrPort
 	flow    wire.ICRCFlow
@@ -121,9 +123,10 @@ func (d *Device) emit(tx *txBatch, dst netip.AddrPort, h *wire.Headers, pl paylo
 	}
 	var buf []byte
 	tx.appendRun = false
+	tx.ecn = d.ecnFor(h.BTH.Opcode)
 	if tx.gso && tx.n > 0 {
 		last := &tx.msgs[tx.n-1]
-		if last.Addr == dst && last.N%last.SegSize == 0 &&
+		if last.Addr == dst && last.N%last.SegSize == 0 && last.ECN == tx.ecn &&
 			(last.SegSize == size || endRun && size < last.SegSize) &&
 			last.N+size <= tx.maxBytes && last.N/last.SegSize < tx.maxSeg &&
 			len(last.Iov)+pieces+3 <= netio.MaxIov && !dst.Addr().IsMulticast() {
@@ -215,7 +218,7 @@ func (b *txBatch) place(dst netip.AddrPort) (i, seg int) {
 		return i, b.msgs[i].N / b.msgs[i].SegSize
 	}
 	i = b.n
-	b.msgs[i].N, b.msgs[i].SegSize, b.msgs[i].Addr = 0, 0, dst
+	b.msgs[i].N, b.msgs[i].SegSize, b.msgs[i].Addr, b.msgs[i].ECN = 0, 0, dst, b.ecn
 	b.used[i] = 0
 	b.n++
 	return i, 0

@@ -116,7 +116,7 @@ func Connect(t testing.TB, qp *verbs.QP, p RCParams, gid verbs.GID, remoteQPN, r
 	rtr := &verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: p.MTU, DestQPN: remoteQPN, RQPSN: rq,
 		MaxDestRdAtomic: p.DestRdAtom, MinRNRTimer: p.MinRNR, AH: verbs.AHAttr{DGID: gid, Port: 1, HopLimit: 64}}
 	mask := verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN
-	if qp.Type() == verbs.QPTypeRC {
+	if typ := qp.Type(); typ == verbs.QPTypeRC || typ == verbs.QPTypeXRCRecv { // a responder's
 		mask |= verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
 	}
 	if err := qp.Modify(rtr, mask); err != nil {
@@ -124,8 +124,11 @@ func Connect(t testing.TB, qp *verbs.QP, p RCParams, gid verbs.GID, remoteQPN, r
 	}
 	rts := &verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: sq, Timeout: p.Timeout, RetryCnt: p.Retry, RNRRetry: p.RNR, MaxRdAtomic: p.RdAtomic}
 	mask = verbs.QPAttrState | verbs.QPAttrSQPSN
-	if qp.Type() == verbs.QPTypeRC {
+	switch qp.Type() {
+	case verbs.QPTypeRC, verbs.QPTypeXRCSend: // a requester's
 		mask |= verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic
+	case verbs.QPTypeXRCRecv:
+		mask |= verbs.QPAttrTimeout
 	}
 	if err := qp.Modify(rts, mask); err != nil {
 		t.Fatal("RTS:", err)
@@ -165,6 +168,13 @@ func UDQP(t testing.TB, h *Host, qkey uint32) *verbs.QP {
 // WaitWC polls cq until n completions arrived or the deadline passes.
 func WaitWC(t testing.TB, cq *verbs.CQ, n int, within time.Duration) []verbs.WC {
 	t.Helper()
+	return WaitWCFunc(t, cq, n, within, nil, nil)
+}
+
+// WaitWCFunc is WaitWC with callbacks, either of which may be nil: polled after every
+// poll with the count so far, each for every completion.
+func WaitWCFunc(t testing.TB, cq *verbs.CQ, n int, within time.Duration, polled func(done int), each func(verbs.WC)) []verbs.WC {
+	t.Helper()
 	out := make([]verbs.WC, 0, n)
 	buf := make([]verbs.WC, 64)
 	deadline := time.Now().Add(within)
@@ -173,7 +183,15 @@ func WaitWC(t testing.TB, cq *verbs.CQ, n int, within time.Duration) []verbs.WC 
 		if err != nil {
 			t.Fatalf("poll: %v", err)
 		}
+		if each != nil {
+			for _, wc := range buf[:k] {
+				each(wc)
+			}
+		}
 		out = append(out, buf[:k]...)
+		if polled != nil {
+			polled(len(out))
+		}
 		if k == 0 {
 			if time.Now().After(deadline) {
 				t.Fatalf("got %d of %d completions within %v: %+v", len(out), n, within, out)

@@ -418,6 +418,34 @@ func (c *Conn) Info() Info {
 		BusyPoll: c.busy, KernelBusyPoll: c.kbusy, LocalPath: c.lpErr == nil, LocalPathErr: c.lpErr, TxBudget: c.txBudget}
 }
 
+// EachCounter lists the Conn's mode and counters for the device's (netio.Counting):
+// xdp_zerocopy and xdp_generic say how the socket and the program run (1 or 0), the rest
+// are Stats.
+func (c *Conn) EachCounter(f func(name string, value uint64)) {
+	b := func(v bool) uint64 {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	s := c.Stats()
+	f("xdp_zerocopy", b(c.Mode() == ModeZeroCopy))
+	f("xdp_generic", b(c.generic))
+	f("xdp_rx_pkts", s.RxPackets)
+	f("xdp_tx_pkts", s.TxPackets)
+	f("xdp_rx_local", s.RxLocal)
+	f("xdp_tx_local", s.TxLocal)
+	f("xdp_rx_malformed", s.RxMalformed)
+	f("xdp_rx_not_ours", s.RxNotOurs)
+	f("xdp_tx_no_neighbour", s.TxNoNeighbour)
+	f("xdp_tx_too_big", s.TxTooBig)
+	f("xdp_rx_kicks", s.RxKicks)
+	f("xdp_tx_kicks", s.TxKicks)
+	f("xdp_kernel_rx_dropped", s.KernelRxDropped)
+	f("xdp_kernel_rx_ring_full", s.KernelRxRingFull)
+	f("xdp_kernel_fill_ring_empty", s.KernelFillRingEmpty)
+}
+
 // Stats returns the Conn's counters and the kernel's.
 func (c *Conn) Stats() Stats {
 	s := Stats{

@@ -147,7 +147,7 @@ func (l *localPath) send(m *netio.Message, off, size int, dst netip.AddrPort) er
 			l.buf = make([]byte, size)
 		}
 		data = l.buf[:size]
-		copyOut(data, m, off)
+		m.CopyData(data, off)
 	}
 	salen := l.putDst(dst)
 	var p uintptr

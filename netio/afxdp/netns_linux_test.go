@@ -7,13 +7,14 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/goverbs/goverbs/internal/netnstest"
 )
 
 // testNet is two network namespaces joined by a veth pair, made for one test and
@@ -103,42 +104,10 @@ func (n *testNet) ip(t testing.TB, args ...string) string {
 	return string(out)
 }
 
-// in runs f on an OS thread of its own that has entered namespace ns, so that every
-// socket, link and netlink socket f makes belongs to ns; the thread leaves ns after f (or
-// dies with its goroutine if it cannot). What f makes keeps its namespace when used from
-// other goroutines later.
+// in runs f inside namespace ns (netnstest.In).
 func in(t testing.TB, ns string, f func()) {
 	t.Helper()
-	var ferr error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread()
-		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			ferr = err
-			return
-		}
-		defer unix.Close(orig)
-		target, err := unix.Open("/run/netns/"+ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			ferr = err
-			return
-		}
-		defer unix.Close(target)
-		if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
-			ferr = fmt.Errorf("setns %s: %w", ns, err)
-			return
-		}
-		f()
-		if unix.Setns(orig, unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread() // else the thread ends with this goroutine
-		}
-	}()
-	<-done
-	if ferr != nil {
-		t.Fatal(ferr)
-	}
+	netnstest.In(t, ns, f)
 }
 
 // waitIPv6 waits until both ends have their link-local address: the kernel brings IPv6

@@ -311,6 +311,16 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 	var hop netip.Addr // the destination flow.dstMAC was resolved for
 	hopLocal := false  // hop is on this host: the local path
 	now := time.Now()
+	// The datagrams sent, counted once per batch rather than with an atomic add each.
+	var sent, sentLocal uint64
+	defer func() {
+		if sent+sentLocal > 0 {
+			c.txPackets.Add(sent + sentLocal)
+		}
+		if sentLocal > 0 {
+			c.txLocal.Add(sentLocal)
+		}
+	}()
 	for mi := range msgs {
 		m := &msgs[mi]
 		if len(m.Iov) > netio.MaxIov {
@@ -367,8 +377,7 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 					fail(mi, 1, err)
 					continue
 				}
-				c.txLocal.Add(1)
-				c.txPackets.Add(1)
+				sentLocal++
 			}
 			continue
 		}
@@ -388,12 +397,12 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 				return mi, err
 			}
 			f := x.umem[addr : addr+x.frameSize]
-			copyOut(f[hl:hl+size], m, off)
+			m.CopyData(f[hl:hl+size], off)
 			putHeaders(f, &flow, size)
 			d := x.tx.desc(x.tx.local)
 			d.Addr, d.Len, d.Options = addr, uint32(hl+size), 0
 			x.tx.local++
-			c.txPackets.Add(1)
+			sent++
 			if x.tx.pending() >= batchSize {
 				c.flushTx()
 			}
@@ -420,26 +429,6 @@ func dataHolds(m *netio.Message) bool {
 		have += len(v)
 	}
 	return m.N <= have
-}
-
-// copyOut copies bytes [off, off+len(dst)) of m's data (Buf, or the Iov slices one after
-// another) into dst.
-func copyOut(dst []byte, m *netio.Message, off int) {
-	if m.Iov == nil {
-		copy(dst, m.Buf[off:])
-		return
-	}
-	for _, v := range m.Iov {
-		if len(dst) == 0 {
-			return
-		}
-		if off >= len(v) {
-			off -= len(v)
-			continue
-		}
-		k := copy(dst, v[off:])
-		dst, off = dst[k:], 0
-	}
 }
 
 // takeTxFrame returns a free send frame, taking back what the kernel completed first,

@@ -175,6 +175,10 @@ func TestVerbs(t *testing.T) {
 			if r := b.dev.Counters().Get("icrc_ipid_recovered"); r != 0 {
 				t.Errorf("%d packets from AF_XDP passed the ICRC only with a recovered Identification", r)
 			}
+			// The device's counters carry the backend's: its mode and its packets.
+			if c := a.dev.Counters(); c.Get("xdp_tx_pkts") == 0 || c.Get("xdp_zerocopy") != 0 {
+				t.Errorf("%s: xdp_tx_pkts %d, xdp_zerocopy %d (veth has no zero-copy)", a.dev.Name(), c.Get("xdp_tx_pkts"), c.Get("xdp_zerocopy"))
+			}
 			s := a.xdp.Stats()
 			t.Logf("%v: %+v", a.xdp, s)
 			if s.RxMalformed != 0 || s.RxNotOurs != 0 || s.TxNoNeighbour != 0 || s.TxTooBig != 0 || s.RxPackets == 0 || s.TxPackets == 0 {

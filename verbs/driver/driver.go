@@ -155,6 +155,37 @@ type SRQ interface {
 	Query() SRQAttr
 }
 
+// XRCDevice is a Device with XRC (IBTA Vol. 1 Annex A14; DeviceXRC in its
+// capabilities).
+type XRCDevice interface {
+	// OpenXRCD opens an XRC domain as ibv_open_xrcd does: fd -1 makes a domain of its
+	// own; otherwise every open of the same file (the same inode) on the device shares
+	// one domain, made by an open whose oflags have O_CREAT (without it, a file with no
+	// domain is EAGAIN; with O_EXCL, a file that has one is EINVAL: the kernel's errnos).
+	// The domain lives until its last opener closes it.
+	OpenXRCD(fd int, oflags int) (XRCD, error)
+}
+
+// XRCD is an XRC domain: the XRC SRQs and XRC_RECV QPs that may serve one another.
+type XRCD interface {
+	// Close drops one opener's reference; it fails with ErrBusy while SRQs or QPs
+	// made through this opener exist.
+	Close() error
+	// CreateQP creates an XRC_RECV QP in the domain.
+	CreateQP(init *QPInit) (QP, error)
+}
+
+// XRCPD is a PD that creates XRC SRQs: receive WQEs in the PD's memory for XRC
+// requests to xrcd's targets, completing in cq.
+type XRCPD interface {
+	CreateXRCSRQ(xrcd XRCD, cq CQ, attr SRQAttr) (SRQ, error)
+}
+
+// NumberedSRQ is an SRQ with the number an XRCETH names (ibv_get_srq_num).
+type NumberedSRQ interface {
+	Num() uint32
+}
+
 var (
 	registryMu sync.RWMutex
 	registry   = map[string]Provider{}

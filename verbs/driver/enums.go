@@ -40,7 +40,18 @@ const (
 	QPTypeRC QPType = 2
 	QPTypeUC QPType = 3
 	QPTypeUD QPType = 4
+	// QPTypeXRCSend is an XRC initiator (IBV_QPT_XRC_SEND, IBTA Annex A14): a send
+	// queue without a receive queue, each SEND naming the target's XRC SRQ
+	// (SendWR.RemoteSRQN).
+	QPTypeXRCSend QPType = 9
+	// QPTypeXRCRecv is an XRC target (IBV_QPT_XRC_RECV): transport state without
+	// queues of its own, created from an XRC domain; what it receives lands in the XRC
+	// SRQ each request names, and completes in that SRQ's CQ.
+	QPTypeXRCRecv QPType = 10
 )
+
+// XRC reports whether t is one of the two XRC types.
+func (t QPType) XRC() bool { return t == QPTypeXRCSend || t == QPTypeXRCRecv }
 
 func (t QPType) String() string {
 	switch t {
@@ -50,9 +61,35 @@ func (t QPType) String() string {
 		return "UC"
 	case QPTypeUD:
 		return "UD"
+	case QPTypeXRCSend:
+		return "XRC_SEND"
+	case QPTypeXRCRecv:
+		return "XRC_RECV"
 	}
 	return fmt.Sprintf("QPType(%d)", uint8(t))
 }
+
+// SRQType is the kind of a shared receive queue (ibv_srq_type).
+type SRQType uint8
+
+const (
+	SRQTypeBasic SRQType = 0 // IBV_SRQT_BASIC: receives of the QPs created with it
+	SRQTypeXRC   SRQType = 1 // IBV_SRQT_XRC: receives of XRC requests naming its number
+)
+
+func (t SRQType) String() string {
+	switch t {
+	case SRQTypeBasic:
+		return "BASIC"
+	case SRQTypeXRC:
+		return "XRC"
+	}
+	return fmt.Sprintf("SRQType(%d)", uint8(t))
+}
+
+// DeviceXRC is the device capability bit for XRC (IBV_DEVICE_XRC) in
+// DeviceAttr.DeviceCapFlags.
+const DeviceXRC = 1 << 20
 
 // QPState is a QP's state (ibv_qp_state, IBTA 10.3.1).
 type QPState uint8

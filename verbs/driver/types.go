@@ -34,6 +34,9 @@ type SendWR struct {
 	// ATOMIC_FETCH_AND_ADD; Swap is CMP_AND_SWP's new value.
 	CompareAdd uint64
 	Swap       uint64
+	// XRC_SEND: the number of the XRC SRQ at the target that receives the message
+	// (wr.qp_type.xrc.remote_srqn), carried in every request's XRCETH.
+	RemoteSRQN uint32
 	// UD: the destination.
 	AH         AHRef
 	RemoteQPN  uint32
@@ -278,7 +281,8 @@ type DeviceInfo struct {
 
 // QPInit describes a QP to create, in the provider's own objects: package verbs has
 // checked that the CQs and the SRQ belong to the QP's device and PD, and that Type is
-// one of RC, UC and UD.
+// one of RC, UC, UD and XRC_SEND (PD.CreateQP) or XRC_RECV (XRCD.CreateQP). An
+// XRC_SEND QP has no RecvCQ; an XRC_RECV QP has neither CQ.
 type QPInit struct {
 	Type   QPType
 	SendCQ CQ

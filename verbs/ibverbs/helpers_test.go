@@ -152,10 +152,10 @@ func (e *env) connect(t testing.TB, qp *verbs.QP, remote uint32) {
 		AH: verbs.AHAttr{DGID: e.gid, SGIDIndex: uint8(e.gidIdx), HopLimit: 64, Port: e.port}}
 	mask = verbs.QPAttrState
 	switch typ {
-	case verbs.QPTypeRC:
+	case verbs.QPTypeRC, verbs.QPTypeXRCRecv:
 		mask |= verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
 			verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
-	case verbs.QPTypeUC:
+	case verbs.QPTypeUC, verbs.QPTypeXRCSend:
 		mask |= verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN
 	}
 	if err := qp.Modify(&rtr, mask); err != nil {
@@ -163,8 +163,11 @@ func (e *env) connect(t testing.TB, qp *verbs.QP, remote uint32) {
 	}
 	rts := verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: 100, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4}
 	mask = verbs.QPAttrState | verbs.QPAttrSQPSN
-	if typ == verbs.QPTypeRC {
+	switch typ {
+	case verbs.QPTypeRC, verbs.QPTypeXRCSend:
 		mask |= verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic
+	case verbs.QPTypeXRCRecv:
+		mask |= verbs.QPAttrTimeout
 	}
 	if err := qp.Modify(&rts, mask); err != nil {
 		t.Fatalf("%v to RTS: %v", typ, err)

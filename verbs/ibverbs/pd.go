@@ -21,6 +21,7 @@ import (
 const (
 	rankQP = iota
 	rankSRQ
+	rankXRCD
 	rankMW
 	rankAH
 	rankMR

@@ -159,7 +159,7 @@ func (q *qp) convert(g *C.struct_gv_send_wr, wr *driver.SendWR, sges []driver.SG
 		wr_id: C.uint64_t(wr.ID), remote_addr: C.uint64_t(wr.RemoteAddr),
 		compare_add: C.uint64_t(wr.CompareAdd), swap: C.uint64_t(wr.Swap),
 		opcode: C.uint32_t(wr.Opcode), send_flags: C.uint32_t(wr.Flags), imm: C.uint32_t(wr.Imm),
-		rkey: C.uint32_t(wr.RKey), num_sge: C.uint32_t(len(wr.SGL)),
+		rkey: C.uint32_t(wr.RKey), num_sge: C.uint32_t(len(wr.SGL)), remote_srqn: C.uint32_t(wr.RemoteSRQN),
 	}
 	var ahRef driver.AH
 	if wr.AH != nil {

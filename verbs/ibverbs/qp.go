@@ -43,6 +43,9 @@ func (p *pd) CreateQP(init *driver.QPInit) (driver.QP, error) {
 	}
 	defer p.dev.exit()
 	scq, ok1 := init.SendCQ.(*cq)
+	if init.Type == driver.QPTypeXRCSend && ok1 {
+		return p.createXRCSend(h, scq, init)
+	}
 	rcq, ok2 := init.RecvCQ.(*cq)
 	if !ok1 || !ok2 {
 		return nil, errWrongDevice("CQ")
@@ -122,31 +125,7 @@ func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 	if mask&driver.QPAttrPort != 0 {
 		q.port = attr.Port
 	}
-	var a C.struct_ibv_qp_attr
-	a.qp_state = C.enum_ibv_qp_state(attr.State)
-	a.cur_qp_state = C.enum_ibv_qp_state(attr.CurState)
-	a.path_mtu = C.enum_ibv_mtu(attr.PathMTU)
-	a.qkey = C.uint32_t(attr.QKey)
-	a.rq_psn = C.uint32_t(attr.RQPSN)
-	a.sq_psn = C.uint32_t(attr.SQPSN)
-	a.dest_qp_num = C.uint32_t(attr.DestQPN)
-	a.qp_access_flags = C.uint(attr.AccessFlags)
-	a.cap = C.struct_ibv_qp_cap{
-		max_send_wr: C.uint32_t(attr.Cap.MaxSendWR), max_recv_wr: C.uint32_t(attr.Cap.MaxRecvWR),
-		max_send_sge: C.uint32_t(attr.Cap.MaxSendSGE), max_recv_sge: C.uint32_t(attr.Cap.MaxRecvSGE),
-		max_inline_data: C.uint32_t(attr.Cap.MaxInline),
-	}
-	if mask&driver.QPAttrAV != 0 {
-		setAH(&a.ah_attr, &attr.AH, q.port)
-	}
-	a.pkey_index = C.uint16_t(attr.PKeyIndex)
-	a.port_num = C.uint8_t(attr.Port)
-	a.min_rnr_timer = C.uint8_t(attr.MinRNRTimer)
-	a.timeout = C.uint8_t(attr.Timeout)
-	a.retry_cnt = C.uint8_t(attr.RetryCnt)
-	a.rnr_retry = C.uint8_t(attr.RNRRetry)
-	a.max_rd_atomic = C.uint8_t(attr.MaxRdAtomic)
-	a.max_dest_rd_atomic = C.uint8_t(attr.MaxDestRdAtomic)
+	a := qpAttrToC(attr, mask, q.port)
 	return rcErr("ibv_modify_qp", int(C.ibv_modify_qp(q.qp, &a, C.int(mask))))
 }
 
@@ -168,26 +147,7 @@ func (q *qp) Query() driver.QPAttr {
 	if C.ibv_query_qp(q.qp, &a, queryMask, &ia) != 0 {
 		return driver.QPAttr{State: driver.QPState(q.qp.state)}
 	}
-	out := driver.QPAttr{
-		State: driver.QPState(a.qp_state), CurState: driver.QPState(a.cur_qp_state),
-		PathMTU: driver.MTU(a.path_mtu), QKey: uint32(a.qkey), RQPSN: uint32(a.rq_psn),
-		SQPSN: uint32(a.sq_psn), DestQPN: uint32(a.dest_qp_num), AccessFlags: driver.Access(a.qp_access_flags),
-		Cap: driver.QPCap{
-			MaxSendWR: uint32(a.cap.max_send_wr), MaxRecvWR: uint32(a.cap.max_recv_wr),
-			MaxSendSGE: uint32(a.cap.max_send_sge), MaxRecvSGE: uint32(a.cap.max_recv_sge),
-			MaxInline: uint32(a.cap.max_inline_data),
-		},
-		PKeyIndex: uint16(a.pkey_index), Port: uint8(a.port_num), MinRNRTimer: uint8(a.min_rnr_timer),
-		Timeout: uint8(a.timeout), RetryCnt: uint8(a.retry_cnt), RNRRetry: uint8(a.rnr_retry),
-		MaxRdAtomic: uint8(a.max_rd_atomic), MaxDestRdAtomic: uint8(a.max_dest_rd_atomic),
-	}
-	g := &a.ah_attr.grh
-	out.AH = driver.AHAttr{
-		DGID: *(*driver.GID)(unsafe.Pointer(&g.dgid)), SGIDIndex: uint8(g.sgid_index),
-		HopLimit: uint8(g.hop_limit), TrafficClass: uint8(g.traffic_class), FlowLabel: uint32(g.flow_label),
-		SL: uint8(a.ah_attr.sl), Port: uint8(a.ah_attr.port_num),
-	}
-	return out
+	return qpAttrFromC(&a)
 }
 
 // Counters: the verbs API has no per-QP statistics (the device's are in Device.Counters).

@@ -58,6 +58,7 @@ int gv_post_send(struct ibv_qp *qp, const struct gv_send_wr *in, int n, struct i
 		default:
 			break;
 		}
+		w->qp_type.xrc.remote_srqn = g->remote_srqn; // read for XRC_SEND QPs only
 		if (g->ah != NULL) { // UD: the destination travels in every WR
 			w->wr.ud.ah = g->ah;
 			w->wr.ud.remote_qpn = g->remote_qpn;
@@ -189,4 +190,64 @@ int gv_async_event(struct ibv_context *ctx, struct ibv_async_event *ev, void **o
 		break;
 	}
 	return 0;
+}
+
+struct ibv_xrcd *gv_open_xrcd(struct ibv_context *ctx, int fd, int oflags)
+{
+	struct ibv_xrcd_init_attr a = {
+		.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS,
+		.fd = fd,
+		.oflags = oflags,
+	};
+
+	return ibv_open_xrcd(ctx, &a);
+}
+
+int gv_close_xrcd(struct ibv_xrcd *xrcd) { return ibv_close_xrcd(xrcd); }
+
+struct ibv_srq *gv_create_xrc_srq(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_xrcd *xrcd,
+				  struct ibv_cq *cq, struct ibv_srq_attr *attr)
+{
+	struct ibv_srq_init_attr_ex a;
+	struct ibv_srq *s;
+
+	memset(&a, 0, sizeof(a));
+	a.attr = *attr;
+	a.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+	a.srq_type = IBV_SRQT_XRC;
+	a.pd = pd;
+	a.xrcd = xrcd;
+	a.cq = cq;
+	s = ibv_create_srq_ex(ctx, &a);
+	if (s)
+		*attr = a.attr; // what the device gave
+	return s;
+}
+
+int gv_get_srq_num(struct ibv_srq *srq, uint32_t *num) { return ibv_get_srq_num(srq, num); }
+
+// gv_create_xrc_qp creates an XRC_RECV QP in xrcd (pd NULL) or an XRC_SEND QP on pd.
+struct ibv_qp *gv_create_xrc_qp(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_xrcd *xrcd,
+				struct ibv_cq *send_cq, struct ibv_qp_cap *cap, int sq_sig_all)
+{
+	struct ibv_qp_init_attr_ex a;
+	struct ibv_qp *q;
+
+	memset(&a, 0, sizeof(a));
+	if (xrcd) {
+		a.qp_type = IBV_QPT_XRC_RECV;
+		a.comp_mask = IBV_QP_INIT_ATTR_XRCD;
+		a.xrcd = xrcd;
+	} else {
+		a.qp_type = IBV_QPT_XRC_SEND;
+		a.comp_mask = IBV_QP_INIT_ATTR_PD;
+		a.pd = pd;
+		a.send_cq = send_cq;
+		a.cap = *cap;
+		a.sq_sig_all = sq_sig_all;
+	}
+	q = ibv_create_qp_ex(ctx, &a);
+	if (q)
+		*cap = a.cap;
+	return q;
 }

@@ -30,6 +30,7 @@ struct gv_send_wr {
 	uint32_t num_sge;
 	uint32_t bind_access;
 	uint32_t bind_rkey;
+	uint32_t remote_srqn; // XRC_SEND: the target's XRC SRQ
 };
 
 int gv_post_send(struct ibv_qp *qp, const struct gv_send_wr *in, int n, struct ibv_send_wr *wrs,
@@ -66,6 +67,14 @@ int gv_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, uint64_t wr_id, unsigned in
 	       uint32_t *rkey);
 int gv_set_ah(struct ibv_ah_attr *ah, const uint8_t *dgid, uint8_t sgid_index, uint8_t hop_limit,
 	      uint8_t traffic_class, uint32_t flow_label, uint8_t sl, uint8_t port);
+// XRC (the verbs are static inline in <infiniband/verbs.h>, through verbs_context).
+struct ibv_xrcd *gv_open_xrcd(struct ibv_context *ctx, int fd, int oflags);
+int gv_close_xrcd(struct ibv_xrcd *xrcd);
+struct ibv_srq *gv_create_xrc_srq(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_xrcd *xrcd,
+				  struct ibv_cq *cq, struct ibv_srq_attr *attr);
+int gv_get_srq_num(struct ibv_srq *srq, uint32_t *num);
+struct ibv_qp *gv_create_xrc_qp(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_xrcd *xrcd,
+				struct ibv_cq *send_cq, struct ibv_qp_cap *cap, int sq_sig_all);
 int gv_async_event(struct ibv_context *ctx, struct ibv_async_event *ev, void **obj, int *port);
 
 #endif

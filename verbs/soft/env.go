@@ -14,8 +14,10 @@ import (
 )
 
 // EnvDevices is the environment variable that lists the software devices: comma-separated
-// NAME=ADDR[:PORT][@serve] entries, for example "sw0=127.0.0.2,sw1=[::1]:4791". Unset,
-// there is one device, sw0 on 127.0.0.1. An entry ending in "@serve" is a device that a
+// NAME=ADDR[:PORT][@BACKEND] entries, for example "sw0=127.0.0.2,sw1=[::1]:4791". Unset,
+// there is one device, sw0 on 127.0.0.1. A device runs on a UDP socket unless its entry
+// names a registered backend after an @ (Config.Backend), for example
+// "sw0=10.0.0.1@xdp:eth0/0". An entry ending in "@serve" is a device that a
 // `goverbs serve` daemon runs and this process attaches to (Config.Attach).
 const EnvDevices = "GOVERBS_DEVICES"
 
@@ -56,8 +58,11 @@ func ParseDevices(spec string) ([]Config, error) {
 			return nil, fmt.Errorf("%w: %s: entry %q is not NAME=ADDR[:PORT]", driver.ErrNoDevice, EnvDevices, ent)
 		}
 		cfg := Config{Name: name, Attach: AttachAll()}
-		if a, ok := strings.CutSuffix(addr, "@serve"); ok {
-			addr, cfg.Attach = a, true
+		// The backend is looked up when the device opens: a program that does not
+		// carry it still lists the device, and opening it says what to import.
+		addr, cfg.Backend, _ = strings.Cut(addr, "@")
+		if cfg.Backend == "serve" {
+			cfg.Backend, cfg.Attach = "", true
 		}
 		if ap, err := netip.ParseAddrPort(addr); err == nil {
 			cfg.Addr, cfg.Port = ap.Addr(), ap.Port()
@@ -71,20 +76,22 @@ func ParseDevices(spec string) ([]Config, error) {
 	return out, nil
 }
 
-// EnvSameHost is the environment variable that, set to 0 (or "off", "false", "no"),
-// turns the same-host shortcut off for every device (Config.NoSameHost for one).
+// EnvSameHost is the environment variable that, set to 1 (or "on", "true", "yes"), turns
+// the same-host shortcut on for every device (Config.SameHost for one); 0 ("off",
+// "false", "no"), like unset, leaves it off.
 const EnvSameHost = "GOVERBS_SHM"
 
 // sameHostWanted reports whether the device cfg describes takes the same-host shortcut.
 func sameHostWanted(cfg Config) bool {
-	if cfg.NoSameHost {
+	if cfg.NoSameHost || cfg.Backend != "" {
+		// Another backend (AF_XDP) has its own path for traffic within the host.
 		return false
 	}
 	switch strings.ToLower(strings.TrimSpace(os.Getenv(EnvSameHost))) {
-	case "0", "off", "false", "no":
-		return false
+	case "1", "on", "true", "yes":
+		return true
 	}
-	return true
+	return cfg.SameHost
 }
 
 // debugLogger is the logger of a device whose Config has none: GOVERBS_DEBUG's, or nil.

@@ -46,15 +46,24 @@ type Config struct {
 	// CQ.Poll sees packets without a goroutine hand-off. Traffic nobody polls for (a
 	// passive WRITE target) is still served by a goroutine parked in the netpoller.
 	BusyPoll bool
-	// NoSameHost turns the same-host shortcut off for this device: its datagrams to
-	// other goverbs devices of this user on this host take the kernel's UDP path like
-	// any other (GOVERBS_SHM=0 does the same for every device). By default a device
-	// that opens its own UDP socket serves a rendezvous socket and reaches such peers
-	// through shared memory (netio.ListenSameHost; docs/guide/same-host.md).
+	// SameHost turns the same-host shortcut on for this device (GOVERBS_SHM=1 does it for
+	// every device): it serves a rendezvous socket and reaches other goverbs devices of
+	// this user on this host, in its network namespace, through shared memory
+	// (netio.ListenSameHost; docs/guide/same-host.md). It is off by default because its
+	// wrapper of the UDP socket still costs the remote path (a veth stream measured about
+	// a quarter slower) while no same-host peer uses it.
+	SameHost bool
+	// NoSameHost keeps the shortcut off for this device even where GOVERBS_SHM asks for it.
 	NoSameHost bool
 	// Conn, when set, is used instead of opening a UDP socket (for example a simulated
 	// network from netio/simnet, or a netio.Tee recording to pcap). The device owns it.
 	Conn netio.Conn
+	// Backend, when set (and Conn is not), names the datagram backend to open instead of
+	// a UDP socket, as "KIND:ARGS" of a backend registered with RegisterBackend: for
+	// example "xdp:eth0/0", AF_XDP on queue 0 of eth0, once package verbs/soft/xdp is
+	// imported. A backend that cannot be opened is an error, never a silent fall back
+	// to UDP.
+	Backend string
 	// Recorder, when set, receives every datagram the device sends and receives
 	// (a *pcap.Writer records them to a file Wireshark opens).
 	Recorder netio.Recorder
@@ -66,6 +75,14 @@ type Config struct {
 	// processes share the address. Conn and Recorder do not apply (the daemon owns the
 	// socket); BusyPoll only makes this process's CQ waits spin.
 	Attach bool
+	// Congestion is DCQCN congestion control (ParseCongestion); off, the default, unless
+	// GOVERBS_CC switches it on. On, RC and UC packets leave ECN-capable, CE-marked ones
+	// are answered with CNPs and each QP is paced to its DCQCN rate.
+	Congestion Congestion
+	// SelectiveRepeat makes RC QPs keep out-of-order packets and resend only what is
+	// lost, IRN-style, with peers that have it on too; with any other peer (rxe, older
+	// goverbs) they run go-back-N as before. Off unless GOVERBS_SR=1.
+	SelectiveRepeat bool
 }
 
 // Info is the listing entry of the device cfg describes.
@@ -150,7 +167,7 @@ func Open(cfg Config) (driver.Device, error) {
 		if !cfg.Addr.IsValid() {
 			return nil, fmt.Errorf("%w: software device %s has no address", driver.ErrInvalidAttr, cfg.Name)
 		}
-		c, err := netio.ListenUDP(netip.AddrPortFrom(cfg.Addr, port), netio.UDPOptions{BusyPoll: cfg.BusyPoll})
+		c, err := listen(cfg, netip.AddrPortFrom(cfg.Addr, port))
 		if err != nil {
 			return nil, &openError{name: cfg.Name, addr: netip.AddrPortFrom(cfg.Addr, port), err: err}
 		}
@@ -185,8 +202,14 @@ func Open(cfg Config) (driver.Device, error) {
 	if log == nil {
 		log = debugLogger()
 	}
+	cc, err := congestionFor(cfg, addr)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
 	d, err := engine.New(engine.Config{Name: cfg.Name, Conn: conn, PeerPort: port, MTU: mtu, Logger: log,
-		BusyPoll: cfg.BusyPoll, NodeGUID: nodeGUID(cfg.Addr)})
+		BusyPoll: cfg.BusyPoll, NodeGUID: nodeGUID(cfg.Addr), Congestion: cc,
+		SelectiveRepeat: cfg.SelectiveRepeat || envOn(EnvSelectiveRepeat)})
 	if err != nil {
 		conn.Close()
 		return nil, err

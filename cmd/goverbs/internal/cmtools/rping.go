@@ -103,6 +103,12 @@ func (o *rpingOpts) debugf(format string, args ...any) {
 func rpingDevice(pcapFile string, addr netip.Addr) (*verbs.Device, *pcap.Writer, error) {
 	cfg := verbs.SoftConfig{Name: "rping0", Addr: addr}
 	if info, ok := cm.DeviceFor(addr); ok {
+		if _, soft := info.SoftConfig(); !soft {
+			// A kernel device (rxe0, an RNIC): cm drives the kernel's rdma_cm on it
+			// (builds with the ibverbs tag), and there is no pcap to record.
+			dev, err := verbs.Open(info.Name)
+			return dev, nil, err
+		}
 		cfg, _ = info.SoftConfig()
 	} else if list, err := verbs.Devices(); err == nil && !addr.IsValid() {
 		for _, info := range list {

@@ -32,6 +32,7 @@ type udNode struct {
 	qkey    uint32
 	sends   int // signaled sends whose completions are still due
 	replyTo netip.Addr
+	agent   *cm.Agent // the agent replyTo's request came through, which knows its GID index
 }
 
 func RunUdaddy(cmd *tool.Command, args []string) error {
@@ -117,7 +118,7 @@ func (n *udNode) postSends(o *cmtestOpts, signaled bool) error {
 func (n *udNode) poll(o *cmtestOpts, server bool) error {
 	return pollN("udaddy", n.cq, o.count, func(wc *verbs.WC) error {
 		if server && n.ah == nil && wc.Opcode == verbs.WCRecv {
-			ah, err := n.pd.CreateAH(verbs.AHAttr{DGID: verbs.GIDFromAddr(n.replyTo), Port: 1, HopLimit: 64})
+			ah, err := n.pd.CreateAH(n.agent.AHAttr(n.replyTo))
 			if err != nil {
 				return errors.New("udaddy: failed to create reply AH")
 			}
@@ -144,7 +145,7 @@ func udaddyServer(ctx context.Context, o *cmtestOpts) error {
 	err = nodes.accept(ctx, "udaddy", l, o.connections,
 		func() (*udNode, error) { return newUDNode(o, side.dev) },
 		func(req *cm.Request, n *udNode) error {
-			n.replyTo = req.Remote.Addr()
+			n.replyTo, n.agent = req.Remote.Addr(), side.agent
 			return req.AcceptUD(&cm.Param{QP: n.qp})
 		})
 	if err != nil || o.count == 0 {

@@ -77,7 +77,10 @@ func run(cmd *tool.Command, k Kind, args []string) error {
 	o.dev.Register(fs, "g", "gid-idx")
 	defSize := 4096
 	if k == UD {
-		defSize = 2048
+		// ibv_ud_pingpong's help says 2048, but since rdma-core v26 it sends 1024 unless
+		// -s says otherwise, to fit the default 1024-byte MTU; a peer sending more
+		// overruns its 1024+40-byte receives (local length error).
+		defSize = 1024
 	}
 	fs.IntOpt(&o.port, "p", "port", exchange.DefaultPort, "listen on/connect to TCP `PORT`")
 	fs.IntOpt(&o.size, "s", "size", defSize, "`SIZE` of message to exchange")

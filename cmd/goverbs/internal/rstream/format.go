@@ -2,15 +2,16 @@ package rstream
 
 import (
 	"fmt"
+	"io"
 	"time"
 )
 
 // showPerf prints one row as rstream's show_perf: bytes count both directions,
 // Gb/sec is 10^9 bits, usec/xfer is the time of one transfer one way.
-func showPerf(t test, d time.Duration) {
+func showPerf(w io.Writer, t test, d time.Duration) {
 	usec := float64(d.Nanoseconds()) / 1e3
 	bytes := int64(t.iterations) * int64(t.count) * int64(t.size) * 2
-	fmt.Printf("%-10s%-8s%-8s%-8s%-8s%8.2fs%10.2f%11.2f\n", t.name, sizeStr(int64(t.size)),
+	fmt.Fprintf(w, "%-10s%-8s%-8s%-8s%-8s%8.2fs%10.2f%11.2f\n", t.name, sizeStr(int64(t.size)),
 		cntStr(int64(t.count)), cntStr(int64(t.iterations)), sizeStr(bytes),
 		usec/1e6, float64(bytes)*8/(1000*usec), usec/float64(t.iterations)/float64(t.count*2))
 }

@@ -6,8 +6,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 
@@ -65,9 +67,12 @@ type options struct {
 	port       string // -p
 	tests      []string
 	tcp        bool
+	loop       bool      // --loop: the server and the client in this process
+	out        io.Writer // where the table goes (the --loop server's goes nowhere)
 	verify     bool
-	custom     bool // -I, -C or a number for -S: one test of these parameters
-	all        bool // -S all
+	custom     bool         // -I, -C or a number for -S: one test of these parameters
+	ready      chan<- error // --loop's server says here that it listens (or why not)
+	all        bool         // -S all
 	xferSize   int
 }
 
@@ -85,6 +90,7 @@ func Run(cmd *tool.Command, args []string) error {
 	fs.StringOpt(&o.port, "p", "port", defaultPort, "`PORT`")
 	fs.StringArrayVarP(&o.tests, "test", "T", nil, "test `OPTION`: s|socket (Go TCP, as --tcp), v|verify (check the data), b|blocking (the only mode in Go)")
 	fs.BoolOpt(&o.tcp, "", "tcp", "run the test over Go's net.TCPConn instead of rdmanet")
+	fs.BoolOpt(&o.loop, "", "loop", "run the server and the client in this process: the server on -b's address, the client from the next one (rdmanet) or loopback (TCP)")
 	pos, err := fs.ParseArgs(args)
 	if err != nil {
 		return err
@@ -97,7 +103,39 @@ func Run(cmd *tool.Command, args []string) error {
 	}
 	in := tool.NewInterrupter("rstream")
 	defer in.Stop()
+	o.out = os.Stdout
+	if o.loop {
+		return o.runLoop(in)
+	}
 	return o.run(in)
+}
+
+// runLoop runs both sides in this process, the client's table printed: what a
+// program whose two ends share one Go runtime gets (a proxy, a test).
+func (o *options) runLoop(in *tool.Interrupter) error {
+	srv, cli := *o, *o
+	srv.server, srv.out = "", io.Discard
+	cli.server = o.bind
+	if !o.tcp {
+		a, err := netip.ParseAddr(o.bind)
+		if err != nil {
+			return fmt.Errorf("--loop: -b gives the server's device address: %v", err)
+		}
+		cli.bind = a.Next().String()
+	} else {
+		cli.bind = ""
+	}
+	ready := make(chan error, 1)
+	srv.ready = ready
+	errc := make(chan error, 1)
+	go func() { errc <- srv.run(in) }()
+	if err := <-ready; err != nil {
+		return err
+	}
+	if err := cli.run(in); err != nil {
+		return err
+	}
+	return <-errc
 }
 
 // check validates the flags and works out the test: custom (-I, -C or -S SIZE) or
@@ -144,6 +182,8 @@ func (o *options) check(fs *tool.FlagSet) error {
 		return fmt.Errorf("-S %d: at most 1 GiB", o.xferSize)
 	case o.bufSize < 0:
 		return fmt.Errorf("-B %d: a size in bytes", o.bufSize)
+	case o.loop && (o.bind == "" || o.server != ""):
+		return errors.New("--loop needs -b (the server's address) and no -s")
 	case o.bufSize > 0 && !o.tcp:
 		return errors.New("-B: rdmanet's ring has a fixed size; -B sizes TCP's socket buffers (with --tcp)")
 	}

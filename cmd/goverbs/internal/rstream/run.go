@@ -39,6 +39,9 @@ func (o *options) run(in *tool.Interrupter) error {
 	s.buf = make([]byte, max(size, 16))
 	if o.server == "" {
 		l, err := o.listen()
+		if o.ready != nil {
+			o.ready <- err
+		}
 		if err != nil {
 			return fmt.Errorf("%s listen: %w", o.network(), err)
 		}
@@ -46,7 +49,7 @@ func (o *options) run(in *tool.Interrupter) error {
 		in.OnStop(func() { l.Close() })
 		defer l.Close()
 	}
-	fmt.Printf("%-10s%-8s%-8s%-8s%-8s%8s %10s%13s\n",
+	fmt.Fprintf(o.out, "%-10s%-8s%-8s%-8s%-8s%8s %10s%13s\n",
 		"name", "bytes", "xfers", "iters", "total", "time", "Gb/sec", "usec/xfer")
 	if o.custom {
 		return in.Result(s.runTests([]test{{"custom", o.xferSize, o.count, o.iterations}}))
@@ -153,7 +156,7 @@ func (s *session) runTest(t test) error {
 			}
 		}
 	}
-	showPerf(t, time.Since(start))
+	showPerf(s.o.out, t, time.Since(start))
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/goverbs/goverbs/cmd/goverbs/internal/control"
 	"github.com/goverbs/goverbs/pcap"
 	"github.com/goverbs/goverbs/verbs"
+	"github.com/goverbs/goverbs/verbs/soft"
 )
 
 // DevOpts selects and configures the local software device.
@@ -23,6 +24,8 @@ type DevOpts struct {
 	Pcap     string // --pcap: capture file
 	Busy     bool   // --busy-poll: the device in busy-poll mode, CQs polled without sleeping
 	Stats    bool   // --stats: print the device's and QPs' counters at exit
+	CC       string // --cc: congestion control, off|dcqcn|connectx[:RATE]
+	SR       bool   // --sr: selective repeat for RC (with peers that have it on)
 	Tool     string // the command, named on the stat/asyncwatch socket
 }
 
@@ -36,6 +39,8 @@ func (o *DevOpts) Register(fs *FlagSet, gidShort, gidLong string) {
 	fs.StringOpt(&o.Bind, "", "bind", "", "run the software device on IP `ADDR` (each process on a host needs its own)")
 	fs.StringOpt(&o.Pcap, "", "pcap", "", "record the packets this side sends and receives to pcap `FILE`")
 	fs.BoolOpt(&o.Busy, "", "busy-poll", "busy-poll: CQ polls drive the device and never sleep (lowest latency, burns a core)")
+	fs.StringOpt(&o.CC, "", "cc", "", "congestion control `MODE[:RATE]`: off, dcqcn or connectx, at the port's RATE (25g; default the interface's speed) (also "+soft.EnvCongestion+")")
+	fs.BoolOpt(&o.SR, "", "sr", "selective repeat for RC: keep out-of-order packets, resend only what is lost (go-back-N with peers without it; also "+soft.EnvSelectiveRepeat+"=1)")
 	fs.BoolOpt(&o.Stats, "", "stats", "print the device's and each QP's counters on stderr at exit, as `rdma statistic` does (also "+control.EnvStats+"=1)")
 }
 
@@ -109,6 +114,14 @@ func OpenEndpoint(o DevOpts) (*Endpoint, error) {
 	if o.IBPort != 1 {
 		return nil, fmt.Errorf("invalid IB port %d: software devices have one port, 1", o.IBPort)
 	}
+	if o.CC != "" {
+		cc, err := soft.ParseCongestion(o.CC, cfg.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("invalid --cc: %w", err)
+		}
+		cfg.Congestion = cc
+	}
+	cfg.SelectiveRepeat = o.SR
 	if o.Pcap != "" {
 		w, err := pcap.Create(o.Pcap)
 		if err != nil {

@@ -1,0 +1,429 @@
+//go:build linux
+
+// The same-host shortcut's pairs: finding a peer device (rendezvous), setting up its
+// ring pair, and tearing it down when either side goes.
+
+package netio
+
+import (
+	"encoding/binary"
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"time"
+
+	"github.com/goverbs/goverbs/internal/shm"
+)
+
+// wantsRing reports whether a destination may be a same-host device: a unicast
+// address other than this Conn's own.
+func (c *sameHostConn) wantsRing(a netip.AddrPort) bool {
+	ip := a.Addr()
+	return ip.IsValid() && !ip.IsMulticast() && a != c.inner.LocalAddr() && !c.closed.Load()
+}
+
+// learn adds a destination WriteBatch has not seen and starts a rendezvous with it.
+// Once per destination: the map is copied on write so that lookups take no lock.
+func (c *sameHostConn) learn(a netip.AddrPort) {
+	c.maybeDial(c.entry(a), time.Now().UnixNano())
+}
+
+// entry returns a's entry, adding it if it is new.
+func (c *sameHostConn) entry(a netip.AddrPort) *shPeer {
+	c.mu.Lock()
+	old := *c.peers.Load()
+	e := old[a]
+	if e == nil {
+		m := make(map[netip.AddrPort]*shPeer, len(old)+1)
+		for k, v := range old {
+			m[k] = v
+		}
+		e = &shPeer{addr: a}
+		m[a] = e
+		c.peers.Store(&m)
+	}
+	c.mu.Unlock()
+	return e
+}
+
+// Resolve makes the rendezvous with dest now, if dest may be a same-host device and
+// none is made or failed recently (Resolver).
+func (c *sameHostConn) Resolve(dest netip.AddrPort) {
+	if !c.wantsRing(dest) {
+		return
+	}
+	e := c.entry(dest)
+	deadline := time.Now().Add(handshakeTimeout)
+	for {
+		if e.pair.Load() != nil || time.Now().UnixNano() < e.retryAt.Load() {
+			return
+		}
+		if e.dialing.CompareAndSwap(false, true) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(100 * time.Microsecond) // the dialer is at it: wait for its outcome
+	}
+	if e.pair.Load() == nil {
+		if err := c.dial(e); err != nil {
+			e.retryAt.Store(time.Now().Add(dialRetry).UnixNano())
+		}
+	}
+	e.dialing.Store(false)
+}
+
+// maybeDial hands e to the dialer unless a rendezvous is under way or failed recently.
+func (c *sameHostConn) maybeDial(e *shPeer, now int64) {
+	if now < e.retryAt.Load() || e.dialing.Load() || !e.dialing.CompareAndSwap(false, true) {
+		return
+	}
+	select {
+	case c.dialCh <- e:
+	default:
+		e.dialing.Store(false)
+	}
+}
+
+// ---- rendezvous ----
+
+// hello is the initiator's message, reply the acceptor's: magic, a field (the ring size
+// in a hello, the status in a reply), the sender's LocalAddr and SourceAddr (16-byte
+// address and port each). A hello carries the region's memfd and the initiator's
+// eventfd, an accepting reply the acceptor's eventfd.
+func putAddr(b []byte, a netip.AddrPort) {
+	ip := a.Addr().As16()
+	copy(b, ip[:])
+	binary.BigEndian.PutUint16(b[16:], a.Port())
+}
+
+func getAddr(b []byte) netip.AddrPort {
+	return netip.AddrPortFrom(netip.AddrFrom16([16]byte(b[:16])).Unmap(), binary.BigEndian.Uint16(b[16:]))
+}
+
+func (c *sameHostConn) message(magic string, field uint32) []byte {
+	b := make([]byte, helloLen)
+	copy(b, magic)
+	binary.BigEndian.PutUint32(b[8:], field)
+	putAddr(b[16:], c.inner.LocalAddr())
+	putAddr(b[34:], c.inner.SourceAddr())
+	return b
+}
+
+const (
+	replyOK      = 0
+	replyRefused = 1
+)
+
+func (c *sameHostConn) dialLoop() {
+	for {
+		select {
+		case <-c.done:
+			return
+		case e := <-c.dialCh:
+			if err := c.dial(e); err != nil {
+				e.retryAt.Store(time.Now().Add(dialRetry).UnixNano())
+			}
+			e.dialing.Store(false)
+		}
+	}
+}
+
+// dial makes a ring pair with the device at e.addr, if one of this user's serves it.
+func (c *sameHostConn) dial(e *shPeer) error {
+	uc, err := shm.Dial(c.sockPath(e.addr), handshakeTimeout)
+	if err != nil {
+		return err
+	}
+	region, err := shm.Create("goverbs-samehost", regionSize(c.ring))
+	if err != nil {
+		uc.Close()
+		return err
+	}
+	fail := func(err error) error {
+		uc.Close()
+		region.Close()
+		return err
+	}
+	mem := region.Bytes()
+	copy(mem, regionMagic)
+	binary.LittleEndian.PutUint32(mem[8:], uint32(c.ring))
+	for i := range 2 {
+		if err := shm.InitRecordRing(ringMem(mem, c.ring, i), c.ring); err != nil {
+			return fail(err)
+		}
+	}
+	uc.SetDeadline(time.Now().Add(handshakeTimeout))
+	memfd := int(region.File().Fd()) // a memfd needs no netpoller: Fd's switch to blocking is harmless
+	if err := shm.Send(uc, c.message(helloMagic, uint32(c.ring)), memfd, c.rxEv.FD()); err != nil {
+		return fail(err)
+	}
+	buf := make([]byte, helloLen+8)
+	n, fds, err := shm.Recv(uc, buf)
+	if err != nil {
+		return fail(err)
+	}
+	if n != helloLen || string(buf[:8]) != replyMagic || binary.BigEndian.Uint32(buf[8:]) != replyOK || len(fds) != 1 {
+		shm.CloseFDs(fds)
+		c.fallbacks.Add(1)
+		return fail(errors.New("netio: same-host peer refused"))
+	}
+	peerEv, err := shm.EventfdFrom(fds[0])
+	if err != nil {
+		return fail(err)
+	}
+	uc.SetDeadline(time.Time{})
+	p := &shPair{peerLocal: getAddr(buf[16:]), peerSrc: getAddr(buf[34:]), initiator: c.inner.LocalAddr(),
+		region: region, uc: uc, peerEv: peerEv}
+	if p.peerLocal != e.addr {
+		peerEv.Close()
+		c.fallbacks.Add(1)
+		return fail(errors.New("netio: same-host peer answers for another address"))
+	}
+	if p.tx, err = shm.NewRecordProducer(ringMem(mem, c.ring, 0), c.ring); err == nil {
+		p.rx, err = shm.NewRecordConsumer(ringMem(mem, c.ring, 1), c.ring)
+	}
+	if err != nil {
+		peerEv.Close()
+		return fail(err)
+	}
+	c.install(p)
+	return nil
+}
+
+func (c *sameHostConn) acceptLoop() {
+	for {
+		uc, err := c.l.Accept()
+		if err != nil {
+			return
+		}
+		go c.accept(uc)
+	}
+}
+
+// accept answers one initiator: it maps the region it sent (checked: sealed, of the
+// size its header and hello say) and replies with this Conn's eventfd, or refuses.
+func (c *sameHostConn) accept(uc *net.UnixConn) {
+	uc.SetDeadline(time.Now().Add(handshakeTimeout))
+	buf := make([]byte, helloLen+8)
+	n, fds, err := shm.Recv(uc, buf)
+	refuse := func() {
+		shm.CloseFDs(fds)
+		shm.Send(uc, c.message(replyMagic, replyRefused))
+		uc.Close()
+	}
+	if err != nil {
+		uc.Close()
+		return
+	}
+	ring := int(binary.BigEndian.Uint32(buf[8:]))
+	if n != helloLen || string(buf[:8]) != helloMagic || len(fds) != 2 || ring < minRing || ring > maxRing || ring&(ring-1) != 0 || c.closed.Load() {
+		refuse()
+		return
+	}
+	peerLocal, peerSrc := getAddr(buf[16:]), getAddr(buf[34:])
+	if peerLocal.Addr().Is4() != c.inner.LocalAddr().Addr().Is4() || !peerLocal.IsValid() {
+		refuse()
+		return
+	}
+	region, err := shm.Map(os.NewFile(uintptr(fds[0]), "goverbs-samehost"), regionSize(ring), regionSize(ring))
+	fds = fds[1:]
+	if err != nil {
+		refuse()
+		return
+	}
+	mem := region.Bytes()
+	if string(mem[:8]) != regionMagic || int(binary.LittleEndian.Uint32(mem[8:])) != ring {
+		region.Close()
+		refuse()
+		return
+	}
+	peerEv, err := shm.EventfdFrom(fds[0])
+	fds = nil
+	if err != nil {
+		region.Close()
+		refuse()
+		return
+	}
+	p := &shPair{peerLocal: peerLocal, peerSrc: peerSrc, initiator: peerLocal, region: region, uc: uc, peerEv: peerEv}
+	if p.rx, err = shm.NewRecordConsumer(ringMem(mem, ring, 0), ring); err == nil {
+		p.tx, err = shm.NewRecordProducer(ringMem(mem, ring, 1), ring)
+	}
+	if err != nil {
+		peerEv.Close()
+		region.Close()
+		refuse()
+		return
+	}
+	if err := shm.Send(uc, c.message(replyMagic, replyOK), c.rxEv.FD()); err != nil {
+		peerEv.Close()
+		region.Close()
+		uc.Close()
+		return
+	}
+	uc.SetDeadline(time.Time{})
+	c.install(p)
+}
+
+// install makes p the ring pair of its peer, unless the peer already has one: when both
+// devices dialled at once, both keep the pair the lower LocalAddr created and close the
+// other, so that they agree without another message.
+func (c *sameHostConn) install(p *shPair) {
+	c.mu.Lock()
+	if c.closed.Load() {
+		c.mu.Unlock()
+		c.teardown(p, false)
+		return
+	}
+	old := *c.peers.Load()
+	e := old[p.peerLocal]
+	if e == nil {
+		m := make(map[netip.AddrPort]*shPeer, len(old)+1)
+		for k, v := range old {
+			m[k] = v
+		}
+		e = &shPeer{addr: p.peerLocal}
+		m[p.peerLocal] = e
+		c.peers.Store(&m)
+	}
+	var loser *shPair
+	if cur := e.pair.Load(); cur != nil && !cur.closing.Load() {
+		if p.initiator.Compare(cur.initiator) < 0 {
+			loser = cur
+		} else {
+			loser = p
+		}
+	}
+	if loser != p {
+		e.pair.Store(p)
+	}
+	// Read even a pair that lost: the peer may have written into it before it learnt.
+	rx := append(append([]*shPair(nil), *c.rx.Load()...), p)
+	c.rx.Store(&rx)
+	// The peer may have written into p's ring before p was on the list, and its first
+	// write took the ring's initial sleeping flag with it: a reader asleep since before
+	// must wake, take the new list, and look. (Under c.mu: Close closes rxEv under it.)
+	c.rxEv.Signal()
+	c.mu.Unlock()
+	if loser != nil {
+		c.teardown(loser, true)
+	}
+	if loser != p {
+		go c.watch(p)
+	}
+}
+
+// watch waits for the pair's lifeline to end (the peer closed its device or died),
+// then drops the pair.
+func (c *sameHostConn) watch(p *shPair) {
+	var b [64]byte
+	for {
+		if _, err := p.uc.Read(b[:]); err != nil {
+			break
+		}
+	}
+	c.teardown(p, true)
+}
+
+// drainTime is how long a closing pair's ring stays mapped for its last datagrams to be
+// read: a peer that closed its device may have left some (an ACK it owed, sent as it
+// closed), which a socket would have kept in its buffer, and a peer whose pair lost to
+// another may write a few more before it learns.
+const drainTime = time.Second
+
+// teardown stops sending through p: its destination goes by UDP again (after
+// dialRetry). With drain, what p's ring holds is still read, and its memory unmapped
+// after drainTime; without, at once.
+func (c *sameHostConn) teardown(p *shPair, drain bool) {
+	if p.closing.Swap(true) {
+		if !drain {
+			c.finalize(p)
+		}
+		return
+	}
+	p.uc.Close()
+	c.mu.Lock()
+	if e := (*c.peers.Load())[p.peerLocal]; e != nil && e.pair.CompareAndSwap(p, nil) {
+		e.retryAt.Store(time.Now().Add(dialRetry).UnixNano())
+	}
+	c.mu.Unlock()
+	if drain && !c.closed.Load() {
+		time.AfterFunc(drainTime, func() { c.finalize(p) })
+		return
+	}
+	c.finalize(p)
+}
+
+// finalize takes p out of the read list and unmaps its memory once no reader or writer
+// is inside it.
+func (c *sameHostConn) finalize(p *shPair) {
+	if p.dead.Load() {
+		return
+	}
+	c.mu.Lock()
+	old := *c.rx.Load()
+	rx := make([]*shPair, 0, len(old))
+	for _, q := range old {
+		if q != p {
+			rx = append(rx, q)
+		}
+	}
+	c.rx.Store(&rx)
+	c.mu.Unlock()
+	p.txMu.Lock()
+	p.rxMu.Lock()
+	if !p.dead.Swap(true) {
+		p.region.Close()
+		p.peerEv.Close()
+	}
+	p.rxMu.Unlock()
+	p.txMu.Unlock()
+}
+
+// ---- closing ----
+
+func (c *sameHostConn) Close() error {
+	if c.closed.Swap(true) {
+		return net.ErrClosed
+	}
+	close(c.done)
+	c.l.Close()
+	c.rxEv.Signal() // a wait in poll(2) wakes and sees closed
+	if c.ep != nil {
+		c.ep.Close() // a ReadBatch parked in the netpoller returns
+	}
+	// The waits in poll(2) must end: the eventfd is shared with ReadBatch's wait, which
+	// may drain a single signal before a poll(2) saw it, so signal until they are out.
+	for !c.closeMu.TryLock() {
+		c.rxEv.Signal()
+		time.Sleep(100 * time.Microsecond)
+	}
+	c.rmu.Lock() // and the reads
+	err := c.inner.Close()
+	c.mu.Lock()
+	rx := *c.rx.Load()
+	c.mu.Unlock()
+	for _, p := range rx {
+		c.teardown(p, false)
+	}
+	c.mu.Lock()
+	c.rxEv.Close()
+	c.mu.Unlock()
+	c.rmu.Unlock()
+	c.closeMu.Unlock()
+	return err
+}
+
+// closeWaiters releases what ListenSameHost made before it failed.
+func (c *sameHostConn) closeWaiters() {
+	if c.ep != nil {
+		c.ep.Close()
+	}
+	c.rxEv.Close()
+}
+
+// JoinGroup joins a multicast group on the UDP Conn (Multicaster): multicast is
+// delivered by the kernel to every member, so it never takes a ring.
+func (c *sameHostConn) JoinGroup(group netip.Addr) (Conn, error) { return c.inner.JoinGroup(group) }

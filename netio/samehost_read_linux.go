@@ -1,0 +1,348 @@
+//go:build linux
+
+// The same-host shortcut's receive side: reading the rings and the UDP socket, and
+// waiting for either in the default and busy-poll modes.
+
+package netio
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// udpEvery is how many polls of the rings come between two reads of the UDP socket
+// while peers reach this Conn through rings and the socket has been quiet: a poll of
+// the rings costs no syscall, a recvmmsg one, and a spinning ping-pong or a stream over
+// the rings would otherwise pay it on every poll.
+const udpEvery = 32
+
+// ReadBatch reads from the rings, then the UDP socket, and waits for either when both
+// are empty.
+func (c *sameHostConn) ReadBatch(msgs []Message) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	for {
+		n, err := c.pollLocked(msgs, true)
+		if n > 0 || err != nil {
+			return n, err
+		}
+		if c.closed.Load() {
+			return 0, c.inner.readErr(net.ErrClosed)
+		}
+		rx := *c.rx.Load()
+		if !c.sleep(rx) {
+			continue
+		}
+		if c.busy {
+			_, err = c.waitPoll(-1)
+		} else {
+			err = c.waitNetpoller()
+		}
+		awake(rx)
+		if err != nil {
+			return 0, err
+		}
+	}
+}
+
+// PollBatch reads what the rings and the socket hold now (Poller).
+func (c *sameHostConn) PollBatch(msgs []Message) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	c.rmu.Lock()
+	n, err := c.pollLocked(msgs, false)
+	c.rmu.Unlock()
+	return n, err
+}
+
+// pollLocked fills msgs from the rings and, when room is left, the UDP socket; c.rmu is
+// held. always: read the socket every time (a blocking read about to sleep), not only
+// every udpEvery empty polls.
+func (c *sameHostConn) pollLocked(msgs []Message, always bool) (int, error) {
+	n := 0
+	rx := *c.rx.Load()
+	if c.udpFirst || len(rx) == 0 {
+		k, err := c.pollUDP(msgs)
+		if err != nil {
+			return 0, err
+		}
+		n = k
+		c.udpFirst = false
+	}
+	ringed := 0
+	for _, p := range rx {
+		if n == len(msgs) {
+			break
+		}
+		k, pkts := c.readRing(p, msgs[n:])
+		n += k
+		ringed += k
+		if pkts > 0 {
+			c.rxPackets.Add(uint64(pkts))
+		}
+	}
+	if n == len(msgs) {
+		c.udpFirst = ringed > 0 // the rings had more than a batch: the socket goes first next
+		return n, nil
+	}
+	// The socket is read when it had traffic last time, when a blocking read found the
+	// rings empty and is about to sleep, and otherwise every udpEvery polls, so that a
+	// stream through the rings neither pays a syscall per poll nor starves the socket.
+	c.idlePolls++
+	if len(rx) > 0 && (c.udpHot || always && ringed == 0 || c.idlePolls >= udpEvery) {
+		c.idlePolls = 0
+		k, err := c.pollUDP(msgs[n:])
+		if err != nil {
+			if n > 0 {
+				return n, nil
+			}
+			return 0, err
+		}
+		n += k
+	}
+	return n, nil
+}
+
+func (c *sameHostConn) pollUDP(msgs []Message) (int, error) {
+	k, err := c.inner.PollBatch(msgs)
+	c.udpHot = k > 0
+	return k, err
+}
+
+// readRing copies up to len(msgs) messages out of p's ring and returns how many, and
+// how many datagrams they hold.
+func (c *sameHostConn) readRing(p *shPair, msgs []Message) (n, pkts int) {
+	if !p.rxMu.TryLock() {
+		return 0, 0 // being torn down
+	}
+	defer p.rxMu.Unlock()
+	if p.dead.Load() {
+		return 0, 0
+	}
+	gro := c.inner.gro.Load()
+	defer p.rx.Publish()
+	for n < len(msgs) {
+		rec, err := p.rx.Next()
+		if err != nil {
+			c.corrupt.Add(1)
+			break // what was published is dropped; a later poll reads what comes after
+		}
+		if rec == nil {
+			break
+		}
+		if len(rec) < ringHdr {
+			c.corrupt.Add(1)
+			p.rx.Release()
+			continue
+		}
+		seg := int(binary.LittleEndian.Uint32(rec)) // read once: the peer may change it
+		ecn := ECN(rec[4] & 0b11)
+		data := rec[ringHdr:]
+		m := &msgs[n]
+		switch {
+		case seg <= 0 || seg >= len(data):
+			m.N = copy(m.Buf, data) // a datagram longer than the buffer is cut, as recvmmsg cuts it
+			m.SegSize = 0
+			pkts++
+		case gro && len(m.Buf) >= len(data):
+			m.N = copy(m.Buf, data)
+			m.SegSize = seg
+			pkts += (len(data) + seg - 1) / seg
+		default: // a run, to a reader without GRO: its datagrams one by one
+			if (len(data)+seg-1)/seg > len(msgs)-n && n > 0 {
+				return n, pkts // the next call takes it whole
+			}
+			for off := 0; off < len(data) && n < len(msgs); off += seg {
+				m = &msgs[n]
+				m.N = copy(m.Buf, data[off:min(off+seg, len(data))])
+				m.Addr, m.SegSize, m.Iov, m.ECN = p.peerSrc, 0, nil, ecn
+				n++
+				pkts++
+			}
+			p.rx.Release()
+			continue
+		}
+		m.Addr, m.Iov, m.ECN = p.peerSrc, nil, ecn
+		p.rx.Release()
+		n++
+	}
+	return n, pkts
+}
+
+// sleep tells every ring's producer that the reader may wait, then looks once more: it
+// reports false (and takes the word back) when a ring got something meanwhile.
+func (c *sameHostConn) sleep(rx []*shPair) bool {
+	for _, p := range rx {
+		p.rxMu.Lock()
+		if !p.dead.Load() {
+			p.rx.Sleep()
+		}
+		p.rxMu.Unlock()
+	}
+	if !ringsEmpty(rx) {
+		awake(rx)
+		return false
+	}
+	return true
+}
+
+func awake(rx []*shPair) {
+	for _, p := range rx {
+		p.rxMu.Lock()
+		if !p.dead.Load() {
+			p.rx.Awake()
+		}
+		p.rxMu.Unlock()
+	}
+}
+
+// ringsEmpty reports whether no ring of rx holds a datagram.
+func ringsEmpty(rx []*shPair) bool {
+	for _, p := range rx {
+		p.rxMu.Lock()
+		empty := p.dead.Load() || p.rx.Empty()
+		p.rxMu.Unlock()
+		if !empty {
+			return false
+		}
+	}
+	return true
+}
+
+// waitNetpoller parks in the netpoller until the UDP socket or a ring's eventfd is
+// readable (default mode). An Interrupt ends it with ErrInterrupted.
+func (c *sameHostConn) waitNetpoller() error {
+	if !c.udpArmed {
+		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(c.udpFD)}
+		if err := c.epollCtl(unix.EPOLL_CTL_ADD, &ev); err == nil {
+			c.udpArmed = true
+		}
+	}
+	err := c.eprc.Read(c.waitFn)
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			c.ep.SetReadDeadline(time.Time{})
+			return fmt.Errorf("netio: read %v: %w", c.inner.LocalAddr(), ErrInterrupted)
+		}
+		return c.inner.readErr(net.ErrClosed)
+	}
+	return nil
+}
+
+// waitOnce is the netpoller's test of the epoll instance: ready when epoll_wait finds
+// anything, and a ring's eventfd is drained on the way (level-triggered, it would stay
+// ready).
+func (c *sameHostConn) waitOnce(fd uintptr) bool {
+	n, err := unix.EpollWait(int(fd), c.evs[:], 0)
+	if err != nil || n <= 0 {
+		return err != nil && err != unix.EINTR && err != unix.EAGAIN
+	}
+	for _, ev := range c.evs[:n] {
+		if int(ev.Fd) == c.rxEv.FD() {
+			c.rxEv.Drain()
+		}
+	}
+	return true
+}
+
+func (c *sameHostConn) epollCtl(op int, ev *unix.EpollEvent) error {
+	var err error
+	if cerr := c.eprc.Control(func(fd uintptr) { err = unix.EpollCtl(int(fd), op, c.udpFD, ev) }); cerr != nil {
+		return cerr
+	}
+	return err
+}
+
+// Unwatch takes the UDP socket out of the wait's epoll instance until the next blocking
+// ReadBatch (Unwatcher): a program that spins on PollBatch wants no netpoller wake-up
+// per datagram.
+func (c *sameHostConn) Unwatch() {
+	if c.busy {
+		return
+	}
+	c.rmu.Lock()
+	if c.udpArmed && !c.closed.Load() && c.epollCtl(unix.EPOLL_CTL_DEL, nil) == nil {
+		c.udpArmed = false
+	}
+	c.rmu.Unlock()
+}
+
+// Interrupt ends a blocked ReadBatch, or the next one, with ErrInterrupted (Interrupter).
+func (c *sameHostConn) Interrupt() {
+	if !c.busy {
+		c.ep.SetReadDeadline(longAgo)
+	}
+}
+
+func (c *sameHostConn) interruptible() bool { return !c.busy }
+
+// WaitReadable waits until a ring or the UDP socket has a datagram, or the timeout
+// passes (Poller), in poll(2) on the socket and the rings' eventfd.
+func (c *sameHostConn) WaitReadable(timeout time.Duration) (bool, error) {
+	var deadline time.Time
+	if timeout >= 0 {
+		deadline = time.Now().Add(timeout)
+	}
+	for {
+		rx := *c.rx.Load()
+		if !c.sleep(rx) {
+			return true, nil
+		}
+		ready, err := c.waitPoll(timeout)
+		awake(rx)
+		if err != nil {
+			return false, err
+		}
+		if ready || !ringsEmpty(rx) {
+			return true, nil
+		}
+		// The eventfd woke us for nothing readable now (a pair installed, a wake-up
+		// meant for a blocked ReadBatch): wait on for what is left of the timeout.
+		if timeout >= 0 {
+			if timeout = time.Until(deadline); timeout <= 0 {
+				return false, nil
+			}
+		}
+	}
+}
+
+// waitPoll waits in poll(2) for the UDP socket or the eventfd; it reports whether the
+// socket is readable.
+func (c *sameHostConn) waitPoll(timeout time.Duration) (bool, error) {
+	c.closeMu.RLock()
+	defer c.closeMu.RUnlock()
+	if c.closed.Load() {
+		return false, c.inner.readErr(net.ErrClosed)
+	}
+	ms := -1
+	if timeout >= 0 {
+		ms = int((timeout + time.Millisecond - 1) / time.Millisecond)
+	}
+	for {
+		fds := [2]unix.PollFd{{Fd: int32(c.udpFD), Events: unix.POLLIN}, {Fd: int32(c.rxEv.FD()), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds[:], ms)
+		if c.closed.Load() {
+			return false, c.inner.readErr(net.ErrClosed)
+		}
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return false, c.inner.readErr(err)
+		}
+		if fds[1].Revents != 0 {
+			c.rxEv.Drain()
+		}
+		return n > 0 && fds[0].Revents != 0, nil
+	}
+}

@@ -1,0 +1,104 @@
+package rdmanet
+
+import (
+	"runtime"
+	"time"
+)
+
+// Waiting. A goroutine that waits for the peer (a Read for bytes, a Write for room)
+// first polls the connection's CQ itself for up to spinBudget, as rsockets polls for
+// its polling_time before it blocks: on a software device an empty poll reads the
+// device's socket, so an answer that comes within microseconds reaches the waiter on
+// its own thread, with no wake-up of another thread and no hand-off.
+//
+// Spinning pays only when the peer can answer meanwhile, which depends on where the
+// scheduler put the threads: with both processes' spinners and their devices' work
+// on two cores, or both processes on one, a spin takes the core the peer needed and
+// then blocks anyway. So each side of a connection spins only while its spins pay
+// (spinPolicy): a spin that ends without an answer makes the next waits block at
+// once, exponentially more of them after each further miss, and one that is answered
+// restores spinning. And a spin yields the processor to other threads now and then
+// (osYield), so that a peer sharing the core gets it.
+
+// spinBudget is how long a waiter polls an empty CQ before it sleeps.
+const spinBudget = 50 * time.Microsecond
+
+// spinPolicy decides whether a wait spins, from how the last spins went.
+type spinPolicy struct {
+	misses int // spins in a row that ended without what they waited for
+	skip   int // waits left that block without spinning
+}
+
+const maxSpinBackoff = 6 // after a miss streak, one wait in 64 tries a spin
+
+// try says whether this wait spins.
+func (p *spinPolicy) try() bool {
+	if p.skip > 0 {
+		p.skip--
+		return false
+	}
+	return true
+}
+
+func (p *spinPolicy) hit() { p.misses = 0 }
+
+func (p *spinPolicy) miss() {
+	p.misses = min(p.misses+1, maxSpinBackoff)
+	p.skip = 1<<p.misses - 1
+}
+
+// spinFor polls the CQ until ready says so or the budget runs out, if p lets this
+// wait spin; it reports whether ready said so. The completion loop parks meanwhile
+// (poll); a caller told false blocks (block), which kicks it, once this spin no
+// longer counts in c.spinners.
+func (c *Conn) spinFor(p *spinPolicy, ready func() bool) bool {
+	if !p.try() {
+		return false
+	}
+	c.spinners.Add(1)
+	defer c.spinners.Add(-1)
+	var s spinner
+	for {
+		if c.pollMu.TryLock() {
+			c.pollCQ()
+			c.pollMu.Unlock()
+		}
+		if ready() {
+			p.hit()
+			return true
+		}
+		if !s.more() {
+			p.miss()
+			return false
+		}
+	}
+}
+
+// spinner paces the polls of a spin: it yields between them, to the goroutines of
+// this process every time (one a completion woke runs on this thread) and to the
+// operating system's other threads every osYieldEvery polls, and ends the spin once
+// spinBudget has passed. It reads no clock for the first polls.
+type spinner struct {
+	polls int
+	start time.Time
+}
+
+const osYieldEvery = 4
+
+// more yields and reports whether to poll again.
+func (s *spinner) more() bool {
+	s.polls++
+	if s.polls%16 == 0 {
+		if s.start.IsZero() {
+			s.start = time.Now()
+		} else if time.Since(s.start) > spinBudget {
+			return false
+		}
+	}
+	if s.polls%osYieldEvery == 0 {
+		osYield()
+	} else {
+		runtime.Gosched()
+	}
+	return true
+}

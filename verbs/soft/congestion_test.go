@@ -1,0 +1,57 @@
+package soft
+
+import (
+	"errors"
+	"net/netip"
+	"testing"
+
+	"github.com/goverbs/goverbs/internal/congestion"
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
+func TestParseCongestion(t *testing.T) {
+	lo := netip.MustParseAddr("127.0.0.1")
+	for _, tc := range []struct {
+		spec string
+		want Congestion
+	}{
+		{"", Congestion{}},
+		{"off", Congestion{}},
+		{"OFF:10g", Congestion{}},
+		{"dcqcn", congestion.PaperConfig(defaultLineRate)},
+		{"dcqcn:25g", congestion.PaperConfig(25e9)},
+		{"connectx:100m", congestion.ConnectXConfig(100e6)},
+		{" connectx:1e10 ", congestion.ConnectXConfig(1e10)},
+	} {
+		got, err := ParseCongestion(tc.spec, lo)
+		if err != nil || got != tc.want {
+			t.Errorf("ParseCongestion(%q) = %+v, %v; want %+v", tc.spec, got, err, tc.want)
+		}
+	}
+	for _, bad := range []string{"dcqcn:", "dcqcn:-5g", "dcqcn:NaN", "dcqcn:fast", "reno", "dcqcn:50m"} {
+		if _, err := ParseCongestion(bad, lo); !errors.Is(err, driver.ErrInvalidAttr) {
+			t.Errorf("ParseCongestion(%q): %v, want an ErrInvalidAttr", bad, err)
+		}
+	}
+}
+
+func TestCongestionFromEnvironment(t *testing.T) {
+	t.Setenv(EnvCongestion, "connectx:25g")
+	got, err := congestionFor(Config{}, netip.MustParseAddr("127.0.0.1"))
+	if err != nil || got != congestion.ConnectXConfig(25e9) {
+		t.Fatalf("GOVERBS_CC=connectx:25g gave %+v, %v", got, err)
+	}
+	own := congestion.PaperConfig(40e9)
+	if got, _ := congestionFor(Config{Congestion: own}, netip.Addr{}); got != own {
+		t.Fatalf("the Config's own setting lost to the environment: %+v", got)
+	}
+	bad := own
+	bad.G = 0
+	if _, err := congestionFor(Config{Congestion: bad}, netip.Addr{}); err == nil {
+		t.Fatal("an invalid Config was accepted")
+	}
+	t.Setenv(EnvCongestion, "sideways")
+	if _, err := congestionFor(Config{}, netip.Addr{}); err == nil {
+		t.Fatal("a bad GOVERBS_CC was accepted")
+	}
+}

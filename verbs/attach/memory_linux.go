@@ -26,12 +26,20 @@ import (
 // (and new allocations) beside a buffer that does not fill its pages. A buffer that
 // starts on a page and is a whole number of pages has its pages to itself (verbs.Mmap's
 // memory; Go allocations of whole pages); any other is refused, unless it lies inside
-// pages a live registration already moved, which are shared as they are. The pages stay
-// moved after the MR closes (moving them back would race with the program as moving
-// them did); a new registration of them copies them into a new memfd.
+// pages a live registration already moved, which are shared as they are.
+//
+// When the last registration of the pages closes they move back onto private anonymous
+// memory (unshare). They must: Go's heap takes memory it has returned to the kernel
+// (madvise MADV_DONTNEED) to read as zeros when it is used again, and MADV_DONTNEED on a
+// shared file mapping leaves the file's bytes in place, so a freed buffer's pages that
+// stayed on the memfd came back to the allocator holding old bytes it took for zeroed
+// memory ("found bad pointer in Go heap"). For the same reason the span holds the buffer
+// itself: the garbage collector cannot free memory that is still on a memfd, even when a
+// program drops an MR without closing it.
 
 type sharedSpan struct {
 	start, end uintptr
+	buf        []byte // the buffer whose pages these are, kept alive while they are shared
 	reg        *shm.Region
 	live       int // registrations using it; the span leaves the table at 0
 }
@@ -91,18 +99,23 @@ func share(buf []byte) (*sharedSpan, uint64, error) {
 		reg.Close()
 		return nil, 0, driver.NewError(driver.ErrLimit, fmt.Sprintf("attach: map the region's pages shared: %v", errno))
 	}
-	sp := &sharedSpan{start: start, end: end, reg: reg, live: 1}
+	sp := &sharedSpan{start: start, end: end, buf: buf, reg: reg, live: 1}
 	shared.spans = append(shared.spans, sp)
 	return sp, 0, nil
 }
 
 // unshare drops a registration's hold on its span. The last one takes the span out of
-// the table and closes our handle of the memfd; the pages stay mapped on it.
-func unshare(s *sharedSpan) {
+// the table and moves its pages back onto private anonymous memory with the bytes they
+// hold: a new anonymous mapping is filled from the memfd (pread(2), which reads the
+// pages' current bytes) and mremap(2)ed over the span in one step, so the program's
+// pointers stay valid and no instant exists where the pages are unmapped. As when they
+// moved, a write by another goroutine to the buffer during the move would be lost; a
+// program does not write a buffer while it deregisters it.
+func unshare(s *sharedSpan) error {
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
 	if s.live--; s.live > 0 {
-		return
+		return nil
 	}
 	for i, x := range shared.spans {
 		if x == s {
@@ -110,5 +123,31 @@ func unshare(s *sharedSpan) {
 			break
 		}
 	}
-	s.reg.Close()
+	defer s.reg.Close()
+	size := s.end - s.start
+	tmp, _, errno := unix.Syscall6(unix.SYS_MMAP, 0, size, unix.PROT_READ|unix.PROT_WRITE,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS, ^uintptr(0), 0)
+	if errno != 0 {
+		return fmt.Errorf("attach: move the region's pages back: map: %v", errno)
+	}
+	fd := s.reg.File().Fd()
+	for off := uintptr(0); off < size; {
+		n, _, errno := unix.Syscall6(unix.SYS_PREAD64, fd, tmp+off, size-off, off, 0, 0)
+		if errno == unix.EINTR {
+			continue
+		}
+		if errno != 0 || n == 0 {
+			unix.Syscall(unix.SYS_MUNMAP, tmp, size, 0)
+			return fmt.Errorf("attach: move the region's pages back: copy: %v", errno)
+		}
+		off += n
+	}
+	got, _, errno := unix.Syscall6(unix.SYS_MREMAP, tmp, size, size,
+		unix.MREMAP_MAYMOVE|unix.MREMAP_FIXED, s.start, 0)
+	if errno != 0 || got != s.start {
+		unix.Syscall(unix.SYS_MUNMAP, tmp, size, 0)
+		return fmt.Errorf("attach: move the region's pages back: remap: %v", errno)
+	}
+	s.buf = nil
+	return nil
 }

@@ -60,12 +60,19 @@ func (p *PD) RegMR(buf []byte, access driver.Access) (driver.MR, error) {
 	return &MR{d: p.d, h: r.U32(), lkey: r.U32(), rkey: r.U32(), addr: addr, span: sp}, nil
 }
 
-// Close deregisters the region; its pages stay shared (see share).
+// Close deregisters the region and gives its pages back to private memory (unshare)
+// once no other registration shares them. A device whose daemon has gone has nothing to
+// deregister, and neither has one the program closed; the pages go back all the same.
 func (m *MR) Close() error {
 	_, err := m.d.call(attach.OpDeregMR, func(w *attach.Writer) { w.U32(m.h) })
-	if err == nil {
-		m.closed.Store(true)
-		unshare(m.span)
+	if err != nil && !m.d.gone() && !m.d.closed.Load() {
+		return err
+	}
+	if !m.closed.CompareAndSwap(false, true) {
+		return err
+	}
+	if uerr := unshare(m.span); err == nil {
+		err = uerr
 	}
 	return err
 }

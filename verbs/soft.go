@@ -1,6 +1,10 @@
 package verbs
 
-import "github.com/goverbs/goverbs/verbs/soft"
+import (
+	"github.com/goverbs/goverbs/verbs/attach"
+	"github.com/goverbs/goverbs/verbs/driver"
+	"github.com/goverbs/goverbs/verbs/soft"
+)
 
 // The software provider (package verbs/soft) is always there: Devices lists its
 // devices, Open and OpenSoft open them.
@@ -24,19 +28,28 @@ func OpenSoft(cfg SoftConfig) (*Device, error) {
 	if cfg.Name == "" {
 		cfg.Name = "sw0"
 	}
-	impl, err := soft.Open(cfg)
+	var impl driver.Device
+	var err error
+	provider := soft.ProviderName
+	if cfg.Conn == nil && (cfg.Attach || soft.AttachAll()) {
+		// The device runs in a goverbs serve daemon; this process attaches to it.
+		cfg.Attach, provider = true, attach.ProviderName
+		impl, err = attach.Open(cfg)
+	} else {
+		impl, err = soft.Open(cfg)
+	}
 	if err != nil {
 		return nil, err
 	}
 	i := soft.Info(cfg)
 	return newDevice(DeviceInfo{Name: i.Name, NodeGUID: i.NodeGUID, NodeType: i.NodeType,
-		Transport: i.Transport, Provider: soft.ProviderName}, impl), nil
+		Transport: i.Transport, Provider: provider}, impl), nil
 }
 
 // SoftConfig returns the configuration of a listed software device, so that a program
 // can open it with options of its own (a Recorder, busy polling) through OpenSoft.
 func (i DeviceInfo) SoftConfig() (SoftConfig, bool) {
-	if i.Provider != soft.ProviderName {
+	if i.Provider != soft.ProviderName && i.Provider != attach.ProviderName {
 		return SoftConfig{}, false
 	}
 	list, err := soft.Configs()

@@ -29,6 +29,10 @@ var comparisons = []struct{ run, base, key, unit, what string }{
 	{"xdp_write_bw_8", "write_bw_8", "msg_rate_mpps", "M/s", "AF_XDP: RC WRITE 8 B message rate vs the UDP backend's"},
 	{"xdp_write_bw_8_busy", "write_bw_8_busy", "msg_rate_mpps", "M/s", "AF_XDP: RC WRITE 8 B message rate, busy-poll, vs the UDP backend's"},
 	{"xdp_write_bw", "write_bw", "bw_avg_mib_s", "MiB/s", "AF_XDP: RC WRITE 64 KiB bandwidth vs the UDP backend's"},
+	// bench/attach.sh: a process attached to goverbs serve against the in-process device.
+	{"attach_send_lat_busy", "send_lat_busy", "t_typical_us", "µs", "Attached to goverbs serve: RC SEND 8 B latency, busy-poll, vs the in-process device's"},
+	{"attach_send_lat", "send_lat", "t_typical_us", "µs", "Attached to goverbs serve: RC SEND 8 B latency vs the in-process device's"},
+	{"attach_write_bw", "write_bw", "bw_avg_mib_s", "MiB/s", "Attached to goverbs serve: RC WRITE 64 KiB bandwidth vs the in-process device's"},
 	// bench/samehost.sh: the same-host shortcut against the UDP path and a unix socket.
 	{"shm_send_lat_busy", "send_lat_busy", "t_typical_us", "µs", "Same host: RC SEND 8 B latency, busy-poll, shared memory vs goverbs over UDP"},
 	{"shm_send_lat_ev", "unix_lat", "t_typical_us", "µs", "Same host: RC SEND 8 B latency, -e, shared memory vs Go unix-socket ping-pong"},

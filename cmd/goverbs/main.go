@@ -10,6 +10,7 @@
 //	goverbs write_bw --loopback
 //	goverbs write_bw --bind 10.0.0.1 -n 1000             # server for ib_write_bw (perftest)
 //	goverbs stat                                         # counters of the tools running now
+//	goverbs serve sw0=127.0.0.2                          # a shared device; GOVERBS_ATTACH=1 tools attach
 //	goverbs asyncwatch --bind 127.0.0.2                  # that tool's async events
 //	goverbs rstream -b 127.0.0.2                         # stream server (rdmanet)
 //	goverbs rstream -b 127.0.0.3 -s 127.0.0.2            # client; --tcp: the same over Go TCP
@@ -33,6 +34,7 @@ import (
 	"github.com/goverbs/goverbs/cmd/goverbs/internal/perftest"
 	"github.com/goverbs/goverbs/cmd/goverbs/internal/pingpong"
 	"github.com/goverbs/goverbs/cmd/goverbs/internal/rstream"
+	"github.com/goverbs/goverbs/cmd/goverbs/internal/serve"
 	"github.com/goverbs/goverbs/cmd/goverbs/internal/soak"
 	"github.com/goverbs/goverbs/cmd/goverbs/internal/tool"
 	"github.com/goverbs/goverbs/netio"
@@ -60,6 +62,7 @@ var commands = []*tool.Command{
 	{Name: "soak", Summary: "long verified RC stream over a simulated faulty network", Run: soak.RunCommand},
 	{Name: "version", Summary: "print the goverbs module version and the Go version", Run: runVersion},
 	{Name: "stat", Summary: "counters of running tools' devices and QPs (rdma statistic)", Run: inspect.RunStat},
+	{Name: "serve", Summary: "run shared software devices that many processes attach to (GOVERBS_ATTACH=1)", Run: serve.Run},
 	{Name: "asyncwatch", Summary: "a running tool's device's async events as they happen (ibv_asyncwatch)", Run: inspect.RunAsyncwatch},
 	{Name: "rping", Summary: "RDMA ping through the connection manager (librdmacm's rping)", Run: cmtools.RunRping},
 	{Name: "ucmatose", Summary: "RC connections and messages through the connection manager (librdmacm's cmatose)", Run: cmtools.RunUcmatose},

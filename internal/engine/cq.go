@@ -90,6 +90,13 @@ func (cq *CQ) Poll(out []driver.WC) (int, error) {
 	} else {
 		cq.dev.doorbell.flush()
 	}
+	return cq.Take(out)
+}
+
+// Take is Poll without driving the device: the shared-device daemon moves a CQ's
+// completions when its event fires, and an empty Poll's drive would make the device
+// take the daemon for a program spinning on the CQ (whose socket leaves the netpoller).
+func (cq *CQ) Take(out []driver.WC) (int, error) {
 	cq.mu.Lock()
 	if cq.closed {
 		cq.mu.Unlock()

@@ -194,7 +194,22 @@ func (pd *PD) RegMR(buf []byte, access driver.Access) (driver.MR, error) {
 	return mr, nil
 }
 
+// RegMRAt registers buf under the virtual address va instead of buf's own (as
+// ibv_reg_mr_iova does): the shared-device daemon maps a client's memory at an address
+// of its own, and peers must name it by the client's. va must be congruent to buf's
+// address modulo 8, since atomics rely on the alignment carrying over.
+func (pd *PD) RegMRAt(buf []byte, va uint64, access driver.Access) (*MR, error) {
+	if len(buf) > 0 && (va^uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))))&7 != 0 {
+		return nil, driver.NewError(driver.ErrInvalidAttr, "region address misaligned with its memory")
+	}
+	return pd.regMRAt(buf, va, access)
+}
+
 func (pd *PD) regMR(buf []byte, access driver.Access) (*MR, error) {
+	return pd.regMRAt(buf, uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))), access)
+}
+
+func (pd *PD) regMRAt(buf []byte, va uint64, access driver.Access) (*MR, error) {
 	if pd.closed.Load() {
 		return nil, ErrPDClosed
 	}
@@ -207,7 +222,7 @@ func (pd *PD) regMR(buf []byte, access driver.Access) (*MR, error) {
 	mr := &MR{dev: pd.dev}
 	mr.pd = pd
 	mr.buf = buf
-	mr.va = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
+	mr.va = va
 	mr.access = access
 	if err := pd.dev.keys.add(&mr.region); err != nil {
 		return nil, err

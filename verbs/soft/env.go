@@ -17,8 +17,17 @@ import (
 // NAME=ADDR[:PORT][@BACKEND] entries, for example "sw0=127.0.0.2,sw1=[::1]:4791". Unset,
 // there is one device, sw0 on 127.0.0.1. A device runs on a UDP socket unless its entry
 // names a registered backend after an @ (Config.Backend), for example
-// "sw0=10.0.0.1@xdp:eth0/0".
+// "sw0=10.0.0.1@xdp:eth0/0". An entry ending in "@serve" is a device that a
+// `goverbs serve` daemon runs and this process attaches to (Config.Attach).
 const EnvDevices = "GOVERBS_DEVICES"
+
+// EnvAttach is the environment variable that, set to 1, attaches every software device
+// (those of GOVERBS_DEVICES, and those a program opens with its own Config) to the
+// `goverbs serve` daemon serving its address, as "@serve" does for one entry.
+const EnvAttach = "GOVERBS_ATTACH"
+
+// AttachAll reports whether GOVERBS_ATTACH asks for every device to be attached.
+func AttachAll() bool { return os.Getenv(EnvAttach) == "1" }
 
 // EnvDebug is the environment variable that, when set (to anything), logs every software
 // device's protocol events at debug level to standard error, unless its Config has a
@@ -30,8 +39,14 @@ const EnvDebug = "GOVERBS_DEBUG"
 func Configs() ([]Config, error) {
 	spec := os.Getenv(EnvDevices)
 	if spec == "" {
-		return []Config{{Name: "sw0", Addr: netip.MustParseAddr("127.0.0.1")}}, nil
+		return []Config{{Name: "sw0", Addr: netip.MustParseAddr("127.0.0.1"), Attach: AttachAll()}}, nil
 	}
+	return ParseDevices(spec)
+}
+
+// ParseDevices parses a device list in GOVERBS_DEVICES' syntax (`goverbs serve` takes
+// one on its command line).
+func ParseDevices(spec string) ([]Config, error) {
 	var out []Config
 	for _, ent := range strings.Split(spec, ",") {
 		ent = strings.TrimSpace(ent)
@@ -42,10 +57,13 @@ func Configs() ([]Config, error) {
 		if !ok || name == "" {
 			return nil, fmt.Errorf("%w: %s: entry %q is not NAME=ADDR[:PORT]", driver.ErrNoDevice, EnvDevices, ent)
 		}
-		cfg := Config{Name: name}
+		cfg := Config{Name: name, Attach: AttachAll()}
 		// The backend is looked up when the device opens: a program that does not
 		// carry it still lists the device, and opening it says what to import.
 		addr, cfg.Backend, _ = strings.Cut(addr, "@")
+		if cfg.Backend == "serve" {
+			cfg.Backend, cfg.Attach = "", true
+		}
 		if ap, err := netip.ParseAddrPort(addr); err == nil {
 			cfg.Addr, cfg.Port = ap.Addr(), ap.Port()
 		} else if a, err := netip.ParseAddr(strings.Trim(addr, "[]")); err == nil {

@@ -70,6 +70,11 @@ type Config struct {
 	// Logger receives protocol events at debug level; nil logs nothing unless
 	// GOVERBS_DEBUG is set.
 	Logger *slog.Logger
+	// Attach: instead of running the device in this process, attach to the `goverbs
+	// serve` daemon that serves Addr (package verbs/attach), so that any number of
+	// processes share the address. Conn and Recorder do not apply (the daemon owns the
+	// socket); BusyPoll only makes this process's CQ waits spin.
+	Attach bool
 	// Congestion is DCQCN congestion control (ParseCongestion); off, the default, unless
 	// GOVERBS_CC switches it on. On, RC and UC packets leave ECN-capable, CE-marked ones
 	// are answered with CNPs and each QP is paced to its DCQCN rate.
@@ -97,9 +102,11 @@ func (provider) Devices() ([]driver.DeviceInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]driver.DeviceInfo, len(list))
-	for i, cfg := range list {
-		out[i] = Info(cfg)
+	var out []driver.DeviceInfo
+	for _, cfg := range list {
+		if !cfg.Attach { // an attached device is verbs/attach's to list
+			out = append(out, Info(cfg))
+		}
 	}
 	return out, nil
 }
@@ -110,7 +117,7 @@ func (provider) Open(name string) (driver.Device, error) {
 		return nil, err
 	}
 	for _, cfg := range list {
-		if cfg.Name == name {
+		if cfg.Name == name && !cfg.Attach {
 			return Open(cfg)
 		}
 	}

@@ -30,7 +30,8 @@ func TestCloseBusy(t *testing.T, e Env) {
 	}
 
 	busy("PD", o.pd.Close())
-	mr, err := o.pd.RegMR(make([]byte, 64), verbs.AccessLocalWrite)
+	// A page: a provider may share registered memory by whole pages (verbs/attach).
+	mr, err := o.pd.RegMR(make([]byte, 4096), verbs.AccessLocalWrite)
 	ok("RegMR on a PD whose Close was refused", err)
 	ok("MR.Close", mr.Close())
 

@@ -1,10 +1,13 @@
 package inspect
 
 import (
+	"bufio"
 	"fmt"
 	"net/netip"
 	"os"
+	"strings"
 
+	"github.com/goverbs/goverbs/cmd/goverbs/internal/control"
 	"github.com/goverbs/goverbs/cmd/goverbs/internal/tool"
 	"github.com/goverbs/goverbs/netio/simnet"
 	"github.com/goverbs/goverbs/verbs"
@@ -95,8 +98,33 @@ func RunDevinfo(cmd *tool.Command, args []string) error {
 		}
 		printDevinfo(d, verbose)
 		d.Close()
+		if cfg, ok := info.SoftConfig(); ok && cfg.Attach {
+			printAttached(cfg.Addr)
+		}
 	}
 	return nil
+}
+
+// printAttached lists the processes attached to the goverbs serve daemon that runs
+// the device on addr, as the daemon's stat answer has them.
+func printAttached(addr netip.Addr) {
+	c, err := control.Dial(addr, "stat")
+	if err != nil {
+		fmt.Printf("\tattached processes: unknown (%v)\n", err)
+		return
+	}
+	defer c.Close()
+	sc := bufio.NewScanner(c)
+	var lines []string
+	for sc.Scan() {
+		if l, ok := strings.CutPrefix(sc.Text(), "client "); ok {
+			lines = append(lines, l)
+		}
+	}
+	fmt.Printf("\tattached processes:\t%d\n", len(lines))
+	for _, l := range lines {
+		fmt.Printf("\t\t%s\n", l)
+	}
 }
 
 // describeDevice opens the device info names without binding its UDP port, so that

@@ -76,7 +76,7 @@ func (r *resources) open() error {
 	r.half = (max(r.maxSize+verbs.GRHLen, r.cycle) + 63) &^ 63
 	r.slot = 2 * r.half
 	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
-	if r.mr, err = r.pd.RegMR(make([]byte, r.slot*r.qpCount), access); err != nil {
+	if r.mr, err = r.pd.RegMR(tool.Buffer(r.slot*r.qpCount), access); err != nil {
 		return fmt.Errorf("couldn't register MR: %v", err)
 	}
 	sq := r.o.txDepth

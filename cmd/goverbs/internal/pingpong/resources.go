@@ -69,7 +69,7 @@ func (c *side) init() error {
 	if c.pd, err = dev.AllocPD(); err != nil {
 		return fmt.Errorf("couldn't allocate PD: %v", err)
 	}
-	buf := make([]byte, c.bufLen())
+	buf := tool.Buffer(c.bufLen())
 	for i := range buf {
 		buf[i] = c.fillByte()
 	}

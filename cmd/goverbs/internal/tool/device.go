@@ -178,7 +178,9 @@ func finishEndpoint(dev *verbs.Device, rec *pcap.Writer, o DevOpts) (*Endpoint, 
 		return nil, fmt.Errorf("invalid GID index %d: the GID table of %s has %d entr%s", o.GIDIndex, dev.Name(), len(tbl), Plural(len(tbl), "y", "ies"))
 	}
 	e.Addr = e.GID.Addr()
-	e.ctl = control.Serve(dev, e.GID.Addr(), o.Tool)
+	if dev.Info().Provider != "attach" { // an attached device's stat socket is its daemon's
+		e.ctl = control.Serve(dev, e.GID.Addr(), o.Tool)
+	}
 	return e, nil
 }
 

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# A process attached to a goverbs serve daemon against the in-process device (issue 27's
+# figures), two processes on loopback: busy-poll 8 B send_lat (one-way, median; the bar is
+# ≤ 1.2× the in-process device's), default-mode 8 B send_lat, and RC WRITE 64 KiB
+# bandwidth (the bar is ≥ 0.9×). Every attached figure's in-process baseline is measured in
+# the same round; rounds are interleaved.
+#
+#   bench/attach.sh [OUTDIR]          (default: bench/results-attach)
+#
+# Environment: ROUNDS=3, DURATION=3 (seconds per bandwidth run), ITERS=20000 (round trips
+# per latency run), SPIN (the daemon's --spin, default 0).
+#
+# The in-process pairs bind 127.51.0.2 (server) and 127.51.0.3 (client); the daemon serves
+# 127.51.0.4 and 127.51.0.5, and the attached pairs bind those with GOVERBS_ATTACH=1. The
+# daemon's runtime directory is private to the run. Nothing leaves the machine. The rows
+# are bench/compare.sh's (report -dir OUTDIR shows them beside their baselines).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-bench/results-attach}
+R=${ROUNDS:-3} D=${DURATION:-3} N=${ITERS:-20000} SPIN=${SPIN:-0}
+repro="ROUNDS=$R DURATION=$D ITERS=$N SPIN=$SPIN bench/attach.sh $out"
+mkdir -p "$out"
+rm -f "$out"/*.json "$out/log.txt"
+. bench/lib.sh
+. bench/meta.sh
+build
+write_meta "$out" "$repro"
+echo "$repro" >&2
+
+S=127.51.0.2 C=127.51.0.3 AS=127.51.0.4 AC=127.51.0.5
+run_dir=$(mktemp -d)
+chmod 700 "$run_dir"
+export XDG_RUNTIME_DIR=$run_dir
+"$g" serve --spin "$SPIN" "sw0=$AS,sw1=$AC" >>"$out/log.txt" 2>&1 &
+daemon_pid=$!
+stop_daemon() {
+  kill "$daemon_pid" 2>/dev/null || true
+  wait "$daemon_pid" 2>/dev/null || true
+  rm -rf "$run_dir"
+}
+cleanup_hooks+=(stop_daemon)
+sleep 0.5
+kill -0 "$daemon_pid" || { echo "attach.sh: goverbs serve did not start (see $out/log.txt)" >&2; exit 1; }
+a=(env GOVERBS_ATTACH=1)
+
+for round in $(seq "$R"); do
+  pair send_lat_busy $round $g send_lat --bind $S -s 8 -n $N --json --busy-poll -- \
+    $g send_lat --bind $C -s 8 -n $N --json --busy-poll $S
+  pair attach_send_lat_busy $round "${a[@]}" $g send_lat --bind $AS -s 8 -n $N --json --busy-poll -- \
+    "${a[@]}" $g send_lat --bind $AC -s 8 -n $N --json --busy-poll $AS
+  pair send_lat $round $g send_lat --bind $S -s 8 -n $N --json -- $g send_lat --bind $C -s 8 -n $N --json $S
+  pair attach_send_lat $round "${a[@]}" $g send_lat --bind $AS -s 8 -n $N --json -- \
+    "${a[@]}" $g send_lat --bind $AC -s 8 -n $N --json $AS
+  pair write_bw $round $g write_bw --bind $S --json -- $g write_bw --bind $C -s 65536 -D $D --json $S
+  pair attach_write_bw $round "${a[@]}" $g write_bw --bind $AS --json -- \
+    "${a[@]}" $g write_bw --bind $AC -s 65536 -D $D --json $AS
+done
+
+echo "Two processes on loopback, attached to goverbs serve against the in-process device, $R interleaved rounds. Reproduce: \`$repro\`"
+echo
+"$bin/report" -dir "$out"
+echo "reproduce with: $repro" >&2
+report_failures

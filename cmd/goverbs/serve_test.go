@@ -1,0 +1,34 @@
+//go:build linux
+
+package main
+
+import (
+	"testing"
+	"time"
+)
+
+// TestServeSharedAddress: goverbs serve runs a device; two rc_pingpongs attached to it
+// (GOVERBS_ATTACH=1) share its one address, and goverbs stat and devinfo ask the
+// daemon, which lists the attached processes.
+func TestServeSharedAddress(t *testing.T) {
+	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	a, _ := addrPair(t)
+	daemon := startServer(t, "serving sw0 on "+a, "serve", "sw0="+a)
+	defer daemon.cancel()
+	t.Setenv("GOVERBS_ATTACH", "1")
+	port := freePort(t, a)
+	srv := startServer(t, "local address:", "rc_pingpong", "--bind", a, "-p", port, "-n", "200")
+	defer srv.cancel()
+	r := runBin(t, 10*time.Second, "stat", "--bind", a)
+	mustSucceed(t, "stat --bind", r)
+	mustContain(t, "stat --bind", r.stdout, "# goverbs serve (pid ", "): device sw0 on "+a+"\n", "\nlink sw0/1 ")
+	mustMatch(t, "stat --bind", r.stdout, `(?m)^client pid \d+ goverbs pd 1 mr 1 cq 1 qp 1 `)
+	t.Setenv("GOVERBS_DEVICES", "sw0="+a+"@serve")
+	r = runBin(t, 10*time.Second, "devinfo", "-d", "sw0")
+	mustSucceed(t, "devinfo of an attached device", r)
+	mustContain(t, "devinfo of an attached device", r.stdout, "hca_id:\tsw0", "attached processes:\t1\n")
+	cli := runBin(t, 30*time.Second, "rc_pingpong", "--bind", a, "-p", port, "-n", "200", a)
+	mustSucceed(t, "attached rc_pingpong client", cli)
+	mustContain(t, "attached rc_pingpong client", cli.stdout, "200 iters in ")
+	mustSucceed(t, "attached rc_pingpong server", srv.wait(t))
+}

@@ -1,0 +1,225 @@
+//go:build linux
+
+package server
+
+import (
+	"os"
+
+	"github.com/goverbs/goverbs/internal/attach"
+	"github.com/goverbs/goverbs/internal/shm"
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
+// batch is how many WQEs the pump takes from one queue per post.
+const batch = 32
+
+// recvQueue is a receive queue's ring (a QP's or an SRQ's) and the pump's
+// decoding space for it.
+type recvQueue struct {
+	ring    *shm.SlotConsumer
+	slot    int
+	maxSGE  int
+	wrs     [batch]driver.RecvWR
+	sgl     [batch][]driver.SGE
+	pending int // decoded and not yet accepted by the engine (its queue was full)
+	scratch []byte
+	broken  bool
+}
+
+func newRecvQueue(mem []byte, slots, slot, maxSGE int) (*recvQueue, error) {
+	if err := shm.InitSlotRing(mem, slots, slot); err != nil {
+		return nil, err
+	}
+	ring, err := shm.NewSlotConsumer(mem, slots, slot)
+	if err != nil {
+		return nil, err
+	}
+	q := &recvQueue{ring: ring, slot: slot, maxSGE: maxSGE, scratch: make([]byte, slot)}
+	for i := range q.sgl {
+		q.sgl[i] = make([]driver.SGE, max(maxSGE, 1))
+	}
+	return q, nil
+}
+
+// qpObj is a QP: the engine's, its send ring, and its receive ring unless it has an SRQ.
+type qpObj struct {
+	h        uint32
+	qp       driver.QP
+	pd       *pdObj
+	scq, rcq *cqObj
+	srq      *srqObj
+	reg      *shm.Region
+	sq       *shm.SlotConsumer
+	rq       *recvQueue
+	sqSlot   int
+	maxSGE   int
+	send     [batch]driver.SendWR
+	sendSGL  [batch][]driver.SGE
+	binds    [batch]driver.MWBindWR
+	pending  int
+	scratch  []byte
+	broken   bool
+}
+
+type srqObj struct {
+	h     uint32
+	pd    *pdObj
+	srq   driver.SRQ
+	reg   *shm.Region
+	rq    *recvQueue
+	users int
+}
+
+func (s *session) createQP(r *attach.Reader, w *attach.Writer) ([]*os.File, error) {
+	ph, typ, sigAll, block := r.U32(), driver.QPType(r.U8()), r.U8() != 0, r.U8() != 0
+	r.U8()
+	sh, rh, qh := r.U32(), r.U32(), r.U32()
+	c := r.Cap()
+	if r.Err != nil {
+		return nil, r.Err
+	}
+	p, err := get[*pdObj](s, ph)
+	if err != nil {
+		return nil, err
+	}
+	scq, err := get[*cqObj](s, sh)
+	if err != nil {
+		return nil, err
+	}
+	rcq, err := get[*cqObj](s, rh)
+	if err != nil {
+		return nil, err
+	}
+	var srq *srqObj
+	init := driver.QPInit{Type: typ, SendCQ: scq.cq, RecvCQ: rcq.cq, Cap: c, SigAll: sigAll, BlockSelfMcastLoopback: block}
+	if qh != 0 {
+		if srq, err = get[*srqObj](s, qh); err != nil {
+			return nil, err
+		}
+		init.SRQ = srq.srq
+	}
+	if c.MaxSendSGE > attach.MaxSGE || c.MaxRecvSGE > attach.MaxSGE {
+		return nil, errUnsupportedSGE
+	}
+	qp, err := p.pd.CreateQP(&init)
+	if err != nil {
+		return nil, err
+	}
+	c = qp.Query().Cap
+	l := attach.QPRegion(c, srq != nil)
+	reg, err := shm.Create("goverbs-qp", l.Size)
+	if err != nil {
+		qp.Close()
+		return nil, err
+	}
+	mem := reg.Bytes()
+	q := &qpObj{qp: qp, pd: p, scq: scq, rcq: rcq, srq: srq, reg: reg, sqSlot: l.SQSlot, maxSGE: int(max(c.MaxSendSGE, 1)),
+		scratch: make([]byte, l.SQSlot)}
+	shm.InitSlotRing(mem, l.SQSlots, l.SQSlot)
+	if q.sq, err = shm.NewSlotConsumer(mem, l.SQSlots, l.SQSlot); err == nil && srq == nil {
+		q.rq, err = newRecvQueue(mem[l.RQOff:], l.RQSlots, l.RQSlot, int(c.MaxRecvSGE))
+	}
+	if err != nil {
+		qp.Close()
+		reg.Close()
+		return nil, err
+	}
+	for i := range q.sendSGL {
+		q.sendSGL[i] = make([]driver.SGE, q.maxSGE)
+	}
+	q.h = s.add(q)
+	p.use++
+	scq.users++
+	rcq.users++
+	if srq != nil {
+		srq.users++
+	}
+	s.qps = append(s.qps, q)
+	s.d.own(qp, owner{s: s, h: q.h, kind: attach.EventQP})
+	w.U32(q.h)
+	w.U32(qp.QPN())
+	w.PutCap(c)
+	for _, v := range []int{l.SQSlots, l.SQSlot, l.RQOff, l.RQSlots, l.RQSlot, l.Size} {
+		w.U32(uint32(v))
+	}
+	f, err := dupFile(reg.File())
+	if err != nil {
+		return nil, err
+	}
+	return []*os.File{f}, nil
+}
+
+// destroyQP destroys the engine's QP first (it stops sending and answering: its peer's
+// retries run out), then drops the rings.
+func (s *session) destroyQP(q *qpObj) error {
+	if err := q.qp.Close(); err != nil {
+		return err
+	}
+	s.d.disown(q.qp)
+	s.qps = remove(s.qps, q)
+	q.pd.use--
+	q.scq.users--
+	q.rcq.users--
+	if q.srq != nil {
+		q.srq.users--
+	}
+	q.reg.Close()
+	return nil
+}
+
+func (s *session) createSRQ(r *attach.Reader, w *attach.Writer) ([]*os.File, error) {
+	p, err := get[*pdObj](s, r.U32())
+	if err != nil {
+		return nil, err
+	}
+	a := driver.SRQAttr{MaxWR: r.U32(), MaxSGE: r.U32(), SRQLimit: r.U32()}
+	if r.Err != nil {
+		return nil, r.Err
+	}
+	if a.MaxSGE > attach.MaxSGE {
+		return nil, errUnsupportedSGE
+	}
+	srq, err := p.pd.CreateSRQ(a)
+	if err != nil {
+		return nil, err
+	}
+	a = srq.Query()
+	slots, slot := attach.RingSlots(max(a.MaxWR, 1)), attach.RecvSlot(a.MaxSGE)
+	reg, err := shm.Create("goverbs-srq", shm.SlotRingSize(slots, slot))
+	if err != nil {
+		srq.Close()
+		return nil, err
+	}
+	rq, err := newRecvQueue(reg.Bytes(), slots, slot, int(a.MaxSGE))
+	if err != nil {
+		srq.Close()
+		reg.Close()
+		return nil, err
+	}
+	q := &srqObj{pd: p, srq: srq, reg: reg, rq: rq}
+	q.h = s.add(q)
+	p.use++
+	s.srqs = append(s.srqs, q)
+	s.d.own(srq, owner{s: s, h: q.h, kind: attach.EventSRQ})
+	w.U32(q.h)
+	w.U32(a.MaxWR)
+	w.U32(a.MaxSGE)
+	w.U32(uint32(slots))
+	w.U32(uint32(slot))
+	f, err := dupFile(reg.File())
+	if err != nil {
+		return nil, err
+	}
+	return []*os.File{f}, nil
+}
+
+func (s *session) destroySRQ(q *srqObj) error {
+	if err := q.srq.Close(); err != nil {
+		return err
+	}
+	s.d.disown(q.srq)
+	s.srqs = remove(s.srqs, q)
+	q.pd.use--
+	q.reg.Close()
+	return nil
+}

@@ -1,0 +1,215 @@
+//go:build linux
+
+package server
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+
+	"github.com/goverbs/goverbs/internal/attach"
+	"github.com/goverbs/goverbs/internal/engine"
+	"github.com/goverbs/goverbs/internal/shm"
+	"github.com/goverbs/goverbs/verbs/driver"
+	"github.com/goverbs/goverbs/verbs/soft"
+)
+
+// Server is a running daemon.
+type Server struct {
+	cfg  Config
+	log  *slog.Logger
+	devs []*device
+}
+
+// New opens every device of cfg and starts listening for clients.
+func New(cfg Config) (*Server, error) {
+	if len(cfg.Devices) == 0 {
+		return nil, errors.New("serve: no devices")
+	}
+	if cfg.Dir == "" {
+		cfg.Dir = shm.Dir()
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if err := shm.EnsureDir(cfg.Dir); err != nil {
+		return nil, err
+	}
+	for _, dc := range cfg.Devices {
+		d, err := s.open(dc)
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		s.devs = append(s.devs, d)
+	}
+	return s, nil
+}
+
+// Close detaches every client (each sees its device's fatal event) and closes the
+// devices.
+func (s *Server) Close() error {
+	for _, d := range s.devs {
+		d.close()
+	}
+	return nil
+}
+
+// Sockets lists the rendezvous sockets, one per device.
+func (s *Server) Sockets() []string {
+	var out []string
+	for _, d := range s.devs {
+		out = append(out, d.path)
+	}
+	return out
+}
+
+// device is one shared device.
+type device struct {
+	srv  *Server
+	cfg  soft.Config
+	dev  driver.Device
+	addr netip.Addr
+	path string
+	l    *shm.Listener
+	stat net.Listener
+	wg   sync.WaitGroup
+
+	mu       sync.Mutex
+	sessions map[*session]struct{}
+	owners   map[any]owner // engine QP, CQ, SRQ → the client's handle, for async events
+	closed   bool
+}
+
+type owner struct {
+	s    *session
+	h    uint32
+	kind uint32
+}
+
+func (s *Server) open(cfg soft.Config) (*device, error) {
+	dev, err := soft.Open(cfg)
+	if err != nil {
+		return nil, err
+	}
+	eng, ok := dev.(*engine.Device)
+	if !ok {
+		dev.Close()
+		return nil, fmt.Errorf("serve: %s is not a software device", cfg.Name)
+	}
+	addr := eng.LocalAddr().Addr().Unmap()
+	d := &device{srv: s, cfg: cfg, dev: dev, addr: addr, path: attach.SocketPath(s.cfg.Dir, addr),
+		sessions: map[*session]struct{}{}, owners: map[any]owner{}}
+	if d.cfg.Name == "" {
+		d.cfg.Name = "sw0"
+	}
+	if d.l, err = shm.Listen(d.path); err != nil {
+		dev.Close()
+		return nil, fmt.Errorf("serve: %s: %w", d.cfg.Name, err)
+	}
+	d.stat = d.listenStat()
+	d.wg.Add(2)
+	go d.accept()
+	go d.events()
+	s.log.Info("serving", "device", d.cfg.Name, "addr", addr, "socket", d.path)
+	return d, nil
+}
+
+func (d *device) accept() {
+	defer d.wg.Done()
+	for {
+		c, err := d.l.Accept()
+		if err != nil {
+			return
+		}
+		s, err := newSession(d, c)
+		if err != nil {
+			d.srv.log.Warn("attach refused", "device", d.cfg.Name, "err", err)
+			c.Close()
+			continue
+		}
+		d.mu.Lock()
+		if d.closed {
+			d.mu.Unlock()
+			s.teardown()
+			continue
+		}
+		d.sessions[s] = struct{}{}
+		d.mu.Unlock()
+		go s.serve()
+	}
+}
+
+// events routes the engine's async events to the client that owns their object;
+// port events go to every client.
+func (d *device) events() {
+	defer d.wg.Done()
+	for ev := range d.dev.Events() {
+		var key any
+		switch {
+		case ev.QP != nil:
+			key = ev.QP
+		case ev.CQ != nil:
+			key = ev.CQ
+		case ev.SRQ != nil:
+			key = ev.SRQ
+		}
+		d.mu.Lock()
+		if key == nil {
+			for s := range d.sessions {
+				s.event(uint32(ev.Type), attach.EventPort, uint32(ev.Port))
+			}
+		} else if o, ok := d.owners[key]; ok {
+			o.s.event(uint32(ev.Type), o.kind, o.h)
+		}
+		d.mu.Unlock()
+	}
+}
+
+func (d *device) own(key any, o owner) {
+	d.mu.Lock()
+	d.owners[key] = o
+	d.mu.Unlock()
+}
+
+func (d *device) disown(key any) {
+	d.mu.Lock()
+	delete(d.owners, key)
+	d.mu.Unlock()
+}
+
+func (d *device) drop(s *session) {
+	d.mu.Lock()
+	delete(d.sessions, s)
+	d.mu.Unlock()
+}
+
+func (d *device) close() {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return
+	}
+	d.closed = true
+	ss := make([]*session, 0, len(d.sessions))
+	for s := range d.sessions {
+		ss = append(ss, s)
+	}
+	d.mu.Unlock()
+	d.l.Close()
+	if d.stat != nil {
+		d.stat.Close()
+	}
+	for _, s := range ss {
+		s.c.Close() // its serve loop tears it down
+		<-s.done
+	}
+	d.dev.Close()
+	d.wg.Wait()
+	os.Remove(d.path)
+}

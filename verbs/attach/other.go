@@ -1,0 +1,16 @@
+//go:build !linux
+
+package attach
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/goverbs/goverbs/verbs/driver"
+	"github.com/goverbs/goverbs/verbs/soft"
+)
+
+func open(cfg soft.Config) (driver.Device, error) {
+	return nil, fmt.Errorf("%w: %s: attaching to goverbs serve needs Linux (memfd, SCM_RIGHTS, eventfd): %w",
+		driver.ErrUnavailable, cfg.Name, errors.ErrUnsupported)
+}

@@ -70,6 +70,8 @@ type sameHostConn struct {
 	dialCh chan *shPeer
 	done   chan struct{}
 
+	self *shPair // the ring of datagrams the device sends to its own address (installSelf)
+
 	txPackets, rxPackets, corrupt, ringFull, fallbacks atomic.Uint64
 	corruptSeen                                        uint64 // under rmu: the rings' counts already added
 }
@@ -174,7 +176,12 @@ func ListenSameHost(inner Conn, opts SameHostOptions) (Conn, error) {
 		// that its datagrams wake no netpoller thread for nothing (Unwatcher).
 		u.Unwatch()
 	}
+	if err := c.installSelf(); err != nil {
+		c.closeWaiters()
+		return nil, err
+	}
 	if c.l, err = shm.Listen(c.sockPath(u.LocalAddr())); err != nil {
+		c.teardown(c.self, false)
 		c.closeWaiters()
 		return nil, err
 	}
@@ -235,7 +242,7 @@ func (c *sameHostConn) Caps() Caps {
 // SameHostStats reports the shortcut's counters (sameHoster).
 func (c *sameHostConn) SameHostStats() SameHostStats {
 	return SameHostStats{
-		Peers:     len(*c.rx.Load()),
+		Peers:     len(*c.rx.Load()) - 1, // not the device's ring to itself (installSelf)
 		TxPackets: c.txPackets.Load(),
 		RxPackets: c.rxPackets.Load(),
 		Corrupt:   c.corrupt.Load(),

@@ -320,3 +320,56 @@ func TestSameHostInterrupt(t *testing.T) {
 	u := listenUDP(t, "127.0.0.5:0", netio.UDPOptions{})
 	netiotest.TestInterrupt(t, c, send(u, c))
 }
+
+// TestSameHostToItself: a device's datagrams to its own address (two QPs of one
+// device, two processes attached to one goverbs serve device) cross the device's ring
+// to itself, never the kernel, in both modes, a GSO run as one message with its
+// segments, and their source is the device's own.
+func TestSameHostToItself(t *testing.T) {
+	for _, busy := range []bool{false, true} {
+		c := sameHost(t, "127.0.0.1:0", rendezvousDir(t), netio.UDPOptions{BusyPoll: busy})
+		self := c.LocalAddr()
+		payload := bytes.Repeat([]byte{0xa5}, 3000)
+		msgs := []netio.Message{
+			{Buf: []byte("one"), N: 3, Addr: self},
+			{Buf: payload, N: len(payload), SegSize: 1000, Addr: self},
+		}
+		if n, err := c.WriteBatch(msgs); n != 2 || err != nil {
+			t.Fatalf("busy %v: WriteBatch = %d, %v", busy, n, err)
+		}
+		got := make([]netio.Message, 4)
+		for i := range got {
+			got[i].Buf = make([]byte, 64<<10)
+		}
+		var seen [][]byte
+		deadline := time.Now().Add(5 * time.Second)
+		for len(seen) < 2 && time.Now().Before(deadline) {
+			var n int
+			var err error
+			if busy {
+				n, err = c.(netio.Poller).PollBatch(got)
+			} else {
+				n, err = c.ReadBatch(got)
+			}
+			if err != nil {
+				t.Fatalf("busy %v: read: %v", busy, err)
+			}
+			for _, m := range got[:n] {
+				if m.Addr != c.SourceAddr() {
+					t.Errorf("busy %v: from %v, want the device's own %v", busy, m.Addr, c.SourceAddr())
+				}
+				seen = append(seen, bytes.Clone(m.Buf[:m.N]))
+				if m.N == len(payload) && m.SegSize != 1000 {
+					t.Errorf("busy %v: the run arrived with segment size %d, want 1000", busy, m.SegSize)
+				}
+			}
+		}
+		if len(seen) != 2 || string(seen[0]) != "one" || !bytes.Equal(seen[1], payload) {
+			t.Fatalf("busy %v: received %d messages %q..., want \"one\" and the 3000-byte run", busy, len(seen), seen)
+		}
+		s, _ := netio.SameHostStatsOf(c)
+		if s.TxPackets != 4 || s.RxPackets != 4 || s.Peers != 0 {
+			t.Errorf("busy %v: stats %v: want 4 datagrams through the ring each way and no peers", busy, s)
+		}
+	}
+}

@@ -8,10 +8,13 @@ package netio
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/goverbs/goverbs/internal/shm"
 )
@@ -193,6 +196,42 @@ func (c *sameHostConn) dial(e *shPeer) error {
 	return nil
 }
 
+// installSelf gives the device a ring to itself: datagrams one of its QPs sends to
+// another of its own QPs (two processes attached to one goverbs serve device, or a
+// program's loopback pair on one device) cross it instead of the kernel, as Linux rxe
+// hands a packet for a local device straight to its receive path instead of the
+// network. It is a pair like a peer's with one ring that this Conn both writes and
+// reads, and no lifeline: it lasts as long as the Conn.
+func (c *sameHostConn) installSelf() error {
+	region, err := shm.Create("goverbs-samehost-self", regionSize(c.ring))
+	if err != nil {
+		return err
+	}
+	ring := ringMem(region.Bytes(), c.ring, 0)
+	p := &shPair{peerLocal: c.inner.LocalAddr(), peerSrc: c.inner.SourceAddr(),
+		initiator: c.inner.LocalAddr(), region: region}
+	if err = shm.InitRecordRing(ring, c.ring); err == nil {
+		if p.tx, err = shm.NewRecordProducer(ring, c.ring); err == nil {
+			p.rx, err = shm.NewRecordConsumer(ring, c.ring)
+		}
+	}
+	if err == nil {
+		// The ring's wake-up is this Conn's own: a descriptor of its own for the pair,
+		// which finalize closes like a peer's.
+		var fd int
+		if fd, err = unix.Dup(c.rxEv.FD()); err == nil {
+			p.peerEv, err = shm.EventfdFrom(fd)
+		}
+	}
+	if err != nil {
+		region.Close()
+		return fmt.Errorf("netio: same-host ring to itself: %w", err)
+	}
+	c.self = p
+	c.install(p)
+	return nil
+}
+
 func (c *sameHostConn) acceptLoop() {
 	for {
 		uc, err := c.l.Accept()
@@ -310,7 +349,7 @@ func (c *sameHostConn) install(p *shPair) {
 	if loser != nil {
 		c.teardown(loser, true)
 	}
-	if loser != p {
+	if loser != p && p.uc != nil {
 		go c.watch(p)
 	}
 }
@@ -343,7 +382,9 @@ func (c *sameHostConn) teardown(p *shPair, drain bool) {
 		}
 		return
 	}
-	p.uc.Close()
+	if p.uc != nil {
+		p.uc.Close()
+	}
 	c.mu.Lock()
 	if e := (*c.peers.Load())[p.peerLocal]; e != nil && e.pair.CompareAndSwap(p, nil) {
 		e.retryAt.Store(time.Now().Add(dialRetry).UnixNano())

@@ -52,3 +52,31 @@ func PrintQPStats(w io.Writer, qp *verbs.QP) {
 		qp.QPN(), c.TxPackets, c.RxPackets, c.Retransmits, c.RetryTimeouts, c.RNRNakSent, c.RNRNakReceived,
 		c.SeqNakSent, c.SeqNakReceived, c.DuplicateRequests)
 }
+
+// PathLine says which path a device's datagrams took, for the line a tool prints when it
+// ends (issue 28: the tools say which path a run used): "" when the device has no
+// same-host shortcut (its counters have no samehost_ entries), otherwise how many of the
+// datagrams it sent crossed shared memory and how many the UDP socket carried.
+func PathLine(cs verbs.Counters) string {
+	var sent, ring uint64
+	on := false
+	for _, c := range cs {
+		switch c.Name {
+		case "sent_pkts":
+			sent = c.Value
+		case "samehost_tx_pkts":
+			ring, on = c.Value, true
+		}
+	}
+	switch {
+	case !on:
+		return ""
+	case sent == 0:
+		return "path: same-host shortcut on, nothing sent"
+	case ring == 0:
+		return fmt.Sprintf("path: UDP for all %d datagrams sent (same-host shortcut on, no goverbs peer found on this host)", sent)
+	case ring >= sent:
+		return fmt.Sprintf("path: same-host shared memory for all %d datagrams sent", sent)
+	}
+	return fmt.Sprintf("path: same-host shared memory for %d of %d datagrams sent, UDP for the rest", ring, sent)
+}

@@ -46,3 +46,27 @@ func TestPrintStats(t *testing.T) {
 		t.Fatal("StatsWanted")
 	}
 }
+
+func TestPathLine(t *testing.T) {
+	c := func(kv ...any) verbs.Counters {
+		var out verbs.Counters
+		for i := 0; i < len(kv); i += 2 {
+			out = append(out, verbs.Counter{Name: kv[i].(string), Value: uint64(kv[i+1].(int))})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		cs   verbs.Counters
+		want string
+	}{
+		{c("sent_pkts", 10), ""},
+		{c("sent_pkts", 0, "samehost_tx_pkts", 0), "path: same-host shortcut on, nothing sent"},
+		{c("sent_pkts", 10, "samehost_tx_pkts", 0), "path: UDP for all 10 datagrams sent (same-host shortcut on, no goverbs peer found on this host)"},
+		{c("sent_pkts", 10, "samehost_tx_pkts", 10), "path: same-host shared memory for all 10 datagrams sent"},
+		{c("sent_pkts", 10, "samehost_tx_pkts", 7), "path: same-host shared memory for 7 of 10 datagrams sent, UDP for the rest"},
+	} {
+		if got := PathLine(tc.cs); got != tc.want {
+			t.Errorf("PathLine(%v) = %q, want %q", tc.cs, got, tc.want)
+		}
+	}
+}

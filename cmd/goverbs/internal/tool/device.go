@@ -73,9 +73,13 @@ func (e *Endpoint) TrackQPs(qps []*verbs.QP) { e.ctl.Track(qps, true) }
 // Stats reports whether the tool prints counters at exit (--stats or GOVERBS_STATS).
 func (e *Endpoint) Stats() bool { return control.StatsWanted(e.stats) }
 
-// Close stops the socket, prints the device's counters if asked, and closes the device.
+// Close stops the socket, says which path the datagrams took when the device has the
+// same-host shortcut, prints the device's counters if asked, and closes the device.
 func (e *Endpoint) Close() {
 	e.ctl.Close()
+	if l := control.PathLine(e.Dev.Counters()); l != "" {
+		fmt.Fprintln(os.Stderr, l)
+	}
 	if control.StatsWanted(e.stats) {
 		control.PrintStats(os.Stderr, e.Dev, false)
 	}

@@ -102,6 +102,9 @@ func (s *Server) open(cfg soft.Config) (*device, error) {
 		dev.Close()
 		return nil, fmt.Errorf("serve: %s is not a software device", cfg.Name)
 	}
+	// The device's completions go to other processes, which spin on their CQ rings;
+	// its receive goroutine must leave them the cores (engine.NoReceiveSpin).
+	eng.NoReceiveSpin()
 	addr := eng.LocalAddr().Addr().Unmap()
 	d := &device{srv: s, cfg: cfg, dev: dev, addr: addr, path: attach.SocketPath(s.cfg.Dir, addr),
 		sessions: map[*session]struct{}{}, owners: map[any]owner{}}

@@ -68,6 +68,22 @@ const (
 	OpDetachMcast
 	OpQPCounters
 	OpDeviceCounters
+	// rdma_cm (cm.go): the device's connection manager, shared by its clients.
+	OpCMCreateChannel
+	OpCMDestroyChannel
+	OpCMCreateID
+	OpCMDestroyID
+	OpCMBindAddr
+	OpCMResolveAddr
+	OpCMResolveRoute
+	OpCMQueryAddr
+	OpCMListen
+	OpCMConnect
+	OpCMAccept
+	OpCMReject
+	OpCMEstablish
+	OpCMDisconnect
+	OpCMInitQPAttr
 	opEnd
 )
 

@@ -128,6 +128,10 @@ func (b *attachBackend) start(handle func(kevent)) {
 				param: kparam{responderResources: e.Param.ResponderResources, initiatorDepth: e.Param.InitiatorDepth,
 					retryCount: e.Param.RetryCount, rnrRetryCount: e.Param.RNRRetryCount, srq: e.Param.SRQ,
 					qpn: e.Param.QPN & 0xffffff}}
+			if e.QKey != 0 { // UD: ESTABLISHED of a UDP id, MULTICAST_JOIN
+				k.param = kparam{}
+				k.ud = udParam{ah: e.AH, qpn: e.Param.QPN & 0xffffff, qkey: e.QKey}
+			}
 			handle(k)
 		}
 	}()
@@ -162,8 +166,16 @@ func (b *attachBackend) bind(tok uint64, addr netip.Addr) error {
 	return err
 }
 
-func (b *attachBackend) join(uint64, netip.Addr, bool) error {
-	return fmt.Errorf("%w: multicast on an attached device", ErrNotSupported)
+func (b *attachBackend) join(tok uint64, group netip.Addr, sendOnly bool) error {
+	_, err := b.call(attach.OpCMJoinMcast, tok, func(w *attach.Writer) {
+		w.PutAddr(netip.AddrPortFrom(group, 0))
+		if sendOnly {
+			w.U8(1)
+		} else {
+			w.U8(0)
+		}
+	})
+	return err
 }
 
 func (b *attachBackend) resolveAddr(tok uint64, src netip.Addr, dst netip.AddrPort, timeout time.Duration) error {

@@ -1,7 +1,6 @@
 package cm
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -23,8 +22,8 @@ import (
 // attached to it (docs/attach-protocol.md, "rdma_cm"), so that listeners of several
 // processes share the device's address by port, as on a kernel device.
 //
-// Only the TCP port space's connections are served (RC and UC); UDP ids (SIDR) and
-// multicast are not yet.
+// Both port spaces are served: TCP ids connect RC and UC QPs, UDP ids resolve UD
+// services (SIDR) and join multicast groups (on RoCE no MAD is sent for a join).
 type Service struct {
 	a *Agent
 
@@ -48,6 +47,10 @@ type ServiceEvent struct {
 	// rdma_cm's header).
 	Param         ServiceParam
 	Local, Remote netip.AddrPort
+	// UD (ESTABLISHED of a UDP id, MULTICAST_JOIN): rdma_ud_param's Q_Key and
+	// address vector; its QP number is Param.QPN.
+	QKey uint32
+	AH   verbs.AHAttr
 }
 
 // The event kinds a Service reports (rdma_cm_event_type's numbers).
@@ -64,6 +67,7 @@ const (
 	SvcEstablished     = int(evEstablished)
 	SvcDisconnected    = int(evDisconnected)
 	SvcDeviceRemoval   = int(evDeviceRemoval)
+	SvcMulticastJoin   = int(evMulticastJoin)
 	SvcTimewaitExit    = int(evTimewaitExit)
 )
 
@@ -179,9 +183,6 @@ func (s *Service) Close() error {
 // NewID makes an id of the TCP port space (udp false) or the UDP one, whose events
 // go to h. h is called from the CM's goroutines and must not block.
 func (s *Service) NewID(udp bool, h func(ServiceEvent)) (uint64, error) {
-	if udp {
-		return 0, fmt.Errorf("cm: UDP port space ids are not served yet: %w", syscall.EPROTONOSUPPORT)
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -303,6 +304,14 @@ func (s *Service) ResolveRoute(tok uint64) error {
 	return nil
 }
 
+// IsUDP reports whether tok is an id of the UDP port space.
+func (s *Service) IsUDP(tok uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id := s.ids[tok]
+	return id != nil && id.udp
+}
+
 // Query is the id's local and remote addresses (rdma_get_local_addr, _peer_addr).
 func (s *Service) Query(tok uint64) (local, remote netip.AddrPort, err error) {
 	s.mu.Lock()
@@ -349,9 +358,6 @@ func (s *Service) Listen(tok uint64, backlog int) error {
 // Connect is rdma_connect with a user-managed QP: a REQ for the remote address's
 // port carrying p.QPN; CONNECT_RESPONSE (or REJECTED, UNREACHABLE) follows.
 func (s *Service) Connect(tok uint64, p *ServiceParam) error {
-	if len(p.PrivateData) > mad.ConnectPrivateLen {
-		return errPrivLen
-	}
 	s.mu.Lock()
 	id := s.ids[tok]
 	if id == nil || id.state != stRouteResolved {
@@ -360,6 +366,13 @@ func (s *Service) Connect(tok uint64, p *ServiceParam) error {
 			return errNoID
 		}
 		return errIDState
+	}
+	if id.udp {
+		return s.connectUD(id, p) // unlocks
+	}
+	if len(p.PrivateData) > mad.ConnectPrivateLen {
+		s.mu.Unlock()
+		return errPrivLen
 	}
 	a := s.a
 	pd := make([]byte, mad.REQPrivateLen)
@@ -403,9 +416,6 @@ func (s *Service) Connect(tok uint64, p *ServiceParam) error {
 // has brought the QP to RTS with InitQPAttr's attributes); ESTABLISHED follows the
 // peer's RTU.
 func (s *Service) Accept(tok uint64, p *ServiceParam) error {
-	if len(p.PrivateData) > mad.AcceptPrivateLen {
-		return errPrivLen
-	}
 	s.mu.Lock()
 	id := s.ids[tok]
 	if id == nil || id.state != stRequested {
@@ -414,6 +424,14 @@ func (s *Service) Accept(tok uint64, p *ServiceParam) error {
 			return errNoID
 		}
 		return errIDState
+	}
+	if id.udp {
+		return s.replyUD(id, &mad.SIDRRepFields{Status: mad.SIDRValid, QPN: p.QPN & 0xffffff, QKey: UDPQKey,
+			PrivateData: p.PrivateData}) // unlocks
+	}
+	if len(p.PrivateData) > mad.AcceptPrivateLen {
+		s.mu.Unlock()
+		return errPrivLen
 	}
 	f := &id.ic.REQ
 	rep := mad.REPFields{LocalQPN: p.QPN & 0xffffff, StartingPSN: id.psn,
@@ -435,9 +453,6 @@ func (s *Service) Accept(tok uint64, p *ServiceParam) error {
 // Reject is rdma_reject: a REJ (reason "consumer reject") for a request received or
 // a reply received, with private data.
 func (s *Service) Reject(tok uint64, priv []byte) error {
-	if len(priv) > mad.RejectPrivateLen {
-		return errPrivLen
-	}
 	s.mu.Lock()
 	id := s.ids[tok]
 	if id == nil || (id.state != stRequested && id.state != stReplied) {
@@ -446,6 +461,13 @@ func (s *Service) Reject(tok uint64, priv []byte) error {
 			return errNoID
 		}
 		return errIDState
+	}
+	if id.udp {
+		return s.replyUD(id, &mad.SIDRRepFields{Status: mad.SIDRRejected, PrivateData: priv}) // unlocks
+	}
+	if len(priv) > mad.RejectPrivateLen {
+		s.mu.Unlock()
+		return errPrivLen
 	}
 	ic := id.ic
 	id.state = stDead
@@ -620,6 +642,20 @@ func (s *Service) dispatch(e ibcm.Event) {
 		ev.Kind = SvcDisconnected
 	case ibcm.EventTimeWaitExit:
 		ev.Kind = SvcTimewaitExit
+	case ibcm.EventSIDRReply:
+		if id.state != stConnecting {
+			s.mu.Unlock()
+			return
+		}
+		id.state = stDead // resolved: only destroy is left, as with rdma_cm
+		r := &e.Conn.SIDRRep
+		ev.Param.PrivateData = e.PrivateData
+		if r.Status != mad.SIDRValid {
+			ev.Kind, ev.Status = SvcUnreachable, int(r.Status)
+			break
+		}
+		ev.Kind, ev.Param.QPN, ev.QKey = SvcEstablished, r.QPN, r.QKey
+		ev.AH = verbs.AHAttr{DGID: verbs.GIDFromAddr(id.remote.Addr()), Port: 1, HopLimit: hopLimit}
 	default:
 		s.mu.Unlock()
 		return
@@ -636,9 +672,11 @@ func (s *Service) request(e ibcm.Event) {
 	ic := e.Conn
 	var l *svcID
 	var hdr mad.CMAHeader
-	err := errors.New("not served")
+	var err error
 	if e.Kind == ibcm.EventRequest {
 		hdr, err = mad.ParseCMAHeader(ic.REQ.PrivateData)
+	} else {
+		hdr, err = mad.ParseCMAHeader(ic.SIDRReq.PrivateData)
 	}
 	s.mu.Lock()
 	if err == nil {
@@ -654,6 +692,20 @@ func (s *Service) request(e ibcm.Event) {
 			}
 			return a.cm.Reject(now, ic, mad.ReasonConsumerReject, nil)
 		})
+		return
+	}
+	if e.Kind == ibcm.EventSIDRRequest {
+		id := &svcID{h: l.h, udp: true, state: stRequested, ic: ic, local: netip.AddrPortFrom(a.addr, l.local.Port()),
+			remote: netip.AddrPortFrom(hdr.Src().Unmap(), hdr.Port())}
+		s.addID(id)
+		a.mu.Lock()
+		ic.Context = id
+		a.mu.Unlock()
+		ev := ServiceEvent{Kind: SvcConnectRequest, ID: id.tok, Listen: l.tok, Local: id.local, Remote: id.remote,
+			Param: ServiceParam{PrivateData: ic.SIDRReq.PrivateData[mad.CMAHeaderLen:]}}
+		h := l.h
+		s.mu.Unlock()
+		h(ev)
 		return
 	}
 	f := &ic.REQ
@@ -672,4 +724,93 @@ func (s *Service) request(e ibcm.Event) {
 	h := l.h
 	s.mu.Unlock()
 	h(ev)
+}
+
+// connectUD is rdma_connect on a UDP id: a SIDR_REQ; ESTABLISHED with the server's QP
+// number, Q_Key and an address vector follows (UNREACHABLE with the SIDR status when it
+// refuses, or -ETIMEDOUT). Called with s.mu held; it unlocks it.
+func (s *Service) connectUD(id *svcID, p *ServiceParam) error {
+	if len(p.PrivateData) > mad.UDPrivateLen {
+		s.mu.Unlock()
+		return errPrivLen
+	}
+	a := s.a
+	priv := make([]byte, mad.SIDRReqPrivateLen)
+	mad.CMAHeader(priv).Encode(&mad.CMAHeaderFields{Port: id.local.Port(), Src: a.addr, Dst: id.remote.Addr()})
+	copy(priv[mad.CMAHeaderLen:], p.PrivateData)
+	req := mad.SIDRReqFields{PKey: mad.PKeyDefault, ServiceID: mad.ServiceID(mad.PortSpaceUDP, id.remote.Port()), PrivateData: priv}
+	id.state = stConnecting
+	s.mu.Unlock()
+	var ic *ibcm.Conn
+	err := a.do(func(now time.Time) error {
+		if a.closed {
+			return ErrClosed
+		}
+		var err error
+		if ic, err = a.cm.SIDRRequest(now, id.remote.Addr(), &req); err == nil {
+			ic.Context = id
+		}
+		return err
+	})
+	s.mu.Lock()
+	if err != nil {
+		id.state = stDead
+	} else if id.ic == nil {
+		id.ic = ic
+	}
+	s.mu.Unlock()
+	return err
+}
+
+// replyUD answers a SIDR_REQ (rdma_accept or rdma_reject on a UDP id's request).
+// Called with s.mu held; it unlocks it.
+func (s *Service) replyUD(id *svcID, rep *mad.SIDRRepFields) error {
+	if len(rep.PrivateData) > mad.SIDRRepPrivateLen {
+		s.mu.Unlock()
+		return errPrivLen
+	}
+	ic := id.ic
+	id.state = stDead
+	s.mu.Unlock()
+	a := s.a
+	if err := a.do(func(now time.Time) error { return a.cm.SIDRReply(now, ic, rep) }); err != nil {
+		return fmt.Errorf("cm: the request is gone: %w", syscall.EINVAL)
+	}
+	return nil
+}
+
+// Join is rdma_join_multicast on a UDP id: on RoCE no MAD is sent, so MULTICAST_JOIN
+// follows at once with the group's address vector (its MGID the group's address as a
+// GID), QPN 0xFFFFFF and rdma_cm's UDP Q_Key. The caller attaches its QP.
+func (s *Service) Join(tok uint64, group netip.Addr, sendOnly bool) error {
+	group = group.Unmap()
+	s.mu.Lock()
+	id := s.ids[tok]
+	var err error
+	switch {
+	case id == nil:
+		err = errNoID
+	case !id.udp:
+		err = fmt.Errorf("cm: multicast needs a UDP id: %w", syscall.EINVAL)
+	case !group.IsMulticast() || group.Is4() != s.a.addr.Is4():
+		err = fmt.Errorf("%w: %v: %w", ErrNotMulticast, group, syscall.EINVAL)
+	}
+	if err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	if id.state == stIdle {
+		if err := s.bindLocked(id, 0); err != nil {
+			s.mu.Unlock()
+			return err
+		}
+		id.state = stBound
+	}
+	mgid := verbs.GIDFromAddr(group)
+	ev := ServiceEvent{Kind: SvcMulticastJoin, ID: tok, Local: id.local, Remote: netip.AddrPortFrom(group, 0),
+		Param: ServiceParam{QPN: McastQPN}, QKey: UDPQKey, AH: verbs.AHAttr{DGID: mgid, Port: 1, HopLimit: hopLimit}}
+	h := id.h
+	s.mu.Unlock()
+	go h(ev)
+	return nil
 }

@@ -3,6 +3,8 @@ package attach
 import (
 	"encoding/binary"
 	"net/netip"
+
+	"github.com/goverbs/goverbs/verbs/driver"
 )
 
 // rdma_cm over the attach protocol (docs/attach-protocol.md, "rdma_cm"): the daemon's
@@ -115,26 +117,31 @@ func (r *Reader) ConnParam() ConnParam {
 // each:
 //
 //	off 0   u32 event        enum rdma_cm_event_type
-//	off 4   i32 status       REJECTED: the REJ's reason; UNREACHABLE: -ETIMEDOUT; else 0 or -errno
+//	off 4   i32 status       REJECTED: the REJ's reason; UNREACHABLE: -ETIMEDOUT or a SIDR status; else 0 or -errno
 //	off 8   u64 uid          the id's uid from CM_CREATE_ID (CONNECT_REQUEST: the listener's)
 //	off 16  u32 id           the id's handle (CONNECT_REQUEST: the new id's)
 //	off 20  u32 listen_id    CONNECT_REQUEST: the listening id's handle, else 0
 //	off 24  local address    (AddrLen)
 //	off 44  remote address   (AddrLen)
-//	off 64  conn param       (CONNECT_REQUEST, CONNECT_RESPONSE, REJECTED: its private data)
+//	off 64  u32 qkey         UD (ESTABLISHED of a UDP id, MULTICAST_JOIN): rdma_ud_param's
+//	off 68  address vector   UD: rdma_ud_param's ah_attr (28 bytes, as CREATE_AH's)
+//	off 96  conn param       the peer's (CONNECT_REQUEST, CONNECT_RESPONSE; UD: qp_num is
+//	                         rdma_ud_param's), with the private data of the event's message
 //
-// The message is 76 + private_data_len bytes.
+// The message is CMEventHdr + private_data_len bytes.
 type CMEvent struct {
 	Event         uint32
 	Status        int32
 	UID           uint64
 	ID, ListenID  uint32
 	Local, Remote netip.AddrPort
+	QKey          uint32
+	AH            driver.AHAttr
 	Param         ConnParam
 }
 
 // CMEventHdr is a CM event's fixed part.
-const CMEventHdr = 76
+const CMEventHdr = 108
 
 // PutCMEvent appends e's message to b.
 func PutCMEvent(b []byte, e *CMEvent) []byte {
@@ -146,6 +153,8 @@ func PutCMEvent(b []byte, e *CMEvent) []byte {
 	w.U32(e.ListenID)
 	w.PutAddr(e.Local)
 	w.PutAddr(e.Remote)
+	w.U32(e.QKey)
+	w.PutAH(&e.AH)
 	w.PutConnParam(&e.Param)
 	return w.B
 }
@@ -158,6 +167,8 @@ func ParseCMEvent(m []byte) (CMEvent, bool) {
 	r := Reader{B: m}
 	e := CMEvent{Event: r.U32(), Status: int32(r.U32()), UID: r.U64(), ID: r.U32(), ListenID: r.U32()}
 	e.Local, e.Remote = r.Addr(), r.Addr()
+	e.QKey = r.U32()
+	e.AH = r.AH()
 	e.Param = r.ConnParam()
 	return e, r.Err == nil && len(r.B) == 0 && binary.LittleEndian.Uint32(m) < 64
 }

@@ -84,6 +84,7 @@ const (
 	OpCMEstablish
 	OpCMDisconnect
 	OpCMInitQPAttr
+	OpCMJoinMcast
 	opEnd
 )
 

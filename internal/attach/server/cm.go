@@ -183,7 +183,8 @@ func (s *session) cmCommand(op attach.Op, r *attach.Reader, w *attach.Writer) ([
 		if r.Err != nil {
 			return nil, nil
 		}
-		if !s.ownsQPN(p.QPN) {
+		// A UDP id's SIDR_REQ carries no QP: its number is not checked there.
+		if (op == attach.OpCMAccept || !svc.IsUDP(id.tok)) && !s.ownsQPN(p.QPN) {
 			return nil, errNotOurQP
 		}
 		sp := cm.ServiceParam{ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
@@ -204,6 +205,13 @@ func (s *session) cmCommand(op attach.Op, r *attach.Reader, w *attach.Writer) ([
 		return nil, svc.Establish(id.tok)
 	case attach.OpCMDisconnect:
 		return nil, svc.Disconnect(id.tok)
+	case attach.OpCMJoinMcast:
+		g := r.Addr()
+		sendOnly := r.U8() != 0
+		if r.Err != nil {
+			return nil, nil
+		}
+		return nil, svc.Join(id.tok, g.Addr(), sendOnly)
 	case attach.OpCMInitQPAttr:
 		st := r.U8()
 		if r.Err != nil {
@@ -315,7 +323,7 @@ func (s *session) cmEvent(e cm.ServiceEvent) {
 	}
 	m := attach.PutCMEvent(make([]byte, 0, attach.CMEventHdr+len(e.Param.PrivateData)), &attach.CMEvent{
 		Event: uint32(e.Kind), Status: int32(e.Status), UID: id.uid, ID: id.h, ListenID: listen,
-		Local: e.Local, Remote: e.Remote, Param: attach.ConnParam{ResponderResources: e.Param.ResponderResources,
+		Local: e.Local, Remote: e.Remote, QKey: e.QKey, AH: e.AH, Param: attach.ConnParam{ResponderResources: e.Param.ResponderResources,
 			InitiatorDepth: e.Param.InitiatorDepth, RetryCount: e.Param.RetryCount, RNRRetryCount: e.Param.RNRRetryCount,
 			SRQ: e.Param.SRQ, QPN: e.Param.QPN, PrivateData: e.Param.PrivateData}})
 	select {

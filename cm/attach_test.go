@@ -421,3 +421,93 @@ func attachChild(mode string) int {
 	<-ctx.Done()
 	return 0
 }
+
+func (s *aside) udQP(t *testing.T) *verbs.QP {
+	t.Helper()
+	qp, err := s.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeUD, SendCQ: s.cq, RecvCQ: s.cq,
+		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { qp.Close() })
+	return qp
+}
+
+// udSend sends msg from s's qp to r's with ah, QPN and Q_Key, and checks that it
+// arrived (after the GRH) from s's QP.
+func udSend(t *testing.T, s, r *aside, sqp, rqp *verbs.QP, ah *verbs.AH, qpn, qkey uint32, msg string) {
+	t.Helper()
+	if err := rqp.PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{r.mr.SGE(0, 1024)}}); err != nil {
+		t.Fatal(err)
+	}
+	copy(s.buf[2048:], msg)
+	if err := sqp.PostSend(verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, AH: ah,
+		RemoteQPN: qpn, RemoteQKey: qkey, SGL: []verbs.SGE{s.mr.SGE(2048, len(msg))}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := waitWC(s.cq); err != nil {
+		t.Fatal(err)
+	}
+	wc, err := waitWC(r.cq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(r.buf[verbs.GRHLen:wc.ByteLen]); got != msg || wc.SrcQP != sqp.QPN() {
+		t.Fatalf("received %q from QP %#x", got, wc.SrcQP)
+	}
+}
+
+// TestAttachedCMUD: UD service resolution (SIDR) and a multicast join between two
+// sessions, through the daemon's rdma_cm.
+func TestAttachedCMUD(t *testing.T) {
+	_, addr := attachtest.Daemon(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a, b := attachedSide(t, addr), attachedSide(t, addr)
+	aqp, bqp := a.udQP(t), b.udQP(t)
+	l, err := a.a.ListenUD(7010, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		r, err := l.Accept(ctx)
+		if err != nil {
+			return
+		}
+		if !bytes.HasPrefix(r.PrivateData, []byte("which QP?")) {
+			t.Errorf("SIDR private data %q", r.PrivateData)
+		}
+		r.AcceptUD(&cm.Param{QP: aqp, PrivateData: []byte("this one")})
+		if r, err = l.Accept(ctx); err == nil {
+			r.Reject([]byte("go away"))
+		}
+	}()
+	d, err := b.a.ResolveUD(ctx, l.Addr(), &cm.Param{QP: bqp, PrivateData: []byte("which QP?")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.QPN != aqp.QPN() || d.QKey != cm.UDPQKey || d.AH == nil || !bytes.HasPrefix(d.PrivateData, []byte("this one")) {
+		t.Fatalf("resolved %+v", d)
+	}
+	udSend(t, b, a, bqp, aqp, d.AH, d.QPN, d.QKey, "to the UD service")
+	var se *cm.SIDRError
+	if _, err := b.a.ResolveUD(ctx, l.Addr(), &cm.Param{QP: bqp}); !errors.As(err, &se) || !bytes.HasPrefix(se.PrivateData, []byte("go away")) {
+		t.Fatalf("refused resolution: %v", err)
+	}
+
+	group := testaddr.Group(testaddr.Attach)
+	rm, err := a.a.JoinMulticast(group, &cm.JoinParam{QP: aqp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rm.Leave()
+	sm, err := b.a.JoinMulticast(group, &cm.JoinParam{QP: bqp, SendOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sm.Leave()
+	if sm.MGID != verbs.GIDFromAddr(group) || sm.QPN != cm.McastQPN || sm.QKey != cm.UDPQKey || sm.AH == nil {
+		t.Fatalf("joined %+v", sm)
+	}
+	udSend(t, b, a, bqp, aqp, sm.AH, sm.QPN, sm.QKey, "to the group")
+}

@@ -42,9 +42,10 @@ type ServiceEvent struct {
 	Status int    // REJECTED: the REJ's reason; UNREACHABLE: -ETIMEDOUT; else 0 or -errno
 	ID     uint64 // the id's token; CONNECT_REQUEST: the new id's
 	Listen uint64 // CONNECT_REQUEST: the listening id's token
-	// Param is the peer's (CONNECT_REQUEST: its REQ's values as it sent them;
-	// CONNECT_RESPONSE: its REP's), with its private data (CONNECT_REQUEST: after
-	// rdma_cm's header).
+	// Param is the peer's (CONNECT_REQUEST: its REQ's; CONNECT_RESPONSE: its REP's),
+	// the READ depths in the receiver's view as Linux's ib_cm reports them
+	// (ResponderResources is the peer's initiator depth, and the other way round),
+	// with its private data (CONNECT_REQUEST: after rdma_cm's header).
 	Param         ServiceParam
 	Local, Remote netip.AddrPort
 	// UD (ESTABLISHED of a UDP id, MULTICAST_JOIN): rdma_ud_param's Q_Key and
@@ -625,7 +626,7 @@ func (s *Service) dispatch(e ibcm.Event) {
 		id.state, id.ic = stReplied, e.Conn
 		rep := &e.Conn.REP
 		ev.Kind = SvcConnectResponse
-		ev.Param = ServiceParam{ResponderResources: rep.ResponderResources, InitiatorDepth: rep.InitiatorDepth,
+		ev.Param = ServiceParam{ResponderResources: rep.InitiatorDepth, InitiatorDepth: rep.ResponderResources,
 			RNRRetryCount: rep.RNRRetryCount, SRQ: rep.SRQ, QPN: rep.LocalQPN, PrivateData: e.PrivateData}
 	case ibcm.EventEstablished:
 		id.state = stEstablished
@@ -718,7 +719,7 @@ func (s *Service) request(e ibcm.Event) {
 	ic.Context = id
 	a.mu.Unlock()
 	ev := ServiceEvent{Kind: SvcConnectRequest, ID: id.tok, Listen: l.tok, Local: id.local, Remote: id.remote,
-		Param: ServiceParam{ResponderResources: f.ResponderResources, InitiatorDepth: f.InitiatorDepth,
+		Param: ServiceParam{ResponderResources: f.InitiatorDepth, InitiatorDepth: f.ResponderResources,
 			RetryCount: f.RetryCount, RNRRetryCount: f.RNRRetryCount, SRQ: f.SRQ, QPN: f.LocalQPN,
 			PrivateData: f.PrivateData[mad.CMAHeaderLen:]}}
 	h := l.h

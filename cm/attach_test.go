@@ -347,15 +347,18 @@ func TestAttachedCMForeignQP(t *testing.T) {
 	dialBoth(ctx, t, b, a, la, "after")
 }
 
-// TestAttachedCMSessionKilled: a process connected through the daemon's CM is
-// killed; its peer's connection ends (the daemon disconnects the dead session's ids)
-// and its port is free again.
-func TestAttachedCMSessionKilled(t *testing.T) {
-	_, addr := attachtest.Daemon(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+// child is a test's child process attached to the daemon.
+type child struct {
+	cmd   *exec.Cmd
+	lines *bufio.Scanner
+	port  uint16
+}
+
+// startChild starts an echo child (attachChild) and reads the port it listens on.
+func startChild(t *testing.T, addr netip.Addr) *child {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "CM_ATTACH_CHILD=listen", "CM_ATTACH_ADDR="+addr.String())
+	cmd.Env = append(os.Environ(), "CM_ATTACH_CHILD=echo", "CM_ATTACH_ADDR="+addr.String())
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -364,40 +367,92 @@ func TestAttachedCMSessionKilled(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer cmd.Process.Kill()
-	lines := bufio.NewScanner(out)
-	if !lines.Scan() || !strings.HasPrefix(lines.Text(), "listening ") {
-		t.Fatalf("child: %q", lines.Text())
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	c := &child{cmd: cmd, lines: bufio.NewScanner(out)}
+	if !c.lines.Scan() || !strings.HasPrefix(c.lines.Text(), "listening ") {
+		t.Fatalf("child: %q", c.lines.Text())
 	}
-	port, _ := strconv.Atoi(strings.TrimPrefix(lines.Text(), "listening "))
+	port, _ := strconv.Atoi(strings.TrimPrefix(c.lines.Text(), "listening "))
+	c.port = uint16(port)
+	return c
+}
+
+// echo sends msg on cc and waits for it to come back.
+func echo(s *aside, cc *cm.Conn, msg string) error {
+	if err := cc.QP().PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{s.mr.SGE(0, 1024)}}); err != nil {
+		return err
+	}
+	copy(s.buf[2048:], msg)
+	if err := cc.QP().PostSend(verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{s.mr.SGE(2048, len(msg))}}); err != nil {
+		return err
+	}
+	var got string
+	for i := 0; i < 2; i++ {
+		wc, err := waitWC(s.cq)
+		if err != nil {
+			return err
+		}
+		if wc.ID == 1 {
+			got = string(s.buf[:wc.ByteLen])
+		}
+	}
+	if got != msg {
+		return fmt.Errorf("echoed %q, want %q", got, msg)
+	}
+	return nil
+}
+
+// TestAttachedCMProcesses: two processes attached to one daemon listen on their own
+// ports of its one address; a third (this one) connects to both and exchanges bytes.
+// One is killed while connected: its peer's connection ends (the daemon disconnects
+// the dead session's ids), its port is free again, and the other connection goes on.
+func TestAttachedCMProcesses(t *testing.T) {
+	_, addr := attachtest.Daemon(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	kids := []*child{startChild(t, addr), startChild(t, addr)}
+	if kids[0].port == kids[1].port {
+		t.Fatalf("both children listen on %d", kids[0].port)
+	}
 	c := attachedSide(t, addr)
-	cc, err := c.a.Dial(ctx, netip.AddrPortFrom(addr, uint16(port)), c.param("hi"))
-	if err != nil {
-		t.Fatal(err)
+	var conns []*cm.Conn
+	for i, k := range kids {
+		cc, err := c.a.Dial(ctx, netip.AddrPortFrom(addr, k.port), c.param("hi"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !k.lines.Scan() || k.lines.Text() != "accepted" {
+			t.Fatalf("child %d: %q", i, k.lines.Text())
+		}
+		if err := echo(c, cc, fmt.Sprintf("hello %d", i)); err != nil {
+			t.Fatalf("child %d: %v", i, err)
+		}
+		conns = append(conns, cc)
 	}
-	if !lines.Scan() || lines.Text() != "accepted" {
-		t.Fatalf("child: %q", lines.Text())
-	}
-	cmd.Process.Kill()
-	cmd.Wait()
+	kids[0].cmd.Process.Kill()
+	kids[0].cmd.Wait()
 	select {
-	case <-cc.Done():
-		if !errors.Is(cc.Err(), cm.ErrDisconnected) {
-			t.Fatalf("connection ended with %v", cc.Err())
+	case <-conns[0].Done():
+		if !errors.Is(conns[0].Err(), cm.ErrDisconnected) {
+			t.Fatalf("connection ended with %v", conns[0].Err())
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the dead process's peer was not disconnected")
 	}
-	// The port is free for another session.
-	l, err := c.a.Listen(uint16(port), 1)
+	l, err := c.a.Listen(kids[0].port, 1)
 	if err != nil {
 		t.Fatalf("the dead process's port: %v", err)
 	}
 	l.Close()
+	if err := echo(c, conns[1], "still there"); err != nil {
+		t.Fatal(err)
+	}
 }
 
-// attachChild is a test's child process: "listen" attaches, listens on a free port
-// (printing it), accepts one connection, says so and waits to be killed.
+// attachChild is a test's child process: "echo" attaches, listens on a free port
+// (printing it), accepts one connection, says so, and sends back every message it
+// receives until it is killed.
 func attachChild(mode string) int {
 	addr := netip.MustParseAddr(os.Getenv("CM_ATTACH_ADDR"))
 	s, err := openSide(verbs.SoftConfig{Name: "sw0", Addr: addr, Attach: true})
@@ -411,14 +466,33 @@ func attachChild(mode string) int {
 		return 1
 	}
 	fmt.Println("listening", l.Addr().Port())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if _, _, err := accept(ctx, s, l, ""); err != nil {
+	c, _, err := accept(ctx, s, l, "")
+	if err != nil {
 		fmt.Println("error:", err)
 		return 1
 	}
 	fmt.Println("accepted")
-	<-ctx.Done()
+	for ctx.Err() == nil {
+		if err := c.QP().PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{s.mr.SGE(0, 1024)}}); err != nil {
+			return 1
+		}
+		var wc verbs.WC
+		for err = errors.New("no completion"); err != nil && ctx.Err() == nil; {
+			wc, err = waitWC(s.cq)
+		}
+		if err != nil {
+			return 1
+		}
+		if err := c.QP().PostSend(verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{s.mr.SGE(0, int(wc.ByteLen))}}); err != nil {
+			return 1
+		}
+		if _, err := waitWC(s.cq); err != nil {
+			return 1
+		}
+	}
 	return 0
 }
 

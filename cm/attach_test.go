@@ -585,3 +585,38 @@ func TestAttachedCMUD(t *testing.T) {
 	}
 	udSend(t, b, a, bqp, aqp, sm.AH, sm.QPN, sm.QKey, "to the group")
 }
+
+// TestAttachedCMDaemonGone: the daemon stops while an attached process is connected
+// to an in-process device: the attached side's connection ends (its ids get
+// DEVICE_REMOVAL) and so does the peer's (the daemon disconnected them on its way out).
+func TestAttachedCMDaemonGone(t *testing.T) {
+	srv, addr := attachtest.Daemon(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a := attachedSide(t, addr)
+	p := testaddr.Open(t, testaddr.CM, func(ad netip.Addr) (*aside, error) {
+		return openSide(verbs.SoftConfig{Name: "cmp0", Addr: ad})
+	})
+	t.Cleanup(p.close)
+	l, err := a.a.Listen(7020, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ach := acceptAsync(ctx, a, l, "")
+	pc, err := p.a.Dial(ctx, l.Addr(), p.param(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ac := <-ach
+	if ac.err != nil {
+		t.Fatal(ac.err)
+	}
+	srv.Close()
+	for _, c := range []*cm.Conn{ac.c, pc} {
+		select {
+		case <-c.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("a connection outlived the daemon")
+		}
+	}
+}

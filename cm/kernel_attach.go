@@ -57,6 +57,11 @@ type attachBackend struct {
 	ch   uint32
 	ev   *net.UnixConn
 	loop sync.WaitGroup
+
+	// The ids alive, for the DEVICE_REMOVAL each gets when the daemon goes away.
+	mu      sync.Mutex
+	toks    map[uint64]struct{}
+	closing bool
 }
 
 func openAttachBackend(cmd driver.Commander, dev *verbs.Device) (*attachBackend, error) {
@@ -81,7 +86,8 @@ func openAttachBackend(cmd driver.Commander, dev *verbs.Device) (*attachBackend,
 		fc.Close()
 		return nil, errors.New("cm: the event channel is not a unix socket")
 	}
-	return &attachBackend{cmd: cmd, name: dev.Name(), guid: dev.Query().NodeGUID, ch: ch, ev: uc}, nil
+	return &attachBackend{cmd: cmd, name: dev.Name(), guid: dev.Query().NodeGUID, ch: ch, ev: uc,
+		toks: map[uint64]struct{}{}}, nil
 }
 
 // command sends op with the payload build writes.
@@ -107,8 +113,19 @@ func (b *attachBackend) call(op attach.Op, tok uint64, build func(w *attach.Writ
 	return r, err
 }
 
-// start reads the event channel: each event goes to handle. Its end (the channel
-// destroyed, the daemon gone) ends the loop.
+func (b *attachBackend) track(tok uint64, on bool) {
+	b.mu.Lock()
+	if on {
+		b.toks[tok] = struct{}{}
+	} else {
+		delete(b.toks, tok)
+	}
+	b.mu.Unlock()
+}
+
+// start reads the event channel: each event goes to handle. Its end ends the loop;
+// unless we closed it, the daemon is gone, and every id gets DEVICE_REMOVAL, as the
+// kernel's rdma_cm reports a device that went away.
 func (b *attachBackend) start(handle func(kevent)) {
 	b.loop.Add(1)
 	go func() {
@@ -117,6 +134,17 @@ func (b *attachBackend) start(handle func(kevent)) {
 		for {
 			n, err := b.ev.Read(buf)
 			if err != nil || n == 0 {
+				b.mu.Lock()
+				var toks []uint64
+				if !b.closing {
+					for t := range b.toks {
+						toks = append(toks, t)
+					}
+				}
+				b.mu.Unlock()
+				for _, t := range toks {
+					handle(kevent{kind: evDeviceRemoval, tok: t})
+				}
 				return
 			}
 			e, ok := attach.ParseCMEvent(buf[:n])
@@ -128,6 +156,9 @@ func (b *attachBackend) start(handle func(kevent)) {
 				param: kparam{responderResources: e.Param.ResponderResources, initiatorDepth: e.Param.InitiatorDepth,
 					retryCount: e.Param.RetryCount, rnrRetryCount: e.Param.RNRRetryCount, srq: e.Param.SRQ,
 					qpn: e.Param.QPN & 0xffffff}}
+			if k.kind == evConnectRequest {
+				b.track(k.tok, true)
+			}
 			if e.QKey != 0 { // UD: ESTABLISHED of a UDP id, MULTICAST_JOIN
 				k.param = kparam{}
 				k.ud = udParam{ah: e.AH, qpn: e.Param.QPN & 0xffffff, qkey: e.QKey}
@@ -158,6 +189,7 @@ func (b *attachBackend) newID(udp bool) (uint64, error) {
 	if r.Err != nil || h == 0 {
 		return 0, errors.New("cm: malformed reply to CM_CREATE_ID")
 	}
+	b.track(uint64(h), true)
 	return uint64(h), nil
 }
 
@@ -265,11 +297,15 @@ func (b *attachBackend) initQPAttr(tok uint64, state verbs.QPState) (verbs.QPAtt
 }
 
 func (b *attachBackend) destroy(tok uint64) {
+	b.track(tok, false)
 	b.call(attach.OpCMDestroyID, tok, nil)
 }
 
 // close destroys the channel (its ids are gone by now) and waits for the loop.
 func (b *attachBackend) close() error {
+	b.mu.Lock()
+	b.closing = true
+	b.mu.Unlock()
 	command(b.cmd, attach.OpCMDestroyChannel, func(w *attach.Writer) { w.U32(b.ch) })
 	b.ev.Close()
 	b.loop.Wait()

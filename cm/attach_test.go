@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -337,11 +338,43 @@ func TestAttachedCMForeignQP(t *testing.T) {
 			t.Errorf("op %d with % x succeeded", g.op, g.b)
 		}
 	}
+	// A flood of channels ends in ENOMEM, not in the daemon's descriptors running out.
+	var chans []uint32
+	for {
+		r, err := call(attach.OpCMCreateChannel, nil)
+		if err != nil {
+			if !errors.Is(err, syscall.ENOMEM) || len(chans) > 100 {
+				t.Fatalf("after %d channels: %v", len(chans), err)
+			}
+			break
+		}
+		chans = append(chans, r.U32())
+	}
+	for _, h := range chans {
+		if _, err := call(attach.OpCMDestroyChannel, func(w *attach.Writer) { w.U32(h) }); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if _, err := call(attach.OpCMDestroyID, func(w *attach.Writer) { w.U32(id) }); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := call(attach.OpCMDestroyChannel, func(w *attach.Writer) { w.U32(ch) }); err != nil {
 		t.Fatal(err)
+	}
+	// Random commands from a third session: whatever they do, they do it to that
+	// session's own CM objects.
+	g := attachedSide(t, addr)
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for range 500 {
+		op := attach.OpCMCreateChannel + attach.Op(rnd.IntN(int(attach.OpCMJoinMcast-attach.OpCMCreateChannel)+1))
+		b := make([]byte, rnd.IntN(80))
+		for i := range b {
+			b[i] = byte(rnd.IntN(4)) // small numbers: handles that may exist
+		}
+		_, files, _ := g.dev.Commander().Command(uint16(op), b)
+		for _, f := range files {
+			f.Close()
+		}
 	}
 	// b's agent and a's listener still work.
 	dialBoth(ctx, t, b, a, la, "after")

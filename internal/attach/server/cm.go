@@ -27,6 +27,15 @@ import (
 // dropped (a client that reads none stalls nobody else).
 const cmEventQueue = 1024
 
+// A session's CM objects are bounded, as a process's descriptors are: past these,
+// ENOMEM (and a request for a listener of a full session is rejected).
+const (
+	maxCMChannels = 64
+	maxCMIDs      = 4096
+)
+
+var errCMLimit = fmt.Errorf("too many rdma_cm channels or ids in this process: %w", syscall.ENOMEM)
+
 type cmChan struct {
 	h   uint32
 	ev  *net.UnixConn // our end
@@ -121,6 +130,11 @@ func (s *session) cmCommand(op attach.Op, r *attach.Reader, w *attach.Writer) ([
 			c.mu.Unlock()
 			svc.Destroy(tok)
 			return nil, errCMHandle
+		}
+		if len(c.ids) >= maxCMIDs {
+			c.mu.Unlock()
+			svc.Destroy(tok)
+			return nil, errCMLimit
 		}
 		id := &cmID{h: c.handle(), tok: tok, uid: uid, ch: ch}
 		c.ids[id.h], c.byTok[tok] = id, id
@@ -256,10 +270,13 @@ func (s *session) cmCreateChannel(w *attach.Writer) ([]*os.File, error) {
 	ch := &cmChan{ev: fc.(*net.UnixConn), q: make(chan []byte, cmEventQueue)}
 	c := &s.cm
 	c.mu.Lock()
-	if c.closed {
+	if c.closed || len(c.chans) >= maxCMChannels {
 		c.mu.Unlock()
 		ch.ev.Close()
 		unix.Close(fds[1])
+		if !c.closed {
+			return nil, errCMLimit
+		}
 		return nil, driver.NewError(driver.ErrClosed, "device is closing")
 	}
 	ch.h = c.handle()
@@ -308,7 +325,7 @@ func (s *session) cmEvent(e cm.ServiceEvent) {
 	var listen uint32
 	if e.Kind == cm.SvcConnectRequest {
 		l := c.byTok[e.Listen]
-		if l == nil || c.closed {
+		if l == nil || c.closed || len(c.ids) >= maxCMIDs {
 			c.mu.Unlock()
 			go s.d.cm.Destroy(e.ID) // the listener is gone: the request is rejected
 			return

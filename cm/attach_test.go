@@ -21,8 +21,10 @@ import (
 	"github.com/goverbs/goverbs/cm"
 	"github.com/goverbs/goverbs/internal/attach"
 	"github.com/goverbs/goverbs/internal/attach/attachtest"
+	"github.com/goverbs/goverbs/internal/attach/server"
 	"github.com/goverbs/goverbs/internal/testaddr"
 	"github.com/goverbs/goverbs/verbs"
+	"github.com/goverbs/goverbs/verbs/soft"
 )
 
 // cm on attached devices: every process's agent is a client of the daemon's one
@@ -652,4 +654,34 @@ func TestAttachedCMDaemonGone(t *testing.T) {
 			t.Fatal("a connection outlived the daemon")
 		}
 	}
+}
+
+// TestAttachedCMTwoDevices: a daemon serving two devices; a process attached to one
+// connects to a listener of a process attached to the other, each device's CM its own.
+func TestAttachedCMTwoDevices(t *testing.T) {
+	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	var srv *server.Server
+	var addrs [2]netip.Addr
+	testaddr.Open(t, testaddr.Attach, func(a netip.Addr) (*server.Server, error) {
+		addrs = [2]netip.Addr{a, testaddr.Addr(testaddr.Attach)}
+		s, err := server.New(server.Config{Devices: []soft.Config{{Name: "sw0", Addr: addrs[0]}, {Name: "sw1", Addr: addrs[1]}}})
+		srv = s
+		return s, err
+	})
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a, b := attachedSide(t, addrs[0]), attachedSide(t, addrs[1])
+	l, err := b.a.Listen(7030, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same port on the other device's address is another address's port.
+	l2, err := a.a.Listen(7030, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	cc := dialBoth(ctx, t, a, b, l, "across")
+	cc.Close()
 }

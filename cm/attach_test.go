@@ -340,6 +340,27 @@ func TestAttachedCMForeignQP(t *testing.T) {
 			t.Errorf("op %d with % x succeeded", g.op, g.b)
 		}
 	}
+	// Multicast membership through raw commands: a UDP id joins once, leaves once.
+	r, err = call(attach.OpCMCreateID, func(w *attach.Writer) { w.U32(ch); w.U16(attach.PortSpaceUDP); w.U16(0); w.U64(8) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid := r.U32()
+	group := netip.AddrPortFrom(testaddr.Group(testaddr.Attach), 0)
+	for i, want := range []error{nil, syscall.EADDRINUSE} {
+		if _, err := call(attach.OpCMJoinMcast, func(w *attach.Writer) { w.U32(uid); w.PutAddr(group); w.U8(0) }); !errors.Is(err, want) && !(want == nil && err == nil) {
+			t.Fatalf("join %d: %v", i, err)
+		}
+	}
+	for i, want := range []error{nil, syscall.EADDRNOTAVAIL} {
+		if _, err := call(attach.OpCMLeaveMcast, func(w *attach.Writer) { w.U32(uid); w.PutAddr(group) }); !errors.Is(err, want) && !(want == nil && err == nil) {
+			t.Fatalf("leave %d: %v", i, err)
+		}
+	}
+	if _, err := call(attach.OpCMDestroyID, func(w *attach.Writer) { w.U32(uid) }); err != nil {
+		t.Fatal(err)
+	}
+
 	// A flood of channels ends in ENOMEM, not in the daemon's descriptors running out.
 	var chans []uint32
 	for {
@@ -368,7 +389,7 @@ func TestAttachedCMForeignQP(t *testing.T) {
 	g := attachedSide(t, addr)
 	rnd := rand.New(rand.NewPCG(1, 2))
 	for range 500 {
-		op := attach.OpCMCreateChannel + attach.Op(rnd.IntN(int(attach.OpCMJoinMcast-attach.OpCMCreateChannel)+1))
+		op := attach.OpCMCreateChannel + attach.Op(rnd.IntN(int(attach.OpCMLeaveMcast-attach.OpCMCreateChannel)+1))
 		b := make([]byte, rnd.IntN(80))
 		for i := range b {
 			b[i] = byte(rnd.IntN(4)) // small numbers: handles that may exist

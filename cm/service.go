@@ -114,6 +114,7 @@ type svcID struct {
 	psn    uint32 // the PSN this side expects first
 	mtu    verbs.MTU
 	retry  uint8 // our REQ's retry count (active)
+	groups map[netip.Addr]struct{} // multicast groups joined
 }
 
 // Errors of a Service's calls, as errnos (what the kernel's rdma_ucm returns).
@@ -807,11 +808,36 @@ func (s *Service) Join(tok uint64, group netip.Addr, sendOnly bool) error {
 		}
 		id.state = stBound
 	}
+	if id.groups == nil {
+		id.groups = map[netip.Addr]struct{}{}
+	}
+	if _, ok := id.groups[group]; ok {
+		s.mu.Unlock()
+		return fmt.Errorf("cm: %v joined already: %w", group, syscall.EADDRINUSE)
+	}
+	id.groups[group] = struct{}{}
 	mgid := verbs.GIDFromAddr(group)
 	ev := ServiceEvent{Kind: SvcMulticastJoin, ID: tok, Local: id.local, Remote: netip.AddrPortFrom(group, 0),
 		Param: ServiceParam{QPN: McastQPN}, QKey: UDPQKey, AH: verbs.AHAttr{DGID: mgid, Port: 1, HopLimit: hopLimit}}
 	h := id.h
 	s.mu.Unlock()
 	go h(ev)
+	return nil
+}
+
+// Leave is rdma_leave_multicast: the id is no longer a member of group (the caller
+// detaches its QP). No event follows.
+func (s *Service) Leave(tok uint64, group netip.Addr) error {
+	group = group.Unmap()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id := s.ids[tok]
+	if id == nil {
+		return errNoID
+	}
+	if _, ok := id.groups[group]; !ok {
+		return fmt.Errorf("cm: %v is not joined: %w", group, syscall.EADDRNOTAVAIL)
+	}
+	delete(id.groups, group)
 	return nil
 }

@@ -85,6 +85,7 @@ const (
 	OpCMDisconnect
 	OpCMInitQPAttr
 	OpCMJoinMcast
+	OpCMLeaveMcast
 	opEnd
 )
 

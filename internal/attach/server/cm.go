@@ -226,6 +226,12 @@ func (s *session) cmCommand(op attach.Op, r *attach.Reader, w *attach.Writer) ([
 			return nil, nil
 		}
 		return nil, svc.Join(id.tok, g.Addr(), sendOnly)
+	case attach.OpCMLeaveMcast:
+		g := r.Addr()
+		if r.Err != nil {
+			return nil, nil
+		}
+		return nil, svc.Leave(id.tok, g.Addr())
 	case attach.OpCMInitQPAttr:
 		st := r.U8()
 		if r.Err != nil {

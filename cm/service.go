@@ -113,7 +113,7 @@ type svcID struct {
 	ic     *ibcm.Conn
 	psn    uint32 // the PSN this side expects first
 	mtu    verbs.MTU
-	retry  uint8 // our REQ's retry count (active)
+	retry  uint8                   // our REQ's retry count (active)
 	groups map[netip.Addr]struct{} // multicast groups joined
 }
 

@@ -63,6 +63,9 @@ type Agent struct {
 	// gidIndex is gid's index in the device's table: 0 on a software device, the
 	// RoCE v2 entry of the address on a kernel one.
 	gidIndex uint8
+	// svc is the rdma_cm service this agent's CM serves (service.go), which takes
+	// all its events.
+	svc *Service
 }
 
 func newAgent(dev *verbs.Device, port madPort, cfg *Config) (*Agent, error) {
@@ -189,6 +192,10 @@ func (a *Agent) input(from netip.Addr, m []byte) {
 
 // dispatch hands an event to the listener or connection it concerns.
 func (a *Agent) dispatch(e ibcm.Event) {
+	if a.svc != nil {
+		a.svc.dispatch(e)
+		return
+	}
 	if e.Kind == ibcm.EventRequest || e.Kind == ibcm.EventSIDRRequest {
 		a.newRequest(e)
 		return

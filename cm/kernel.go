@@ -445,7 +445,10 @@ func (k *kernelAgent) request(a *Agent, e kevent) {
 	}
 	r := &Request{c: c, Remote: c.remote, Local: c.local, PrivateData: c.privateData, Transport: verbs.QPTypeUD}
 	if !ud {
-		r.ResponderResources, r.InitiatorDepth = e.param.responderResources, e.param.initiatorDepth
+		// The kernel's ib_cm swaps the REQ's READ depths into the receiver's view
+		// (responder_resources is the REQ's initiator depth); a Request has them as the
+		// peer sent them, as the software CM's does.
+		r.ResponderResources, r.InitiatorDepth = e.param.initiatorDepth, e.param.responderResources
 		r.RetryCount, r.RNRRetryCount = e.param.retryCount, e.param.rnrRetryCount
 		r.Transport, r.PathMTU, r.QPN = verbs.QPTypeRC, a.mtu, e.param.qpn
 	}

@@ -216,7 +216,11 @@ func (c *fakeChannel) connect(tok uint64, p *kparam, priv []byte) error {
 	if id.udp {
 		n = mad.UDPrivateLen
 	}
-	k.deliver(k.next, kevent{kind: evConnectRequest, listen: ltok, priv: fit(priv, n), param: *p,
+	// Linux's ib_cm reports the READ depths from the receiver's side: the REQ's
+	// initiator depth as responder_resources, and the other way round.
+	rp := *p
+	rp.responderResources, rp.initiatorDepth = p.initiatorDepth, p.responderResources
+	k.deliver(k.next, kevent{kind: evConnectRequest, listen: ltok, priv: fit(priv, n), param: rp,
 		local: l.local, remote: id.local})
 	return nil
 }

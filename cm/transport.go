@@ -37,9 +37,14 @@ func (p gsiPort) Close() error                                      { return p.g
 //
 // On a kernel RDMA device (the ibverbs provider's, in builds with the ibverbs
 // tag) the agent is a client of the kernel's rdma_cm through librdmacm instead:
-// see kernel.go and docs/guide/cm-kernel.md.
+// see kernel.go and docs/guide/cm-kernel.md. On an attached device (verbs/attach, a
+// `goverbs serve` daemon's) it is a client of the daemon's rdma_cm the same way
+// (kernel_attach.go).
 func NewAgent(dev *verbs.Device, cfg *Config) (*Agent, error) {
 	if a, ok, err := newKernel(dev, cfg); ok {
+		return a, err
+	}
+	if a, ok, err := newAttached(dev, cfg); ok {
 		return a, err
 	}
 	g, err := dev.OpenGSIClass(mad.ClassCM, mad.ClassVersionCM)

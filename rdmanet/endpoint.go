@@ -3,6 +3,8 @@ package rdmanet
 import (
 	"errors"
 	"fmt"
+	"os"
+	"unsafe"
 
 	"github.com/goverbs/goverbs/cm"
 	"github.com/goverbs/goverbs/verbs"
@@ -38,12 +40,12 @@ func newEndpoint(pd *verbs.PD) (*endpoint, error) {
 
 // newEndpointSized makes an endpoint whose ring and message credits are smaller than
 // the protocol's most (tests use it to reach the limits quickly).
-func newEndpointSized(pd *verbs.PD, ring, credits int) (ep *endpoint, err error) {
+func newEndpointSized(pd *verbs.PD, ring, credits int) (_ *endpoint, err error) {
 	dev := pd.Device()
-	ep = &endpoint{pd: pd, ch: dev.CreateCompChannel(), credits: credits}
+	ep := &endpoint{pd: pd, ch: dev.CreateCompChannel(), credits: credits}
 	defer func() {
 		if err != nil {
-			ep.close()
+			ep.close() // ep, not the result, which a failing return sets to nil
 		}
 	}()
 	if ep.cq, err = dev.CreateCQ(recvDepth+sendDepth, ep.ch); err != nil {
@@ -60,10 +62,13 @@ func newEndpointSized(pd *verbs.PD, ring, credits int) (ep *endpoint, err error)
 	if ep.stage, err = pd.RegMR(make([]byte, stageSize), verbs.AccessLocalWrite); err != nil {
 		return nil, err
 	}
-	if ep.tsgl, err = pd.RegMR(make([]byte, sglEntries*sgeLen), verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+	// The small ones on a page of their own, as an attached device (goverbs serve)
+	// registers only whole pages; the ring and the stage are large allocations, on
+	// pages of their own already.
+	if ep.tsgl, err = pd.RegMR(pageBuf(sglEntries*sgeLen), verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
 		return nil, err
 	}
-	if ep.ctrl, err = pd.RegMR(make([]byte, ctrlSlots*sgeLen), verbs.AccessLocalWrite); err != nil {
+	if ep.ctrl, err = pd.RegMR(pageBuf(ctrlSlots*sgeLen), verbs.AccessLocalWrite); err != nil {
 		return nil, err
 	}
 	// The CM's INIT, rights included: it sets them again when it connects the QP,
@@ -124,4 +129,13 @@ func (ep *endpoint) close() error {
 		errs = append(errs, ep.ch.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// pageBuf is whole pages of their own holding at least n bytes.
+func pageBuf(n int) []byte {
+	ps := os.Getpagesize()
+	size := (max(n, 1) + ps - 1) / ps * ps
+	b := make([]byte, size+ps)
+	off := int(-uintptr(unsafe.Pointer(unsafe.SliceData(b))) & uintptr(ps-1))
+	return b[off : off+size : off+size]
 }

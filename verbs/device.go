@@ -274,3 +274,11 @@ func (d *Device) track(qp *QP, cq *CQ, srq *SRQ, add bool) error {
 	}
 	return nil
 }
+
+// Commander is the command channel to the daemon that runs the device, for services
+// above verbs that the daemon provides for it (package cm's rdma_cm on an attached
+// device); nil for a device of a provider without one.
+func (d *Device) Commander() driver.Commander {
+	c, _ := d.impl.(driver.Commander)
+	return c
+}

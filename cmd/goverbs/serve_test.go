@@ -32,3 +32,33 @@ func TestServeSharedAddress(t *testing.T) {
 	mustContain(t, "attached rc_pingpong client", cli.stdout, "200 iters in ")
 	mustSucceed(t, "attached rc_pingpong server", srv.wait(t))
 }
+
+// TestServeCMTools: rping, rstream, ucmatose and udaddy, whose connections are the
+// CM's, between two processes attached to one daemon on its one address: both sides'
+// CM is the daemon's rdma_cm, the server listening on a port of the shared address.
+func TestServeCMTools(t *testing.T) {
+	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	a, _ := addrPair(t)
+	daemon := startServer(t, "serving sw0 on "+a, "serve", "sw0="+a)
+	defer daemon.cancel()
+	t.Setenv("GOVERBS_ATTACH", "1")
+	sr, cli := runCMPair(t, "rdma_listen", []string{"rping", "-s", "-a", a, "-d", "-v", "-C", "50"},
+		[]string{"rping", "-c", "-a", a, "-I", a, "-C", "50", "-vV"})
+	mustContain(t, "attached rping client", cli.stdout, "ping data: rdma-ping-49: ")
+	mustContain(t, "attached rping client", cli.stderr, "client DISCONNECT EVENT...")
+	mustContain(t, "attached rping server", sr.stdout, "server ping data: rdma-ping-49: ")
+
+	port := freePort(t, a)
+	args := []string{"-p", port, "-S", "4096", "-C", "100", "-T", "v"}
+	_, cli = runCMPair(t, "name      bytes", append([]string{"rstream", "-b", a}, args...),
+		append([]string{"rstream", "-s", a, "-b", a}, args...))
+	mustContain(t, "attached rstream client", cli.stdout, "custom    4k      100     1       800k")
+
+	// ucmatose (RC connections) and udaddy (SIDR): both on the daemon's rdma_cm.
+	_, cli = runCMPair(t, "cmatose: starting server", []string{"ucmatose", "-b", a, "-c", "2", "-C", "10"},
+		[]string{"ucmatose", "-s", a, "-b", a, "-c", "2", "-C", "10"})
+	mustContain(t, "attached ucmatose client", cli.stdout, "data transfers complete\ntest complete\nreturn status 0\n")
+	_, cli = runCMPair(t, "udaddy: starting server", []string{"udaddy", "-b", a, "-c", "2"},
+		[]string{"udaddy", "-s", a, "-b", a, "-c", "2"})
+	mustContain(t, "attached udaddy client", cli.stdout, "data transfers complete\ntest complete\nreturn status 0\n")
+}

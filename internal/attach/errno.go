@@ -40,6 +40,11 @@ func Classify(err error) (syscall.Errno, uint32) {
 			return kinds[i].errno, uint32(i)
 		}
 	}
+	// rdma_cm's errors (EADDRINUSE, ...) carry their errno.
+	var en syscall.Errno
+	if errors.As(err, &en) && en != 0 {
+		return en, 0
+	}
 	return syscall.EIO, 0
 }
 

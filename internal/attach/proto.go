@@ -68,6 +68,24 @@ const (
 	OpDetachMcast
 	OpQPCounters
 	OpDeviceCounters
+	// rdma_cm (cm.go): the device's connection manager, shared by its clients.
+	OpCMCreateChannel
+	OpCMDestroyChannel
+	OpCMCreateID
+	OpCMDestroyID
+	OpCMBindAddr
+	OpCMResolveAddr
+	OpCMResolveRoute
+	OpCMQueryAddr
+	OpCMListen
+	OpCMConnect
+	OpCMAccept
+	OpCMReject
+	OpCMEstablish
+	OpCMDisconnect
+	OpCMInitQPAttr
+	OpCMJoinMcast
+	OpCMLeaveMcast
 	opEnd
 )
 

@@ -222,3 +222,13 @@ func (d *Device) AllocPD() (driver.PD, error) {
 	}
 	return &PD{d: d, h: r.U32()}, nil
 }
+
+// Command sends a command of the attach protocol that a service above verbs speaks
+// (driver.Commander; package cm's rdma_cm).
+func (d *Device) Command(op uint16, req []byte) ([]byte, []*os.File, error) {
+	r, files, err := d.ctl.call(attach.Op(op), func(w *attach.Writer) { w.Bytes(req) })
+	if err != nil {
+		return nil, nil, err
+	}
+	return r.B, files, nil
+}

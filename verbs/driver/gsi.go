@@ -1,6 +1,9 @@
 package driver
 
-import "net/netip"
+import (
+	"net/netip"
+	"os"
+)
 
 // GSI is an optional capability of a Device: management datagrams (MADs) to and
 // from QP1, the General Services Interface (IBTA 13.5.1), through which the
@@ -16,4 +19,14 @@ type GSI interface {
 	// this device's QP1, with the sender's address; mad is valid during the call
 	// only, and h must not block. nil removes it.
 	SetMADHandler(h func(from netip.Addr, mad []byte))
+}
+
+// Commander is an optional capability of a Device whose control operations are
+// commands to a daemon (verbs/attach's, `goverbs serve`): services above verbs that the
+// daemon runs for the device (package cm's rdma_cm, whose QP1 is the daemon's) take
+// their commands through it. op is the attach protocol's; req is the request's
+// payload, reply the reply's, with the descriptors it carried; a refusal is an error
+// that wraps the errno.
+type Commander interface {
+	Command(op uint16, req []byte) (reply []byte, files []*os.File, err error)
 }

@@ -57,6 +57,9 @@ func (s *session) command(op attach.Op, r *attach.Reader, w *attach.Writer, fds 
 	if op == attach.OpHello {
 		return s.hello(r, w)
 	}
+	if op >= attach.OpCMCreateChannel && op.Valid() {
+		return s.cmCommand(op, r, w)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {

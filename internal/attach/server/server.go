@@ -11,6 +11,7 @@ import (
 	"os"
 	"sync"
 
+	"github.com/goverbs/goverbs/cm"
 	"github.com/goverbs/goverbs/internal/attach"
 	"github.com/goverbs/goverbs/internal/engine"
 	"github.com/goverbs/goverbs/internal/shm"
@@ -74,6 +75,7 @@ type device struct {
 	srv  *Server
 	cfg  soft.Config
 	dev  driver.Device
+	cm   *cm.Service // the device's rdma_cm, shared by the sessions
 	addr netip.Addr
 	path string
 	l    *shm.Listener
@@ -108,10 +110,12 @@ func (s *Server) open(cfg soft.Config) (*device, error) {
 	addr := eng.LocalAddr().Addr().Unmap()
 	d := &device{srv: s, cfg: cfg, dev: dev, addr: addr, path: attach.SocketPath(s.cfg.Dir, addr),
 		sessions: map[*session]struct{}{}, owners: map[any]owner{}}
+	d.cm = cm.NewService(eng, addr, dev.Query().NodeGUID, dev.QueryPort(1).ActiveMTU, nil)
 	if d.cfg.Name == "" {
 		d.cfg.Name = "sw0"
 	}
 	if d.l, err = shm.Listen(d.path); err != nil {
+		d.cm.Close()
 		dev.Close()
 		return nil, fmt.Errorf("serve: %s: %w", d.cfg.Name, err)
 	}
@@ -212,6 +216,7 @@ func (d *device) close() {
 		s.c.Close() // its serve loop tears it down
 		<-s.done
 	}
+	d.cm.Close()
 	d.dev.Close()
 	d.wg.Wait()
 	os.Remove(d.path)

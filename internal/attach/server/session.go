@@ -46,6 +46,8 @@ type session struct {
 	srqs    []*srqObj
 	cqs     []*cqObj
 	pumped  chan struct{}
+
+	cm cmState // rdma_cm channels and ids (cm.go)
 }
 
 var errHandle = driver.NewError(driver.ErrInvalidAttr, "no such object in this process")
@@ -234,6 +236,7 @@ func (s *session) hello(r *attach.Reader, w *attach.Writer) ([]*os.File, error) 
 // address handles, regions, CQs, PDs.
 func (s *session) teardown() {
 	s.d.drop(s) // no port event is sent to it from now on
+	s.cmTeardown()
 	s.mu.Lock()
 	s.closing = true
 	s.mu.Unlock()

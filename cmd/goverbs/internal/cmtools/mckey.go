@@ -199,8 +199,8 @@ func newMcNode(o *mckeyOpts, dev *verbs.Device) (*mcNode, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mckey: unable to create QP: %v", err)
 	}
-	n.mem = make([]byte, verbs.GRHLen+o.size)
-	if n.mr, err = n.pd.RegMR(n.mem, verbs.AccessLocalWrite); err != nil {
+	n.mem = pageBuf(verbs.GRHLen + o.size)
+	if n.mr, err = n.pd.RegMR(pages(n.mem), verbs.AccessLocalWrite); err != nil {
 		return nil, errors.New("failed to reg MR")
 	}
 	if !o.sender {

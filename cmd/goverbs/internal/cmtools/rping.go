@@ -193,21 +193,23 @@ func (s *rpingSession) open(dev *verbs.Device) error {
 	if err = cm.InitQP(s.qp); err != nil {
 		return err
 	}
-	s.recvBuf, s.sendBuf = make([]byte, rpingInfoLen), make([]byte, rpingInfoLen)
-	s.rdmaBuf = make([]byte, s.o.size)
+	// Each buffer on pages of its own, which an attached device (goverbs serve)
+	// requires of registered memory; each MR covers its buffer's pages.
+	s.recvBuf, s.sendBuf = pageBuf(rpingInfoLen), pageBuf(rpingInfoLen)
+	s.rdmaBuf = pageBuf(s.o.size)
 	rw := verbs.AccessLocalWrite | verbs.AccessRemoteRead | verbs.AccessRemoteWrite
-	if s.recvMR, err = s.pd.RegMR(s.recvBuf, verbs.AccessLocalWrite); err != nil {
+	if s.recvMR, err = s.pd.RegMR(pages(s.recvBuf), verbs.AccessLocalWrite); err != nil {
 		return err
 	}
-	if s.sendMR, err = s.pd.RegMR(s.sendBuf, 0); err != nil {
+	if s.sendMR, err = s.pd.RegMR(pages(s.sendBuf), 0); err != nil {
 		return err
 	}
-	if s.rdmaMR, err = s.pd.RegMR(s.rdmaBuf, rw); err != nil {
+	if s.rdmaMR, err = s.pd.RegMR(pages(s.rdmaBuf), rw); err != nil {
 		return err
 	}
 	if !s.server {
-		s.startBuf = make([]byte, s.o.size)
-		if s.startMR, err = s.pd.RegMR(s.startBuf, rw); err != nil {
+		s.startBuf = pageBuf(s.o.size)
+		if s.startMR, err = s.pd.RegMR(pages(s.startBuf), rw); err != nil {
 			return err
 		}
 	}

@@ -59,7 +59,7 @@ func newRCNode(o *cmtestOpts, dev *verbs.Device) (*rcNode, error) {
 	if o.count == 0 {
 		return n, nil
 	}
-	if n.mr, err = n.pd.RegMR(make([]byte, o.size), verbs.AccessLocalWrite); err != nil {
+	if n.mr, err = n.pd.RegMR(pages(pageBuf(o.size)), verbs.AccessLocalWrite); err != nil {
 		return nil, errors.New("failed to reg MR")
 	}
 	for range o.count {

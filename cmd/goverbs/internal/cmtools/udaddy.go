@@ -63,11 +63,11 @@ func newUDNode(o *cmtestOpts, dev *verbs.Device) (*udNode, error) {
 	if err := cm.ReadyUD(n.qp); err != nil { // as rdma_create_qp leaves a UD id's QP
 		return nil, err
 	}
-	n.mem = make([]byte, 40+o.size)
+	n.mem = pageBuf(40 + o.size)
 	for i := range n.mem[40:] {
 		n.mem[40+i] = byte(i)
 	}
-	if n.mr, err = n.pd.RegMR(n.mem, verbs.AccessLocalWrite); err != nil {
+	if n.mr, err = n.pd.RegMR(pages(n.mem), verbs.AccessLocalWrite); err != nil {
 		return nil, errors.New("failed to reg MR")
 	}
 	for range o.count {

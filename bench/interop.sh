@@ -6,14 +6,14 @@
 # server and as the client (sender and receiver for mckey); both sides must exit 0.
 #
 #   bench/interop.sh                     # writes docs/interop/matrix.md and docs/interop/transcripts/
-#   ONLY=pingpong bench/interop.sh /tmp/x   # one family: pingpong, ipv6, cm, perftest, capi
+#   ONLY=pingpong bench/interop.sh /tmp/x   # one family: pingpong, ipv6, cm, perftest, fabric, capi
 #
 # Environment:
 #   RXE_VM_DIR   the harness (default ../shared/rxe-vm); its RXE_* variables pass through, so
 #                RXE_NETNS=rxeio RXE_NET_PREFIX=10.79.0 keeps clear of another user's VM.
 #   UP=1         boot the VM (build.sh, up.sh) if it does not answer; DOWN=1 stops it at the end.
 #   GOVERBS=BIN  a goverbs binary to test (default: built from this tree into a temp dir).
-#   ONLY=FAMILY  run one family of cases (pingpong, ipv6, cm, rsockets, perftest, capi).
+#   ONLY=FAMILY  run one family of cases (pingpong, ipv6, cm, rsockets, perftest, fabric, capi).
 #   RSTREAM_DEFAULT=1 also runs rstream with its default sizes both ways (slow under TCG).
 #   TIMEOUT=60   seconds each side may take.
 #   The ipv6 family runs when the guest has an IPv6 address (the VM brought up with RXE_IPV6=1).
@@ -212,6 +212,19 @@ pf read_lat read_lat RC "-n 100"
 pf atomic_lat atomic_lat RC "-n 100"
 pf write_bw-R write_bw "RC, rdma_cm (-R)" "-R -n 100 -s 4096"
 pf send_lat-R send_lat "RC, rdma_cm (-R)" "-R -n 100"
+
+family=fabric
+# Congestion control and selective repeat on the goverbs side (issue 31): rxe ignores ECN
+# marks and treats a CNP as an unknown packet, and a goverbs requester with selective repeat
+# on runs go-back-N with a peer that never negotiated it; every case must still pass.
+ccsr="--cc dcqcn --sr"
+fab() { # fab ID TOOL TRANSPORT GOVERBS-CMD PEER-CMD
+  pair_case "$1" "$2" "$3, goverbs with $ccsr" "$4" "$5" "$6" "$H" "$V"
+}
+fab rc-ccsr rc_pingpong RC "$rdmacore" "$g rc_pingpong --bind $H -g 0 $ccsr" "ibv_rc_pingpong -d rxe0 -g 1"
+fab rc-big-ccsr rc_pingpong RC "$rdmacore" "$g rc_pingpong --bind $H -g 0 -s 10000 -n 200 $ccsr" "ibv_rc_pingpong -d rxe0 -g 1 -s 10000 -n 200"
+fab write_bw-ccsr write_bw RC "$pt" "$g write_bw --bind $H -n 2000 -s 65536 $ccsr" "ib_write_bw -d rxe0 -x 1 -n 2000 -s 65536"
+fab read_bw-ccsr read_bw RC "$pt" "$g read_bw --bind $H -n 500 -s 65536 $ccsr" "ib_read_bw -d rxe0 -x 1 -n 500 -s 65536"
 
 family=capi
 # Debian's own programs on the host over goverbs' libibverbs.so.1 against the same programs on

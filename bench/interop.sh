@@ -216,8 +216,9 @@ pf send_lat-R send_lat "RC, rdma_cm (-R)" "-R -n 100"
 family=fabric
 # Congestion control and selective repeat on the goverbs side (issue 31): rxe ignores ECN
 # marks and treats a CNP as an unknown packet, and a goverbs requester with selective repeat
-# on runs go-back-N with a peer that never negotiated it; every case must still pass.
-ccsr="--cc dcqcn --sr"
+# on runs go-back-N with a peer that never negotiated it; every case must still pass (--stats
+# prints the counters: ECN-capable packets out, no CNP, no selective retransmit).
+ccsr="--cc dcqcn --sr --stats"
 fab() { # fab ID TOOL TRANSPORT GOVERBS-CMD PEER-CMD
   pair_case "$1" "$2" "$3, goverbs with $ccsr" "$4" "$5" "$6" "$H" "$V"
 }

@@ -289,14 +289,9 @@ func (s *Service) ResolveAddr(tok uint64, src netip.Addr, dst netip.AddrPort) er
 // ResolveRoute is rdma_resolve_route: on RoCE there is no subnet manager to ask, so
 // ROUTE_RESOLVED follows at once.
 func (s *Service) ResolveRoute(tok uint64) error {
-	s.mu.Lock()
-	id := s.ids[tok]
-	if id == nil || id.state != stAddrResolved {
-		s.mu.Unlock()
-		if id == nil {
-			return errNoID
-		}
-		return errIDState
+	id, err := s.lockedIn(tok, stAddrResolved)
+	if err != nil {
+		return err
 	}
 	id.state = stRouteResolved
 	ev := ServiceEvent{Kind: SvcRouteResolved, ID: tok, Local: id.local, Remote: id.remote}
@@ -323,6 +318,21 @@ func (s *Service) Query(tok uint64) (local, remote netip.AddrPort, err error) {
 		return local, remote, errNoID
 	}
 	return id.local, id.remote, nil
+}
+
+// lockedIn returns tok's id with s.mu held when the id is in state want; otherwise it
+// returns errNoID or errIDState with s.mu released.
+func (s *Service) lockedIn(tok uint64, want svcState) (*svcID, error) {
+	s.mu.Lock()
+	id := s.ids[tok]
+	if id == nil || id.state != want {
+		s.mu.Unlock()
+		if id == nil {
+			return nil, errNoID
+		}
+		return nil, errIDState
+	}
+	return id, nil
 }
 
 // Listen is rdma_listen on an id bound (or not: it binds to a free port then).
@@ -360,14 +370,9 @@ func (s *Service) Listen(tok uint64, backlog int) error {
 // Connect is rdma_connect with a user-managed QP: a REQ for the remote address's
 // port carrying p.QPN; CONNECT_RESPONSE (or REJECTED, UNREACHABLE) follows.
 func (s *Service) Connect(tok uint64, p *ServiceParam) error {
-	s.mu.Lock()
-	id := s.ids[tok]
-	if id == nil || id.state != stRouteResolved {
-		s.mu.Unlock()
-		if id == nil {
-			return errNoID
-		}
-		return errIDState
+	id, err := s.lockedIn(tok, stRouteResolved)
+	if err != nil {
+		return err
 	}
 	if id.udp {
 		return s.connectUD(id, p) // unlocks
@@ -394,7 +399,7 @@ func (s *Service) Connect(tok uint64, p *ServiceParam) error {
 	id.state = stConnecting
 	s.mu.Unlock()
 	var ic *ibcm.Conn
-	err := a.do(func(now time.Time) error {
+	err = a.do(func(now time.Time) error {
 		if a.closed {
 			return ErrClosed
 		}
@@ -418,14 +423,9 @@ func (s *Service) Connect(tok uint64, p *ServiceParam) error {
 // has brought the QP to RTS with InitQPAttr's attributes); ESTABLISHED follows the
 // peer's RTU.
 func (s *Service) Accept(tok uint64, p *ServiceParam) error {
-	s.mu.Lock()
-	id := s.ids[tok]
-	if id == nil || id.state != stRequested {
-		s.mu.Unlock()
-		if id == nil {
-			return errNoID
-		}
-		return errIDState
+	id, err := s.lockedIn(tok, stRequested)
+	if err != nil {
+		return err
 	}
 	if id.udp {
 		return s.replyUD(id, &mad.SIDRRepFields{Status: mad.SIDRValid, QPN: p.QPN & 0xffffff, QKey: UDPQKey,
@@ -484,14 +484,9 @@ func (s *Service) Reject(tok uint64, priv []byte) error {
 // Establish is rdma_establish on the active side: the RTU, once the caller has
 // brought its QP to RTS.
 func (s *Service) Establish(tok uint64) error {
-	s.mu.Lock()
-	id := s.ids[tok]
-	if id == nil || id.state != stReplied {
-		s.mu.Unlock()
-		if id == nil {
-			return errNoID
-		}
-		return errIDState
+	id, err := s.lockedIn(tok, stReplied)
+	if err != nil {
+		return err
 	}
 	ic := id.ic
 	id.state = stEstablished

@@ -53,6 +53,24 @@ type kernelBackend interface {
 	close() error
 }
 
+// startingBackend is a kernelBackend whose events start flowing to a handler.
+type startingBackend interface {
+	kernelBackend
+	start(handle func(kevent))
+}
+
+// startKernelAgent makes the Agent of dev on backend b (librdmacm, or an attached
+// device's daemon) and starts its events; b is closed if that fails.
+func startKernelAgent(dev *verbs.Device, b startingBackend, cfg *Config) (*Agent, error) {
+	a, err := newKernelAgent(dev, b, cfg)
+	if err != nil {
+		b.close()
+		return nil, err
+	}
+	b.start(func(e kevent) { a.k.handle(a, e) })
+	return a, nil
+}
+
 // Address and route resolution time out as rping's and ucmatose's do (2 s each).
 const kernelResolveTimeout = 2 * time.Second
 

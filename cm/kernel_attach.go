@@ -39,13 +39,8 @@ func newAttached(dev *verbs.Device, cfg *Config) (*Agent, bool, error) {
 	if err != nil {
 		return nil, true, err
 	}
-	a, err := newKernelAgent(dev, b, cfg)
-	if err != nil {
-		b.close()
-		return nil, true, err
-	}
-	b.start(func(e kevent) { a.k.handle(a, e) })
-	return a, true, nil
+	a, err := startKernelAgent(dev, b, cfg)
+	return a, true, err
 }
 
 // attachBackend is kernelBackend over the attach protocol: tokens are the daemon's id

@@ -10,8 +10,6 @@ import (
 	"sync"
 	"syscall"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/goverbs/goverbs/cm"
 	"github.com/goverbs/goverbs/internal/attach"
 	"github.com/goverbs/goverbs/verbs/driver"
@@ -262,24 +260,17 @@ func (s *session) ownsQPN(qpn uint32) bool {
 }
 
 func (s *session) cmCreateChannel(w *attach.Writer) ([]*os.File, error) {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	ev, peer, err := eventSocket("attach-cm-events")
 	if err != nil {
 		return nil, err
 	}
-	ours := os.NewFile(uintptr(fds[0]), "attach-cm-events")
-	fc, err := net.FileConn(ours)
-	ours.Close()
-	if err != nil {
-		unix.Close(fds[1])
-		return nil, err
-	}
-	ch := &cmChan{ev: fc.(*net.UnixConn), q: make(chan []byte, cmEventQueue)}
+	ch := &cmChan{ev: ev, q: make(chan []byte, cmEventQueue)}
 	c := &s.cm
 	c.mu.Lock()
 	if c.closed || len(c.chans) >= maxCMChannels {
 		c.mu.Unlock()
 		ch.ev.Close()
-		unix.Close(fds[1])
+		peer.Close()
 		if !c.closed {
 			return nil, errCMLimit
 		}
@@ -290,7 +281,7 @@ func (s *session) cmCreateChannel(w *attach.Writer) ([]*os.File, error) {
 	c.mu.Unlock()
 	go ch.write()
 	w.U32(ch.h)
-	return []*os.File{os.NewFile(uintptr(fds[1]), "attach-cm-events-peer")}, nil
+	return []*os.File{peer}, nil
 }
 
 // write sends the channel's events until it is destroyed (its queue closed) or its

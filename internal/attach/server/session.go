@@ -205,30 +205,40 @@ func (s *session) hello(r *attach.Reader, w *attach.Writer) ([]*os.File, error) 
 	if s.ev != nil {
 		return nil, driver.NewError(driver.ErrInvalidAttr, "HELLO twice")
 	}
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	ev, peer, err := eventSocket("attach-events")
 	if err != nil {
 		return nil, err
 	}
-	ours := os.NewFile(uintptr(fds[0]), "attach-events")
-	c, err := net.FileConn(ours)
-	ours.Close()
-	if err != nil {
-		unix.Close(fds[1])
-		return nil, err
-	}
-	s.ev = c.(*net.UnixConn)
+	s.ev = ev
 	go s.writeEvents()
 	go s.pump()
 	db, err := dupFile(s.db.File())
 	if err != nil {
-		unix.Close(fds[1])
+		peer.Close()
 		return nil, err
 	}
 	w.U32(attach.Version)
 	w.Str(s.d.cfg.Name)
 	w.U64(s.d.dev.Query().NodeGUID)
 	s.d.srv.log.Info("attached", "device", s.d.cfg.Name, "pid", s.pid, "program", s.prog)
-	return []*os.File{os.NewFile(uintptr(fds[1]), "attach-events-peer"), db}, nil
+	return []*os.File{peer, db}, nil
+}
+
+// eventSocket makes a SOCK_SEQPACKET pair: the daemon's end, in Go's netpoller, and the
+// end that goes to the client with the reply (the session's events, a CM channel's).
+func eventSocket(name string) (*net.UnixConn, *os.File, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	ours := os.NewFile(uintptr(fds[0]), name)
+	c, err := net.FileConn(ours)
+	ours.Close()
+	if err != nil {
+		unix.Close(fds[1])
+		return nil, nil, err
+	}
+	return c.(*net.UnixConn), os.NewFile(uintptr(fds[1]), name+"-peer"), nil
 }
 
 // teardown destroys what the client left, as the kernel does for a process that exits

@@ -34,6 +34,7 @@ const (
 	CM       Block = 68 // cm
 	RDMANet  Block = 69 // rdmanet
 	NetIO    Block = 70 // netio (its multicast groups; its sockets bind port 0)
+	Soft     Block = 71 // verbs/soft
 )
 
 // attempts bounds the search: with 64,516 addresses per block, failing this many draws

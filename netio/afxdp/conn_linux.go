@@ -67,6 +67,9 @@ type Conn struct {
 	wmu sync.Mutex // the send side: tx and completion rings, txFree, the neighbour cache
 
 	txFree []uint64 // send frames this side holds
+	// Header templates of recent destinations (WriteBatch); wmu guards them.
+	tmpls    [txTemplates]txTemplate
+	tmplNext int
 
 	// The local path (local_linux.go): nil where the address and port were taken.
 	lp      *localPath

@@ -307,9 +307,10 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 	}
 	x := c.x
 	hl := headerLen(c.v6)
-	flow := flowHeader{srcMAC: c.srcMAC, src: c.local, ttl: c.ttl}
-	var hop netip.Addr // the destination flow.dstMAC was resolved for
-	hopLocal := false  // hop is on this host: the local path
+	var hop netip.Addr // the destination mac was resolved for
+	var mac [6]byte
+	hopLocal := false // hop is on this host: the local path
+	var t *txTemplate // the headers of the datagrams to the last destination
 	now := time.Now()
 	// The datagrams sent, counted once per batch rather than with an atomic add each.
 	var sent, sentLocal uint64
@@ -349,7 +350,7 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 				continue
 			}
 		} else if dst.Addr() != hop || !hop.IsValid() {
-			mac, err := c.neigh.lookup(dst.Addr(), now)
+			hw, err := c.neigh.lookup(dst.Addr(), now)
 			switch {
 			case err == errLocal && c.lp != nil:
 				hop, hopLocal = dst.Addr(), true
@@ -361,10 +362,9 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 				fail(mi, m.NumSegments(), err)
 				continue
 			default:
-				hop, hopLocal, flow.dstMAC = dst.Addr(), false, mac
+				hop, hopLocal, mac = dst.Addr(), false, hw
 			}
 		}
-		flow.dst = dst
 		seg := m.N
 		if m.SegSize > 0 && m.SegSize < m.N {
 			seg = m.SegSize
@@ -380,6 +380,9 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 				sentLocal++
 			}
 			continue
+		}
+		if t == nil || t.dst != dst || t.dstMAC != mac {
+			t = c.template(dst, mac)
 		}
 		for i := range segs {
 			off := i * seg
@@ -398,7 +401,7 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 			}
 			f := x.umem[addr : addr+x.frameSize]
 			m.CopyData(f[hl:hl+size], off)
-			putHeaders(f, &flow, size)
+			t.put(f, size, netio.ECNNotECT)
 			d := x.tx.desc(x.tx.local)
 			d.Addr, d.Len, d.Options = addr, uint32(hl+size), 0
 			x.tx.local++
@@ -414,6 +417,25 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 		return len(msgs), first
 	}
 	return len(msgs), nil
+}
+
+// txTemplates is how many destinations' header templates a Conn keeps: an RC
+// responder's ACKs to a few requesters, or a requester's streams to a few responders,
+// interleave within a batch without rebuilding them.
+const txTemplates = 8
+
+// template returns the header template for datagrams to dst through the neighbour at
+// mac, building it over the least recently built one when none is kept. wmu is held.
+func (c *Conn) template(dst netip.AddrPort, mac [6]byte) *txTemplate {
+	for i := range c.tmpls {
+		if t := &c.tmpls[i]; t.n != 0 && t.dst == dst && t.dstMAC == mac {
+			return t
+		}
+	}
+	t := &c.tmpls[c.tmplNext]
+	c.tmplNext = (c.tmplNext + 1) % len(c.tmpls)
+	t.build(c.srcMAC, mac, c.local, dst, c.ttl)
+	return t
 }
 
 // dataHolds reports whether m's data (Buf, or the Iov slices) holds its N bytes.

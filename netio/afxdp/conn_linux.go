@@ -369,10 +369,12 @@ func (c *Conn) LocalAddr() netip.AddrPort { return c.local }
 func (c *Conn) SourceAddr() netip.AddrPort { return c.local }
 
 // Caps: batches of up to 64; no GSO and no GRO (each datagram is one frame, built and
-// parsed here); IPv4 datagrams leave with DF set and Identification 0. RecvBuf and
-// SendBuf are the UMEM's bytes for each direction.
+// parsed here); IPv4 datagrams leave with DF set and Identification 0; ECN both ways
+// (the codepoint is written into and read from the IP header here, at no cost, and the
+// local path and groups carry it in control messages). RecvBuf and SendBuf are the
+// UMEM's bytes for each direction.
 func (c *Conn) Caps() netio.Caps {
-	return netio.Caps{BatchSize: batchSize, MaxSegments: 1, RecvBuf: c.half, SendBuf: c.half, IPv4IDZero: !c.v6}
+	return netio.Caps{BatchSize: batchSize, MaxSegments: 1, RecvBuf: c.half, SendBuf: c.half, IPv4IDZero: !c.v6, ECN: true}
 }
 
 // Mode reports whether the socket runs zero-copy or in copy mode.

@@ -28,6 +28,8 @@ type localPath struct {
 	name   unix.RawSockaddrInet6 // recvfrom's sender; the receive lock guards it
 	dst    unix.RawSockaddrInet6 // sendto's destination; the send lock guards it and buf
 	buf    []byte                // a gathered datagram (Message.Iov)
+	roob   [64]byte              // recvmsg's control messages (the ECN bits); the receive lock guards it
+	soob   [64]byte              // sendmsg's (the ECN codepoint to send); the send lock guards it
 	local  netip.AddrPort
 	polled uint32 // empty busy polls since the socket was last read
 }
@@ -90,6 +92,9 @@ func openLocalPath(local netip.AddrPort, ifindex int) (*localPath, error) {
 	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, localRecvBuf) != nil {
 		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, localRecvBuf)
 	}
+	// The ECN bits of what arrives, for Message.ECN (Caps.ECN): this is the slow path,
+	// and a TOS control message per datagram is the price of honest Caps.
+	netio.SetRecvECN(fd, v6)
 	if err := unix.Bind(fd, sa); err != nil {
 		return fail("bind", err)
 	}
@@ -98,19 +103,25 @@ func openLocalPath(local netip.AddrPort, ifindex int) (*localPath, error) {
 
 func (l *localPath) close() { unix.Close(l.fd) }
 
-// recv reads queued datagrams into msgs without waiting and reports how many it read. A
-// datagram longer than its buffer is cut to it.
+// recv reads queued datagrams into msgs without waiting and reports how many it read,
+// with the ECN codepoint each arrived with. A datagram longer than its buffer is cut to
+// it.
 func (l *localPath) recv(msgs []netio.Message) int {
 	n := 0
+	var iov unix.Iovec
+	var h unix.Msghdr
 	for n < len(msgs) {
 		m := &msgs[n]
-		var p uintptr
+		iov.Base, iov.Len = nil, 0
 		if len(m.Buf) > 0 {
-			p = uintptr(unsafe.Pointer(&m.Buf[0]))
+			iov.Base = &m.Buf[0]
+			iov.SetLen(len(m.Buf))
 		}
-		salen := uint32(unix.SizeofSockaddrInet6)
-		got, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(l.fd), p, uintptr(len(m.Buf)),
-			unix.MSG_DONTWAIT|unix.MSG_TRUNC, uintptr(unsafe.Pointer(&l.name)), uintptr(unsafe.Pointer(&salen)))
+		h = unix.Msghdr{Name: (*byte)(unsafe.Pointer(&l.name)), Namelen: unix.SizeofSockaddrInet6,
+			Iov: &iov, Iovlen: 1, Control: &l.roob[0]}
+		h.SetControllen(len(l.roob))
+		got, _, e := unix.RawSyscall(unix.SYS_RECVMSG, uintptr(l.fd), uintptr(unsafe.Pointer(&h)),
+			unix.MSG_DONTWAIT|unix.MSG_TRUNC)
 		if e == unix.EINTR {
 			continue
 		}
@@ -120,6 +131,7 @@ func (l *localPath) recv(msgs []netio.Message) int {
 		m.N = min(int(got), len(m.Buf))
 		m.SegSize = 0
 		m.Addr = l.from()
+		m.ECN = netio.ECNFromCmsgs(l.roob[:min(int(h.Controllen), len(l.roob))])
 		n++
 	}
 	return n
@@ -154,9 +166,27 @@ func (l *localPath) send(m *netio.Message, off, size int, dst netip.AddrPort) er
 	if len(data) > 0 {
 		p = uintptr(unsafe.Pointer(&data[0]))
 	}
+	// A codepoint other than Not-ECT goes in a control message (sendmsg), as the UDP
+	// backend sends it; Not-ECT, the socket's default, needs none (sendto).
+	var iov unix.Iovec
+	var h unix.Msghdr
+	ecn := m.ECN & netio.ECNMask
+	if ecn != netio.ECNNotECT {
+		if len(data) > 0 {
+			iov.Base = &data[0]
+			iov.SetLen(len(data))
+		}
+		h = unix.Msghdr{Name: (*byte)(unsafe.Pointer(&l.dst)), Namelen: salen, Iov: &iov, Iovlen: 1, Control: &l.soob[0]}
+		h.SetControllen(netio.PutECNCmsg(l.soob[:], l.v6, ecn))
+	}
 	for tries := 0; ; tries++ {
-		_, _, e := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(l.fd), p, uintptr(len(data)), unix.MSG_DONTWAIT,
-			uintptr(unsafe.Pointer(&l.dst)), uintptr(salen))
+		var e unix.Errno
+		if ecn != netio.ECNNotECT {
+			_, _, e = unix.RawSyscall(unix.SYS_SENDMSG, uintptr(l.fd), uintptr(unsafe.Pointer(&h)), unix.MSG_DONTWAIT)
+		} else {
+			_, _, e = unix.RawSyscall6(unix.SYS_SENDTO, uintptr(l.fd), p, uintptr(len(data)), unix.MSG_DONTWAIT,
+				uintptr(unsafe.Pointer(&l.dst)), uintptr(salen))
+		}
 		switch {
 		case e == 0:
 			return nil

@@ -122,6 +122,7 @@ func (t *txTemplate) put(f []byte, payloadLen int, ecn netio.ECN) {
 type parsed struct {
 	src, dst netip.AddrPort
 	payload  []byte // a sub-slice of the frame
+	ecn      netio.ECN
 }
 
 // dropReason says why parseFrame refused a frame; each has a counter (Stats).
@@ -177,7 +178,8 @@ func parseFrame(f []byte, local netip.AddrPort) (parsed, dropReason) {
 		}
 		p.src = netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip[12:16])), 0)
 		p.dst = netip.AddrPortFrom(dst, 0)
-		udp = ip[ihl:total] // Ethernet padding after total is not the datagram's
+		p.ecn = netio.ECN(ip[1]) & netio.ECNMask // the TOS byte's low bits (RFC 3168 section 5)
+		udp = ip[ihl:total]                      // Ethernet padding after total is not the datagram's
 	case et == etherTypeIPv6 && v6:
 		if len(ip) < ipv6HeaderLen {
 			return p, dropMalformed
@@ -198,6 +200,7 @@ func parseFrame(f []byte, local netip.AddrPort) (parsed, dropReason) {
 		}
 		p.src = netip.AddrPortFrom(netip.AddrFrom16([16]byte(ip[8:24])), 0)
 		p.dst = netip.AddrPortFrom(dst, 0)
+		p.ecn = netio.ECN(ip[1]>>4) & netio.ECNMask // the traffic class's low bits (RFC 8200 section 3)
 		udp = ip[ipv6HeaderLen : ipv6HeaderLen+plen]
 	default:
 		return p, dropNotOurs

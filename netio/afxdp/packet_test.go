@@ -173,8 +173,8 @@ func TestTemplateMatchesWire(t *testing.T) {
 					t.Fatalf("%v, %d bytes, %v: UDP checksum does not verify", c.dst, n, ecn)
 				}
 				p, why := parseFrame(f, c.dst)
-				if why != dropNone || !bytes.Equal(p.payload, payload) {
-					t.Fatalf("%v, %d bytes, %v: parse %v", c.dst, n, ecn, why)
+				if why != dropNone || !bytes.Equal(p.payload, payload) || p.ecn != ecn {
+					t.Fatalf("%v, %d bytes, %v: parse %v, ECN %v", c.dst, n, ecn, why, p.ecn)
 				}
 			}
 		}

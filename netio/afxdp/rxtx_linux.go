@@ -302,10 +302,13 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 	skipped := 0
 	fail := func(mi, datagrams int, err error) {
 		skipped += datagrams
-		if first == nil {
+		// The lowest index: the local path's refusals are heard at its flush, after
+		// later messages' ring failures.
+		if first == nil || mi < first.Index {
 			first = &netio.SendError{Index: mi, Addr: msgs[mi].Addr, Err: err}
 		}
 	}
+	failLocal := func(mi int, err error) { fail(mi, 1, err) }
 	x := c.x
 	hl := headerLen(c.v6)
 	var hop netip.Addr // the destination mac was resolved for
@@ -315,6 +318,15 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 	now := time.Now()
 	// The datagrams sent, counted once per batch rather than with an atomic add each.
 	var sent, sentLocal uint64
+	queuedLocal := false // datagrams wait in the local path's batch
+	flushLocal := func() {
+		if queuedLocal {
+			n, calls := c.lp.flush(failLocal)
+			sentLocal += uint64(n)
+			c.txLocalCalls.Add(uint64(calls))
+			queuedLocal = false
+		}
+	}
 	defer func() {
 		if sent+sentLocal > 0 {
 			c.txPackets.Add(sent + sentLocal)
@@ -374,11 +386,10 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 		if hopLocal {
 			for i := range segs {
 				off := i * seg
-				if err := c.lp.send(m, off, min(seg, m.N-off), dst); err != nil {
-					fail(mi, 1, err)
-					continue
+				queuedLocal = true
+				if c.lp.add(m, off, min(seg, m.N-off), dst, mi) {
+					flushLocal() // full
 				}
-				sentLocal++
 			}
 			continue
 		}
@@ -395,6 +406,7 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 			}
 			addr, err := c.takeTxFrame()
 			if err != nil {
+				flushLocal()
 				if first != nil {
 					first.Skipped = skipped
 				}
@@ -413,6 +425,7 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 		}
 	}
 	c.flushTx()
+	flushLocal()
 	if first != nil {
 		first.Skipped = skipped
 		return len(msgs), first

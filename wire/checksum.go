@@ -16,10 +16,22 @@ import (
 // It adds little-endian 64-bit words with end-around carry (RFC 1071 section 2: the sum
 // is independent of byte order but for a final swap, and 2^64−1 is a multiple of
 // 2^16−1, so a 64-bit end-around sum folds to the 16-bit one): a plain 8-byte load and
-// an add-with-carry per 8 bytes, where summing big-endian 32-bit words cost a byte swap
+// an add-with-carry per 8 bytes, chained through the carry flag, where summing big-endian 32-bit words cost a byte swap
 // and an add per 4 (the 64 KiB AF_XDP sender spent 8.7% of its CPU in it).
 func Checksum(s uint64, b []byte) uint64 {
 	var acc, carries, c uint64
+	for len(b) >= 64 {
+		acc, c = bits.Add64(acc, binary.LittleEndian.Uint64(b[0:]), 0)
+		acc, c = bits.Add64(acc, binary.LittleEndian.Uint64(b[8:]), c)
+		acc, c = bits.Add64(acc, binary.LittleEndian.Uint64(b[16:]), c)
+		acc, c = bits.Add64(acc, binary.LittleEndian.Uint64(b[24:]), c)
+		acc, c = bits.Add64(acc, binary.LittleEndian.Uint64(b[32:]), c)
+		acc, c = bits.Add64(acc, binary.LittleEndian.Uint64(b[40:]), c)
+		acc, c = bits.Add64(acc, binary.LittleEndian.Uint64(b[48:]), c)
+		acc, c = bits.Add64(acc, binary.LittleEndian.Uint64(b[56:]), c)
+		carries += c
+		b = b[64:]
+	}
 	for len(b) >= 32 {
 		acc, c = bits.Add64(acc, binary.LittleEndian.Uint64(b[0:]), 0)
 		acc, c = bits.Add64(acc, binary.LittleEndian.Uint64(b[8:]), c)
@@ -34,11 +46,23 @@ func Checksum(s uint64, b []byte) uint64 {
 		b = b[8:]
 	}
 	if len(b) > 0 {
-		// The tail, zero-padded: an odd last byte is the high byte of its 16-bit word
-		// (RFC 1071), the low one in little-endian order, swapped below.
-		var t [8]byte
-		copy(t[:], b)
-		acc, c = bits.Add64(acc, binary.LittleEndian.Uint64(t[:]), 0)
+		// The tail as one zero-padded little-endian word, built without a copy (a
+		// memmove call would cost a 20-byte IPv4 header more than its sum): an odd last
+		// byte is the high byte of its 16-bit word (RFC 1071), the low one here,
+		// swapped below.
+		var w uint64
+		shift := uint(0)
+		if len(b) >= 4 {
+			w, shift, b = uint64(binary.LittleEndian.Uint32(b)), 32, b[4:]
+		}
+		if len(b) >= 2 {
+			w |= uint64(binary.LittleEndian.Uint16(b)) << shift
+			shift, b = shift+16, b[2:]
+		}
+		if len(b) == 1 {
+			w |= uint64(b[0]) << shift
+		}
+		acc, c = bits.Add64(acc, w, 0)
 		carries += c
 	}
 	acc, c = bits.Add64(acc, carries, 0) // 2^64 ≡ 1: each carry out is worth 1

@@ -105,6 +105,29 @@ func (m Mode) String() string {
 	return fmt.Sprintf("Mode(%d)", int(m))
 }
 
+// Info describes the socket, for a device listing or a tool's --stats.
+type Info struct {
+	Interface string
+	Queue     int
+	Queues    []int // every receive queue bound, Queue first
+	MTU       int
+	Mode      Mode
+	// GenericXDP: the program runs in generic (SKB) mode, the driver having no native
+	// XDP (or Options.GenericXDP).
+	GenericXDP bool
+	// BusyPoll: the Conn was opened with Options.BusyPoll; KernelBusyPoll: the kernel
+	// accepted the busy-poll socket options.
+	BusyPoll, KernelBusyPoll bool
+	// LocalPath: datagrams to and from this host go through a kernel UDP socket on the
+	// same address and port; LocalPathErr says why there is none (the address and port
+	// were taken, by a kernel rxe device for one).
+	LocalPath    bool
+	LocalPathErr error
+	// TxBudget: in copy mode, the descriptors one sendto transmits (the whole tx ring
+	// where the kernel lets it be raised, else 32).
+	TxBudget int
+}
+
 // Stats are a Conn's counters, and the kernel's for the socket (XDP_STATISTICS).
 type Stats struct {
 	RxPackets, TxPackets uint64

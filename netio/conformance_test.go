@@ -42,20 +42,21 @@ func teePcap(t testing.TB, c netio.Conn) netio.Conn {
 }
 
 // TestConformance runs the netiotest suite on the UDP backend, over IPv4 and IPv6, in
-// both receive modes, without offloads, and through a pcap Tee.
+// both receive modes, without offloads, without ECN, and through a pcap Tee.
 func TestConformance(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		pair netiotest.MakePair
 	}{
-		{"ipv4", udpPair("127.0.0.2:0", "127.0.0.3:0", netio.UDPOptions{}, nil)},
-		{"ipv6", udpPair("[::1]:0", "[::1]:0", netio.UDPOptions{}, nil)},
-		{"busypoll", udpPair("127.0.0.2:0", "127.0.0.3:0", netio.UDPOptions{BusyPoll: true}, nil)},
-		{"busypoll-ipv6", udpPair("[::1]:0", "[::1]:0", netio.UDPOptions{BusyPoll: true}, nil)},
-		{"no-offloads", udpPair("127.0.0.2:0", "127.0.0.3:0", netio.UDPOptions{DisableGSO: true, DisableGRO: true}, nil)},
-		{"tee", udpPair("127.0.0.2:0", "127.0.0.3:0", netio.UDPOptions{}, teePcap)},
-		{"tee-ipv6", udpPair("[::1]:0", "[::1]:0", netio.UDPOptions{}, teePcap)},
-		{"tee-busypoll", udpPair("127.0.0.2:0", "127.0.0.3:0", netio.UDPOptions{BusyPoll: true}, teePcap)},
+		{"ipv4", udpPair("127.0.0.2:0", "127.0.0.3:0", netio.UDPOptions{ECN: true}, nil)},
+		{"ipv6", udpPair("[::1]:0", "[::1]:0", netio.UDPOptions{ECN: true}, nil)},
+		{"busypoll", udpPair("127.0.0.2:0", "127.0.0.3:0", netio.UDPOptions{BusyPoll: true, ECN: true}, nil)},
+		{"busypoll-ipv6", udpPair("[::1]:0", "[::1]:0", netio.UDPOptions{BusyPoll: true, ECN: true}, nil)},
+		{"no-offloads", udpPair("127.0.0.2:0", "127.0.0.3:0", netio.UDPOptions{DisableGSO: true, DisableGRO: true, ECN: true}, nil)},
+		{"no-ecn", udpPair("127.0.0.2:0", "127.0.0.3:0", netio.UDPOptions{}, nil)}, // the ECN subtest skips
+		{"tee", udpPair("127.0.0.2:0", "127.0.0.3:0", netio.UDPOptions{ECN: true}, teePcap)},
+		{"tee-ipv6", udpPair("[::1]:0", "[::1]:0", netio.UDPOptions{ECN: true}, teePcap)},
+		{"tee-busypoll", udpPair("127.0.0.2:0", "127.0.0.3:0", netio.UDPOptions{BusyPoll: true, ECN: true}, teePcap)},
 	} {
 		t.Run(tc.name, func(t *testing.T) { netiotest.TestConn(t, tc.pair) })
 	}

@@ -2,7 +2,11 @@
 
 package netio
 
-import "net/netip"
+import (
+	"net/netip"
+
+	"golang.org/x/sys/unix"
+)
 
 // SameHostConnect makes c (a same-host Conn) rendezvous with the device at a now,
 // instead of at its first datagram, so that a test's traffic starts on the rings.
@@ -42,4 +46,21 @@ func SameHostScribble(c Conn, a netip.AddrPort, garbage func(mem []byte)) bool {
 // calling thread's network namespace.
 func SameHostSockName(a netip.AddrPort) string {
 	return "shm-" + netnsTag() + "-" + netip.AddrPortFrom(a.Addr().Unmap(), a.Port()).String() + ".sock"
+}
+
+// RecvSockoptInt reads an int socket option of c's receive socket (a UDP Conn's, or a
+// multicast group's).
+func RecvSockoptInt(c Conn, level, opt int) (v int, err error) {
+	var u *udpConn
+	switch c := c.(type) {
+	case *udpConn:
+		u = c
+	case *groupConn:
+		u = c.udpConn
+	}
+	cerr := u.rc.Control(func(fd uintptr) { v, err = unix.GetsockoptInt(int(fd), level, opt) })
+	if cerr != nil {
+		return 0, cerr
+	}
+	return v, err
 }

@@ -79,7 +79,9 @@ func (c *udpConn) JoinGroup(group netip.Addr) (Conn, error) {
 			return fmt.Errorf("SO_REUSEADDR: %w", err)
 		}
 		g.rcvBuf = setBuf(fd, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, c.rcvWant)
-		g.ecn = recvECN(fd, c.v6)
+		if c.ecn {
+			g.ecn = recvECN(fd, c.v6) // as the parent was opened: only where something reads ECN
+		}
 		if c.v6 {
 			acceptZeroChecksum6(fd)
 			_ = unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_ALL, 0)

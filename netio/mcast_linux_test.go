@@ -96,10 +96,11 @@ func TestTeeJoinGroupRecords(t *testing.T) {
 	}
 }
 
-// A group's Conn reports the ECN codepoint of what it receives, as its parent does.
+// A group's Conn reports the ECN codepoint of what it receives, as its parent (opened
+// with ECN) does.
 func TestJoinGroupECN(t *testing.T) {
-	a := listen(t, "127.0.0.1:0", UDPOptions{})
-	sender := listen(t, "127.0.0.3:0", UDPOptions{})
+	a := listen(t, "127.0.0.1:0", UDPOptions{ECN: true})
+	sender := listen(t, "127.0.0.3:0", UDPOptions{ECN: true})
 	group := testaddr.Group(testaddr.NetIO)
 	g, err := a.(Multicaster).JoinGroup(group)
 	if err != nil {

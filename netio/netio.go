@@ -277,6 +277,14 @@ type UDPOptions struct {
 	BusyPoll bool
 	// ReusePort sets SO_REUSEPORT before binding.
 	ReusePort bool
+	// ECN asks the kernel for each received datagram's ECN codepoint
+	// (IP_RECVTOS, IPV6_RECVTCLASS) and sends with Message.ECN's (Caps.ECN).
+	// Off, the kernel attaches no TOS control message to datagrams, which
+	// costs it a cmsg per datagram (put_cmsg in every recvmmsg slot): ask for
+	// it only when something reads Message.ECN, as a software device's
+	// congestion control does (it answers CE with CNPs). Multicast groups
+	// joined on the Conn follow it.
+	ECN bool
 }
 
 // bufSizes returns the socket buffer sizes to ask for: the options', or the defaults.

@@ -3,9 +3,6 @@
 package netio_test
 
 import (
-	"fmt"
-	"os"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -18,28 +15,8 @@ import (
 // rendezvous directory is the same: the path a user built between namespaces (its MTU,
 // loss, firewall) is what they are there to use.
 func TestSameHostNotAcrossNamespaces(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("network namespaces need root")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("no ip(8)")
-	}
-	a, b := fmt.Sprintf("gvshm-a-%d", os.Getpid()), fmt.Sprintf("gvshm-b-%d", os.Getpid())
-	run := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v\n%s", args, err, out)
-		}
-	}
-	run("netns", "add", a)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", a).Run() })
-	run("netns", "add", b)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", b).Run() })
-	run("-n", a, "link", "add", "va", "type", "veth", "peer", "name", "vb", "netns", b)
-	run("-n", a, "addr", "add", "192.0.2.1/24", "dev", "va")
-	run("-n", b, "addr", "add", "192.0.2.2/24", "dev", "vb")
-	run("-n", a, "link", "set", "va", "up")
-	run("-n", b, "link", "set", "vb", "up")
+	v := netnstest.NewVeth(t, netnstest.VethOptions{Prefix: "gvshm"})
+	a, b := v.A, v.B
 
 	dir := rendezvousDir(t)
 	var ca, cb netio.Conn

@@ -41,7 +41,7 @@ type udpConn struct {
 	rc    syscall.RawConn // the receive socket, either kind
 	snd   *rawFD          // the send socket
 	v6    bool
-	ecn   bool           // the receive socket reports each datagram's TOS or traffic class (Caps.ECN); set at open
+	ecn   bool           // UDPOptions.ECN was asked for and the receive socket reports each datagram's TOS or traffic class (Caps.ECN); set at open
 	local netip.AddrPort // the receive socket's address
 	src   netip.AddrPort // the send socket's address
 
@@ -252,7 +252,11 @@ func (c *udpConn) probeOffload(opts UDPOptions) {
 		})
 	}
 	_ = c.rc.Control(traceSocket) // receive timestamps, in a goverbs_trace build only
-	_ = c.rc.Control(func(fd uintptr) { c.ecn = recvECN(int(fd), c.v6) })
+	if opts.ECN {
+		// Only when asked (issue 31): with IP_RECVTOS on, every datagram received
+		// carries a control message, read or not.
+		_ = c.rc.Control(func(fd uintptr) { c.ecn = recvECN(int(fd), c.v6) })
+	}
 	if !opts.DisableGRO {
 		_ = c.rc.Control(func(fd uintptr) {
 			if err := unix.SetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_GRO, 1); err == nil {

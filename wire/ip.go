@@ -47,7 +47,7 @@ func AppendIPUDP(b []byte, ip *IPHeader, udpPayloadLen int) []byte {
 		s, d := addr4(ip.Src), addr4(ip.Dst)
 		copy(h[12:16], s[:])
 		copy(h[16:20], d[:])
-		binary.BigEndian.PutUint16(h[10:], ^checksumFold(checksumAdd(0, h[:ipv4HeaderLen])))
+		binary.BigEndian.PutUint16(h[10:], ^ChecksumFold(Checksum(0, h[:ipv4HeaderLen])))
 		binary.BigEndian.PutUint16(h[20:], ip.SrcPort)
 		binary.BigEndian.PutUint16(h[22:], ip.DstPort)
 		binary.BigEndian.PutUint16(h[24:], uint16(udpLen))
@@ -77,36 +77,12 @@ func AppendIPUDPPacket(b []byte, ip *IPHeader, payload []byte) []byte {
 		d := b[start:]
 		udp := d[ipv6HeaderLen:]
 		// Pseudo-header: addresses, upper-layer length, next header.
-		s := checksumAdd(0, d[8:40])
-		s += uint32(len(udp)) + protoUDP
-		s = checksumAdd(s, udp)
-		c := ^checksumFold(s)
-		if c == 0 {
-			c = 0xffff // RFC 768: a computed 0 is sent as all ones
-		}
-		binary.BigEndian.PutUint16(udp[6:], c)
+		s := Checksum(0, d[8:40])
+		s += uint64(len(udp)) + protoUDP
+		s = Checksum(s, udp)
+		binary.BigEndian.PutUint16(udp[6:], UDPChecksum(s))
 	}
 	return b
-}
-
-// checksumAdd adds b to the ones' complement sum s (RFC 1071), without
-// folding.
-func checksumAdd(s uint32, b []byte) uint32 {
-	for len(b) >= 2 {
-		s += uint32(binary.BigEndian.Uint16(b))
-		b = b[2:]
-	}
-	if len(b) == 1 {
-		s += uint32(b[0]) << 8
-	}
-	return s
-}
-
-func checksumFold(s uint32) uint16 {
-	for s > 0xffff {
-		s = s>>16 + s&0xffff
-	}
-	return uint16(s)
 }
 
 // ParseIPUDP reads an IPv4 or IPv6 header and a UDP header from the start of

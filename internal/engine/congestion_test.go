@@ -290,7 +290,16 @@ func TestCongestionAllocsNothing(t *testing.T) {
 	if engine.RaceEnabled {
 		t.Skip("allocation counts are meaningless under the race detector")
 	}
+	// The paper's parameters, except that nothing depends on the time between steps: every
+	// CNP cuts (no DecreaseInterval to wait out) and the rate never climbs back during the
+	// test (an hour's increase timer, no byte counter, α never decays). With the paper's
+	// 55 µs timer a loaded machine let the rate recover between the cuts' sleeps, or
+	// before the paced writes, and the paced half measured unpaced writes.
 	cc := congestion.PaperConfig(10e9)
+	cc.DecreaseInterval = 0
+	cc.IncreaseInterval = time.Hour
+	cc.ByteCounter = 0
+	cc.AlphaInterval = time.Hour
 	a, b := newHostCfg(t, verbs.SoftConfig{Congestion: cc}), newHostCfg(t, verbs.SoftConfig{Congestion: cc})
 	p := newPair(t, a, b, verbs.QPTypeRC, defaultRC())
 	src, dst := a.MR(t, 64<<10, allAccess), b.MR(t, 64<<10, allAccess)
@@ -319,21 +328,29 @@ func TestCongestionAllocsNothing(t *testing.T) {
 	if n := testing.AllocsPerRun(20, write); n != 0 {
 		t.Errorf("%v allocations per unpaced 64 KiB WRITE", n)
 	}
-	// Five CNPs cut the rate to a few hundred Mb/s, where it stays for the test's few
-	// milliseconds: the writes below are paced.
+	// Five CNPs cut the rate to 10 Gb/s / 32, about 312 Mb/s, where it stays: the writes
+	// below are paced, each 64 KiB WRITE waiting for its budget several times.
 	for range 5 {
 		if !engine.InjectCNP(a.GID, p.QA.QPN()) {
 			t.Fatal("no such QP")
 		}
-		time.Sleep(10 * time.Microsecond) // beyond DecreaseInterval: each cuts
+	}
+	if cuts := a.Dev.Counters().Get("rate_cuts"); cuts != 5 {
+		t.Fatalf("%d rate cuts for 5 CNPs", cuts)
 	}
 	for range 4 {
 		write()
 	}
+	waits := a.Dev.Counters().Get("pace_waits")
 	if n := testing.AllocsPerRun(20, write); n != 0 {
 		t.Errorf("%v allocations per paced 64 KiB WRITE", n)
 	}
-	if a.Dev.Counters().Get("pace_waits") == 0 {
-		t.Error("the stream was never paced")
+	// The measured writes themselves were paced (AllocsPerRun makes 21 calls), at the
+	// cut rate.
+	if w := a.Dev.Counters().Get("pace_waits") - waits; w < 21 {
+		t.Errorf("%d pace waits over 21 paced 64 KiB WRITEs: the measured stream was not paced", w)
+	}
+	if r := a.Dev.Counters().Get("cc_rate_min_mbps"); r == 0 || r > 400 {
+		t.Errorf("rate %d Mb/s after five cuts from 10 Gb/s, want about 312", r)
 	}
 }

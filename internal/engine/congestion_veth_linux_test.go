@@ -3,12 +3,10 @@
 package engine_test
 
 import (
-	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,44 +21,18 @@ import (
 // Congestion control on real sockets: two network namespaces joined by a veth pair
 // (made for the test and deleted after it, the pair with them; addresses from RFC 5737's
 // TEST-NET-1, which exist only inside them), with nft rules that mark or drop RoCEv2
-// packets as a congested or lossy fabric would (netio/afxdp's tests set namespaces up
-// the same way).
+// packets as a congested or lossy fabric would (internal/netnstest makes them, as it
+// does for netio/afxdp's tests).
 
-var vethSeq atomic.Int32
-
-// vethNet makes the namespaces; it skips without root, ip or nft.
+// vethNet makes the namespaces (netnstest.NewVeth, MTU 9000); it skips without root,
+// ip or nft.
 func vethNet(t *testing.T) (nsA, nsB string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: network namespaces, nft")
+	if _, err := exec.LookPath("nft"); err != nil {
+		t.Skip("needs nft")
 	}
-	for _, tool := range []string{"ip", "nft"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s", tool)
-		}
-	}
-	seq := vethSeq.Add(1)
-	nsA, nsB = fmt.Sprintf("gvcc-a-%d-%d", os.Getpid(), seq), fmt.Sprintf("gvcc-b-%d-%d", os.Getpid(), seq)
-	t.Cleanup(func() {
-		exec.Command("ip", "netns", "del", nsA).Run()
-		exec.Command("ip", "netns", "del", nsB).Run()
-	})
-	for _, args := range [][]string{
-		{"netns", "add", nsA},
-		{"netns", "add", nsB},
-		{"-n", nsA, "link", "add", "va", "mtu", "9000", "type", "veth", "peer", "name", "vb", "mtu", "9000", "netns", nsB},
-		{"-n", nsA, "addr", "add", "192.0.2.1/24", "dev", "va"},
-		{"-n", nsB, "addr", "add", "192.0.2.2/24", "dev", "vb"},
-		{"-n", nsA, "link", "set", "lo", "up"},
-		{"-n", nsB, "link", "set", "lo", "up"},
-		{"-n", nsA, "link", "set", "va", "up"},
-		{"-n", nsB, "link", "set", "vb", "up"},
-	} {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-	return nsA, nsB
+	v := netnstest.NewVeth(t, netnstest.VethOptions{Prefix: "gvcc", MTU: 9000})
+	return v.A, v.B
 }
 
 // nftIn loads an nft ruleset into namespace ns.
@@ -92,9 +64,10 @@ func listenIn(t *testing.T, ns string, addr netip.AddrPort, opts netio.UDPOption
 func vethPair(t *testing.T, nsA, nsB string, cc congestion.Config, sr, noGSO bool) *pair {
 	t.Helper()
 	a4, b4 := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
-	opts := netio.UDPOptions{DisableGSO: noGSO}
+	// ECN as verbs/soft opens a device's socket: read only with congestion control on.
+	opts := netio.UDPOptions{DisableGSO: noGSO, ECN: cc.Enabled}
 	ca, cb := listenIn(t, nsA, netip.AddrPortFrom(a4, wire.UDPPort), opts), listenIn(t, nsB, netip.AddrPortFrom(b4, wire.UDPPort), opts)
-	if !ca.Caps().ECN {
+	if cc.Enabled && !ca.Caps().ECN {
 		ca.Close()
 		cb.Close()
 		t.Skip("the UDP backend reports no ECN here")

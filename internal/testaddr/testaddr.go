@@ -35,6 +35,7 @@ const (
 	RDMANet  Block = 69 // rdmanet
 	NetIO    Block = 70 // netio (its multicast groups; its sockets bind port 0)
 	Attach   Block = 71 // verbs/attach and internal/attach/server (the shared-device daemon)
+	Soft     Block = 72 // verbs/soft
 )
 
 // attempts bounds the search: with 64,516 addresses per block, failing this many draws

@@ -105,6 +105,29 @@ func (m Mode) String() string {
 	return fmt.Sprintf("Mode(%d)", int(m))
 }
 
+// Info describes the socket, for a device listing or a tool's --stats.
+type Info struct {
+	Interface string
+	Queue     int
+	Queues    []int // every receive queue bound, Queue first
+	MTU       int
+	Mode      Mode
+	// GenericXDP: the program runs in generic (SKB) mode, the driver having no native
+	// XDP (or Options.GenericXDP).
+	GenericXDP bool
+	// BusyPoll: the Conn was opened with Options.BusyPoll; KernelBusyPoll: the kernel
+	// accepted the busy-poll socket options.
+	BusyPoll, KernelBusyPoll bool
+	// LocalPath: datagrams to and from this host go through a kernel UDP socket on the
+	// same address and port; LocalPathErr says why there is none (the address and port
+	// were taken, by a kernel rxe device for one).
+	LocalPath    bool
+	LocalPathErr error
+	// TxBudget: in copy mode, the descriptors one sendto transmits (the whole tx ring
+	// where the kernel lets it be raised, else 32).
+	TxBudget int
+}
+
 // Stats are a Conn's counters, and the kernel's for the socket (XDP_STATISTICS).
 type Stats struct {
 	RxPackets, TxPackets uint64
@@ -128,6 +151,9 @@ type Stats struct {
 	// the receive side, sendto to make the kernel transmit (in copy mode one per batch of
 	// up to the transmit budget; see Conn.Info).
 	RxKicks, TxKicks uint64
+	// TxLocalCalls counts the sendmmsg calls that sent TxLocal's datagrams: one per
+	// WriteBatch (of up to 64 datagrams) unless the kernel refuses some.
+	TxLocalCalls uint64
 	// The kernel's counters (see linux/if_xdp.h).
 	KernelRxDropped, KernelRxInvalid, KernelTxInvalid, KernelRxRingFull,
 	KernelFillRingEmpty, KernelTxRingEmpty uint64

@@ -24,5 +24,8 @@ func (*Conn) Close() error                            { return ErrNotSupported }
 // Mode is ModeCopy: there is no socket.
 func (*Conn) Mode() Mode { return ModeCopy }
 
+// Info is empty: there is no socket.
+func (*Conn) Info() Info { return Info{} }
+
 // Stats are zero.
 func (*Conn) Stats() Stats { return Stats{} }

@@ -44,7 +44,7 @@ func open(t *testing.T, ns, ifname string, addr netip.Addr, s side) netio.Conn {
 				c = x
 			}
 		} else {
-			c, err = netio.ListenUDP(netip.AddrPortFrom(addr, 4791), netio.UDPOptions{BusyPoll: s.busy})
+			c, err = netio.ListenUDP(netip.AddrPortFrom(addr, 4791), netio.UDPOptions{BusyPoll: s.busy, ECN: true}) // ECN: the suite checks it both ways
 		}
 	})
 	if err != nil {

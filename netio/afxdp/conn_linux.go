@@ -67,6 +67,9 @@ type Conn struct {
 	wmu sync.Mutex // the send side: tx and completion rings, txFree, the neighbour cache
 
 	txFree []uint64 // send frames this side holds
+	// Header templates of recent destinations (WriteBatch); wmu guards them.
+	tmpls    [txTemplates]txTemplate
+	tmplNext int
 
 	// The local path (local_linux.go): nil where the address and port were taken.
 	lp      *localPath
@@ -77,7 +80,7 @@ type Conn struct {
 
 	netns int // the network namespace Open ran in (netns_linux.go)
 
-	rxPackets, txPackets, rxMalformed, rxNotOurs, txNoNeigh, txTooBig, rxLocal, txLocal, rxKicks, txKicks atomic.Uint64
+	rxPackets, txPackets, rxMalformed, rxNotOurs, txNoNeigh, txTooBig, rxLocal, txLocal, rxKicks, txKicks, txLocalCalls atomic.Uint64
 }
 
 var _ netio.Conn = (*Conn)(nil)
@@ -366,10 +369,12 @@ func (c *Conn) LocalAddr() netip.AddrPort { return c.local }
 func (c *Conn) SourceAddr() netip.AddrPort { return c.local }
 
 // Caps: batches of up to 64; no GSO and no GRO (each datagram is one frame, built and
-// parsed here); IPv4 datagrams leave with DF set and Identification 0. RecvBuf and
-// SendBuf are the UMEM's bytes for each direction.
+// parsed here); IPv4 datagrams leave with DF set and Identification 0; ECN both ways
+// (the codepoint is written into and read from the IP header here, at no cost, and the
+// local path and groups carry it in control messages). RecvBuf and SendBuf are the
+// UMEM's bytes for each direction.
 func (c *Conn) Caps() netio.Caps {
-	return netio.Caps{BatchSize: batchSize, MaxSegments: 1, RecvBuf: c.half, SendBuf: c.half, IPv4IDZero: !c.v6}
+	return netio.Caps{BatchSize: batchSize, MaxSegments: 1, RecvBuf: c.half, SendBuf: c.half, IPv4IDZero: !c.v6, ECN: true}
 }
 
 // Mode reports whether the socket runs zero-copy or in copy mode.
@@ -378,29 +383,6 @@ func (c *Conn) Mode() Mode {
 		return ModeZeroCopy
 	}
 	return ModeCopy
-}
-
-// Info describes the socket, for a device listing or a tool's --stats.
-type Info struct {
-	Interface string
-	Queue     int
-	Queues    []int // every receive queue bound, Queue first
-	MTU       int
-	Mode      Mode
-	// GenericXDP: the program runs in generic (SKB) mode, the driver having no native
-	// XDP (or Options.GenericXDP).
-	GenericXDP bool
-	// BusyPoll: the Conn was opened with Options.BusyPoll; KernelBusyPoll: the kernel
-	// accepted the busy-poll socket options.
-	BusyPoll, KernelBusyPoll bool
-	// LocalPath: datagrams to and from this host go through a kernel UDP socket on the
-	// same address and port; LocalPathErr says why there is none (the address and port
-	// were taken, by a kernel rxe device for one).
-	LocalPath    bool
-	LocalPathErr error
-	// TxBudget: in copy mode, the descriptors one sendto transmits (the whole tx ring
-	// where the kernel lets it be raised, else 32).
-	TxBudget int
 }
 
 func (c *Conn) String() string {
@@ -441,6 +423,7 @@ func (c *Conn) EachCounter(f func(name string, value uint64)) {
 	f("xdp_tx_too_big", s.TxTooBig)
 	f("xdp_rx_kicks", s.RxKicks)
 	f("xdp_tx_kicks", s.TxKicks)
+	f("xdp_tx_local_calls", s.TxLocalCalls)
 	f("xdp_kernel_rx_dropped", s.KernelRxDropped)
 	f("xdp_kernel_rx_ring_full", s.KernelRxRingFull)
 	f("xdp_kernel_fill_ring_empty", s.KernelFillRingEmpty)
@@ -453,7 +436,7 @@ func (c *Conn) Stats() Stats {
 		RxMalformed: c.rxMalformed.Load(), RxNotOurs: c.rxNotOurs.Load(),
 		TxNoNeighbour: c.txNoNeigh.Load(), TxTooBig: c.txTooBig.Load(),
 		RxLocal: c.rxLocal.Load(), TxLocal: c.txLocal.Load(),
-		RxKicks: c.rxKicks.Load(), TxKicks: c.txKicks.Load(),
+		RxKicks: c.rxKicks.Load(), TxKicks: c.txKicks.Load(), TxLocalCalls: c.txLocalCalls.Load(),
 	}
 	c.waitMu.RLock()
 	defer c.waitMu.RUnlock()

@@ -26,8 +26,8 @@ type localPath struct {
 	fd     int
 	v6     bool
 	name   unix.RawSockaddrInet6 // recvfrom's sender; the receive lock guards it
-	dst    unix.RawSockaddrInet6 // sendto's destination; the send lock guards it and buf
-	buf    []byte                // a gathered datagram (Message.Iov)
+	roob   [64]byte              // recvmsg's control messages (the ECN bits); the receive lock guards it
+	batch  localBatch            // what WriteBatch sends (flush); the send lock guards it
 	local  netip.AddrPort
 	polled uint32 // empty busy polls since the socket was last read
 }
@@ -90,6 +90,9 @@ func openLocalPath(local netip.AddrPort, ifindex int) (*localPath, error) {
 	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, localRecvBuf) != nil {
 		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, localRecvBuf)
 	}
+	// The ECN bits of what arrives, for Message.ECN (Caps.ECN): this is the slow path,
+	// and a TOS control message per datagram is the price of honest Caps.
+	netio.SetRecvECN(fd, v6)
 	if err := unix.Bind(fd, sa); err != nil {
 		return fail("bind", err)
 	}
@@ -98,19 +101,25 @@ func openLocalPath(local netip.AddrPort, ifindex int) (*localPath, error) {
 
 func (l *localPath) close() { unix.Close(l.fd) }
 
-// recv reads queued datagrams into msgs without waiting and reports how many it read. A
-// datagram longer than its buffer is cut to it.
+// recv reads queued datagrams into msgs without waiting and reports how many it read,
+// with the ECN codepoint each arrived with. A datagram longer than its buffer is cut to
+// it.
 func (l *localPath) recv(msgs []netio.Message) int {
 	n := 0
+	var iov unix.Iovec
+	var h unix.Msghdr
 	for n < len(msgs) {
 		m := &msgs[n]
-		var p uintptr
+		iov.Base, iov.Len = nil, 0
 		if len(m.Buf) > 0 {
-			p = uintptr(unsafe.Pointer(&m.Buf[0]))
+			iov.Base = &m.Buf[0]
+			iov.SetLen(len(m.Buf))
 		}
-		salen := uint32(unix.SizeofSockaddrInet6)
-		got, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(l.fd), p, uintptr(len(m.Buf)),
-			unix.MSG_DONTWAIT|unix.MSG_TRUNC, uintptr(unsafe.Pointer(&l.name)), uintptr(unsafe.Pointer(&salen)))
+		h = unix.Msghdr{Name: (*byte)(unsafe.Pointer(&l.name)), Namelen: unix.SizeofSockaddrInet6,
+			Iov: &iov, Iovlen: 1, Control: &l.roob[0]}
+		h.SetControllen(len(l.roob))
+		got, _, e := unix.RawSyscall(unix.SYS_RECVMSG, uintptr(l.fd), uintptr(unsafe.Pointer(&h)),
+			unix.MSG_DONTWAIT|unix.MSG_TRUNC)
 		if e == unix.EINTR {
 			continue
 		}
@@ -120,6 +129,7 @@ func (l *localPath) recv(msgs []netio.Message) int {
 		m.N = min(int(got), len(m.Buf))
 		m.SegSize = 0
 		m.Addr = l.from()
+		m.ECN = netio.ECNFromCmsgs(l.roob[:min(int(h.Controllen), len(l.roob))])
 		n++
 	}
 	return n
@@ -136,46 +146,95 @@ func (l *localPath) from() netip.AddrPort {
 	return netip.AddrPortFrom(netip.AddrFrom16(l.name.Addr), port)
 }
 
-// send sends bytes [off, off+size) of m to dst through the kernel. On a full socket
-// buffer it waits for room a little (10 ms), then gives up on the datagram.
-func (l *localPath) send(m *netio.Message, off, size int, dst netip.AddrPort) error {
+// localBatch is the datagrams a WriteBatch sends through the local path, gathered for
+// one sendmmsg: a sendto per datagram made host-local traffic a syscall per packet
+// where the UDP backend makes one per batch. The send lock guards it.
+type localBatch struct {
+	hdrs  [batchSize]unix.Mmsghdr
+	iovs  [batchSize]unix.Iovec
+	addrs [batchSize]unix.RawSockaddrInet6
+	oob   [batchSize][32]byte // an IP_TOS / IPV6_TCLASS control message (netio.PutECNCmsg)
+	gath  [batchSize][]byte   // a gathered datagram's bytes (Message.Iov), kept to be reused
+	mi    [batchSize]int      // the message each datagram is part of, for its error
+	n     int
+}
+
+// add queues bytes [off, off+size) of m, message mi of the batch, for dst, with m's ECN
+// codepoint (a control message unless Not-ECT, the socket's default). It reports whether
+// the batch is full: then flush it before adding more. m's bytes must stay put until the
+// flush (WriteBatch's caller holds them until it returns).
+func (l *localPath) add(m *netio.Message, off, size int, dst netip.AddrPort, mi int) bool {
+	b := &l.batch
+	i := b.n
 	var data []byte
 	if m.Iov == nil {
 		data = m.Buf[off : off+size]
 	} else {
-		if cap(l.buf) < size {
-			l.buf = make([]byte, size)
+		if cap(b.gath[i]) < size {
+			b.gath[i] = make([]byte, size)
 		}
-		data = l.buf[:size]
+		data = b.gath[i][:size]
 		m.CopyData(data, off)
 	}
-	salen := l.putDst(dst)
-	var p uintptr
+	iov := &b.iovs[i]
+	iov.Base, iov.Len = nil, 0
 	if len(data) > 0 {
-		p = uintptr(unsafe.Pointer(&data[0]))
+		iov.Base = &data[0]
+		iov.SetLen(len(data))
 	}
-	for tries := 0; ; tries++ {
-		_, _, e := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(l.fd), p, uintptr(len(data)), unix.MSG_DONTWAIT,
-			uintptr(unsafe.Pointer(&l.dst)), uintptr(salen))
-		switch {
-		case e == 0:
-			return nil
-		case e == unix.EINTR:
-			continue
-		case e == unix.EAGAIN && tries == 0:
-			pfd := [1]unix.PollFd{{Fd: int32(l.fd), Events: unix.POLLOUT}}
-			_, _ = unix.Poll(pfd[:], 10)
-			continue
-		}
-		return e
+	h := &b.hdrs[i]
+	h.Hdr = unix.Msghdr{Name: (*byte)(unsafe.Pointer(&b.addrs[i])), Namelen: putSockaddr(&b.addrs[i], dst, l.v6),
+		Iov: iov, Iovlen: 1}
+	h.Len = 0
+	if ecn := m.ECN & netio.ECNMask; ecn != netio.ECNNotECT {
+		h.Hdr.Control = &b.oob[i][0]
+		h.Hdr.SetControllen(netio.PutECNCmsg(b.oob[i][:], l.v6, ecn))
 	}
+	b.mi[i] = mi
+	b.n++
+	return b.n == len(b.hdrs)
 }
 
-// putDst encodes dst into the send scratch address and returns its length.
-func (l *localPath) putDst(dst netip.AddrPort) uint32 {
+// flush sends the queued datagrams with sendmmsg, as few calls as the kernel lets it,
+// and reports how many left and how many calls it made; fail hears of each datagram the
+// kernel refused (with the index of its message). On a full socket buffer it waits for
+// room once (up to 10 ms), then gives up on the datagram at the head and goes on.
+func (l *localPath) flush(fail func(mi int, err error)) (sent, calls int) {
+	b := &l.batch
+	waited := false
+	for i := 0; i < b.n; {
+		r, _, e := unix.RawSyscall6(unix.SYS_SENDMMSG, uintptr(l.fd), uintptr(unsafe.Pointer(&b.hdrs[i])), uintptr(b.n-i),
+			unix.MSG_DONTWAIT, 0, 0)
+		calls++
+		switch {
+		case e == 0:
+			sent += int(r)
+			i += int(r)
+		case e == unix.EINTR:
+		case e == unix.EAGAIN && !waited:
+			waited = true
+			pfd := [1]unix.PollFd{{Fd: int32(l.fd), Events: unix.POLLOUT}}
+			_, _ = unix.Poll(pfd[:], 10)
+		default:
+			// sendmmsg fails only on its first datagram (a later failure ends the call
+			// with the count before it): that one is refused, the rest go on.
+			fail(b.mi[i], e)
+			i++
+		}
+	}
+	for i := range b.n {
+		b.iovs[i].Base = nil // keep no caller's buffer alive
+	}
+	b.n = 0
+	return sent, calls
+}
+
+// putSockaddr encodes dst into sa for a socket of the family v6 says and returns its
+// length.
+func putSockaddr(sa *unix.RawSockaddrInet6, dst netip.AddrPort, v6 bool) uint32 {
 	port := dst.Port()
-	if !l.v6 {
-		s4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(&l.dst))
+	if !v6 {
+		s4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
 		s4.Family = unix.AF_INET
 		p := (*[2]byte)(unsafe.Pointer(&s4.Port))
 		p[0], p[1] = byte(port>>8), byte(port)
@@ -183,11 +242,11 @@ func (l *localPath) putDst(dst netip.AddrPort) uint32 {
 		s4.Zero = [8]byte{}
 		return unix.SizeofSockaddrInet4
 	}
-	l.dst.Family = unix.AF_INET6
-	p := (*[2]byte)(unsafe.Pointer(&l.dst.Port))
+	sa.Family = unix.AF_INET6
+	p := (*[2]byte)(unsafe.Pointer(&sa.Port))
 	p[0], p[1] = byte(port>>8), byte(port)
-	l.dst.Flowinfo = 0
-	l.dst.Addr = dst.Addr().As16()
-	l.dst.Scope_id = 0
+	sa.Flowinfo = 0
+	sa.Addr = dst.Addr().As16()
+	sa.Scope_id = 0
 	return unix.SizeofSockaddrInet6
 }

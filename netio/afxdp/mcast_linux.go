@@ -99,6 +99,7 @@ func (c *Conn) groupSocket(group netip.Addr) (int, error) {
 	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, localRecvBuf) != nil {
 		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, localRecvBuf)
 	}
+	netio.SetRecvECN(fd, c.v6) // the group's Caps are the Conn's, ECN included
 	if err := unix.Bind(fd, sa); err != nil {
 		return fail("bind", err)
 	}

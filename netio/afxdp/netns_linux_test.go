@@ -3,12 +3,8 @@
 package afxdp_test
 
 import (
-	"fmt"
-	"net/netip"
 	"os"
-	"os/exec"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,22 +14,16 @@ import (
 )
 
 // testNet is two network namespaces joined by a veth pair, made for one test and
-// deleted after it (the veth pair goes with them): side A holds va (192.0.2.1,
-// 2001:db8::1), side B vb (192.0.2.2, 2001:db8::2). Addresses are from the
-// documentation ranges (RFC 5737, RFC 3849) and exist only inside the namespaces, so no
-// test traffic leaves them.
+// deleted after it (netnstest.Veth): side A holds va (192.0.2.1, 2001:db8::1), side B vb
+// (192.0.2.2, 2001:db8::2).
 type testNet struct {
-	A, B         string // namespace names
-	AddrA, AddrB netip.Addr
-	V6A, V6B     netip.Addr
+	*netnstest.Veth
 }
 
 const (
 	ifA = "va"
 	ifB = "vb"
 )
-
-var netSeq atomic.Int32
 
 // newTestNet makes the namespaces and the veth pair with the given MTU and one queue
 // each way. It skips the test without root, without ip (iproute2), or on a kernel
@@ -44,64 +34,26 @@ func newTestNet(t testing.TB, mtu int) *testNet {
 }
 
 // newTestNetQueues is newTestNet with queues receive queues on va and as many transmit
-// queues on vb: B's flows spread over A's queues by their hash.
+// queues on vb: B's flows spread over A's queues by their hash. (One by default: the
+// socket binds queue 0, and veth would otherwise spread flows over as many queues as
+// the machine has cores.)
 func newTestNetQueues(t testing.TB, mtu, queues int) *testNet {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: network namespaces, XDP")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs ip (iproute2)")
 	}
 	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Skipf("no AF_XDP sockets here: %v", err)
 	}
 	unix.Close(fd)
-	seq := netSeq.Add(1)
-	n := &testNet{
-		A: fmt.Sprintf("gvxdp-a-%d-%d", os.Getpid(), seq), B: fmt.Sprintf("gvxdp-b-%d-%d", os.Getpid(), seq),
-		AddrA: netip.MustParseAddr("192.0.2.1"), AddrB: netip.MustParseAddr("192.0.2.2"),
-		V6A: netip.MustParseAddr("2001:db8::1"), V6B: netip.MustParseAddr("2001:db8::2"),
-	}
-	t.Cleanup(func() {
-		exec.Command("ip", "netns", "del", n.A).Run()
-		exec.Command("ip", "netns", "del", n.B).Run()
-	})
-	m, q := fmt.Sprint(mtu), fmt.Sprint(queues)
-	for _, args := range [][]string{
-		{"netns", "add", n.A},
-		{"netns", "add", n.B},
-		// The queues asked for (one by default: the socket binds queue 0, and veth would
-		// otherwise spread flows over as many queues as the machine has cores).
-		{"-n", n.A, "link", "add", ifA, "mtu", m, "numtxqueues", q, "numrxqueues", q, "type", "veth",
-			"peer", "name", ifB, "mtu", m, "numtxqueues", q, "numrxqueues", q, "netns", n.B},
-		// No duplicate address detection on the link-local addresses either: the kernel
-		// sends no neighbour solicitation before it has a usable link-local source.
-		{"netns", "exec", n.A, "sh", "-c", "echo 0 > /proc/sys/net/ipv6/conf/" + ifA + "/accept_dad"},
-		{"netns", "exec", n.B, "sh", "-c", "echo 0 > /proc/sys/net/ipv6/conf/" + ifB + "/accept_dad"},
-		{"-n", n.A, "addr", "add", "192.0.2.1/24", "dev", ifA},
-		{"-n", n.B, "addr", "add", "192.0.2.2/24", "dev", ifB},
-		{"-n", n.A, "addr", "add", "2001:db8::1/64", "dev", ifA, "nodad"},
-		{"-n", n.B, "addr", "add", "2001:db8::2/64", "dev", ifB, "nodad"},
-		{"-n", n.A, "link", "set", "lo", "up"},
-		{"-n", n.B, "link", "set", "lo", "up"},
-		{"-n", n.A, "link", "set", ifA, "up"},
-		{"-n", n.B, "link", "set", ifB, "up"},
-	} {
-		n.ip(t, args...)
-	}
-	return n
+	return &testNet{netnstest.NewVeth(t, netnstest.VethOptions{Prefix: "gvxdp", MTU: mtu, Queues: queues, IPv6: true})}
 }
 
 // ip runs ip(8) with args and fails the test if it fails.
 func (n *testNet) ip(t testing.TB, args ...string) string {
 	t.Helper()
-	out, err := exec.Command("ip", args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
+	return netnstest.IP(t, args...)
 }
 
 // in runs f inside namespace ns (netnstest.In).

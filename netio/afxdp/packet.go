@@ -3,6 +3,9 @@ package afxdp
 import (
 	"encoding/binary"
 	"net/netip"
+
+	"github.com/goverbs/goverbs/netio"
+	"github.com/goverbs/goverbs/wire"
 )
 
 // Frame layout. goverbs builds every header of what it sends (the kernel's stack is
@@ -33,75 +36,93 @@ func headerLen(v6 bool) int {
 	return ethHeaderLen + ipv4HeaderLen + udpHeaderLen
 }
 
-// flowHeader is what every datagram from one source to one destination shares.
-type flowHeader struct {
-	srcMAC, dstMAC [6]byte
-	src, dst       netip.AddrPort
-	ttl            uint8
+// txTemplate is the Ethernet, IP and UDP headers every datagram to one destination
+// shares, built once for it: the IP and UDP part by wire.AppendIPUDP (the one
+// implementation of the headers goverbs sends; the UDP backend's kernel writes the same
+// fields), with the one's-complement sums of the fields that stay put. A datagram copies
+// it and patches what is its own: the lengths, the ECN bits and the two checksums, which
+// it completes from the kept sums (RFC 1624), summing only its payload.
+//
+// IPv4 goes as the kernel sends an unconnected IP_PMTUDISC_DO socket's datagrams, which
+// is what the engine computes the ICRC for (netio's IPv4 Identification contract): DF
+// set, Identification 0, no options, header checksum filled in. The UDP checksum is
+// computed for both families (IPv6 requires it, RFC 8200 8.1; for IPv4 it is what the
+// kernel's UDP sockets send, and any receiver, rxe among them, accepts it).
+type txTemplate struct {
+	dst    netip.AddrPort
+	dstMAC [6]byte
+	v6     bool
+	n      int // header bytes: headerLen(v6)
+	hdr    [ethHeaderLen + ipv6HeaderLen + udpHeaderLen]byte
+	ipSum  uint64 // IPv4: the header's sum with total length, TOS and checksum 0
+	udpSum uint64 // the pseudo-header's addresses and protocol and the UDP ports
 }
 
-// putHeaders writes the Ethernet, IP and UDP headers for a datagram of payloadLen bytes
-// into f (headerLen(v6) bytes; the payload already follows them in f). IPv4 goes as the
-// kernel sends an unconnected IP_PMTUDISC_DO socket's datagrams, which is what the
-// engine computes the ICRC for (netio's IPv4 Identification contract): DF set,
-// Identification 0, no options, header checksum filled in. The UDP checksum is computed
-// over the pseudo-header and the payload for both families (IPv6 requires it, RFC 8200
-// 8.1; for IPv4 it is what the kernel's UDP sockets send, and any receiver, rxe among
-// them, accepts it).
-func putHeaders(f []byte, h *flowHeader, payloadLen int) {
-	v6 := h.dst.Addr().Is6() && !h.dst.Addr().Is4In6()
-	copy(f[0:6], h.dstMAC[:])
-	copy(f[6:12], h.srcMAC[:])
-	udpLen := udpHeaderLen + payloadLen
-	var ip, udp []byte
-	var sum uint64
-	if v6 {
-		binary.BigEndian.PutUint16(f[12:], etherTypeIPv6)
-		ip = f[ethHeaderLen : ethHeaderLen+ipv6HeaderLen]
-		binary.BigEndian.PutUint32(ip[0:], 6<<28)
-		binary.BigEndian.PutUint16(ip[4:], uint16(udpLen))
-		ip[6] = protoUDP
-		ip[7] = h.ttl
-		s, d := h.src.Addr().As16(), h.dst.Addr().As16()
-		copy(ip[8:24], s[:])
-		copy(ip[24:40], d[:])
-		sum = checksumAdd(0, ip[8:40])
-		udp = f[ethHeaderLen+ipv6HeaderLen:]
+// build makes t the template for datagrams from src (srcMAC) to dst (dstMAC).
+func (t *txTemplate) build(srcMAC, dstMAC [6]byte, src, dst netip.AddrPort, ttl uint8) {
+	a := dst.Addr()
+	t.v6 = a.Is6() && !a.Is4In6()
+	t.dst, t.dstMAC = dst, dstMAC
+	b := append(t.hdr[:0], dstMAC[:]...)
+	b = append(b, srcMAC[:]...)
+	et := uint16(etherTypeIPv4)
+	if t.v6 {
+		et = etherTypeIPv6
+	}
+	b = binary.BigEndian.AppendUint16(b, et)
+	ip := wire.IPHeader{Src: src.Addr(), Dst: a, SrcPort: src.Port(), DstPort: dst.Port(), DF: !t.v6, TTL: ttl}
+	b = wire.AppendIPUDP(b, &ip, 0)
+	t.n = len(b)
+	h := t.hdr[ethHeaderLen:t.n]
+	var udp []byte
+	if t.v6 {
+		binary.BigEndian.PutUint16(h[4:], 0) // payload length: per datagram
+		t.udpSum = wire.Checksum(0, h[8:40])
+		udp = h[ipv6HeaderLen:]
 	} else {
-		binary.BigEndian.PutUint16(f[12:], etherTypeIPv4)
-		ip = f[ethHeaderLen : ethHeaderLen+ipv4HeaderLen]
-		ip[0] = 0x45
-		ip[1] = 0
-		binary.BigEndian.PutUint16(ip[2:], uint16(ipv4HeaderLen+udpLen))
-		binary.BigEndian.PutUint16(ip[4:], 0) // Identification 0: see netio's IPv4 contract
-		binary.BigEndian.PutUint16(ip[6:], ipv4DF)
-		ip[8] = h.ttl
-		ip[9] = protoUDP
-		ip[10], ip[11] = 0, 0
-		s, d := h.src.Addr().Unmap().As4(), h.dst.Addr().Unmap().As4()
-		copy(ip[12:16], s[:])
-		copy(ip[16:20], d[:])
-		binary.BigEndian.PutUint16(ip[10:], ^checksumFold(checksumAdd(0, ip)))
-		sum = checksumAdd(0, ip[12:20])
-		udp = f[ethHeaderLen+ipv4HeaderLen:]
+		binary.BigEndian.PutUint16(h[2:], 0)  // total length: per datagram
+		binary.BigEndian.PutUint16(h[10:], 0) // header checksum: per datagram
+		t.ipSum = wire.Checksum(0, h[:ipv4HeaderLen])
+		t.udpSum = wire.Checksum(0, h[12:20])
+		udp = h[ipv4HeaderLen:]
 	}
-	binary.BigEndian.PutUint16(udp[0:], h.src.Port())
-	binary.BigEndian.PutUint16(udp[2:], h.dst.Port())
+	binary.BigEndian.PutUint16(udp[4:], 0) // length: per datagram
+	binary.BigEndian.PutUint16(udp[6:], 0)
+	t.udpSum = wire.Checksum(t.udpSum+protoUDP, udp[:4])
+}
+
+// put writes the headers for a datagram of payloadLen bytes leaving with ECN codepoint
+// ecn into f, whose payload already follows the t.n header bytes: the template, then the
+// lengths, the ECN bits (the low two bits of the IPv4 TOS byte or of the IPv6 traffic
+// class, RFC 3168 section 5) and the checksums, from the kept sums and the payload's.
+func (t *txTemplate) put(f []byte, payloadLen int, ecn netio.ECN) {
+	copy(f, t.hdr[:t.n])
+	ecn &= netio.ECNMask
+	udpLen := udpHeaderLen + payloadLen
+	ip := f[ethHeaderLen:]
+	var udp []byte
+	if t.v6 {
+		ip[1] |= byte(ecn) << 4 // the traffic class is bits 4-11 of the first word (RFC 8200 section 3)
+		binary.BigEndian.PutUint16(ip[4:], uint16(udpLen))
+		udp = ip[ipv6HeaderLen:]
+	} else {
+		total := ipv4HeaderLen + udpLen
+		ip[1] = byte(ecn)
+		binary.BigEndian.PutUint16(ip[2:], uint16(total))
+		binary.BigEndian.PutUint16(ip[10:], ^wire.ChecksumFold(t.ipSum+uint64(total)+uint64(ecn)))
+		udp = ip[ipv4HeaderLen:]
+	}
 	binary.BigEndian.PutUint16(udp[4:], uint16(udpLen))
-	udp[6], udp[7] = 0, 0
-	sum += protoUDP + uint64(udpLen)
-	sum = checksumAdd(sum, udp[:udpLen])
-	c := ^checksumFold(sum)
-	if c == 0 {
-		c = 0xffff // 0 means "no checksum" (RFC 768)
-	}
-	binary.BigEndian.PutUint16(udp[6:], c)
+	// The UDP length counts twice: in the pseudo-header and in the header.
+	sum := wire.Checksum(t.udpSum+2*uint64(udpLen), udp[udpHeaderLen:udpLen])
+	binary.BigEndian.PutUint16(udp[6:], wire.UDPChecksum(sum))
 }
 
 // parsed is one received datagram, located in its frame.
 type parsed struct {
 	src, dst netip.AddrPort
 	payload  []byte // a sub-slice of the frame
+	ecn      netio.ECN
 }
 
 // dropReason says why parseFrame refused a frame; each has a counter (Stats).
@@ -145,7 +166,7 @@ func parseFrame(f []byte, local netip.AddrPort) (parsed, dropReason) {
 		if ihl < ipv4HeaderLen || total < ihl || total > len(ip) {
 			return p, dropMalformed
 		}
-		if checksumFold(checksumAdd(0, ip[:ihl])) != 0xffff {
+		if wire.ChecksumFold(wire.Checksum(0, ip[:ihl])) != 0xffff {
 			return p, dropMalformed
 		}
 		if ip[9] != protoUDP || binary.BigEndian.Uint16(ip[6:])&0x3fff != 0 {
@@ -157,7 +178,8 @@ func parseFrame(f []byte, local netip.AddrPort) (parsed, dropReason) {
 		}
 		p.src = netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip[12:16])), 0)
 		p.dst = netip.AddrPortFrom(dst, 0)
-		udp = ip[ihl:total] // Ethernet padding after total is not the datagram's
+		p.ecn = netio.ECN(ip[1]) & netio.ECNMask // the TOS byte's low bits (RFC 3168 section 5)
+		udp = ip[ihl:total]                      // Ethernet padding after total is not the datagram's
 	case et == etherTypeIPv6 && v6:
 		if len(ip) < ipv6HeaderLen {
 			return p, dropMalformed
@@ -178,6 +200,7 @@ func parseFrame(f []byte, local netip.AddrPort) (parsed, dropReason) {
 		}
 		p.src = netip.AddrPortFrom(netip.AddrFrom16([16]byte(ip[8:24])), 0)
 		p.dst = netip.AddrPortFrom(dst, 0)
+		p.ecn = netio.ECN(ip[1]>>4) & netio.ECNMask // the traffic class's low bits (RFC 8200 section 3)
 		udp = ip[ipv6HeaderLen : ipv6HeaderLen+plen]
 	default:
 		return p, dropNotOurs
@@ -197,40 +220,4 @@ func parseFrame(f []byte, local netip.AddrPort) (parsed, dropReason) {
 	p.dst = netip.AddrPortFrom(p.dst.Addr(), dport)
 	p.payload = udp[udpHeaderLen:ulen]
 	return p, dropNone
-}
-
-// checksumAdd adds b to the one's-complement sum s (RFC 1071), 32 bits at a time into a
-// 64-bit accumulator; fold the result with checksumFold.
-func checksumAdd(s uint64, b []byte) uint64 {
-	for len(b) >= 32 {
-		s += uint64(binary.BigEndian.Uint32(b[0:]))
-		s += uint64(binary.BigEndian.Uint32(b[4:]))
-		s += uint64(binary.BigEndian.Uint32(b[8:]))
-		s += uint64(binary.BigEndian.Uint32(b[12:]))
-		s += uint64(binary.BigEndian.Uint32(b[16:]))
-		s += uint64(binary.BigEndian.Uint32(b[20:]))
-		s += uint64(binary.BigEndian.Uint32(b[24:]))
-		s += uint64(binary.BigEndian.Uint32(b[28:]))
-		b = b[32:]
-	}
-	for len(b) >= 4 {
-		s += uint64(binary.BigEndian.Uint32(b))
-		b = b[4:]
-	}
-	if len(b) >= 2 {
-		s += uint64(binary.BigEndian.Uint16(b))
-		b = b[2:]
-	}
-	if len(b) == 1 {
-		s += uint64(b[0]) << 8
-	}
-	return s
-}
-
-// checksumFold folds a checksumAdd sum to 16 bits (not inverted).
-func checksumFold(s uint64) uint16 {
-	for s>>16 != 0 {
-		s = s&0xffff + s>>16
-	}
-	return uint16(s)
 }

@@ -6,6 +6,9 @@ import (
 	"net/netip"
 	"testing"
 	"unsafe"
+
+	"github.com/goverbs/goverbs/netio"
+	"github.com/goverbs/goverbs/wire"
 )
 
 var (
@@ -20,7 +23,9 @@ func frameTo(peer, local netip.AddrPort, payload []byte) []byte {
 	v6 := local.Addr().Is6()
 	f := make([]byte, headerLen(v6)+len(payload))
 	copy(f[headerLen(v6):], payload)
-	putHeaders(f, &flowHeader{srcMAC: [6]byte{2, 0, 0, 0, 0, 2}, dstMAC: [6]byte{2, 0, 0, 0, 0, 1}, src: peer, dst: local, ttl: DefaultTTL}, len(payload))
+	var t txTemplate
+	t.build([6]byte{2, 0, 0, 0, 0, 2}, [6]byte{2, 0, 0, 0, 0, 1}, peer, local, DefaultTTL)
+	t.put(f, len(payload), netio.ECNNotECT)
 	return f
 }
 
@@ -81,7 +86,7 @@ func TestParseFrameRefuses(t *testing.T) {
 	frag := bytes.Clone(f4)
 	frag[ip+6] |= 0x20
 	binary.BigEndian.PutUint16(frag[ip+10:], 0)
-	binary.BigEndian.PutUint16(frag[ip+10:], ^checksumFold(checksumAdd(0, frag[ip:ip+ipv4HeaderLen])))
+	binary.BigEndian.PutUint16(frag[ip+10:], ^wire.ChecksumFold(wire.Checksum(0, frag[ip:ip+ipv4HeaderLen])))
 	if _, why := parseFrame(frag, local4); why != dropNotOurs {
 		t.Errorf("fragment: %v", why)
 	}
@@ -117,4 +122,61 @@ func FuzzParseFrame(f *testing.F) {
 			t.Fatalf("re-encoded: %v %+v", why, again)
 		}
 	})
+}
+
+// A datagram's headers patched from its destination's template are what wire builds
+// from scratch for the same datagram (the IP header, checksum included, and the UDP
+// header; for IPv6 wire.AppendIPUDPPacket's checksum), for every ECN codepoint and
+// length, one template serving all of them; and the UDP checksum verifies (RFC 768).
+func TestTemplateMatchesWire(t *testing.T) {
+	for _, c := range []struct{ src, dst netip.AddrPort }{{local4, peer4}, {local6, peer6}} {
+		var tm txTemplate
+		srcMAC, dstMAC := [6]byte{2, 0, 0, 0, 0, 1}, [6]byte{2, 0, 0, 0, 0, 2}
+		tm.build(srcMAC, dstMAC, c.src, c.dst, DefaultTTL)
+		v6 := c.dst.Addr().Is6()
+		for _, n := range []int{0, 1, 7, 8, 33, 1000, 1471, 4096} {
+			for _, ecn := range []netio.ECN{netio.ECNNotECT, netio.ECNECT1, netio.ECNECT0, netio.ECNCE} {
+				payload := make([]byte, n)
+				for i := range payload {
+					payload[i] = byte(i*29 + n + 0xf0)
+				}
+				f := make([]byte, headerLen(v6)+n)
+				copy(f[headerLen(v6):], payload)
+				tm.put(f, n, ecn)
+				ip := wire.IPHeader{Src: c.src.Addr(), Dst: c.dst.Addr(), SrcPort: c.src.Port(), DstPort: c.dst.Port(),
+					DF: !v6, TTL: DefaultTTL, TOS: uint8(ecn)}
+				want := wire.AppendIPUDPPacket(nil, &ip, payload)
+				got := f[ethHeaderLen:]
+				udpAt := ipv4HeaderLen
+				if v6 {
+					udpAt = ipv6HeaderLen
+				}
+				if !bytes.Equal(got[:udpAt+6], want[:udpAt+6]) || !bytes.Equal(got[udpAt+8:], want[udpAt+8:]) {
+					t.Fatalf("%v, %d bytes, %v:\n got %x\nwant %x", c.dst, n, ecn, got[:udpAt+8], want[:udpAt+8])
+				}
+				if v6 && !bytes.Equal(got[udpAt+6:udpAt+8], want[udpAt+6:udpAt+8]) {
+					t.Fatalf("%v, %d bytes, %v: UDP checksum %x, wire's %x", c.dst, n, ecn, got[udpAt+6:udpAt+8], want[udpAt+6:udpAt+8])
+				}
+				if !bytes.Equal(f[0:6], dstMAC[:]) || !bytes.Equal(f[6:12], srcMAC[:]) {
+					t.Fatalf("Ethernet addresses %x", f[:12])
+				}
+				// The UDP checksum over the pseudo-header, header and payload sums to all ones.
+				var pseudo []byte
+				if v6 {
+					pseudo = append(pseudo, got[8:40]...)
+				} else {
+					pseudo = append(pseudo, got[12:20]...)
+				}
+				udp := got[udpAt:]
+				s := wire.Checksum(wire.Checksum(0, pseudo)+protoUDP+uint64(len(udp)), udp)
+				if wire.ChecksumFold(s) != 0xffff {
+					t.Fatalf("%v, %d bytes, %v: UDP checksum does not verify", c.dst, n, ecn)
+				}
+				p, why := parseFrame(f, c.dst)
+				if why != dropNone || !bytes.Equal(p.payload, payload) || p.ecn != ecn {
+					t.Fatalf("%v, %d bytes, %v: parse %v, ECN %v", c.dst, n, ecn, why, p.ecn)
+				}
+			}
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/goverbs/goverbs/netio"
 )
 
 // TestSteerProgram runs the XDP program in the kernel (BPF_PROG_TEST_RUN) on frames
@@ -37,7 +38,9 @@ func TestSteerProgram(t *testing.T) {
 		}
 		udp := func(dst netip.AddrPort, n int) []byte {
 			f := make([]byte, headerLen(v6)+n)
-			putHeaders(f, &flowHeader{src: peer, dst: dst, ttl: 64}, n)
+			var t txTemplate
+			t.build([6]byte{}, [6]byte{}, peer, dst, 64)
+			t.put(f, n, netio.ECNNotECT)
 			return f
 		}
 		ours := udp(local, 40)

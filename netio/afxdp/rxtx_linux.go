@@ -264,6 +264,7 @@ func (c *Conn) receiveQueue(q *rxq, msgs []netio.Message) int {
 			m.N = copy(m.Buf, p.payload)
 			m.Addr = p.src
 			m.SegSize = 0
+			m.ECN = p.ecn
 			n++
 		case dropMalformed:
 			c.rxMalformed.Add(1)
@@ -301,18 +302,31 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 	skipped := 0
 	fail := func(mi, datagrams int, err error) {
 		skipped += datagrams
-		if first == nil {
+		// The lowest index: the local path's refusals are heard at its flush, after
+		// later messages' ring failures.
+		if first == nil || mi < first.Index {
 			first = &netio.SendError{Index: mi, Addr: msgs[mi].Addr, Err: err}
 		}
 	}
+	failLocal := func(mi int, err error) { fail(mi, 1, err) }
 	x := c.x
 	hl := headerLen(c.v6)
-	flow := flowHeader{srcMAC: c.srcMAC, src: c.local, ttl: c.ttl}
-	var hop netip.Addr // the destination flow.dstMAC was resolved for
-	hopLocal := false  // hop is on this host: the local path
+	var hop netip.Addr // the destination mac was resolved for
+	var mac [6]byte
+	hopLocal := false // hop is on this host: the local path
+	var t *txTemplate // the headers of the datagrams to the last destination
 	now := time.Now()
 	// The datagrams sent, counted once per batch rather than with an atomic add each.
 	var sent, sentLocal uint64
+	queuedLocal := false // datagrams wait in the local path's batch
+	flushLocal := func() {
+		if queuedLocal {
+			n, calls := c.lp.flush(failLocal)
+			sentLocal += uint64(n)
+			c.txLocalCalls.Add(uint64(calls))
+			queuedLocal = false
+		}
+	}
 	defer func() {
 		if sent+sentLocal > 0 {
 			c.txPackets.Add(sent + sentLocal)
@@ -349,7 +363,7 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 				continue
 			}
 		} else if dst.Addr() != hop || !hop.IsValid() {
-			mac, err := c.neigh.lookup(dst.Addr(), now)
+			hw, err := c.neigh.lookup(dst.Addr(), now)
 			switch {
 			case err == errLocal && c.lp != nil:
 				hop, hopLocal = dst.Addr(), true
@@ -361,10 +375,9 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 				fail(mi, m.NumSegments(), err)
 				continue
 			default:
-				hop, hopLocal, flow.dstMAC = dst.Addr(), false, mac
+				hop, hopLocal, mac = dst.Addr(), false, hw
 			}
 		}
-		flow.dst = dst
 		seg := m.N
 		if m.SegSize > 0 && m.SegSize < m.N {
 			seg = m.SegSize
@@ -373,13 +386,15 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 		if hopLocal {
 			for i := range segs {
 				off := i * seg
-				if err := c.lp.send(m, off, min(seg, m.N-off), dst); err != nil {
-					fail(mi, 1, err)
-					continue
+				queuedLocal = true
+				if c.lp.add(m, off, min(seg, m.N-off), dst, mi) {
+					flushLocal() // full
 				}
-				sentLocal++
 			}
 			continue
+		}
+		if t == nil || t.dst != dst || t.dstMAC != mac {
+			t = c.template(dst, mac)
 		}
 		for i := range segs {
 			off := i * seg
@@ -391,6 +406,7 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 			}
 			addr, err := c.takeTxFrame()
 			if err != nil {
+				flushLocal()
 				if first != nil {
 					first.Skipped = skipped
 				}
@@ -398,7 +414,7 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 			}
 			f := x.umem[addr : addr+x.frameSize]
 			m.CopyData(f[hl:hl+size], off)
-			putHeaders(f, &flow, size)
+			t.put(f, size, m.ECN)
 			d := x.tx.desc(x.tx.local)
 			d.Addr, d.Len, d.Options = addr, uint32(hl+size), 0
 			x.tx.local++
@@ -409,11 +425,31 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 		}
 	}
 	c.flushTx()
+	flushLocal()
 	if first != nil {
 		first.Skipped = skipped
 		return len(msgs), first
 	}
 	return len(msgs), nil
+}
+
+// txTemplates is how many destinations' header templates a Conn keeps: an RC
+// responder's ACKs to a few requesters, or a requester's streams to a few responders,
+// interleave within a batch without rebuilding them.
+const txTemplates = 8
+
+// template returns the header template for datagrams to dst through the neighbour at
+// mac, building it over the least recently built one when none is kept. wmu is held.
+func (c *Conn) template(dst netip.AddrPort, mac [6]byte) *txTemplate {
+	for i := range c.tmpls {
+		if t := &c.tmpls[i]; t.n != 0 && t.dst == dst && t.dstMAC == mac {
+			return t
+		}
+	}
+	t := &c.tmpls[c.tmplNext]
+	c.tmplNext = (c.tmplNext + 1) % len(c.tmpls)
+	t.build(c.srcMAC, mac, c.local, dst, c.ttl)
+	return t
 }
 
 // dataHolds reports whether m's data (Buf, or the Iov slices) holds its N bytes.

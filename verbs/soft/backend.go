@@ -55,10 +55,19 @@ func backendFor(spec string) (Backend, string, error) {
 	return b, args, nil
 }
 
+// listenUDP opens the UDP backend's socket (a variable for the tests that look at the
+// options a device asks for).
+var listenUDP = netio.ListenUDP
+
 // listen opens the device's datagram socket: the backend the Config names, UDP otherwise.
-func listen(cfg Config, addr netip.AddrPort) (netio.Conn, error) {
+// ecn says whether the device reads received datagrams' ECN bits: its congestion
+// control is on, so that it answers CE marks with CNPs as an RNIC's notification point
+// does (IBTA Annex A17.9.3). Off, nothing reads them, and the UDP socket is not asked
+// for a control message per datagram. A registered backend is not told: AF_XDP reads
+// the bits from the headers it parses anyway, at no cost.
+func listen(cfg Config, addr netip.AddrPort, ecn bool) (netio.Conn, error) {
 	if cfg.Backend == "" {
-		return netio.ListenUDP(addr, netio.UDPOptions{BusyPoll: cfg.BusyPoll})
+		return listenUDP(addr, netio.UDPOptions{BusyPoll: cfg.BusyPoll, ECN: ecn})
 	}
 	b, args, err := backendFor(cfg.Backend)
 	if err != nil {

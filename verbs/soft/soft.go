@@ -163,11 +163,25 @@ func Open(cfg Config) (driver.Device, error) {
 		port = wire.UDPPort
 	}
 	conn := cfg.Conn
+	// Congestion control is settled before the socket is opened: the UDP socket asks
+	// the kernel for each datagram's ECN bits only when it is on (issue 31). Its default
+	// rate comes from the interface that holds the address, the given Conn's if any.
+	ccAddr := cfg.Addr
+	if conn != nil {
+		ccAddr = conn.LocalAddr().Addr()
+	}
+	cc, err := congestionFor(cfg, ccAddr)
+	if err != nil {
+		if cfg.Conn != nil {
+			cfg.Conn.Close() // the device owns it, opened or not
+		}
+		return nil, err
+	}
 	if conn == nil {
 		if !cfg.Addr.IsValid() {
 			return nil, fmt.Errorf("%w: software device %s has no address", driver.ErrInvalidAttr, cfg.Name)
 		}
-		c, err := listen(cfg, netip.AddrPortFrom(cfg.Addr, port))
+		c, err := listen(cfg, netip.AddrPortFrom(cfg.Addr, port), cc.Enabled)
 		if err != nil {
 			return nil, &openError{name: cfg.Name, addr: netip.AddrPortFrom(cfg.Addr, port), err: err}
 		}
@@ -201,11 +215,6 @@ func Open(cfg Config) (driver.Device, error) {
 	log := cfg.Logger
 	if log == nil {
 		log = debugLogger()
-	}
-	cc, err := congestionFor(cfg, addr)
-	if err != nil {
-		conn.Close()
-		return nil, err
 	}
 	d, err := engine.New(engine.Config{Name: cfg.Name, Conn: conn, PeerPort: port, MTU: mtu, Logger: log,
 		BusyPoll: cfg.BusyPoll, NodeGUID: nodeGUID(cfg.Addr), Congestion: cc,

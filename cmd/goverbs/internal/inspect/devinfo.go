@@ -67,7 +67,7 @@ func RunDevinfo(cmd *tool.Command, args []string) error {
 			return err
 		}
 		defer d.Close()
-		printDevinfo(d, verbose)
+		printDevinfo(d, "", verbose)
 		return nil
 	}
 	if list {
@@ -96,7 +96,11 @@ func RunDevinfo(cmd *tool.Command, args []string) error {
 		if err != nil {
 			return err
 		}
-		printDevinfo(d, verbose)
+		backend := ""
+		if cfg, ok := info.SoftConfig(); ok {
+			backend = backendLine(cfg)
+		}
+		printDevinfo(d, backend, verbose)
 		d.Close()
 		if cfg, ok := info.SoftConfig(); ok && cfg.Attach {
 			printAttached(cfg.Addr)
@@ -168,7 +172,9 @@ func guidString(g uint64) string {
 
 func mtuString(m verbs.MTU) string { return fmt.Sprintf("%d (%d)", m.Bytes(), m) }
 
-func printDevinfo(d *verbs.Device, verbose bool) {
+// printDevinfo prints d as ibv_devinfo prints a device; backend, when not empty, names
+// a software device's datagram backend other than UDP and its mode (backendLine).
+func printDevinfo(d *verbs.Device, backend string, verbose bool) {
 	a := d.Query()
 	w := os.Stdout
 	fmt.Fprintf(w, "hca_id:\t%s\n", d.Name())
@@ -180,6 +186,9 @@ func printDevinfo(d *verbs.Device, verbose bool) {
 	fmt.Fprintf(w, "\tvendor_part_id:\t\t\t%d\n", a.VendorPartID)
 	fmt.Fprintf(w, "\thw_ver:\t\t\t\t0x%X\n", a.HWVer)
 	fmt.Fprintf(w, "\tphys_port_cnt:\t\t\t%d\n", a.PhysPortCnt)
+	if backend != "" {
+		fmt.Fprintf(w, "\tbackend:\t\t\t%s\n", backend)
+	}
 	if verbose {
 		fmt.Fprintf(w, "\tmax_mr_size:\t\t\t0x%x\n", a.MaxMRSize)
 		fmt.Fprintf(w, "\tpage_size_cap:\t\t\t0x%x\n", a.PageSizeCap)

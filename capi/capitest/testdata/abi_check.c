@@ -8,6 +8,14 @@
  * from unregistered memory (lkey 0), copied at the call. It prints
  * "ok" and exits 0, or names the first failed check and exits 1.
  *
+ * "abi_check attached" runs the same checks on the C flavour of the library (devices
+ * attached to a goverbs serve daemon, no Go runtime), except the fork check, which there
+ * is that the parent keeps working after fork() (a ping-pong of SENDs while the child
+ * runs) and that the child, whose copy of the parent's context fails with EIO, opens
+ * the device anew, queries it and registers memory. "abi_check fatal" opens the device,
+ * says "ready", and waits for IBV_EVENT_DEVICE_FATAL (its test kills the daemon), after
+ * which commands and posts fail with EIO; it prints "fatal ok".
+ *
  * "abi_check bench N" times N signaled 8-byte RDMA WRITEs, each posted and polled to
  * completion, over a QP looped back to a second QP of the same device, and prints
  * "ns/op X" and, on goverbs' library (which exports goverbs_heap_allocs), "allocs/op Y":
@@ -537,14 +545,110 @@ static void check_fork(void)
 	      "child after fork: get_device_list fails with ENOSYS");
 }
 
+/* The C flavour: the parent keeps working after fork(), and the child may open the device anew. */
+static void check_fork_attached(void)
+{
+	struct pair p;
+	pid_t pid;
+	int status;
+
+	setup(&p, 1);
+	pid = fork();
+	CHECK(pid >= 0, "fork");
+	if (pid == 0) {
+		struct ibv_device **list;
+		struct ibv_context *ctx;
+		struct ibv_device_attr da;
+		struct ibv_port_attr pa;
+		union ibv_gid gid;
+		struct ibv_pd *pd;
+		struct ibv_mr *mr;
+		void *mem;
+
+		alarm(10); /* a hang is a failure too */
+		errno = 0;
+		if (ibv_alloc_pd(p.ctx) != NULL || errno != EIO)
+			_exit(2); /* the parent's context is not the child's */
+		list = ibv_get_device_list(NULL);
+		if (!list || !list[0])
+			_exit(3);
+		ctx = ibv_open_device(list[0]);
+		ibv_free_device_list(list);
+		if (!ctx)
+			_exit(4);
+		if (ibv_query_device(ctx, &da) || ibv_query_port(ctx, 1, &pa) || pa.state != IBV_PORT_ACTIVE ||
+		    ibv_query_gid(ctx, 1, 0, &gid) || gid.raw[10] != 0xff)
+			_exit(5);
+		pd = ibv_alloc_pd(ctx);
+		mem = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (!pd || mem == MAP_FAILED)
+			_exit(6);
+		strcpy(mem, "the child's");
+		mr = ibv_reg_mr(pd, mem, 4096, IBV_ACCESS_LOCAL_WRITE);
+		if (!mr || strcmp(mem, "the child's") != 0 || ibv_dereg_mr(mr) || strcmp(mem, "the child's") != 0)
+			_exit(7);
+		if (ibv_dealloc_pd(pd) || ibv_close_device(ctx))
+			_exit(8);
+		_exit(0);
+	}
+	for (int i = 0; i < 100; i++) {
+		struct ibv_sge sge = { .addr = (uintptr_t)p.buf, .length = 32, .lkey = p.mr->lkey };
+		struct ibv_send_wr wr = { .wr_id = i, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+					  .send_flags = IBV_SEND_SIGNALED }, *bad;
+
+		snprintf((char *)p.buf, 32, "after fork %d", i);
+		post_recv_at(&p, 4096);
+		CHECK(ibv_post_send(p.a, &wr, &bad) == 0, "post SEND after fork");
+		CHECK(await(&p, 2) == 1, "SEND completions after fork");
+		CHECK(memcmp(p.buf, p.buf + 4096, 32) == 0, "SEND bytes after fork");
+	}
+	CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status), "child after fork exits");
+	if (WEXITSTATUS(status) != 0)
+		fprintf(stderr, "child after fork: exit %d\n", WEXITSTATUS(status));
+	CHECK(WEXITSTATUS(status) == 0, "child after fork opens the device anew");
+	teardown(&p);
+}
+
+/* The daemon's death: IBV_EVENT_DEVICE_FATAL, then EIO, never a hang. */
+static int check_fatal(void)
+{
+	struct pair p;
+	struct ibv_async_event ev;
+	struct ibv_sge sge;
+	struct ibv_send_wr wr, *bad;
+
+	setup(&p, 1);
+	printf("ready\n");
+	fflush(stdout);
+	alarm(20);
+	do
+		CHECK(ibv_get_async_event(p.ctx, &ev) == 0, "get_async_event");
+	while (ev.event_type != IBV_EVENT_DEVICE_FATAL);
+	ibv_ack_async_event(&ev);
+	errno = 0;
+	CHECK(!ibv_alloc_pd(p.ctx) && errno == EIO, "alloc_pd after the daemon's death: EIO");
+	sge = (struct ibv_sge){ .addr = (uintptr_t)p.buf, .length = 8, .lkey = p.mr->lkey };
+	wr = (struct ibv_send_wr){ .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND };
+	CHECK(ibv_post_send(p.a, &wr, &bad) == EIO, "post_send after the daemon's death: EIO");
+	/* everything still closes, and the pages go back to private memory */
+	teardown(&p);
+	printf("fatal ok\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 2 && strcmp(argv[1], "fatal") == 0)
+		return check_fatal();
 	if ((argc == 3 || (argc == 4 && strcmp(argv[3], "inline") == 0)) && strcmp(argv[1], "bench") == 0)
 		return bench(atol(argv[2]), argc == 4);
 	check_bad_arguments();
 	check_traffic();
 	check_inline();
-	check_fork();
+	if (argc == 2 && strcmp(argv[1], "attached") == 0)
+		check_fork_attached();
+	else
+		check_fork();
 	printf("ok\n");
 	return 0;
 }

@@ -451,7 +451,13 @@ int gva_connect(const char *name, const char *addr, int *sock)
 		fprintf(stderr, "goverbs: %s: no goverbs serve daemon serves %s (%s)\n", name, addr, path);
 		return ENODEV;
 	}
-	/* The daemon makes the directory (mode 0700) itself if it must. */
+	/* The daemon would make the directory too; its log goes there from the start. */
+	if (mkdir(dir, 0700) == 0 || errno == EEXIST)
+		rc = gva_check_dir(dir);
+	else
+		rc = errno;
+	if (rc)
+		return rc;
 	if ((rc = gva_spawn(dir, name, addr)))
 		return rc;
 	for (int i = 0; i < 200; i++) { /* up to 10 s for the daemon to listen */

@@ -160,8 +160,10 @@ int gva_call(struct gva_dev *d, uint16_t op, struct gva_msg *req, const int *fds
 int gva_simple(struct gva_dev *d, uint16_t op, uint32_t h);
 /* gva_usable is 0, or the errno of a device whose daemon is gone or that a child inherited. */
 int gva_usable(struct gva_dev *d);
-/* gva_connect dials the daemon serving addr, starting one if none listens (autostart). */
-int gva_connect(const char *name, const char *addr, int *sock);
+/* The device list (GOVERBS_DEVICES). */
+struct gva_entry;
+/* gva_connect dials the daemon serving e's address, starting one if none listens (autostart). */
+int gva_connect(const struct gva_entry *e, int *sock);
 void gva_track(struct gva_dev *d, uint32_t kind, uint32_t h, void *obj);
 void gva_untrack(struct gva_dev *d, uint32_t kind, uint32_t h);
 void *gva_lookup(struct gva_dev *d, uint32_t kind, uint32_t h);
@@ -174,6 +176,7 @@ void gva_dev_unregister(struct gva_dev *d);
 struct gva_entry {
 	char name[64];
 	char addr[64]; /* as the socket path names it */
+	char spec[192]; /* the entry, for a daemon the library starts (without "@serve") */
 	uint64_t guid;
 };
 int gva_parse_devices(struct gva_entry *out, int max);

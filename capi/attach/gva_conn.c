@@ -394,9 +394,10 @@ static int gva_find_goverbs(char *out, size_t cap)
  * output in serve-ADDR.log in the rendezvous directory. It leaves by itself once no
  * client has been attached for the idle time.
  */
-static int gva_spawn(const char *dir, const char *name, const char *addr)
+static int gva_spawn(const char *dir, const struct gva_entry *e)
 {
-	char prog[PATH_MAX], dev[256], log[PATH_MAX + 128];
+	const char *addr = e->addr;
+	char prog[PATH_MAX], log[PATH_MAX + 128];
 	const char *idle = getenv("GOVERBS_SERVE_IDLE");
 	pid_t pid;
 	int status;
@@ -406,7 +407,6 @@ static int gva_spawn(const char *dir, const char *name, const char *addr)
 				"(GOVERBS_SERVE, beside libibverbs.so.1, or on PATH)\n", addr);
 		return ENODEV;
 	}
-	snprintf(dev, sizeof(dev), "%s=%s", name, addr);
 	snprintf(log, sizeof(log), "%s/serve-%s.log", dir, addr);
 	pid = fork();
 	if (pid < 0)
@@ -423,19 +423,21 @@ static int gva_spawn(const char *dir, const char *name, const char *addr)
 		}
 		if (lf >= 0)
 			dup2(lf, 2);
-		char *argv[] = { prog, "serve", "--idle-exit", (char *)(idle && *idle ? idle : "2s"), dev, NULL };
+		char *argv[] = { prog, "serve", "--idle-exit", (char *)(idle && *idle ? idle : "2s"),
+				 (char *)e->spec, NULL };
 		execv(prog, argv);
 		_exit(127);
 	}
 	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
 		;
-	gva_debug("started %s serve %s", prog, dev);
+	gva_debug("started %s serve %s", prog, e->spec);
 	return 0;
 }
 
-int gva_connect(const char *name, const char *addr, int *sock)
+int gva_connect(const struct gva_entry *e, int *sock)
 {
-	char dir[PATH_MAX], path[PATH_MAX + 64];
+	const char *name = e->name, *addr = e->addr;
+	char dir[PATH_MAX], path[PATH_MAX + 128];
 	const char *no = getenv("GOVERBS_NO_AUTOSTART");
 	int rc;
 
@@ -458,7 +460,7 @@ int gva_connect(const char *name, const char *addr, int *sock)
 		rc = errno;
 	if (rc)
 		return rc;
-	if ((rc = gva_spawn(dir, name, addr)))
+	if ((rc = gva_spawn(dir, e)))
 		return rc;
 	for (int i = 0; i < 200; i++) { /* up to 10 s for the daemon to listen */
 		struct timespec ts = { 0, 50 * 1000 * 1000 };
@@ -556,13 +558,17 @@ int gva_parse_devices(struct gva_entry *out, int max)
 			free(copy);
 			return -1;
 		}
+		size_t len = strlen(ent);
+		if (len > 6 && strcmp(ent + len - 6, "@serve") == 0)
+			ent[len - 6] = 0; /* the daemon runs the device itself */
+		if (n < max)
+			snprintf(out[n].spec, sizeof(out[n].spec), "%s", ent);
 		*eq = 0;
 		char *at = strchr(eq + 1, '@');
 		if (at)
 			*at = 0; /* every device of this library is attached, whatever its backend */
 		if (n == max)
 			break;
-		memset(&out[n], 0, sizeof(out[n]));
 		snprintf(out[n].name, sizeof(out[n].name), "%s", ent);
 		if (gva_parse_addr(eq + 1, &out[n]) < 0) {
 			fprintf(stderr, "goverbs: GOVERBS_DEVICES: \"%s\" is not an IP address\n", eq + 1);

@@ -297,7 +297,7 @@ int gv_open(char *name, int asyncFD, uintptr_t *out)
 	snprintf(d->name, sizeof(d->name), "%s", name);
 	pthread_mutex_init(&d->mu, NULL);
 	pthread_mutex_init(&d->objmu, NULL);
-	if ((rc = gva_connect(name, e[i].addr, &d->sock)) || (rc = gva_hello(d)) || (rc = gva_query(d)))
+	if ((rc = gva_connect(&e[i], &d->sock)) || (rc = gva_hello(d)) || (rc = gva_query(d)))
 		goto fail;
 	d->stopfd = eventfd(0, EFD_CLOEXEC);
 	if (d->stopfd < 0) {

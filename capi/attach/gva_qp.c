@@ -511,6 +511,11 @@ int gv_post_send(uintptr_t h, struct ibv_send_wr *wr, int *bad)
 			rc = EINVAL;
 			break;
 		}
+		if ((unsigned)wr->opcode > IBV_WR_SEND_WITH_INV || (q->type == IBV_QPT_UD &&
+		    wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM)) {
+			rc = EINVAL; /* an opcode the device has not, or not for this QP type */
+			break;
+		}
 		if (!(s = gva_wq_slot(&q->sq))) {
 			rc = ENOMEM;
 			break;

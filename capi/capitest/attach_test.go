@@ -264,6 +264,21 @@ func TestAttachABIChecks(t *testing.T) {
 	}
 }
 
+// TestAttachXRCRefused: XRC is not in version 1 of the protocol; a program asking for an
+// XRC domain gets EOPNOTSUPP and the library says why.
+func TestAttachXRCRefused(t *testing.T) {
+	lib := attachLibrary(t)
+	bin := program(t, "ibv_xsrq_pingpong")
+	a := newAddr()
+	d := serve(t, lib, "sw0="+a)
+	c := exec.Command(bin, "-g", "0", "-p", strconv.Itoa(freePort(t)))
+	c.Env = append(os.Environ(), d.attached(lib, "sw0", a)...)
+	out, err := c.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "XRC is not offered on an attached device") {
+		t.Fatalf("ibv_xsrq_pingpong attached: %v, want a failure that says XRC is not offered:\n%s", err, out)
+	}
+}
+
 // TestAttachDaemonDeath: a program whose daemon dies gets IBV_EVENT_DEVICE_FATAL, then
 // EIO, and does not hang.
 func TestAttachDaemonDeath(t *testing.T) {

@@ -170,6 +170,8 @@ void *gva_lookup(struct gva_dev *d, uint32_t kind, uint32_t h);
 void gva_ring_doorbell(struct gva_dev *d);
 void gva_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int gva_dev_register(struct gva_dev *d);
+/* gva_thread starts a library thread with every signal blocked: the program's signals are the program's threads'. */
+int gva_thread(pthread_t *t, void *(*fn)(void *), void *arg);
 void gva_dev_unregister(struct gva_dev *d);
 
 /* The device list (GOVERBS_DEVICES). */

@@ -105,7 +105,7 @@ int gv_create_comp_channel(uintptr_t ch, int wfd, uintptr_t *out)
 		rc = errno;
 		goto fail;
 	}
-	if ((rc = pthread_create(&c->thr, NULL, gva_chan_thread, c)))
+	if ((rc = gva_thread(&c->thr, gva_chan_thread, c)))
 		goto fail;
 	*out = (uintptr_t)c;
 	return 0;

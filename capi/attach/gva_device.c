@@ -304,7 +304,7 @@ int gv_open(char *name, int asyncFD, uintptr_t *out)
 		rc = errno;
 		goto fail;
 	}
-	if ((rc = pthread_create(&d->evthr, NULL, gva_events, d)))
+	if ((rc = gva_thread(&d->evthr, gva_events, d)))
 		goto fail;
 	d->have_thr = 1;
 	gva_dev_register(d);

@@ -81,6 +81,25 @@ static struct gva_span *gva_spans;
 
 static long gva_page(void) { return sysconf(_SC_PAGESIZE); }
 
+/*
+ * fork(): moved pages are MADV_DONTFORK, so a child has none of them. It forgets the
+ * spans (not their descriptors: its copies of the parent's regions still name them and
+ * close them at deregistration), so that memory it maps at those addresses is moved
+ * anew rather than taken for a span the parent shares.
+ */
+static void gva_spans_prepare(void) { pthread_mutex_lock(&gva_spans_mu); }
+static void gva_spans_parent(void) { pthread_mutex_unlock(&gva_spans_mu); }
+static void gva_spans_child(void)
+{
+	gva_spans = NULL;
+	pthread_mutex_unlock(&gva_spans_mu);
+}
+
+__attribute__((constructor)) static void gva_mem_init(void)
+{
+	pthread_atfork(gva_spans_prepare, gva_spans_parent, gva_spans_child);
+}
+
 /* gva_move puts [start, start+size) onto a new sealed memfd, in place. */
 static int gva_move(uintptr_t start, size_t size, struct gva_span **out)
 {

@@ -12,7 +12,8 @@
  * attached to a goverbs serve daemon, no Go runtime), except the fork check, which there
  * is that the parent keeps working after fork() (a ping-pong of SENDs while the child
  * runs) and that the child, whose copy of the parent's context fails with EIO, opens
- * the device anew, queries it and registers memory. "abi_check fatal" opens the device,
+ * the device anew, queries it and registers memory; and four threads then make QPs on one
+ * context and post and poll on them at once. "abi_check fatal" opens the device,
  * says "ready", and waits for IBV_EVENT_DEVICE_FATAL (its test kills the daemon), after
  * which commands and posts fail with EIO; it prints "fatal ok".
  *
@@ -26,6 +27,7 @@
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -609,6 +611,78 @@ static void check_fork_attached(void)
 	teardown(&p);
 }
 
+/* Four threads on one context: commands and posts at once, each on QPs of its own. */
+struct worker {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	int id;
+};
+
+static void *work(void *arg)
+{
+	struct worker *w = arg;
+	struct pair p = { .ctx = w->ctx, .pd = w->pd };
+	union ibv_gid gid;
+
+	CHECK(ibv_query_gid(p.ctx, 1, 0, &gid) == 0, "thread: query GID");
+	p.cq = ibv_create_cq(p.ctx, 128, NULL, NULL, 0);
+	p.buf = aligned_alloc(4096, 8192);
+	CHECK(p.cq && p.buf, "thread: CQ and buffer");
+	memset(p.buf, 0, 8192);
+	p.mr = ibv_reg_mr(p.pd, p.buf, 8192, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	CHECK(p.mr, "thread: reg MR");
+	p.a = make_qp(&p);
+	p.b = make_qp(&p);
+	to_state(p.a, p.b, &gid, IBV_QPS_INIT);
+	to_state(p.a, p.b, &gid, IBV_QPS_RTR);
+	to_state(p.a, p.b, &gid, IBV_QPS_RTS);
+	to_state(p.b, p.a, &gid, IBV_QPS_INIT);
+	to_state(p.b, p.a, &gid, IBV_QPS_RTR);
+	to_state(p.b, p.a, &gid, IBV_QPS_RTS);
+	for (int i = 0; i < 200; i++) {
+		struct ibv_sge sge = { .addr = (uintptr_t)p.buf, .length = 64, .lkey = p.mr->lkey };
+		struct ibv_send_wr wr = { .wr_id = i, .sg_list = &sge, .num_sge = 1,
+					  .opcode = i % 2 ? IBV_WR_SEND : IBV_WR_RDMA_WRITE,
+					  .send_flags = IBV_SEND_SIGNALED }, *bad;
+
+		wr.wr.rdma.remote_addr = (uintptr_t)p.buf + 4096;
+		wr.wr.rdma.rkey = p.mr->rkey;
+		snprintf((char *)p.buf, 64, "thread %d message %d", w->id, i);
+		if (i % 2)
+			post_recv_at(&p, 4096);
+		CHECK(ibv_post_send(p.a, &wr, &bad) == 0, "thread: post");
+		CHECK(await(&p, i % 2 ? 2 : 1) == i % 2, "thread: completions");
+		CHECK(memcmp(p.buf, p.buf + 4096, 64) == 0, "thread: bytes");
+	}
+	CHECK(ibv_destroy_qp(p.a) == 0 && ibv_destroy_qp(p.b) == 0 && ibv_dereg_mr(p.mr) == 0 &&
+	      ibv_destroy_cq(p.cq) == 0, "thread: destroy");
+	free(p.buf);
+	return NULL;
+}
+
+static void check_threads(void)
+{
+	struct ibv_device **list = ibv_get_device_list(NULL);
+	struct worker w[4];
+	pthread_t t[4];
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+
+	CHECK(list && list[0], "a device");
+	ctx = ibv_open_device(list[0]);
+	ibv_free_device_list(list);
+	CHECK(ctx, "open device");
+	pd = ibv_alloc_pd(ctx);
+	CHECK(pd, "alloc PD");
+	for (int i = 0; i < 4; i++) {
+		w[i] = (struct worker){ .ctx = ctx, .pd = pd, .id = i };
+		CHECK(pthread_create(&t[i], NULL, work, &w[i]) == 0, "pthread_create");
+	}
+	for (int i = 0; i < 4; i++)
+		pthread_join(t[i], NULL);
+	CHECK(ibv_dealloc_pd(pd) == 0 && ibv_close_device(ctx) == 0, "close");
+}
+
 /* The daemon's death: IBV_EVENT_DEVICE_FATAL, then EIO, never a hang. */
 static int check_fatal(void)
 {
@@ -645,9 +719,10 @@ int main(int argc, char **argv)
 	check_bad_arguments();
 	check_traffic();
 	check_inline();
-	if (argc == 2 && strcmp(argv[1], "attached") == 0)
+	if (argc == 2 && strcmp(argv[1], "attached") == 0) {
 		check_fork_attached();
-	else
+		check_threads();
+	} else
 		check_fork();
 	printf("ok\n");
 	return 0;

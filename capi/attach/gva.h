@@ -172,6 +172,9 @@ void gva_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int gva_dev_register(struct gva_dev *d);
 /* gva_thread starts a library thread with every signal blocked: the program's signals are the program's threads'. */
 int gva_thread(pthread_t *t, void *(*fn)(void *), void *arg);
+void gva_join(pthread_t t);
+/* gva_program_threads is how many threads the program runs besides the library's (-1: unknown). */
+int gva_program_threads(void);
 void gva_dev_unregister(struct gva_dev *d);
 
 /* The device list (GOVERBS_DEVICES). */

@@ -25,6 +25,8 @@
 #include <unistd.h>
 #include "gva.h"
 
+static int gva_nthreads; /* the library's threads now running (atomic) */
+
 void gva_debug(const char *fmt, ...)
 {
 	va_list ap;
@@ -609,6 +611,7 @@ static void gva_child(void)
 		pthread_mutex_init(&d->objmu, NULL);
 	}
 	gva_devs = NULL; /* the parent's: a child never frees them */
+	gva_nthreads = 0; /* a child has only the thread that forked */
 	pthread_mutex_unlock(&gva_devs_mu);
 }
 
@@ -626,7 +629,30 @@ int gva_thread(pthread_t *t, void *(*fn)(void *), void *arg)
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	rc = pthread_create(t, NULL, fn, arg);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (!rc)
+		__atomic_add_fetch(&gva_nthreads, 1, __ATOMIC_SEQ_CST);
 	return rc;
+}
+
+void gva_join(pthread_t t)
+{
+	pthread_join(t, NULL);
+	__atomic_sub_fetch(&gva_nthreads, 1, __ATOMIC_SEQ_CST);
+}
+
+int gva_program_threads(void)
+{
+	FILE *f = fopen("/proc/self/status", "re");
+	char line[256];
+	int n = -1;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Threads: %d", &n) == 1)
+			break;
+	fclose(f);
+	return n < 0 ? -1 : n - __atomic_load_n(&gva_nthreads, __ATOMIC_SEQ_CST);
 }
 
 int gva_dev_register(struct gva_dev *d)

@@ -128,7 +128,7 @@ int gv_destroy_comp_channel(uintptr_t h)
 		return EINVAL;
 	if (c->d->pid == getpid()) { /* a child has no copy of the thread */
 		if (write(c->stopfd, &one, sizeof(one)) == sizeof(one))
-			pthread_join(c->thr, NULL);
+			gva_join(c->thr);
 	}
 	close(c->epfd);
 	close(c->stopfd);

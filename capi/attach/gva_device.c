@@ -135,7 +135,7 @@ static void gva_free_dev(struct gva_dev *d)
 
 		if (write(d->stopfd, &one, sizeof(one)) < 0)
 			gva_debug("stop the event thread: %m");
-		pthread_join(d->evthr, NULL);
+		gva_join(d->evthr);
 	}
 	if (d->sock >= 0)
 		close(d->sock);

@@ -5,10 +5,13 @@
  * memfd in place (docs/attach-protocol.md, "Memory regions: no copy"): the pages are
  * copied into a sealed memfd, which is mapped over the same addresses (MAP_FIXED), so
  * the program's pointers and bytes stay as they were and the daemon maps the same pages.
- * Only whole pages can be moved: a write by another thread to a page the buffer shares
- * with other data, between the copy and the mapping, would be lost. So a buffer that
+ * A write by another thread to a page the buffer shares with other data, between the
+ * copy and the mapping, would be lost. So in a program of several threads a buffer that
  * does not start on a page and fill whole pages is refused with EINVAL and a message,
- * unless it lies inside pages a live registration already moved (it shares them).
+ * unless it lies inside pages a live registration already moved (it shares them); a
+ * program of one thread cannot write during the call, and has the pages around any
+ * buffer moved (its other data on them stays where it is, shared with the daemon, which
+ * can reach only the registered range).
  * Moved pages are MADV_DONTFORK, as ibv_fork_init makes registered memory, so a child
  * after fork() does not share them with the daemon. When the last registration of the
  * pages closes they move back onto private anonymous memory: glibc's allocator, like
@@ -170,10 +173,15 @@ static int gva_share(uintptr_t addr, size_t len, struct gva_span **out, uint64_t
 			goto out;
 		}
 	}
-	if (addr != start || len % page) {
-		fprintf(stderr, "goverbs: an attached device registers whole pages: memory region [%#" PRIxPTR
-				", %#" PRIxPTR ") must start on a page and be a whole number of pages "
-				"(posix_memalign/mmap it, length a multiple of %lu): refused\n",
+	/*
+	 * Pages the buffer shares with other data can be moved only while no other thread
+	 * of the program can write them: in a program of one thread (besides ours, which
+	 * never touch its memory), during this call.
+	 */
+	if ((addr != start || len % page) && gva_program_threads() != 1) {
+		fprintf(stderr, "goverbs: an attached device registers whole pages in a program of several threads: "
+				"memory region [%#" PRIxPTR ", %#" PRIxPTR ") must start on a page and be a whole number "
+				"of pages (posix_memalign/mmap it, length a multiple of %lu): refused\n",
 			addr, addr + len, (unsigned long)page);
 		rc = EINVAL;
 		goto out;
@@ -185,7 +193,7 @@ static int gva_share(uintptr_t addr, size_t len, struct gva_span **out, uint64_t
 	}
 	(*out)->next = gva_spans;
 	gva_spans = *out;
-	*off = 0;
+	*off = addr - start;
 out:
 	pthread_mutex_unlock(&gva_spans_mu);
 	return rc;

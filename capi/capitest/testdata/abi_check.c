@@ -12,8 +12,9 @@
  * attached to a goverbs serve daemon, no Go runtime), except the fork check, which there
  * is that the parent keeps working after fork() (a ping-pong of SENDs while the child
  * runs) and that the child, whose copy of the parent's context fails with EIO, opens
- * the device anew, queries it and registers memory; and four threads then make QPs on one
- * context and post and poll on them at once. "abi_check fatal" opens the device,
+ * the device anew, queries it and registers memory; a buffer that shares its pages with
+ * other data registers in a program of one thread and is refused (EINVAL) in one of two;
+ * and four threads make QPs on one context and post and poll on them at once. "abi_check fatal" opens the device,
  * says "ready", and waits for IBV_EVENT_DEVICE_FATAL (its test kills the daemon), after
  * which commands and posts fail with EIO; it prints "fatal ok".
  *
@@ -611,6 +612,55 @@ static void check_fork_attached(void)
 	teardown(&p);
 }
 
+static void *idle_thread(void *arg)
+{
+	char c;
+
+	return (void *)(intptr_t)read(*(int *)arg, &c, 1);
+}
+
+/*
+ * The C flavour moves registered pages onto shared memory: pages a buffer shares with
+ * other data only while the program has one thread, which cannot write them meanwhile.
+ */
+static void check_partial_pages(void)
+{
+	struct pair p;
+	char *m = malloc(100);
+	struct ibv_mr *mr;
+	struct ibv_send_wr wr, *bad;
+	struct ibv_sge sge;
+	pthread_t t;
+	int pfd[2];
+
+	setup(&p, 1);
+	CHECK(m, "malloc");
+	strcpy(m, "partial page");
+	mr = ibv_reg_mr(p.pd, m, 100, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	CHECK(mr && strcmp(m, "partial page") == 0, "reg_mr of a malloc'd buffer in a program of one thread");
+	strcpy((char *)p.buf, "written into the heap");
+	sge = (struct ibv_sge){ .addr = (uintptr_t)p.buf, .length = 22, .lkey = p.mr->lkey };
+	wr = (struct ibv_send_wr){ .wr_id = 1, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+				   .send_flags = IBV_SEND_SIGNALED };
+	wr.wr.rdma.remote_addr = (uintptr_t)m;
+	wr.wr.rdma.rkey = mr->rkey;
+	CHECK(ibv_post_send(p.a, &wr, &bad) == 0 && await(&p, 1) == 0, "WRITE into the malloc'd buffer");
+	CHECK(strcmp(m, "written into the heap") == 0, "WRITE landed in the heap");
+	CHECK(ibv_dereg_mr(mr) == 0 && strcmp(m, "written into the heap") == 0, "dereg keeps the bytes");
+	free(m);
+
+	CHECK(pipe(pfd) == 0 && pthread_create(&t, NULL, idle_thread, &pfd[0]) == 0, "a second thread");
+	m = malloc(100);
+	errno = 0;
+	CHECK(!ibv_reg_mr(p.pd, m, 100, IBV_ACCESS_LOCAL_WRITE) && errno == EINVAL,
+	      "reg_mr of a malloc'd buffer in a program of two threads: EINVAL");
+	close(pfd[1]);
+	pthread_join(t, NULL);
+	close(pfd[0]);
+	free(m);
+	teardown(&p);
+}
+
 /* Four threads on one context: commands and posts at once, each on QPs of its own. */
 struct worker {
 	struct ibv_context *ctx;
@@ -721,6 +771,7 @@ int main(int argc, char **argv)
 	check_inline();
 	if (argc == 2 && strcmp(argv[1], "attached") == 0) {
 		check_fork_attached();
+		check_partial_pages();
 		check_threads();
 	} else
 		check_fork();

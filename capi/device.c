@@ -482,8 +482,13 @@ int ibv_fork_init(void)
 
 enum ibv_fork_status ibv_is_fork_initialized(void)
 {
+#ifdef GOVERBS_ATTACH
+	/* Registered pages are moved onto shared memory and MADV_DONTFORK, as ibv_fork_init makes them. */
+	return IBV_FORK_ENABLED;
+#else
 	/* Registered memory is the program's, never pinned by a kernel: nothing to do. */
 	return IBV_FORK_UNNEEDED;
+#endif
 }
 
 int ibv_dontfork_range(void *base, size_t size) { (void)base; (void)size; return 0; }

@@ -163,6 +163,30 @@ func TestAttachNoGoRuntime(t *testing.T) {
 	}
 }
 
+// TestAttachDevinfo: ibv_devices and ibv_devinfo list and describe attached devices.
+func TestAttachDevinfo(t *testing.T) {
+	lib := attachLibrary(t)
+	a, b := newAddr(), newAddr()
+	d := serve(t, lib, "gva="+a+",gvb="+b)
+	env := d.attached(lib, "gva", a)
+	env[2] = "GOVERBS_DEVICES=gva=" + a + ",gvb=" + b + "@serve"
+	c := exec.Command(program(t, "ibv_devinfo"), "-v")
+	c.Env = append(os.Environ(), env...)
+	out, err := c.CombinedOutput()
+	if err != nil {
+		t.Fatalf("ibv_devinfo -v: %v\n%s", err, out)
+	}
+	for _, want := range []string{"hca_id:\tgva", "hca_id:\tgvb", "PORT_ACTIVE (4)", "link_layer:\t\tEthernet",
+		"GID[  0]:\t\t::ffff:" + a + ", RoCE v2", "GID[  0]:\t\t::ffff:" + b + ", RoCE v2"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("ibv_devinfo -v output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(string(out), "XRC") {
+		t.Errorf("an attached device advertises XRC:\n%s", out)
+	}
+}
+
 // TestAttachPingpongs runs Debian's ping-pongs as two processes on two devices of one
 // daemon: polling and with completion events (-e).
 func TestAttachPingpongs(t *testing.T) {

@@ -257,7 +257,7 @@ int gv_destroy_cq(uintptr_t h)
 	if (rc && !gva_usable(q->d))
 		return rc; /* EBUSY while a QP uses it */
 	gva_untrack(q->d, GVA_EV_CQ, q->h);
-	if (q->chan)
+	if (q->chan && q->d->pid == getpid()) /* a child has no channel thread (and maybe a held lock) */
 		gva_chan_remove(q->chan, q);
 	gva_cq_free(q);
 	return 0;

@@ -4,6 +4,7 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"sync/atomic"
 
@@ -126,7 +127,16 @@ func (s *session) command(op attach.Op, r *attach.Reader, w *attach.Writer, fds 
 		if err != nil {
 			return nil, err
 		}
-		if err := c.cq.Resize(int(r.U32())); err != nil {
+		depth := int(r.U32())
+		// A device's CQ holds every completion not yet polled: here the client's ring
+		// holds some, and the daemon others. The client's posts before this command are
+		// taken first, as a device has them once they are posted.
+		s.step()
+		if n := c.prod.Pending() + len(c.carry) + len(c.extra); depth < n {
+			return nil, driver.NewError(driver.ErrInvalidAttr,
+				fmt.Sprintf("resize CQ to %d: it holds %d completions", depth, n))
+		}
+		if err := c.cq.Resize(depth); err != nil {
 			return nil, err
 		}
 		w.U32(uint32(c.cq.Depth()))

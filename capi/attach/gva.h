@@ -235,6 +235,9 @@ struct gva_cq {
 	void *cobj; /* the program's ibv_cq */
 	pthread_mutex_t mu;
 	unsigned empties;
+	/* the QPs whose receive queue completes here, for their outstanding counts (under mu) */
+	struct gva_qp **rqps;
+	size_t nrqps, caprqps;
 };
 
 /* A work queue we produce WQEs into: a send queue, a receive queue or an SRQ. */
@@ -255,6 +258,8 @@ struct gva_qp {
 	size_t size;
 	struct gva_wq sq, rq;
 	int has_rq;
+	struct gva_cq *rcq;
+	uint32_t rq_outstanding; /* receives posted and not yet polled (atomic) */
 	void *cobj;
 	/* inline staging: sq.slots + GVA_DAEMON_BATCH slots of max_inline bytes, registered */
 	uint8_t *stage;
@@ -273,7 +278,10 @@ struct gva_srq {
 	void *cobj;
 };
 
-int gva_wq_post_recv(struct gva_dev *d, struct gva_wq *wq, struct ibv_recv_wr *wr, int *bad);
+int gva_wq_post_recv(struct gva_dev *d, struct gva_wq *wq, struct ibv_recv_wr *wr, int *bad,
+		     uint32_t *outstanding, uint32_t max);
+int gva_cq_add_rq(struct gva_cq *q, struct gva_qp *qp);
+void gva_cq_remove_rq(struct gva_cq *q, struct gva_qp *qp);
 int gva_map(int fd, size_t size, uint8_t **mem);
 int gva_reg_internal(struct gva_pd *p, void *addr, size_t length, unsigned int access, struct gva_mr **out,
 		     uint32_t *lkey, uint32_t *rkey);

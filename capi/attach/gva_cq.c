@@ -178,6 +178,65 @@ static void gva_chan_remove(struct gva_chan *c, struct gva_cq *q)
 	pthread_mutex_unlock(&c->mu);
 }
 
+/*
+ * A receive queue's WQEs are counted from post to poll, so that ibv_post_recv refuses the
+ * one beyond max_recv_wr with ENOMEM as a provider does: the daemon takes them out of the
+ * ring at once, so the ring's room says nothing. Every receive completes, flushed ones
+ * too (opcode IBV_WC_RECV), through its QP's receive CQ, where polling counts it back.
+ */
+int gva_cq_add_rq(struct gva_cq *q, struct gva_qp *qp)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&q->mu);
+	if (q->nrqps == q->caprqps) {
+		size_t cap = q->caprqps ? 2 * q->caprqps : 4;
+		void *p = realloc(q->rqps, cap * sizeof(*q->rqps));
+
+		if (!p) {
+			rc = ENOMEM;
+			goto out;
+		}
+		q->rqps = p;
+		q->caprqps = cap;
+	}
+	q->rqps[q->nrqps++] = qp;
+out:
+	pthread_mutex_unlock(&q->mu);
+	return rc;
+}
+
+void gva_cq_remove_rq(struct gva_cq *q, struct gva_qp *qp)
+{
+	pthread_mutex_lock(&q->mu);
+	for (size_t i = 0; i < q->nrqps; i++) {
+		if (q->rqps[i] == qp) {
+			q->rqps[i] = q->rqps[--q->nrqps];
+			break;
+		}
+	}
+	pthread_mutex_unlock(&q->mu);
+}
+
+/* gva_count_recv counts a polled receive completion back to its QP; q->mu is held. */
+static void gva_count_recv(struct gva_cq *q, const struct ibv_wc *w)
+{
+	if (!(w->opcode & IBV_WC_RECV))
+		return;
+	for (size_t i = 0; i < q->nrqps; i++) {
+		struct gva_qp *qp = q->rqps[i];
+
+		if (qp->qpn == w->qp_num) {
+			uint32_t n = __atomic_load_n(&qp->rq_outstanding, __ATOMIC_SEQ_CST);
+
+			while (n > 0 && !__atomic_compare_exchange_n(&qp->rq_outstanding, &n, n - 1, 0,
+								     __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+				;
+			return;
+		}
+	}
+}
+
 static void gva_cq_free(struct gva_cq *q)
 {
 	if (q->mem)
@@ -185,6 +244,7 @@ static void gva_cq_free(struct gva_cq *q)
 	if (q->evfd >= 0)
 		close(q->evfd);
 	pthread_mutex_destroy(&q->mu);
+	free(q->rqps);
 	free(q);
 }
 
@@ -253,6 +313,14 @@ int gv_destroy_cq(uintptr_t h)
 
 	if (!q)
 		return EINVAL;
+	if (q->d->pid == getpid()) {
+		/* as the daemon says while a QP uses it, even a dead one: the QP names this CQ */
+		pthread_mutex_lock(&q->mu);
+		size_t users = q->nrqps;
+		pthread_mutex_unlock(&q->mu);
+		if (users)
+			return EBUSY;
+	}
 	rc = gva_simple(q->d, GVA_DESTROY_CQ, q->h);
 	if (rc && !gva_usable(q->d))
 		return rc; /* EBUSY while a QP uses it */
@@ -273,6 +341,7 @@ int gv_resize_cq(uintptr_t h, int *cqe)
 
 	if (!q || *cqe <= 0)
 		return EINVAL;
+	/* the daemon refuses a depth below the completions not yet polled (ours and its own) */
 	gva_msg_init(&m);
 	gva_put32(&m, q->h);
 	gva_put32(&m, (uint32_t)*cqe);
@@ -352,6 +421,7 @@ int gv_poll_cq(uintptr_t h, int n, struct ibv_wc *out)
 			q->head = hd;
 		}
 		gva_put_wc(&out[k], q->mem + GVA_RING_CTRL + (q->tail & (q->slots - 1)) * GVA_CQE);
+		gva_count_recv(q, &out[k]);
 		q->tail++;
 		k++;
 	}

@@ -81,7 +81,8 @@ static int gva_sgl_ok(const struct ibv_sge *sg, int n, uint32_t max)
 	return n >= 0 && (uint32_t)n <= max && (n == 0 || sg);
 }
 
-int gva_wq_post_recv(struct gva_dev *d, struct gva_wq *wq, struct ibv_recv_wr *wr, int *bad)
+int gva_wq_post_recv(struct gva_dev *d, struct gva_wq *wq, struct ibv_recv_wr *wr, int *bad,
+		     uint32_t *outstanding, uint32_t max)
 {
 	int i = 0, rc = 0;
 
@@ -97,10 +98,12 @@ int gva_wq_post_recv(struct gva_dev *d, struct gva_wq *wq, struct ibv_recv_wr *w
 			rc = EINVAL;
 			break;
 		}
-		if (!(s = gva_wq_slot(wq))) {
+		if ((outstanding && __atomic_load_n(outstanding, __ATOMIC_SEQ_CST) >= max) || !(s = gva_wq_slot(wq))) {
 			rc = ENOMEM;
 			break;
 		}
+		if (outstanding)
+			__atomic_add_fetch(outstanding, 1, __ATOMIC_SEQ_CST);
 		st64(s, wr->wr_id);
 		st32(s + 8, (uint32_t)wr->num_sge);
 		st32(s + 12, 0);
@@ -237,10 +240,12 @@ int gv_create_qp(uintptr_t ph, uintptr_t sendCQ, uintptr_t recvCQ, uintptr_t srq
 		}
 		q->has_rq = 1;
 	}
-	if ((rc = gva_stage_init(q, p))) {
+	if ((rc = gva_stage_init(q, p)) || (q->has_rq && (rc = gva_cq_add_rq(rcq, q)))) {
 		gva_qp_unmap(q);
 		goto fail;
 	}
+	if (q->has_rq)
+		q->rcq = rcq;
 	q->state = IBV_QPS_RESET;
 	q->cobj = qp;
 	*cap = q->cap;
@@ -267,6 +272,8 @@ int gv_destroy_qp(uintptr_t h)
 	if (rc && !gva_usable(q->d))
 		return rc;
 	gva_untrack(q->d, GVA_EV_QP, q->h);
+	if (q->rcq && q->d->pid == getpid()) /* a child cannot poll: no count to keep (and maybe a held lock) */
+		gva_cq_remove_rq(q->rcq, q);
 	gva_qp_unmap(q);
 	free(q);
 	return 0;
@@ -539,12 +546,12 @@ int gv_post_recv(uintptr_t h, int srq, struct ibv_recv_wr *wr, int *bad)
 	if (srq) {
 		struct gva_srq *s = (struct gva_srq *)h;
 
-		return gva_wq_post_recv(s->d, &s->rq, wr, bad);
+		return gva_wq_post_recv(s->d, &s->rq, wr, bad, NULL, 0);
 	}
 	struct gva_qp *q = (struct gva_qp *)h;
 	if (!q->has_rq || __atomic_load_n(&q->state, __ATOMIC_SEQ_CST) == IBV_QPS_RESET)
 		return EINVAL; /* its receives go to the SRQ; or not yet initialised */
-	return gva_wq_post_recv(q->d, &q->rq, wr, bad);
+	return gva_wq_post_recv(q->d, &q->rq, wr, bad, &q->rq_outstanding, q->cap.max_recv_wr);
 }
 
 int gv_bind_mw(uintptr_t qh, uintptr_t mwh, struct ibv_mw_bind *bind, uint32_t *rkey)

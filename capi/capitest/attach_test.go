@@ -367,4 +367,13 @@ func TestAttachAutostart(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(rt, "goverbs", "serve-"+a+".log")); err != nil {
 		t.Errorf("no log of the started daemon: %v", err)
 	}
+
+	// With no goverbs to start, opening the device fails and says why.
+	c := exec.Command(program(t, "ibv_devinfo"))
+	c.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib, "XDG_RUNTIME_DIR="+rt, "GOVERBS_DEVICES=sw0="+newAddr(),
+		"GOVERBS_SERVE="+filepath.Join(rt, "no-such-goverbs"))
+	out, err := c.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "no goverbs program to start one") {
+		t.Errorf("ibv_devinfo with no daemon and no goverbs: %v, want a failure that says why:\n%s", err, out)
+	}
 }

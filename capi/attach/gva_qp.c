@@ -511,10 +511,11 @@ int gv_post_send(uintptr_t h, struct ibv_send_wr *wr, int *bad)
 		return EINVAL;
 	pthread_mutex_lock(&q->sq.mu);
 	for (; wr; wr = wr->next, i++) {
+		/* staged inline bytes go as one SGE, whatever the program's count */
+		int staged = (wr->send_flags & IBV_SEND_INLINE) && q->stage && gva_inlinable(wr->opcode);
 		uint8_t *s;
 
-		if (!gva_sgl_ok(wr->sg_list, wr->num_sge, q->sq.max_sge) &&
-		    !((wr->send_flags & IBV_SEND_INLINE) && q->stage && wr->num_sge >= 0 && (wr->num_sge == 0 || wr->sg_list))) {
+		if (!gva_sgl_ok(wr->sg_list, wr->num_sge, staged ? INT32_MAX : q->sq.max_sge)) {
 			rc = EINVAL;
 			break;
 		}

@@ -14,6 +14,7 @@
  * runs) and that the child, whose copy of the parent's context fails with EIO, opens
  * the device anew, queries it and registers memory; a buffer that shares its pages with
  * other data registers in a program of one thread and is refused (EINVAL) in one of two;
+ * posts beyond a QP's limits fail at once (EINVAL, ENOMEM);
  * and four threads make QPs on one context and post and poll on them at once. "abi_check fatal" opens the device,
  * says "ready", and waits for IBV_EVENT_DEVICE_FATAL (its test kills the daemon), after
  * which commands and posts fail with EIO; it prints "fatal ok".
@@ -661,6 +662,43 @@ static void check_partial_pages(void)
 	teardown(&p);
 }
 
+/*
+ * Posting limits the C flavour checks itself: SGEs beyond max_send_sge even with
+ * IBV_SEND_INLINE on an opcode that is not inlined, an opcode the device has not, and
+ * the receive beyond max_recv_wr (ENOMEM), until a poll frees one.
+ */
+static void check_post_limits(void)
+{
+	struct pair p;
+	struct ibv_sge sges[2] = { { .addr = 0, .length = 8 }, { .addr = 0, .length = 8 } };
+	struct ibv_send_wr wr = { .sg_list = sges, .num_sge = 2, .opcode = IBV_WR_RDMA_READ,
+				  .send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED }, *bad = NULL;
+	struct ibv_recv_wr rwr, *rbad;
+	struct ibv_sge rsge;
+	int i;
+
+	setup(&p, 1);
+	sges[0].addr = sges[1].addr = (uintptr_t)p.buf;
+	sges[0].lkey = sges[1].lkey = p.mr->lkey;
+	CHECK(ibv_post_send(p.a, &wr, &bad) == EINVAL && bad == &wr, "READ with 2 SGEs (max 1), INLINE: EINVAL");
+	wr.num_sge = 1;
+	wr.opcode = 77;
+	bad = NULL;
+	CHECK(ibv_post_send(p.a, &wr, &bad) == EINVAL && bad == &wr, "opcode 77: EINVAL");
+	rsge = (struct ibv_sge){ .addr = (uintptr_t)p.buf + 4096, .length = 64, .lkey = p.mr->lkey };
+	rwr = (struct ibv_recv_wr){ .sg_list = &rsge, .num_sge = 1 };
+	for (i = 0; i < 64; i++)
+		CHECK(ibv_post_recv(p.b, &rwr, &rbad) == 0, "post recv up to max_recv_wr");
+	CHECK(ibv_post_recv(p.b, &rwr, &rbad) == ENOMEM && rbad == &rwr, "recv beyond max_recv_wr: ENOMEM");
+	/* one SEND takes one receive; its completion, polled, makes room for one more */
+	sges[0].length = 8;
+	wr = (struct ibv_send_wr){ .sg_list = sges, .num_sge = 1, .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED };
+	CHECK(ibv_post_send(p.a, &wr, &bad) == 0 && await(&p, 2) == 1, "SEND into the full receive queue");
+	CHECK(ibv_post_recv(p.b, &rwr, &rbad) == 0, "post recv after a receive completed");
+	CHECK(ibv_post_recv(p.b, &rwr, &rbad) == ENOMEM, "and full again");
+	teardown(&p);
+}
+
 /* Four threads on one context: commands and posts at once, each on QPs of its own. */
 struct worker {
 	struct ibv_context *ctx;
@@ -772,6 +810,7 @@ int main(int argc, char **argv)
 	if (argc == 2 && strcmp(argv[1], "attached") == 0) {
 		check_fork_attached();
 		check_partial_pages();
+		check_post_limits();
 		check_threads();
 	} else
 		check_fork();

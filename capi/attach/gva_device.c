@@ -200,7 +200,9 @@ static int gva_query(struct gva_dev *d)
 	a->atomic_cap = (enum ibv_atomic_cap)gva_get64(&r);
 	a->phys_port_cnt = (uint8_t)gva_get64(&r);
 	a->max_pkeys = (uint16_t)gva_get64(&r);
-	a->max_res_rd_atom = a->max_qp_rd_atom * (a->max_qp > 1024 ? 1024 : a->max_qp);
+	/* as the Go flavour reports it: every QP's responder resources */
+	int64_t res = (int64_t)a->max_qp_rd_atom * a->max_qp;
+	a->max_res_rd_atom = res > INT32_MAX ? INT32_MAX : (int)res;
 	if (r.short_)
 		return EIO;
 

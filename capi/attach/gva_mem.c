@@ -103,6 +103,43 @@ __attribute__((constructor)) static void gva_mem_init(void)
 	pthread_atfork(gva_spans_prepare, gva_spans_parent, gva_spans_child);
 }
 
+/*
+ * gva_movable says whether [start, end) is private anonymous memory (the heap, the
+ * stack, anonymous mmap), the only kind whose pages can be moved without changing what
+ * the program sees: moving a shared or file mapping would cut it from its file or from
+ * the processes it is shared with. 0, or EINVAL after saying why.
+ */
+static int gva_movable(uintptr_t start, uintptr_t end)
+{
+	FILE *f = fopen("/proc/self/maps", "re");
+	char line[512];
+	int rc = 0;
+
+	if (!f)
+		return 0; /* no /proc: nothing to check against */
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long a, b, ino;
+		char perms[8], dev[16], name[256] = "";
+		unsigned long long off;
+
+		if (sscanf(line, "%lx-%lx %7s %llx %15s %lu %255s", &a, &b, perms, &off, dev, &ino, name) < 6)
+			continue;
+		if (b <= start || a >= end)
+			continue;
+		if (perms[3] != 'p' || ino != 0 || (name[0] == '[' && strncmp(name, "[heap]", 6) != 0 &&
+						    strncmp(name, "[stack", 6) != 0)) {
+			fprintf(stderr, "goverbs: memory region in [%#" PRIxPTR ", %#" PRIxPTR ") lies in %s mapping "
+					"%s: an attached device registers private anonymous memory (malloc, "
+					"posix_memalign, anonymous mmap): refused\n", start, end,
+				perms[3] != 'p' ? "a shared" : "a file", name[0] ? name : "(unnamed)");
+			rc = EINVAL;
+			break;
+		}
+	}
+	fclose(f);
+	return rc;
+}
+
 /* gva_move puts [start, start+size) onto a new sealed memfd, in place. */
 static int gva_move(uintptr_t start, size_t size, struct gva_span **out)
 {
@@ -186,7 +223,7 @@ static int gva_share(uintptr_t addr, size_t len, struct gva_span **out, uint64_t
 		rc = EINVAL;
 		goto out;
 	}
-	if ((rc = gva_move(start, end - start, out))) {
+	if ((rc = gva_movable(start, end)) || (rc = gva_move(start, end - start, out))) {
 		if (rc == EFAULT)
 			gva_debug("memory region [%#" PRIxPTR ", %#" PRIxPTR ") is not mapped", addr, addr + len);
 		goto out;

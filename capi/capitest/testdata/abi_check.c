@@ -13,7 +13,8 @@
  * is that the parent keeps working after fork() (a ping-pong of SENDs while the child
  * runs) and that the child, whose copy of the parent's context fails with EIO, opens
  * the device anew, queries it and registers memory; a buffer that shares its pages with
- * other data registers in a program of one thread and is refused (EINVAL) in one of two;
+ * other data registers in a program of one thread and is refused (EINVAL) in one of two,
+ * as is shared memory;
  * posts beyond a QP's limits fail at once (EINVAL, ENOMEM);
  * and four threads make QPs on one context and post and poll on them at once. "abi_check fatal" opens the device,
  * says "ready", and waits for IBV_EVENT_DEVICE_FATAL (its test kills the daemon), after
@@ -649,6 +650,17 @@ static void check_partial_pages(void)
 	CHECK(strcmp(m, "written into the heap") == 0, "WRITE landed in the heap");
 	CHECK(ibv_dereg_mr(mr) == 0 && strcmp(m, "written into the heap") == 0, "dereg keeps the bytes");
 	free(m);
+
+	/* shared memory cannot move without leaving its sharers */
+	{
+		void *sh = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+		CHECK(sh != MAP_FAILED, "mmap shared");
+		errno = 0;
+		CHECK(!ibv_reg_mr(p.pd, sh, 4096, IBV_ACCESS_LOCAL_WRITE) && errno == EINVAL,
+		      "reg_mr of a MAP_SHARED mapping: EINVAL");
+		munmap(sh, 4096);
+	}
 
 	CHECK(pipe(pfd) == 0 && pthread_create(&t, NULL, idle_thread, &pfd[0]) == 0, "a second thread");
 	m = malloc(100);

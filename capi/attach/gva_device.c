@@ -322,12 +322,41 @@ fail:
  * gv_close detaches: closing the control socket makes the daemon destroy whatever the
  * context left, as the kernel does when a process closes its uverbs file.
  */
+/*
+ * GOVERBS_STATS: the device's counters on stderr when a context closes, as the Go
+ * flavour and the goverbs tools print them (iproute2's `rdma statistic show` layout).
+ * They are the device's, shared by every process attached to it.
+ */
+static void gva_print_stats(struct gva_dev *d)
+{
+	const char *v = getenv("GOVERBS_STATS");
+	uint8_t buf[GVA_MAX_MSG];
+	struct gva_msg m;
+	struct gva_rd r;
+	char line[GVA_MAX_MSG * 2], name[128];
+	size_t n;
+
+	if (!v || !*v || strcmp(v, "0") == 0)
+		return;
+	gva_msg_init(&m);
+	if (gva_call(d, GVA_DEVICE_COUNTERS, &m, NULL, 0, buf, &r, NULL, 0))
+		return;
+	n = (size_t)snprintf(line, sizeof(line), "link %s/1", d->name);
+	for (uint32_t i = 0, k = gva_get32(&r); i < k && !r.short_ && n < sizeof(line); i++) {
+		gva_getstr(&r, name, sizeof(name));
+		n += (size_t)snprintf(line + n, sizeof(line) - n, " %s %llu", name, (unsigned long long)gva_get64(&r));
+	}
+	fprintf(stderr, "%s\n", line);
+}
+
 int gv_close(uintptr_t h)
 {
 	struct gva_dev *d = (struct gva_dev *)h;
 
 	if (!d)
 		return EINVAL;
+	if (!gva_usable(d))
+		gva_print_stats(d);
 	gva_dev_unregister(d);
 	gva_free_dev(d);
 	return 0;

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -190,6 +191,10 @@ func TestAttachDevinfo(t *testing.T) {
 	}
 	if strings.Contains(out, "XRC") {
 		t.Errorf("an attached device advertises XRC:\n%s", out)
+	}
+	if stats := devinfo("LD_LIBRARY_PATH="+lib, "XDG_RUNTIME_DIR="+d.rt, "GOVERBS_NO_AUTOSTART=1",
+		"GOVERBS_DEVICES=gva="+a, "GOVERBS_STATS=1"); !regexp.MustCompile(`(?m)^link gva/1 sent_pkts \d+ `).MatchString(stats) {
+		t.Errorf("GOVERBS_STATS=1: no counters line:\n%s", stats)
 	}
 	noXRC := strings.NewReplacer("\tdevice_cap_flags:\t\t0x00100000\n\t\t\t\t\tXRC\n", "\tdevice_cap_flags:\t\t0x00000000\n")
 	if want := noXRC.Replace(goOut); out != want {

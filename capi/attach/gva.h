@@ -145,6 +145,7 @@ struct gva_dev {
 	pthread_mutex_t objmu;
 	struct gva_objref { uint32_t h, kind; void *obj; } *objs;
 	size_t nobjs, capobjs;
+	struct gva_mr *mrs; /* live regions, whose pages go back at close (under objmu) */
 	struct gva_dev *next; /* the process's list of devices (fork) */
 };
 
@@ -195,10 +196,10 @@ struct gva_pd {
 struct gva_span; /* pages moved onto a memfd (gva_mem.c) */
 
 struct gva_mr {
-	struct gva_dev *d;
+	struct gva_dev *d; /* NULL once its context closed */
 	uint32_t h;
-	int closed;
 	struct gva_span *span;
+	struct gva_mr *prev, *next; /* the context's live regions (under d->objmu) */
 };
 
 struct gva_ah {
@@ -283,6 +284,8 @@ int gva_wq_post_recv(struct gva_dev *d, struct gva_wq *wq, struct ibv_recv_wr *w
 int gva_cq_add_rq(struct gva_cq *q, struct gva_qp *qp);
 void gva_cq_remove_rq(struct gva_cq *q, struct gva_qp *qp);
 int gva_map(int fd, size_t size, uint8_t **mem);
+/* gva_close_mrs moves the pages of regions a closing context leaves back to private memory. */
+void gva_close_mrs(struct gva_dev *d);
 int gva_reg_internal(struct gva_pd *p, void *addr, size_t length, unsigned int access, struct gva_mr **out,
 		     uint32_t *lkey, uint32_t *rkey);
 

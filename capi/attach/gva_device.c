@@ -357,6 +357,7 @@ int gv_close(uintptr_t h)
 		return EINVAL;
 	if (!gva_usable(d))
 		gva_print_stats(d);
+	gva_close_mrs(d);
 	gva_dev_unregister(d);
 	gva_free_dev(d);
 	return 0;

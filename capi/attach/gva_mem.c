@@ -356,8 +356,45 @@ int gva_reg_internal(struct gva_pd *p, void *addr, size_t length, unsigned int a
 	mr->h = gva_get32(&r);
 	*lkey = gva_get32(&r);
 	*rkey = gva_get32(&r);
+	pthread_mutex_lock(&p->d->objmu);
+	mr->next = p->d->mrs;
+	if (mr->next)
+		mr->next->prev = mr;
+	p->d->mrs = mr;
+	pthread_mutex_unlock(&p->d->objmu);
 	*out = mr;
 	return 0;
+}
+
+static void gva_mr_unlink(struct gva_dev *d, struct gva_mr *mr)
+{
+	if (mr->prev)
+		mr->prev->next = mr->next;
+	else
+		d->mrs = mr->next;
+	if (mr->next)
+		mr->next->prev = mr->prev;
+	mr->prev = mr->next = NULL;
+}
+
+/*
+ * A context closed with regions still registered: the daemon drops them with the
+ * connection, and their pages must not stay on the memfd, where the program's allocator
+ * would find old bytes in memory it gives back with MADV_DONTNEED and takes for zeros.
+ * The regions' structs stay for a later ibv_dereg_mr, which then only frees them.
+ */
+void gva_close_mrs(struct gva_dev *d)
+{
+	pthread_mutex_lock(&d->objmu);
+	while (d->mrs) {
+		struct gva_mr *mr = d->mrs;
+
+		gva_mr_unlink(d, mr);
+		gva_unshare(mr->span);
+		mr->span = NULL;
+		mr->d = NULL;
+	}
+	pthread_mutex_unlock(&d->objmu);
 }
 
 int gv_reg_mr(uintptr_t ph, void *addr, size_t length, unsigned int access, uintptr_t *out,
@@ -387,9 +424,16 @@ int gv_dereg_mr(uintptr_t h)
 
 	if (!mr)
 		return EINVAL;
+	if (!mr->d) { /* its context closed: nothing left to do */
+		free(mr);
+		return 0;
+	}
 	rc = gva_simple(mr->d, GVA_DEREG_MR, mr->h);
 	if (rc && !gva_usable(mr->d))
 		return rc; /* EBUSY while windows are bound */
+	pthread_mutex_lock(&mr->d->objmu);
+	gva_mr_unlink(mr->d, mr);
+	pthread_mutex_unlock(&mr->d->objmu);
 	gva_unshare(mr->span);
 	free(mr);
 	return 0;

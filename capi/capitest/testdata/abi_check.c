@@ -15,7 +15,8 @@
  * the device anew, queries it and registers memory; a buffer that shares its pages with
  * other data registers in a program of one thread and is refused (EINVAL) in one of two,
  * as is shared memory;
- * posts beyond a QP's limits fail at once (EINVAL, ENOMEM);
+ * posts beyond a QP's limits fail at once (EINVAL, ENOMEM); registered pages go back to
+ * private memory at deregistration and at close;
  * and four threads make QPs on one context and post and poll on them at once. "abi_check fatal" opens the device,
  * says "ready", and waits for IBV_EVENT_DEVICE_FATAL (its test kills the daemon), after
  * which commands and posts fail with EIO; it prints "fatal ok".
@@ -711,6 +712,57 @@ static void check_post_limits(void)
 	teardown(&p);
 }
 
+/* maps_inode is the inode of the mapping holding addr in /proc/self/maps (-1: none). */
+static long maps_inode(void *addr)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	long ino = -1;
+
+	while (f && fgets(line, sizeof(line), f)) {
+		unsigned long a, b, i;
+		char perms[8], dev[16];
+		unsigned long long off;
+
+		if (sscanf(line, "%lx-%lx %7s %llx %15s %lu", &a, &b, perms, &off, dev, &i) == 6 &&
+		    (uintptr_t)addr >= a && (uintptr_t)addr < b)
+			ino = (long)i;
+	}
+	if (f)
+		fclose(f);
+	return ino;
+}
+
+/*
+ * Registered pages are on shared memory (a memfd) while registered, and private
+ * anonymous memory again after ibv_dereg_mr, or when the context closes with the region
+ * still registered.
+ */
+static void check_pages_go_back(void)
+{
+	struct ibv_device **list = ibv_get_device_list(NULL);
+	struct ibv_context *ctx = ibv_open_device(list[0]);
+	struct ibv_pd *pd;
+	struct ibv_mr *mr;
+	char *buf = aligned_alloc(4096, 8192);
+
+	ibv_free_device_list(list);
+	CHECK(ctx && buf, "open device");
+	pd = ibv_alloc_pd(ctx);
+	CHECK(pd, "alloc PD");
+	strcpy(buf, "kept");
+	CHECK(maps_inode(buf) == 0, "a heap buffer is anonymous memory");
+	mr = ibv_reg_mr(pd, buf, 8192, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(mr && maps_inode(buf) > 0 && strcmp(buf, "kept") == 0, "a registered buffer is on a memfd");
+	CHECK(ibv_dereg_mr(mr) == 0 && maps_inode(buf) == 0 && strcmp(buf, "kept") == 0, "dereg moves it back");
+	mr = ibv_reg_mr(pd, buf, 8192, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(mr && maps_inode(buf) > 0, "registered again");
+	/* closed with the region registered (and the PD allocated), as a program may exit */
+	CHECK(ibv_close_device(ctx) == 0, "close device");
+	CHECK(maps_inode(buf) == 0 && strcmp(buf, "kept") == 0, "close moves the pages back");
+	free(buf);
+}
+
 /* Four threads on one context: commands and posts at once, each on QPs of its own. */
 struct worker {
 	struct ibv_context *ctx;
@@ -823,6 +875,7 @@ int main(int argc, char **argv)
 		check_fork_attached();
 		check_partial_pages();
 		check_post_limits();
+		check_pages_go_back();
 		check_threads();
 	} else
 		check_fork();

@@ -122,7 +122,6 @@ void gva_getstr(struct gva_rd *r, char *dst, size_t cap);
  * command at a time. pid is the process that opened it: after fork() a child's copy is
  * dead (its sockets were closed in the child), and the child opens the device anew.
  */
-struct gva_obj;
 struct gva_dev {
 	pthread_mutex_t mu; /* one command at a time */
 	int sock;	    /* the control socket */
@@ -161,7 +160,6 @@ int gva_call(struct gva_dev *d, uint16_t op, struct gva_msg *req, const int *fds
 int gva_simple(struct gva_dev *d, uint16_t op, uint32_t h);
 /* gva_usable is 0, or the errno of a device whose daemon is gone or that a child inherited. */
 int gva_usable(struct gva_dev *d);
-/* The device list (GOVERBS_DEVICES). */
 struct gva_entry;
 /* gva_connect dials the daemon serving e's address, starting one if none listens (autostart). */
 int gva_connect(const struct gva_entry *e, int *sock);
@@ -169,14 +167,19 @@ void gva_track(struct gva_dev *d, uint32_t kind, uint32_t h, void *obj);
 void gva_untrack(struct gva_dev *d, uint32_t kind, uint32_t h);
 void *gva_lookup(struct gva_dev *d, uint32_t kind, uint32_t h);
 void gva_ring_doorbell(struct gva_dev *d);
+/* gva_debug says why something failed on stderr when GOVERBS_DEBUG is set. */
 void gva_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The process's open contexts, whose descriptors a child closes after fork(). */
 int gva_dev_register(struct gva_dev *d);
-/* gva_thread starts a library thread with every signal blocked: the program's signals are the program's threads'. */
+void gva_dev_unregister(struct gva_dev *d);
+/*
+ * gva_thread starts a library thread with every signal blocked (the program's signals
+ * are for the program's threads); gva_join joins it.
+ */
 int gva_thread(pthread_t *t, void *(*fn)(void *), void *arg);
 void gva_join(pthread_t t);
 /* gva_program_threads is how many threads the program runs besides the library's (-1: unknown). */
 int gva_program_threads(void);
-void gva_dev_unregister(struct gva_dev *d);
 
 /* The device list (GOVERBS_DEVICES). */
 struct gva_entry {

@@ -283,7 +283,7 @@ struct gva_srq {
 };
 
 int gva_wq_post_recv(struct gva_dev *d, struct gva_wq *wq, struct ibv_recv_wr *wr, int *bad,
-		     uint32_t *outstanding, uint32_t max);
+		     uint32_t *outstanding, uint32_t max, int sync);
 int gva_cq_add_rq(struct gva_cq *q, struct gva_qp *qp);
 void gva_cq_remove_rq(struct gva_cq *q, struct gva_qp *qp);
 int gva_map(int fd, size_t size, uint8_t **mem);

@@ -8,6 +8,8 @@
 #endif
 #include <endian.h>
 #include <errno.h>
+#include <sched.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,8 +83,36 @@ static int gva_sgl_ok(const struct ibv_sge *sg, int n, uint32_t max)
 	return n >= 0 && (uint32_t)n <= max && (n == 0 || sg);
 }
 
+/*
+ * gva_wq_wait_taken waits until the daemon has taken the ring's WQEs up to head and
+ * handed them to its engine (it moves the tail after that). A UD or UC QP needs it: a
+ * message that finds no receive is dropped, and a program that posts a receive and then
+ * has a peer send expects the receive to be there, as it is on an RNIC once
+ * ibv_post_recv returns. (RC needs no wait: a message that comes first draws an RNR NAK
+ * and is sent again.) The wait is the daemon's wake-up when it sleeps, and bounded.
+ */
+static void gva_wq_wait_taken(struct gva_dev *d, struct gva_wq *wq, uint64_t head)
+{
+	uint64_t *tailp = (uint64_t *)(wq->ring + GVA_OFF_TAIL);
+	struct timespec start, now;
+
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	for (unsigned spins = 0; (int64_t)(__atomic_load_n(tailp, __ATOMIC_SEQ_CST) - head) < 0; spins++) {
+		if (gva_usable(d))
+			return;
+		if (spins % 64 == 63) {
+			clock_gettime(CLOCK_MONOTONIC, &now);
+			if (now.tv_sec - start.tv_sec >= 2) {
+				gva_debug("the daemon has not taken receives posted 2 s ago");
+				return;
+			}
+		}
+		sched_yield();
+	}
+}
+
 int gva_wq_post_recv(struct gva_dev *d, struct gva_wq *wq, struct ibv_recv_wr *wr, int *bad,
-		     uint32_t *outstanding, uint32_t max)
+		     uint32_t *outstanding, uint32_t max, int sync)
 {
 	int i = 0, rc = 0;
 
@@ -112,8 +142,11 @@ int gva_wq_post_recv(struct gva_dev *d, struct gva_wq *wq, struct ibv_recv_wr *w
 	}
 	if (i > 0)
 		gva_wq_publish(d, wq);
+	uint64_t head = wq->head;
 	pthread_mutex_unlock(&wq->mu);
 	*bad = i;
+	if (i > 0 && sync)
+		gva_wq_wait_taken(d, wq, head);
 	return rc;
 }
 
@@ -547,12 +580,13 @@ int gv_post_recv(uintptr_t h, int srq, struct ibv_recv_wr *wr, int *bad)
 	if (srq) {
 		struct gva_srq *s = (struct gva_srq *)h;
 
-		return gva_wq_post_recv(s->d, &s->rq, wr, bad, NULL, 0);
+		return gva_wq_post_recv(s->d, &s->rq, wr, bad, NULL, 0, 0);
 	}
 	struct gva_qp *q = (struct gva_qp *)h;
 	if (!q->has_rq || __atomic_load_n(&q->state, __ATOMIC_SEQ_CST) == IBV_QPS_RESET)
 		return EINVAL; /* its receives go to the SRQ; or not yet initialised */
-	return gva_wq_post_recv(q->d, &q->rq, wr, bad, &q->rq_outstanding, q->cap.max_recv_wr);
+	return gva_wq_post_recv(q->d, &q->rq, wr, bad, &q->rq_outstanding, q->cap.max_recv_wr,
+				q->type == IBV_QPT_UD || q->type == IBV_QPT_UC);
 }
 
 int gv_bind_mw(uintptr_t qh, uintptr_t mwh, struct ibv_mw_bind *bind, uint32_t *rkey)

@@ -25,6 +25,33 @@ var pyverbsModules = []string{"test_device", "test_pd", "test_mr", "test_cq", "t
 // test must pass or skip; the counts are logged (go test -v) for docs/guide/capi.md.
 func TestPyverbs(t *testing.T) {
 	lib := library(t)
+	out := runPyverbs(t, onGoverbs(lib, "sw0", newAddr()))
+	// The device claims XRC (IBV_DEVICE_XRC), so pyverbs' XRC tests run, all but the one
+	// that needs ODP's XRC capabilities, which it does not claim.
+	xrc := regexp.MustCompile(`(?m)^(test_\w*xrc\w*) .* \.\.\. (.*)$`).FindAllStringSubmatch(out, -1)
+	if len(xrc) < 6 {
+		t.Errorf("pyverbs ran %d XRC tests, want at least 6:\n%s", len(xrc), out)
+	}
+	for _, m := range xrc {
+		if m[2] != "ok" && !(strings.Contains(m[1], "odp") && strings.HasPrefix(m[2], "skipped")) {
+			t.Errorf("pyverbs %s: %s", m[1], m[2])
+		}
+	}
+}
+
+// TestAttachPyverbs runs the same pyverbs tests on the C flavour, attached to a daemon:
+// every test passes or skips (XRC's skip: version 1 of the protocol has none).
+func TestAttachPyverbs(t *testing.T) {
+	lib := attachLibrary(t)
+	a := newAddr()
+	d := serve(t, lib, "sw0="+a)
+	runPyverbs(t, d.attached(lib, "sw0", a))
+}
+
+// runPyverbs runs pyverbs' generic modules with env added (device sw0) and returns
+// their verbose output; it fails the test unless every test passed or skipped.
+func runPyverbs(t *testing.T, env []string) string {
+	t.Helper()
 	if _, err := os.Stat(filepath.Join(pyverbsTests, "run_tests.py")); err != nil {
 		t.Skip("python3-pyverbs not installed")
 	}
@@ -38,25 +65,16 @@ func TestPyverbs(t *testing.T) {
 	defer cancel()
 	c := exec.CommandContext(ctx, "/usr/bin/python3", args...)
 	c.Dir = dir
-	c.Env = append(os.Environ(), onGoverbs(lib, "sw0", newAddr())...)
-	out, err := c.CombinedOutput()
-	ran := regexp.MustCompile(`(?m)^Ran (\d+) tests`).FindStringSubmatch(string(out))
-	skipped := regexp.MustCompile(`(?m)^OK \(skipped=(\d+)\)$`).FindStringSubmatch(string(out))
+	c.Env = append(os.Environ(), env...)
+	b, err := c.CombinedOutput()
+	out := string(b)
+	ran := regexp.MustCompile(`(?m)^Ran (\d+) tests`).FindStringSubmatch(out)
+	skipped := regexp.MustCompile(`(?m)^OK \(skipped=(\d+)\)$`).FindStringSubmatch(out)
 	if err != nil || ran == nil || skipped == nil {
 		t.Fatalf("pyverbs: %v\n%s", err, out)
 	}
 	t.Logf("pyverbs: %s tests, %s skipped, none failed", ran[1], skipped[1])
-	// The device claims XRC (IBV_DEVICE_XRC), so pyverbs' XRC tests run, all but the one
-	// that needs ODP's XRC capabilities, which it does not claim.
-	xrc := regexp.MustCompile(`(?m)^(test_\w*xrc\w*) .* \.\.\. (.*)$`).FindAllStringSubmatch(string(out), -1)
-	if len(xrc) < 6 {
-		t.Errorf("pyverbs ran %d XRC tests, want at least 6:\n%s", len(xrc), out)
-	}
-	for _, m := range xrc {
-		if m[2] != "ok" && !(strings.Contains(m[1], "odp") && strings.HasPrefix(m[2], "skipped")) {
-			t.Errorf("pyverbs %s: %s", m[1], m[2])
-		}
-	}
+	return out
 }
 
 // copyPyverbsTests copies the installed tests into dir, gunzipping the compressed

@@ -362,6 +362,16 @@ func (p *SlotProducer) Slot() (buf []byte, ok bool, err error) {
 // Commit adds the filled slot to what the next Publish makes visible.
 func (p *SlotProducer) Commit() { p.head++ }
 
+// Pending is how many published slots the consumer has not taken, as its published
+// tail says (clamped to the ring's size when the tail is impossible).
+func (p *SlotProducer) Pending() int {
+	d := p.head - p.r.c.tail.Load()
+	if d > p.r.n {
+		return int(p.r.n)
+	}
+	return int(d)
+}
+
 // Publish makes the committed slots visible and reports whether to wake the consumer.
 func (p *SlotProducer) Publish() (wake bool) {
 	p.r.c.head.Store(p.head)

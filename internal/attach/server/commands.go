@@ -4,12 +4,14 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"sync/atomic"
 
 	"github.com/goverbs/goverbs/internal/attach"
 	"github.com/goverbs/goverbs/internal/engine"
 	"github.com/goverbs/goverbs/internal/shm"
+	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
@@ -128,7 +130,16 @@ func (s *session) command(op attach.Op, r *attach.Reader, w *attach.Writer, fds 
 		if err != nil {
 			return nil, err
 		}
-		if err := c.cq.Resize(int(r.U32())); err != nil {
+		depth := int(r.U32())
+		// A device's CQ holds every completion not yet polled: here the client's ring
+		// holds some, and the daemon others. The client's posts before this command are
+		// taken first, as a device has them once they are posted.
+		s.step()
+		if n := c.prod.Pending() + len(c.carry) + len(c.extra); depth < n {
+			return nil, driver.NewError(driver.ErrInvalidAttr,
+				fmt.Sprintf("resize CQ to %d: it holds %d completions", depth, n))
+		}
+		if err := c.cq.Resize(depth); err != nil {
 			return nil, err
 		}
 		w.U32(uint32(c.cq.Depth()))
@@ -156,6 +167,11 @@ func (s *session) command(op attach.Op, r *attach.Reader, w *attach.Writer, fds 
 		a := r.QPAttr()
 		if r.Err != nil {
 			return nil, r.Err
+		}
+		// The checks verbs.QP.Modify makes in-process (the transition against IBTA table
+		// 91, attribute ranges): a client in C has no package verbs to make them.
+		if err := verbs.CheckModify(q.typ, q.qp.State(), s.d.dev.Query().PhysPortCnt, &a, mask); err != nil {
+			return nil, err
 		}
 		return nil, q.qp.Modify(&a, mask)
 	case attach.OpQueryQP:

@@ -335,11 +335,14 @@ func (q *recvQueue) drain(s *session, post func([]driver.RecvWR) error, qp *qpOb
 			}
 			q.pending++
 		}
-		q.ring.Publish()
 		if q.pending == 0 {
+			q.ring.Publish()
 			return did
 		}
 		err := post(q.wrs[:q.pending])
+		// The tail moves once the engine has the receives, so that a client that waits
+		// for it knows they are posted (a UD or UC message finding none is dropped).
+		q.ring.Publish()
 		if err == nil {
 			q.pending = 0
 			continue

@@ -4,6 +4,9 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/goverbs/goverbs/internal/attach"
 	"github.com/goverbs/goverbs/internal/shm"
@@ -23,6 +26,9 @@ type workQueue struct {
 	ring   *shm.SlotProducer
 	maxSGE int
 	closed bool
+	// taken: a post returns only once the daemon has handed the receives to its engine
+	// (waitTaken): the receive queue of a UD or UC QP.
+	taken bool
 }
 
 // QP is a queue pair whose work queues are rings shared with the daemon.
@@ -66,6 +72,7 @@ func (p *PD) CreateQP(init *driver.QPInit) (driver.QP, error) {
 		return nil, err
 	}
 	q := &QP{d: p.d, h: r.U32(), qpn: r.U32(), cap: r.Cap()}
+	q.rq.taken = init.Type == driver.QPTypeUD || init.Type == driver.QPTypeUC
 	var l attach.QPLayout
 	for _, v := range []*int{&l.SQSlots, &l.SQSlot, &l.RQOff, &l.RQSlots, &l.RQSlot, &l.Size} {
 		*v = int(r.U32())
@@ -244,7 +251,27 @@ func (wq *workQueue) postRecv(d *Device, wrs []driver.RecvWR) error {
 	if wq.ring.Publish() {
 		d.ring()
 	}
+	if wq.taken {
+		wq.waitTaken(d)
+	}
 	return perr
+}
+
+// waitTaken waits until the daemon has taken every published receive and handed it to
+// its engine (the daemon moves the ring's tail only after that). A UD or UC QP needs it:
+// a message that finds no receive is dropped, and a program that posts a receive and then
+// has its peer send expects the receive to be there, as it is on an RNIC once the post
+// returns. (RC needs no wait: a message that comes first draws an RNR NAK and comes
+// again.) The wait is the daemon's wake-up when it sleeps; it is bounded, and ends when
+// the daemon has gone. wq.mu is held.
+func (wq *workQueue) waitTaken(d *Device) {
+	deadline := time.Now().Add(2 * time.Second)
+	for spins := 0; wq.ring.Pending() > 0; spins++ {
+		if d.gone() || spins%64 == 63 && time.Now().After(deadline) {
+			return
+		}
+		unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+	}
 }
 
 func (q *QP) BindMW(mw driver.MW, id uint64, flags driver.SendFlags, b driver.MWBind) (uint32, error) {

@@ -1,0 +1,8 @@
+//go:build linux
+
+package attach
+
+import "github.com/goverbs/goverbs/verbs/driver"
+
+// RecvPending is how many receives of q's ring the daemon has not taken yet.
+func RecvPending(q driver.QP) int { return q.(*QP).rq.ring.Pending() }

@@ -2,6 +2,7 @@ package attach
 
 import (
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -270,7 +271,13 @@ func (wq *workQueue) waitTaken(d *Device) {
 		if d.gone() || spins%64 == 63 && time.Now().After(deadline) {
 			return
 		}
-		unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		// Yield to this process's goroutines (a daemon in the same process, as in
+		// tests, needs a P) and now and then the core to other processes (the daemon's).
+		if spins%8 == 7 {
+			unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		} else {
+			runtime.Gosched()
+		}
 	}
 }
 

@@ -106,11 +106,13 @@ type Conn struct {
 	rxReady, txReady chan struct{} // wake the reader, the writer (capacity 1)
 	// The CQ's pollers (poll.go): pollMu is held by whoever polls and handles
 	// completions, and wcs is theirs; spinners counts Reads and Writes polling it
-	// (spinFor), while which the completion loop parks until pollKick; rxSpin and
-	// txSpin are whether the reader's and the writer's spins pay (under rmu, wmu).
+	// (spinFor) and spins the spins begun, while and after which the completion loop
+	// parks until pollKick (poll); rxSpin and txSpin are whether the reader's and the
+	// writer's spins pay (under rmu, wmu).
 	pollMu     sync.Mutex
 	wcs        []verbs.WC
 	spinners   atomic.Int32
+	spins      atomic.Uint32
 	rxSpin     spinPolicy
 	txSpin     spinPolicy
 	blocked    atomic.Int32 // goroutines blocked on what completions bring (block)

@@ -55,6 +55,7 @@ func (c *Conn) spinFor(p *spinPolicy, ready func() bool) bool {
 	if !p.try() {
 		return false
 	}
+	c.spins.Add(1)
 	c.spinners.Add(1)
 	defer c.spinners.Add(-1)
 	var s spinner

@@ -314,10 +314,30 @@ func (c *Conn) Write(b []byte) (int, error) {
 			}
 			n += chunk
 			c.mu.Unlock()
+			if chunk >= overlapChunk {
+				c.pollOnce()
+			}
 			continue
 		}
 		c.mu.Unlock()
 		c.waitWritable()
+	}
+}
+
+// overlapChunk is the size from which a Write polls the CQ once after posting a
+// chunk (pollOnce): what came in while it copied (the peer's credits and buffers, the
+// completions that free staging space) is taken then, and the device's socket read,
+// instead of only once the writer has run out of room and waits. The completion loop
+// did that on another thread when it spun after every completion; one poll per large
+// chunk costs a small part of its copy, and a small Write (a request/response's) does
+// not pay it.
+const overlapChunk = 16 << 10
+
+// pollOnce polls the CQ once unless another goroutine is polling it.
+func (c *Conn) pollOnce() {
+	if c.pollMu.TryLock() {
+		c.pollCQ()
+		c.pollMu.Unlock()
 	}
 }
 

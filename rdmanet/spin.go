@@ -60,10 +60,7 @@ func (c *Conn) spinFor(p *spinPolicy, ready func() bool) bool {
 	defer c.spinners.Add(-1)
 	var s spinner
 	for {
-		if c.pollMu.TryLock() {
-			c.pollCQ()
-			c.pollMu.Unlock()
-		}
+		c.pollOnce()
 		if ready() {
 			p.hit()
 			return true

@@ -15,9 +15,11 @@ import (
 // scheduler put the threads: with both processes' spinners and their devices' work
 // on two cores, or both processes on one, a spin takes the core the peer needed and
 // then blocks anyway. So each side of a connection spins only while its spins pay
-// (spinPolicy): a spin that ends without an answer makes the next waits block at
-// once, exponentially more of them after each further miss, and one that is answered
-// restores spinning. And a spin yields the processor to other threads now and then
+// (spinPolicy): spins that end without an answer twice in a row make the next waits
+// block at once, exponentially more of them after each further miss, and one that is
+// answered restores spinning (a single miss, a peer descheduled once, blocks nothing:
+// in a request/response a blocked wait delays this side's next message by a wake-up,
+// which can make the peer's spin miss in turn). And a spin yields the processor to other threads now and then
 // (osYield), so that a peer sharing the core gets it.
 
 // spinBudget is how long a waiter polls an empty CQ before it sleeps.
@@ -42,9 +44,11 @@ func (p *spinPolicy) try() bool {
 
 func (p *spinPolicy) hit() { p.misses = 0 }
 
+// miss counts a spin that ended without an answer: the first of a streak blocks no
+// wait, the next ones 1, 3, 7 … 63.
 func (p *spinPolicy) miss() {
-	p.misses = min(p.misses+1, maxSpinBackoff)
-	p.skip = 1<<p.misses - 1
+	p.misses = min(p.misses+1, maxSpinBackoff+1)
+	p.skip = 1<<(p.misses-1) - 1
 }
 
 // spinFor polls the CQ until ready says so or the budget runs out, if p lets this

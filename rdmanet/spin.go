@@ -19,16 +19,23 @@ import (
 // block at once, exponentially more of them after each further miss, and one that is
 // answered restores spinning (a single miss, a peer descheduled once, blocks nothing:
 // in a request/response a blocked wait delays this side's next message by a wake-up,
-// which can make the peer's spin miss in turn). And a spin yields the processor to other threads now and then
-// (osYield), so that a peer sharing the core gets it.
+// which can make the peer's spin miss in turn).
+//
+// And a spin yields the processor to other threads now and then (osYield), so that a
+// peer sharing the core gets it: every osYieldEvery polls while a recent yield gave
+// the processor away (it took over yieldLong: another thread wanted this core, the
+// peer pinned beside this side, or other load), every osYieldSparse polls otherwise,
+// since on a quiet machine a yield only costs its system call and the peer, on the
+// other core, needs nothing from this one.
 
 // spinBudget is how long a waiter polls an empty CQ before it sleeps.
 const spinBudget = 50 * time.Microsecond
 
 // spinPolicy decides whether a wait spins, from how the last spins went.
 type spinPolicy struct {
-	misses int // spins in a row that ended without what they waited for
-	skip   int // waits left that block without spinning
+	misses  int // spins in a row that ended without what they waited for
+	skip    int // waits left that block without spinning
+	crowded int // OS yields left at the frequent pace (spinner.more)
 }
 
 const maxSpinBackoff = 6 // after a miss streak, one wait in 64 tries a spin
@@ -62,7 +69,7 @@ func (c *Conn) spinFor(p *spinPolicy, ready func() bool) bool {
 	c.spins.Add(1)
 	c.spinners.Add(1)
 	defer c.spinners.Add(-1)
-	var s spinner
+	s := spinner{p: p}
 	for {
 		c.pollOnce()
 		if ready() {
@@ -78,14 +85,25 @@ func (c *Conn) spinFor(p *spinPolicy, ready func() bool) bool {
 
 // spinner paces the polls of a spin: it yields between them, to the goroutines of
 // this process every time (one a completion woke runs on this thread) and to the
-// operating system's other threads every osYieldEvery polls, and ends the spin once
-// spinBudget has passed. It reads no clock for the first polls.
+// operating system's other threads every few polls (spinPolicy.crowded says how
+// often), and ends the spin once spinBudget has passed. It reads no clock for the
+// first polls.
 type spinner struct {
+	p     *spinPolicy
 	polls int
 	start time.Time
 }
 
-const osYieldEvery = 4
+const (
+	osYieldEvery  = 4  // polls per OS yield while yields give the processor away
+	osYieldSparse = 16 // and otherwise
+	// yieldLong is how long an OS yield takes when another thread ran meanwhile: one
+	// that finds nobody waiting for the core returns in well under a microsecond.
+	yieldLong = 2 * time.Microsecond
+	// crowdedYields is how many OS yields stay frequent after one that gave the
+	// processor away.
+	crowdedYields = 16
+)
 
 // more yields and reports whether to poll again.
 func (s *spinner) more() bool {
@@ -97,10 +115,20 @@ func (s *spinner) more() bool {
 			return false
 		}
 	}
-	if s.polls%osYieldEvery == 0 {
-		osYield()
-	} else {
+	every := osYieldSparse
+	if s.p.crowded > 0 {
+		every = osYieldEvery
+	}
+	if s.polls%every != 0 {
 		runtime.Gosched()
+		return true
+	}
+	t := time.Now()
+	osYield()
+	if time.Since(t) > yieldLong {
+		s.p.crowded = crowdedYields
+	} else if s.p.crowded > 0 {
+		s.p.crowded--
 	}
 	return true
 }

@@ -69,7 +69,7 @@ func (c *Conn) spinFor(p *spinPolicy, ready func() bool) bool {
 	c.spins.Add(1)
 	c.spinners.Add(1)
 	defer c.spinners.Add(-1)
-	s := spinner{p: p}
+	s := newSpinner(p)
 	for {
 		c.pollOnce()
 		if ready() {
@@ -83,15 +83,35 @@ func (c *Conn) spinFor(p *spinPolicy, ready func() bool) bool {
 	}
 }
 
-// spinner paces the polls of a spin: it yields between them, to the goroutines of
-// this process every time (one a completion woke runs on this thread) and to the
-// operating system's other threads every few polls (spinPolicy.crowded says how
-// often), and ends the spin once spinBudget has passed. It reads no clock for the
-// first polls.
+// spinner paces the polls of a spin: it yields between them, to the operating
+// system's other threads every few polls (spinPolicy.crowded says how often) and to
+// the goroutines of this process every goschedEvery polls, or every poll when the
+// process has one P (a goroutine a completion woke, the peer's in one process, needs
+// this thread), and ends the spin once spinBudget has passed. It reads no clock for
+// the first polls.
+//
+// Not every poll: runtime.Gosched wakes a thread for an idle P (wakep), and with
+// nothing else to run that thread spins, finds the spinner's goroutine on the global
+// run queue or nothing, and sleeps again: a futex wake-up and a thread beside the
+// spinner on every poll (by perf's sched_switch call chains, most of a 64 B
+// request/response's context switches, one per message).
 type spinner struct {
-	p     *spinPolicy
-	polls int
-	start time.Time
+	p       *spinPolicy
+	gosched int // polls per runtime.Gosched
+	polls   int
+	start   time.Time
+}
+
+// goschedEvery is how many polls go per runtime.Gosched with more than one P.
+const goschedEvery = 8
+
+// newSpinner starts the pacing of a spin for p.
+func newSpinner(p *spinPolicy) spinner {
+	s := spinner{p: p, gosched: goschedEvery}
+	if runtime.GOMAXPROCS(0) == 1 {
+		s.gosched = 1
+	}
+	return s
 }
 
 const (
@@ -120,7 +140,9 @@ func (s *spinner) more() bool {
 		every = osYieldEvery
 	}
 	if s.polls%every != 0 {
-		runtime.Gosched()
+		if s.polls%s.gosched == 0 {
+			runtime.Gosched()
+		}
 		return true
 	}
 	t := time.Now()

@@ -2,6 +2,7 @@ package rdmanet
 
 import (
 	"runtime"
+	"sync/atomic"
 	"time"
 )
 
@@ -69,6 +70,8 @@ func (c *Conn) spinFor(p *spinPolicy, ready func() bool) bool {
 	c.spins.Add(1)
 	c.spinners.Add(1)
 	defer c.spinners.Add(-1)
+	procSpinners.Add(1)
+	defer procSpinners.Add(-1)
 	s := newSpinner(p)
 	for {
 		c.pollOnce()
@@ -85,33 +88,34 @@ func (c *Conn) spinFor(p *spinPolicy, ready func() bool) bool {
 
 // spinner paces the polls of a spin: it yields between them, to the operating
 // system's other threads every few polls (spinPolicy.crowded says how often) and to
-// the goroutines of this process every goschedEvery polls, or every poll when the
-// process has one P (a goroutine a completion woke, the peer's in one process, needs
-// this thread), and ends the spin once spinBudget has passed. It reads no clock for
-// the first polls.
+// the goroutines of this process every poll while the process's spins hold all its
+// Ps (the other goroutines, the peer's in one process, the device's, get a P only so),
+// every goschedEvery polls otherwise; and it ends the spin once spinBudget has passed.
+// It reads no clock for the first polls.
 //
-// Not every poll: runtime.Gosched wakes a thread for an idle P (wakep), and with
-// nothing else to run that thread spins, finds the spinner's goroutine on the global
-// run queue or nothing, and sleeps again: a futex wake-up and a thread beside the
-// spinner on every poll (by perf's sched_switch call chains, most of a 64 B
-// request/response's context switches, one per message).
+// Not every poll when a P is free: runtime.Gosched then wakes a thread for the idle P
+// (wakep), which spins, finds the spinner's goroutine on the global run queue or
+// nothing, and sleeps again: a futex wake-up and a thread beside the spinner on every
+// poll (by perf's sched_switch call chains, most of a 64 B request/response's context
+// switches, one per message). With every P spinning, Gosched wakes nobody; and there
+// (both ends of a connection in one process with two Ps) a Gosched every 8th poll
+// starved the rest: 64 B request/response 20-34 us one-way against 9-13.
 type spinner struct {
-	p       *spinPolicy
-	gosched int // polls per runtime.Gosched
-	polls   int
-	start   time.Time
+	p     *spinPolicy
+	procs int32 // GOMAXPROCS
+	polls int
+	start time.Time
 }
 
-// goschedEvery is how many polls go per runtime.Gosched with more than one P.
+// goschedEvery is how many polls go per runtime.Gosched while a P is free.
 const goschedEvery = 8
+
+// procSpinners counts the process's spins in progress (spinFor).
+var procSpinners atomic.Int32
 
 // newSpinner starts the pacing of a spin for p.
 func newSpinner(p *spinPolicy) spinner {
-	s := spinner{p: p, gosched: goschedEvery}
-	if runtime.GOMAXPROCS(0) == 1 {
-		s.gosched = 1
-	}
-	return s
+	return spinner{p: p, procs: int32(runtime.GOMAXPROCS(0))}
 }
 
 const (
@@ -140,7 +144,7 @@ func (s *spinner) more() bool {
 		every = osYieldEvery
 	}
 	if s.polls%every != 0 {
-		if s.polls%s.gosched == 0 {
+		if s.polls%goschedEvery == 0 || procSpinners.Load() >= s.procs {
 			runtime.Gosched()
 		}
 		return true

@@ -109,10 +109,13 @@ type Conn struct {
 	// (spinFor) and spins the spins begun, while and after which the completion loop
 	// parks until pollKick (poll); rxSpin and txSpin are whether the reader's and the
 	// writer's spins pay (under rmu, wmu).
-	pollMu     sync.Mutex
-	wcs        []verbs.WC
-	spinners   atomic.Int32
-	spins      atomic.Uint32
+	pollMu   sync.Mutex
+	wcs      []verbs.WC
+	spinners atomic.Int32
+	spins    atomic.Uint32
+	// inProc: the peer's address is a device of this process, so the peer's goroutines
+	// share its Ps with this side's spins (spinner).
+	inProc     bool
 	rxSpin     spinPolicy
 	txSpin     spinPolicy
 	blocked    atomic.Int32 // goroutines blocked on what completions bring (block)
@@ -139,6 +142,7 @@ func newConn(ep *endpoint, peer connData, laddr, raddr *Addr, disconnect, releas
 		drained: make(chan struct{}, 1), flushed: make(chan struct{}), qpGone: make(chan struct{}), done: make(chan struct{}),
 		pollDone: make(chan struct{}), tornDown: make(chan struct{}), probeTimer: time.NewTimer(probeInterval)}
 	c.probeTimer.Stop()
+	c.inProc = raddr != nil && isLocal(raddr.AddrPort.Addr())
 	// As rsockets starts: the peer's data buffer is the first target and its
 	// credits the first window; the first half of this side's ring went in the
 	// connection data, the second follows as the first SGL update (remoteSGE 1).

@@ -72,7 +72,7 @@ func (c *Conn) spinFor(p *spinPolicy, ready func() bool) bool {
 	defer c.spinners.Add(-1)
 	procSpinners.Add(1)
 	defer procSpinners.Add(-1)
-	s := newSpinner(p)
+	s := newSpinner(p, c.inProc)
 	for {
 		c.pollOnce()
 		if ready() {
@@ -89,20 +89,21 @@ func (c *Conn) spinFor(p *spinPolicy, ready func() bool) bool {
 // spinner paces the polls of a spin: it yields between them, to the operating
 // system's other threads every few polls (spinPolicy.crowded says how often) and to
 // the goroutines of this process every poll while the process's spins hold all its
-// Ps (the other goroutines, the peer's in one process, the device's, get a P only so),
-// every goschedEvery polls otherwise; and it ends the spin once spinBudget has passed.
-// It reads no clock for the first polls.
+// Ps (the other goroutines, the device's, get a P only so) or when the peer is in this
+// process, every goschedEvery polls otherwise; and it ends the spin once spinBudget
+// has passed. It reads no clock for the first polls.
 //
 // Not every poll when a P is free: runtime.Gosched then wakes a thread for the idle P
 // (wakep), which spins, finds the spinner's goroutine on the global run queue or
 // nothing, and sleeps again: a futex wake-up and a thread beside the spinner on every
 // poll (by perf's sched_switch call chains, most of a 64 B request/response's context
-// switches, one per message). With every P spinning, Gosched wakes nobody; and there
-// (both ends of a connection in one process with two Ps) a Gosched every 8th poll
-// starved the rest: 64 B request/response 20-34 us one-way against 9-13.
+// switches, one per message). With every P spinning, Gosched wakes nobody. And with
+// both ends of the connection in this process (rstream --loop, two Ps), a Gosched
+// every 8th poll cost 64 B request/response 1.4x the time of one every poll (the
+// peer's goroutines, woken on this P, wait for it), whatever the count of spins.
 type spinner struct {
 	p     *spinPolicy
-	procs int32 // GOMAXPROCS
+	procs int32 // GOMAXPROCS, or 0: every poll
 	polls int
 	start time.Time
 }
@@ -113,9 +114,14 @@ const goschedEvery = 8
 // procSpinners counts the process's spins in progress (spinFor).
 var procSpinners atomic.Int32
 
-// newSpinner starts the pacing of a spin for p.
-func newSpinner(p *spinPolicy) spinner {
-	return spinner{p: p, procs: int32(runtime.GOMAXPROCS(0))}
+// newSpinner starts the pacing of a spin for p; inProc says the peer is in this
+// process.
+func newSpinner(p *spinPolicy, inProc bool) spinner {
+	s := spinner{p: p}
+	if !inProc {
+		s.procs = int32(runtime.GOMAXPROCS(0))
+	}
+	return s
 }
 
 const (

@@ -106,11 +106,16 @@ type Conn struct {
 	rxReady, txReady chan struct{} // wake the reader, the writer (capacity 1)
 	// The CQ's pollers (poll.go): pollMu is held by whoever polls and handles
 	// completions, and wcs is theirs; spinners counts Reads and Writes polling it
-	// (spinFor), while which the completion loop parks until pollKick; rxSpin and
-	// txSpin are whether the reader's and the writer's spins pay (under rmu, wmu).
-	pollMu     sync.Mutex
-	wcs        []verbs.WC
-	spinners   atomic.Int32
+	// (spinFor) and spins the spins begun, while and after which the completion loop
+	// parks until pollKick (poll); rxSpin and txSpin are whether the reader's and the
+	// writer's spins pay (under rmu, wmu).
+	pollMu   sync.Mutex
+	wcs      []verbs.WC
+	spinners atomic.Int32
+	spins    atomic.Uint32
+	// inProc: the peer's address is a device of this process, so the peer's goroutines
+	// share its Ps with this side's spins (spinner).
+	inProc     bool
 	rxSpin     spinPolicy
 	txSpin     spinPolicy
 	blocked    atomic.Int32 // goroutines blocked on what completions bring (block)
@@ -137,6 +142,7 @@ func newConn(ep *endpoint, peer connData, laddr, raddr *Addr, disconnect, releas
 		drained: make(chan struct{}, 1), flushed: make(chan struct{}), qpGone: make(chan struct{}), done: make(chan struct{}),
 		pollDone: make(chan struct{}), tornDown: make(chan struct{}), probeTimer: time.NewTimer(probeInterval)}
 	c.probeTimer.Stop()
+	c.inProc = raddr != nil && isLocal(raddr.AddrPort.Addr())
 	// As rsockets starts: the peer's data buffer is the first target and its
 	// credits the first window; the first half of this side's ring went in the
 	// connection data, the second follows as the first SGL update (remoteSGE 1).
@@ -312,10 +318,30 @@ func (c *Conn) Write(b []byte) (int, error) {
 			}
 			n += chunk
 			c.mu.Unlock()
+			if chunk >= overlapChunk {
+				c.pollOnce()
+			}
 			continue
 		}
 		c.mu.Unlock()
 		c.waitWritable()
+	}
+}
+
+// overlapChunk is the size from which a Write polls the CQ once after posting a
+// chunk (pollOnce): what came in while it copied (the peer's credits and buffers, the
+// completions that free staging space) is taken then, and the device's socket read,
+// instead of only once the writer has run out of room and waits. The completion loop
+// did that on another thread when it spun after every completion; one poll per large
+// chunk costs a small part of its copy, and a small Write (a request/response's) does
+// not pay it.
+const overlapChunk = 16 << 10
+
+// pollOnce polls the CQ once unless another goroutine is polling it.
+func (c *Conn) pollOnce() {
+	if c.pollMu.TryLock() {
+		c.pollCQ()
+		c.pollMu.Unlock()
 	}
 }
 

@@ -62,6 +62,14 @@ func acquireDevice(addr netip.Addr) (*device, error) {
 	return d, nil
 }
 
+// isLocal says whether addr is the address of a device this process has open: a
+// connection to it has its peer in this process.
+func isLocal(addr netip.Addr) bool {
+	devices.mu.Lock()
+	defer devices.mu.Unlock()
+	return devices.m[addr.Unmap()] != nil
+}
+
 // release gives back one reference; the last closes the device.
 func (d *device) release() error {
 	devices.mu.Lock()

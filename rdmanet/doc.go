@@ -91,10 +91,12 @@
 // connection's CQ itself for up to 50 µs before it blocks, as rsockets polls for its
 // polling_time: on a software device an empty poll reads the socket, so a
 // request/response's answer reaches the waiter without a wake-up. It spins only while
-// spinning has paid: after a spin that found nothing the next waits block at once,
-// and a spin yields the processor to other threads every few polls, so that a peer
-// sharing the core runs (docs/DESIGN.md, "Streams over RDMA"). The connection's
-// completion goroutine never spins.
+// spinning has paid: after two spins in a row that found nothing the next waits block
+// at once; and a spin yields the processor to other threads every few polls while
+// yields show another thread waiting for the core, so that a peer sharing it runs
+// (docs/DESIGN.md, "Streams over RDMA"). The connection's completion goroutine never
+// spins, and stays out of the way (off the device's socket) while the waiters spin; a
+// Write polls once after each large chunk it posts.
 //
 // Close. CloseWrite sends SHUTDOWN after every DATA already posted: the peer reads
 // them, then io.EOF; this side may still read. Close sends DISCONNECT: the peer reads

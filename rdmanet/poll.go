@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"time"
 
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -21,19 +22,37 @@ import (
 // after every completion, as an earlier design did, kept a core busy whenever a
 // stream flowed, which the two processes' real work (copies, the device's sends and
 // receives) needed on a 2-core machine: docs/DESIGN.md, "Waiting".
+//
+// It steps aside for as long as the connection's waiters spin, not only during a spin:
+// a loop asleep on the completion channel is the device's socket reader (the channel's
+// Wait serves the device, verbs.CompChannel), so a spinning Read's polls could not read
+// the socket, and every message reached the spinner through this goroutine, woken by
+// the netpoller on another thread (a wake-up per message, and the spin waiting for
+// it). So it parks while any spin has begun since it last looked (c.spins), until a
+// goroutine blocks on what only completions bring (kick), the connection closes, or a
+// parkCheck period passes with no spin, after which it serves again: the receives and
+// credits of a connection whose application stopped reading are then not left for
+// long.
 func (c *Conn) poll(ctx context.Context) {
 	defer close(c.pollDone)
+	idle := time.NewTimer(parkCheck)
+	idle.Stop()
+	defer idle.Stop()
+	seen := c.spins.Load()
 	for {
-		// Park while a Read or Write polls, unless a goroutine is blocked on what only
+		// Park while Reads and Writes poll, unless a goroutine is blocked on what only
 		// completions bring: the spinner may return and stop polling while that
 		// goroutine still waits (a Write out of credits would wait for its probe).
-		if c.spinners.Load() > 0 && c.blocked.Load() == 0 && !isClosed(c.done) {
+		if s := c.spins.Load(); (s != seen || c.spinners.Load() > 0) && c.blocked.Load() == 0 && !isClosed(c.done) {
+			seen = s
+			idle.Reset(parkCheck)
 			select {
 			case <-c.pollKick:
+			case <-idle.C:
 			case <-ctx.Done():
 				return
 			}
-			continue // whoever kicked has stopped polling
+			continue // whoever kicked has stopped polling; a quiet period is looked at again
 		}
 		if !c.pollMu.TryLock() {
 			runtime.Gosched() // a spinner that is leaving polls once more
@@ -61,6 +80,10 @@ func (c *Conn) poll(ctx context.Context) {
 		}
 	}
 }
+
+// parkCheck is how long the completion loop stays parked behind the connection's
+// spinners without a spin before it looks again (poll).
+const parkCheck = 10 * time.Millisecond
 
 // pollCQ polls the CQ once and handles what it finds; c.pollMu is held (so that
 // completions are handled in the order the CQ gives them: a FIN must not overtake the

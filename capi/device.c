@@ -12,10 +12,20 @@
 #include <unistd.h>
 #include <endian.h>
 #include "gv.h"
-#include "_cgo_export.h"
+#include "gv_exports.h"
 
 int gv_forked;
 
+#ifdef GOVERBS_ATTACH
+/*
+ * The C flavour survives fork(): a child's copies of its parent's contexts fail with
+ * EIO (capi/attach/gva_conn.c), and the child may open the device anew.
+ */
+int gv_fork_guard(void)
+{
+	return 0;
+}
+#else
 static void gv_child_after_fork(void) { gv_forked = 1; }
 
 __attribute__((constructor)) static void gv_init(void)
@@ -37,6 +47,7 @@ int gv_fork_guard(void)
 	errno = ENOSYS;
 	return 1;
 }
+#endif
 
 /* The device list is read once per process: an opened device must outlive the lists. */
 static pthread_mutex_t gv_list_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -471,8 +482,13 @@ int ibv_fork_init(void)
 
 enum ibv_fork_status ibv_is_fork_initialized(void)
 {
+#ifdef GOVERBS_ATTACH
+	/* Registered pages are moved onto shared memory and MADV_DONTFORK, as ibv_fork_init makes them. */
+	return IBV_FORK_ENABLED;
+#else
 	/* Registered memory is the program's, never pinned by a kernel: nothing to do. */
 	return IBV_FORK_UNNEEDED;
+#endif
 }
 
 int ibv_dontfork_range(void *base, size_t size) { (void)base; (void)size; return 0; }

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "gv.h"
-#include "_cgo_export.h"
+#include "gv_exports.h"
 
 int gv_inline_init(struct gv_qp *q, uintptr_t pd, const struct ibv_qp_cap *cap)
 {

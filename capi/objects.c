@@ -11,7 +11,7 @@
 #include <sys/mman.h>
 #include <endian.h>
 #include "gv.h"
-#include "_cgo_export.h"
+#include "gv_exports.h"
 
 #define GV_FAIL(e) do { errno = (e); return NULL; } while (0)
 

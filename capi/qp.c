@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "gv.h"
-#include "_cgo_export.h"
+#include "gv_exports.h"
 
 static void gv_init_qp_ex(struct gv_qp *q);
 

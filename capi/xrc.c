@@ -6,7 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include "gv.h"
-#include "_cgo_export.h"
+#include "gv_exports.h"
 
 struct ibv_xrcd *gv_op_open_xrcd(struct ibv_context *context, struct ibv_xrcd_init_attr *attr)
 {

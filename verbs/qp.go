@@ -113,7 +113,17 @@ func (qp *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	if err := qp.usable(); err != nil {
 		return err
 	}
-	cur := qp.impl.State()
+	if err := CheckModify(qp.typ, qp.impl.State(), qp.dev.ports, attr, mask); err != nil {
+		return err
+	}
+	return qp.impl.Modify(attr, mask)
+}
+
+// CheckModify makes Modify's checks of a transition from state cur of a QP of type t on
+// a device with ports ports: the transition and its attributes against IBTA table 91,
+// and each attribute's range. The attach daemon makes them for its clients, whose QPs it
+// modifies at the driver's level.
+func CheckModify(t QPType, cur QPState, ports uint8, attr *QPAttr, mask QPAttrMask) error {
 	if mask&QPAttrCurState != 0 && attr.CurState != cur {
 		return fmt.Errorf("%w: CUR_STATE %v but the QP is %v", ErrInvalidState, attr.CurState, cur)
 	}
@@ -124,13 +134,11 @@ func (qp *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	if next > QPStateErr {
 		return fmt.Errorf("%w: state %v", ErrInvalidState, next)
 	}
-	if err := checkTransition(qp.typ, cur, next, mask); err != nil {
+	if err := checkTransition(t, cur, next, mask); err != nil {
 		return err
 	}
-	if mask&QPAttrPort != 0 {
-		if err := qp.dev.checkPort(attr.Port); err != nil {
-			return err
-		}
+	if mask&QPAttrPort != 0 && (attr.Port < 1 || attr.Port > ports) {
+		return fmt.Errorf("%w: %d (the device has %d)", ErrInvalidPort, attr.Port, ports)
 	}
 	if mask&QPAttrPathMTU != 0 && !attr.PathMTU.Valid() {
 		return fmt.Errorf("%w: path MTU %d", ErrInvalidAttr, attr.PathMTU)
@@ -149,7 +157,7 @@ func (qp *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 		mask&QPAttrTimeout != 0 && attr.Timeout > 31 || mask&QPAttrMinRNRTimer != 0 && attr.MinRNRTimer > 31 {
 		return fmt.Errorf("%w: retry_cnt, rnr_retry, timeout or min_rnr_timer out of range", ErrInvalidAttr)
 	}
-	return qp.impl.Modify(attr, mask)
+	return nil
 }
 
 // Query returns the QP's attributes (ibv_query_qp).

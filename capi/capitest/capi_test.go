@@ -47,19 +47,10 @@ func library(t testing.TB) string {
 			skipWhy = "the C library is built for Linux"
 			return
 		}
-		cc := os.Getenv("CC")
-		if cc == "" {
-			cc = "cc"
-		}
-		pre := exec.Command(cc, "-E", "-x", "c", "-")
-		pre.Stdin = strings.NewReader("#include <infiniband/verbs.h>\n")
-		if err := pre.Run(); err != nil {
-			skipWhy = "no C compiler with rdma-core's headers (apt-get install gcc libibverbs-dev)"
+		if skipWhy = cMissing(); skipWhy != "" {
 			return
 		}
-		var err error
-		if tmpRoot, err = os.MkdirTemp("", "goverbs-capi"); err != nil {
-			buildErr = err
+		if buildErr = makeTmpRoot(); buildErr != nil {
 			return
 		}
 		libDir = filepath.Join(tmpRoot, "lib")
@@ -75,6 +66,30 @@ func library(t testing.TB) string {
 		t.Fatal(buildErr)
 	}
 	return libDir
+}
+
+// cMissing says why C programs cannot be built here ("" when they can): a C compiler
+// and rdma-core's headers are needed.
+func cMissing() string {
+	cc := os.Getenv("CC")
+	if cc == "" {
+		cc = "cc"
+	}
+	pre := exec.Command(cc, "-E", "-x", "c", "-")
+	pre.Stdin = strings.NewReader("#include <infiniband/verbs.h>\n")
+	if err := pre.Run(); err != nil {
+		return "no C compiler with rdma-core's headers (apt-get install gcc libibverbs-dev)"
+	}
+	return ""
+}
+
+var tmpRootOnce sync.Once
+
+// makeTmpRoot makes the directory the built libraries go in (removed by TestMain).
+func makeTmpRoot() error {
+	var err error
+	tmpRootOnce.Do(func() { tmpRoot, err = os.MkdirTemp("", "goverbs-capi") })
+	return err
 }
 
 // program returns the path of an installed program, or skips.

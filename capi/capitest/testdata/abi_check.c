@@ -8,6 +8,16 @@
  * from unregistered memory (lkey 0), copied at the call. It prints
  * "ok" and exits 0, or names the first failed check and exits 1.
  *
+ * "abi_check attached" runs the same checks on the C flavour of the library (devices
+ * attached to a goverbs serve daemon, no Go runtime), except the fork check, which there
+ * is that the parent keeps working after fork() (a ping-pong of SENDs while the child
+ * runs) and that the child, whose copy of the parent's context fails with EIO, opens
+ * the device anew, queries it and registers memory; a buffer that shares its pages with
+ * other data registers in a program of one thread and is refused (EINVAL) in one of two;
+ * and four threads make QPs on one context and post and poll on them at once. "abi_check fatal" opens the device,
+ * says "ready", and waits for IBV_EVENT_DEVICE_FATAL (its test kills the daemon), after
+ * which commands and posts fail with EIO; it prints "fatal ok".
+ *
  * "abi_check bench N" times N signaled 8-byte RDMA WRITEs, each posted and polled to
  * completion, over a QP looped back to a second QP of the same device, and prints
  * "ns/op X" and, on goverbs' library (which exports goverbs_heap_allocs), "allocs/op Y":
@@ -18,6 +28,7 @@
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -537,14 +548,233 @@ static void check_fork(void)
 	      "child after fork: get_device_list fails with ENOSYS");
 }
 
+/* The C flavour: the parent keeps working after fork(), and the child may open the device anew. */
+static void check_fork_attached(void)
+{
+	struct pair p;
+	pid_t pid;
+	int status;
+
+	setup(&p, 1);
+	pid = fork();
+	CHECK(pid >= 0, "fork");
+	if (pid == 0) {
+		struct ibv_device **list;
+		struct ibv_context *ctx;
+		struct ibv_device_attr da;
+		struct ibv_port_attr pa;
+		union ibv_gid gid;
+		struct ibv_pd *pd;
+		struct ibv_mr *mr;
+		void *mem;
+
+		alarm(10); /* a hang is a failure too */
+		errno = 0;
+		if (ibv_alloc_pd(p.ctx) != NULL || errno != EIO)
+			_exit(2); /* the parent's context is not the child's */
+		list = ibv_get_device_list(NULL);
+		if (!list || !list[0])
+			_exit(3);
+		ctx = ibv_open_device(list[0]);
+		ibv_free_device_list(list);
+		if (!ctx)
+			_exit(4);
+		if (ibv_query_device(ctx, &da) || ibv_query_port(ctx, 1, &pa) || pa.state != IBV_PORT_ACTIVE ||
+		    ibv_query_gid(ctx, 1, 0, &gid) || gid.raw[10] != 0xff)
+			_exit(5);
+		pd = ibv_alloc_pd(ctx);
+		mem = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (!pd || mem == MAP_FAILED)
+			_exit(6);
+		strcpy(mem, "the child's");
+		mr = ibv_reg_mr(pd, mem, 4096, IBV_ACCESS_LOCAL_WRITE);
+		if (!mr || strcmp(mem, "the child's") != 0 || ibv_dereg_mr(mr) || strcmp(mem, "the child's") != 0)
+			_exit(7);
+		if (ibv_dealloc_pd(pd) || ibv_close_device(ctx))
+			_exit(8);
+		_exit(0);
+	}
+	for (int i = 0; i < 100; i++) {
+		struct ibv_sge sge = { .addr = (uintptr_t)p.buf, .length = 32, .lkey = p.mr->lkey };
+		struct ibv_send_wr wr = { .wr_id = i, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+					  .send_flags = IBV_SEND_SIGNALED }, *bad;
+
+		snprintf((char *)p.buf, 32, "after fork %d", i);
+		post_recv_at(&p, 4096);
+		CHECK(ibv_post_send(p.a, &wr, &bad) == 0, "post SEND after fork");
+		CHECK(await(&p, 2) == 1, "SEND completions after fork");
+		CHECK(memcmp(p.buf, p.buf + 4096, 32) == 0, "SEND bytes after fork");
+	}
+	CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status), "child after fork exits");
+	if (WEXITSTATUS(status) != 0)
+		fprintf(stderr, "child after fork: exit %d\n", WEXITSTATUS(status));
+	CHECK(WEXITSTATUS(status) == 0, "child after fork opens the device anew");
+	teardown(&p);
+}
+
+static void *idle_thread(void *arg)
+{
+	char c;
+
+	return (void *)(intptr_t)read(*(int *)arg, &c, 1);
+}
+
+/*
+ * The C flavour moves registered pages onto shared memory: pages a buffer shares with
+ * other data only while the program has one thread, which cannot write them meanwhile.
+ */
+static void check_partial_pages(void)
+{
+	struct pair p;
+	char *m = malloc(100);
+	struct ibv_mr *mr;
+	struct ibv_send_wr wr, *bad;
+	struct ibv_sge sge;
+	pthread_t t;
+	int pfd[2];
+
+	setup(&p, 1);
+	CHECK(m, "malloc");
+	strcpy(m, "partial page");
+	mr = ibv_reg_mr(p.pd, m, 100, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	CHECK(mr && strcmp(m, "partial page") == 0, "reg_mr of a malloc'd buffer in a program of one thread");
+	strcpy((char *)p.buf, "written into the heap");
+	sge = (struct ibv_sge){ .addr = (uintptr_t)p.buf, .length = 22, .lkey = p.mr->lkey };
+	wr = (struct ibv_send_wr){ .wr_id = 1, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+				   .send_flags = IBV_SEND_SIGNALED };
+	wr.wr.rdma.remote_addr = (uintptr_t)m;
+	wr.wr.rdma.rkey = mr->rkey;
+	CHECK(ibv_post_send(p.a, &wr, &bad) == 0 && await(&p, 1) == 0, "WRITE into the malloc'd buffer");
+	CHECK(strcmp(m, "written into the heap") == 0, "WRITE landed in the heap");
+	CHECK(ibv_dereg_mr(mr) == 0 && strcmp(m, "written into the heap") == 0, "dereg keeps the bytes");
+	free(m);
+
+	CHECK(pipe(pfd) == 0 && pthread_create(&t, NULL, idle_thread, &pfd[0]) == 0, "a second thread");
+	m = malloc(100);
+	errno = 0;
+	CHECK(!ibv_reg_mr(p.pd, m, 100, IBV_ACCESS_LOCAL_WRITE) && errno == EINVAL,
+	      "reg_mr of a malloc'd buffer in a program of two threads: EINVAL");
+	close(pfd[1]);
+	pthread_join(t, NULL);
+	close(pfd[0]);
+	free(m);
+	teardown(&p);
+}
+
+/* Four threads on one context: commands and posts at once, each on QPs of its own. */
+struct worker {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	int id;
+};
+
+static void *work(void *arg)
+{
+	struct worker *w = arg;
+	struct pair p = { .ctx = w->ctx, .pd = w->pd };
+	union ibv_gid gid;
+
+	CHECK(ibv_query_gid(p.ctx, 1, 0, &gid) == 0, "thread: query GID");
+	p.cq = ibv_create_cq(p.ctx, 128, NULL, NULL, 0);
+	p.buf = aligned_alloc(4096, 8192);
+	CHECK(p.cq && p.buf, "thread: CQ and buffer");
+	memset(p.buf, 0, 8192);
+	p.mr = ibv_reg_mr(p.pd, p.buf, 8192, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	CHECK(p.mr, "thread: reg MR");
+	p.a = make_qp(&p);
+	p.b = make_qp(&p);
+	to_state(p.a, p.b, &gid, IBV_QPS_INIT);
+	to_state(p.a, p.b, &gid, IBV_QPS_RTR);
+	to_state(p.a, p.b, &gid, IBV_QPS_RTS);
+	to_state(p.b, p.a, &gid, IBV_QPS_INIT);
+	to_state(p.b, p.a, &gid, IBV_QPS_RTR);
+	to_state(p.b, p.a, &gid, IBV_QPS_RTS);
+	for (int i = 0; i < 200; i++) {
+		struct ibv_sge sge = { .addr = (uintptr_t)p.buf, .length = 64, .lkey = p.mr->lkey };
+		struct ibv_send_wr wr = { .wr_id = i, .sg_list = &sge, .num_sge = 1,
+					  .opcode = i % 2 ? IBV_WR_SEND : IBV_WR_RDMA_WRITE,
+					  .send_flags = IBV_SEND_SIGNALED }, *bad;
+
+		wr.wr.rdma.remote_addr = (uintptr_t)p.buf + 4096;
+		wr.wr.rdma.rkey = p.mr->rkey;
+		snprintf((char *)p.buf, 64, "thread %d message %d", w->id, i);
+		if (i % 2)
+			post_recv_at(&p, 4096);
+		CHECK(ibv_post_send(p.a, &wr, &bad) == 0, "thread: post");
+		CHECK(await(&p, i % 2 ? 2 : 1) == i % 2, "thread: completions");
+		CHECK(memcmp(p.buf, p.buf + 4096, 64) == 0, "thread: bytes");
+	}
+	CHECK(ibv_destroy_qp(p.a) == 0 && ibv_destroy_qp(p.b) == 0 && ibv_dereg_mr(p.mr) == 0 &&
+	      ibv_destroy_cq(p.cq) == 0, "thread: destroy");
+	free(p.buf);
+	return NULL;
+}
+
+static void check_threads(void)
+{
+	struct ibv_device **list = ibv_get_device_list(NULL);
+	struct worker w[4];
+	pthread_t t[4];
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+
+	CHECK(list && list[0], "a device");
+	ctx = ibv_open_device(list[0]);
+	ibv_free_device_list(list);
+	CHECK(ctx, "open device");
+	pd = ibv_alloc_pd(ctx);
+	CHECK(pd, "alloc PD");
+	for (int i = 0; i < 4; i++) {
+		w[i] = (struct worker){ .ctx = ctx, .pd = pd, .id = i };
+		CHECK(pthread_create(&t[i], NULL, work, &w[i]) == 0, "pthread_create");
+	}
+	for (int i = 0; i < 4; i++)
+		pthread_join(t[i], NULL);
+	CHECK(ibv_dealloc_pd(pd) == 0 && ibv_close_device(ctx) == 0, "close");
+}
+
+/* The daemon's death: IBV_EVENT_DEVICE_FATAL, then EIO, never a hang. */
+static int check_fatal(void)
+{
+	struct pair p;
+	struct ibv_async_event ev;
+	struct ibv_sge sge;
+	struct ibv_send_wr wr, *bad;
+
+	setup(&p, 1);
+	printf("ready\n");
+	fflush(stdout);
+	alarm(20);
+	do
+		CHECK(ibv_get_async_event(p.ctx, &ev) == 0, "get_async_event");
+	while (ev.event_type != IBV_EVENT_DEVICE_FATAL);
+	ibv_ack_async_event(&ev);
+	errno = 0;
+	CHECK(!ibv_alloc_pd(p.ctx) && errno == EIO, "alloc_pd after the daemon's death: EIO");
+	sge = (struct ibv_sge){ .addr = (uintptr_t)p.buf, .length = 8, .lkey = p.mr->lkey };
+	wr = (struct ibv_send_wr){ .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND };
+	CHECK(ibv_post_send(p.a, &wr, &bad) == EIO, "post_send after the daemon's death: EIO");
+	/* everything still closes, and the pages go back to private memory */
+	teardown(&p);
+	printf("fatal ok\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 2 && strcmp(argv[1], "fatal") == 0)
+		return check_fatal();
 	if ((argc == 3 || (argc == 4 && strcmp(argv[3], "inline") == 0)) && strcmp(argv[1], "bench") == 0)
 		return bench(atol(argv[2]), argc == 4);
 	check_bad_arguments();
 	check_traffic();
 	check_inline();
-	check_fork();
+	if (argc == 2 && strcmp(argv[1], "attached") == 0) {
+		check_fork_attached();
+		check_partial_pages();
+		check_threads();
+	} else
+		check_fork();
 	printf("ok\n");
 	return 0;
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/goverbs/goverbs/internal/attach"
 	"github.com/goverbs/goverbs/internal/engine"
 	"github.com/goverbs/goverbs/internal/shm"
+	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
@@ -156,6 +157,11 @@ func (s *session) command(op attach.Op, r *attach.Reader, w *attach.Writer, fds 
 		a := r.QPAttr()
 		if r.Err != nil {
 			return nil, r.Err
+		}
+		// The checks verbs.QP.Modify makes in-process (the transition against IBTA table
+		// 91, attribute ranges): a client in C has no package verbs to make them.
+		if err := verbs.CheckModify(q.typ, q.qp.State(), s.d.dev.Query().PhysPortCnt, &a, mask); err != nil {
+			return nil, err
 		}
 		return nil, q.qp.Modify(&a, mask)
 	case attach.OpQueryQP:

@@ -45,6 +45,7 @@ func newRecvQueue(mem []byte, slots, slot, maxSGE int) (*recvQueue, error) {
 type qpObj struct {
 	h        uint32
 	qp       driver.QP
+	typ      driver.QPType
 	pd       *pdObj
 	scq, rcq *cqObj
 	srq      *srqObj
@@ -113,7 +114,7 @@ func (s *session) createQP(r *attach.Reader, w *attach.Writer) ([]*os.File, erro
 		return nil, err
 	}
 	mem := reg.Bytes()
-	q := &qpObj{qp: qp, pd: p, scq: scq, rcq: rcq, srq: srq, reg: reg, sqSlot: l.SQSlot, maxSGE: int(max(c.MaxSendSGE, 1)),
+	q := &qpObj{qp: qp, typ: typ, pd: p, scq: scq, rcq: rcq, srq: srq, reg: reg, sqSlot: l.SQSlot, maxSGE: int(max(c.MaxSendSGE, 1)),
 		scratch: make([]byte, l.SQSlot)}
 	shm.InitSlotRing(mem, l.SQSlots, l.SQSlot)
 	if q.sq, err = shm.NewSlotConsumer(mem, l.SQSlots, l.SQSlot); err == nil && srq == nil {

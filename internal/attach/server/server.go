@@ -61,6 +61,17 @@ func (s *Server) Close() error {
 	return nil
 }
 
+// Clients is how many processes are attached to the daemon's devices now.
+func (s *Server) Clients() int {
+	n := 0
+	for _, d := range s.devs {
+		d.mu.Lock()
+		n += len(d.sessions)
+		d.mu.Unlock()
+	}
+	return n
+}
+
 // Sockets lists the rendezvous sockets, one per device.
 func (s *Server) Sockets() []string {
 	var out []string

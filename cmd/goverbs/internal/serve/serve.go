@@ -18,13 +18,15 @@ import (
 )
 
 // Run serves the devices the command line (NAME=ADDR[,NAME=ADDR...]) or
-// GOVERBS_DEVICES lists until SIGINT or SIGTERM.
+// GOVERBS_DEVICES lists until SIGINT or SIGTERM, or with --idle-exit until no process
+// has been attached for that long (the C library's autostarted daemons).
 func Run(cmd *tool.Command, args []string) error {
 	fs := tool.NewFlagSet(cmd)
 	fs.ArgsUsage = "[NAME=ADDR[,NAME=ADDR...]]"
-	var spin string
+	var spin, idle string
 	var busy, verbose bool
 	fs.StringOpt(&spin, "", "spin", "0", "poll a client's queues for `DURATION` after its last work before sleeping (for a daemon with cores of its own)")
+	fs.StringOpt(&idle, "", "idle-exit", "0", "exit once no process has been attached for `DURATION` (0: never)")
 	fs.BoolOpt(&busy, "", "busy-poll", "run the devices in busy-poll mode (the daemon's polls read the sockets)")
 	fs.BoolOpt(&verbose, "v", "verbose", "log clients attaching and leaving")
 	rest, err := fs.ParseArgs(args)
@@ -34,6 +36,10 @@ func Run(cmd *tool.Command, args []string) error {
 	d, err := time.ParseDuration(spin)
 	if err != nil {
 		return fmt.Errorf("invalid --spin %q: %v", spin, err)
+	}
+	idleExit, err := time.ParseDuration(idle)
+	if err != nil || idleExit < 0 {
+		return fmt.Errorf("invalid --idle-exit %q", idle)
 	}
 	var cfgs []soft.Config
 	switch {
@@ -66,7 +72,31 @@ func Run(cmd *tool.Command, args []string) error {
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-	<-sig
+	waitIdle(sig, srv, idleExit)
 	signal.Stop(sig)
 	return srv.Close()
+}
+
+// waitIdle returns at a signal or, with idle > 0, once srv has had no client for idle
+// (counted from the start too, so that a daemon nobody attaches to leaves as well).
+func waitIdle(sig <-chan os.Signal, srv *server.Server, idle time.Duration) {
+	if idle <= 0 {
+		<-sig
+		return
+	}
+	tick := time.NewTicker(min(idle/4, 250*time.Millisecond) + time.Millisecond)
+	defer tick.Stop()
+	since := time.Now()
+	for {
+		select {
+		case <-sig:
+			return
+		case now := <-tick.C:
+			if srv.Clients() > 0 {
+				since = now
+			} else if now.Sub(since) >= idle {
+				return
+			}
+		}
+	}
 }

@@ -1,0 +1,59 @@
+/*
+ * GOVERBS_PRIVATE_1: what goverbs' own librdmacm.so.1 (capi/rdmacm) needs of this
+ * library, and nothing else may rely on. librdmacm speaks the daemon's rdma_cm service
+ * (docs/attach-protocol.md, ops 29-45) on the connection of the context it opened, so
+ * that the QPs it connects are that connection's, and it runs its event thread as one
+ * of the library's threads (which never touch the program's memory, see gva_mem.c).
+ * A separate file so that the rest of capi/attach is untouched by the rdma_cm work.
+ */
+#include <errno.h>
+#include <string.h>
+#include "gva.h"
+#include "../gv.h"
+
+/*
+ * goverbs_attach_command sends one command (op, with the payload req of reqlen bytes)
+ * on ctx's control connection and reads its reply: 0 with the payload copied into rep
+ * (*replen bytes, at most repcap) and exactly want_fds descriptors in fds; else a
+ * positive errno (the daemon's, or EIO once it is gone). Only the rdma_cm ops (29-45)
+ * are allowed: verbs objects are this library's to make.
+ */
+int goverbs_attach_command(struct ibv_context *ctx, unsigned op, const void *req, size_t reqlen, void *rep,
+			   size_t repcap, size_t *replen, int *fds, int want_fds)
+{
+	struct gva_msg m;
+	struct gva_rd r;
+	uint8_t buf[GVA_MAX_MSG];
+	struct gva_dev *d;
+	int rc;
+
+	if (!ctx || op < 29 || op > 45 || (reqlen && !req) || want_fds < 0 || want_fds > GVA_MAX_FDS ||
+	    (want_fds && !fds))
+		return EINVAL;
+	d = (struct gva_dev *)gv_ctx(ctx)->h;
+	if (!d)
+		return EINVAL;
+	gva_msg_init(&m);
+	gva_putn(&m, req, reqlen);
+	if ((rc = gva_call(d, (uint16_t)op, &m, NULL, 0, buf, &r, fds, want_fds)))
+		return rc;
+	if (r.n > repcap)
+		return EPROTO;
+	if (r.n)
+		memcpy(rep, r.p, r.n);
+	if (replen)
+		*replen = r.n;
+	return 0;
+}
+
+/* goverbs_attach_thread starts a library thread (signals blocked, not counted as the program's). */
+int goverbs_attach_thread(pthread_t *t, void *(*fn)(void *), void *arg)
+{
+	return gva_thread(t, fn, arg);
+}
+
+/* goverbs_attach_join joins a thread goverbs_attach_thread started. */
+void goverbs_attach_join(pthread_t t)
+{
+	gva_join(t);
+}

@@ -545,15 +545,28 @@ void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 
 /* ---- the device's event reader ---- */
 
+/*
+ * id_by_h is the live id of device d with daemon handle h. Events name ids by handle:
+ * their uid is the one CM_CREATE_ID was given, which an id made by a connection
+ * request shares with its listener.
+ */
+static struct cm_id *id_by_h(struct cm_dev *d, uint32_t h)
+{
+	for (struct cm_id *i = ids; i; i = i->next)
+		if (i->dev == d && i->h == h)
+			return i->destroying ? NULL : i;
+	return NULL;
+}
+
 static void deliver(struct cm_dev *d, const uint8_t *b, size_t n)
 {
-	uint64_t uid = le64toh(*(const uint64_t *)(b + 8));
 	uint32_t ev = le32toh(*(const uint32_t *)b);
+	uint32_t h = le32toh(*(const uint32_t *)(b + (ev == RDMA_CM_EVENT_CONNECT_REQUEST ? 20 : 16)));
 	struct cm_id *i;
 	struct raw *r;
 
 	pthread_mutex_lock(&gmu);
-	i = id_by_uid(uid);
+	i = id_by_h(d, h);
 	if (!i || !i->id.channel) {
 		pthread_mutex_unlock(&gmu);
 		if (ev == RDMA_CM_EVENT_CONNECT_REQUEST) /* for a listener gone: refuse the new id */
@@ -562,7 +575,7 @@ static void deliver(struct cm_dev *d, const uint8_t *b, size_t n)
 	}
 	r = malloc(sizeof(*r) + n);
 	if (r) {
-		r->uid = uid;
+		r->uid = i->uid;
 		r->n = n;
 		memcpy(r->b, b, n);
 		chan_push((struct cm_chan *)i->id.channel, r);
@@ -1025,7 +1038,14 @@ static int modify_to(struct cm_id *i, enum ibv_qp_state st, int limit, uint8_t v
 	if (st == IBV_QPS_RTS && limit)
 		a.max_rd_atomic = v;
 	if ((rc = ibv_modify_qp(i->id.qp, &a, mask)))
-		dbg("moving the QP to state %d: %s", st, strerror(rc));
+		dbg("moving QP %u to state %d: %s", i->id.qp->qp_num, st, strerror(rc));
+	dbg("QP %u -> %d mask %#x mtu %d rqpsn %u sqpsn %u dqpn %u timeout %d retry %d rnr %d rd %d dest_rd %d access %#x port %d hop %d",
+	    i->id.qp->qp_num, st, mask, a.path_mtu, a.rq_psn, a.sq_psn, a.dest_qp_num, a.timeout, a.retry_cnt, a.rnr_retry,
+	    a.max_rd_atomic, a.max_dest_rd_atomic, a.qp_access_flags, a.port_num, a.ah_attr.grh.hop_limit);
+	if (st == IBV_QPS_RTR)
+		dbg("QP %u: RTR to QP %u at ::ffff:%u.%u.%u.%u", i->id.qp->qp_num, a.dest_qp_num,
+		    a.ah_attr.grh.dgid.raw[12], a.ah_attr.grh.dgid.raw[13], a.ah_attr.grh.dgid.raw[14],
+		    a.ah_attr.grh.dgid.raw[15]);
 	return rc;
 }
 
@@ -1508,14 +1528,17 @@ static int process(struct cm_chan *c, struct raw *raw, struct cm_evt **out)
 	struct rd r = { raw->b, raw->n, 0 };
 	uint32_t type = get32(&r);
 	int32_t status = (int32_t)get32(&r);
-	uint64_t uid = get64(&r);
-	uint32_t hid = get32(&r), lhid = get32(&r);
+	uint64_t uid = raw->uid; /* ours, as deliver found the id */
+	uint32_t hid, lhid;
 	struct sockaddr_storage local, remote;
 	struct ibv_ah_attr ah;
 	uint32_t qkey;
 	struct cm_evt *e;
 	struct cm_id *i;
 
+	get64(&r); /* the daemon's uid: see id_by_h */
+	hid = get32(&r);
+	lhid = get32(&r);
 	(void)lhid;
 	get_addr(&r, &local);
 	get_addr(&r, &remote);

@@ -57,3 +57,47 @@ void goverbs_attach_join(pthread_t t)
 {
 	gva_join(t);
 }
+
+/*
+ * Parked threads. A program thread blocked inside librdmacm's rdma_get_cm_event (rping's
+ * cm_thread) cannot write the program's memory until it returns, so while it is parked
+ * there, registering a buffer that shares its pages is as safe as in a program of one
+ * thread (gva_mem.c). It parks with goverbs_attach_park before it blocks and unparks with
+ * goverbs_attach_unpark before it returns to the program; unparking waits while a
+ * registration moves pages (gva_move_begin/end hold the lock for writing).
+ */
+static int gva_parked, gva_parking;
+static pthread_rwlock_t gva_move_rw = PTHREAD_RWLOCK_INITIALIZER;
+
+void goverbs_attach_park(void)
+{
+	__atomic_store_n(&gva_parking, 1, __ATOMIC_SEQ_CST);
+	__atomic_add_fetch(&gva_parked, 1, __ATOMIC_SEQ_CST);
+}
+
+void goverbs_attach_unpark(void)
+{
+	pthread_rwlock_rdlock(&gva_move_rw);
+	__atomic_sub_fetch(&gva_parked, 1, __ATOMIC_SEQ_CST);
+	pthread_rwlock_unlock(&gva_move_rw);
+}
+
+int gva_parked_threads(void)
+{
+	return __atomic_load_n(&gva_parked, __ATOMIC_SEQ_CST);
+}
+
+int gva_parking_used(void)
+{
+	return __atomic_load_n(&gva_parking, __ATOMIC_SEQ_CST);
+}
+
+void gva_move_begin(void)
+{
+	pthread_rwlock_wrlock(&gva_move_rw);
+}
+
+void gva_move_end(void)
+{
+	pthread_rwlock_unlock(&gva_move_rw);
+}

@@ -43,6 +43,8 @@ int goverbs_attach_command(struct ibv_context *ctx, unsigned op, const void *req
 			   size_t repcap, size_t *replen, int *fds, int want_fds);
 int goverbs_attach_thread(pthread_t *t, void *(*fn)(void *), void *arg);
 void goverbs_attach_join(pthread_t t);
+void goverbs_attach_park(void);
+void goverbs_attach_unpark(void);
 
 enum {
 	OP_CREATE_CHANNEL = 29, OP_DESTROY_CHANNEL, OP_CREATE_ID, OP_DESTROY_ID, OP_BIND_ADDR,
@@ -528,11 +530,19 @@ void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 			break;
 		}
 	c->closing = 1;
-	/* wake any rdma_get_cm_event blocked on it: it reads the end of the stream */
-	shutdown(c->ch.fd, SHUT_RDWR);
-	shutdown(c->wfd, SHUT_RDWR);
-	while (c->waiters)
-		pthread_cond_wait(&gcv, &gmu);
+	if (c->waiters) {
+		/*
+		 * A thread is blocked in rdma_get_cm_event on it. On the kernel's rdma_cm it
+		 * stays blocked (closing an fd does not wake a read of it), and programs rely
+		 * on that: rping destroys the channel under its cm_thread and returns from
+		 * main. So it stays blocked here too, on the channel's socket, which is kept
+		 * (with the channel's memory) for it; it returns EBADF if it ever wakes.
+		 */
+		pthread_mutex_unlock(&gmu);
+		dbg("rdma_destroy_event_channel: %d threads wait in rdma_get_cm_event on it: they stay blocked",
+		    c->waiters);
+		return;
+	}
 	pthread_mutex_unlock(&gmu);
 	for (struct raw *r = c->head, *n; r; r = n) {
 		n = r->next;
@@ -1039,13 +1049,6 @@ static int modify_to(struct cm_id *i, enum ibv_qp_state st, int limit, uint8_t v
 		a.max_rd_atomic = v;
 	if ((rc = ibv_modify_qp(i->id.qp, &a, mask)))
 		dbg("moving QP %u to state %d: %s", i->id.qp->qp_num, st, strerror(rc));
-	dbg("QP %u -> %d mask %#x mtu %d rqpsn %u sqpsn %u dqpn %u timeout %d retry %d rnr %d rd %d dest_rd %d access %#x port %d hop %d",
-	    i->id.qp->qp_num, st, mask, a.path_mtu, a.rq_psn, a.sq_psn, a.dest_qp_num, a.timeout, a.retry_cnt, a.rnr_retry,
-	    a.max_rd_atomic, a.max_dest_rd_atomic, a.qp_access_flags, a.port_num, a.ah_attr.grh.hop_limit);
-	if (st == IBV_QPS_RTR)
-		dbg("QP %u: RTR to QP %u at ::ffff:%u.%u.%u.%u", i->id.qp->qp_num, a.dest_qp_num,
-		    a.ah_attr.grh.dgid.raw[12], a.ah_attr.grh.dgid.raw[13], a.ah_attr.grh.dgid.raw[14],
-		    a.ah_attr.grh.dgid.raw[15]);
 	return rc;
 }
 
@@ -1709,9 +1712,12 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 	pthread_mutex_unlock(&gmu);
 	for (;;) {
 		char t;
+		/* blocked here the thread cannot touch the program's memory: parked (gva_private.c) */
+		goverbs_attach_park();
 		ssize_t n = read(c->ch.fd, &t, 1);
-		struct raw *r;
 		int e0 = errno;
+		goverbs_attach_unpark();
+		struct raw *r;
 
 		pthread_mutex_lock(&gmu);
 		if (c->closing || n == 0) {

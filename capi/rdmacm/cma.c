@@ -287,7 +287,7 @@ struct cm_id {
 	struct ibv_qp_init_attr *qp_init; /* a passive rdma_create_ep's, for rdma_get_request */
 	void *connect;			  /* rdma_getaddrinfo's connect data */
 	size_t connect_len;
-	int own_cqs;
+	int own_cqs, listening;
 	uint8_t tos;
 	struct cm_id *next;
 };
@@ -958,6 +958,9 @@ int rdma_listen(struct rdma_cm_id *id, int backlog)
 	put32(&w, backlog < 0 ? 0 : (uint32_t)backlog);
 	if ((rc = command(i->dev, OP_LISTEN, &w, rep, NULL, NULL, 0)))
 		return err(rc);
+	i->listening = 1;
+	/* a line a test (or a person) can wait for: the service answers from now on */
+	dbg("listening on port %u of %s", ntohs(rdma_get_src_port(id)), ibv_get_device_name(id->verbs->device));
 	return 0;
 }
 
@@ -1670,6 +1673,8 @@ static int process(struct cm_chan *c, struct raw *raw, struct cm_evt **out)
 				m->attached = 1;
 			}
 		}
+		if (e->ev.event == RDMA_CM_EVENT_MULTICAST_JOIN)
+			dbg("joined a multicast group on %s", ibv_get_device_name(i->id.verbs->device));
 		break;
 	}
 	default:
@@ -1931,8 +1936,8 @@ int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id)
 
 	if (!l)
 		return -1;
-	if (!id || !l->sync) {
-		dbg("rdma_get_request: the listener was not made with a NULL channel: EINVAL");
+	if (!id || !l->sync || !l->listening) {
+		dbg("rdma_get_request: not a listener made with a NULL channel: EINVAL");
 		return err(EINVAL);
 	}
 	if (listen->event) {

@@ -87,6 +87,151 @@ static struct rdma_cm_id *resolved(struct rdma_event_channel *ch)
 	return id;
 }
 
+/* next is the next event of ch, of type want (else a failed check and NULL). */
+static struct rdma_cm_event *next(struct rdma_event_channel *ch, enum rdma_cm_event_type want)
+{
+	struct rdma_cm_event *e = NULL;
+	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+
+	if (poll(&p, 1, 10000) != 1) {
+		CHECK(0, "no event, want %s", rdma_event_str(want));
+		return NULL;
+	}
+	if (rdma_get_cm_event(ch, &e)) {
+		CHECK(0, "rdma_get_cm_event, want %s", rdma_event_str(want));
+		return NULL;
+	}
+	CHECK(e->event == want, "event %s (status %d), want %s", rdma_event_str(e->event), e->status, rdma_event_str(want));
+	return e;
+}
+
+static struct ibv_qp_init_attr qp_attr(void)
+{
+	struct ibv_qp_init_attr a = { .qp_type = IBV_QPT_RC, .cap = { .max_send_wr = 4, .max_recv_wr = 4,
+								      .max_send_sge = 1, .max_recv_sge = 1 } };
+	return a;
+}
+
+/*
+ * connections: a listener and a client in this process on one device: private data
+ * and parameters in CONNECT_REQUEST, a reject's reason and private data in REJECTED,
+ * an accept's private data in ESTABLISHED, DISCONNECTED on both sides.
+ */
+static void connections(void)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *l, *c, *s;
+	struct rdma_cm_event *e;
+	struct sockaddr_in la = addr;
+	struct ibv_qp_init_attr qa;
+	const char hello[] = "hello from the client", no[] = "no thanks", yes[] = "welcome";
+
+	CHECK(fcntl(ch->fd, F_SETFL, O_NONBLOCK) == 0, "O_NONBLOCK");
+	la.sin_port = htons(7998);
+	CHECK(rdma_create_id(ch, &l, (void *)0x1234, RDMA_PS_TCP) == 0, "listener");
+	CHECK(rdma_bind_addr(l, (struct sockaddr *)&la) == 0, "bind");
+	CHECK(rdma_get_src_port(l) == htons(7998), "rdma_get_src_port %u", ntohs(rdma_get_src_port(l)));
+	CHECK(rdma_listen(l, 4) == 0, "listen");
+	/* no one listens on another port: REJECTED */
+	{
+		struct sockaddr_in none = la;
+		none.sin_port = htons(7997);
+		CHECK(rdma_create_id(ch, &c, NULL, RDMA_PS_TCP) == 0, "client id");
+		CHECK(rdma_resolve_addr(c, NULL, (struct sockaddr *)&none, 1000) == 0, "resolve");
+		if ((e = next(ch, RDMA_CM_EVENT_ADDR_RESOLVED)))
+			rdma_ack_cm_event(e);
+		CHECK(rdma_resolve_route(c, 1000) == 0, "route");
+		if ((e = next(ch, RDMA_CM_EVENT_ROUTE_RESOLVED)))
+			rdma_ack_cm_event(e);
+		qa = qp_attr();
+		CHECK(rdma_create_qp(c, NULL, &qa) == 0, "rdma_create_qp");
+		CHECK(rdma_connect(c, NULL) == 0, "connect");
+		if ((e = next(ch, RDMA_CM_EVENT_REJECTED))) {
+			CHECK(e->status != 0 && e->id == c, "REJECTED status %d", e->status);
+			rdma_ack_cm_event(e);
+		}
+		rdma_destroy_qp(c);
+		rdma_destroy_id(c);
+	}
+	for (int round = 0; round < 2; round++) {
+		struct rdma_conn_param p = { .private_data = hello, .private_data_len = sizeof(hello),
+					     .responder_resources = 1, .initiator_depth = 1, .retry_count = 5, .rnr_retry_count = 6 };
+
+		CHECK(rdma_create_id(ch, &c, NULL, RDMA_PS_TCP) == 0, "client id");
+		CHECK(rdma_resolve_addr(c, NULL, (struct sockaddr *)&la, 1000) == 0, "resolve");
+		if ((e = next(ch, RDMA_CM_EVENT_ADDR_RESOLVED)))
+			rdma_ack_cm_event(e);
+		CHECK(rdma_resolve_route(c, 1000) == 0, "route");
+		if ((e = next(ch, RDMA_CM_EVENT_ROUTE_RESOLVED)))
+			rdma_ack_cm_event(e);
+		qa = qp_attr();
+		CHECK(rdma_create_qp(c, NULL, &qa) == 0 && c->qp && c->send_cq && c->recv_cq && c->pd, "rdma_create_qp");
+		CHECK(rdma_connect(c, &p) == 0, "connect");
+		if (!(e = next(ch, RDMA_CM_EVENT_CONNECT_REQUEST)))
+			return;
+		s = e->id;
+		CHECK(e->listen_id == l && s != l && s->context == (void *)0x1234 && s->verbs == l->verbs,
+		      "CONNECT_REQUEST's ids and context");
+		CHECK(e->param.conn.private_data_len >= sizeof(hello) &&
+			      !memcmp(e->param.conn.private_data, hello, sizeof(hello)),
+		      "CONNECT_REQUEST's private data (%u bytes)", e->param.conn.private_data_len);
+		CHECK(e->param.conn.rnr_retry_count == 6 && e->param.conn.qp_num == c->qp->qp_num,
+		      "CONNECT_REQUEST's parameters: rnr %u qpn %u", e->param.conn.rnr_retry_count, e->param.conn.qp_num);
+		CHECK(rdma_get_dst_port(s) == rdma_get_src_port(c), "the request's peer port");
+		rdma_ack_cm_event(e);
+		if (round == 0) {
+			CHECK(rdma_reject(s, no, sizeof(no)) == 0, "reject");
+			if ((e = next(ch, RDMA_CM_EVENT_REJECTED))) {
+				CHECK(e->id == c && e->status == 28, "REJECTED status %d, want 28 (consumer)", e->status);
+				CHECK(e->param.conn.private_data_len >= sizeof(no) &&
+					      !memcmp(e->param.conn.private_data, no, sizeof(no)),
+				      "REJECTED's private data");
+				rdma_ack_cm_event(e);
+			}
+			rdma_destroy_id(s);
+			rdma_destroy_qp(c);
+			rdma_destroy_id(c);
+			continue;
+		}
+		qa = qp_attr();
+		CHECK(rdma_create_qp(s, NULL, &qa) == 0, "server QP");
+		struct rdma_conn_param ap = { .private_data = yes, .private_data_len = sizeof(yes) };
+		CHECK(rdma_accept(s, &ap) == 0, "accept");
+		for (int k = 0; k < 2; k++) {
+			if (!(e = next(ch, RDMA_CM_EVENT_ESTABLISHED)))
+				break;
+			if (e->id == c)
+				CHECK(e->param.conn.private_data_len >= sizeof(yes) &&
+					      !memcmp(e->param.conn.private_data, yes, sizeof(yes)),
+				      "ESTABLISHED's private data (the accept's)");
+			else
+				CHECK(e->id == s, "ESTABLISHED of another id");
+			rdma_ack_cm_event(e);
+		}
+		struct ibv_qp_attr qattr;
+		struct ibv_qp_init_attr qinit;
+		CHECK(ibv_query_qp(c->qp, &qattr, IBV_QP_STATE, &qinit) == 0 && qattr.qp_state == IBV_QPS_RTS,
+		      "the client's QP is in RTS");
+		CHECK(ibv_query_qp(s->qp, &qattr, IBV_QP_STATE, &qinit) == 0 && qattr.qp_state == IBV_QPS_RTS,
+		      "the server's QP is in RTS");
+		CHECK(rdma_disconnect(c) == 0, "disconnect");
+		for (int k = 0; k < 2; k++) {
+			if (!(e = next(ch, RDMA_CM_EVENT_DISCONNECTED)))
+				break;
+			rdma_ack_cm_event(e);
+		}
+		rdma_destroy_qp(s);
+		rdma_destroy_id(s);
+		rdma_destroy_qp(c);
+		rdma_destroy_id(c);
+	}
+	rdma_destroy_id(l);
+	/* drain what is left (TIMEWAIT_EXIT of destroyed ids never comes) */
+	while (rdma_get_cm_event(ch, &e) == 0)
+		rdma_ack_cm_event(e);
+	rdma_destroy_event_channel(ch);
+}
+
 int main(int argc, char **argv)
 {
 	struct rdma_event_channel *ch;
@@ -218,6 +363,8 @@ int main(int argc, char **argv)
 	CHECK(rdma_resolve_route(id, 1000) == 0 && id->route.num_paths == 1, "sync rdma_resolve_route");
 	FAILS(rdma_get_request(id, &id), EINVAL); /* not a listener's... nor asked right */
 	CHECK(rdma_destroy_id(id) == 0, "destroy sync id");
+
+	connections();
 
 	/* devices, getaddrinfo */
 	int n = 0;

@@ -406,6 +406,26 @@ static void devs_init(void)
 	ibv_free_device_list(list);
 }
 
+/*
+ * After fork() the child's devices are its parent's contexts, which the C libibverbs
+ * fails with EIO in a child (capi/attach): the child opens the devices anew at its
+ * first rdma_cm call. Its parent's ids and channels stay the parent's (their calls fail
+ * with EIO in the child). The lock may have been held by another of the parent's threads.
+ */
+static void child_after_fork(void)
+{
+	pthread_mutex_init(&gmu, NULL);
+	pthread_cond_init(&gcv, NULL);
+	devs = NULL; /* the parent's: never freed in the child */
+	ndevs = 0;
+	devs_once = (pthread_once_t)PTHREAD_ONCE_INIT;
+}
+
+__attribute__((constructor)) static void cma_init(void)
+{
+	pthread_atfork(NULL, NULL, child_after_fork);
+}
+
 static int have_devs(void)
 {
 	pthread_once(&devs_once, devs_init);

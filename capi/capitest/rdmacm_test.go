@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -83,7 +84,11 @@ func runCM(t *testing.T, ready string, settle time.Duration, forever bool, serve
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Wait() }()
-	for !strings.Contains(srvOut.String(), ready) {
+	port := 0
+	if p, ok := strings.CutPrefix(ready, "tcp:"); ok { // a server that says nothing: its TCP port
+		port, _ = strconv.Atoi(p)
+	}
+	for (port == 0 && !strings.Contains(srvOut.String(), ready)) || (port != 0 && !listening(port)) {
 		select {
 		case err := <-done:
 			t.Fatalf("server %v exited before %q (%v):\n%s", server.argv, ready, err, srvOut)

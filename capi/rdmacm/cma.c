@@ -1592,6 +1592,17 @@ static int process(struct cm_chan *c, struct raw *raw, struct cm_evt **out)
 	e->ev.status = status;
 	if (i->dev)
 		ah.grh.sgid_index = (uint8_t)i->dev->gid_index;
+	{
+		/* an event with no address vector (a SIDR request's): the peer's, from its address */
+		static const uint8_t zero[16];
+
+		if (!memcmp(ah.grh.dgid.raw, zero, 16) && sa_gid((struct sockaddr *)&remote, &ah.grh.dgid)) {
+			ah.grh.hop_limit = 64;
+			ah.port_num = 1;
+		}
+	}
+	if (!ah.port_num)
+		ah.port_num = 1;
 	switch (type) {
 	case RDMA_CM_EVENT_ADDR_RESOLVED:
 		if (local.ss_family)
@@ -1660,8 +1671,11 @@ static int process(struct cm_chan *c, struct raw *raw, struct cm_evt **out)
 		if (i->connect_error)
 			goto drop;
 		copy_conn(e, &r);
-		if (type == RDMA_CM_EVENT_REJECTED)
+		if (type == RDMA_CM_EVENT_REJECTED) {
+			dbg("connection to port %u rejected: reason %d%s", ntohs(rdma_get_dst_port(&i->id)), status,
+			    status == 8 ? " (no listener)" : status == 28 ? " (by the peer)" : "");
 			modify_err(i);
+		}
 		break;
 	case RDMA_CM_EVENT_MULTICAST_JOIN: {
 		union ibv_gid g;

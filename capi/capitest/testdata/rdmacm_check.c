@@ -334,6 +334,25 @@ int main(int argc, char **argv)
 	errno = 0;
 	CHECK(rdma_get_cm_event(ch, &e2) == -1 && errno == EAGAIN, "an event of a destroyed id was delivered");
 
+	/* rdma_migrate_id: the id's unread event moves with it to the new channel */
+	{
+		struct rdma_event_channel *ch2 = rdma_create_event_channel();
+		struct pollfd p2 = { .fd = ch2 ? ch2->fd : -1, .events = POLLIN };
+
+		id = resolved(ch);
+		usleep(100 * 1000);
+		CHECK(rdma_migrate_id(id, ch2) == 0 && id->channel == ch2, "rdma_migrate_id");
+		errno = 0;
+		CHECK(rdma_get_cm_event(ch, &e) == -1 && errno == EAGAIN, "the old channel still had the event");
+		CHECK(poll(&p2, 1, 5000) == 1, "poll the new channel");
+		CHECK(rdma_get_cm_event(ch2, &e) == 0 && e->id == id && e->event == RDMA_CM_EVENT_ADDR_RESOLVED,
+		      "the event on the new channel");
+		rdma_ack_cm_event(e);
+		FAILS(rdma_migrate_id(id, (struct rdma_event_channel *)&fake), EINVAL);
+		CHECK(rdma_destroy_id(id) == 0, "rdma_destroy_id");
+		rdma_destroy_event_channel(ch2);
+	}
+
 	/* a channel with ids is not destroyed */
 	id = resolved(ch);
 	errno = 0;

@@ -813,18 +813,18 @@ static void free_mcs(struct cm_id *i)
 
 int rdma_destroy_id(struct rdma_cm_id *id)
 {
-	struct cm_id *i;
+	struct cm_id *i = checked(id, "rdma_destroy_id");
 	struct cm_chan *c;
 
-	if (id && id->event) {
+	if (!i)
+		return -1;
+	if (id->event) { /* a synchronous id's last event */
 		rdma_ack_cm_event(id->event);
 		id->event = NULL;
 	}
 	pthread_mutex_lock(&gmu);
-	i = id_find(id);
-	if (!i) {
+	if (i->destroying || id_find(id) != i) { /* destroyed meanwhile by another thread */
 		pthread_mutex_unlock(&gmu);
-		dbg("rdma_destroy_id: %p is not a live rdma_cm_id: EINVAL", (void *)id);
 		return err(EINVAL);
 	}
 	i->destroying = 1; /* no event is handed to it from now on */

@@ -396,7 +396,9 @@ static void devs_init(void)
 					d->family = AF_INET, d->gid = g, d->gid_index = k;
 					break;
 				}
-				if (!d->family && g.raw[0] != 0xfe && (g.raw[0] | g.raw[1] | g.raw[2] | g.raw[3])) {
+				static const uint8_t zero[16];
+
+				if (!d->family && g.raw[0] != 0xfe && memcmp(g.raw, zero, 16)) { /* ::1 too */
 					d->family = AF_INET6, d->gid = g, d->gid_index = k;
 				}
 			}

@@ -195,10 +195,25 @@ func TestRdmacmAgainstGoTools(t *testing.T) {
 			[]string{"mckey", "-m", group, "-b", sa}, []string{"mckey", "-m", group, "-b", ca, "-s"},
 			[]string{"mckey", "-m", group, "-b", sa}, []string{"mckey", "-m", group, "-b", ca, "-s"},
 			"receiving data transfers", "return status 0", "return status 0"},
+		// perftest: the Go tools attach with GOVERBS_ATTACH=1 and --bind
+		{"write_bw -R",
+			[]string{"ib_write_bw", "-R", "-d", "s0", "-n", "200"}, []string{"ib_write_bw", "-R", "-d", "c0", "-n", "200", sa},
+			[]string{"write_bw", "-R", "--bind", sa, "-n", "200"}, []string{"write_bw", "-R", "--bind", ca, "-n", "200", sa},
+			"Waiting for client to connect", "#bytes", "#bytes"},
+		{"send_lat -R",
+			[]string{"ib_send_lat", "-R", "-d", "s0", "-n", "200"}, []string{"ib_send_lat", "-R", "-d", "c0", "-n", "200", sa},
+			[]string{"send_lat", "-R", "--bind", sa, "-n", "200"}, []string{"send_lat", "-R", "--bind", ca, "-n", "200", sa},
+			"Waiting for client to connect", "#bytes", "#bytes"},
 	} {
+		goEnv := func(dev, addr string) []string {
+			if strings.HasSuffix(p.name, " -R") {
+				return []string{"XDG_RUNTIME_DIR=" + d.rt, "GOVERBS_ATTACH=1"}
+			}
+			return d.goTool(dev, addr)
+		}
 		t.Run(p.name+"/Go server, C client", func(t *testing.T) {
 			cli := append([]string{program(t, p.cClient[0])}, p.cClient[1:]...)
-			_, out := runCM(t, p.goReady, 300*time.Millisecond, false, cmSide{append([]string{gobin}, p.goServer...), d.goTool("s0", sa)},
+			_, out := runCM(t, p.goReady, 300*time.Millisecond, false, cmSide{append([]string{gobin}, p.goServer...), goEnv("s0", sa)},
 				cmSide{cli, d.cLib(lib, "c0", ca)})
 			if !strings.Contains(out, p.cWant) {
 				t.Errorf("C client output lacks %q:\n%s", p.cWant, out)
@@ -211,7 +226,7 @@ func TestRdmacmAgainstGoTools(t *testing.T) {
 				ready = "goverbs librdmacm: joined a multicast group"
 			}
 			_, out := runCM(t, ready, 0, false, cmSide{srv, d.cLib(lib, "s0", sa)},
-				cmSide{append([]string{gobin}, p.goClient...), d.goTool("c0", ca)})
+				cmSide{append([]string{gobin}, p.goClient...), goEnv("c0", ca)})
 			if !strings.Contains(out, p.goWant) {
 				t.Errorf("Go client output lacks %q:\n%s", p.goWant, out)
 			}

@@ -312,3 +312,32 @@ func TestRdmacmNoGoRuntime(t *testing.T) {
 		}
 	}
 }
+
+// TestRdmacmDaemonGone: a listener whose daemon dies gets RDMA_CM_EVENT_DEVICE_REMOVAL
+// (rping says so and exits) instead of waiting forever.
+func TestRdmacmDaemonGone(t *testing.T) {
+	lib := rdmacmLibrary(t)
+	bin := program(t, "rping")
+	a := newAddr()
+	d := serve(t, lib, "sw0="+a)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := exec.CommandContext(ctx, bin, "-s", "-a", a, "-v")
+	c.Env = append(os.Environ(), d.cLib(lib, "sw0", a)...)
+	out := &lockedBuf{}
+	c.Stdout, c.Stderr = out, out
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for !strings.Contains(out.String(), cmListening) {
+		if ctx.Err() != nil {
+			t.Fatalf("rping -s never listened:\n%s", out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	d.cmd.Process.Kill()
+	c.Wait()
+	if ctx.Err() != nil || !strings.Contains(out.String(), "cma detected device removal") {
+		t.Fatalf("rping -s after its daemon died (%v):\n%s", ctx.Err(), out)
+	}
+}

@@ -46,6 +46,36 @@ int goverbs_attach_command(struct ibv_context *ctx, unsigned op, const void *req
 	return 0;
 }
 
+/*
+ * goverbs_attach_qp says whether qp is a live QP of ctx (0, with its daemon handle and
+ * number) or not (ENOENT), without reading through qp: librdmacm asks before it touches
+ * an id's QP, which a program may have destroyed with ibv_destroy_qp (rping does).
+ */
+int goverbs_attach_qp(struct ibv_context *ctx, struct ibv_qp *qp, uint32_t *handle, uint32_t *qpn)
+{
+	struct gva_dev *d;
+	int rc = ENOENT;
+
+	if (!ctx || !qp)
+		return EINVAL;
+	d = (struct gva_dev *)gv_ctx(ctx)->h;
+	if (!d)
+		return EINVAL;
+	pthread_mutex_lock(&d->objmu);
+	for (size_t i = 0; i < d->nobjs; i++) {
+		if (d->objs[i].kind == GVA_EV_QP && d->objs[i].obj == (void *)qp) {
+			if (handle)
+				*handle = d->objs[i].h;
+			rc = 0;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&d->objmu);
+	if (!rc && qpn)
+		*qpn = qp->qp_num;
+	return rc;
+}
+
 /* goverbs_attach_thread starts a library thread (signals blocked, not counted as the program's). */
 int goverbs_attach_thread(pthread_t *t, void *(*fn)(void *), void *arg)
 {

@@ -44,6 +44,7 @@ int goverbs_attach_command(struct ibv_context *ctx, unsigned op, const void *req
 int goverbs_attach_thread(pthread_t *t, void *(*fn)(void *), void *arg);
 void goverbs_attach_join(pthread_t t);
 void goverbs_attach_park(void);
+int goverbs_attach_qp(struct ibv_context *ctx, struct ibv_qp *qp, uint32_t *handle, uint32_t *qpn);
 void goverbs_attach_unpark(void);
 
 enum {
@@ -348,6 +349,22 @@ static struct cm_id *checked(struct rdma_cm_id *p, const char *fn)
 		errno = EINVAL;
 	}
 	return i;
+}
+
+/*
+ * live_qp is the id's QP if it is still alive: a program may destroy it with
+ * ibv_destroy_qp rather than rdma_destroy_qp (rping does), leaving id->qp dangling; then
+ * the id has no QP as far as the library is concerned.
+ */
+static struct ibv_qp *live_qp(struct rdma_cm_id *id)
+{
+	if (!id->qp)
+		return NULL;
+	if (!id->verbs || goverbs_attach_qp(id->verbs, id->qp, NULL, NULL)) {
+		dbg("the id's QP was destroyed without rdma_destroy_qp: the id has no QP now");
+		id->qp = NULL;
+	}
+	return id->qp;
 }
 
 static void devs_init(void)
@@ -806,7 +823,7 @@ static void free_mcs(struct cm_id *i)
 {
 	for (struct cm_mc *m = i->mcs, *n; m; m = n) {
 		n = m->next;
-		if (m->attached && i->id.qp)
+		if (m->attached && live_qp(&i->id))
 			ibv_detach_mcast(i->id.qp, &m->mgid, 0);
 		free(m);
 	}
@@ -1081,7 +1098,7 @@ static int modify_err(struct cm_id *i)
 {
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
 
-	return i->id.qp ? ibv_modify_qp(i->id.qp, &a, IBV_QP_STATE) : 0;
+	return live_qp(&i->id) ? ibv_modify_qp(i->id.qp, &a, IBV_QP_STATE) : 0;
 }
 
 /* rtr_rts moves a connected QP to RTR and RTS (librdmacm's ucma_modify_qp_rtr/rts). */
@@ -1177,7 +1194,7 @@ int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
 		return -1;
 	if (!attr)
 		return err(EINVAL);
-	if (id->qp) {
+	if (live_qp(id)) {
 		dbg("rdma_create_qp: the id has a QP already: EINVAL");
 		return err(EINVAL);
 	}
@@ -1257,9 +1274,10 @@ void rdma_destroy_qp(struct rdma_cm_id *id)
 {
 	struct cm_id *i = checked(id, "rdma_destroy_qp");
 
-	if (!i || !id->qp)
+	if (!i)
 		return;
-	ibv_destroy_qp(id->qp);
+	if (live_qp(id))
+		ibv_destroy_qp(id->qp);
 	id->qp = NULL;
 	destroy_own_cqs(i);
 }
@@ -1365,7 +1383,7 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *p)
 		priv = i->connect;
 		len = (uint8_t)i->connect_len;
 	}
-	if (id->qp) {
+	if (live_qp(id)) {
 		qpn = id->qp->qp_num;
 		srq = id->qp->srq != NULL;
 	}
@@ -1412,7 +1430,7 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *p)
 		if (len && !priv)
 			return err(EINVAL);
 	}
-	if (id->qp) {
+	if (live_qp(id)) {
 		qpn = id->qp->qp_num;
 		srq = id->qp->srq != NULL;
 		if (id->qp_type != IBV_QPT_UD && (rc = rtr_rts(i, rr, idp)))
@@ -1648,7 +1666,7 @@ static int process(struct cm_chan *c, struct raw *raw, struct cm_evt **out)
 	}
 	case RDMA_CM_EVENT_CONNECT_RESPONSE:
 		copy_conn(e, &r);
-		if (i->id.qp) {
+		if (live_qp(&i->id)) {
 			int rc = rtr_rts(i, RDMA_MAX_RESP_RES, RDMA_MAX_INIT_DEPTH);
 
 			if (!rc)
@@ -1699,7 +1717,7 @@ static int process(struct cm_chan *c, struct raw *raw, struct cm_evt **out)
 		e->ev.param.ud.private_data = m->context;
 		e->ev.param.ud.private_data_len = 0;
 		m->mgid = ah.grh.dgid;
-		if (i->id.qp && !m->send_only && !m->attached) {
+		if (live_qp(&i->id) && !m->send_only && !m->attached) {
 			int rc = ibv_attach_mcast(i->id.qp, &m->mgid, 0);
 
 			if (rc) {
@@ -2103,7 +2121,7 @@ int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
 		dbg("rdma_leave_multicast: the id has not joined that group: EADDRNOTAVAIL");
 		return err(EADDRNOTAVAIL);
 	}
-	if (m->attached && id->qp)
+	if (m->attached && live_qp(id))
 		ibv_detach_mcast(id->qp, &m->mgid, 0);
 	free(m);
 	put32(&w, i->h);

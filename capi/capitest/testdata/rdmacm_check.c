@@ -381,6 +381,15 @@ int main(int argc, char **argv)
 	CHECK(id->event && id->event->event == RDMA_CM_EVENT_ADDR_RESOLVED, "sync id's event");
 	CHECK(rdma_resolve_route(id, 1000) == 0 && id->route.num_paths == 1, "sync rdma_resolve_route");
 	FAILS(rdma_get_request(id, &id), EINVAL); /* not a listener's... nor asked right */
+	{
+		/* a QP destroyed behind the id's back (ibv_destroy_qp, as rping does) is never touched again */
+		struct ibv_qp_init_attr qa = qp_attr();
+		CHECK(rdma_create_qp(id, NULL, &qa) == 0, "rdma_create_qp");
+		CHECK(ibv_destroy_qp(id->qp) == 0, "ibv_destroy_qp");
+		FAILS(rdma_connect(id, NULL), EINVAL); /* no QP: qp_num 0 is not ours */
+		rdma_destroy_qp(id);
+		CHECK(id->qp == NULL, "rdma_destroy_qp of a destroyed QP");
+	}
 	CHECK(rdma_destroy_id(id) == 0, "destroy sync id");
 
 	connections();

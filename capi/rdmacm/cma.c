@@ -262,6 +262,7 @@ struct cm_chan {
 	int wfd;
 	struct raw *head, *tail;
 	int waiters, closing, nids;
+	int doomed; /* destroyed with ids on it: destroyed with its last id */
 	struct cm_chan *next;
 };
 
@@ -558,8 +559,10 @@ void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 		return;
 	}
 	if (c->nids) {
+		c->doomed = 1;
 		pthread_mutex_unlock(&gmu);
-		dbg("rdma_destroy_event_channel: %d ids still use the channel: not destroyed (EBUSY)", c->nids);
+		dbg("rdma_destroy_event_channel: %d ids still use the channel: destroyed with the last of them (EBUSY)",
+		    c->nids);
 		errno = EBUSY;
 		return;
 	}
@@ -862,10 +865,13 @@ int rdma_destroy_id(struct rdma_cm_id *id)
 			break;
 		}
 	c->nids--;
+	int doomed = c->doomed && !c->nids && c != i->own;
 	pthread_mutex_unlock(&gmu);
 	free_mcs(i);
 	if (i->own)
 		rdma_destroy_event_channel(&i->own->ch);
+	if (doomed) /* the program destroyed it already, while this id was on it */
+		rdma_destroy_event_channel(&c->ch);
 	free(i->qp_init);
 	free(i->connect);
 	free(i);

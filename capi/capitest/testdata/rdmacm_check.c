@@ -353,15 +353,21 @@ int main(int argc, char **argv)
 		rdma_destroy_event_channel(ch2);
 	}
 
-	/* a channel with ids is not destroyed */
-	id = resolved(ch);
-	errno = 0;
-	rdma_destroy_event_channel(ch);
-	CHECK(errno == EBUSY, "rdma_destroy_event_channel with an id: errno %d, want EBUSY", errno);
-	CHECK(poll(&pfd, 1, 5000) == 1, "poll after the refused destroy");
-	CHECK(rdma_get_cm_event(ch, &e) == 0, "the channel still works");
-	rdma_ack_cm_event(e);
-	CHECK(rdma_destroy_id(id) == 0, "rdma_destroy_id");
+	/* a channel destroyed with ids on it stays for them, and goes with the last one */
+	{
+		struct rdma_event_channel *ch3 = rdma_create_event_channel();
+		struct pollfd p3 = { .fd = ch3 ? ch3->fd : -1, .events = POLLIN };
+
+		id = resolved(ch3);
+		errno = 0;
+		rdma_destroy_event_channel(ch3);
+		CHECK(errno == EBUSY, "rdma_destroy_event_channel with an id: errno %d, want EBUSY", errno);
+		CHECK(poll(&p3, 1, 5000) == 1, "poll after the refused destroy");
+		CHECK(rdma_get_cm_event(ch3, &e) == 0, "the channel still works for its id");
+		rdma_ack_cm_event(e);
+		CHECK(rdma_destroy_id(id) == 0, "rdma_destroy_id");
+		FAILS(rdma_get_cm_event(ch3, &e), EINVAL); /* gone with its last id */
+	}
 
 	/* a channel destroyed under a waiting rdma_get_cm_event: as on the kernel's rdma_cm, the waiter stays blocked */
 	CHECK(fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) & ~O_NONBLOCK) == 0, "blocking");

@@ -8,6 +8,7 @@ package capitest
 import (
 	"context"
 	"debug/elf"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -69,7 +70,31 @@ func (d *daemon) goTool(dev, addr string) []string {
 // must still be running when the client is done (it serves until killed).
 func runCM(t *testing.T, ready string, settle time.Duration, forever bool, server, client cmSide) (string, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	srv, cli, err := tryCM(90*time.Second, ready, settle, forever, server, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, cli
+}
+
+// runUDCM is runCM for a pair whose datagrams are not retransmitted (mckey): the daemon
+// sometimes loses one (about one run in ten of mckey between two devices of a daemon on
+// a loaded machine, the server's QP attached and the client's sends complete), and
+// mckey then waits for ever; a run that times out is logged and tried once more.
+func runUDCM(t *testing.T, ready string, settle time.Duration, server, client cmSide) (string, string) {
+	t.Helper()
+	srv, cli, err := tryCM(20*time.Second, ready, settle, false, server, client)
+	if err != nil {
+		t.Logf("first run, tried again: %v", err)
+		if srv, cli, err = tryCM(20*time.Second, ready, settle, false, server, client); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return srv, cli
+}
+
+func tryCM(timeout time.Duration, ready string, settle time.Duration, forever bool, server, client cmSide) (string, string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := func(s cmSide) (*exec.Cmd, *lockedBuf) {
 		c := exec.CommandContext(ctx, s.argv[0], s.argv[1:]...)
@@ -80,7 +105,7 @@ func runCM(t *testing.T, ready string, settle time.Duration, forever bool, serve
 	}
 	srv, srvOut := cmd(server)
 	if err := srv.Start(); err != nil {
-		t.Fatal(err)
+		return "", "", err
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Wait() }()
@@ -91,10 +116,10 @@ func runCM(t *testing.T, ready string, settle time.Duration, forever bool, serve
 	for (port == 0 && !strings.Contains(srvOut.String(), ready)) || (port != 0 && !listening(port)) {
 		select {
 		case err := <-done:
-			t.Fatalf("server %v exited before %q (%v):\n%s", server.argv, ready, err, srvOut)
+			return "", "", fmt.Errorf("server %v exited before %q (%v):\n%s", server.argv, ready, err, srvOut)
 		case <-ctx.Done():
 			<-done
-			t.Fatalf("server %v never said %q:\n%s", server.argv, ready, srvOut)
+			return "", "", fmt.Errorf("server %v never said %q:\n%s", server.argv, ready, srvOut)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -105,7 +130,7 @@ func runCM(t *testing.T, ready string, settle time.Duration, forever bool, serve
 	if forever {
 		select {
 		case srvErr = <-done:
-			t.Errorf("server %v exited while serving: %v", server.argv, srvErr)
+			return "", "", fmt.Errorf("server %v exited while serving: %v\n%s", server.argv, srvErr, srvOut)
 		case <-time.After(200 * time.Millisecond):
 			srv.Process.Kill()
 			<-done
@@ -114,9 +139,9 @@ func runCM(t *testing.T, ready string, settle time.Duration, forever bool, serve
 		srvErr = <-done
 	}
 	if cliErr != nil || (!forever && srvErr != nil) {
-		t.Fatalf("client %v: %v\n%s\nserver %v: %v\n%s", client.argv, cliErr, cliOut, server.argv, srvErr, srvOut)
+		return "", "", fmt.Errorf("client %v: %v\n%s\nserver %v: %v\n%s", client.argv, cliErr, cliOut, server.argv, srvErr, srvOut)
 	}
-	return srvOut.String(), cliOut.String()
+	return srvOut.String(), cliOut.String(), nil
 }
 
 const cmListening = "goverbs librdmacm: listening on port"
@@ -156,7 +181,12 @@ func TestRdmacmDebianTools(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.server[0], tc.client[0] = program(t, tc.server[0]), program(t, tc.client[0])
-			_, cli := runCM(t, tc.ready, 0, tc.forever, cmSide{tc.server, srvEnv}, cmSide{tc.client, cliEnv})
+			var cli string
+			if tc.name == "mckey" {
+				_, cli = runUDCM(t, tc.ready, 0, cmSide{tc.server, srvEnv}, cmSide{tc.client, cliEnv})
+			} else {
+				_, cli = runCM(t, tc.ready, 0, tc.forever, cmSide{tc.server, srvEnv}, cmSide{tc.client, cliEnv})
+			}
 			if !strings.Contains(cli, tc.want) {
 				t.Errorf("client output lacks %q:\n%s", tc.want, cli)
 			}
@@ -205,6 +235,12 @@ func TestRdmacmAgainstGoTools(t *testing.T) {
 			[]string{"send_lat", "-R", "--bind", sa, "-n", "200"}, []string{"send_lat", "-R", "--bind", ca, "-n", "200", sa},
 			"Waiting for client to connect", "#bytes", "#bytes"},
 	} {
+		run := func(t *testing.T, ready string, settle time.Duration, server, client cmSide) (string, string) {
+			if p.name == "mckey" {
+				return runUDCM(t, ready, settle, server, client)
+			}
+			return runCM(t, ready, settle, false, server, client)
+		}
 		goEnv := func(dev, addr string) []string {
 			if strings.HasSuffix(p.name, " -R") {
 				return []string{"XDG_RUNTIME_DIR=" + d.rt, "GOVERBS_ATTACH=1"}
@@ -213,7 +249,7 @@ func TestRdmacmAgainstGoTools(t *testing.T) {
 		}
 		t.Run(p.name+"/Go server, C client", func(t *testing.T) {
 			cli := append([]string{program(t, p.cClient[0])}, p.cClient[1:]...)
-			_, out := runCM(t, p.goReady, 300*time.Millisecond, false, cmSide{append([]string{gobin}, p.goServer...), goEnv("s0", sa)},
+			_, out := run(t, p.goReady, 300*time.Millisecond, cmSide{append([]string{gobin}, p.goServer...), goEnv("s0", sa)},
 				cmSide{cli, d.cLib(lib, "c0", ca)})
 			if !strings.Contains(out, p.cWant) {
 				t.Errorf("C client output lacks %q:\n%s", p.cWant, out)
@@ -225,7 +261,7 @@ func TestRdmacmAgainstGoTools(t *testing.T) {
 			if p.name == "mckey" {
 				ready = "goverbs librdmacm: joined a multicast group"
 			}
-			_, out := runCM(t, ready, 0, false, cmSide{srv, d.cLib(lib, "s0", sa)},
+			_, out := run(t, ready, 0, cmSide{srv, d.cLib(lib, "s0", sa)},
 				cmSide{append([]string{gobin}, p.goClient...), goEnv("c0", ca)})
 			if !strings.Contains(out, p.goWant) {
 				t.Errorf("Go client output lacks %q:\n%s", p.goWant, out)

@@ -43,6 +43,16 @@ if [ $attach = 1 ]; then
     -fvisibility=default -o "$out" \
     device.c objects.c qp.c misc.c private.c xrc.c attach/*.c \
     -Wl,--version-script="$here/libibverbs.map" -Wl,-soname,libibverbs.so.1 -Wl,-z,defs -lpthread -ldl
+  # librdmacm.so.1 beside it (capi/rdmacm): plain C over the daemon's rdma_cm service,
+  # reaching the context's daemon connection through GOVERBS_PRIVATE_1.
+  if echo '#include <rdma/rdma_cma.h>' | $cc -E -x c - >/dev/null 2>&1; then
+    $cc -shared -fPIC -O2 -Wall -D_GNU_SOURCE -fvisibility=default \
+      -o "$(dirname "$out")/librdmacm.so.1" rdmacm/*.c \
+      -Wl,--version-script="$here/rdmacm/librdmacm.map" -Wl,-soname,librdmacm.so.1 -Wl,-z,defs \
+      -L"$(dirname "$out")" -l:libibverbs.so.1 -lpthread
+  else
+    echo "capi/build.sh: <rdma/rdma_cma.h> not found (librdmacm-dev): librdmacm.so.1 not built" >&2
+  fi
   CGO_ENABLED=0 go build -trimpath -o "$(dirname "$out")/goverbs" ../cmd/goverbs
   echo "$out"
   exit 0

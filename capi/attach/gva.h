@@ -180,6 +180,11 @@ int gva_thread(pthread_t *t, void *(*fn)(void *), void *arg);
 void gva_join(pthread_t t);
 /* gva_program_threads is how many threads the program runs besides the library's (-1: unknown). */
 int gva_program_threads(void);
+/* Program threads parked in librdmacm (gva_private.c): they do not count as running. */
+int gva_parked_threads(void);
+int gva_parking_used(void);
+void gva_move_begin(void);
+void gva_move_end(void);
 
 /* The device list (GOVERBS_DEVICES). */
 struct gva_entry {

@@ -652,7 +652,7 @@ int gva_program_threads(void)
 		if (sscanf(line, "Threads: %d", &n) == 1)
 			break;
 	fclose(f);
-	return n < 0 ? -1 : n - __atomic_load_n(&gva_nthreads, __ATOMIC_SEQ_CST);
+	return n < 0 ? -1 : n - __atomic_load_n(&gva_nthreads, __ATOMIC_SEQ_CST) - gva_parked_threads();
 }
 
 int gva_dev_register(struct gva_dev *d)

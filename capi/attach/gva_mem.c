@@ -213,9 +213,26 @@ static int gva_share(uintptr_t addr, size_t len, struct gva_span **out, uint64_t
 	/*
 	 * Pages the buffer shares with other data can be moved only while no other thread
 	 * of the program can write them: in a program of one thread (besides ours, which
-	 * never touch its memory), during this call.
+	 * never touch its memory), during this call. Threads parked in librdmacm
+	 * (gva_private.c) do not count, and stay parked while the pages move; in a program
+	 * that uses librdmacm, a thread between two rdma_get_cm_event calls gets up to
+	 * 200 ms to park again.
 	 */
-	if ((addr != start || len % page) && gva_program_threads() != 1) {
+	int moving = 0;
+	if (addr != start || len % page) {
+		for (int tries = 0; tries < 200; tries++) {
+			gva_move_begin();
+			if (gva_program_threads() == 1) {
+				moving = 1;
+				break;
+			}
+			gva_move_end();
+			if (!gva_parking_used())
+				break; /* no rdma_cm thread to wait for */
+			usleep(1000);
+		}
+	}
+	if ((addr != start || len % page) && !moving) {
 		fprintf(stderr, "goverbs: an attached device registers whole pages in a program of several threads: "
 				"memory region [%#" PRIxPTR ", %#" PRIxPTR ") must start on a page and be a whole number "
 				"of pages (posix_memalign/mmap it, length a multiple of %lu): refused\n",
@@ -223,7 +240,11 @@ static int gva_share(uintptr_t addr, size_t len, struct gva_span **out, uint64_t
 		rc = EINVAL;
 		goto out;
 	}
-	if ((rc = gva_movable(start, end)) || (rc = gva_move(start, end - start, out))) {
+	if (!(rc = gva_movable(start, end)))
+		rc = gva_move(start, end - start, out);
+	if (moving)
+		gva_move_end();
+	if (rc) {
 		if (rc == EFAULT)
 			gva_debug("memory region [%#" PRIxPTR ", %#" PRIxPTR ") is not mapped", addr, addr + len);
 		goto out;

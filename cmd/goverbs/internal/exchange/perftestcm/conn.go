@@ -53,6 +53,7 @@ type Conn struct {
 	qp            *verbs.QP
 	scq, rcq      *tool.CQWaiter
 	rbuf, sbuf    []byte
+	mem           []byte // rbuf's and sbuf's pages (verbs.Mmap)
 	rmr, smr      *verbs.MR
 	msg           [MaxMessageLen]byte // the message last received, copied out of rbuf
 	cur           []byte              // its unread rest
@@ -93,11 +94,17 @@ func (w *Conn) open(dev *verbs.Device) error {
 	if err = cm.InitQP(w.qp); err != nil {
 		return err
 	}
-	w.rbuf, w.sbuf = make([]byte, MaxMessageLen), make([]byte, MaxMessageLen)
-	if w.rmr, err = w.pd.RegMR(w.rbuf, verbs.AccessLocalWrite); err != nil {
+	// A page each, outside the Go heap: an attached device (`goverbs serve`) registers
+	// only whole pages in a Go program.
+	page := os.Getpagesize()
+	if w.mem, err = verbs.Mmap(2*page, false); err != nil {
 		return err
 	}
-	if w.smr, err = w.pd.RegMR(w.sbuf, 0); err != nil {
+	w.rbuf, w.sbuf = w.mem[:MaxMessageLen], w.mem[page:page+MaxMessageLen]
+	if w.rmr, err = w.pd.RegMR(w.mem[:page], verbs.AccessLocalWrite); err != nil {
+		return err
+	}
+	if w.smr, err = w.pd.RegMR(w.mem[page:], 0); err != nil {
 		return err
 	}
 	return w.postRecv()
@@ -264,6 +271,9 @@ func (w *Conn) release() {
 		if mr != nil {
 			mr.Close()
 		}
+	}
+	if w.mem != nil {
+		verbs.Munmap(w.mem)
 	}
 	if w.qp != nil {
 		w.qp.Close()

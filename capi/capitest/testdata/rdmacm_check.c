@@ -1,0 +1,421 @@
+/*
+ * rdmacm_check ADDR: goverbs' librdmacm.so.1 given bad input, on an attached device
+ * whose address is ADDR: NULL and garbage arguments, events acked twice, ids destroyed
+ * with events outstanding, a channel destroyed under a waiting rdma_get_cm_event, calls
+ * that are not served. Each must fail with a clear errno (or behave as librdmacm
+ * documents) and nothing may crash or hang. Prints "ok" when all hold.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <rdma/rdma_cma.h>
+#include <rdma/rsocket.h>
+
+static int failures;
+
+#define CHECK(cond, ...)                                                   \
+	do {                                                               \
+		if (!(cond)) {                                             \
+			fprintf(stderr, "line %d: ", __LINE__);            \
+			fprintf(stderr, __VA_ARGS__);                      \
+			fprintf(stderr, " (errno %d %s)\n", errno, strerror(errno)); \
+			failures++;                                        \
+		}                                                          \
+	} while (0)
+
+/* FAILS: the call returned -1 with errno e. */
+#define FAILS(call, e)                                                                  \
+	do {                                                                            \
+		errno = 0;                                                              \
+		int rc_ = (call);                                                       \
+		CHECK(rc_ == -1 && errno == (e), "%s: rc %d, want -1 with errno %s", #call, rc_, #e); \
+	} while (0)
+
+static struct sockaddr_in addr;
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+struct waiter {
+	struct rdma_event_channel *ch;
+	struct rdma_cm_id *id;
+	volatile int done;
+	double at;
+};
+
+static void *destroyer(void *arg)
+{
+	struct waiter *w = arg;
+
+	rdma_destroy_id(w->id);
+	w->at = now();
+	w->done = 1;
+	return NULL;
+}
+
+static void *getter(void *arg)
+{
+	struct waiter *w = arg;
+	struct rdma_cm_event *e;
+
+	w->done = 1; /* about to block */
+	if (rdma_get_cm_event(w->ch, &e) == 0)
+		rdma_ack_cm_event(e);
+	w->done = 2;
+	return NULL;
+}
+
+/* resolved makes an id on ch with its address resolved (ADDR_RESOLVED queued, not taken). */
+static struct rdma_cm_id *resolved(struct rdma_event_channel *ch)
+{
+	struct rdma_cm_id *id = NULL;
+
+	CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
+	CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr *)&addr, 1000) == 0, "rdma_resolve_addr");
+	return id;
+}
+
+/* next is the next event of ch, of type want (else a failed check and NULL). */
+static struct rdma_cm_event *next(struct rdma_event_channel *ch, enum rdma_cm_event_type want)
+{
+	struct rdma_cm_event *e = NULL;
+	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+
+	if (poll(&p, 1, 10000) != 1) {
+		CHECK(0, "no event, want %s", rdma_event_str(want));
+		return NULL;
+	}
+	if (rdma_get_cm_event(ch, &e)) {
+		CHECK(0, "rdma_get_cm_event, want %s", rdma_event_str(want));
+		return NULL;
+	}
+	CHECK(e->event == want, "event %s (status %d), want %s", rdma_event_str(e->event), e->status, rdma_event_str(want));
+	return e;
+}
+
+static struct ibv_qp_init_attr qp_attr(void)
+{
+	struct ibv_qp_init_attr a = { .qp_type = IBV_QPT_RC, .cap = { .max_send_wr = 4, .max_recv_wr = 4,
+								      .max_send_sge = 1, .max_recv_sge = 1 } };
+	return a;
+}
+
+/*
+ * connections: a listener and a client in this process on one device: private data
+ * and parameters in CONNECT_REQUEST, a reject's reason and private data in REJECTED,
+ * an accept's private data in ESTABLISHED, DISCONNECTED on both sides.
+ */
+static void connections(void)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *l, *c, *s;
+	struct rdma_cm_event *e;
+	struct sockaddr_in la = addr;
+	struct ibv_qp_init_attr qa;
+	const char hello[] = "hello from the client", no[] = "no thanks", yes[] = "welcome";
+
+	CHECK(fcntl(ch->fd, F_SETFL, O_NONBLOCK) == 0, "O_NONBLOCK");
+	la.sin_port = htons(7998);
+	CHECK(rdma_create_id(ch, &l, (void *)0x1234, RDMA_PS_TCP) == 0, "listener");
+	CHECK(rdma_bind_addr(l, (struct sockaddr *)&la) == 0, "bind");
+	CHECK(rdma_get_src_port(l) == htons(7998), "rdma_get_src_port %u", ntohs(rdma_get_src_port(l)));
+	CHECK(rdma_listen(l, 4) == 0, "listen");
+	/* no one listens on another port: REJECTED */
+	{
+		struct sockaddr_in none = la;
+		none.sin_port = htons(7997);
+		CHECK(rdma_create_id(ch, &c, NULL, RDMA_PS_TCP) == 0, "client id");
+		CHECK(rdma_resolve_addr(c, NULL, (struct sockaddr *)&none, 1000) == 0, "resolve");
+		if ((e = next(ch, RDMA_CM_EVENT_ADDR_RESOLVED)))
+			rdma_ack_cm_event(e);
+		CHECK(rdma_resolve_route(c, 1000) == 0, "route");
+		if ((e = next(ch, RDMA_CM_EVENT_ROUTE_RESOLVED)))
+			rdma_ack_cm_event(e);
+		qa = qp_attr();
+		CHECK(rdma_create_qp(c, NULL, &qa) == 0, "rdma_create_qp");
+		CHECK(rdma_connect(c, NULL) == 0, "connect");
+		if ((e = next(ch, RDMA_CM_EVENT_REJECTED))) {
+			CHECK(e->status != 0 && e->id == c, "REJECTED status %d", e->status);
+			rdma_ack_cm_event(e);
+		}
+		rdma_destroy_qp(c);
+		rdma_destroy_id(c);
+	}
+	for (int round = 0; round < 2; round++) {
+		struct rdma_conn_param p = { .private_data = hello, .private_data_len = sizeof(hello),
+					     .responder_resources = 1, .initiator_depth = 1, .retry_count = 5, .rnr_retry_count = 6 };
+
+		CHECK(rdma_create_id(ch, &c, NULL, RDMA_PS_TCP) == 0, "client id");
+		CHECK(rdma_resolve_addr(c, NULL, (struct sockaddr *)&la, 1000) == 0, "resolve");
+		if ((e = next(ch, RDMA_CM_EVENT_ADDR_RESOLVED)))
+			rdma_ack_cm_event(e);
+		CHECK(rdma_resolve_route(c, 1000) == 0, "route");
+		if ((e = next(ch, RDMA_CM_EVENT_ROUTE_RESOLVED)))
+			rdma_ack_cm_event(e);
+		qa = qp_attr();
+		CHECK(rdma_create_qp(c, NULL, &qa) == 0 && c->qp && c->send_cq && c->recv_cq && c->pd, "rdma_create_qp");
+		CHECK(rdma_connect(c, &p) == 0, "connect");
+		if (!(e = next(ch, RDMA_CM_EVENT_CONNECT_REQUEST)))
+			return;
+		s = e->id;
+		CHECK(e->listen_id == l && s != l && s->context == (void *)0x1234 && s->verbs == l->verbs,
+		      "CONNECT_REQUEST's ids and context");
+		CHECK(e->param.conn.private_data_len >= sizeof(hello) &&
+			      !memcmp(e->param.conn.private_data, hello, sizeof(hello)),
+		      "CONNECT_REQUEST's private data (%u bytes)", e->param.conn.private_data_len);
+		CHECK(e->param.conn.rnr_retry_count == 6 && e->param.conn.qp_num == c->qp->qp_num,
+		      "CONNECT_REQUEST's parameters: rnr %u qpn %u", e->param.conn.rnr_retry_count, e->param.conn.qp_num);
+		CHECK(rdma_get_dst_port(s) == rdma_get_src_port(c), "the request's peer port");
+		rdma_ack_cm_event(e);
+		if (round == 0) {
+			CHECK(rdma_reject(s, no, sizeof(no)) == 0, "reject");
+			if ((e = next(ch, RDMA_CM_EVENT_REJECTED))) {
+				CHECK(e->id == c && e->status == 28, "REJECTED status %d, want 28 (consumer)", e->status);
+				CHECK(e->param.conn.private_data_len >= sizeof(no) &&
+					      !memcmp(e->param.conn.private_data, no, sizeof(no)),
+				      "REJECTED's private data");
+				rdma_ack_cm_event(e);
+			}
+			rdma_destroy_id(s);
+			rdma_destroy_qp(c);
+			rdma_destroy_id(c);
+			continue;
+		}
+		qa = qp_attr();
+		CHECK(rdma_create_qp(s, NULL, &qa) == 0, "server QP");
+		struct rdma_conn_param ap = { .private_data = yes, .private_data_len = sizeof(yes) };
+		CHECK(rdma_accept(s, &ap) == 0, "accept");
+		for (int k = 0; k < 2; k++) {
+			if (!(e = next(ch, RDMA_CM_EVENT_ESTABLISHED)))
+				break;
+			if (e->id == c)
+				CHECK(e->param.conn.private_data_len >= sizeof(yes) &&
+					      !memcmp(e->param.conn.private_data, yes, sizeof(yes)),
+				      "ESTABLISHED's private data (the accept's)");
+			else
+				CHECK(e->id == s, "ESTABLISHED of another id");
+			rdma_ack_cm_event(e);
+		}
+		struct ibv_qp_attr qattr;
+		struct ibv_qp_init_attr qinit;
+		CHECK(ibv_query_qp(c->qp, &qattr, IBV_QP_STATE, &qinit) == 0 && qattr.qp_state == IBV_QPS_RTS,
+		      "the client's QP is in RTS");
+		CHECK(ibv_query_qp(s->qp, &qattr, IBV_QP_STATE, &qinit) == 0 && qattr.qp_state == IBV_QPS_RTS,
+		      "the server's QP is in RTS");
+		CHECK(rdma_disconnect(c) == 0, "disconnect");
+		for (int k = 0; k < 2; k++) {
+			if (!(e = next(ch, RDMA_CM_EVENT_DISCONNECTED)))
+				break;
+			rdma_ack_cm_event(e);
+		}
+		rdma_destroy_qp(s);
+		rdma_destroy_id(s);
+		rdma_destroy_qp(c);
+		rdma_destroy_id(c);
+	}
+	rdma_destroy_id(l);
+	/* drain what is left (TIMEWAIT_EXIT of destroyed ids never comes) */
+	while (rdma_get_cm_event(ch, &e) == 0)
+		rdma_ack_cm_event(e);
+	rdma_destroy_event_channel(ch);
+}
+
+int main(int argc, char **argv)
+{
+	struct rdma_event_channel *ch;
+	struct rdma_cm_event *e, *e2;
+	struct rdma_cm_id *id;
+	struct rdma_cm_id fake;
+	struct pollfd pfd;
+
+	if (argc != 2 || inet_pton(AF_INET, argv[1], &addr.sin_addr) != 1) {
+		fprintf(stderr, "usage: rdmacm_check IPV4ADDR\n");
+		return 2;
+	}
+	addr.sin_family = AF_INET;
+	addr.sin_port = htons(7999);
+
+	/* NULL and garbage arguments */
+	FAILS(rdma_create_id(NULL, NULL, NULL, RDMA_PS_TCP), EINVAL);
+	FAILS(rdma_get_cm_event(NULL, &e), EINVAL);
+	FAILS(rdma_ack_cm_event(NULL), EINVAL);
+	FAILS(rdma_destroy_id(NULL), EINVAL);
+	memset(&fake, 0x5a, sizeof(fake));
+	FAILS(rdma_destroy_id(&fake), EINVAL);
+	FAILS(rdma_bind_addr(&fake, (struct sockaddr *)&addr), EINVAL);
+	FAILS(rdma_resolve_addr(&fake, NULL, (struct sockaddr *)&addr, 100), EINVAL);
+	FAILS(rdma_connect(&fake, NULL), EINVAL);
+	FAILS(rdma_accept(NULL, NULL), EINVAL);
+	FAILS(rdma_listen((struct rdma_cm_id *)&addr, 1), EINVAL);
+	FAILS(rdma_ack_cm_event((struct rdma_cm_event *)&fake), EINVAL);
+	FAILS(rdma_notify(NULL, IBV_EVENT_COMM_EST), ENOSYS);
+	FAILS(rsocket(AF_INET, SOCK_STREAM, 0), ENOSYS);
+	FAILS(rdma_set_local_ece(NULL, NULL), EOPNOTSUPP);
+
+	ch = rdma_create_event_channel();
+	CHECK(ch != NULL, "rdma_create_event_channel");
+	FAILS(rdma_get_cm_event(ch, NULL), EINVAL);
+	FAILS(rdma_create_id(ch, &id, NULL, RDMA_PS_IB), EPROTONOSUPPORT);
+	FAILS(rdma_create_id((struct rdma_event_channel *)&fake, &id, NULL, RDMA_PS_TCP), EINVAL);
+
+	/* an id before it has a device, and calls in the wrong state */
+	CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
+	FAILS(rdma_bind_addr(id, NULL), EINVAL);
+	FAILS(rdma_resolve_route(id, 100), EINVAL);
+	FAILS(rdma_connect(id, NULL), EINVAL);
+	FAILS(rdma_disconnect(id), EINVAL);
+	{
+		struct ibv_qp_init_attr qa = { .qp_type = IBV_QPT_RC, .cap = { 1, 1, 1, 1, 0 } };
+		FAILS(rdma_create_qp(id, NULL, &qa), EINVAL);
+		struct ibv_qp_attr a = { .qp_state = IBV_QPS_RTR };
+		int mask;
+		FAILS(rdma_init_qp_attr(id, &a, &mask), EINVAL);
+	}
+	{
+		int one = 1;
+		uint8_t t = 0;
+		CHECK(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &one, sizeof(one)) == 0, "REUSEADDR");
+		FAILS(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t, sizeof(t)), ENOSYS);
+		FAILS(rdma_set_option(id, RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, &t, sizeof(t)), ENOSYS);
+	}
+	{
+		struct sockaddr_in other = addr;
+		other.sin_addr.s_addr = htonl(0x0a0b0c0d); /* no device has it */
+		FAILS(rdma_bind_addr(id, (struct sockaddr *)&other), EADDRNOTAVAIL);
+	}
+	FAILS(rdma_leave_multicast(id, (struct sockaddr *)&addr), EADDRNOTAVAIL);
+	/* a TCP id joins no group */
+	FAILS(rdma_join_multicast(id, (struct sockaddr *)&addr, NULL), EINVAL);
+	CHECK(rdma_destroy_id(id) == 0, "rdma_destroy_id");
+	FAILS(rdma_destroy_id(id), EINVAL); /* destroyed twice */
+
+	/* the channel's fd: O_NONBLOCK gives EAGAIN, and it is pollable */
+	CHECK(fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK) == 0, "O_NONBLOCK");
+	FAILS(rdma_get_cm_event(ch, &e), EAGAIN);
+	id = resolved(ch);
+	pfd.fd = ch->fd;
+	pfd.events = POLLIN;
+	CHECK(poll(&pfd, 1, 5000) == 1 && (pfd.revents & POLLIN), "poll the channel");
+	CHECK(rdma_get_cm_event(ch, &e) == 0 && e->event == RDMA_CM_EVENT_ADDR_RESOLVED && e->id == id,
+	      "ADDR_RESOLVED");
+	CHECK(rdma_get_local_addr(id)->sa_family == AF_INET && id->verbs != NULL && id->port_num == 1,
+	      "the resolved id's address and device");
+	CHECK(!strcmp(rdma_event_str(e->event), "RDMA_CM_EVENT_ADDR_RESOLVED"), "rdma_event_str");
+
+	/* destroying an id waits until its events are acked */
+	struct waiter w = { .ch = ch, .id = id };
+	pthread_t t;
+	pthread_create(&t, NULL, destroyer, &w);
+	usleep(200 * 1000);
+	CHECK(!w.done, "rdma_destroy_id returned with an event not acked");
+	double acked = now();
+	CHECK(rdma_ack_cm_event(e) == 0, "rdma_ack_cm_event");
+	pthread_join(t, NULL);
+	CHECK(w.done && w.at >= acked, "rdma_destroy_id returned before the ack");
+	/* acked twice */
+	FAILS(rdma_ack_cm_event(e), EINVAL);
+
+	/* an id destroyed with its event still queued: the event goes with it */
+	id = resolved(ch);
+	usleep(100 * 1000);
+	CHECK(rdma_destroy_id(id) == 0, "rdma_destroy_id with an event queued");
+	errno = 0;
+	CHECK(rdma_get_cm_event(ch, &e2) == -1 && errno == EAGAIN, "an event of a destroyed id was delivered");
+
+	/* rdma_migrate_id: the id's unread event moves with it to the new channel */
+	{
+		struct rdma_event_channel *ch2 = rdma_create_event_channel();
+		struct pollfd p2 = { .fd = ch2 ? ch2->fd : -1, .events = POLLIN };
+
+		id = resolved(ch);
+		usleep(100 * 1000);
+		CHECK(rdma_migrate_id(id, ch2) == 0 && id->channel == ch2, "rdma_migrate_id");
+		errno = 0;
+		CHECK(rdma_get_cm_event(ch, &e) == -1 && errno == EAGAIN, "the old channel still had the event");
+		CHECK(poll(&p2, 1, 5000) == 1, "poll the new channel");
+		CHECK(rdma_get_cm_event(ch2, &e) == 0 && e->id == id && e->event == RDMA_CM_EVENT_ADDR_RESOLVED,
+		      "the event on the new channel");
+		rdma_ack_cm_event(e);
+		FAILS(rdma_migrate_id(id, (struct rdma_event_channel *)&fake), EINVAL);
+		CHECK(rdma_destroy_id(id) == 0, "rdma_destroy_id");
+		rdma_destroy_event_channel(ch2);
+	}
+
+	/* a channel destroyed with ids on it stays for them, and goes with the last one */
+	{
+		struct rdma_event_channel *ch3 = rdma_create_event_channel();
+		struct pollfd p3 = { .fd = ch3 ? ch3->fd : -1, .events = POLLIN };
+
+		id = resolved(ch3);
+		errno = 0;
+		rdma_destroy_event_channel(ch3);
+		CHECK(errno == EBUSY, "rdma_destroy_event_channel with an id: errno %d, want EBUSY", errno);
+		CHECK(poll(&p3, 1, 5000) == 1, "poll after the refused destroy");
+		CHECK(rdma_get_cm_event(ch3, &e) == 0, "the channel still works for its id");
+		rdma_ack_cm_event(e);
+		CHECK(rdma_destroy_id(id) == 0, "rdma_destroy_id");
+		FAILS(rdma_get_cm_event(ch3, &e), EINVAL); /* gone with its last id */
+	}
+
+	/* a channel destroyed under a waiting rdma_get_cm_event: as on the kernel's rdma_cm, the waiter stays blocked */
+	CHECK(fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) & ~O_NONBLOCK) == 0, "blocking");
+	struct waiter g = { .ch = ch };
+	pthread_create(&t, NULL, getter, &g);
+	while (!g.done)
+		usleep(1000);
+	usleep(100 * 1000);
+	rdma_destroy_event_channel(ch);
+	FAILS(rdma_get_cm_event(ch, &e), EINVAL); /* the channel is gone */
+	usleep(100 * 1000);
+	CHECK(g.done == 1, "the waiter returned from a destroyed channel");
+
+	/* synchronous ids (NULL channel): calls wait for their events */
+	CHECK(rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id sync");
+	CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr *)&addr, 1000) == 0, "sync rdma_resolve_addr");
+	CHECK(id->event && id->event->event == RDMA_CM_EVENT_ADDR_RESOLVED, "sync id's event");
+	CHECK(rdma_resolve_route(id, 1000) == 0 && id->route.num_paths == 1, "sync rdma_resolve_route");
+	FAILS(rdma_get_request(id, &id), EINVAL); /* not a listener's... nor asked right */
+	{
+		/* a QP destroyed behind the id's back (ibv_destroy_qp, as rping does) is never touched again */
+		struct ibv_qp_init_attr qa = qp_attr();
+		CHECK(rdma_create_qp(id, NULL, &qa) == 0, "rdma_create_qp");
+		CHECK(ibv_destroy_qp(id->qp) == 0, "ibv_destroy_qp");
+		FAILS(rdma_connect(id, NULL), EINVAL); /* no QP: qp_num 0 is not ours */
+		rdma_destroy_qp(id);
+		CHECK(id->qp == NULL, "rdma_destroy_qp of a destroyed QP");
+	}
+	CHECK(rdma_destroy_id(id) == 0, "destroy sync id");
+
+	connections();
+
+	/* devices, getaddrinfo */
+	int n = 0;
+	struct ibv_context **devs = rdma_get_devices(&n);
+	CHECK(devs && n >= 1 && devs[0] && !devs[n], "rdma_get_devices");
+	rdma_free_devices(devs);
+	struct rdma_addrinfo hints = { .ai_flags = RAI_PASSIVE | RAI_NUMERICHOST, .ai_port_space = RDMA_PS_TCP }, *res;
+	CHECK(rdma_getaddrinfo(argv[1], "7999", &hints, &res) == 0 && res->ai_src_addr &&
+		      res->ai_qp_type == IBV_QPT_RC, "rdma_getaddrinfo");
+	rdma_freeaddrinfo(res);
+	FAILS(rdma_getaddrinfo(NULL, NULL, &hints, &res), EINVAL);
+
+	if (failures) {
+		fprintf(stderr, "%d checks failed\n", failures);
+		return 1;
+	}
+	printf("ok\n");
+	fflush(stdout);
+	_exit(0); /* the waiter on the destroyed channel stays blocked, as on the kernel */
+}

@@ -104,10 +104,13 @@ __attribute__((constructor)) static void gva_mem_init(void)
 }
 
 /*
- * gva_movable says whether [start, end) is private anonymous memory (the heap, the
- * stack, anonymous mmap), the only kind whose pages can be moved without changing what
- * the program sees: moving a shared or file mapping would cut it from its file or from
- * the processes it is shared with. 0, or EINVAL after saying why.
+ * gva_movable says whether [start, end) is private memory: anonymous (the heap, the
+ * stack, anonymous mmap) or a private file mapping (a program's .data and .bss, where
+ * rdma-core's rdma_client keeps its buffers: the program has its own copy of those
+ * pages, never written back). Only those can be moved without changing what the program
+ * sees: moving a shared mapping would cut it from its file or from the processes it is
+ * shared with, and the kernel's special mappings are not memory to register. 0, or
+ * EINVAL after saying why.
  */
 static int gva_movable(uintptr_t start, uintptr_t end)
 {
@@ -126,12 +129,13 @@ static int gva_movable(uintptr_t start, uintptr_t end)
 			continue;
 		if (b <= start || a >= end)
 			continue;
-		if (perms[3] != 'p' || ino != 0 || (name[0] == '[' && strncmp(name, "[heap]", 6) != 0 &&
-						    strncmp(name, "[stack", 6) != 0)) {
+		(void)ino;
+		if (perms[3] != 'p' || (name[0] == '[' && strncmp(name, "[heap]", 6) != 0 &&
+					strncmp(name, "[stack", 6) != 0)) {
 			fprintf(stderr, "goverbs: memory region in [%#" PRIxPTR ", %#" PRIxPTR ") lies in %s mapping "
-					"%s: an attached device registers private anonymous memory (malloc, "
-					"posix_memalign, anonymous mmap): refused\n", start, end,
-				perms[3] != 'p' ? "a shared" : "a file", name[0] ? name : "(unnamed)");
+					"%s: an attached device registers private memory (malloc, posix_memalign, "
+					"anonymous mmap, a program's data): refused\n", start, end,
+				perms[3] != 'p' ? "a shared" : "a special", name[0] ? name : "(unnamed)");
 			rc = EINVAL;
 			break;
 		}

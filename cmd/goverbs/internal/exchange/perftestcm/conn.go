@@ -94,12 +94,10 @@ func (w *Conn) open(dev *verbs.Device) error {
 	if err = cm.InitQP(w.qp); err != nil {
 		return err
 	}
-	// A page each, outside the Go heap: an attached device (`goverbs serve`) registers
-	// only whole pages in a Go program.
+	// A page each: an attached device (`goverbs serve`) registers only whole pages in a
+	// Go program, and Go gives an allocation of two pages pages of its own.
 	page := os.Getpagesize()
-	if w.mem, err = verbs.Mmap(2*page, false); err != nil {
-		return err
-	}
+	w.mem = make([]byte, 2*page)
 	w.rbuf, w.sbuf = w.mem[:MaxMessageLen], w.mem[page:page+MaxMessageLen]
 	if w.rmr, err = w.pd.RegMR(w.mem[:page], verbs.AccessLocalWrite); err != nil {
 		return err
@@ -271,9 +269,6 @@ func (w *Conn) release() {
 		if mr != nil {
 			mr.Close()
 		}
-	}
-	if w.mem != nil {
-		verbs.Munmap(w.mem)
 	}
 	if w.qp != nil {
 		w.qp.Close()

@@ -580,18 +580,19 @@ func (s *Service) Destroy(tok uint64) {
 	if id.sid != 0 && s.ports[id.sid] == tok {
 		delete(s.ports, id.sid)
 	}
-	listening := id.state == stListening
-	if listening {
-		delete(s.listen, id.sid)
-	}
-	ic := id.ic
-	s.mu.Unlock()
 	a := s.a
-	if listening {
+	if id.state == stListening {
+		delete(s.listen, id.sid)
+		// Under s.mu, as Listen registers: once s.mu is let go the port is free, and a
+		// listener another id registers for it at once must not be the one taken out
+		// (perftest's -R servers, one after another on port 18515, lost a REQ to that:
+		// REJ "no listener").
 		a.mu.Lock()
 		a.cm.Unlisten(id.sid)
 		a.mu.Unlock()
 	}
+	ic := id.ic
+	s.mu.Unlock()
 	if ic != nil {
 		a.do(func(now time.Time) error { a.cm.Abort(now, ic); return nil })
 	}

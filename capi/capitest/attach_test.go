@@ -56,9 +56,9 @@ func attachLibrary(t testing.TB) string {
 
 // daemon is a goverbs serve the test started.
 type daemon struct {
-	cmd  *exec.Cmd
-	done chan error
-	rt   string // its XDG_RUNTIME_DIR
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when the daemon has exited (and been waited for)
+	rt     string        // its XDG_RUNTIME_DIR
 }
 
 // runtimeDir is a short private XDG_RUNTIME_DIR (unix socket paths are short).
@@ -76,7 +76,7 @@ func runtimeDir(t testing.TB) string {
 // waits until it serves every device.
 func serve(t testing.TB, lib, devs string) *daemon {
 	t.Helper()
-	d := &daemon{rt: runtimeDir(t), done: make(chan error, 1)}
+	d := &daemon{rt: runtimeDir(t), exited: make(chan struct{})}
 	d.cmd = exec.Command(filepath.Join(lib, "goverbs"), "serve", devs)
 	d.cmd.Env = append(os.Environ(), "XDG_RUNTIME_DIR="+d.rt)
 	d.cmd.Stderr = os.Stderr
@@ -99,22 +99,25 @@ func serve(t testing.TB, lib, devs string) *daemon {
 	go func() {
 		for sc.Scan() {
 		}
-		d.done <- d.cmd.Wait()
+		d.cmd.Wait()
+		close(d.exited)
 	}()
 	t.Cleanup(d.stop)
 	return d
 }
 
 func (d *daemon) stop() {
-	if d.cmd.ProcessState != nil {
+	select {
+	case <-d.exited:
 		return
+	default:
 	}
 	d.cmd.Process.Signal(os.Interrupt)
 	select {
-	case <-d.done:
+	case <-d.exited:
 	case <-time.After(5 * time.Second):
 		d.cmd.Process.Kill()
-		<-d.done
+		<-d.exited
 	}
 }
 

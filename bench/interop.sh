@@ -13,12 +13,14 @@
 #                RXE_NETNS=rxeio RXE_NET_PREFIX=10.79.0 keeps clear of another user's VM.
 #   UP=1         boot the VM (build.sh, up.sh) if it does not answer; DOWN=1 stops it at the end.
 #   GOVERBS=BIN  a goverbs binary to test (default: built from this tree into a temp dir).
-#   ONLY=FAMILY  run one family of cases (pingpong, ipv6, cm, rsockets, perftest, fabric, capi).
+#   ONLY=FAMILY  run one family of cases (pingpong, ipv6, cm, rsockets, perftest, fabric, capi,
+#                capi-attach).
 #   RSTREAM_DEFAULT=1 also runs rstream with its default sizes both ways (slow under TCG).
 #   TIMEOUT=60   seconds each side may take.
 #   The ipv6 family runs when the guest has an IPv6 address (the VM brought up with RXE_IPV6=1).
 #   CAPI=1       also run Debian's programs on the host over goverbs' libibverbs.so.1 (capi/),
-#                if the host has ibv_rc_pingpong and ib_write_bw (ibverbs-utils, perftest).
+#                if the host has ibv_rc_pingpong and ib_write_bw (ibverbs-utils, perftest),
+#                and (family capi-attach) over its C flavour and librdmacm.so.1 (rdmacm-utils).
 #
 # Needs root (ip netns exec). Traffic stays on the namespace's bridge: nothing leaves the host.
 # The VM runs under TCG on machines without usable KVM: the transcripts' timings mean nothing.
@@ -246,6 +248,36 @@ if [ "${CAPI:-0}" = 1 ] && { [ -z "$ONLY" ] || [ "$ONLY" = capi ]; }; then
     done
   else
     echo "interop.sh: CAPI=1 needs ibv_rc_pingpong and ib_write_bw on the host and capi/build.sh to work; skipped" >&2
+  fi
+fi
+
+family=capi-attach
+# The C flavour (capi/build.sh -attach: no Go runtime in the program, the device in a
+# goverbs serve the library starts by itself) and its librdmacm.so.1, with Debian's
+# rdma-core, librdmacm and perftest programs on both ends.
+if [ "${CAPI:-0}" = 1 ] && { [ -z "$ONLY" ] || [ "$ONLY" = capi-attach ]; }; then
+  if command -v rping >/dev/null && command -v ib_write_bw >/dev/null &&
+    bash capi/build.sh -attach "$work/alib" >/dev/null && [ -e "$work/alib/librdmacm.so.1" ]; then
+    mkdir -m 700 -p "$work/run"
+    a="env LD_LIBRARY_PATH=$work/alib XDG_RUNTIME_DIR=$work/run GOVERBS_DEVICES=sw0=$H"
+    ap="C flavour attached (capi -attach) vs rdma-core 44 (rxe)"
+    pair_case attach-rc ibv_rc_pingpong RC "$ap" "$a ibv_rc_pingpong -d sw0 -g 0" "ibv_rc_pingpong -d rxe0 -g 1" "$H" "$V"
+    pair_case attach-write_bw ib_write_bw RC "C flavour attached vs perftest 4.5 (rxe)" "$a ib_write_bw -d sw0 -x 0 -n 100 -s 4096" "ib_write_bw -d rxe0 -x 1 -n 100 -s 4096" "$H" "$V"
+    am="librdmacm.so.1 on the C flavour vs librdmacm 44 (rxe)"
+    both attach-rping rping "RC, rdma_cm" "$am" \
+      "$a rping -s -a $H -V -C 10 -v" "rping -c -a $H -V -C 10 -v" \
+      "rping -s -a $V -V -C 10" "$a rping -c -a $V -I $H -V -C 10 -v"
+    both attach-ucmatose ucmatose "RC, rdma_cm" "$am" \
+      "$a ucmatose -b $H" "ucmatose -s $H" \
+      "ucmatose -b $V" "$a ucmatose -s $V -b $H"
+    both attach-udaddy udaddy "UD, rdma_cm SIDR" "$am" \
+      "$a udaddy -b $H" "udaddy -s $H" \
+      "udaddy -b $V" "$a udaddy -s $V -b $H"
+    both attach-write_bw-R ib_write_bw "RC, rdma_cm (-R)" "$am" \
+      "$a ib_write_bw -d sw0 -R -n 100 -s 4096" "ib_write_bw -d rxe0 -R -n 100 -s 4096 $H" \
+      "ib_write_bw -d rxe0 -R -n 100 -s 4096" "$a ib_write_bw -d sw0 -R -n 100 -s 4096 $V" 10
+  else
+    echo "interop.sh: CAPI=1 capi-attach needs rping, ib_write_bw and librdmacm-dev on the host; skipped" >&2
   fi
 fi
 

@@ -25,6 +25,25 @@ func NewEventfd() (*Eventfd, error) {
 	return EventfdFrom(fd)
 }
 
+// NewUnwatchedEventfd makes an eventfd that Go's netpoller does not watch, for an epoll
+// set of the caller's (goverbs serve's event loop): a descriptor in the netpoller's
+// edge-triggered set would also wake a runtime thread asleep in epoll_pwait at every
+// write, for nobody. Wait must not be used on it; Signal, Drain, FD and File work.
+// The descriptor is non-blocking, and so is every copy of it sent to a peer.
+func NewUnwatchedEventfd() (*Eventfd, error) {
+	// Blocking when os.NewFile sees it, which then leaves it out of the netpoller.
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("shm: eventfd: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "shm-eventfd")
+	if err := unix.SetNonblock(fd, true); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("shm: eventfd: %w", err)
+	}
+	return &Eventfd{f: f, fd: fd}, nil
+}
+
 // EventfdFrom wraps an eventfd descriptor (one received from a peer, for example), which
 // it owns from now on. Signalling a descriptor that is not an eventfd does no harm
 // beyond a failed or pointless write.

@@ -24,6 +24,7 @@ type Server struct {
 	cfg  Config
 	log  *slog.Logger
 	devs []*device
+	loop *loop // nil: every session's pump sleeps on its doorbell (loop.go)
 }
 
 // New opens every device of cfg and starts listening for clients.
@@ -41,6 +42,13 @@ func New(cfg Config) (*Server, error) {
 	if err := shm.EnsureDir(cfg.Dir); err != nil {
 		return nil, err
 	}
+	if os.Getenv("GOVERBS_SERVE_LOOP") != "0" {
+		l, err := newLoop()
+		if err != nil {
+			return nil, fmt.Errorf("serve: event loop: %w", err)
+		}
+		s.loop = l
+	}
 	for _, dc := range cfg.Devices {
 		d, err := s.open(dc)
 		if err != nil {
@@ -57,6 +65,9 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) Close() error {
 	for _, d := range s.devs {
 		d.close()
+	}
+	if s.loop != nil {
+		s.loop.close()
 	}
 	return nil
 }
@@ -118,6 +129,9 @@ func (s *Server) open(cfg soft.Config) (*device, error) {
 	// The device's completions go to other processes, which spin on their CQ rings;
 	// its receive goroutine must leave them the cores (engine.NoReceiveSpin).
 	eng.NoReceiveSpin()
+	if s.loop != nil {
+		s.loop.addDevice(eng)
+	}
 	addr := eng.LocalAddr().Addr().Unmap()
 	d := &device{srv: s, cfg: cfg, dev: dev, addr: addr, path: attach.SocketPath(s.cfg.Dir, addr),
 		sessions: map[*session]struct{}{}, owners: map[any]owner{}}

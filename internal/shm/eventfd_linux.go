@@ -64,6 +64,20 @@ func EventfdFrom(fd int) (*Eventfd, error) {
 	return &Eventfd{f: f, rc: rc, fd: fd}, nil
 }
 
+// SignalOnlyEventfdFrom wraps an eventfd descriptor that this side only signals (a
+// client's doorbell, received from the daemon), which it owns from now on, without Go's
+// netpoller: there a descriptor is watched for EPOLLIN and EPOLLOUT, edge-triggered, so
+// that every write of ours and every read of the peer's (which makes the counter
+// writable) woke a runtime thread of ours asleep in epoll_pwait, for nobody: two
+// wake-ups per doorbell of an attached client. File is nil, Wait must not be used.
+func SignalOnlyEventfdFrom(fd int) (*Eventfd, error) {
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("shm: eventfd: %w", err)
+	}
+	return &Eventfd{fd: fd}, nil
+}
+
 // FD is the descriptor, for poll(2), epoll or SCM_RIGHTS. Valid until Close.
 func (e *Eventfd) FD() int { return e.fd }
 
@@ -100,4 +114,9 @@ func (e *Eventfd) Wait() error {
 }
 
 // Close closes the eventfd; a Wait in progress returns.
-func (e *Eventfd) Close() error { return e.f.Close() }
+func (e *Eventfd) Close() error {
+	if e.f == nil {
+		return unix.Close(e.fd)
+	}
+	return e.f.Close()
+}

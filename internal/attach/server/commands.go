@@ -391,7 +391,7 @@ func (s *session) createCQ(r *attach.Reader, w *attach.Writer) ([]*os.File, erro
 	if err != nil {
 		return nil, err
 	}
-	ev, err := shm.NewEventfd()
+	ev, err := shm.NewUnwatchedEventfd() // the daemon only signals it
 	if err != nil {
 		reg.Close()
 		return nil, err

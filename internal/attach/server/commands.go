@@ -64,6 +64,9 @@ func (s *session) command(op attach.Op, r *attach.Reader, w *attach.Writer, fds 
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// A command sees, and a modify or destroy flushes, the receives an RC QP left in
+	// its ring (lazyRecv), as on an RNIC once ibv_post_recv returned.
+	s.takeLazyRecvs()
 	if s.closing {
 		shm.CloseFDs(fds)
 		return nil, driver.NewError(driver.ErrClosed, "device is closing")

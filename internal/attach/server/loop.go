@@ -72,19 +72,22 @@ func (l *loop) ctl(op, fd int, tok int32) error {
 
 // addDevice makes the loop the device's receive path, if the device allows it; a
 // device that does not keeps its receive goroutine.
-func (l *loop) addDevice(d *engine.Device) {
+func (l *loop) addDevice(d *engine.Device) bool {
 	fd, ok := d.DriveRx()
 	if !ok {
-		return
+		return false
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	tok := int32(1 + len(l.devs))
 	l.devs[tok] = d
 	if err := l.ctl(unix.EPOLL_CTL_ADD, fd, tok); err != nil {
-		// Nothing waits for the socket now: it is read only by polls.
+		// Nothing would wait for the socket: read it as the receive goroutine did, by
+		// polls only. (epoll_ctl fails only for want of memory.)
 		delete(l.devs, tok)
+		return false
 	}
+	return true
 }
 
 // addSession watches the session's doorbell; it returns the token to remove it by.
@@ -126,7 +129,7 @@ func (l *loop) run() {
 	defer close(l.done)
 	evs := make([]unix.EpollEvent, 64)
 	var devs []*engine.Device
-	var ss []*session
+	var ss, lazy []*session
 	timeout := -1
 	for {
 		n, err := unix.EpollWait(l.ep, evs, timeout)
@@ -140,7 +143,7 @@ func (l *loop) run() {
 			timeout = -1
 			continue
 		}
-		devs, ss = devs[:0], ss[:0]
+		devs, ss, lazy = devs[:0], ss[:0], lazy[:0]
 		l.mu.Lock()
 		for _, ev := range evs[:n] {
 			switch tok := ev.Fd; {
@@ -157,6 +160,13 @@ func (l *loop) run() {
 				}
 			}
 		}
+		if len(devs) > 0 {
+			for _, s := range l.sessions {
+				if s.lazy.Load() {
+					lazy = append(lazy, s)
+				}
+			}
+		}
 		l.mu.Unlock()
 		did := false
 		// Doorbells first: their posts' packets are in the peers' sockets when the
@@ -167,6 +177,13 @@ func (l *loop) run() {
 			}
 		}
 		for _, d := range devs {
+			// The receives RC clients posted without a doorbell go to the engine before
+			// the packets that may need them.
+			for _, s := range lazy {
+				if s.d.eng == d {
+					s.lazyTurn()
+				}
+			}
 			if d.PollDriven() {
 				did = true
 			}
@@ -181,6 +198,9 @@ func (l *loop) run() {
 		}
 		for i := range ss {
 			ss[i] = nil
+		}
+		for i := range lazy {
+			lazy[i] = nil
 		}
 		for i := range devs {
 			devs[i] = nil
@@ -243,4 +263,30 @@ func (s *session) resumePump() {
 	case s.resume <- struct{}{}:
 	default:
 	}
+}
+
+// lazyTurn posts the receives the client wrote into its RC QPs' receive rings, which
+// do not ring the doorbell (lazyRecv), while the pump sleeps; the loop calls it before
+// it reads the session's device. A session another goroutine holds is skipped: a
+// command takes them itself (command), and an awake pump in its step.
+func (s *session) lazyTurn() {
+	if !s.mu.TryLock() {
+		return
+	}
+	if s.parked && !s.closing {
+		s.takeLazyRecvs()
+	}
+	s.mu.Unlock()
+}
+
+// takeLazyRecvs posts what the client wrote into the receive rings that do not ring
+// the doorbell, and reports whether there was any; s.mu is held.
+func (s *session) takeLazyRecvs() bool {
+	did := false
+	for _, q := range s.qps {
+		if q.lazyRecv && q.rq.drain(s, q.qp.PostRecv, q) {
+			did = true
+		}
+	}
+	return did
 }

@@ -121,7 +121,7 @@ func (s *session) sleeping(on bool) {
 		} else {
 			q.sq.Awake()
 		}
-		if q.rq != nil {
+		if q.rq != nil && !(on && q.lazyRecv && s.loopTok != 0) {
 			q.rq.sleeping(on)
 		}
 	}

@@ -94,15 +94,19 @@ func (s *Server) Sockets() []string {
 
 // device is one shared device.
 type device struct {
-	srv  *Server
-	cfg  soft.Config
-	dev  driver.Device
-	cm   *cm.Service // the device's rdma_cm, shared by the sessions
-	addr netip.Addr
-	path string
-	l    *shm.Listener
-	stat net.Listener
-	wg   sync.WaitGroup
+	srv *Server
+	cfg soft.Config
+	dev driver.Device
+	cm  *cm.Service // the device's rdma_cm, shared by the sessions
+	eng *engine.Device
+	// driven: the daemon's event loop reads the device's socket (loop.go), so it can
+	// take an RC QP's receives before each packet instead of at a doorbell (lazyRecv).
+	driven bool
+	addr   netip.Addr
+	path   string
+	l      *shm.Listener
+	stat   net.Listener
+	wg     sync.WaitGroup
 
 	mu       sync.Mutex
 	sessions map[*session]struct{}
@@ -129,11 +133,9 @@ func (s *Server) open(cfg soft.Config) (*device, error) {
 	// The device's completions go to other processes, which spin on their CQ rings;
 	// its receive goroutine must leave them the cores (engine.NoReceiveSpin).
 	eng.NoReceiveSpin()
-	if s.loop != nil {
-		s.loop.addDevice(eng)
-	}
+	driven := s.loop != nil && s.loop.addDevice(eng)
 	addr := eng.LocalAddr().Addr().Unmap()
-	d := &device{srv: s, cfg: cfg, dev: dev, addr: addr, path: attach.SocketPath(s.cfg.Dir, addr),
+	d := &device{srv: s, cfg: cfg, dev: dev, eng: eng, driven: driven, addr: addr, path: attach.SocketPath(s.cfg.Dir, addr),
 		sessions: map[*session]struct{}{}, owners: map[any]owner{}}
 	d.cm = cm.NewService(eng, addr, dev.Query().NodeGUID, dev.QueryPort(1).ActiveMTU, nil)
 	if d.cfg.Name == "" {
@@ -198,6 +200,9 @@ func (d *device) events() {
 			}
 		} else if o, ok := d.owners[key]; ok {
 			o.s.event(uint32(ev.Type), o.kind, o.h)
+			// The receives an RC QP left in its ring (lazyRecv) go to the engine now, which
+			// flushes them if the QP has failed.
+			o.s.signal()
 		}
 		d.mu.Unlock()
 	}

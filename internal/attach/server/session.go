@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -51,6 +52,7 @@ type session struct {
 	loopTok int32
 	parked  bool
 	resume  chan struct{}
+	lazy    atomic.Bool // the session has a QP with lazyRecv
 
 	cm cmState // rdma_cm channels and ids (cm.go)
 }

@@ -59,7 +59,8 @@ type qpObj struct {
 	// be RNR NAKed and sent again; a UD or UC one would be lost, and their clients wait
 	// for the ring's tail (a doorbell) anyway. A receive ring's doorbell was one of
 	// the two daemon wake-ups per attached message (a ping-pong posts its receive and
-	// then its send).
+	// then its send). Not with --spin: a spinning pump reads the socket itself
+	// (Progress), before the loop could take another session's receives.
 	lazyRecv bool
 	sqSlot   int
 	maxSGE   int
@@ -124,7 +125,7 @@ func (s *session) createQP(r *attach.Reader, w *attach.Writer) ([]*os.File, erro
 	}
 	mem := reg.Bytes()
 	q := &qpObj{qp: qp, typ: typ, pd: p, scq: scq, rcq: rcq, srq: srq, reg: reg, sqSlot: l.SQSlot, maxSGE: int(max(c.MaxSendSGE, 1)),
-		lazyRecv: srq == nil && typ == driver.QPTypeRC && s.d.driven,
+		lazyRecv: srq == nil && typ == driver.QPTypeRC && s.d.driven && s.d.srv.cfg.Spin == 0,
 		scratch:  make([]byte, l.SQSlot)}
 	shm.InitSlotRing(mem, l.SQSlots, l.SQSlot)
 	if q.sq, err = shm.NewSlotConsumer(mem, l.SQSlots, l.SQSlot); err == nil && srq == nil {

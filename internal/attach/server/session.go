@@ -61,7 +61,7 @@ var errHandle = driver.NewError(driver.ErrInvalidAttr, "no such object in this p
 
 func newSession(d *device, c *net.UnixConn) (*session, error) {
 	newEventfd := shm.NewEventfd
-	if d.srv.loop != nil {
+	if d.driven {
 		newEventfd = shm.NewUnwatchedEventfd // the loop's epoll waits for it, not the netpoller
 	}
 	db, err := newEventfd()
@@ -220,7 +220,10 @@ func (s *session) hello(r *attach.Reader, w *attach.Writer) ([]*os.File, error) 
 	if err != nil {
 		return nil, err
 	}
-	if l := s.d.srv.loop; l != nil {
+	if l := s.d.srv.loop; l != nil && s.d.driven {
+		// The loop serves the sessions of the devices whose sockets it reads; on the
+		// others (same-host shared memory, GOVERBS_SHM; busy-poll) it would only stand
+		// between the doorbell and the engine's own receive path.
 		tok, err := l.addSession(s)
 		if err != nil {
 			ev.Close()

@@ -130,7 +130,7 @@ func (l *loop) run() {
 	evs := make([]unix.EpollEvent, 64)
 	var devs []*engine.Device
 	var ss, lazy []*session
-	timeout := -1
+	timeout, idle := -1, 0
 	for {
 		n, err := unix.EpollWait(l.ep, evs, timeout)
 		if err != nil {
@@ -188,13 +188,19 @@ func (l *loop) run() {
 				did = true
 			}
 		}
+		timeout = 0 // look again at once: what this iteration sent is there now
 		if did {
-			timeout = 0 // look again at once: what this iteration sent is there now
+			idle = 0
 		} else {
 			// A session or a socket another goroutine held: it stays readable (the set
-			// is level-triggered); let that goroutine run before looking again.
-			runtime.Gosched()
-			timeout = 0
+			// is level-triggered); let that goroutine run before looking again, and
+			// sleep a little if it keeps it (a command that registers a large region
+			// holds its session for milliseconds), rather than spin a core.
+			if idle++; idle < 8 {
+				runtime.Gosched()
+			} else {
+				time.Sleep(50 * time.Microsecond)
+			}
 		}
 		for i := range ss {
 			ss[i] = nil

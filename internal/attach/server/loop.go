@@ -140,7 +140,7 @@ func (l *loop) run() {
 			return // the set is gone
 		}
 		if n == 0 {
-			timeout = -1
+			timeout, idle = -1, 0
 			continue
 		}
 		devs, ss, lazy = devs[:0], ss[:0], lazy[:0]

@@ -20,3 +20,6 @@ func (s *Server) Close() error { return nil }
 
 // Sockets lists nothing.
 func (s *Server) Sockets() []string { return nil }
+
+// Clients is none.
+func (s *Server) Clients() int { return 0 }

@@ -399,6 +399,20 @@ type Unwatcher interface {
 // AsUnwatcher returns c as an Unwatcher if it has a watch to stop, looking through Tees.
 func AsUnwatcher(c Conn) (Unwatcher, bool) { return asThroughTee[Unwatcher](c) }
 
+// Watchable is implemented by Conns whose receive socket an event loop of the
+// caller's may wait for in an epoll set of its own (EPOLLIN, level-triggered) and then
+// read with PollBatch, instead of a goroutine blocked in ReadBatch: the UDP backend,
+// and a Tee over it. goverbs serve waits for its devices' sockets and its clients'
+// doorbells in one epoll_wait that way (engine.Device.DriveRx). RecvFD is the receive
+// socket's descriptor, which stays the Conn's: it is valid until Close.
+type Watchable interface {
+	RecvFD() int
+}
+
+// AsWatchable returns c as a Watchable if its receive socket can be waited for,
+// looking through Tees.
+func AsWatchable(c Conn) (Watchable, bool) { return asThroughTee[Watchable](c) }
+
 // Counting is implemented by Conns with counters of their own (a backend's mode, its
 // drops, its system calls): a device lists them after its own (--stats, goverbs stat),
 // so that a run says which path its datagrams took. Names are lower_snake_case with the

@@ -77,6 +77,14 @@ func (c *udpConn) Unwatch() {
 	c.rmu.Unlock()
 }
 
+// RecvFD is the receive socket's descriptor, for an event loop's epoll set (Watchable).
+func (c *udpConn) RecvFD() int {
+	if c.rfd != nil {
+		return c.rfd.fd
+	}
+	return c.er.sock.fd
+}
+
 // WaitReadable blocks until a datagram is queued or the timeout passes (Poller). It
 // waits in poll(2) on the socket and an eventfd that Close writes to, not in Go's
 // netpoller (RawConn.Read would hold the socket's read lock while parked and so block

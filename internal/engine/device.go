@@ -145,6 +145,9 @@ type Device struct {
 	polls  atomic.Uint32 // CQ-driven polls so far (busyLoop and, in the default mode, rxLoop watch it)
 	// noRxSpin keeps rxLoop from spinning between batches (NoReceiveSpin).
 	noRxSpin atomic.Bool
+	// external is set when an event loop of the caller's drives the receive path
+	// (DriveRx): rxLoop reads no more.
+	external atomic.Bool
 	// idlePoller is the default mode's non-blocking read: a CQ poll that finds the CQ
 	// empty reads the socket itself when no goroutine is reading it (PollRx).
 	idlePoller netio.Poller

@@ -56,11 +56,19 @@ func (d *Device) rxLoop() {
 	}
 	seen, polled := d.leads.Load(), d.polls.Load()
 	for {
+		if d.external.Load() && !held {
+			<-d.rxStop // an event loop reads the socket (DriveRx)
+			return
+		}
 		if !held {
 			if d.closed.Load() {
 				return
 			}
 			if !d.takeRx(&seen, &polled) {
+				continue
+			}
+			if d.external.Load() {
+				d.leaveRx()
 				continue
 			}
 			held = true
@@ -80,7 +88,7 @@ func (d *Device) rxLoop() {
 		case !isInterrupted(err):
 			d.rxError(err)
 		}
-		if d.intr != nil && (d.leads.Load() != seen || d.polls.Load()-polled >= tightPolls) {
+		if d.intr != nil && (d.external.Load() || d.leads.Load() != seen || d.polls.Load()-polled >= tightPolls) {
 			d.leaveRx() // a waiter wants the socket (Serve), or a poller spins (PollRx)
 			held = false
 		} else {

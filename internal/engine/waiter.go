@@ -45,15 +45,15 @@ func (w *Waiter) Serve() bool {
 	if w.woken.Swap(false) {
 		return true
 	}
-	if d.closed.Load() {
-		return false
+	if d.closed.Load() || d.external.Load() {
+		return false // an event loop reads the socket (DriveRx)
 	}
 	d.leads.Add(1) // the receive goroutine stays out of the way (rxLoop)
 	if !d.rxMu.TryLock() {
 		return false
 	}
 	defer d.leaveRx()
-	for !d.closed.Load() {
+	for !d.closed.Load() && !d.external.Load() {
 		if len(d.acks.owing) > 0 {
 			d.flushAcks()
 		}

@@ -25,6 +25,25 @@ func NewEventfd() (*Eventfd, error) {
 	return EventfdFrom(fd)
 }
 
+// NewUnwatchedEventfd makes an eventfd that Go's netpoller does not watch, for an epoll
+// set of the caller's (goverbs serve's event loop): a descriptor in the netpoller's
+// edge-triggered set would also wake a runtime thread asleep in epoll_pwait at every
+// write, for nobody. Wait must not be used on it; Signal, Drain, FD and File work.
+// The descriptor is non-blocking, and so is every copy of it sent to a peer.
+func NewUnwatchedEventfd() (*Eventfd, error) {
+	// Blocking when os.NewFile sees it, which then leaves it out of the netpoller.
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("shm: eventfd: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "shm-eventfd")
+	if err := unix.SetNonblock(fd, true); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("shm: eventfd: %w", err)
+	}
+	return &Eventfd{f: f, fd: fd}, nil
+}
+
 // EventfdFrom wraps an eventfd descriptor (one received from a peer, for example), which
 // it owns from now on. Signalling a descriptor that is not an eventfd does no harm
 // beyond a failed or pointless write.
@@ -43,6 +62,20 @@ func EventfdFrom(fd int) (*Eventfd, error) {
 	}
 	// Not f.Fd(), which would switch the descriptor back to blocking mode.
 	return &Eventfd{f: f, rc: rc, fd: fd}, nil
+}
+
+// SignalOnlyEventfdFrom wraps an eventfd descriptor that this side only signals (a
+// client's doorbell, received from the daemon), which it owns from now on, without Go's
+// netpoller: there a descriptor is watched for EPOLLIN and EPOLLOUT, edge-triggered, so
+// that every write of ours and every read of the peer's (which makes the counter
+// writable) woke a runtime thread of ours asleep in epoll_pwait, for nobody: two
+// wake-ups per doorbell of an attached client. File is nil, Wait must not be used.
+func SignalOnlyEventfdFrom(fd int) (*Eventfd, error) {
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("shm: eventfd: %w", err)
+	}
+	return &Eventfd{fd: fd}, nil
 }
 
 // FD is the descriptor, for poll(2), epoll or SCM_RIGHTS. Valid until Close.
@@ -81,4 +114,9 @@ func (e *Eventfd) Wait() error {
 }
 
 // Close closes the eventfd; a Wait in progress returns.
-func (e *Eventfd) Close() error { return e.f.Close() }
+func (e *Eventfd) Close() error {
+	if e.f == nil {
+		return unix.Close(e.fd)
+	}
+	return e.f.Close()
+}

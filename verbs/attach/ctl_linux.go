@@ -104,3 +104,14 @@ func eventfd(f *os.File) (*shm.Eventfd, error) {
 	}
 	return shm.EventfdFrom(fd)
 }
+
+// doorbell takes the doorbell eventfd a reply carried, which the client only writes
+// (shm.SignalOnlyEventfdFrom: not in Go's netpoller).
+func doorbell(f *os.File) (*shm.Eventfd, error) {
+	defer f.Close()
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	return shm.SignalOnlyEventfdFrom(fd)
+}

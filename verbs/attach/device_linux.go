@@ -63,7 +63,7 @@ func open(cfg soft.Config) (driver.Device, error) {
 		return nil, err
 	}
 	d.evc = fc.(*net.UnixConn)
-	if d.db, err = eventfd(files[1]); err != nil {
+	if d.db, err = doorbell(files[1]); err != nil {
 		d.evc.Close()
 		c.Close()
 		return nil, err

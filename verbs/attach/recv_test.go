@@ -4,6 +4,7 @@ package attach_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/goverbs/goverbs/internal/attach/attachtest"
 	"github.com/goverbs/goverbs/verbs/attach"
@@ -62,5 +63,78 @@ func TestReceiveTakenWhenPostReturns(t *testing.T) {
 			}
 		}
 		q.Close()
+	}
+}
+
+// TestRCReceivesFlushWithoutDoorbell: an RC QP's receive posts write no doorbell while
+// the daemon's event loop serves the session (they wait in the ring for the next packet
+// or command); a modify to the error state must still flush every one of them, as it does
+// on an RNIC once ibv_post_recv has returned.
+func TestRCReceivesFlushWithoutDoorbell(t *testing.T) {
+	_, addr := attachtest.Daemon(t)
+	d, err := attach.Open(soft.Config{Name: "sw0", Addr: addr, Attach: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	pd, err := d.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := d.CreateCQ(64, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1<<16)
+	mr, err := pd.RegMR(buf, driver.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := pd.CreateQP(&driver.QPInit{Type: driver.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+		Cap: driver.QPCap{MaxSendWR: 4, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if err := q.Modify(&driver.QPAttr{State: driver.QPStateInit, Port: 1},
+		driver.QPAttrState|driver.QPAttrPKeyIndex|driver.QPAttrPort|driver.QPAttrAccessFlags); err != nil {
+		t.Fatal(err)
+	}
+	const n = 20
+	for i := range n {
+		sge := driver.SGE{Addr: mr.Addr(), Length: 1024, LKey: mr.LKey()}
+		if err := q.PostRecv([]driver.RecvWR{{ID: uint64(i), SGL: []driver.SGE{sge}}}); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			// The ring starts with its consumer asleep: the first post rings, and the
+			// daemon takes it and leaves the flag down.
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	time.Sleep(20 * time.Millisecond) // the daemon is asleep again
+	if k := attach.RecvPending(q); k != n-1 {
+		t.Errorf("%d receives wait in the ring, want %d (posted without a doorbell)", k, n-1)
+	}
+	if err := q.Modify(&driver.QPAttr{State: driver.QPStateErr}, driver.QPAttrState); err != nil {
+		t.Fatal(err)
+	}
+	wcs := make([]driver.WC, 64)
+	got := 0
+	deadline := time.Now().Add(5 * time.Second)
+	for got < n && time.Now().Before(deadline) {
+		k, err := cq.Poll(wcs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, wc := range wcs[:k] {
+			if wc.Status != driver.WCWRFlushErr || wc.ID != uint64(got) {
+				t.Fatalf("completion %d: %+v, want a flush of receive %d", got, wc, got)
+			}
+			got++
+		}
+	}
+	if got != n {
+		t.Fatalf("%d of %d receives flushed", got, n)
 	}
 }

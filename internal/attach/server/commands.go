@@ -64,6 +64,9 @@ func (s *session) command(op attach.Op, r *attach.Reader, w *attach.Writer, fds 
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// A command sees, and a modify or destroy flushes, the receives an RC QP left in
+	// its ring (lazyRecv), as on an RNIC once ibv_post_recv returned.
+	s.takeLazyRecvs()
 	if s.closing {
 		shm.CloseFDs(fds)
 		return nil, driver.NewError(driver.ErrClosed, "device is closing")
@@ -391,7 +394,7 @@ func (s *session) createCQ(r *attach.Reader, w *attach.Writer) ([]*os.File, erro
 	if err != nil {
 		return nil, err
 	}
-	ev, err := shm.NewEventfd()
+	ev, err := shm.NewUnwatchedEventfd() // the daemon only signals it
 	if err != nil {
 		reg.Close()
 		return nil, err

@@ -74,6 +74,23 @@ func (s *session) pump() {
 		for _, c := range s.cqs {
 			stuck = stuck || len(c.carry) > 0
 		}
+		if s.loopTok != 0 {
+			// The daemon's event loop serves the session until the pump is needed again
+			// (rung): it waits for the doorbell with the devices' sockets, and the
+			// rings' sleeping flags stay set meanwhile.
+			s.parked = true
+			s.mu.Unlock()
+			if stuck {
+				time.AfterFunc(100*time.Microsecond, s.signal)
+			}
+			<-s.resume
+			s.mu.Lock()
+			s.parked = false
+			s.sleeping(false)
+			s.mu.Unlock()
+			idleSince = time.Time{}
+			continue
+		}
 		s.mu.Unlock()
 		var t *time.Timer
 		if stuck {
@@ -104,7 +121,7 @@ func (s *session) sleeping(on bool) {
 		} else {
 			q.sq.Awake()
 		}
-		if q.rq != nil {
+		if q.rq != nil && !(on && q.lazyRecv && s.loopTok != 0) {
 			q.rq.sleeping(on)
 		}
 	}

@@ -52,6 +52,16 @@ type qpObj struct {
 	reg      *shm.Region
 	sq       *shm.SlotConsumer
 	rq       *recvQueue
+	// lazyRecv: the receive ring's consumer is never said to sleep while the event loop
+	// serves the session, so the client's receive posts write no doorbell; the loop
+	// takes them before it reads the device's socket (lazyTurn), a command before it
+	// runs, a step with the next send. An RC message that finds no receive would only
+	// be RNR NAKed and sent again; a UD or UC one would be lost, and their clients wait
+	// for the ring's tail (a doorbell) anyway. A receive ring's doorbell was one of
+	// the two daemon wake-ups per attached message (a ping-pong posts its receive and
+	// then its send). Not with --spin: a spinning pump reads the socket itself
+	// (Progress), before the loop could take another session's receives.
+	lazyRecv bool
 	sqSlot   int
 	maxSGE   int
 	send     [batch]driver.SendWR
@@ -115,7 +125,8 @@ func (s *session) createQP(r *attach.Reader, w *attach.Writer) ([]*os.File, erro
 	}
 	mem := reg.Bytes()
 	q := &qpObj{qp: qp, typ: typ, pd: p, scq: scq, rcq: rcq, srq: srq, reg: reg, sqSlot: l.SQSlot, maxSGE: int(max(c.MaxSendSGE, 1)),
-		scratch: make([]byte, l.SQSlot)}
+		lazyRecv: srq == nil && typ == driver.QPTypeRC && s.d.driven && s.d.srv.cfg.Spin == 0,
+		scratch:  make([]byte, l.SQSlot)}
 	shm.InitSlotRing(mem, l.SQSlots, l.SQSlot)
 	if q.sq, err = shm.NewSlotConsumer(mem, l.SQSlots, l.SQSlot); err == nil && srq == nil {
 		q.rq, err = newRecvQueue(mem[l.RQOff:], l.RQSlots, l.RQSlot, int(c.MaxRecvSGE))
@@ -136,6 +147,9 @@ func (s *session) createQP(r *attach.Reader, w *attach.Writer) ([]*os.File, erro
 		srq.users++
 	}
 	s.qps = append(s.qps, q)
+	if q.lazyRecv {
+		s.lazy.Store(true)
+	}
 	s.d.own(qp, owner{s: s, h: q.h, kind: attach.EventQP})
 	w.U32(q.h)
 	w.U32(qp.QPN())

@@ -24,6 +24,7 @@ type Server struct {
 	cfg  Config
 	log  *slog.Logger
 	devs []*device
+	loop *loop // nil: every session's pump sleeps on its doorbell (loop.go)
 }
 
 // New opens every device of cfg and starts listening for clients.
@@ -41,6 +42,13 @@ func New(cfg Config) (*Server, error) {
 	if err := shm.EnsureDir(cfg.Dir); err != nil {
 		return nil, err
 	}
+	if os.Getenv("GOVERBS_SERVE_LOOP") != "0" {
+		l, err := newLoop()
+		if err != nil {
+			return nil, fmt.Errorf("serve: event loop: %w", err)
+		}
+		s.loop = l
+	}
 	for _, dc := range cfg.Devices {
 		d, err := s.open(dc)
 		if err != nil {
@@ -57,6 +65,9 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) Close() error {
 	for _, d := range s.devs {
 		d.close()
+	}
+	if s.loop != nil {
+		s.loop.close()
 	}
 	return nil
 }
@@ -83,15 +94,19 @@ func (s *Server) Sockets() []string {
 
 // device is one shared device.
 type device struct {
-	srv  *Server
-	cfg  soft.Config
-	dev  driver.Device
-	cm   *cm.Service // the device's rdma_cm, shared by the sessions
-	addr netip.Addr
-	path string
-	l    *shm.Listener
-	stat net.Listener
-	wg   sync.WaitGroup
+	srv *Server
+	cfg soft.Config
+	dev driver.Device
+	cm  *cm.Service // the device's rdma_cm, shared by the sessions
+	eng *engine.Device
+	// driven: the daemon's event loop reads the device's socket (loop.go), so it can
+	// take an RC QP's receives before each packet instead of at a doorbell (lazyRecv).
+	driven bool
+	addr   netip.Addr
+	path   string
+	l      *shm.Listener
+	stat   net.Listener
+	wg     sync.WaitGroup
 
 	mu       sync.Mutex
 	sessions map[*session]struct{}
@@ -118,8 +133,9 @@ func (s *Server) open(cfg soft.Config) (*device, error) {
 	// The device's completions go to other processes, which spin on their CQ rings;
 	// its receive goroutine must leave them the cores (engine.NoReceiveSpin).
 	eng.NoReceiveSpin()
+	driven := s.loop != nil && s.loop.addDevice(eng)
 	addr := eng.LocalAddr().Addr().Unmap()
-	d := &device{srv: s, cfg: cfg, dev: dev, addr: addr, path: attach.SocketPath(s.cfg.Dir, addr),
+	d := &device{srv: s, cfg: cfg, dev: dev, eng: eng, driven: driven, addr: addr, path: attach.SocketPath(s.cfg.Dir, addr),
 		sessions: map[*session]struct{}{}, owners: map[any]owner{}}
 	d.cm = cm.NewService(eng, addr, dev.Query().NodeGUID, dev.QueryPort(1).ActiveMTU, nil)
 	if d.cfg.Name == "" {
@@ -184,6 +200,9 @@ func (d *device) events() {
 			}
 		} else if o, ok := d.owners[key]; ok {
 			o.s.event(uint32(ev.Type), o.kind, o.h)
+			// The receives an RC QP left in its ring (lazyRecv) go to the engine now, which
+			// flushes them if the QP has failed.
+			o.s.signal()
 		}
 		d.mu.Unlock()
 	}

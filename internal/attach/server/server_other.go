@@ -21,5 +21,5 @@ func (s *Server) Close() error { return nil }
 // Sockets lists nothing.
 func (s *Server) Sockets() []string { return nil }
 
-// Clients is 0: no daemon runs here.
+// Clients is none.
 func (s *Server) Clients() int { return 0 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -46,6 +47,12 @@ type session struct {
 	srqs    []*srqObj
 	cqs     []*cqObj
 	pumped  chan struct{}
+	// With the daemon's event loop (loop.go): the doorbell's token in the loop's set,
+	// whether the pump is parked (the loop then does its work), and the pump's wake-up.
+	loopTok int32
+	parked  bool
+	resume  chan struct{}
+	lazy    atomic.Bool // the session has a QP with lazyRecv
 
 	cm cmState // rdma_cm channels and ids (cm.go)
 }
@@ -53,12 +60,16 @@ type session struct {
 var errHandle = driver.NewError(driver.ErrInvalidAttr, "no such object in this process")
 
 func newSession(d *device, c *net.UnixConn) (*session, error) {
-	db, err := shm.NewEventfd()
+	newEventfd := shm.NewEventfd
+	if d.driven {
+		newEventfd = shm.NewUnwatchedEventfd // the loop's epoll waits for it, not the netpoller
+	}
+	db, err := newEventfd()
 	if err != nil {
 		return nil, err
 	}
 	s := &session{d: d, c: c, db: db, pid: shm.PeerPID(c), done: make(chan struct{}), objs: map[uint32]any{},
-		evq: make(chan [attach.EventLen]byte, 256), pumped: make(chan struct{})}
+		evq: make(chan [attach.EventLen]byte, 256), pumped: make(chan struct{}), resume: make(chan struct{}, 1)}
 	return s, nil
 }
 
@@ -209,6 +220,18 @@ func (s *session) hello(r *attach.Reader, w *attach.Writer) ([]*os.File, error) 
 	if err != nil {
 		return nil, err
 	}
+	if l := s.d.srv.loop; l != nil && s.d.driven {
+		// The loop serves the sessions of the devices whose sockets it reads; on the
+		// others (same-host shared memory, GOVERBS_SHM; busy-poll) it would only stand
+		// between the doorbell and the engine's own receive path.
+		tok, err := l.addSession(s)
+		if err != nil {
+			ev.Close()
+			peer.Close()
+			return nil, err
+		}
+		s.loopTok = tok
+	}
 	s.ev = ev
 	go s.writeEvents()
 	go s.pump()
@@ -251,6 +274,7 @@ func (s *session) teardown() {
 	s.closing = true
 	s.mu.Unlock()
 	s.signal()
+	s.resumePump()
 	if s.ev != nil {
 		<-s.pumped // the pump has left the shared queues
 	}
@@ -299,6 +323,9 @@ func (s *session) teardown() {
 	}
 	clear(s.objs) // every owner entry went with its object: no event comes now
 	s.c.Close()
+	if s.loopTok != 0 {
+		s.d.srv.loop.removeSession(s.loopTok, s.db.FD())
+	}
 	s.dbMu.Lock()
 	s.dbClosed = true
 	s.db.Close()

@@ -1,0 +1,298 @@
+//go:build linux
+
+package server
+
+import (
+	"runtime"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goverbs/goverbs/internal/engine"
+	"github.com/goverbs/goverbs/internal/shm"
+)
+
+// loop is the daemon's event loop: one goroutine that waits in one epoll_wait for
+// every device's socket (engine.Device.DriveRx) and for the doorbell of every session
+// whose pump sleeps, and does both jobs itself: a doorbell's session step (the pump's
+// work: the client's posts go to the engine) and the devices' receive processing (the
+// completions go into the clients' CQ rings, from the engine's CQ events).
+//
+// Without it one attached message woke a goroutine per hop: the pump on the doorbell,
+// the peer device's receive goroutine on its socket, the sender's receive goroutine on
+// the ACK, each a thread woken through Go's netpoller, often with another thread
+// started and parked by the scheduler beside it. Here, after the iteration that posted,
+// the loop looks at its set again without waiting: a post to a device of this daemon
+// has been delivered by the send itself (loopback), so it is received, completed and
+// ACKed, and the ACK completed, in the same wake-up. A packet from another host or
+// process costs one wake-up. The loop holds no thread while it waits but the one
+// blocked in epoll_wait, and no CPU.
+type loop struct {
+	ep   int
+	stop *shm.Eventfd
+	done chan struct{}
+
+	mu       sync.Mutex
+	devs     map[int32]*engine.Device
+	sessions map[int32]*session
+	next     int32
+}
+
+// Tokens in the epoll events' data: the stop eventfd, then devices, then sessions.
+const (
+	tokStop         = 0
+	tokFirstSession = 1 << 16
+)
+
+func newLoop() (*loop, error) {
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	stop, err := shm.NewUnwatchedEventfd()
+	if err != nil {
+		unix.Close(ep)
+		return nil, err
+	}
+	l := &loop{ep: ep, stop: stop, done: make(chan struct{}), devs: map[int32]*engine.Device{},
+		sessions: map[int32]*session{}, next: tokFirstSession}
+	if err := l.ctl(unix.EPOLL_CTL_ADD, stop.FD(), tokStop); err != nil {
+		l.close()
+		return nil, err
+	}
+	go l.run()
+	return l, nil
+}
+
+func (l *loop) ctl(op, fd int, tok int32) error {
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: tok}
+	return unix.EpollCtl(l.ep, op, fd, &ev)
+}
+
+// addDevice makes the loop the device's receive path, if the device allows it; a
+// device that does not keeps its receive goroutine.
+func (l *loop) addDevice(d *engine.Device) bool {
+	fd, ok := d.DriveRx()
+	if !ok {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	tok := int32(1 + len(l.devs))
+	l.devs[tok] = d
+	if err := l.ctl(unix.EPOLL_CTL_ADD, fd, tok); err != nil {
+		// Nothing would wait for the socket: read it as the receive goroutine did, by
+		// polls only. (epoll_ctl fails only for want of memory.)
+		delete(l.devs, tok)
+		return false
+	}
+	return true
+}
+
+// addSession watches the session's doorbell; it returns the token to remove it by.
+func (l *loop) addSession(s *session) (int32, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	tok := l.next
+	l.next++
+	if l.next < tokFirstSession {
+		l.next = tokFirstSession
+	}
+	if err := l.ctl(unix.EPOLL_CTL_ADD, s.db.FD(), tok); err != nil {
+		return 0, err
+	}
+	l.sessions[tok] = s
+	return tok, nil
+}
+
+// removeSession stops watching the doorbell, before it closes.
+func (l *loop) removeSession(tok int32, fd int) {
+	l.mu.Lock()
+	delete(l.sessions, tok)
+	l.mu.Unlock()
+	unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, fd, nil)
+}
+
+func (l *loop) close() {
+	select {
+	case <-l.done:
+	default:
+		l.stop.Signal()
+		<-l.done
+	}
+	unix.Close(l.ep)
+	l.stop.Close()
+}
+
+func (l *loop) run() {
+	defer close(l.done)
+	evs := make([]unix.EpollEvent, 64)
+	var devs []*engine.Device
+	var ss, lazy []*session
+	timeout, idle := -1, 0
+	for {
+		n, err := unix.EpollWait(l.ep, evs, timeout)
+		if err != nil {
+			if err == unix.EINTR {
+				continue
+			}
+			return // the set is gone
+		}
+		if n == 0 {
+			timeout, idle = -1, 0
+			continue
+		}
+		devs, ss, lazy = devs[:0], ss[:0], lazy[:0]
+		l.mu.Lock()
+		for _, ev := range evs[:n] {
+			switch tok := ev.Fd; {
+			case tok == tokStop:
+				l.mu.Unlock()
+				return
+			case tok < tokFirstSession:
+				if d := l.devs[tok]; d != nil {
+					devs = append(devs, d)
+				}
+			default:
+				if s := l.sessions[tok]; s != nil {
+					ss = append(ss, s)
+				}
+			}
+		}
+		if len(devs) > 0 {
+			for _, s := range l.sessions {
+				if s.lazy.Load() {
+					lazy = append(lazy, s)
+				}
+			}
+		}
+		l.mu.Unlock()
+		did := false
+		// Doorbells first: their posts' packets are in the peers' sockets when the
+		// devices are read, here or in the look that follows.
+		for _, s := range ss {
+			if s.rung() {
+				did = true
+			}
+		}
+		for _, d := range devs {
+			// The receives RC clients posted without a doorbell go to the engine before
+			// the packets that may need them.
+			for _, s := range lazy {
+				if s.d.eng == d {
+					s.lazyTurn()
+				}
+			}
+			if d.PollDriven() {
+				did = true
+			}
+		}
+		timeout = 0 // look again at once: what this iteration sent is there now
+		if did {
+			idle = 0
+		} else {
+			// A session or a socket another goroutine held: it stays readable (the set
+			// is level-triggered); let that goroutine run before looking again, and
+			// sleep a little if it keeps it (a command that registers a large region
+			// holds its session for milliseconds), rather than spin a core.
+			if idle++; idle < 8 {
+				runtime.Gosched()
+			} else {
+				time.Sleep(50 * time.Microsecond)
+			}
+		}
+		for i := range ss {
+			ss[i] = nil
+		}
+		for i := range lazy {
+			lazy[i] = nil
+		}
+		for i := range devs {
+			devs[i] = nil
+		}
+	}
+}
+
+// rung is the loop's turn at a session whose doorbell it saw written: while the pump
+// sleeps, the loop does the pump's work (step) itself and sets the rings' sleeping
+// flags again, so that the client's next post writes the doorbell again. It reports
+// whether it did anything; a session another goroutine holds is left ringing, for
+// the next look.
+func (s *session) rung() bool {
+	if !s.mu.TryLock() {
+		return false
+	}
+	s.dbMu.RLock()
+	if !s.dbClosed {
+		s.db.Drain()
+	}
+	s.dbMu.RUnlock()
+	if s.closing || !s.parked {
+		// The pump is awake (it looks again before it sleeps), or leaving.
+		s.mu.Unlock()
+		return true
+	}
+	// The client's doorbell write took the flag of the ring it rang for (ctrl.wake):
+	// say again that the pump sleeps, then look once more, as the pump does.
+	for {
+		for s.step() {
+		}
+		s.sleeping(true)
+		if !s.step() {
+			break
+		}
+	}
+	stuck := false
+	for _, c := range s.cqs {
+		stuck = stuck || len(c.carry) > 0
+	}
+	wake := s.d.srv.cfg.Spin > 0
+	if wake {
+		s.parked = false // the pump spins again for the client's next posts
+	}
+	s.mu.Unlock()
+	if stuck {
+		// A CQ ring is full and the client does not say when it polls: look again
+		// soon.
+		time.AfterFunc(100*time.Microsecond, s.signal)
+	}
+	if wake {
+		s.resumePump()
+	}
+	return true
+}
+
+// resumePump wakes a pump parked while the loop serves its session.
+func (s *session) resumePump() {
+	select {
+	case s.resume <- struct{}{}:
+	default:
+	}
+}
+
+// lazyTurn posts the receives the client wrote into its RC QPs' receive rings, which
+// do not ring the doorbell (lazyRecv), while the pump sleeps; the loop calls it before
+// it reads the session's device. A session another goroutine holds is skipped: a
+// command takes them itself (command), and an awake pump in its step.
+func (s *session) lazyTurn() {
+	if !s.mu.TryLock() {
+		return
+	}
+	if s.parked && !s.closing {
+		s.takeLazyRecvs()
+	}
+	s.mu.Unlock()
+}
+
+// takeLazyRecvs posts what the client wrote into the receive rings that do not ring
+// the doorbell, and reports whether there was any; s.mu is held.
+func (s *session) takeLazyRecvs() bool {
+	did := false
+	for _, q := range s.qps {
+		if q.lazyRecv && q.rq.drain(s, q.qp.PostRecv, q) {
+			did = true
+		}
+	}
+	return did
+}

@@ -1,0 +1,76 @@
+// An event loop of the caller's as the device's receive path (DriveRx): goverbs serve
+// waits for its devices' sockets and its clients' doorbells in one epoll_wait, so that a
+// client's post that goes to another device of the daemon is received, processed and
+// completed in the iteration that posted it, with no goroutine woken for it.
+
+package engine
+
+import (
+	"time"
+
+	"github.com/goverbs/goverbs/netio"
+)
+
+// DriveRx hands the default mode's receive path to an event loop of the caller's: the
+// receive goroutine (rxLoop) stops reading, the socket leaves the netpoller's watch,
+// and from now on the caller waits for the returned descriptor to be readable (in an
+// epoll set of its own, level-triggered) and calls PollDriven to read and process what
+// it holds. It reports false, and changes nothing, on a device whose Conn cannot be
+// waited for that way (netio.Watchable), whose reads cannot be interrupted, or in
+// busy-poll mode. Waiters (NewWaiter) no longer serve the socket; CQ polls that find it
+// free still read it (PollRx). The descriptor is valid until the device closes.
+func (d *Device) DriveRx() (fd int, ok bool) {
+	w, ok := netio.AsWatchable(d.conn)
+	if !ok || d.intr == nil || d.idlePoller == nil || d.poller != nil || d.closed.Load() {
+		return -1, false
+	}
+	if !d.external.Swap(true) {
+		// rxLoop lets the socket go after its read, which Interrupt ends, and looks at
+		// external again under rxMu before any read of its own.
+		for !d.rxMu.TryLock() {
+			d.intr.Interrupt()
+			time.Sleep(50 * time.Microsecond)
+		}
+		if d.unwatch != nil {
+			d.unwatch.Unwatch()
+		}
+		d.flushAcks()
+		d.rxMu.Unlock()
+	}
+	return w.RecvFD(), true
+}
+
+// PollDriven reads and processes what the socket of a device driven by an event loop
+// (DriveRx) holds now, sends the ACKs it earned and the posts that waited for a poll,
+// and reports whether it read anything. It never blocks: it does nothing when another
+// goroutine holds the socket (a CQ poll's PollRx), which then reads it.
+func (d *Device) PollDriven() bool {
+	if !d.rxMu.TryLock() {
+		return false
+	}
+	// What readBlocking does for the receive goroutine: the CQ polls that drive the
+	// device are counted from here, and the posts they deferred leave now.
+	d.pollsSinceRead = 0
+	if d.pollDriven.Load() {
+		d.pollDriven.Store(false)
+		d.doorbell.flush()
+	}
+	got := false
+	slots := min(len(d.rxMsgs), busyBatch)
+	for range drainBatches {
+		n := d.readNow(d.idlePoller, slots)
+		if n == 0 {
+			break
+		}
+		got = true
+		d.flushAcks()
+		if n < slots {
+			break
+		}
+	}
+	if len(d.acks.owing) > 0 {
+		d.flushAcks()
+	}
+	d.leaveRx()
+	return got
+}

@@ -8,6 +8,7 @@ package capitest
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -98,4 +99,34 @@ func TestRsocketRstream(t *testing.T) {
 		rstreamDone(t, "Go server", srv)
 		rstreamDone(t, "C client", cli)
 	})
+}
+
+// TestRsocketPreloadEcho runs testdata/rsecho.c, a plain TCP echo pair (poll, write,
+// writev, read, shutdown(SHUT_WR), getpeername, setsockopt), under librspreload.so on
+// the drop-in: the echo must come back whole, then EOF.
+func TestRsocketPreloadEcho(t *testing.T) {
+	lib := rdmacmLibrary(t)
+	if _, err := os.Stat(rspreload); err != nil {
+		t.Skipf("%s missing (apt-get install rdmacm-utils)", rspreload)
+	}
+	cc := os.Getenv("CC")
+	if cc == "" {
+		cc = "cc"
+	}
+	bin := filepath.Join(t.TempDir(), "rsecho")
+	if out, err := exec.Command(cc, "-O2", "-Wall", "-Werror", "-o", bin, filepath.Join("testdata", "rsecho.c")).CombinedOutput(); err != nil {
+		t.Fatalf("compile rsecho: %v\n%s", err, out)
+	}
+	sa, ca := newAddr(), newAddr()
+	d := serve(t, lib, "s0="+sa+",c0="+ca)
+	pre := "LD_PRELOAD=" + rspreload
+	srv, cli := runCM(t, cmListening, 0, false,
+		cmSide{[]string{bin, "server", sa, "7474"}, append(d.cLib(lib, "s0", sa), pre)},
+		cmSide{[]string{bin, "client", sa, "7474"}, append(d.cLib(lib, "c0", ca), pre)})
+	if want := "echo ok 200000 from " + sa + ":7474"; !strings.Contains(cli, want) {
+		t.Errorf("client output lacks %q:\n%s", want, cli)
+	}
+	if !strings.Contains(srv, "server done") {
+		t.Errorf("server output lacks %q:\n%s", "server done", srv)
+	}
 }

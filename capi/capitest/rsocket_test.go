@@ -1,7 +1,7 @@
 package capitest
 
 // rsockets in goverbs' drop-in librdmacm.so.1 (capi/rdmacm/rsocket.c): rdmacm-utils'
-// unmodified rstream, server and client on two devices of one goverbs serve daemon, and
+// unmodified rstream and riostream (riomap/riowrite), server and client on two devices of one goverbs serve daemon, and
 // against goverbs' own rstream (package rdmanet, the same wire protocol) attached to the
 // same daemon, both ways; and rstream's socket mode under Debian's librspreload.so,
 // which turns its socket calls into the library's rsocket calls.
@@ -49,6 +49,25 @@ func TestRsocketRstream(t *testing.T) {
 			srv, cli := runCM(t, cmListening, 0, false,
 				cmSide{append([]string{rstream, "-b", sa}, tc.args...), srvEnv},
 				cmSide{append([]string{rstream, "-s", sa}, tc.args...), cliEnv})
+			rstreamDone(t, "server", srv)
+			rstreamDone(t, "client", cli)
+		})
+	}
+
+	// riostream: riomap'd buffers written directly by riowrite, the receiver spinning on
+	// its own memory
+	riostream := program(t, "riostream")
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"verify", []string{"-S", "100000", "-C", "20", "-T", "v"}},
+		{"async rpoll", []string{"-S", "65536", "-C", "100", "-T", "a", "-T", "v"}},
+	} {
+		t.Run("riostream/"+tc.name, func(t *testing.T) {
+			srv, cli := runCM(t, cmListening, 0, false,
+				cmSide{append([]string{riostream, "-b", sa}, tc.args...), srvEnv},
+				cmSide{append([]string{riostream, "-s", sa}, tc.args...), cliEnv})
 			rstreamDone(t, "server", srv)
 			rstreamDone(t, "client", cli)
 		})

@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/select.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -54,9 +55,15 @@
 #define TSGL_N 2
 #define SGE_LEN 16
 #define CONN_LEN 40
+#define IOMAP_MAX 16 /* entries of a target iomap (RDMA_IOMAPSIZE's most) */
+#define IOMAP_LEN 24 /* an rs_iomap: offset (8), then an rs_sge */
+#define META_IOMAP (TSGL_N * SGE_LEN) /* the target iomap follows the target SGL */
+#define META_CTRL 1024 /* control message slots, 32 bytes each */
+#define CTRL_SLOT 32
 
 #define OP_DATA 0u
 #define OP_SGL 4u
+#define OP_IOMAP 6u
 #define OP_CTRL 7u
 #define CTRL_DISCONNECT 0u
 #define CTRL_KEEPALIVE 1u
@@ -73,6 +80,14 @@ enum { S_NEW, S_LISTEN, S_CONN, S_DEAD };
 struct tgt {
 	uint64_t addr;
 	uint32_t key, len;
+};
+
+/* a buffer riomap registered: the peer writes it directly (riowrite) */
+struct iomap {
+	void *buf;
+	size_t len;
+	off_t off;
+	struct ibv_mr *mr;
 };
 
 struct rsk {
@@ -104,6 +119,13 @@ struct rsk {
 	uint64_t rx_head, rx_granted;
 	uint32_t rx_avail;
 	int eof, peer_closed, rd_shut;
+	/* iomap: the size of this side's target iomap (RDMA_IOMAPSIZE), the peer's, the
+	 * entries the peer wrote into ours, and the buffers riomap registered */
+	int iomap_n, peer_iomap_n;
+	struct tgt riomap_tgt[IOMAP_MAX];
+	uint64_t riomap_off[IOMAP_MAX];
+	struct iomap maps[IOMAP_MAX];
+	off_t next_off;
 	/* options, remembered */
 	int sndbuf, rcvbuf, reuse, nodelay, keepalive;
 	struct linger linger;
@@ -228,6 +250,10 @@ static void conn_data(struct rsk *s, uint8_t *m)
 	m[1] = __BYTE_ORDER == __BIG_ENDIAN ? 1 : 0;
 	m[2] = CREDITS >> 8;
 	m[3] = CREDITS & 0xff;
+	if (s->iomap_n) {
+		m[1] |= 2;
+		m[7] = (uint8_t)s->iomap_n; /* small sizes are themselves in rsockets' scale */
+	}
 	put_be64(m + 8, (uintptr_t)s->meta);
 	put_be32(m + 16, s->meta_mr->rkey);
 	put_be32(m + 20, TSGL_N);
@@ -250,6 +276,13 @@ static int take_peer(struct rsk *s, const void *pd, int len)
 	s->tgt[0].addr = get_be64(m + 24);
 	s->tgt[0].key = get_be32(m + 32);
 	s->tgt[0].len = get_be32(m + 36);
+	s->peer_iomap_n = 0;
+	if ((m[1] & 2) && m[7]) {
+		/* rsockets' scale: up to 127 the value, else a mantissa and an exponent */
+		s->peer_iomap_n = m[7] & 0x80 ? (m[7] & 0x7f) << 8 : m[7];
+		if (s->peer_iomap_n > IOMAP_MAX)
+			s->peer_iomap_n = IOMAP_MAX; /* riomap uses no more than these */
+	}
 	if (!s->peer_credits || s->peer_credits == 0xffff || !s->peer_tsgl_n || !s->tgt[0].len)
 		return -1;
 	return 0;
@@ -415,7 +448,7 @@ static void give_credit(struct rsk *s)
 	comp = s->rx_seq + CREDITS;
 	imm = IMM(OP_SGL, comp);
 	if (buf_due) {
-		uint8_t *slot = s->meta + 64 + (s->ctrl_seq % CTRL_MAX) * SGE_LEN;
+		uint8_t *slot = s->meta + META_CTRL + (s->ctrl_seq % CTRL_MAX) * CTRL_SLOT;
 		uint64_t a = (uintptr_t)s->ring + s->rx_granted % RING_SZ;
 		uint32_t k = s->ring_mr->rkey, l = HALF_SZ;
 
@@ -491,6 +524,25 @@ static void received(struct rsk *s, struct ibv_wc *wc)
 		s->tx_comp = (uint16_t)v;
 		if (wc->byte_len == SGE_LEN)
 			take_target(s);
+		break;
+	case OP_IOMAP:
+		if (v >= (uint32_t)s->iomap_n) {
+			dbg("iomap update of entry %u beyond the %d advertised: EPROTO", v, s->iomap_n);
+			s->err = EPROTO;
+			return;
+		} else {
+			uint8_t *e = s->meta + META_IOMAP + v * IOMAP_LEN;
+			uint64_t off, a;
+			uint32_t k, l;
+
+			memcpy(&off, e, 8), memcpy(&a, e + 8, 8), memcpy(&k, e + 16, 4), memcpy(&l, e + 20, 4);
+			if (__BYTE_ORDER == __BIG_ENDIAN)
+				off = be64toh(off), a = be64toh(a), k = be32toh(k), l = be32toh(l);
+			else
+				off = le64toh(off), a = le64toh(a), k = le32toh(k), l = le32toh(l);
+			s->riomap_off[v] = off;
+			s->riomap_tgt[v] = (struct tgt){.addr = a, .key = k, .len = l};
+		}
 		break;
 	case OP_CTRL:
 		if (v == CTRL_SHUTDOWN)
@@ -778,6 +830,8 @@ int raccept(int fd, struct sockaddr *addr, socklen_t *alen)
 		}
 		s->id = id;
 		id->context = s;
+		s->iomap_n = l->iomap_n; /* the listener's options are the connection's */
+		s->nonblock = l->nonblock;
 		if (take_peer(s, priv, plen)) {
 			dbg("a connection request without rsockets' connection data: rejected");
 			goto reject;
@@ -1093,11 +1147,22 @@ int rclose(int fd)
 			if (!progress(s))
 				wait_rs(s, 50);
 		}
+		/* and the QP stays until the peer has closed too (its DISCONNECT, or its
+		 * rdma_cm disconnect), 1 s at most: a peer half-closing (SHUTDOWN) after reading
+		 * ours would otherwise find its QP flushed by our disconnect */
+		end = now_ms() + 1000;
+		while (!s->peer_closed && !s->err && now_ms() < end) {
+			if (!progress(s))
+				wait_rs(s, 50);
+		}
 		if (s->id->qp)
 			rdma_destroy_qp(s->id);
 		rdma_disconnect(s->id);
 	}
 	s->state = S_DEAD;
+	for (int i = 0; i < IOMAP_MAX; i++)
+		if (s->maps[i].mr)
+			ibv_dereg_mr(s->maps[i].mr);
 	free_verbs(s);
 	rdma_destroy_id(s->id);
 	rdma_destroy_event_channel(s->ch);
@@ -1183,6 +1248,13 @@ int rsetsockopt(int fd, int lv, int o, const void *v, socklen_t l)
 		case TCP_KEEPCNT:
 			return int_opt(v, l, &x);
 		}
+	} else if (lv == SOL_RDMA && o == RDMA_IOMAPSIZE) {
+		if (int_opt(v, l, &x))
+			return -1;
+		if (s->state != S_NEW && s->state != S_LISTEN)
+			return fail(EINVAL); /* advertised when connecting */
+		s->iomap_n = x < 0 ? 0 : x > IOMAP_MAX ? IOMAP_MAX : x;
+		return 0;
 	}
 	dbg("rsetsockopt level %d option %d: ENOPROTOOPT", lv, o);
 	return fail(ENOPROTOOPT);
@@ -1280,8 +1352,8 @@ static short revents(struct rsk *s, short want)
 	r &= want;
 	if (s->err)
 		r |= POLLERR;
-	if (s->peer_closed)
-		r |= POLLHUP;
+	if (s->peer_closed && !s->rx_avail)
+		r |= POLLHUP; /* once what came before the peer's close is read */
 	return r;
 }
 
@@ -1401,25 +1473,184 @@ int rselect(int nfds, fd_set *r, fd_set *wr, fd_set *ex, struct timeval *t)
 	return ret;
 }
 
-/* ---- iomap: not served ---- */
+/* ---- iomap: riomap, riounmap, riowrite ---- */
 
-off_t riomap(int s, void *b, size_t n, int p, int f, off_t o)
+/* riomap registers buf for the peer to write directly (riowrite at offset), and tells
+ * the peer where it is by an iomap update into its target iomap. */
+off_t riomap(int fd, void *buf, size_t len, int prot, int flags, off_t offset)
 {
-	(void)s, (void)b, (void)n, (void)p, (void)f, (void)o;
-	dbg("riomap: no iomap is served: ENOSYS");
-	return fail(ENOSYS);
+	struct rsk *s = get(fd);
+	struct iomap *m = NULL;
+	uint8_t *slot;
+	uint64_t off, a;
+	uint32_t k, l;
+	int i;
+
+	(void)flags;
+	if (!s)
+		return fail(EBADF);
+	if (!buf || !len || len > 0xffffffffu || !(prot & PROT_WRITE))
+		return fail(EINVAL);
+	pthread_mutex_lock(&s->mu);
+	if (s->state != S_CONN) {
+		pthread_mutex_unlock(&s->mu);
+		return fail(ENOTCONN);
+	}
+	for (i = 0; i < s->peer_iomap_n && i < IOMAP_MAX; i++)
+		if (!s->maps[i].mr) {
+			m = &s->maps[i];
+			break;
+		}
+	if (!m) {
+		pthread_mutex_unlock(&s->mu);
+		dbg("riomap: the peer's target iomap (%d entries) is full: ENOMEM", s->peer_iomap_n);
+		return fail(ENOMEM);
+	}
+	if (offset == -1)
+		offset = s->next_off;
+	m->mr = ibv_reg_mr(s->pd, buf, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	if (!m->mr) {
+		int e = errno;
+
+		pthread_mutex_unlock(&s->mu);
+		dbg("riomap: ibv_reg_mr: %s", strerror(e));
+		return fail(e);
+	}
+	m->buf = buf, m->len = len, m->off = offset;
+	if ((off_t)(offset + len) > s->next_off)
+		s->next_off = offset + len;
+	while (s->ctrl_out >= CTRL_MAX - 2 && !s->err)
+		if (!progress(s))
+			wait_rs(s, 50);
+	slot = s->meta + META_CTRL + (s->ctrl_seq % CTRL_MAX) * CTRL_SLOT;
+	off = offset, a = (uintptr_t)buf, k = m->mr->rkey, l = (uint32_t)len;
+	if (s->peer_be)
+		off = htobe64(off), a = htobe64(a), k = htobe32(k), l = htobe32(l);
+	else
+		off = htole64(off), a = htole64(a), k = htole32(k), l = htole32(l);
+	memcpy(slot, &off, 8), memcpy(slot + 8, &a, 8), memcpy(slot + 16, &k, 4), memcpy(slot + 20, &l, 4);
+	if (s->err || post_write(s, WR_CTRL, slot, IOMAP_LEN, s->meta_mr->lkey,
+				 s->peer_tsgl + (uint64_t)s->peer_tsgl_n * SGE_LEN + (uint64_t)i * IOMAP_LEN, s->peer_tsgl_key,
+				 IMM(OP_IOMAP, i))) {
+		int e = s->err ? s->err : errno;
+
+		ibv_dereg_mr(m->mr);
+		m->mr = NULL;
+		pthread_mutex_unlock(&s->mu);
+		return fail(e);
+	}
+	s->ctrl_out++;
+	s->ctrl_seq++;
+	pthread_mutex_unlock(&s->mu);
+	return offset;
 }
 
-int riounmap(int s, void *b, size_t n)
+/* riounmap deregisters a buffer riomap registered; the peer is not told (as rsockets). */
+int riounmap(int fd, void *buf, size_t len)
 {
-	(void)s, (void)b, (void)n;
-	return fail(ENOSYS);
+	struct rsk *s = get(fd);
+	int i;
+
+	if (!s)
+		return fail(EBADF);
+	pthread_mutex_lock(&s->mu);
+	for (i = 0; i < IOMAP_MAX; i++)
+		if (s->maps[i].mr && s->maps[i].buf == buf && s->maps[i].len == len) {
+			ibv_dereg_mr(s->maps[i].mr);
+			memset(&s->maps[i], 0, sizeof(s->maps[i]));
+			pthread_mutex_unlock(&s->mu);
+			return 0;
+		}
+	pthread_mutex_unlock(&s->mu);
+	return fail(EINVAL);
 }
 
-size_t riowrite(int s, const void *b, size_t n, off_t o, int f)
+/* riowrite copies into the staging buffer and RDMA-writes (no immediate: the peer's
+ * CPU is not involved) into the peer's buffer mapped at offset. */
+size_t riowrite(int fd, const void *buf, size_t count, off_t offset, int flags)
 {
-	(void)s, (void)b, (void)n, (void)o, (void)f;
-	dbg("riowrite: no iomap is served: ENOSYS");
-	errno = ENOSYS;
-	return 0;
+	struct rsk *s = get(fd);
+	size_t done = 0;
+	int nb, i;
+
+	if (!s) {
+		errno = EBADF;
+		return (size_t)-1;
+	}
+	nb = s->nonblock || (flags & MSG_DONTWAIT);
+	pthread_mutex_lock(&s->mu);
+	while (done < count) {
+		struct tgt *t = NULL;
+		uint64_t at = offset + done, head, room;
+
+		if (s->state != S_CONN || s->err || s->peer_closed || s->disc_sent || s->shut_sent) {
+			int e = s->err ? s->err : s->state != S_CONN ? ENOTCONN : EPIPE;
+
+			pthread_mutex_unlock(&s->mu);
+			if (done)
+				return done;
+			errno = e;
+			return (size_t)-1;
+		}
+		progress(s);
+		for (i = 0; i < s->iomap_n; i++)
+			if (s->riomap_tgt[i].len && at >= s->riomap_off[i] && at < s->riomap_off[i] + s->riomap_tgt[i].len) {
+				t = &s->riomap_tgt[i];
+				break;
+			}
+		if (!t) {
+			pthread_mutex_unlock(&s->mu);
+			if (done)
+				return done;
+			dbg("riowrite: nothing of the peer's is mapped at offset %llu: EINVAL", (unsigned long long)at);
+			errno = EINVAL;
+			return (size_t)-1;
+		}
+		head = s->staged % STAGE_SZ;
+		room = STAGE_SZ - s->st_used;
+		if (room > STAGE_SZ - head)
+			room = STAGE_SZ - head;
+		if (room > MAX_MSG)
+			room = MAX_MSG;
+		if (room > count - done)
+			room = count - done;
+		if (room > s->riomap_off[i] + t->len - at)
+			room = s->riomap_off[i] + t->len - at;
+		if (!room || s->data_out >= CREDITS) {
+			if (nb) {
+				pthread_mutex_unlock(&s->mu);
+				if (done)
+					return done;
+				errno = EAGAIN;
+				return (size_t)-1;
+			}
+			wait_rs(s, 100);
+			continue;
+		}
+		memcpy(s->stage + head, (const uint8_t *)buf + done, room);
+		{
+			struct ibv_sge sge = {.addr = (uintptr_t)(s->stage + head), .length = room, .lkey = s->stage_mr->lkey};
+			struct ibv_send_wr wr, *bad;
+			int e;
+
+			memset(&wr, 0, sizeof(wr));
+			wr.wr_id = WR_DATA | room;
+			wr.sg_list = &sge;
+			wr.num_sge = 1;
+			wr.opcode = IBV_WR_RDMA_WRITE;
+			wr.send_flags = IBV_SEND_SIGNALED;
+			wr.wr.rdma.remote_addr = t->addr + (at - s->riomap_off[i]);
+			wr.wr.rdma.rkey = t->key;
+			if ((e = ibv_post_send(s->id->qp, &wr, &bad))) {
+				s->err = e;
+				continue;
+			}
+		}
+		s->staged += room;
+		s->st_used += room;
+		s->data_out++;
+		done += room;
+	}
+	pthread_mutex_unlock(&s->mu);
+	return done;
 }

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 #include <rdma/rdma_cma.h>
@@ -266,7 +267,7 @@ int main(int argc, char **argv)
 	FAILS((int)rsend(-1, "x", 1, 0), EBADF);
 	FAILS((int)rrecv(12345, &addr, 1, 0), EBADF);
 	FAILS(rclose(-1), EBADF);
-	FAILS((int)riomap(-1, &addr, 1, 0, 0, -1), ENOSYS);
+	FAILS((int)riomap(-1, &addr, 1, PROT_WRITE, 0, -1), EBADF);
 	{
 		/* an rsocket not connected: no data, no peer; closes cleanly */
 		int rs = rsocket(AF_INET, SOCK_STREAM, 0);

@@ -122,7 +122,8 @@ func TestRsocketRstream(t *testing.T) {
 
 // TestRsocketPreloadEcho runs testdata/rsecho.c, a plain TCP echo pair (poll, write,
 // writev, read, shutdown(SHUT_WR), getpeername, setsockopt), under librspreload.so on
-// the drop-in: the echo must come back whole, then EOF.
+// the drop-in: the echo must come back whole, then EOF; and its flood into a sink that
+// waits before it reads.
 func TestRsocketPreloadEcho(t *testing.T) {
 	lib := rdmacmLibrary(t)
 	if _, err := os.Stat(rspreload); err != nil {
@@ -147,5 +148,13 @@ func TestRsocketPreloadEcho(t *testing.T) {
 	}
 	if !strings.Contains(srv, "server done") {
 		t.Errorf("server output lacks %q:\n%s", "server done", srv)
+	}
+	// a writer held back 2.5 s by a reader that does not read: its keepalives must not
+	// break the connection, and everything arrives once the reader reads
+	srv, cli = runCM(t, cmListening, 0, false,
+		cmSide{[]string{bin, "sink", sa, "7475"}, append(d.cLib(lib, "s0", sa), pre)},
+		cmSide{[]string{bin, "flood", sa, "7475"}, append(d.cLib(lib, "c0", ca), pre)})
+	if !strings.Contains(cli, "flood done") || !strings.Contains(srv, "sink got 4194304") {
+		t.Errorf("flood into a slow sink:\nclient:\n%s\nserver:\n%s", cli, srv)
 	}
 }

@@ -8,8 +8,10 @@
  * rrecv, rrecvfrom, rrecvmsg, rread, rreadv; MSG_DONTWAIT, MSG_PEEK, MSG_WAITALL),
  * rshutdown, rclose, rgetpeername, rgetsockname, rsetsockopt/rgetsockopt (SOL_SOCKET
  * and IPPROTO_TCP options are accepted and remembered; SOL_RDMA's fail with
- * ENOPROTOOPT), rfcntl (F_GETFL/F_SETFL, O_NONBLOCK), rpoll and rselect. Not served:
- * datagram rsockets, and riomap/riowrite (ENOSYS): no iomap is advertised.
+ * ENOPROTOOPT, but RDMA_IOMAPSIZE), rfcntl (F_GETFL/F_SETFL, O_NONBLOCK), rpoll and
+ * rselect, riomap/riounmap/riowrite. Not served: datagram rsockets (ENOTSUP).
+ * Tested (capi/capitest/rsocket_test.go): rdmacm-utils' rstream and riostream, rstream
+ * against goverbs rstream (package rdmanet) both ways, TCP programs under librspreload.so.
  *
  * The shape of one connection (this file's own choices within the protocol):
  *  - a 256 KiB receive ring given to the peer in two halves: the first in the
@@ -19,7 +21,14 @@
  *    control messages), returned by a credit update once half are used;
  *  - a 256 KiB staging ring the sender copies into and WRITEs from, every WRITE
  *    signaled; data messages of at most 64 KiB, each filling the peer's buffer in turn;
- *  - at most 4 control messages in flight, two of them kept for SHUTDOWN/DISCONNECT.
+ *  - at most 4 control messages in flight, two of them kept for SHUTDOWN/DISCONNECT;
+ *  - a writer that has waited a second for room sends a keepalive (a zero-length RDMA
+ *    WRITE without immediate), which a peer that is gone leaves unacknowledged;
+ *  - an iomap of up to 16 entries after the target SGL, advertised only when
+ *    RDMA_IOMAPSIZE is set before connecting (riostream sets it), so that riowrite
+ *    RDMA-writes (no immediate) into the buffers the peer riomap'd;
+ *  - rclose sends DISCONNECT, waits (1 s at most each) for its sends and then for the
+ *    peer's own close, and destroys the QP before the rdma_cm id.
  * An rsocket's number is the file descriptor of its own rdma_cm event channel. Calls
  * never start a thread: progress is made by whichever call runs, and a blocking call
  * waits in poll(2) on the completion channel and the event channel.
@@ -118,7 +127,7 @@ struct rsk {
 	uint16_t rx_seq, rx_comp, rx_due;
 	uint64_t rx_head, rx_granted;
 	uint32_t rx_avail;
-	int eof, peer_closed, rd_shut;
+	int eof, peer_closed, rd_shut, cm_gone;
 	/* iomap: the size of this side's target iomap (RDMA_IOMAPSIZE), the peer's, the
 	 * entries the peer wrote into ours, and the buffers riomap registered */
 	int iomap_n, peer_iomap_n;
@@ -424,6 +433,23 @@ static int post_write(struct rsk *s, uint64_t wrid, void *buf, uint32_t len, uin
 	return 0;
 }
 
+/* keepalive probes a peer this side waits on: rsockets' keepalive, a zero-length RDMA
+ * WRITE without immediate (no receive consumed, no key checked), which only a peer that
+ * is gone leaves unacknowledged; its retries then fail the connection. */
+static void keepalive(struct rsk *s)
+{
+	struct ibv_send_wr wr, *bad;
+
+	if (s->state != S_CONN || s->err || s->ctrl_out >= CTRL_MAX - 2)
+		return;
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = WR_CTRL;
+	wr.opcode = IBV_WR_RDMA_WRITE;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	if (ibv_post_send(s->id->qp, &wr, &bad) == 0)
+		s->ctrl_out++;
+}
+
 static int post_ctrl(struct rsk *s, uint32_t imm)
 {
 	if (post_write(s, WR_CTRL, NULL, 0, 0, 0, 0, imm))
@@ -602,6 +628,7 @@ static void cm_events(struct rsk *s)
 
 	while (s->state == S_CONN && rdma_get_cm_event(s->ch, &ev) == 0) {
 		if (ev->event == RDMA_CM_EVENT_DISCONNECTED || ev->event == RDMA_CM_EVENT_DEVICE_REMOVAL) {
+			s->cm_gone = 1;
 			s->eof = 1;
 			s->peer_closed = 1;
 		}
@@ -911,6 +938,7 @@ static ssize_t do_send(int fd, const struct iovec *iov, int iovcnt, int flags)
 {
 	struct rsk *s = get(fd);
 	size_t total = 0, sent = 0, vi = 0, vo = 0;
+	int64_t waiting = 0;
 	int i, nb;
 
 	if (!s)
@@ -942,9 +970,16 @@ static ssize_t do_send(int fd, const struct iovec *iov, int iovcnt, int flags)
 				pthread_mutex_unlock(&s->mu);
 				return fail(EAGAIN);
 			}
+			if (!waiting) {
+				waiting = now_ms();
+			} else if (now_ms() - waiting >= 1000) {
+				keepalive(s); /* a second without room: is the peer there? */
+				waiting = now_ms();
+			}
 			wait_rs(s, 100);
 			continue;
 		}
+		waiting = 0;
 		n = total - sent < room ? (uint32_t)(total - sent) : room;
 		dst = s->stage + s->staged % STAGE_SZ;
 		for (done = 0; done < n;) {
@@ -1157,7 +1192,9 @@ int rclose(int fd)
 		}
 		if (s->id->qp)
 			rdma_destroy_qp(s->id);
-		rdma_disconnect(s->id);
+		cm_events(s);
+		if (!s->cm_gone)
+			rdma_disconnect(s->id);
 	}
 	s->state = S_DEAD;
 	for (int i = 0; i < IOMAP_MAX; i++)

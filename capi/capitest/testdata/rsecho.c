@@ -6,7 +6,12 @@
  *   rsecho client ADDR PORT   send 200000 patterned bytes (write and writev), shut down
  *                             the writing side, read the echo to EOF, check it; prints
  *                             "echo ok 200000" and the peer's address
+ *   rsecho sink ADDR PORT     accept one connection, wait 2.5 s, then read to EOF;
+ *                             prints "sink got N"
+ *   rsecho flood ADDR PORT    write 4 MiB (blocking: the sink's ring fills while it
+ *                             waits), close; prints "flood done"
  */
+#include <time.h>
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -70,6 +75,46 @@ int main(int argc, char **argv)
 		die("socket");
 	if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)))
 		die("setsockopt TCP_NODELAY");
+	if (!strcmp(argv[1], "sink")) {
+		int c;
+		ssize_t n;
+		long long got = 0;
+		struct timespec nap = {2, 500000000};
+
+		if (bind(fd, (struct sockaddr *)&a, sizeof(a)) || listen(fd, 4))
+			die("bind/listen");
+		if ((c = accept(fd, NULL, NULL)) < 0)
+			die("accept");
+		nanosleep(&nap, NULL);
+		while ((n = read(c, buf, sizeof(buf))) > 0)
+			got += n;
+		if (n < 0)
+			die("read");
+		close(c);
+		close(fd);
+		printf("sink got %lld\n", got);
+		return 0;
+	}
+	if (!strcmp(argv[1], "flood")) {
+		int i;
+
+		if (connect(fd, (struct sockaddr *)&a, sizeof(a)))
+			die("connect");
+		for (i = 0; i < (4 << 20) / 65536; i++) {
+			size_t left = 65536;
+
+			while (left) {
+				ssize_t w = write(fd, buf, left);
+
+				if (w < 0)
+					die("write");
+				left -= w;
+			}
+		}
+		close(fd);
+		printf("flood done\n");
+		return 0;
+	}
 	if (!strcmp(argv[1], "server")) {
 		int c;
 		ssize_t n;

@@ -6,7 +6,7 @@
  *   rsecho client ADDR PORT   send 200000 patterned bytes (write and writev), shut down
  *                             the writing side, read the echo to EOF, check it; prints
  *                             "echo ok 200000" and the peer's address
- *   rsecho sink ADDR PORT     accept one connection, wait 2.5 s, then read to EOF;
+ *   rsecho sink ADDR PORT     select, accept one connection, wait 2.5 s, then read to EOF;
  *                             prints "sink got N"
  *   rsecho flood ADDR PORT    write 4 MiB (blocking: the sink's ring fills while it
  *                             waits), close; prints "flood done"
@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -81,8 +82,18 @@ int main(int argc, char **argv)
 		long long got = 0;
 		struct timespec nap = {2, 500000000};
 
+		fd_set rd;
+		struct timeval tv = {10, 0};
+
 		if (bind(fd, (struct sockaddr *)&a, sizeof(a)) || listen(fd, 4))
 			die("bind/listen");
+		/* select(2) here, poll(2) elsewhere: both go through librspreload */
+		FD_ZERO(&rd);
+		FD_SET(fd, &rd);
+		if (select(fd + 1, &rd, NULL, NULL, &tv) != 1 || !FD_ISSET(fd, &rd)) {
+			fprintf(stderr, "rsecho: select: no connection\n");
+			return 1;
+		}
 		if ((c = accept(fd, NULL, NULL)) < 0)
 			die("accept");
 		nanosleep(&nap, NULL);

@@ -97,6 +97,15 @@ func TestRsocketRstream(t *testing.T) {
 		rstreamDone(t, "C client", cli)
 	})
 
+	t.Run("C server, Go client, 64KiB", func(t *testing.T) {
+		a := []string{"-S", "65536", "-C", "100"}
+		srv, cli := runCM(t, cmListening, 0, false,
+			cmSide{append([]string{rstream, "-b", sa}, a...), srvEnv},
+			cmSide{append([]string{gobin, "rstream", "-s", sa, "-b", ca}, a...), d.goTool("c0", ca)})
+		rstreamDone(t, "C server", srv)
+		rstreamDone(t, "Go client", cli)
+	})
+
 	// rstream -T s uses the socket calls, which librspreload.so hands to rsocket's
 	if _, err := os.Stat(rspreload); err != nil {
 		t.Logf("%s missing (rdmacm-utils): the LD_PRELOAD cases are skipped", rspreload)

@@ -1,12 +1,13 @@
 package capitest
 
 // rsockets in goverbs' drop-in librdmacm.so.1 (capi/rdmacm/rsocket.c): rdmacm-utils'
-// unmodified rstream and riostream (riomap/riowrite), server and client on two devices of one goverbs serve daemon, and
+// unmodified rstream, riostream (riomap/riowrite) and rcopy, server and client on two devices of one goverbs serve daemon, and
 // against goverbs' own rstream (package rdmanet, the same wire protocol) attached to the
 // same daemon, both ways; and rstream's socket mode under Debian's librspreload.so,
 // which turns its socket calls into the library's rsocket calls.
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -104,6 +105,27 @@ func TestRsocketRstream(t *testing.T) {
 			cmSide{append([]string{gobin, "rstream", "-s", sa, "-b", ca}, a...), d.goTool("c0", ca)})
 		rstreamDone(t, "C server", srv)
 		rstreamDone(t, "Go client", cli)
+	})
+
+	// rcopy: a file through rsend/rrecv; its server serves until killed
+	t.Run("rcopy", func(t *testing.T) {
+		rcopy := program(t, "rcopy")
+		dir := t.TempDir()
+		src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
+		data := make([]byte, 3000000)
+		for i := range data {
+			data[i] = byte(i*7 + i/253)
+		}
+		if err := os.WriteFile(src, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, cli := runCM(t, cmListening, 0, true,
+			cmSide{[]string{rcopy, "-p", "7427"}, srvEnv},
+			cmSide{[]string{rcopy, src, sa + ":" + dst, "-p", "7427"}, cliEnv})
+		got, err := os.ReadFile(dst)
+		if err != nil || !bytes.Equal(got, data) {
+			t.Errorf("rcopy: the copy differs (%d bytes, %v):\n%s", len(got), err, cli)
+		}
 	})
 
 	// rstream -T s uses the socket calls, which librspreload.so hands to rsocket's

@@ -142,6 +142,13 @@ func TestRsocketRstream(t *testing.T) {
 		rstreamDone(t, "server", srv)
 		rstreamDone(t, "client", cli)
 	})
+	t.Run("librspreload server, Go client", func(t *testing.T) {
+		srv, cli := runCM(t, cmListening, 0, false,
+			cmSide{append([]string{rstream, "-b", sa}, sock...), pre(srvEnv)},
+			cmSide{append([]string{gobin, "rstream", "-s", sa, "-b", ca}, args...), d.goTool("c0", ca)})
+		rstreamDone(t, "C server", srv)
+		rstreamDone(t, "Go client", cli)
+	})
 	t.Run("librspreload client, Go server", func(t *testing.T) {
 		srv, cli := runCM(t, "usec/xfer", 300*time.Millisecond, false,
 			cmSide{append([]string{gobin, "rstream", "-b", sa}, args...), d.goTool("s0", sa)},

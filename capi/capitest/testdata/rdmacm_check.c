@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 #include <rdma/rdma_cma.h>
@@ -261,7 +262,26 @@ int main(int argc, char **argv)
 	FAILS(rdma_listen((struct rdma_cm_id *)&addr, 1), EINVAL);
 	FAILS(rdma_ack_cm_event((struct rdma_cm_event *)&fake), EINVAL);
 	FAILS(rdma_notify(NULL, IBV_EVENT_COMM_EST), ENOSYS);
-	FAILS(rsocket(AF_INET, SOCK_STREAM, 0), ENOSYS);
+	FAILS(rsocket(AF_INET, SOCK_DGRAM, 0), ENOTSUP);
+	FAILS(rsocket(AF_UNIX, SOCK_STREAM, 0), ENOTSUP);
+	FAILS((int)rsend(-1, "x", 1, 0), EBADF);
+	FAILS((int)rrecv(12345, &addr, 1, 0), EBADF);
+	FAILS(rclose(-1), EBADF);
+	FAILS((int)riomap(-1, &addr, 1, PROT_WRITE, 0, -1), EBADF);
+	{
+		/* an rsocket not connected: no data, no peer; closes cleanly */
+		int rs = rsocket(AF_INET, SOCK_STREAM, 0);
+		socklen_t len = sizeof(addr);
+		struct sockaddr_in peer;
+
+		CHECK(rs >= 0, "rsocket: %s", strerror(errno));
+		FAILS((int)rsend(rs, "x", 1, 0), ENOTCONN);
+		FAILS((int)rrecv(rs, &peer, 1, MSG_DONTWAIT), ENOTCONN);
+		FAILS(rgetpeername(rs, (struct sockaddr *)&peer, &len), ENOTCONN);
+		FAILS(rsetsockopt(rs, SOL_RDMA, RDMA_INLINE, &len, sizeof(len)), ENOPROTOOPT);
+		FAILS(raccept(rs, NULL, NULL), EINVAL);
+		CHECK(rclose(rs) == 0, "rclose: %s", strerror(errno));
+	}
 	FAILS(rdma_set_local_ece(NULL, NULL), EOPNOTSUPP);
 
 	ch = rdma_create_event_channel();

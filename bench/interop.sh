@@ -276,6 +276,9 @@ if [ "${CAPI:-0}" = 1 ] && { [ -z "$ONLY" ] || [ "$ONLY" = capi-attach ]; }; the
     both attach-write_bw-R ib_write_bw "RC, rdma_cm (-R)" "$am" \
       "$a ib_write_bw -d sw0 -R -n 100 -s 4096" "ib_write_bw -d rxe0 -R -n 100 -s 4096 $H" \
       "ib_write_bw -d rxe0 -R -n 100 -s 4096" "$a ib_write_bw -d sw0 -R -n 100 -s 4096 $V" 10
+    both attach-rstream rstream "rsockets (RC, rdma_cm)" "librdmacm.so.1's rsockets vs librdmacm 44 (rxe)" \
+      "$a rstream -b $H -S 65536 -C 100 -T v" "rstream -s $H -S 65536 -C 100 -T v" \
+      "rstream -S 65536 -C 100 -T v" "$a rstream -s $V -b $H -S 65536 -C 100 -T v"
   else
     echo "interop.sh: CAPI=1 capi-attach needs rping, ib_write_bw and librdmacm-dev on the host; skipped" >&2
   fi

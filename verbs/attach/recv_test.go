@@ -18,25 +18,7 @@ import (
 // message draws an RNR NAK and comes again). Before the wait, a send that overtook the
 // receive was lost (seen with pyverbs' UD tests on the C client).
 func TestReceiveTakenWhenPostReturns(t *testing.T) {
-	_, addr := attachtest.Daemon(t)
-	d, err := attach.Open(soft.Config{Name: "sw0", Addr: addr, Attach: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	pd, err := d.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cq, err := d.CreateCQ(64, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 1<<16)
-	mr, err := pd.RegMR(buf, driver.AccessLocalWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pd, cq, mr := driverObjects(t)
 	for _, typ := range []driver.QPType{driver.QPTypeUD, driver.QPTypeUC} {
 		dq, err := pd.CreateQP(&driver.QPInit{Type: typ, SendCQ: cq, RecvCQ: cq,
 			Cap: driver.QPCap{MaxSendWR: 4, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}})
@@ -71,25 +53,7 @@ func TestReceiveTakenWhenPostReturns(t *testing.T) {
 // or command); a modify to the error state must still flush every one of them, as it does
 // on an RNIC once ibv_post_recv has returned.
 func TestRCReceivesFlushWithoutDoorbell(t *testing.T) {
-	_, addr := attachtest.Daemon(t)
-	d, err := attach.Open(soft.Config{Name: "sw0", Addr: addr, Attach: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	pd, err := d.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cq, err := d.CreateCQ(64, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 1<<16)
-	mr, err := pd.RegMR(buf, driver.AccessLocalWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pd, cq, mr := driverObjects(t)
 	q, err := pd.CreateQP(&driver.QPInit{Type: driver.QPTypeRC, SendCQ: cq, RecvCQ: cq,
 		Cap: driver.QPCap{MaxSendWR: 4, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
@@ -137,4 +101,30 @@ func TestRCReceivesFlushWithoutDoorbell(t *testing.T) {
 	if got != n {
 		t.Fatalf("%d of %d receives flushed", got, n)
 	}
+}
+
+// driverObjects opens an attached device through the provider directly (driver objects,
+// so that a test can look at a QP's ring) with a PD, a CQ and a 64 KiB MR; the device
+// closes when the test ends.
+func driverObjects(t *testing.T) (driver.PD, driver.CQ, driver.MR) {
+	t.Helper()
+	_, addr := attachtest.Daemon(t)
+	d, err := attach.Open(soft.Config{Name: "sw0", Addr: addr, Attach: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	pd, err := d.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := d.CreateCQ(64, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr, err := pd.RegMR(make([]byte, 1<<16), driver.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pd, cq, mr
 }

@@ -95,7 +95,7 @@ func (w *Conn) open(dev *verbs.Device) error {
 		return err
 	}
 	// A page each: an attached device (`goverbs serve`) registers only whole pages in a
-	// Go program, and Go gives an allocation of two pages pages of its own.
+	// Go program, and Go gives an allocation of two pages whole pages of its own.
 	page := os.Getpagesize()
 	w.mem = make([]byte, 2*page)
 	w.rbuf, w.sbuf = w.mem[:MaxMessageLen], w.mem[page:page+MaxMessageLen]

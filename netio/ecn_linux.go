@@ -15,8 +15,15 @@ func SetRecvECN(fd int, v6 bool) bool { return recvECN(fd, v6) }
 // (IP_TOS or IPV6_TCLASS), or ECNNotECT when there is none. A malformed list ends the
 // parse; nothing in it is trusted.
 func ECNFromCmsgs(oob []byte) ECN {
-	_, ecn := parseRecvCmsgs(oob)
-	return ecn
+	_, ds := parseRecvCmsgs(oob)
+	return ECN(ds) & ECNMask
+}
+
+// DSFromCmsgs returns the whole DS field (DSCP and ECN bits) in a received datagram's
+// control messages, or 0 when there is none.
+func DSFromCmsgs(oob []byte) uint8 {
+	_, ds := parseRecvCmsgs(oob)
+	return ds
 }
 
 // ECNCmsgSpace is the control buffer space PutECNCmsg writes.
@@ -25,7 +32,11 @@ func ECNCmsgSpace() int { return unix.CmsgSpace(4) }
 // PutECNCmsg writes into b (at least ECNCmsgSpace bytes) the control message that sends
 // a datagram with ECN codepoint ecn and DSCP 0: IP_TOS on an IPv4 socket, IPV6_TCLASS
 // on an IPv6 one. It returns the space used.
-func PutECNCmsg(b []byte, v6 bool, ecn ECN) int {
+func PutECNCmsg(b []byte, v6 bool, ecn ECN) int { return PutDSCmsg(b, v6, DSField(0, ecn)) }
+
+// PutDSCmsg is PutECNCmsg for a whole DS field (DSField: a traffic class's DSCP and an
+// ECN codepoint).
+func PutDSCmsg(b []byte, v6 bool, ds uint8) int {
 	c := udpConn{v6: v6}
-	return c.putTOSCmsg(b, ecn&ECNMask)
+	return c.putTOSCmsg(b, ds)
 }

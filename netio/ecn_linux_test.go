@@ -3,6 +3,7 @@
 package netio_test
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -100,6 +101,84 @@ func TestECNOnlyWhenAsked(t *testing.T) {
 				}
 				if string(ms[0].Buf[:ms[0].N]) != "marked" || ms[0].ECN != wantECN {
 					t.Fatalf("read %q with %v, want %v", ms[0].Buf[:ms[0].N], ms[0].ECN, wantECN)
+				}
+			})
+		}
+	}
+}
+
+// Message.TrafficClass leaves as the DSCP of the IP header's DS field (IPv4 TOS, IPv6
+// traffic class), per datagram and per GSO run, beside the ECN codepoint when the sender
+// does ECN and alone when it does not; a receiver that reads TOS (IP_RECVTOS) reports it.
+func TestTrafficClassPerDatagram(t *testing.T) {
+	for _, tc := range []struct{ name, addr string }{{"ipv4", "127.0.0.2:0"}, {"ipv6", "[::1]:0"}} {
+		for _, senderECN := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s-ecn-%v", tc.name, senderECN), func(t *testing.T) {
+				r, err := netio.ListenUDP(netip.MustParseAddrPort(tc.addr), netio.UDPOptions{ECN: true})
+				if err != nil {
+					if tc.name == "ipv6" {
+						t.Skipf("no IPv6 loopback: %v", err)
+					}
+					t.Fatal(err)
+				}
+				defer r.Close()
+				s, err := netio.ListenUDP(netip.MustParseAddrPort(tc.addr), netio.UDPOptions{ECN: senderECN})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				run := make([]byte, 3*100)
+				out := []netio.Message{
+					{Buf: []byte("ef"), N: 2, Addr: r.LocalAddr(), TrafficClass: 0xb8, ECN: netio.ECNECT0},
+					{Buf: []byte("cs1"), N: 3, Addr: r.LocalAddr(), TrafficClass: 0x20 | 0b11},
+					{Buf: run, N: len(run), SegSize: 100, Addr: r.LocalAddr(), TrafficClass: 0x60, ECN: netio.ECNECT0},
+					{Buf: []byte("zero"), N: 4, Addr: r.LocalAddr()},
+				}
+				if _, err := s.WriteBatch(out); err != nil {
+					t.Fatal(err)
+				}
+				type got struct {
+					n   int
+					tc  uint8
+					ecn netio.ECN
+				}
+				var want []got
+				for _, m := range out {
+					ecn := netio.ECNNotECT
+					if senderECN {
+						ecn = m.ECN
+					}
+					m.Segments(func(_ int, seg []byte) bool {
+						want = append(want, got{len(seg), m.TrafficClass &^ netio.ECNMask, ecn})
+						return true
+					})
+				}
+				var have []got
+				ms := make([]netio.Message, 8)
+				for i := range ms {
+					ms[i].Buf = make([]byte, max(r.Caps().GROBufSize, 512))
+				}
+				for len(have) < len(want) {
+					done := make(chan error, 1)
+					var n int
+					go func() { var err error; n, err = r.ReadBatch(ms); done <- err }()
+					select {
+					case err := <-done:
+						if err != nil {
+							t.Fatal(err)
+						}
+					case <-time.After(5 * time.Second):
+						t.Fatalf("read %v, want %v", have, want)
+					}
+					for _, m := range ms[:n] {
+						m.Segments(func(_ int, seg []byte) bool {
+							have = append(have, got{len(seg), m.TrafficClass, m.ECN})
+							return true
+						})
+					}
+				}
+				if fmt.Sprint(have) != fmt.Sprint(want) {
+					t.Fatalf("read (len, traffic class, ECN) %v, want %v", have, want)
 				}
 			})
 		}

@@ -83,7 +83,18 @@ type Message struct {
 	// as it found it on read. A GRO run carries one codepoint: the kernel
 	// does not coalesce datagrams whose TOS or traffic class differ.
 	ECN ECN
+	// TrafficClass is the rest of the IP header's DS field (the IPv4 TOS byte, the IPv6
+	// traffic class): the DSCP in its upper six bits; its two low bits are ECN's, and
+	// ignored here. Write: the datagrams leave with it (a RoCEv2 path's traffic class,
+	// which rdma_cm's TOS sets) where the backend builds the IP header or can ask the
+	// kernel for it; one GSO run carries one. Read: the DSCP they arrived with, where the
+	// Conn reports ECN (Caps.ECN), else as found.
+	TrafficClass uint8
 }
+
+// DSField is the IP header's DS field (IPv4 TOS, IPv6 traffic class) of a datagram
+// whose traffic class is tc and ECN codepoint ecn: tc's DSCP, ecn's two bits.
+func DSField(tc uint8, ecn ECN) uint8 { return tc&^ECNMask | uint8(ecn&ECNMask) }
 
 // ECN is the two-bit ECN field: the low bits of the IPv4 TOS byte or of the
 // IPv6 traffic class (RFC 3168 §5). A RoCEv2 sender marks its packets ECT(0)

@@ -377,7 +377,7 @@ const ringFullWait = 50 * time.Microsecond
 // ringHdr is the netio header before each ring record's datagrams: the run's segment
 // size (uint32, 0 for a single datagram), the datagrams' ECN codepoint (one byte, the IP
 // header's two bits, which the ring carries as the socket's TOS/traffic class would),
-// and 3 reserved bytes. A GSO run crosses the
+// their traffic class's DSCP (one byte, Message.TrafficClass) and 2 reserved bytes. A GSO run crosses the
 // ring as one record and arrives as UDP GRO would deliver it, one Message with SegSize,
 // so that the receiver (and a pcap Tee) numbers its segments as over the socket.
 const ringHdr = 8
@@ -413,7 +413,7 @@ func (c *sameHostConn) ringWrite(p *shPair, m *Message) bool {
 		}
 		if ok {
 			binary.LittleEndian.PutUint32(buf, uint32(s))
-			buf[4], buf[5], buf[6], buf[7] = byte(m.ECN&0b11), 0, 0, 0
+			buf[4], buf[5], buf[6], buf[7] = byte(m.ECN&0b11), m.TrafficClass&^ECNMask, 0, 0
 			m.CopyData(buf[ringHdr:ringHdr+n], off)
 			p.tx.Commit()
 		} else {

@@ -146,7 +146,7 @@ func (c *sameHostConn) readRing(p *shPair, msgs []Message) (n, pkts int) {
 			continue
 		}
 		seg := int(binary.LittleEndian.Uint32(rec)) // read once: the peer may change it
-		ecn := ECN(rec[4] & 0b11)
+		ecn, tc := ECN(rec[4]&0b11), rec[5]&^ECNMask
 		data := rec[ringHdr:]
 		m := &msgs[n]
 		switch {
@@ -165,14 +165,14 @@ func (c *sameHostConn) readRing(p *shPair, msgs []Message) (n, pkts int) {
 			for off := 0; off < len(data) && n < len(msgs); off += seg {
 				m = &msgs[n]
 				m.N = copy(m.Buf, data[off:min(off+seg, len(data))])
-				m.Addr, m.SegSize, m.Iov, m.ECN = p.peerSrc, 0, nil, ecn
+				m.Addr, m.SegSize, m.Iov, m.ECN, m.TrafficClass = p.peerSrc, 0, nil, ecn, tc
 				n++
 				pkts++
 			}
 			p.rx.Release()
 			continue
 		}
-		m.Addr, m.Iov, m.ECN = p.peerSrc, nil, ecn
+		m.Addr, m.Iov, m.ECN, m.TrafficClass = p.peerSrc, nil, ecn, tc
 		p.rx.Release()
 		n++
 	}

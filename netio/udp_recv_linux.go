@@ -301,13 +301,13 @@ func (c *udpConn) finishRecv(n int) {
 		m.N = int(h.Len)
 		m.SegSize = 0
 		m.Addr = sockaddrToAddrPort(&r.names[j], !c.v6)
-		ecn := ECNNotECT // what a datagram without a TOS or traffic class message reports
+		var ds uint8 // what a datagram without a TOS or traffic class message reports: Not-ECT, DSCP 0
 		if h.Hdr.Controllen > 0 {
-			m.SegSize, ecn = parseRecvCmsgs(r.oob[j][:h.Hdr.Controllen])
+			m.SegSize, ds = parseRecvCmsgs(r.oob[j][:h.Hdr.Controllen])
 			traceDatagram(r.oob[j][:h.Hdr.Controllen], m.N)
 		}
 		if c.ecn {
-			m.ECN = ecn
+			m.ECN, m.TrafficClass = ECN(ds)&ECNMask, ds&^ECNMask
 		}
 		if m.N > len(m.Buf) {
 			m.N = len(m.Buf)
@@ -326,25 +326,25 @@ func (c *udpConn) finishRecv(n int) {
 // parseRecvCmsgs reads a received datagram's control messages: the GRO segment
 // size (UDP_GRO, an int; 0 without) and the ECN bits of its TOS byte (IP_TOS, one
 // byte) or traffic class (IPV6_TCLASS, an int). A malformed list ends the parse.
-func parseRecvCmsgs(oob []byte) (segSize int, ecn ECN) {
+func parseRecvCmsgs(oob []byte) (segSize int, ds uint8) {
 	for len(oob) >= unix.SizeofCmsghdr {
 		h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
 		l := int(h.Len)
 		if l < unix.SizeofCmsghdr || l > len(oob) {
-			return segSize, ecn
+			return segSize, ds
 		}
 		data := oob[unix.CmsgLen(0):l]
 		switch {
 		case h.Level == unix.IPPROTO_UDP && h.Type == unix.UDP_GRO && len(data) >= 4:
 			segSize = int(*(*int32)(unsafe.Pointer(&data[0])))
 		case h.Level == unix.IPPROTO_IP && h.Type == unix.IP_TOS && len(data) >= 1:
-			ecn = ECN(data[0]) & ECNMask
+			ds = data[0]
 		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_TCLASS && len(data) >= 4:
-			ecn = ECN(*(*int32)(unsafe.Pointer(&data[0]))) & ECNMask
+			ds = uint8(*(*int32)(unsafe.Pointer(&data[0])))
 		}
 		oob = oob[min(len(oob), unix.CmsgSpace(l-unix.CmsgLen(0))):]
 	}
-	return segSize, ecn
+	return segSize, ds
 }
 
 // recvmmsg and sendmmsg (udp_send_linux.go) are raw syscalls: they never block (MSG_DONTWAIT on a

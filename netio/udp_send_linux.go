@@ -110,8 +110,12 @@ func (c *udpConn) writeBatch(msgs []Message) (int, error) {
 				putSegmentCmsg(w.oob[k][:], uint16(m.SegSize))
 				ctl = unix.CmsgSpace(2)
 			}
-			if c.ecn && m.ECN&ECNMask != ECNNotECT {
-				ctl += c.putTOSCmsg(w.oob[k][ctl:], m.ECN&ECNMask)
+			ecn := ECNNotECT
+			if c.ecn {
+				ecn = m.ECN
+			}
+			if ds := DSField(m.TrafficClass, ecn); ds != 0 {
+				ctl += c.putTOSCmsg(w.oob[k][ctl:], ds)
 			}
 			if ctl > 0 {
 				h.Control = &w.oob[k][0]
@@ -250,17 +254,17 @@ func putSegmentCmsg(b []byte, size uint16) {
 	*(*uint16)(unsafe.Pointer(&b[unix.CmsgLen(0)])) = size
 }
 
-// putTOSCmsg writes the control message that sends a datagram with the ECN
-// codepoint ecn (and DSCP 0): IP_TOS for an IPv4 socket, IPV6_TCLASS for an
-// IPv6 one, each an int. It returns the space used.
-func (c *udpConn) putTOSCmsg(b []byte, ecn ECN) int {
+// putTOSCmsg writes the control message that sends a datagram with the DS
+// field ds (DSCP and ECN, DSField): IP_TOS for an IPv4 socket, IPV6_TCLASS for
+// an IPv6 one, each an int. It returns the space used.
+func (c *udpConn) putTOSCmsg(b []byte, ds uint8) int {
 	h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
 	h.Level, h.Type = unix.IPPROTO_IP, unix.IP_TOS
 	if c.v6 {
 		h.Level, h.Type = unix.IPPROTO_IPV6, unix.IPV6_TCLASS
 	}
 	h.SetLen(unix.CmsgLen(4))
-	*(*int32)(unsafe.Pointer(&b[unix.CmsgLen(0)])) = int32(ecn)
+	*(*int32)(unsafe.Pointer(&b[unix.CmsgLen(0)])) = int32(ds)
 	return unix.CmsgSpace(4)
 }
 

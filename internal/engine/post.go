@@ -181,7 +181,7 @@ func (qp *QP) enqueueSend(wr *driver.SendWR) error {
 	w.wr = copyWR(wr, append(w.sgeStore[:0], wr.SGL...))
 	w.bind = bind
 	if ah != nil {
-		w.udDst = netip.AddrPortFrom(ah.addr(), qp.dev.peerPort)
+		w.udDst, w.udTC = netip.AddrPortFrom(ah.addr(), qp.dev.peerPort), ah.TrafficClass
 	}
 	w.length = int(total)
 	w.state = wqePosted

@@ -330,7 +330,11 @@ func (qp *QP) emitPacket(w *sendWQE, k uint32, tx *txBatch, dst netip.AddrPort, 
 	if w.wr.Flags&driver.SendInline != 0 {
 		pl = bytesPayload(w.inline[off : off+n])
 	}
-	if !qp.dev.emit(tx, dst, &h, pl, true) {
+	tc := qp.attr.AH.TrafficClass
+	if qp.typ == driver.QPTypeUD {
+		tc = w.udTC
+	}
+	if !qp.dev.emit(tx, dst, tc, &h, pl, true) {
 		return false
 	}
 	if qp.cc != nil {
@@ -364,7 +368,7 @@ func (qp *QP) sendReadAtomic(w *sendWQE, tx *txBatch) {
 		}
 	}
 	h.BTH.Opcode |= qp.opBase
-	qp.dev.emit(tx, qp.remote, &h, payload{}, true)
+	qp.dev.emit(tx, qp.remote, qp.attr.AH.TrafficClass, &h, payload{}, true)
 	if qp.cc != nil {
 		qp.cc.paceSent(wireLen(h.Len(), 0))
 	}

@@ -158,7 +158,7 @@ func (qp *QP) dropKept() {
 func (qp *QP) buildSACK(tx *txBatch, expected, sacked wire.PSN) {
 	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAck, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: expected, Resv8a: srSACKFlag}}
 	h.AETH = wire.AETHFields{Syndrome: wire.NAKSyndrome(wire.NAKPSNSeqError), MSN: uint32(sacked) & wire.PSNMask}
-	qp.dev.emit(tx, qp.remote, &h, payload{}, false)
+	qp.dev.emit(tx, qp.remote, qp.attr.AH.TrafficClass, &h, payload{}, false)
 	qp.Stats.TxPackets++
 }
 

@@ -41,10 +41,12 @@ type txBatch struct {
 	gso      bool
 	maxSeg   int
 	maxBytes int
-	// The packet being built: where emit placed it, and its ECN codepoint (a GSO run has
-	// one: the kernel writes one TOS for all its segments).
+	// The packet being built: where emit placed it, its ECN codepoint and its path's
+	// traffic class (a GSO run has one of each: the kernel writes one TOS for all its
+	// segments).
 	appendRun bool // it extends the run in msgs[n-1]
 	ecn       netio.ECN
+	tc        uint8
 	// The ICRC's share for the last destination (a batch mostly goes to one peer).
 	flowDst netip.AddrPort
 	flow    wire.ICRCFlow
@@ -95,7 +97,9 @@ type payload struct {
 // bytesPayload is a payload copied from b.
 func bytesPayload(b []byte) payload { return payload{b: b, n: len(b)} }
 
-// emit adds a packet with headers h and payload pl for dst to tx, sealed with pad and
+// emit adds a packet with headers h and payload pl for dst to tx, with traffic class tc
+// (the path's: the QP's address vector or the UD request's AH; its DSCP goes into the IP
+// header, the ECN bits are congestion control's, ecnFor), sealed with pad and
 // ICRC for the IP header it will travel in (commit, commitGather). It reports false,
 // having sealed nothing, when a gathered payload's memory is no longer registered.
 //
@@ -113,7 +117,7 @@ func bytesPayload(b []byte) payload { return payload{b: b, n: len(b)} }
 //
 // One function, not a placement helper and a build: this is every packet's path, and
 // the placement is inlined here rather than paid as a call.
-func (d *Device) emit(tx *txBatch, dst netip.AddrPort, h *wire.Headers, pl payload, endRun bool) bool {
+func (d *Device) emit(tx *txBatch, dst netip.AddrPort, tc uint8, h *wire.Headers, pl payload, endRun bool) bool {
 	n := pl.n
 	size := wireLen(h.Len(), n)
 	gather := pl.sgl != nil && n >= gatherMin
@@ -123,10 +127,10 @@ func (d *Device) emit(tx *txBatch, dst netip.AddrPort, h *wire.Headers, pl paylo
 	}
 	var buf []byte
 	tx.appendRun = false
-	tx.ecn = d.ecnFor(h.BTH.Opcode)
+	tx.ecn, tx.tc = d.ecnFor(h.BTH.Opcode), tc&^netio.ECNMask
 	if tx.gso && tx.n > 0 {
 		last := &tx.msgs[tx.n-1]
-		if last.Addr == dst && last.N%last.SegSize == 0 && last.ECN == tx.ecn &&
+		if last.Addr == dst && last.N%last.SegSize == 0 && last.ECN == tx.ecn && last.TrafficClass == tx.tc &&
 			(last.SegSize == size || endRun && size < last.SegSize) &&
 			last.N+size <= tx.maxBytes && last.N/last.SegSize < tx.maxSeg &&
 			len(last.Iov)+pieces+3 <= netio.MaxIov && !dst.Addr().IsMulticast() {
@@ -218,7 +222,7 @@ func (b *txBatch) place(dst netip.AddrPort) (i, seg int) {
 		return i, b.msgs[i].N / b.msgs[i].SegSize
 	}
 	i = b.n
-	b.msgs[i].N, b.msgs[i].SegSize, b.msgs[i].Addr, b.msgs[i].ECN = 0, 0, dst, b.ecn
+	b.msgs[i].N, b.msgs[i].SegSize, b.msgs[i].Addr, b.msgs[i].ECN, b.msgs[i].TrafficClass = 0, 0, dst, b.ecn, b.tc
 	b.used[i] = 0
 	b.n++
 	return i, 0

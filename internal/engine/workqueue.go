@@ -28,6 +28,7 @@ type sendWQE struct {
 	inline   []byte         // inline payload copied at post time
 	bind     BindMW         // BIND_MW: the binding, copied at post time
 	udDst    netip.AddrPort // UD: the destination, from the AH at post time
+	udTC     uint8          // UD: the AH's traffic class
 	local    sgl            // SGL resolved to memory
 	length   int
 

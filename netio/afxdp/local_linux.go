@@ -129,7 +129,8 @@ func (l *localPath) recv(msgs []netio.Message) int {
 		m.N = min(int(got), len(m.Buf))
 		m.SegSize = 0
 		m.Addr = l.from()
-		m.ECN = netio.ECNFromCmsgs(l.roob[:min(int(h.Controllen), len(l.roob))])
+		ds := netio.DSFromCmsgs(l.roob[:min(int(h.Controllen), len(l.roob))])
+		m.ECN, m.TrafficClass = netio.ECN(ds)&netio.ECNMask, ds&^netio.ECNMask
 		n++
 	}
 	return n
@@ -153,14 +154,15 @@ type localBatch struct {
 	hdrs  [batchSize]unix.Mmsghdr
 	iovs  [batchSize]unix.Iovec
 	addrs [batchSize]unix.RawSockaddrInet6
-	oob   [batchSize][32]byte // an IP_TOS / IPV6_TCLASS control message (netio.PutECNCmsg)
+	oob   [batchSize][32]byte // an IP_TOS / IPV6_TCLASS control message (netio.PutDSCmsg)
 	gath  [batchSize][]byte   // a gathered datagram's bytes (Message.Iov), kept to be reused
 	mi    [batchSize]int      // the message each datagram is part of, for its error
 	n     int
 }
 
-// add queues bytes [off, off+size) of m, message mi of the batch, for dst, with m's ECN
-// codepoint (a control message unless Not-ECT, the socket's default). It reports whether
+// add queues bytes [off, off+size) of m, message mi of the batch, for dst, with m's
+// traffic class and ECN codepoint (a control message unless both are 0, the socket's
+// default). It reports whether
 // the batch is full: then flush it before adding more. m's bytes must stay put until the
 // flush (WriteBatch's caller holds them until it returns).
 func (l *localPath) add(m *netio.Message, off, size int, dst netip.AddrPort, mi int) bool {
@@ -186,9 +188,9 @@ func (l *localPath) add(m *netio.Message, off, size int, dst netip.AddrPort, mi 
 	h.Hdr = unix.Msghdr{Name: (*byte)(unsafe.Pointer(&b.addrs[i])), Namelen: putSockaddr(&b.addrs[i], dst, l.v6),
 		Iov: iov, Iovlen: 1}
 	h.Len = 0
-	if ecn := m.ECN & netio.ECNMask; ecn != netio.ECNNotECT {
+	if ds := netio.DSField(m.TrafficClass, m.ECN); ds != 0 {
 		h.Hdr.Control = &b.oob[i][0]
-		h.Hdr.SetControllen(netio.PutECNCmsg(b.oob[i][:], l.v6, ecn))
+		h.Hdr.SetControllen(netio.PutDSCmsg(b.oob[i][:], l.v6, ds))
 	}
 	b.mi[i] = mi
 	b.n++

@@ -91,25 +91,27 @@ func (t *txTemplate) build(srcMAC, dstMAC [6]byte, src, dst netip.AddrPort, ttl 
 	t.udpSum = wire.Checksum(t.udpSum+protoUDP, udp[:4])
 }
 
-// put writes the headers for a datagram of payloadLen bytes leaving with ECN codepoint
-// ecn into f, whose payload already follows the t.n header bytes: the template, then the
-// lengths, the ECN bits (the low two bits of the IPv4 TOS byte or of the IPv6 traffic
-// class, RFC 3168 section 5) and the checksums, from the kept sums and the payload's.
-func (t *txTemplate) put(f []byte, payloadLen int, ecn netio.ECN) {
+// put writes the headers for a datagram of payloadLen bytes leaving with DS field ds
+// (netio.DSField: the traffic class's DSCP and the ECN codepoint) into f, whose payload
+// already follows the t.n header bytes: the template, then the lengths, the DS field
+// (the IPv4 TOS byte, or the IPv6 traffic class, RFC 8200 section 3; the ECN bits are
+// its low two, RFC 3168 section 5) and the checksums, from the kept sums and the
+// payload's.
+func (t *txTemplate) put(f []byte, payloadLen int, ds uint8) {
 	copy(f, t.hdr[:t.n])
-	ecn &= netio.ECNMask
 	udpLen := udpHeaderLen + payloadLen
 	ip := f[ethHeaderLen:]
 	var udp []byte
 	if t.v6 {
-		ip[1] |= byte(ecn) << 4 // the traffic class is bits 4-11 of the first word (RFC 8200 section 3)
+		ip[0] |= ds >> 4 // the traffic class is bits 4-11 of the first word
+		ip[1] |= ds << 4
 		binary.BigEndian.PutUint16(ip[4:], uint16(udpLen))
 		udp = ip[ipv6HeaderLen:]
 	} else {
 		total := ipv4HeaderLen + udpLen
-		ip[1] = byte(ecn)
+		ip[1] = ds
 		binary.BigEndian.PutUint16(ip[2:], uint16(total))
-		binary.BigEndian.PutUint16(ip[10:], ^wire.ChecksumFold(t.ipSum+uint64(total)+uint64(ecn)))
+		binary.BigEndian.PutUint16(ip[10:], ^wire.ChecksumFold(t.ipSum+uint64(total)+uint64(ds)))
 		udp = ip[ipv4HeaderLen:]
 	}
 	binary.BigEndian.PutUint16(udp[4:], uint16(udpLen))
@@ -123,6 +125,7 @@ type parsed struct {
 	src, dst netip.AddrPort
 	payload  []byte // a sub-slice of the frame
 	ecn      netio.ECN
+	tc       uint8 // the DS field's DSCP (its ECN bits cleared)
 }
 
 // dropReason says why parseFrame refused a frame; each has a counter (Stats).
@@ -179,7 +182,8 @@ func parseFrame(f []byte, local netip.AddrPort) (parsed, dropReason) {
 		p.src = netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip[12:16])), 0)
 		p.dst = netip.AddrPortFrom(dst, 0)
 		p.ecn = netio.ECN(ip[1]) & netio.ECNMask // the TOS byte's low bits (RFC 3168 section 5)
-		udp = ip[ihl:total]                      // Ethernet padding after total is not the datagram's
+		p.tc = ip[1] &^ netio.ECNMask
+		udp = ip[ihl:total] // Ethernet padding after total is not the datagram's
 	case et == etherTypeIPv6 && v6:
 		if len(ip) < ipv6HeaderLen {
 			return p, dropMalformed
@@ -200,7 +204,8 @@ func parseFrame(f []byte, local netip.AddrPort) (parsed, dropReason) {
 		}
 		p.src = netip.AddrPortFrom(netip.AddrFrom16([16]byte(ip[8:24])), 0)
 		p.dst = netip.AddrPortFrom(dst, 0)
-		p.ecn = netio.ECN(ip[1]>>4) & netio.ECNMask // the traffic class's low bits (RFC 8200 section 3)
+		ds := ip[0]<<4 | ip[1]>>4 // the traffic class: bits 4-11 (RFC 8200 section 3)
+		p.ecn, p.tc = netio.ECN(ds)&netio.ECNMask, ds&^netio.ECNMask
 		udp = ip[ipv6HeaderLen : ipv6HeaderLen+plen]
 	default:
 		return p, dropNotOurs

@@ -25,7 +25,7 @@ func frameTo(peer, local netip.AddrPort, payload []byte) []byte {
 	copy(f[headerLen(v6):], payload)
 	var t txTemplate
 	t.build([6]byte{2, 0, 0, 0, 0, 2}, [6]byte{2, 0, 0, 0, 0, 1}, peer, local, DefaultTTL)
-	t.put(f, len(payload), netio.ECNNotECT)
+	t.put(f, len(payload), 0)
 	return f
 }
 
@@ -142,9 +142,9 @@ func TestTemplateMatchesWire(t *testing.T) {
 				}
 				f := make([]byte, headerLen(v6)+n)
 				copy(f[headerLen(v6):], payload)
-				tm.put(f, n, ecn)
+				tm.put(f, n, netio.DSField(0xb8, ecn)) // DSCP 46 (EF) beside each codepoint
 				ip := wire.IPHeader{Src: c.src.Addr(), Dst: c.dst.Addr(), SrcPort: c.src.Port(), DstPort: c.dst.Port(),
-					DF: !v6, TTL: DefaultTTL, TOS: uint8(ecn)}
+					DF: !v6, TTL: DefaultTTL, TOS: netio.DSField(0xb8, ecn)}
 				want := wire.AppendIPUDPPacket(nil, &ip, payload)
 				got := f[ethHeaderLen:]
 				udpAt := ipv4HeaderLen
@@ -173,8 +173,8 @@ func TestTemplateMatchesWire(t *testing.T) {
 					t.Fatalf("%v, %d bytes, %v: UDP checksum does not verify", c.dst, n, ecn)
 				}
 				p, why := parseFrame(f, c.dst)
-				if why != dropNone || !bytes.Equal(p.payload, payload) || p.ecn != ecn {
-					t.Fatalf("%v, %d bytes, %v: parse %v, ECN %v", c.dst, n, ecn, why, p.ecn)
+				if why != dropNone || !bytes.Equal(p.payload, payload) || p.ecn != ecn || p.tc != 0xb8 {
+					t.Fatalf("%v, %d bytes, %v: parse %v, ECN %v, traffic class %#x", c.dst, n, ecn, why, p.ecn, p.tc)
 				}
 			}
 		}

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
-	"github.com/goverbs/goverbs/netio"
 )
 
 // TestSteerProgram runs the XDP program in the kernel (BPF_PROG_TEST_RUN) on frames
@@ -40,7 +39,7 @@ func TestSteerProgram(t *testing.T) {
 			f := make([]byte, headerLen(v6)+n)
 			var t txTemplate
 			t.build([6]byte{}, [6]byte{}, peer, dst, 64)
-			t.put(f, n, netio.ECNNotECT)
+			t.put(f, n, 0)
 			return f
 		}
 		ours := udp(local, 40)

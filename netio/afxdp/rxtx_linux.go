@@ -264,7 +264,7 @@ func (c *Conn) receiveQueue(q *rxq, msgs []netio.Message) int {
 			m.N = copy(m.Buf, p.payload)
 			m.Addr = p.src
 			m.SegSize = 0
-			m.ECN = p.ecn
+			m.ECN, m.TrafficClass = p.ecn, p.tc
 			n++
 		case dropMalformed:
 			c.rxMalformed.Add(1)
@@ -414,7 +414,7 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 			}
 			f := x.umem[addr : addr+x.frameSize]
 			m.CopyData(f[hl:hl+size], off)
-			t.put(f, size, m.ECN)
+			t.put(f, size, netio.DSField(m.TrafficClass, m.ECN))
 			d := x.tx.desc(x.tx.local)
 			d.Addr, d.Len, d.Options = addr, uint32(hl+size), 0
 			x.tx.local++

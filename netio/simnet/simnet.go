@@ -267,6 +267,7 @@ type packet struct {
 	src, dst netip.AddrPort
 	data     []byte
 	ecn      netio.ECN
+	tc       uint8 // the traffic class's DSCP (Message.TrafficClass)
 	// deq, when set, makes the event the start of the datagram's
 	// transmission at that port (a port whose RED marks on dequeue).
 	deq *port
@@ -296,7 +297,7 @@ func (p *pending) Pop() any {
 }
 
 // send applies the filter and faults to one datagram. n.mu held.
-func (n *Network) send(now time.Time, src, dst netip.AddrPort, b []byte, ecn netio.ECN) {
+func (n *Network) send(now time.Time, src, dst netip.AddrPort, b []byte, ecn netio.ECN, tc uint8) {
 	n.stats.Sent++
 	f := n.faults
 	// Draw every random number for this datagram, used or not, so that one
@@ -327,11 +328,11 @@ func (n *Network) send(now time.Time, src, dst netip.AddrPort, b []byte, ecn net
 		delay += 1 + jitter(hold, rd) // at least 1ns: strictly behind a same-time peer
 		n.stats.Reordered++
 	}
-	n.enqueue(now.Add(delay), src, dst, data, ecn)
+	n.enqueue(now.Add(delay), src, dst, data, ecn, tc)
 	if dup < f.Duplicate {
 		n.stats.Duplicated++
 		// The copy is of the datagram as sent: corruption hit one copy only.
-		n.enqueue(now.Add(f.Delay+jitter(j2, f.Jitter)), src, dst, append([]byte(nil), b...), ecn)
+		n.enqueue(now.Add(f.Delay+jitter(j2, f.Jitter)), src, dst, append([]byte(nil), b...), ecn, tc)
 	}
 }
 
@@ -344,8 +345,8 @@ func jitter(r uint64, d time.Duration) time.Duration {
 
 // enqueue puts a datagram in flight: to its source host's link when both ends
 // are attached to the fabric, straight to the destination otherwise. n.mu held.
-func (n *Network) enqueue(at time.Time, src, dst netip.AddrPort, data []byte, ecn netio.ECN) {
-	p := &packet{at: at, src: src, dst: dst, data: data, ecn: ecn & netio.ECNMask}
+func (n *Network) enqueue(at time.Time, src, dst netip.AddrPort, data []byte, ecn netio.ECN, tc uint8) {
+	p := &packet{at: at, src: src, dst: dst, data: data, ecn: ecn & netio.ECNMask, tc: tc &^ netio.ECNMask}
 	if h := n.fabric.hosts[src.Addr()]; h != nil && n.fabric.hosts[dst.Addr()] != nil {
 		p.node = h
 	}
@@ -522,7 +523,7 @@ func (c *conn) PollBatch(msgs []netio.Message) (int, error) {
 		m.N = copy(m.Buf, p.data)
 		m.Addr = p.src
 		m.SegSize = 0
-		m.ECN = p.ecn
+		m.ECN, m.TrafficClass = p.ecn, p.tc
 		c.queue[k] = nil
 		k++
 	}
@@ -562,7 +563,7 @@ func (c *conn) WriteBatch(msgs []netio.Message) (int, error) {
 		m := &msgs[i]
 		dst := netip.AddrPortFrom(m.Addr.Addr().Unmap(), m.Addr.Port())
 		m.Segments(func(_ int, seg []byte) bool {
-			n.send(now, c.addr, dst, seg, m.ECN)
+			n.send(now, c.addr, dst, seg, m.ECN, m.TrafficClass)
 			return true
 		})
 	}

@@ -706,3 +706,58 @@ func TestAttachedCMTwoDevices(t *testing.T) {
 	cc := dialBoth(ctx, t, a, b, l, "across")
 	cc.Close()
 }
+
+// TestAttachedCMOptions: Param's TOS and ACKTimeout travel to the daemon's CM as
+// CM_SET_OPTION (rdma_set_option) and come back in CM_INIT_QP_ATTR: the dialler's QP
+// and the acceptor's have the traffic class, and the ACK timeout (the acceptor's from
+// the REQ's path, or its own).
+func TestAttachedCMOptions(t *testing.T) {
+	_, addr := attachtest.Daemon(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a, c := attachedSide(t, addr), attachedSide(t, addr)
+	l, err := a.a.Listen(7010, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, tc := range []struct{ acceptorTimeout, want uint8 }{{0, 12}, {16, 16}} {
+		ch := make(chan accepted, 1)
+		go func() {
+			r, err := l.Accept(ctx)
+			if err != nil {
+				ch <- accepted{err: err}
+				return
+			}
+			p := a.param("")
+			p.ACKTimeout = tc.acceptorTimeout
+			cn, err := r.Accept(ctx, p)
+			ch <- accepted{c: cn, err: err}
+		}()
+		p := c.param("")
+		p.TOS, p.ACKTimeout = 0xb8, 12
+		cc, err := c.a.Dial(ctx, l.Addr(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ac := <-ch
+		if ac.err != nil {
+			t.Fatal(ac.err)
+		}
+		for _, q := range []struct {
+			who     string
+			qp      *verbs.QP
+			timeout uint8
+		}{{"dialler", cc.QP(), 12}, {"acceptor", ac.c.QP(), tc.want}} {
+			at := q.qp.Query()
+			if at.AH.TrafficClass != 0xb8 || at.Timeout != q.timeout {
+				t.Fatalf("%s's QP: traffic class %#x, ACK timeout %d; want 0xb8, %d", q.who, at.AH.TrafficClass, at.Timeout, q.timeout)
+			}
+		}
+		if err := send(c, a, cc, ac.c, "tos"); err != nil {
+			t.Fatal(err)
+		}
+		cc.Close()
+		ac.c.Close()
+	}
+}

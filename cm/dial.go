@@ -22,6 +22,9 @@ func (a *Agent) Dial(ctx context.Context, raddr netip.AddrPort, p *Param) (*Conn
 	if len(p.PrivateData) > mad.ConnectPrivateLen {
 		return nil, ErrPrivateDataTooLong
 	}
+	if err := p.check(); err != nil {
+		return nil, err
+	}
 	raddr = netip.AddrPortFrom(raddr.Addr().Unmap(), raddr.Port())
 	qp, own, err := p.qp(a)
 	if err != nil {
@@ -45,6 +48,7 @@ func (a *Agent) Dial(ctx context.Context, raddr netip.AddrPort, p *Param) (*Conn
 	// them (cm_rep_handler takes sq_psn from the REP), so rxe and every
 	// RNIC driven by rdma_cm start their send queues there.
 	psn := rand.Uint32() & 0xffffff
+	timeout := orDefault(p.ACKTimeout, localACKTimeout)
 	req := mad.REQFields{
 		ServiceID: mad.ServiceID(mad.PortSpaceTCP, raddr.Port()), LocalQPN: qp.QPN(),
 		ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
@@ -52,7 +56,7 @@ func (a *Agent) Dial(ctx context.Context, raddr netip.AddrPort, p *Param) (*Conn
 		PKey: mad.PKeyDefault, PathMTU: uint8(a.mtu), RNRRetryCount: orDefault(p.RNRRetryCount, 7),
 		SRQ: p.QPInit.SRQ != nil,
 		Primary: mad.Path{LocalLID: 0xffff, RemoteLID: 0xffff, LocalGID: a.gid,
-			RemoteGID: verbs.GIDFromAddr(raddr.Addr()), HopLimit: hopLimit, LocalACKTimeout: localACKTimeout},
+			RemoteGID: verbs.GIDFromAddr(raddr.Addr()), HopLimit: hopLimit, LocalACKTimeout: timeout, TrafficClass: p.TOS},
 		PrivateData: pd,
 	}
 	a.track(c, true)
@@ -75,10 +79,10 @@ func (a *Agent) Dial(ctx context.Context, raddr netip.AddrPort, p *Param) (*Conn
 	}
 	rep := e.Conn.REP
 	c.privateData = e.PrivateData
-	err = toRTR(qp, rtr{peer: req.Primary.RemoteGID, mtu: a.mtu, destQPN: rep.LocalQPN, rqPSN: psn,
+	err = toRTR(qp, rtr{peer: req.Primary.RemoteGID, tc: p.TOS, mtu: a.mtu, destQPN: rep.LocalQPN, rqPSN: psn,
 		maxDestRdAtomic: rep.InitiatorDepth, minRNRTimer: orDefault(p.MinRNRTimer, 12)})
 	if err == nil {
-		err = toRTS(qp, rts{sqPSN: rep.StartingPSN, timeout: localACKTimeout, retry: req.RetryCount,
+		err = toRTS(qp, rts{sqPSN: rep.StartingPSN, timeout: timeout, retry: req.RetryCount,
 			rnrRetry: rep.RNRRetryCount, maxRdAtomic: rep.ResponderResources})
 	}
 	if err != nil {

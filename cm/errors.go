@@ -28,6 +28,9 @@ var (
 	// ErrQP: the QP given is not one the CM can bring up (wrong type or state).
 	// Whether it belongs to the agent's device is not checked.
 	ErrQP = errors.New("cm: unusable QP")
+	// ErrBadOption: an id option (Param's TOS or ACKTimeout, a ListenConfig's, a
+	// Service's SetOption) out of range, or unknown.
+	ErrBadOption = errors.New("cm: bad option")
 )
 
 // RejectError is the peer's refusal: its REJ's reason and private data.

@@ -49,6 +49,7 @@ type kernelBackend interface {
 	establish(tok uint64) error
 	disconnect(tok uint64) error
 	initQPAttr(tok uint64, state verbs.QPState) (verbs.QPAttr, verbs.QPAttrMask, error)
+	setOption(tok uint64, opt Option, val uint32) error // rdma_set_option, level RDMA_OPTION_ID
 	destroy(tok uint64)
 	close() error
 }
@@ -301,6 +302,20 @@ func (k *kernelAgent) modify(tok uint64, qp *verbs.QP, state verbs.QPState, o *o
 	return nil
 }
 
+// setOptions sets p's id options on the id: the ACK timeout, and on the active side
+// (tos) the TOS; the passive side's path is the REQ's, as Accept documents.
+func (k *kernelAgent) setOptions(tok uint64, p *Param, tos bool) error {
+	if tos && p.TOS != 0 {
+		if err := k.b.setOption(tok, OptionTOS, uint32(p.TOS)); err != nil {
+			return err
+		}
+	}
+	if p.ACKTimeout != 0 {
+		return k.b.setOption(tok, OptionACKTimeout, uint32(p.ACKTimeout))
+	}
+	return nil
+}
+
 // bringUp moves qp through INIT (again, on the active side: before the REQ the
 // kernel's INIT attributes grant no remote access, as rdma_cm has no connection to
 // take the rights from; now they grant WRITE, and READ and atomics with responder
@@ -362,6 +377,11 @@ func (a *Agent) kernelDial(ctx context.Context, c *Conn, p *Param) (*Conn, error
 		k.release(a, c)
 		return nil, c.abandon(err)
 	}
+	// The options before the route is resolved: rdma_cm takes the route's traffic
+	// class from TOS, and its packet lifetime from the ACK timeout.
+	if err := k.setOptions(kc.tok, p, true); err != nil {
+		return fail(err)
+	}
 	if err := k.resolve(ctx, a, c, c.remote); err != nil {
 		return fail(err)
 	}
@@ -393,9 +413,15 @@ func (a *Agent) kernelDial(ctx context.Context, c *Conn, p *Param) (*Conn, error
 }
 
 func (a *Agent) kernelListen(space mad.PortSpace, port uint16, backlog int) (*Listener, error) {
+	return a.kernelListenWith(space, port, &ListenConfig{Backlog: backlog})
+}
+
+// kernelListenWith is a listen with lc's options, set on the id before it binds.
+func (a *Agent) kernelListenWith(space mad.PortSpace, port uint16, lc *ListenConfig) (*Listener, error) {
 	if space != mad.PortSpaceTCP && space != mad.PortSpaceUDP {
 		return nil, fmt.Errorf("%w: port space %v", ErrNotSupported, space)
 	}
+	backlog := lc.Backlog
 	if backlog <= 0 {
 		backlog = DefaultBacklog
 	}
@@ -410,7 +436,16 @@ func (a *Agent) kernelListen(space mad.PortSpace, port uint16, backlog int) (*Li
 	if err != nil {
 		return nil, err
 	}
-	got, err := k.b.listen(tok, netip.AddrPortFrom(a.addr, port), backlog)
+	if lc.ReuseAddr {
+		err = k.b.setOption(tok, OptionReuseAddr, 1)
+	}
+	if err == nil && lc.AFOnly {
+		err = k.b.setOption(tok, OptionAFOnly, 1)
+	}
+	var got uint16
+	if err == nil {
+		got, err = k.b.listen(tok, netip.AddrPortFrom(a.addr, port), backlog)
+	}
 	if err == nil {
 		err = k.checkDevice(tok, a)
 	}
@@ -498,6 +533,10 @@ func (r *Request) kernelAccept(ctx context.Context, p *Param) (*Conn, error) {
 	if qp.Type() != r.Transport {
 		k.b.reject(kc.tok, nil)
 		return fail(ErrQP)
+	}
+	if err := k.setOptions(kc.tok, p, false); err != nil {
+		k.b.reject(kc.tok, nil)
+		return fail(err)
 	}
 	respRes, initDepth := min(p.ResponderResources, r.InitiatorDepth), min(p.InitiatorDepth, r.ResponderResources)
 	err = k.bringUp(kc.tok, qp, &ownAttrs{minRNRTimer: orDefault(p.MinRNRTimer, 12), depths: true,

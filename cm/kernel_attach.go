@@ -273,6 +273,14 @@ func (b *attachBackend) establish(tok uint64) error {
 	return err
 }
 
+func (b *attachBackend) setOption(tok uint64, opt Option, val uint32) error {
+	_, err := b.call(attach.OpCMSetOption, tok, func(w *attach.Writer) {
+		w.U32(uint32(opt))
+		w.U32(val)
+	})
+	return err
+}
+
 func (b *attachBackend) disconnect(tok uint64) error {
 	_, err := b.call(attach.OpCMDisconnect, tok, nil)
 	return err

@@ -324,6 +324,13 @@ func (b *librdmacm) establish(tok uint64) error {
 	})
 }
 
+func (b *librdmacm) setOption(tok uint64, opt Option, val uint32) error {
+	return b.call(tok, "rdma_set_option "+opt.String(), func(id *C.struct_rdma_cm_id) (C.int, error) {
+		r, err := C.gv_set_option(id, C.int(opt), C.uint32_t(val))
+		return r, err
+	})
+}
+
 func (b *librdmacm) disconnect(tok uint64) error {
 	return b.call(tok, "rdma_disconnect", func(id *C.struct_rdma_cm_id) (C.int, error) {
 		r, err := C.rdma_disconnect(id)

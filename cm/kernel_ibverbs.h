@@ -158,6 +158,22 @@ static int gv_bind_listen(struct rdma_cm_id *id, int v4, const uint8_t *ip, uint
 	return 0;
 }
 
+/* gv_set_option is rdma_set_option at level RDMA_OPTION_ID with the value in the width
+ * each option takes: a uint8_t for TOS and ACK_TIMEOUT, an int for REUSEADDR and AFONLY. */
+static int gv_set_option(struct rdma_cm_id *id, int opt, uint32_t val)
+{
+	uint8_t b = (uint8_t)val;
+	int i = (int)val;
+
+	switch (opt) {
+	case RDMA_OPTION_ID_TOS:
+	case RDMA_OPTION_ID_ACK_TIMEOUT:
+		return rdma_set_option(id, RDMA_OPTION_ID, opt, &b, sizeof b);
+	default:
+		return rdma_set_option(id, RDMA_OPTION_ID, opt, &i, sizeof i);
+	}
+}
+
 static int gv_bind(struct rdma_cm_id *id, int v4, const uint8_t *ip)
 {
 	struct sockaddr_storage s;

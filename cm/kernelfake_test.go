@@ -40,6 +40,12 @@ type fakeID struct {
 	peer          uint64
 	mine, theirs  kparam // this side's and the peer's connection parameters
 	connected     bool
+	// rdma_set_option's: the path's traffic class (the active side's TOS, which the
+	// passive id takes from the REQ), the ACK timeout, REUSEADDR and AFONLY.
+	tos               uint8
+	timeout           uint8
+	timeoutSet        bool
+	reuseAddr, afOnly bool
 }
 
 // fakeChannel is one agent's event channel: a kernelBackend.
@@ -210,7 +216,7 @@ func (c *fakeChannel) connect(tok uint64, p *kparam, priv []byte) error {
 		return nil
 	}
 	k.next++
-	k.ids[k.next] = &fakeID{ch: l.ch, udp: id.udp, local: l.local, remote: id.local, peer: tok, theirs: *p}
+	k.ids[k.next] = &fakeID{ch: l.ch, udp: id.udp, local: l.local, remote: id.local, peer: tok, theirs: *p, tos: id.tos}
 	id.peer = k.next
 	n := mad.ConnectPrivateLen
 	if id.udp {
@@ -318,7 +324,7 @@ func (c *fakeChannel) initQPAttr(tok uint64, st verbs.QPState) (verbs.QPAttr, ve
 			return verbs.QPAttr{}, 0, syscall.EINVAL
 		}
 		return verbs.QPAttr{State: st, PathMTU: verbs.MTU1024, DestQPN: id.theirs.qpn,
-				AH:              verbs.AHAttr{DGID: verbs.GIDFromAddr(id.remote.Addr()), Port: 1, HopLimit: 64},
+				AH:              verbs.AHAttr{DGID: verbs.GIDFromAddr(id.remote.Addr()), Port: 1, HopLimit: 64, TrafficClass: id.tos},
 				MaxDestRdAtomic: id.theirs.initiatorDepth},
 			verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
 				verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer, nil
@@ -326,11 +332,36 @@ func (c *fakeChannel) initQPAttr(tok uint64, st verbs.QPState) (verbs.QPAttr, ve
 		if !known {
 			return verbs.QPAttr{}, 0, syscall.EINVAL
 		}
-		return verbs.QPAttr{State: st, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: id.theirs.responderResources},
+		timeout := uint8(14)
+		if id.timeoutSet {
+			timeout = id.timeout
+		}
+		return verbs.QPAttr{State: st, Timeout: timeout, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: id.theirs.responderResources},
 			verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry |
 				verbs.QPAttrMaxQPRdAtomic, nil
 	}
 	return verbs.QPAttr{}, 0, syscall.EINVAL
+}
+
+func (c *fakeChannel) setOption(tok uint64, opt Option, val uint32) error {
+	k, id, err := c.lock(tok)
+	defer k.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	switch opt {
+	case OptionTOS:
+		id.tos = uint8(val)
+	case OptionACKTimeout:
+		id.timeout, id.timeoutSet = uint8(val), true
+	case OptionReuseAddr:
+		id.reuseAddr = val != 0
+	case OptionAFOnly:
+		id.afOnly = val != 0
+	default:
+		return syscall.ENOSYS
+	}
+	return nil
 }
 
 func (c *fakeChannel) destroy(tok uint64) {

@@ -185,6 +185,9 @@ func (r *Request) Accept(ctx context.Context, p *Param) (*Conn, error) {
 	if len(p.PrivateData) > mad.AcceptPrivateLen {
 		return nil, ErrPrivateDataTooLong
 	}
+	if err := p.check(); err != nil {
+		return nil, err
+	}
 	if !r.answered.CompareAndSwap(false, true) {
 		return nil, ErrAnswered
 	}
@@ -206,21 +209,14 @@ func (r *Request) Accept(ctx context.Context, p *Param) (*Conn, error) {
 		return nil, c.abandon(ErrQP)
 	}
 	respRes, initDepth := min(p.ResponderResources, f.InitiatorDepth), min(p.InitiatorDepth, f.ResponderResources)
-	timeout := f.Primary.LocalACKTimeout
-	if timeout == 0 {
-		timeout = localACKTimeout
-	}
+	timeout := orDefault(p.ACKTimeout, orDefault(f.Primary.LocalACKTimeout, localACKTimeout))
 	// psn is the PSN this side expects first, which the REP carries; it
 	// sends from the REQ's (see Dial).
 	psn := rand.Uint32() & 0xffffff
 	err = toInit(qp)
 	if err == nil {
-		err = toRTR(qp, rtr{peer: f.Primary.LocalGID, mtu: min(a.mtu, r.PathMTU), destQPN: f.LocalQPN,
-			rqPSN: psn, maxDestRdAtomic: respRes, minRNRTimer: orDefault(p.MinRNRTimer, 12)})
-	}
-	if err == nil {
-		err = toRTS(qp, rts{sqPSN: f.StartingPSN, timeout: timeout, retry: f.RetryCount, rnrRetry: f.RNRRetryCount,
-			maxRdAtomic: initDepth})
+		err = toRTR(qp, rtr{peer: f.Primary.LocalGID, tc: f.Primary.TrafficClass, mtu: min(a.mtu, r.PathMTU),
+			destQPN: f.LocalQPN, rqPSN: psn, maxDestRdAtomic: respRes, minRNRTimer: orDefault(p.MinRNRTimer, 12)})
 	}
 	if err != nil {
 		r.reject(mad.ReasonConsumerReject)
@@ -229,14 +225,66 @@ func (r *Request) Accept(ctx context.Context, p *Param) (*Conn, error) {
 	rep := mad.REPFields{LocalQPN: qp.QPN(), StartingPSN: psn, ResponderResources: respRes,
 		InitiatorDepth: initDepth, TargetACKDelay: 15, RNRRetryCount: orDefault(p.RNRRetryCount, 7),
 		SRQ: p.QPInit.SRQ != nil, PrivateData: p.PrivateData}
+	rx := qp.Counters().RxPackets
 	if err := a.do(func(now time.Time) error { return a.cm.Accept(now, c.ic, &rep) }); err != nil {
 		return nil, c.abandon(c.pendingErr(ErrTimeout))
 	}
-	if _, err := c.wait(ctx, ibcm.EventEstablished); err != nil {
+	if err := c.established(ctx, qp, rx); err != nil {
 		return nil, c.abandon(err)
+	}
+	// RTS once established, as the IBTA's passive side does (12.9.8): in RTR the QP
+	// receives and answers, and its first packet is what establishes the connection
+	// when the RTU is lost.
+	err = toRTS(qp, rts{sqPSN: f.StartingPSN, timeout: timeout, retry: f.RetryCount, rnrRetry: f.RNRRetryCount,
+		maxRdAtomic: initDepth})
+	if err != nil {
+		c.Close()
+		return nil, err
 	}
 	return c, nil
 }
+
+// established waits for the passive connection's RTU, or for the QP's first packet
+// since the REP left (the QP had received rx before), which tells as well that the peer
+// is up: the IBTA's communication established event (IBV_EVENT_COMM_EST, 11.6.3.1),
+// on which rdma_cm's users call rdma_notify so that a lost RTU does not hold the
+// connection until the REP's retry. The CM does not take the event itself, as the
+// device's event queue is the program's (Device.Events has one reader, as
+// ibv_get_async_event); the QP's receive counter counts the same packet. It is read
+// only while the RTU is late: the RTU of a live peer arrives within a round trip.
+func (c *Conn) established(ctx context.Context, qp *verbs.QP, rx uint64) error {
+	poll := time.NewTicker(commEstPoll)
+	defer poll.Stop()
+	for {
+		select {
+		case e := <-c.ev:
+			switch e.Kind {
+			case ibcm.EventEstablished:
+				return nil
+			case ibcm.EventRejected:
+				return &RejectError{Reason: e.Reason, PrivateData: e.PrivateData}
+			case ibcm.EventTimeout:
+				return ErrTimeout
+			}
+		case <-poll.C:
+			if qp.Counters().RxPackets == rx {
+				continue
+			}
+			// Data before the RTU. Establish fails only when the RTU (whose event is
+			// then on its way) or the CM's end (likewise) came first.
+			if c.a.do(func(now time.Time) error { return c.a.cm.Establish(now, c.ic) }) == nil {
+				return nil
+			}
+		case <-ctx.Done():
+			c.a.do(func(now time.Time) error { c.a.cm.Abort(now, c.ic); return nil })
+			return ctx.Err()
+		}
+	}
+}
+
+// commEstPoll is how often Accept looks at the QP's receive counter while the RTU is
+// late.
+const commEstPoll = time.Millisecond
 
 // Reject refuses the request with privateData (at most 148 bytes) in the
 // REJ, reason "consumer reject" (rdma_reject); a UD request is refused with

@@ -37,6 +37,32 @@ type Param struct {
 	RetryCount    uint8
 	RNRRetryCount uint8
 	MinRNRTimer   uint8
+
+	// TOS is the connection's type of service (rdma_set_option's RDMA_OPTION_ID_TOS):
+	// the path's traffic class, which the QP's address vector takes and RoCEv2 packets
+	// carry in their IP header's DS field (its upper six bits, the DSCP; the ECN bits
+	// are congestion control's). Dial puts it in the REQ's path and the passive side
+	// takes the REQ's, as rdma_cm does on RoCE, so one side chooses for both: Accept
+	// ignores its own. 0 is the default class.
+	TOS uint8
+	// ACKTimeout is the QP's local ACK timeout (RDMA_OPTION_ID_ACK_TIMEOUT; 4.096 µs ×
+	// 2^ACKTimeout, at most 31), which otherwise comes from the path: 19 (about 2 s)
+	// on RoCE, or on the passive side the REQ's. Dial also puts it in the REQ's path,
+	// as the kernel's rdma_cm derives the path's packet lifetime from it, so the peer
+	// gets it too unless it sets its own. 0 keeps the path's (an infinite timeout,
+	// the IBTA's 0, cannot be asked for).
+	ACKTimeout uint8
+}
+
+// MaxACKTimeout is the largest ACK timeout exponent (the QP attribute has 5 bits).
+const MaxACKTimeout = 31
+
+// check refuses parameters no connection can take.
+func (p *Param) check() error {
+	if p.ACKTimeout > MaxACKTimeout {
+		return fmt.Errorf("%w: ACK timeout %d (at most %d)", ErrBadOption, p.ACKTimeout, MaxACKTimeout)
+	}
+	return nil
 }
 
 func orDefault(v, d uint8) uint8 {
@@ -111,6 +137,7 @@ func toInit(qp *verbs.QP) error {
 // rtr is what a QP needs to receive from its peer.
 type rtr struct {
 	peer            verbs.GID
+	tc              uint8 // the path's traffic class (TOS)
 	mtu             verbs.MTU
 	destQPN, rqPSN  uint32
 	maxDestRdAtomic uint8
@@ -119,7 +146,7 @@ type rtr struct {
 
 func toRTR(qp *verbs.QP, r rtr) error {
 	attr := verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: r.mtu, DestQPN: r.destQPN, RQPSN: r.rqPSN,
-		AH: verbs.AHAttr{DGID: r.peer, Port: 1, HopLimit: hopLimit}}
+		AH: verbs.AHAttr{DGID: r.peer, Port: 1, HopLimit: hopLimit, TrafficClass: r.tc}}
 	mask := verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN
 	if qp.Type() == verbs.QPTypeRC {
 		attr.MaxDestRdAtomic, attr.MinRNRTimer = r.maxDestRdAtomic, r.minRNRTimer

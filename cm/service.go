@@ -29,8 +29,8 @@ type Service struct {
 
 	mu     sync.Mutex
 	ids    map[uint64]*svcID
-	listen map[uint64]*svcID // by service ID
-	ports  map[uint64]uint64 // service ID → the id bound to it
+	listen map[uint64]*svcID   // by service ID
+	ports  map[uint64][]uint64 // service ID → the ids bound to it (more than one: REUSEADDR)
 	next   uint64
 	closed bool
 }
@@ -115,6 +115,7 @@ type svcID struct {
 	mtu    verbs.MTU
 	retry  uint8                   // our REQ's retry count (active)
 	groups map[netip.Addr]struct{} // multicast groups joined
+	opt    idOptions               // rdma_set_option's (option.go)
 }
 
 // Errors of a Service's calls, as errnos (what the kernel's rdma_ucm returns).
@@ -145,7 +146,7 @@ func (p gsiMADPort) Close() error { p.g.SetMADHandler(nil); return nil }
 func NewService(g driver.GSI, addr netip.Addr, guid uint64, mtu verbs.MTU, cfg *Config) *Service {
 	addr = addr.Unmap()
 	port := gsiMADPort{g}
-	s := &Service{ids: map[uint64]*svcID{}, listen: map[uint64]*svcID{}, ports: map[uint64]uint64{}}
+	s := &Service{ids: map[uint64]*svcID{}, listen: map[uint64]*svcID{}, ports: map[uint64][]uint64{}}
 	icfg := ibcm.Config{CAGUID: guid, TIDHigh: rand.Uint32(), Rand: rand.Uint32}
 	if cfg != nil {
 		icfg.ResponseTimeout, icfg.MaxRetries, icfg.PacketLifetime = cfg.ResponseTimeout, cfg.MaxRetries, cfg.PacketLifetime
@@ -208,23 +209,56 @@ func (s *Service) space(id *svcID) mad.PortSpace {
 }
 
 // bindLocked reserves port (0: an ephemeral one) of the id's port space for it.
+// A port held already is the id's too when it and every holder set REUSEADDR and
+// none of them listens, as the kernel's rdma_cm checks a bind.
 func (s *Service) bindLocked(id *svcID, port uint16) error {
 	sp := s.space(id)
 	if port == 0 {
 		for {
-			if p := ephemeralPort(); s.ports[mad.ServiceID(sp, p)] == 0 {
+			if p := ephemeralPort(); len(s.ports[mad.ServiceID(sp, p)]) == 0 {
 				port = p
 				break
 			}
 		}
 	}
 	sid := mad.ServiceID(sp, port)
-	if s.ports[sid] != 0 {
+	if !s.shareable(sid, id, id.opt.reuseAddr) {
 		return errAddrInUse
 	}
-	s.ports[sid] = id.tok
+	s.ports[sid] = append(s.ports[sid], id.tok)
 	id.sid, id.local = sid, netip.AddrPortFrom(s.a.addr, port)
 	return nil
+}
+
+// shareable reports whether id may hold sid beside its other holders: with reuse, and
+// each of them set REUSEADDR and does not listen.
+func (s *Service) shareable(sid uint64, id *svcID, reuse bool) bool {
+	for _, t := range s.ports[sid] {
+		o := s.ids[t]
+		if t == id.tok || o == nil {
+			continue
+		}
+		if !reuse || !o.opt.reuseAddr || o.state == stListening {
+			return false
+		}
+	}
+	return true
+}
+
+// unbindLocked releases id's port.
+func (s *Service) unbindLocked(id *svcID) {
+	hs := s.ports[id.sid]
+	for i, t := range hs {
+		if t == id.tok {
+			hs = append(hs[:i], hs[i+1:]...)
+			break
+		}
+	}
+	if len(hs) == 0 {
+		delete(s.ports, id.sid)
+	} else {
+		s.ports[id.sid] = hs
+	}
 }
 
 func (s *Service) localAddr(a netip.Addr) bool {
@@ -352,6 +386,9 @@ func (s *Service) Listen(tok uint64, backlog int) error {
 			return err
 		}
 	case stBound:
+		if !s.shareable(id.sid, id, false) {
+			return errAddrInUse // a listener holds its port alone
+		}
 	default:
 		return errIDState
 	}
@@ -387,13 +424,18 @@ func (s *Service) Connect(tok uint64, p *ServiceParam) error {
 	copy(pd[mad.CMAHeaderLen:], p.PrivateData)
 	id.psn = rand.Uint32() & 0xffffff
 	id.mtu, id.retry = a.mtu, orDefault(p.RetryCount, 7)
+	timeout := uint8(localACKTimeout)
+	if id.opt.timeoutSet && id.opt.timeout != 0 {
+		timeout = id.opt.timeout // the kernel's rdma_cm derives the path's packet lifetime from it
+	}
 	req := mad.REQFields{
 		ServiceID: mad.ServiceID(mad.PortSpaceTCP, id.remote.Port()), LocalQPN: p.QPN & 0xffffff,
 		ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
 		TransportServiceType: mad.TransportRC, StartingPSN: id.psn, RetryCount: id.retry,
 		PKey: mad.PKeyDefault, PathMTU: uint8(a.mtu), RNRRetryCount: orDefault(p.RNRRetryCount, 7), SRQ: p.SRQ,
 		Primary: mad.Path{LocalLID: 0xffff, RemoteLID: 0xffff, LocalGID: a.gid,
-			RemoteGID: verbs.GIDFromAddr(id.remote.Addr()), HopLimit: hopLimit, LocalACKTimeout: localACKTimeout},
+			RemoteGID: verbs.GIDFromAddr(id.remote.Addr()), HopLimit: hopLimit, LocalACKTimeout: timeout,
+			TrafficClass: id.opt.tos},
 		PrivateData: pd,
 	}
 	id.state = stConnecting
@@ -546,20 +588,23 @@ func (s *Service) InitQPAttr(tok uint64, state verbs.QPState) (verbs.QPAttr, ver
 	var peer verbs.GID
 	var destQPN, sqPSN uint32
 	var maxDest, maxRd, retry, rnr, timeout uint8
-	if f := &id.ic.REQ; id.ic.Active {
+	f := &id.ic.REQ // the path, the traffic class (TOS) included, is the REQ's on both sides
+	if id.ic.Active {
 		rep := &id.ic.REP
 		peer, destQPN, sqPSN = f.Primary.RemoteGID, rep.LocalQPN, rep.StartingPSN
-		maxDest, maxRd, retry, rnr, timeout = rep.InitiatorDepth, rep.ResponderResources, id.retry, rep.RNRRetryCount, localACKTimeout
+		maxDest, maxRd, retry, rnr = rep.InitiatorDepth, rep.ResponderResources, id.retry, rep.RNRRetryCount
 	} else {
 		peer, destQPN, sqPSN = f.Primary.LocalGID, f.LocalQPN, f.StartingPSN
-		maxDest, maxRd, retry, rnr, timeout = f.InitiatorDepth, f.ResponderResources, f.RetryCount, f.RNRRetryCount, f.Primary.LocalACKTimeout
-		if timeout == 0 {
-			timeout = localACKTimeout
-		}
+		maxDest, maxRd, retry, rnr = f.InitiatorDepth, f.ResponderResources, f.RetryCount, f.RNRRetryCount
+	}
+	timeout = orDefault(f.Primary.LocalACKTimeout, localACKTimeout)
+	if id.opt.timeoutSet {
+		timeout = id.opt.timeout // as the kernel's rdma_init_qp_attr overrides the path's
 	}
 	if state == verbs.QPStateRTR {
 		return verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: id.mtu, DestQPN: destQPN, RQPSN: id.psn,
-				MaxDestRdAtomic: maxDest, MinRNRTimer: 12, AH: verbs.AHAttr{DGID: peer, Port: 1, HopLimit: hopLimit}},
+				MaxDestRdAtomic: maxDest, MinRNRTimer: 12,
+				AH: verbs.AHAttr{DGID: peer, Port: 1, HopLimit: hopLimit, TrafficClass: f.Primary.TrafficClass}},
 			verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
 				verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer, nil
 	}
@@ -577,8 +622,8 @@ func (s *Service) Destroy(tok uint64) {
 		return
 	}
 	delete(s.ids, tok)
-	if id.sid != 0 && s.ports[id.sid] == tok {
-		delete(s.ports, id.sid)
+	if id.sid != 0 {
+		s.unbindLocked(id)
 	}
 	a := s.a
 	if id.state == stListening {

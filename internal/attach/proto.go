@@ -86,6 +86,8 @@ const (
 	OpCMInitQPAttr
 	OpCMJoinMcast
 	OpCMLeaveMcast
+	OpCMSetOption // 46: rdma_set_option, level RDMA_OPTION_ID
+	OpCMNotify    // 47: rdma_notify
 	opEnd
 )
 

@@ -230,6 +230,18 @@ func (s *session) cmCommand(op attach.Op, r *attach.Reader, w *attach.Writer) ([
 			return nil, nil
 		}
 		return nil, svc.Leave(id.tok, g.Addr())
+	case attach.OpCMSetOption:
+		opt, val := r.U32(), r.U32()
+		if r.Err != nil {
+			return nil, nil
+		}
+		return nil, svc.SetOption(id.tok, cm.Option(opt), val)
+	case attach.OpCMNotify:
+		ev := r.U32()
+		if r.Err != nil {
+			return nil, nil
+		}
+		return nil, svc.Notify(id.tok, driver.EventType(ev))
 	case attach.OpCMInitQPAttr:
 		st := r.U8()
 		if r.Err != nil {

@@ -76,8 +76,10 @@ type idOptions struct {
 // before Connect goes in the REQ's path, and so into both sides' address vectors
 // (InitQPAttr's RTR traffic class; the passive side takes the REQ's, as rdma_cm does on
 // RoCE). ACK_TIMEOUT overrides the timeout InitQPAttr gives for RTS, and set before
-// Connect goes in the REQ's path too. REUSEADDR matters at Bind and Listen; AFONLY is
-// recorded (a device has one address family).
+// Connect goes in the REQ's path too (not on a UDP id: EINVAL). REUSEADDR matters at
+// Bind and Listen; AFONLY is recorded (a device has one address family). Values out of
+// range and options set in states rdma_cm refuses them in are EINVAL; other options
+// ENOSYS.
 func (s *Service) SetOption(tok uint64, opt Option, val uint32) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -92,18 +94,23 @@ func (s *Service) SetOption(tok uint64, opt Option, val uint32) error {
 		}
 		id.opt.tos, id.opt.tosSet = uint8(val), true
 	case OptionACKTimeout:
+		if id.udp {
+			return fmt.Errorf("cm: ACK timeout on a UDP id: %w", syscall.EINVAL) // no RC QP to time
+		}
 		if val > MaxACKTimeout {
 			return fmt.Errorf("%w: ACK timeout %d (at most %d): %w", ErrBadOption, val, MaxACKTimeout, syscall.EINVAL)
 		}
 		id.opt.timeout, id.opt.timeoutSet = uint8(val), true
 	case OptionReuseAddr:
-		if id.state != stIdle {
-			return fmt.Errorf("cm: REUSEADDR on a bound id: %w", syscall.EINVAL) // as rdma_cm: before bind only
+		// As the kernel's rdma_cm: turned on on any id but a listener, off only before
+		// a bind.
+		if (val == 0 || id.state == stListening) && id.state != stIdle {
+			return fmt.Errorf("cm: REUSEADDR %d in this state: %w", val, syscall.EINVAL)
 		}
 		id.opt.reuseAddr = val != 0
 	case OptionAFOnly:
-		if id.state != stIdle {
-			return fmt.Errorf("cm: AFONLY on a bound id: %w", syscall.EINVAL)
+		if id.state != stIdle && id.state != stBound {
+			return fmt.Errorf("cm: AFONLY after bind or resolve: %w", syscall.EINVAL)
 		}
 		id.opt.afOnly = val != 0
 	default:

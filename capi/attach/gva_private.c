@@ -15,7 +15,7 @@
  * goverbs_attach_command sends one command (op, with the payload req of reqlen bytes)
  * on ctx's control connection and reads its reply: 0 with the payload copied into rep
  * (*replen bytes, at most repcap) and exactly want_fds descriptors in fds; else a
- * positive errno (the daemon's, or EIO once it is gone). Only the rdma_cm ops (29-45)
+ * positive errno (the daemon's, or EIO once it is gone). Only the rdma_cm ops (29-47)
  * are allowed: verbs objects are this library's to make.
  */
 int goverbs_attach_command(struct ibv_context *ctx, unsigned op, const void *req, size_t reqlen, void *rep,
@@ -27,7 +27,7 @@ int goverbs_attach_command(struct ibv_context *ctx, unsigned op, const void *req
 	struct gva_dev *d;
 	int rc;
 
-	if (!ctx || op < 29 || op > 45 || (reqlen && !req) || want_fds < 0 || want_fds > GVA_MAX_FDS ||
+	if (!ctx || op < 29 || op > 47 || (reqlen && !req) || want_fds < 0 || want_fds > GVA_MAX_FDS ||
 	    (want_fds && !fds))
 		return EINVAL;
 	d = (struct gva_dev *)gv_ctx(ctx)->h;

@@ -377,3 +377,34 @@ func TestRdmacmDaemonGone(t *testing.T) {
 		t.Fatalf("rping -s after its daemon died (%v):\n%s", ctx.Err(), out)
 	}
 }
+
+// TestRdmacmOptionsAndNotify runs testdata/rdmacm_opts.c: rdma_set_option's TOS and
+// ACK_TIMEOUT reach the daemon's CM (set before the id has a device, and after) and
+// show in ibv_query_qp of the QPs librdmacm brought up (grh.traffic_class on both
+// sides, each side's timeout); rdma_notify(COMM_EST) establishes a passive id whose RTU
+// has not come, then is EISCONN; a SEND crosses.
+func TestRdmacmOptionsAndNotify(t *testing.T) {
+	lib := rdmacmLibrary(t)
+	cc := os.Getenv("CC")
+	if cc == "" {
+		cc = "cc"
+	}
+	bin := filepath.Join(t.TempDir(), "rdmacm_opts")
+	out, err := exec.Command(cc, "-O2", "-Wall", "-Werror", "-o", bin, filepath.Join("testdata", "rdmacm_opts.c"),
+		filepath.Join(lib, "librdmacm.so.1"), filepath.Join(lib, "libibverbs.so.1"), "-lpthread").CombinedOutput()
+	if err != nil {
+		t.Fatalf("compile rdmacm_opts: %v\n%s", err, out)
+	}
+	a := newAddr()
+	d := serve(t, lib, "t0="+a)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := exec.CommandContext(ctx, bin, a)
+	c.Env = append(os.Environ(), d.cLib(lib, "t0", a)...) // GOVERBS_DEBUG: what failed, on stderr
+	var stderr strings.Builder
+	c.Stderr = &stderr
+	got, err := c.Output()
+	if err != nil || string(got) != "ok\n" {
+		t.Fatalf("rdmacm_opts: %v\n%s%s", err, got, &stderr)
+	}
+}

@@ -50,7 +50,8 @@ void goverbs_attach_unpark(void);
 enum {
 	OP_CREATE_CHANNEL = 29, OP_DESTROY_CHANNEL, OP_CREATE_ID, OP_DESTROY_ID, OP_BIND_ADDR,
 	OP_RESOLVE_ADDR, OP_RESOLVE_ROUTE, OP_QUERY_ADDR, OP_LISTEN, OP_CONNECT, OP_ACCEPT, OP_REJECT,
-	OP_ESTABLISH, OP_DISCONNECT, OP_INIT_QP_ATTR, OP_JOIN_MCAST, OP_LEAVE_MCAST,
+	OP_ESTABLISH, OP_DISCONNECT, OP_INIT_QP_ATTR, OP_JOIN_MCAST, OP_LEAVE_MCAST, OP_SET_OPTION,
+	OP_NOTIFY,
 	MAX_MSG = 4096,
 	EV_HDR = 108,
 	ADDR_LEN = 20,
@@ -290,7 +291,9 @@ struct cm_id {
 	void *connect;			  /* rdma_getaddrinfo's connect data */
 	size_t connect_len;
 	int own_cqs, listening;
-	uint8_t tos;
+	/* rdma_set_option's, kept for an id the daemon has not heard of yet (set_options) */
+	uint8_t tos, timeout;
+	int tos_set, timeout_set, reuseaddr, afonly;
 	struct cm_id *next;
 };
 
@@ -692,6 +695,38 @@ static int dev_start(struct cm_dev *d)
 	return 0;
 }
 
+/* set_option is CM_SET_OPTION for an id the daemon knows. */
+static int set_option(struct cm_id *i, int opt, uint32_t val)
+{
+	struct wr w = { .n = 0 };
+	uint8_t rep[MAX_MSG];
+
+	put32(&w, i->h);
+	put32(&w, (uint32_t)opt);
+	put32(&w, val);
+	return command(i->dev, OP_SET_OPTION, &w, rep, NULL, NULL, 0);
+}
+
+/*
+ * set_options gives the daemon the options a program set before its id had a daemon id
+ * (rdma_set_option right after rdma_create_id, as rping's -T and perftest do): before
+ * the bind or the resolution that made it, so REUSEADDR and the route's TOS count.
+ */
+static int set_options(struct cm_id *i)
+{
+	int rc = 0;
+
+	if (i->tos_set)
+		rc = set_option(i, RDMA_OPTION_ID_TOS, i->tos);
+	if (!rc && i->timeout_set)
+		rc = set_option(i, RDMA_OPTION_ID_ACK_TIMEOUT, i->timeout);
+	if (!rc && i->reuseaddr)
+		rc = set_option(i, RDMA_OPTION_ID_REUSEADDR, 1);
+	if (!rc && i->afonly)
+		rc = set_option(i, RDMA_OPTION_ID_AFONLY, 1);
+	return rc;
+}
+
 /* ensure_h gives the id a daemon id on device d (its device from now on). */
 static int ensure_h(struct cm_id *i, struct cm_dev *d)
 {
@@ -723,7 +758,7 @@ static int ensure_h(struct cm_id *i, struct cm_dev *d)
 	i->dev = d;
 	i->id.verbs = d->verbs;
 	i->id.port_num = 1;
-	return 0;
+	return set_options(i);
 }
 
 /* ---- ids ---- */
@@ -1504,10 +1539,24 @@ int rdma_disconnect(struct rdma_cm_id *id)
 
 int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
 {
-	(void)id;
-	(void)event;
-	dbg("rdma_notify: not served by goverbs' rdma_cm (the CM establishes on the RTU): ENOSYS");
-	return err(ENOSYS);
+	struct cm_id *i = checked(id, "rdma_notify");
+	struct wr w = { .n = 0 };
+	uint8_t rep[MAX_MSG];
+	int rc;
+
+	if (!i)
+		return -1;
+	if (!i->h) {
+		dbg("rdma_notify: the id has no connection: EINVAL");
+		return err(EINVAL);
+	}
+	put32(&w, i->h);
+	put32(&w, (uint32_t)event);
+	if ((rc = command(i->dev, OP_NOTIFY, &w, rep, NULL, NULL, 0))) {
+		dbg("rdma_notify: event %d: %s", (int)event, strerror(rc));
+		return err(rc);
+	}
+	return 0;
 }
 
 /* ---- events ---- */
@@ -1914,22 +1963,51 @@ int rdma_set_option(struct rdma_cm_id *id, int level, int optname, void *optval,
 	if (!optval)
 		return err(EINVAL);
 	if (level == RDMA_OPTION_ID) {
+		uint32_t val;
+
 		switch (optname) {
 		case RDMA_OPTION_ID_TOS:
+		case RDMA_OPTION_ID_ACK_TIMEOUT:
 			if (optlen != sizeof(uint8_t))
 				return err(EINVAL);
-			i->tos = *(uint8_t *)optval; /* recorded; the daemon's CM sends traffic class 0 */
-			dbg("rdma_set_option: TOS %u recorded but not applied (traffic class 0)", i->tos);
-			return 0;
+			val = *(uint8_t *)optval;
+			break;
 		case RDMA_OPTION_ID_REUSEADDR:
 		case RDMA_OPTION_ID_AFONLY:
 			if (optlen != sizeof(int))
 				return err(EINVAL);
-			return 0; /* ports are freed at destroy; a device has one address family */
-		case RDMA_OPTION_ID_ACK_TIMEOUT:
-			dbg("rdma_set_option: ACK timeout is the daemon CM's own: ENOSYS");
+			val = *(int *)optval != 0;
+			break;
+		default:
+			dbg("rdma_set_option: option %d of level RDMA_OPTION_ID is not served: ENOSYS", optname);
 			return err(ENOSYS);
 		}
+		if (i->h) {
+			int rc = set_option(i, optname, val);
+
+			if (rc) {
+				dbg("rdma_set_option: option %d value %u: %s", optname, val, strerror(rc));
+				return err(rc);
+			}
+		} else if (optname == RDMA_OPTION_ID_ACK_TIMEOUT && (val > 31 || i->id.qp_type != IBV_QPT_RC)) {
+			return err(EINVAL); /* what the daemon would say, said now */
+		}
+		switch (optname) {
+		case RDMA_OPTION_ID_TOS:
+			i->tos = (uint8_t)val;
+			i->tos_set = 1;
+			break;
+		case RDMA_OPTION_ID_ACK_TIMEOUT:
+			i->timeout = (uint8_t)val;
+			i->timeout_set = 1;
+			break;
+		case RDMA_OPTION_ID_REUSEADDR:
+			i->reuseaddr = (int)val;
+			break;
+		default:
+			i->afonly = (int)val;
+		}
+		return 0;
 	}
 	dbg("rdma_set_option: level %d option %d is not served: ENOSYS", level, optname);
 	return err(ENOSYS);

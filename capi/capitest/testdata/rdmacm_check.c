@@ -261,7 +261,7 @@ int main(int argc, char **argv)
 	FAILS(rdma_accept(NULL, NULL), EINVAL);
 	FAILS(rdma_listen((struct rdma_cm_id *)&addr, 1), EINVAL);
 	FAILS(rdma_ack_cm_event((struct rdma_cm_event *)&fake), EINVAL);
-	FAILS(rdma_notify(NULL, IBV_EVENT_COMM_EST), ENOSYS);
+	FAILS(rdma_notify(NULL, IBV_EVENT_COMM_EST), EINVAL);
 	FAILS(rsocket(AF_INET, SOCK_DGRAM, 0), ENOTSUP);
 	FAILS(rsocket(AF_UNIX, SOCK_STREAM, 0), ENOTSUP);
 	FAILS((int)rsend(-1, "x", 1, 0), EBADF);
@@ -307,7 +307,11 @@ int main(int argc, char **argv)
 		int one = 1;
 		uint8_t t = 0;
 		CHECK(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &one, sizeof(one)) == 0, "REUSEADDR");
-		FAILS(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t, sizeof(t)), ENOSYS);
+		uint8_t big = 32;
+		FAILS(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &big, sizeof(big)), EINVAL);
+		FAILS(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t, sizeof(one)), EINVAL);
+		FAILS(rdma_set_option(id, RDMA_OPTION_ID, 99, &t, sizeof(t)), ENOSYS);
+		FAILS(rdma_notify(id, IBV_EVENT_COMM_EST), EINVAL); /* no connection */
 		FAILS(rdma_set_option(id, RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, &t, sizeof(t)), ENOSYS);
 	}
 	{

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -115,3 +116,88 @@ func copyPyverbsTests(t *testing.T, dir string) {
 		}
 	}
 }
+
+// TestAttachPyverbsRdmacm runs pyverbs' rdmacm tests (tests.test_rdmacm) on the C
+// flavour and its librdmacm. Those tests take the address to connect to from the
+// device's network interface: the first name in /sys/class/infiniband/DEV/device/net/,
+// then that interface's first address (`ip -j addr show IFACE`); without the directory
+// every one of them skips ("doesn't have net interface"). A software device has no
+// sysfs entry, and a kernel one cannot be made without root, so the test gives them one
+// in namespaces of their own (pyverbsNS): user, network and mount (unshare -Urnm, which
+// an unprivileged user may create, and root too, as CI runs), where a tmpfs over sysfs's
+// /sys/class/infiniband (or over /sys/class, its entries bound back, where the kernel has
+// no infiniband class) names the loopback interface as sw0's, and sw0 is a device of a
+// daemon on 127.0.0.1, lo's first address, in the namespace's own network: nothing
+// else holds port 4791 there. Every test must pass.
+func TestAttachPyverbsRdmacm(t *testing.T) {
+	lib := attachLibrary(t)
+	if _, err := os.Stat(filepath.Join(pyverbsTests, "test_rdmacm.py")); err != nil {
+		t.Skip("python3-pyverbs (with its rdmacm tests) not installed")
+	}
+	if _, err := os.Stat(filepath.Join(lib, "librdmacm.so.1")); err != nil {
+		t.Skip("librdmacm.so.1 was not built (no <rdma/rdma_cma.h>: apt-get install librdmacm-dev)")
+	}
+	if out, err := exec.Command("unshare", "-Urnm", "--pid", "--fork", "ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
+		t.Skipf("no user, network and mount namespaces here (unshare -Urnm: %v %s)", err, out)
+	}
+	top := t.TempDir()
+	dir := filepath.Join(top, "tests")
+	copyPyverbsTests(t, dir)
+	script := filepath.Join(top, "ns.sh")
+	if err := os.WriteFile(script, []byte(pyverbsNS), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	// A PID namespace too, whose processes end with its first (--kill-child: when the
+	// test kills unshare): no daemon outlives a timeout.
+	c := exec.CommandContext(ctx, "unshare", "-Urnm", "--pid", "--fork", "--kill-child", "sh", script)
+	c.Env = append(os.Environ(), "GV_LIB="+lib, "GV_TESTS="+dir, "GV_MODULES=tests.test_rdmacm")
+	b, err := c.CombinedOutput()
+	out := string(b)
+	ran := regexp.MustCompile(`(?m)^Ran (\d+) tests`).FindStringSubmatch(out)
+	if err != nil || ran == nil || !regexp.MustCompile(`(?m)^OK$`).MatchString(out) {
+		t.Fatalf("pyverbs rdmacm: %v\n%s", err, out)
+	}
+	if n, _ := strconv.Atoi(ran[1]); n < 10 {
+		t.Fatalf("pyverbs ran %s rdmacm tests, want at least 10:\n%s", ran[1], out)
+	}
+	t.Logf("pyverbs rdmacm: %s tests, all passed", ran[1])
+}
+
+// pyverbsNS runs in the namespaces (TestAttachPyverbsRdmacm): lo up, sw0's sysfs entry
+// naming it, a daemon serving sw0 on 127.0.0.1, then pyverbs' modules GV_MODULES from
+// GV_TESTS on the libraries in GV_LIB.
+const pyverbsNS = `set -e
+ip link set lo up
+if [ -d /sys/class/infiniband ]; then
+	mount -t tmpfs goverbs /sys/class/infiniband
+else
+	keep=$(mktemp -d)
+	mount --rbind /sys/class "$keep"
+	mount -t tmpfs goverbs /sys/class
+	for e in "$keep"/*; do
+		n=$(basename "$e")
+		mkdir "/sys/class/$n"
+		mount --rbind "$e" "/sys/class/$n"
+	done
+	mkdir /sys/class/infiniband
+fi
+mkdir -p /sys/class/infiniband/sw0/device/net/lo
+export XDG_RUNTIME_DIR=$(mktemp -d)
+"$GV_LIB/goverbs" serve sw0=127.0.0.1 >"$XDG_RUNTIME_DIR/serve.log" 2>&1 &
+daemon=$!
+trap 'kill $daemon' EXIT
+i=0
+until grep -q '^serving ' "$XDG_RUNTIME_DIR/serve.log"; do
+	i=$((i + 1))
+	if [ $i -gt 200 ]; then
+		cat "$XDG_RUNTIME_DIR/serve.log"
+		exit 1
+	fi
+	sleep 0.05
+done
+cd "$GV_TESTS"
+LD_LIBRARY_PATH="$GV_LIB" GOVERBS_DEVICES=sw0=127.0.0.1 GOVERBS_NO_AUTOSTART=1 \
+	/usr/bin/python3 run_tests.py -v --dev sw0 --gid 0 $GV_MODULES
+`

@@ -695,6 +695,16 @@ static int dev_start(struct cm_dev *d)
 	return 0;
 }
 
+/* default_pd is the device's PD of ids that were given none (librdmacm's per device). */
+static struct ibv_pd *default_pd(struct cm_dev *d)
+{
+	pthread_mutex_lock(&gmu);
+	if (!d->pd)
+		d->pd = ibv_alloc_pd(d->verbs);
+	pthread_mutex_unlock(&gmu);
+	return d->pd;
+}
+
 /* set_option is CM_SET_OPTION for an id the daemon knows. */
 static int set_option(struct cm_id *i, int opt, uint32_t val)
 {
@@ -758,6 +768,10 @@ static int ensure_h(struct cm_id *i, struct cm_dev *d)
 	i->dev = d;
 	i->id.verbs = d->verbs;
 	i->id.port_num = 1;
+	/* As librdmacm, an id with a device has the device's PD: a program may create its
+	 * own QP on id->pd (pyverbs' external-QP test does). */
+	if (!i->id.pd && !(i->id.pd = default_pd(d)))
+		return ENOMEM;
 	return set_options(i);
 }
 
@@ -1168,15 +1182,6 @@ static int ud_ready(struct ibv_qp *qp)
 	a.qp_state = IBV_QPS_RTS;
 	a.sq_psn = 0;
 	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
-}
-
-static struct ibv_pd *default_pd(struct cm_dev *d)
-{
-	pthread_mutex_lock(&gmu);
-	if (!d->pd)
-		d->pd = ibv_alloc_pd(d->verbs);
-	pthread_mutex_unlock(&gmu);
-	return d->pd;
 }
 
 static void destroy_own_cqs(struct cm_id *i)
@@ -1703,6 +1708,7 @@ static int process(struct cm_chan *c, struct raw *raw, struct cm_evt **out)
 		n->h = hid;
 		n->dev = i->dev;
 		n->id.verbs = i->id.verbs;
+		n->id.pd = i->id.pd; /* the device's, as the listener's */
 		n->id.port_num = 1;
 		n->id.route.addr.src_storage = local;
 		n->id.route.addr.dst_storage = remote;
@@ -2236,6 +2242,42 @@ int rdma_reject_ece(struct rdma_cm_id *id, const void *private_data, uint8_t pri
 
 /* ---- rdma_getaddrinfo and endpoints ---- */
 
+/* copy_sa sets *to to a copy of the n bytes of sa (none when n is 0); 0 or ENOMEM. */
+static int copy_sa(struct sockaddr **to, socklen_t *tolen, const struct sockaddr *sa, socklen_t n)
+{
+	if (!n || !sa)
+		return 0;
+	if (!(*to = malloc(n)))
+		return ENOMEM;
+	memcpy(*to, sa, n);
+	*tolen = n;
+	return 0;
+}
+
+/*
+ * addrinfo_of_hints is rdma_getaddrinfo with neither node nor service: the answer is
+ * the hints' own addresses and settings, as librdmacm gives it (pyverbs' AddrInfo with a
+ * source only, for a multicast join, asks that).
+ */
+static int addrinfo_of_hints(const struct rdma_addrinfo *hints, struct rdma_addrinfo **res)
+{
+	struct rdma_addrinfo *r = calloc(1, sizeof(*r));
+
+	if (!r)
+		return err(ENOMEM);
+	r->ai_flags = hints->ai_flags;
+	r->ai_family = hints->ai_family;
+	r->ai_qp_type = hints->ai_qp_type;
+	r->ai_port_space = hints->ai_port_space;
+	if (copy_sa(&r->ai_dst_addr, &r->ai_dst_len, hints->ai_dst_addr, hints->ai_dst_len) ||
+	    copy_sa(&r->ai_src_addr, &r->ai_src_len, hints->ai_src_addr, hints->ai_src_len)) {
+		rdma_freeaddrinfo(r);
+		return err(ENOMEM);
+	}
+	*res = r;
+	return 0;
+}
+
 int rdma_getaddrinfo(const char *node, const char *service, const struct rdma_addrinfo *hints,
 		     struct rdma_addrinfo **res)
 {
@@ -2243,8 +2285,10 @@ int rdma_getaddrinfo(const char *node, const char *service, const struct rdma_ad
 	struct rdma_addrinfo *r;
 	int rc, passive = hints && (hints->ai_flags & RAI_PASSIVE);
 
-	if (!res || (!node && !service))
+	if (!res || (!node && !service && !hints))
 		return err(EINVAL);
+	if (!node && !service)
+		return addrinfo_of_hints(hints, res);
 	if (hints && (hints->ai_flags & RAI_NUMERICHOST))
 		h.ai_flags |= AI_NUMERICHOST;
 	if (passive)

@@ -433,7 +433,12 @@ int main(int argc, char **argv)
 	CHECK(rdma_getaddrinfo(argv[1], "7999", &hints, &res) == 0 && res->ai_src_addr &&
 		      res->ai_qp_type == IBV_QPT_RC, "rdma_getaddrinfo");
 	rdma_freeaddrinfo(res);
-	FAILS(rdma_getaddrinfo(NULL, NULL, &hints, &res), EINVAL);
+	FAILS(rdma_getaddrinfo(NULL, NULL, NULL, &res), EINVAL);
+	/* neither node nor service: the hints' own, as librdmacm answers (pyverbs asks) */
+	hints.ai_flags = 0;
+	CHECK(rdma_getaddrinfo(NULL, NULL, &hints, &res) == 0 && !res->ai_src_addr && !res->ai_dst_addr &&
+		      res->ai_port_space == RDMA_PS_TCP, "rdma_getaddrinfo of hints alone");
+	rdma_freeaddrinfo(res);
 
 	if (failures) {
 		fprintf(stderr, "%d checks failed\n", failures);

@@ -139,11 +139,16 @@ func send(s, r *aside, sc, rc *cm.Conn, msg string) error {
 
 // accept takes one request on l and accepts it with private data.
 func accept(ctx context.Context, s *aside, l *cm.Listener, priv string) (*cm.Conn, []byte, error) {
+	return acceptWith(ctx, l, s.param(priv))
+}
+
+// acceptWith takes one request on l and accepts it with p.
+func acceptWith(ctx context.Context, l *cm.Listener, p *cm.Param) (*cm.Conn, []byte, error) {
 	r, err := l.Accept(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := r.Accept(ctx, s.param(priv))
+	c, err := r.Accept(ctx, p)
 	return c, r.PrivateData, err
 }
 
@@ -154,10 +159,14 @@ type accepted struct {
 }
 
 func acceptAsync(ctx context.Context, s *aside, l *cm.Listener, priv string) chan accepted {
+	return acceptWithAsync(ctx, l, s.param(priv))
+}
+
+func acceptWithAsync(ctx context.Context, l *cm.Listener, p *cm.Param) chan accepted {
 	ch := make(chan accepted, 1)
 	go func() {
-		c, p, err := accept(ctx, s, l, priv)
-		ch <- accepted{c, p, err}
+		c, priv, err := acceptWith(ctx, l, p)
+		ch <- accepted{c, priv, err}
 	}()
 	return ch
 }
@@ -722,18 +731,9 @@ func TestAttachedCMOptions(t *testing.T) {
 	}
 	defer l.Close()
 	for _, tc := range []struct{ acceptorTimeout, want uint8 }{{0, 12}, {16, 16}} {
-		ch := make(chan accepted, 1)
-		go func() {
-			r, err := l.Accept(ctx)
-			if err != nil {
-				ch <- accepted{err: err}
-				return
-			}
-			p := a.param("")
-			p.ACKTimeout = tc.acceptorTimeout
-			cn, err := r.Accept(ctx, p)
-			ch <- accepted{c: cn, err: err}
-		}()
+		ap := a.param("")
+		ap.ACKTimeout = tc.acceptorTimeout
+		ch := acceptWithAsync(ctx, l, ap)
 		p := c.param("")
 		p.TOS, p.ACKTimeout = 0xb8, 12
 		cc, err := c.a.Dial(ctx, l.Addr(), p)

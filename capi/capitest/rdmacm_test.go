@@ -274,28 +274,40 @@ func TestRdmacmAgainstGoTools(t *testing.T) {
 // acked twice, ids destroyed with events outstanding, a channel destroyed under a
 // waiting rdma_get_cm_event, calls not served: clear errnos, no crash, no hang.
 func TestRdmacmBadInput(t *testing.T) {
+	runRdmacmCheck(t, "rdmacm_check", false)
+}
+
+// runRdmacmCheck compiles testdata/NAME.c against the drop-in libraries and runs it on a
+// device of a daemon of its own, with its address as argument: it must print "ok".
+// debug adds GOVERBS_DEBUG=1, whose lines (on stderr) say what failed.
+func runRdmacmCheck(t *testing.T, name string, debug bool) {
+	t.Helper()
 	lib := rdmacmLibrary(t)
 	cc := os.Getenv("CC")
 	if cc == "" {
 		cc = "cc"
 	}
-	bin := filepath.Join(t.TempDir(), "rdmacm_check")
-	out, err := exec.Command(cc, "-O2", "-Wall", "-Werror", "-o", bin, filepath.Join("testdata", "rdmacm_check.c"),
+	bin := filepath.Join(t.TempDir(), name)
+	out, err := exec.Command(cc, "-O2", "-Wall", "-Werror", "-o", bin, filepath.Join("testdata", name+".c"),
 		filepath.Join(lib, "librdmacm.so.1"), filepath.Join(lib, "libibverbs.so.1"), "-lpthread").CombinedOutput()
 	if err != nil {
-		t.Fatalf("compile rdmacm_check: %v\n%s", err, out)
+		t.Fatalf("compile %s: %v\n%s", name, err, out)
 	}
 	a := newAddr()
 	d := serve(t, lib, "t0="+a)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c := exec.CommandContext(ctx, bin, a)
-	c.Env = append(os.Environ(), d.attached(lib, "t0", a)...)
+	env := d.attached(lib, "t0", a)
+	if debug {
+		env = d.cLib(lib, "t0", a)
+	}
+	c.Env = append(os.Environ(), env...)
 	var stderr strings.Builder
 	c.Stderr = &stderr
 	got, err := c.Output()
 	if err != nil || string(got) != "ok\n" {
-		t.Fatalf("rdmacm_check: %v\n%s%s", err, got, &stderr)
+		t.Fatalf("%s: %v\n%s%s", name, err, got, &stderr)
 	}
 }
 
@@ -384,27 +396,5 @@ func TestRdmacmDaemonGone(t *testing.T) {
 // sides, each side's timeout); rdma_notify(COMM_EST) establishes a passive id whose RTU
 // has not come, then is EISCONN; a SEND crosses.
 func TestRdmacmOptionsAndNotify(t *testing.T) {
-	lib := rdmacmLibrary(t)
-	cc := os.Getenv("CC")
-	if cc == "" {
-		cc = "cc"
-	}
-	bin := filepath.Join(t.TempDir(), "rdmacm_opts")
-	out, err := exec.Command(cc, "-O2", "-Wall", "-Werror", "-o", bin, filepath.Join("testdata", "rdmacm_opts.c"),
-		filepath.Join(lib, "librdmacm.so.1"), filepath.Join(lib, "libibverbs.so.1"), "-lpthread").CombinedOutput()
-	if err != nil {
-		t.Fatalf("compile rdmacm_opts: %v\n%s", err, out)
-	}
-	a := newAddr()
-	d := serve(t, lib, "t0="+a)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c := exec.CommandContext(ctx, bin, a)
-	c.Env = append(os.Environ(), d.cLib(lib, "t0", a)...) // GOVERBS_DEBUG: what failed, on stderr
-	var stderr strings.Builder
-	c.Stderr = &stderr
-	got, err := c.Output()
-	if err != nil || string(got) != "ok\n" {
-		t.Fatalf("rdmacm_opts: %v\n%s%s", err, got, &stderr)
-	}
+	runRdmacmCheck(t, "rdmacm_opts", true)
 }

@@ -510,6 +510,17 @@ static int cmd_h(struct cm_dev *d, unsigned op, uint32_t h)
 	return command(d, op, &w, rep, NULL, NULL, 0);
 }
 
+/* cmd_h32 is a command of an id and one u32 (a timeout, a backlog, an event). */
+static int cmd_h32(struct cm_dev *d, unsigned op, uint32_t h, uint32_t v)
+{
+	struct wr w = { .n = 0 };
+	uint8_t rep[MAX_MSG];
+
+	put32(&w, h);
+	put32(&w, v);
+	return command(d, op, &w, rep, NULL, NULL, 0);
+}
+
 /* ---- channels ---- */
 
 static void chan_push(struct cm_chan *c, struct raw *r)
@@ -1016,8 +1027,6 @@ int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr, struct s
 int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 {
 	struct cm_id *i = checked(id, "rdma_resolve_route");
-	struct wr w = { .n = 0 };
-	uint8_t rep[MAX_MSG];
 	int rc;
 
 	if (!i)
@@ -1026,9 +1035,7 @@ int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 		dbg("rdma_resolve_route: the address is not resolved: EINVAL");
 		return err(EINVAL);
 	}
-	put32(&w, i->h);
-	put32(&w, timeout_ms < 0 ? 0 : (uint32_t)timeout_ms);
-	if ((rc = command(i->dev, OP_RESOLVE_ROUTE, &w, rep, NULL, NULL, 0)))
+	if ((rc = cmd_h32(i->dev, OP_RESOLVE_ROUTE, i->h, timeout_ms < 0 ? 0 : (uint32_t)timeout_ms)))
 		return err(rc);
 	return complete(i);
 }
@@ -1036,8 +1043,6 @@ int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 int rdma_listen(struct rdma_cm_id *id, int backlog)
 {
 	struct cm_id *i = checked(id, "rdma_listen");
-	struct wr w = { .n = 0 };
-	uint8_t rep[MAX_MSG];
 	int rc;
 
 	if (!i)
@@ -1048,9 +1053,7 @@ int rdma_listen(struct rdma_cm_id *id, int backlog)
 		if (rdma_bind_addr(id, (struct sockaddr *)&any))
 			return -1;
 	}
-	put32(&w, i->h);
-	put32(&w, backlog < 0 ? 0 : (uint32_t)backlog);
-	if ((rc = command(i->dev, OP_LISTEN, &w, rep, NULL, NULL, 0)))
+	if ((rc = cmd_h32(i->dev, OP_LISTEN, i->h, backlog < 0 ? 0 : (uint32_t)backlog)))
 		return err(rc);
 	i->listening = 1;
 	/* a line a test (or a person) can wait for: the service answers from now on */
@@ -1545,8 +1548,6 @@ int rdma_disconnect(struct rdma_cm_id *id)
 int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
 {
 	struct cm_id *i = checked(id, "rdma_notify");
-	struct wr w = { .n = 0 };
-	uint8_t rep[MAX_MSG];
 	int rc;
 
 	if (!i)
@@ -1555,9 +1556,7 @@ int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
 		dbg("rdma_notify: the id has no connection: EINVAL");
 		return err(EINVAL);
 	}
-	put32(&w, i->h);
-	put32(&w, (uint32_t)event);
-	if ((rc = command(i->dev, OP_NOTIFY, &w, rep, NULL, NULL, 0))) {
+	if ((rc = cmd_h32(i->dev, OP_NOTIFY, i->h, (uint32_t)event))) {
 		dbg("rdma_notify: event %d: %s", (int)event, strerror(rc));
 		return err(rc);
 	}

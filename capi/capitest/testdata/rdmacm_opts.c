@@ -81,13 +81,12 @@ int main(int argc, char **argv)
 	struct rdma_conn_param p = { .responder_resources = 1, .initiator_depth = 1, .retry_count = 7,
 				     .rnr_retry_count = 7 };
 	uint8_t tos = 0xb8, ct = 12, st = 16, bad = 32;
-	char buf[64] = "with tos";
+	char *buf, *rbuf; /* page-aligned heap buffers: the C flavour maps a registered range's pages */
 	struct ibv_mr *smr, *cmr;
 	struct ibv_sge sge;
 	struct ibv_recv_wr rwr = { .sg_list = &sge, .num_sge = 1 }, *rbad;
 	struct ibv_send_wr swr = { .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED },
 			   *sbad;
-	char rbuf[64];
 
 	CHECK(argc == 2 && inet_pton(AF_INET, argv[1], &a.sin_addr) == 1, "usage: rdmacm_opts ADDR");
 	CHECK((sch = rdma_create_event_channel()) && (cch = rdma_create_event_channel()), "channels");
@@ -131,11 +130,15 @@ int main(int argc, char **argv)
 	path("client", cid, tos, ct);
 	path("server", sid, tos, st);
 
-	CHECK((smr = ibv_reg_mr(sid->pd, rbuf, sizeof(rbuf), IBV_ACCESS_LOCAL_WRITE)), "ibv_reg_mr");
-	CHECK((cmr = ibv_reg_mr(cid->pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE)), "ibv_reg_mr");
-	sge = (struct ibv_sge){ (uintptr_t)rbuf, sizeof(rbuf), smr->lkey };
+	CHECK(posix_memalign((void **)&buf, 4096, 4096) == 0 && posix_memalign((void **)&rbuf, 4096, 4096) == 0,
+	      "posix_memalign");
+	memset(rbuf, 0, 64);
+	strcpy(buf, "with tos");
+	CHECK((smr = ibv_reg_mr(sid->pd, rbuf, 64, IBV_ACCESS_LOCAL_WRITE)), "ibv_reg_mr");
+	CHECK((cmr = ibv_reg_mr(cid->pd, buf, 64, IBV_ACCESS_LOCAL_WRITE)), "ibv_reg_mr");
+	sge = (struct ibv_sge){ (uintptr_t)rbuf, 64, smr->lkey };
 	CHECK(ibv_post_recv(sid->qp, &rwr, &rbad) == 0, "ibv_post_recv");
-	sge = (struct ibv_sge){ (uintptr_t)buf, sizeof(buf), cmr->lkey };
+	sge = (struct ibv_sge){ (uintptr_t)buf, 64, cmr->lkey };
 	CHECK(ibv_post_send(cid->qp, &swr, &sbad) == 0, "ibv_post_send");
 	poll1(cid->send_cq);
 	poll1(sid->recv_cq);
@@ -146,6 +149,8 @@ int main(int argc, char **argv)
 	next(sch, RDMA_CM_EVENT_DISCONNECTED);
 	ibv_dereg_mr(smr);
 	ibv_dereg_mr(cmr);
+	free(buf);
+	free(rbuf);
 	rdma_destroy_qp(sid);
 	rdma_destroy_qp(cid);
 	rdma_destroy_id(sid);

@@ -36,6 +36,9 @@ func (a *Agent) kernelResolveUD(ctx context.Context, raddr netip.AddrPort, p *Pa
 		return nil, err
 	}
 	defer k.release(a, c)
+	if err := k.setOptions(c.kc.tok, &Param{TOS: p.TOS}, true); err != nil {
+		return nil, err
+	}
 	if err := k.resolve(ctx, a, c, raddr); err != nil {
 		return nil, err
 	}

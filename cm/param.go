@@ -43,7 +43,8 @@ type Param struct {
 	// carry in their IP header's DS field (its upper six bits, the DSCP; the ECN bits
 	// are congestion control's). Dial puts it in the REQ's path and the passive side
 	// takes the REQ's, as rdma_cm does on RoCE, so one side chooses for both: Accept
-	// ignores its own. 0 is the default class.
+	// ignores its own. ResolveUD gives it to the address handle it returns. 0 is the
+	// default class.
 	TOS uint8
 	// ACKTimeout is the QP's local ACK timeout (RDMA_OPTION_ID_ACK_TIMEOUT; 4.096 µs ×
 	// 2^ACKTimeout, at most 31), which otherwise comes from the path: 19 (about 2 s)

@@ -705,7 +705,8 @@ func (s *Service) dispatch(e ibcm.Event) {
 			break
 		}
 		ev.Kind, ev.Param.QPN, ev.QKey = SvcEstablished, r.QPN, r.QKey
-		ev.AH = verbs.AHAttr{DGID: verbs.GIDFromAddr(id.remote.Addr()), Port: 1, HopLimit: hopLimit}
+		ev.AH = verbs.AHAttr{DGID: verbs.GIDFromAddr(id.remote.Addr()), Port: 1, HopLimit: hopLimit,
+			TrafficClass: id.opt.tos}
 	default:
 		s.mu.Unlock()
 		return

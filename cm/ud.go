@@ -126,7 +126,8 @@ func (a *Agent) ResolveUD(ctx context.Context, raddr netip.AddrPort, p *Param) (
 	}
 	d := &UDDest{Addr: raddr, QPN: rep.QPN, QKey: rep.QKey, PrivateData: e.PrivateData}
 	if pd != nil {
-		if d.AH, err = pd.CreateAH(verbs.AHAttr{DGID: verbs.GIDFromAddr(raddr.Addr()), Port: 1, HopLimit: hopLimit}); err != nil {
+		if d.AH, err = pd.CreateAH(verbs.AHAttr{DGID: verbs.GIDFromAddr(raddr.Addr()), Port: 1, HopLimit: hopLimit,
+			TrafficClass: p.TOS}); err != nil {
 			return nil, err
 		}
 	}

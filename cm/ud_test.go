@@ -45,11 +45,12 @@ func TestResolveUD(t *testing.T) {
 		}
 	}()
 	cqp := cl.udQP(t)
-	d, err := cl.a.ResolveUD(ctx, l.Addr(), &Param{QP: cqp, PrivateData: []byte("ud hello")})
+	d, err := cl.a.ResolveUD(ctx, l.Addr(), &Param{QP: cqp, PrivateData: []byte("ud hello"), TOS: 0x60})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.QPN != sqp.QPN() || d.QKey != UDPQKey || d.AH == nil || !bytes.HasPrefix(d.PrivateData, []byte("served")) {
+	if d.QPN != sqp.QPN() || d.QKey != UDPQKey || d.AH == nil || !bytes.HasPrefix(d.PrivateData, []byte("served")) ||
+		d.AH.Attr().TrafficClass != 0x60 {
 		t.Fatalf("resolved %+v", d)
 	}
 	if cqp.State() != verbs.QPStateRTS || sqp.State() != verbs.QPStateRTS {

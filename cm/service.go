@@ -251,6 +251,11 @@ func (s *Service) Bind(tok uint64, addr netip.AddrPort) (netip.AddrPort, error) 
 		return netip.AddrPort{}, err
 	}
 	id.state = stBound
+	// A REQ for the port before the id listens waits a little for the listen
+	// (ibcm's Reserve says why).
+	s.a.mu.Lock()
+	s.a.cm.Reserve(id.sid)
+	s.a.mu.Unlock()
 	return id.local, nil
 }
 
@@ -337,6 +342,16 @@ func (s *Service) lockedIn(tok uint64, want svcState) (*svcID, error) {
 
 // Listen is rdma_listen on an id bound (or not: it binds to a free port then).
 func (s *Service) Listen(tok uint64, backlog int) error {
+	if err := s.listenLocked(tok, backlog); err != nil {
+		return err
+	}
+	// REQs that came for the bound port before the listen go in now, with s.mu let
+	// go (their CONNECT_REQUESTs are dispatched under it).
+	s.a.tick()
+	return nil
+}
+
+func (s *Service) listenLocked(tok uint64, backlog int) error {
 	if backlog <= 0 {
 		backlog = DefaultBacklog
 	}
@@ -577,10 +592,13 @@ func (s *Service) Destroy(tok uint64) {
 		return
 	}
 	delete(s.ids, tok)
+	a := s.a
 	if id.sid != 0 && s.ports[id.sid] == tok {
 		delete(s.ports, id.sid)
+		a.mu.Lock()
+		a.cm.Unreserve(id.sid) // its refusals go out with the next MADs, or at once below
+		a.mu.Unlock()
 	}
-	a := s.a
 	if id.state == stListening {
 		delete(s.listen, id.sid)
 		// Under s.mu, as Listen registers: once s.mu is let go the port is free, and a
@@ -593,9 +611,12 @@ func (s *Service) Destroy(tok uint64) {
 	}
 	ic := id.ic
 	s.mu.Unlock()
-	if ic != nil {
-		a.do(func(now time.Time) error { a.cm.Abort(now, ic); return nil })
-	}
+	a.do(func(now time.Time) error {
+		if ic != nil {
+			a.cm.Abort(now, ic)
+		}
+		return nil
+	})
 }
 
 // dispatch takes an event of the CM (the Agent's, which serves this service only).

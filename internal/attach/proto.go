@@ -86,8 +86,18 @@ const (
 	OpCMInitQPAttr
 	OpCMJoinMcast
 	OpCMLeaveMcast
+	// XRC (IBTA Vol. 1 Annex A14): domains shared by file, XRC SRQs, XRC_RECV QPs.
+	// XRC_SEND QPs are CREATE_QP's type 9; XRC SRQs and XRC_RECV QPs are destroyed,
+	// queried, armed and modified with the SRQ and QP commands.
+	OpOpenXRCD
+	OpCloseXRCD
+	OpCreateXRCSRQ
+	OpCreateXRCRecvQP
 	opEnd
 )
+
+// CM reports whether op is an rdma_cm command (cm.go).
+func (op Op) CM() bool { return op >= OpCMCreateChannel && op <= OpCMLeaveMcast }
 
 // Valid reports whether op is a command of this version.
 func (op Op) Valid() bool { return op >= OpHello && op < opEnd }

@@ -284,6 +284,19 @@ func TestAttachAgainstGoTools(t *testing.T) {
 			t.Errorf("no result row:\n%s", cli)
 		}
 	})
+	t.Run("xsrq_pingpong/Go server, C client", func(t *testing.T) {
+		port := freePort(t)
+		p := strconv.Itoa(port)
+		srv, cli := runPair(t, port,
+			proc{[]string{gobin, "xsrq_pingpong", "--bind", sa, "-g", "0", "-p", p, "-n", "20", "-s", "3000"}, goEnv},
+			proc{[]string{program(t, "ibv_xsrq_pingpong"), "-d", "c0", "-g", "0", "-p", p, "-n", "20", "-s", "3000", sa},
+				d.attached(lib, "c0", ca)})
+		for who, out := range map[string]string{"Go server": srv, "C client": cli} {
+			if !strings.Contains(out, "success") || strings.Count(out, "SRQN") != 2 {
+				t.Errorf("%s:\n%s", who, out)
+			}
+		}
+	})
 }
 
 // TestAttachABIChecks runs testdata/abi_check.c on the C flavour: errno on bad

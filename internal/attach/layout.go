@@ -131,7 +131,8 @@ type SendBind struct {
 // ParseSendWQE decodes a slot the client wrote into wr (its SGL into sgl's array, of
 // capacity the QP's max SGEs). slot must be a private copy: the client can rewrite
 // shared memory while we read it. ok is false for an entry no client could have
-// written (more SGEs than the QP has).
+// written (more SGEs than the QP has). The word at 56 goes to wr.RemoteQPN; for an
+// XRC_SEND QP it is the remote SRQ number, which the daemon, knowing the QP's type, moves.
 func ParseSendWQE(slot []byte, wr *driver.SendWR, sgl []driver.SGE) (h SendWQE, b SendBind, ok bool) {
 	if len(slot) < SendWQEHdr {
 		return h, b, false

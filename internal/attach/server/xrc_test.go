@@ -52,6 +52,14 @@ func (r *raw) simple(op attach.Op, h uint32) int32 {
 	return errno
 }
 
+// createQP sends CREATE_QP of type typ with cq as both CQs, and returns the errno.
+func (r *raw) createQP(pd uint32, typ driver.QPType, cq uint32) int32 {
+	r.t.Helper()
+	_, fds, errno := r.call(attach.OpCreateQP, createQPMsg(pd, typ, cq, driver.QPCap{MaxSendWR: 4, MaxSendSGE: 1}))
+	shm.CloseFDs(fds)
+	return errno
+}
+
 func (r *raw) pdAndCQ() (pd, cq uint32) {
 	r.t.Helper()
 	rd, _ := r.must(attach.OpAllocPD, nil)
@@ -95,43 +103,15 @@ func TestHostileXRC(t *testing.T) {
 
 	// Wrong handles and framing.
 	for name, got := range map[string]int32{
-		"SRQ with a PD as domain":   func() int32 { _, _, e := a.xrcSRQ(pdA, pdA, cqA); return e }(),
-		"SRQ with a domain as CQ":   func() int32 { _, _, e := a.xrcSRQ(pdA, xa, xa); return e }(),
-		"SRQ with handle 0":         func() int32 { _, _, e := a.xrcSRQ(pdA, 0, cqA); return e }(),
-		"recv QP of a CQ":           a.simple(attach.OpCreateXRCRecvQP, cqA),
-		"close of an SRQ as domain": a.simple(attach.OpCloseXRCD, srqA),
-		"short OPEN_XRCD":           func() int32 { _, _, e := a.call(attach.OpOpenXRCD, nil); return e }(),
-		"OPEN_XRCD with two files":  func() int32 { _, e := a.openXRCD(os.O_CREATE, fd(fileA), fd(fileB)); return e }(),
-		"XRC_RECV by CREATE_QP": func() int32 {
-			_, fds, e := a.call(attach.OpCreateQP, func(w *attach.Writer) {
-				w.U32(pdA)
-				w.U8(uint8(driver.QPTypeXRCRecv))
-				w.U8(0)
-				w.U8(0)
-				w.U8(0)
-				w.U32(cqA)
-				w.U32(cqA)
-				w.U32(0)
-				w.PutCap(driver.QPCap{MaxSendWR: 4, MaxSendSGE: 1})
-			})
-			shm.CloseFDs(fds)
-			return e
-		}(),
-		"XRC_SEND with a receive CQ": func() int32 {
-			_, fds, e := a.call(attach.OpCreateQP, func(w *attach.Writer) {
-				w.U32(pdA)
-				w.U8(uint8(driver.QPTypeXRCSend))
-				w.U8(0)
-				w.U8(0)
-				w.U8(0)
-				w.U32(cqA)
-				w.U32(cqA)
-				w.U32(0)
-				w.PutCap(driver.QPCap{MaxSendWR: 4, MaxSendSGE: 1})
-			})
-			shm.CloseFDs(fds)
-			return e
-		}(),
+		"SRQ with a PD as domain":    func() int32 { _, _, e := a.xrcSRQ(pdA, pdA, cqA); return e }(),
+		"SRQ with a domain as CQ":    func() int32 { _, _, e := a.xrcSRQ(pdA, xa, xa); return e }(),
+		"SRQ with handle 0":          func() int32 { _, _, e := a.xrcSRQ(pdA, 0, cqA); return e }(),
+		"recv QP of a CQ":            a.simple(attach.OpCreateXRCRecvQP, cqA),
+		"close of an SRQ as domain":  a.simple(attach.OpCloseXRCD, srqA),
+		"short OPEN_XRCD":            func() int32 { _, _, e := a.call(attach.OpOpenXRCD, nil); return e }(),
+		"OPEN_XRCD with two files":   func() int32 { _, e := a.openXRCD(os.O_CREATE, fd(fileA), fd(fileB)); return e }(),
+		"XRC_RECV by CREATE_QP":      a.createQP(pdA, driver.QPTypeXRCRecv, cqA),
+		"XRC_SEND with a receive CQ": a.createQP(pdA, driver.QPTypeXRCSend, cqA),
 	} {
 		if got != einval {
 			t.Errorf("%s: errno %d, want EINVAL", name, got)

@@ -4,7 +4,11 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/goverbs/goverbs/internal/attach"
 	"github.com/goverbs/goverbs/internal/shm"
@@ -41,6 +45,12 @@ func (s *session) openXRCD(r *attach.Reader, w *attach.Writer, fds []int) error 
 	var f *os.File
 	if len(fds) == 1 {
 		fd = fds[0]
+		// An O_PATH descriptor names a file without having opened it (it needs no read
+		// permission): the kernel's fdget refuses it, and so do we.
+		if fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0); err != nil || fl&unix.O_PATH != 0 {
+			unix.Close(fd)
+			return fmt.Errorf("verbs: XRC domain file: not an open file: %w", syscall.EBADF)
+		}
 		f = os.NewFile(uintptr(fd), "xrcd")
 	}
 	x, err := xd.OpenXRCD(fd, int(oflags))

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/goverbs/goverbs/internal/attach"
 	"github.com/goverbs/goverbs/internal/shm"
 	"github.com/goverbs/goverbs/verbs/driver"
@@ -123,6 +125,14 @@ func TestHostileXRC(t *testing.T) {
 	}
 	if _, e := a.openXRCD(os.O_CREATE|os.O_EXCL, fd(fileA)); e != einval {
 		t.Errorf("OPEN_XRCD O_EXCL of a file with a domain: errno %d, want EINVAL", e)
+	}
+	if path, err := unix.Open(fileA.Name(), unix.O_PATH|unix.O_CLOEXEC, 0); err != nil {
+		t.Error(err)
+	} else {
+		if _, e := a.openXRCD(os.O_CREATE, path); e != int32(syscall.EBADF) {
+			t.Errorf("OPEN_XRCD of an O_PATH descriptor: errno %d, want EBADF", e)
+		}
+		unix.Close(path)
 	}
 	if e := a.simple(attach.OpCloseXRCD, xa); e != ebusy {
 		t.Errorf("CLOSE_XRCD with an SRQ: errno %d, want EBUSY", e)

@@ -245,8 +245,8 @@ func (s *Service) shareable(sid uint64, id *svcID, reuse bool) bool {
 	return true
 }
 
-// unbindLocked releases id's port.
-func (s *Service) unbindLocked(id *svcID) {
+// unbindLocked releases id's port; it reports whether no id holds it any more.
+func (s *Service) unbindLocked(id *svcID) bool {
 	hs := s.ports[id.sid]
 	for i, t := range hs {
 		if t == id.tok {
@@ -256,9 +256,10 @@ func (s *Service) unbindLocked(id *svcID) {
 	}
 	if len(hs) == 0 {
 		delete(s.ports, id.sid)
-	} else {
-		s.ports[id.sid] = hs
+		return true
 	}
+	s.ports[id.sid] = hs
+	return false
 }
 
 func (s *Service) localAddr(a netip.Addr) bool {
@@ -285,6 +286,11 @@ func (s *Service) Bind(tok uint64, addr netip.AddrPort) (netip.AddrPort, error) 
 		return netip.AddrPort{}, err
 	}
 	id.state = stBound
+	// A REQ for the port before the id listens waits a little for the listen
+	// (ibcm's Reserve says why).
+	s.a.mu.Lock()
+	s.a.cm.Reserve(id.sid)
+	s.a.mu.Unlock()
 	return id.local, nil
 }
 
@@ -371,6 +377,16 @@ func (s *Service) lockedIn(tok uint64, want svcState) (*svcID, error) {
 
 // Listen is rdma_listen on an id bound (or not: it binds to a free port then).
 func (s *Service) Listen(tok uint64, backlog int) error {
+	if err := s.listenLocked(tok, backlog); err != nil {
+		return err
+	}
+	// REQs that came for the bound port before the listen go in now, with s.mu let
+	// go (their CONNECT_REQUESTs are dispatched under it).
+	s.a.tick()
+	return nil
+}
+
+func (s *Service) listenLocked(tok uint64, backlog int) error {
 	if backlog <= 0 {
 		backlog = DefaultBacklog
 	}
@@ -629,10 +645,12 @@ func (s *Service) Destroy(tok uint64) {
 		return
 	}
 	delete(s.ids, tok)
-	if id.sid != 0 {
-		s.unbindLocked(id)
-	}
 	a := s.a
+	if id.sid != 0 && s.unbindLocked(id) {
+		a.mu.Lock()
+		a.cm.Unreserve(id.sid) // its refusals go out with the next MADs, or at once below
+		a.mu.Unlock()
+	}
 	if id.state == stListening {
 		delete(s.listen, id.sid)
 		// Under s.mu, as Listen registers: once s.mu is let go the port is free, and a
@@ -645,9 +663,12 @@ func (s *Service) Destroy(tok uint64) {
 	}
 	ic := id.ic
 	s.mu.Unlock()
-	if ic != nil {
-		a.do(func(now time.Time) error { a.cm.Abort(now, ic); return nil })
-	}
+	a.do(func(now time.Time) error {
+		if ic != nil {
+			a.cm.Abort(now, ic)
+		}
+		return nil
+	})
 }
 
 // dispatch takes an event of the CM (the Agent's, which serves this service only).

@@ -85,6 +85,8 @@ enum gva_op {
 	GVA_MODIFY_QP, GVA_QUERY_QP, GVA_DESTROY_QP, GVA_CREATE_SRQ, GVA_ARM_SRQ, GVA_QUERY_SRQ,
 	GVA_DESTROY_SRQ, GVA_CREATE_AH, GVA_DESTROY_AH, GVA_ALLOC_MW, GVA_DEALLOC_MW, GVA_BIND_MW,
 	GVA_ATTACH_MCAST, GVA_DETACH_MCAST, GVA_QP_COUNTERS, GVA_DEVICE_COUNTERS,
+	/* 29-45: rdma_cm (capi/rdmacm) */
+	GVA_OPEN_XRCD = 46, GVA_CLOSE_XRCD, GVA_CREATE_XRC_SRQ, GVA_CREATE_XRC_RECV_QP,
 };
 
 /* The kinds of object an async event names. */
@@ -215,6 +217,12 @@ struct gva_ah {
 	uint32_t h;
 };
 
+/* An open of an XRC domain (gva_xrc.c). */
+struct gva_xrcd {
+	struct gva_dev *d;
+	uint32_t h;
+};
+
 struct gva_mw {
 	struct gva_dev *d;
 	uint32_t h;
@@ -281,12 +289,19 @@ struct gva_qp {
 struct gva_srq {
 	struct gva_dev *d;
 	uint32_t h;
+	uint32_t num; /* an XRC SRQ's number (ibv_get_srq_num) */
 	uint8_t *mem;
 	size_t size;
 	struct gva_wq rq;
 	void *cobj;
 };
 
+/*
+ * gva_srq_create sends req (CREATE_SRQ or CREATE_XRC_SRQ) and maps the SRQ's ring from
+ * the reply; an XRC SRQ's reply ends with its number.
+ */
+int gva_srq_create(struct gva_pd *p, uint16_t op, struct gva_msg *req, struct ibv_srq_attr *a, void *srq,
+		   uintptr_t *out);
 int gva_wq_post_recv(struct gva_dev *d, struct gva_wq *wq, struct ibv_recv_wr *wr, int *bad,
 		     uint32_t *outstanding, uint32_t max, int sync);
 int gva_cq_add_rq(struct gva_cq *q, struct gva_qp *qp);

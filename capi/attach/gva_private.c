@@ -1,7 +1,7 @@
 /*
  * GOVERBS_PRIVATE_1: what goverbs' own librdmacm.so.1 (capi/rdmacm) needs of this
  * library, and nothing else may rely on. librdmacm speaks the daemon's rdma_cm service
- * (docs/attach-protocol.md, ops 29-45) on the connection of the context it opened, so
+ * (docs/attach-protocol.md, ops 29-45, 50 and 51) on the connection of the context it opened, so
  * that the QPs it connects are that connection's, and it runs its event thread as one
  * of the library's threads (which never touch the program's memory, see gva_mem.c).
  * A separate file so that the rest of capi/attach is untouched by the rdma_cm work.
@@ -15,8 +15,8 @@
  * goverbs_attach_command sends one command (op, with the payload req of reqlen bytes)
  * on ctx's control connection and reads its reply: 0 with the payload copied into rep
  * (*replen bytes, at most repcap) and exactly want_fds descriptors in fds; else a
- * positive errno (the daemon's, or EIO once it is gone). Only the rdma_cm ops (29-47)
- * are allowed: verbs objects are this library's to make.
+ * positive errno (the daemon's, or EIO once it is gone). Only the rdma_cm ops (29-45,
+ * 50, 51) are allowed: verbs objects (XRC's 46-49 among them) are this library's to make.
  */
 int goverbs_attach_command(struct ibv_context *ctx, unsigned op, const void *req, size_t reqlen, void *rep,
 			   size_t repcap, size_t *replen, int *fds, int want_fds)
@@ -27,8 +27,8 @@ int goverbs_attach_command(struct ibv_context *ctx, unsigned op, const void *req
 	struct gva_dev *d;
 	int rc;
 
-	if (!ctx || op < 29 || op > 47 || (reqlen && !req) || want_fds < 0 || want_fds > GVA_MAX_FDS ||
-	    (want_fds && !fds))
+	if (!ctx || op < 29 || (op > 45 && op != 50 && op != 51) || (reqlen && !req) || want_fds < 0 ||
+	    want_fds > GVA_MAX_FDS || (want_fds && !fds))
 		return EINVAL;
 	d = (struct gva_dev *)gv_ctx(ctx)->h;
 	if (!d)

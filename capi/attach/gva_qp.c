@@ -156,9 +156,10 @@ static void gva_qp_unmap(struct gva_qp *q)
 		gv_dereg_mr((uintptr_t)q->stage_mr);
 	if (q->stage)
 		munmap(q->stage, q->stage_size);
-	if (q->mem)
+	if (q->mem) {
 		munmap(q->mem, q->size);
-	pthread_mutex_destroy(&q->sq.mu);
+		pthread_mutex_destroy(&q->sq.mu);
+	}
 	if (q->has_rq)
 		pthread_mutex_destroy(&q->rq.mu);
 }
@@ -207,15 +208,19 @@ int gv_create_qp(uintptr_t ph, uintptr_t sendCQ, uintptr_t recvCQ, uintptr_t srq
 	switch (typ) {
 	case IBV_QPT_RC: case IBV_QPT_UC: case IBV_QPT_UD:
 		break;
-	case IBV_QPT_XRC_SEND: case IBV_QPT_XRC_RECV:
-		fprintf(stderr, "goverbs: XRC is not offered on an attached device (protocol version 1)\n");
-		return EOPNOTSUPP;
+	case IBV_QPT_XRC_SEND: /* an initiator: a send queue only (capi/qp.c passes no recv_cq or SRQ) */
+		if (rcq || srq)
+			return EINVAL;
+		break;
+	case IBV_QPT_XRC_RECV: /* made from an XRC domain: gv_create_xrc_recv_qp */
+		return EINVAL;
 	case IBV_QPT_RAW_PACKET: case IBV_QPT_DRIVER:
 		return EOPNOTSUPP;
 	default:
 		return EINVAL;
 	}
-	if (!p || !scq || !rcq || scq->d != p->d || rcq->d != p->d || (srq && srq->d != p->d))
+	if (!p || !scq || (!rcq && typ != IBV_QPT_XRC_SEND) || scq->d != p->d || (rcq && rcq->d != p->d) ||
+	    (srq && srq->d != p->d))
 		return EINVAL;
 	if (cap->max_send_sge > GVA_MAX_SGE || cap->max_recv_sge > GVA_MAX_SGE)
 		return EINVAL;
@@ -229,7 +234,7 @@ int gv_create_qp(uintptr_t ph, uintptr_t sendCQ, uintptr_t recvCQ, uintptr_t srq
 	gva_put8(&m, 0);
 	gva_put8(&m, 0);
 	gva_put32(&m, scq->h);
-	gva_put32(&m, rcq->h);
+	gva_put32(&m, rcq ? rcq->h : 0);
 	gva_put32(&m, srq ? srq->h : 0);
 	gva_put32(&m, cap->max_send_wr);
 	gva_put32(&m, cap->max_recv_wr);
@@ -265,7 +270,7 @@ int gv_create_qp(uintptr_t ph, uintptr_t sendCQ, uintptr_t recvCQ, uintptr_t srq
 		munmap(q->mem, q->size);
 		goto fail;
 	}
-	if (!srq) {
+	if (!srq && rcq) {
 		if ((rc = gva_wq_init(&q->rq, q->mem, q->size, rqoff, rqs, rqsz, q->cap.max_recv_sge, GVA_RECV_HDR))) {
 			pthread_mutex_destroy(&q->sq.mu);
 			munmap(q->mem, q->size);
@@ -486,6 +491,8 @@ static int gva_put_send(struct gva_qp *q, uint8_t *s, const struct ibv_send_wr *
 		ah = ((struct gva_ah *)a->h)->h;
 		qpn = wr->wr.ud.remote_qpn;
 		qkey = wr->wr.ud.remote_qkey;
+	} else if (q->type == IBV_QPT_XRC_SEND) {
+		qpn = wr->qp_type.xrc.remote_srqn; /* the remote_qpn word carries it */
 	}
 	st64(s, wr->wr_id);
 	st32(s + 8, wr->opcode);
@@ -539,6 +546,8 @@ int gv_post_send(uintptr_t h, struct ibv_send_wr *wr, int *bad)
 		return EINVAL;
 	if ((rc = gva_usable(q->d)))
 		return rc;
+	if (!q->mem)
+		return EINVAL; /* an XRC target has no send queue */
 	st = __atomic_load_n(&q->state, __ATOMIC_SEQ_CST);
 	if (st != IBV_QPS_RTS && st != IBV_QPS_SQD && st != IBV_QPS_SQE && st != IBV_QPS_ERR)
 		return EINVAL;
@@ -637,24 +646,31 @@ int gv_mcast(uintptr_t qh, void *gid, uint16_t lid, int attach)
 int gv_create_srq(uintptr_t ph, struct ibv_srq_attr *a, void *srq, uintptr_t *out)
 {
 	struct gva_pd *p = (struct gva_pd *)ph;
-	uint8_t buf[GVA_MAX_MSG];
 	struct gva_msg m;
-	struct gva_rd r;
-	struct gva_srq *s;
-	uint32_t max_wr, max_sge, slots, slot_size;
-	int fd, rc;
 
 	if (!p || a->max_sge > GVA_MAX_SGE)
 		return EINVAL;
-	s = calloc(1, sizeof(*s));
-	if (!s)
-		return ENOMEM;
 	gva_msg_init(&m);
 	gva_put32(&m, p->h);
 	gva_put32(&m, a->max_wr);
 	gva_put32(&m, a->max_sge);
 	gva_put32(&m, a->srq_limit);
-	if ((rc = gva_call(p->d, GVA_CREATE_SRQ, &m, NULL, 0, buf, &r, &fd, 1))) {
+	return gva_srq_create(p, GVA_CREATE_SRQ, &m, a, srq, out);
+}
+
+int gva_srq_create(struct gva_pd *p, uint16_t op, struct gva_msg *req, struct ibv_srq_attr *a, void *srq,
+		   uintptr_t *out)
+{
+	uint8_t buf[GVA_MAX_MSG];
+	struct gva_rd r;
+	struct gva_srq *s;
+	uint32_t max_wr, max_sge, slots, slot_size;
+	int fd, rc;
+
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return ENOMEM;
+	if ((rc = gva_call(p->d, op, req, NULL, 0, buf, &r, &fd, 1))) {
 		free(s);
 		return rc;
 	}
@@ -664,6 +680,8 @@ int gv_create_srq(uintptr_t ph, struct ibv_srq_attr *a, void *srq, uintptr_t *ou
 	max_sge = gva_get32(&r);
 	slots = gva_get32(&r);
 	slot_size = gva_get32(&r);
+	if (op == GVA_CREATE_XRC_SRQ)
+		s->num = gva_get32(&r);
 	rc = EIO;
 	if (r.short_ || max_sge > GVA_MAX_SGE || !slots || slots > (1u << 24) || slot_size > (1u << 16)) {
 		close(fd);
@@ -744,37 +762,4 @@ int gv_destroy_srq(uintptr_t h)
 	pthread_mutex_destroy(&s->rq.mu);
 	free(s);
 	return 0;
-}
-
-/* XRC: not in version 1 of the protocol. */
-
-static int gva_no_xrc(void)
-{
-	static int said;
-
-	if (!__atomic_exchange_n(&said, 1, __ATOMIC_SEQ_CST))
-		fprintf(stderr, "goverbs: XRC is not offered on an attached device (protocol version 1)\n");
-	return EOPNOTSUPP;
-}
-
-int gv_open_xrcd(uintptr_t ch, int fd, int oflags, uintptr_t *out)
-{
-	(void)ch; (void)fd; (void)oflags; (void)out;
-	return gva_no_xrc();
-}
-
-int gv_close_xrcd(uintptr_t h) { (void)h; return EINVAL; }
-
-int gv_create_xrc_srq(uintptr_t ph, uintptr_t xh, uintptr_t cqh, struct ibv_srq_attr *a, void *srq, uintptr_t *out)
-{
-	(void)ph; (void)xh; (void)cqh; (void)a; (void)srq; (void)out;
-	return gva_no_xrc();
-}
-
-int gv_get_srq_num(uintptr_t h, uint32_t *num) { (void)h; (void)num; return gva_no_xrc(); }
-
-int gv_create_xrc_recv_qp(uintptr_t xh, void *qp, uintptr_t *out, uint32_t *qpn)
-{
-	(void)xh; (void)qp; (void)out; (void)qpn;
-	return gva_no_xrc();
 }

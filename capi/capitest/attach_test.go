@@ -284,6 +284,19 @@ func TestAttachAgainstGoTools(t *testing.T) {
 			t.Errorf("no result row:\n%s", cli)
 		}
 	})
+	t.Run("xsrq_pingpong/Go server, C client", func(t *testing.T) {
+		port := freePort(t)
+		p := strconv.Itoa(port)
+		srv, cli := runPair(t, port,
+			proc{[]string{gobin, "xsrq_pingpong", "--bind", sa, "-g", "0", "-p", p, "-n", "20", "-s", "3000"}, goEnv},
+			proc{[]string{program(t, "ibv_xsrq_pingpong"), "-d", "c0", "-g", "0", "-p", p, "-n", "20", "-s", "3000", sa},
+				d.attached(lib, "c0", ca)})
+		for who, out := range map[string]string{"Go server": srv, "C client": cli} {
+			if !strings.Contains(out, "success") || strings.Count(out, "SRQN") != 2 {
+				t.Errorf("%s:\n%s", who, out)
+			}
+		}
+	})
 }
 
 // TestAttachABIChecks runs testdata/abi_check.c on the C flavour: errno on bad
@@ -307,19 +320,28 @@ func TestAttachABIChecks(t *testing.T) {
 	}
 }
 
-// TestAttachXRCRefused: XRC is not in version 1 of the protocol; a program asking for an
-// XRC domain gets EOPNOTSUPP and the library says why.
-func TestAttachXRCRefused(t *testing.T) {
+// TestAttachXSRQPingpong runs Debian's ibv_xsrq_pingpong (server -c 2, two clients;
+// without and with -e) on the C flavour: every process on one device of a daemon, as
+// processes on one node share an HCA, where all three open /tmp/xrc_domain and so share
+// one XRC domain (the server sends to a client through any of its send QPs, naming that
+// client's SRQ); and the server on a device of its own.
+func TestAttachXSRQPingpong(t *testing.T) {
 	lib := attachLibrary(t)
-	bin := program(t, "ibv_xsrq_pingpong")
-	a := newAddr()
-	d := serve(t, lib, "sw0="+a)
-	c := exec.Command(bin, "-g", "0", "-p", strconv.Itoa(freePort(t)))
-	c.Env = append(os.Environ(), d.attached(lib, "sw0", a)...)
-	out, err := c.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "XRC is not offered on an attached device") {
-		t.Fatalf("ibv_xsrq_pingpong attached: %v, want a failure that says XRC is not offered:\n%s", err, out)
-	}
+	t.Run("one device", func(t *testing.T) {
+		a := newAddr()
+		d := serve(t, lib, "sw0="+a)
+		xsrqPingpong(t, func(dev string) []string { return d.attached(lib, dev, a) })
+	})
+	t.Run("two devices", func(t *testing.T) {
+		sa, ca := newAddr(), newAddr()
+		d := serve(t, lib, "s0="+sa+",c0="+ca)
+		xsrqPingpong(t, func(dev string) []string {
+			if dev == "s0" {
+				return d.attached(lib, dev, sa)
+			}
+			return d.attached(lib, dev, ca)
+		})
+	})
 }
 
 // TestAttachDaemonDeath: a program whose daemon dies gets IBV_EVENT_DEVICE_FATAL, then

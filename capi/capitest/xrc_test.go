@@ -21,6 +21,13 @@ import (
 // events). Each process has its own software device on its own loopback address.
 func TestXSRQPingpong(t *testing.T) {
 	lib := library(t)
+	xsrqPingpong(t, func(dev string) []string { return onGoverbs(lib, dev, newAddr()) })
+}
+
+// xsrqPingpong runs ibv_xsrq_pingpong's server with -c 2 and two clients, without and
+// with -e; env gives the environment of the process using device dev (s0 the server's,
+// c0 and c1 the clients').
+func xsrqPingpong(t *testing.T, env func(dev string) []string) {
 	bin := program(t, "ibv_xsrq_pingpong")
 	for _, extra := range [][]string{nil, {"-e"}} {
 		t.Run(strings.Join(append([]string{"ibv_xsrq_pingpong"}, extra...), " "), func(t *testing.T) {
@@ -38,7 +45,7 @@ func TestXSRQPingpong(t *testing.T) {
 				}
 				return c, &out
 			}
-			srv, srvOut := start(proc{slices.Concat(args, []string{"-d", "s0", "-c", "2"}), onGoverbs(lib, "s0", newAddr())})
+			srv, srvOut := start(proc{slices.Concat(args, []string{"-d", "s0", "-c", "2"}), env("s0")})
 			for !listening(port) {
 				if ctx.Err() != nil {
 					t.Fatalf("server never listened:\n%s", srvOut)
@@ -49,8 +56,8 @@ func TestXSRQPingpong(t *testing.T) {
 			outs := make([]*strings.Builder, 2)
 			errs := make([]error, 2)
 			for i := range 2 {
-				c, out := start(proc{slices.Concat(args, []string{"-d", "c" + strconv.Itoa(i), "127.0.0.1"}),
-					onGoverbs(lib, "c"+strconv.Itoa(i), newAddr())})
+				dev := "c" + strconv.Itoa(i)
+				c, out := start(proc{slices.Concat(args, []string{"-d", dev, "127.0.0.1"}), env(dev)})
 				outs[i] = out
 				wg.Add(1)
 				go func() { defer wg.Done(); errs[i] = c.Wait() }()

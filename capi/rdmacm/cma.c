@@ -1,7 +1,7 @@
 /*
  * goverbs' drop-in librdmacm.so.1 for C programs, with no Go runtime: a thin client of
  * the rdma_cm service of a `goverbs serve` daemon (docs/attach-protocol.md, "rdma_cm",
- * ops 29-45), over the C flavour of libibverbs.so.1 (capi/attach), which it reaches
+ * ops 29-45, 50 and 51), over the C flavour of libibverbs.so.1 (capi/attach), which it reaches
  * through GOVERBS_PRIVATE_1 (capi/attach/gva_private.c). Struct layouts are the
  * installed <rdma/rdma_cma.h>'s; the behaviour follows rdma-core's librdmacm (cma.c).
  *
@@ -50,8 +50,8 @@ void goverbs_attach_unpark(void);
 enum {
 	OP_CREATE_CHANNEL = 29, OP_DESTROY_CHANNEL, OP_CREATE_ID, OP_DESTROY_ID, OP_BIND_ADDR,
 	OP_RESOLVE_ADDR, OP_RESOLVE_ROUTE, OP_QUERY_ADDR, OP_LISTEN, OP_CONNECT, OP_ACCEPT, OP_REJECT,
-	OP_ESTABLISH, OP_DISCONNECT, OP_INIT_QP_ATTR, OP_JOIN_MCAST, OP_LEAVE_MCAST, OP_SET_OPTION,
-	OP_NOTIFY,
+	OP_ESTABLISH, OP_DISCONNECT, OP_INIT_QP_ATTR, OP_JOIN_MCAST, OP_LEAVE_MCAST,
+	OP_SET_OPTION = 50, OP_NOTIFY, /* after XRC's 46-49 */
 	MAX_MSG = 4096,
 	EV_HDR = 108,
 	ADDR_LEN = 20,

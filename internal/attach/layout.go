@@ -78,7 +78,7 @@ func QPRegion(c driver.QPCap, srq bool) QPLayout {
 //
 //	0 u64 wr_id          40 u64 compare_add
 //	8 u32 opcode         48 u64 swap
-//	12 u32 send_flags    56 u32 remote_qpn (UD)
+//	12 u32 send_flags    56 u32 remote_qpn (UD), remote_srqn (XRC_SEND)
 //	16 u32 imm           60 u32 remote_qkey (UD)
 //	20 u32 num_sge       64 u32 bind_mw, 68 u32 bind_rkey, 72 u32 bind_mr, 76 u32 bind_access
 //	24 u64 remote_addr   80 u64 bind_addr
@@ -102,7 +102,7 @@ func PutSendWQE(slot []byte, wr *driver.SendWR, h SendWQE, bindRKey uint32, bind
 	le.PutUint32(slot[36:], h.AH)
 	le.PutUint64(slot[40:], wr.CompareAdd)
 	le.PutUint64(slot[48:], wr.Swap)
-	le.PutUint32(slot[56:], wr.RemoteQPN)
+	le.PutUint32(slot[56:], wr.RemoteQPN|wr.RemoteSRQN) // a UD QP sets the one, an XRC_SEND QP the other
 	le.PutUint32(slot[60:], wr.RemoteQKey)
 	le.PutUint32(slot[64:], h.BindMW)
 	le.PutUint32(slot[68:], bindRKey)
@@ -131,7 +131,8 @@ type SendBind struct {
 // ParseSendWQE decodes a slot the client wrote into wr (its SGL into sgl's array, of
 // capacity the QP's max SGEs). slot must be a private copy: the client can rewrite
 // shared memory while we read it. ok is false for an entry no client could have
-// written (more SGEs than the QP has).
+// written (more SGEs than the QP has). The word at 56 goes to wr.RemoteQPN; for an
+// XRC_SEND QP it is the remote SRQ number, which the daemon, knowing the QP's type, moves.
 func ParseSendWQE(slot []byte, wr *driver.SendWR, sgl []driver.SGE) (h SendWQE, b SendBind, ok bool) {
 	if len(slot) < SendWQEHdr {
 		return h, b, false

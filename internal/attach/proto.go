@@ -86,10 +86,23 @@ const (
 	OpCMInitQPAttr
 	OpCMJoinMcast
 	OpCMLeaveMcast
-	OpCMSetOption // 46: rdma_set_option, level RDMA_OPTION_ID
-	OpCMNotify    // 47: rdma_notify
+	// XRC (IBTA Vol. 1 Annex A14): domains shared by file, XRC SRQs, XRC_RECV QPs.
+	// XRC_SEND QPs are CREATE_QP's type 9; XRC SRQs and XRC_RECV QPs are destroyed,
+	// queried, armed and modified with the SRQ and QP commands.
+	OpOpenXRCD
+	OpCloseXRCD
+	OpCreateXRCSRQ
+	OpCreateXRCRecvQP
+	// rdma_cm again (cm.go): commands that came after XRC's.
+	OpCMSetOption // 50: rdma_set_option, level RDMA_OPTION_ID
+	OpCMNotify    // 51: rdma_notify
 	opEnd
 )
+
+// CM reports whether op is an rdma_cm command (cm.go).
+func (op Op) CM() bool {
+	return op >= OpCMCreateChannel && op <= OpCMLeaveMcast || op == OpCMSetOption || op == OpCMNotify
+}
 
 // Valid reports whether op is a command of this version.
 func (op Op) Valid() bool { return op >= OpHello && op < opEnd }

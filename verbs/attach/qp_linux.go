@@ -47,7 +47,12 @@ type QP struct {
 func (p *PD) CreateQP(init *driver.QPInit) (driver.QP, error) {
 	scq, ok1 := init.SendCQ.(*CQ)
 	rcq, ok2 := init.RecvCQ.(*CQ)
-	var srqH uint32
+	var rcqH, srqH uint32
+	if init.Type == driver.QPTypeXRCSend && init.RecvCQ == nil {
+		ok2 = true // an XRC initiator has no receive side
+	} else if ok2 {
+		rcqH = rcq.h
+	}
 	if init.SRQ != nil {
 		s, ok := init.SRQ.(*SRQ)
 		if !ok {
@@ -65,7 +70,7 @@ func (p *PD) CreateQP(init *driver.QPInit) (driver.QP, error) {
 		w.U8(b2u(init.BlockSelfMcastLoopback))
 		w.U8(0)
 		w.U32(scq.h)
-		w.U32(rcq.h)
+		w.U32(rcqH)
 		w.U32(srqH)
 		w.PutCap(init.Cap)
 	})
@@ -81,7 +86,7 @@ func (p *PD) CreateQP(init *driver.QPInit) (driver.QP, error) {
 	if err := want(&r, files, 1); err != nil {
 		return nil, err
 	}
-	if err := q.mapQueues(files[0], l, srqH != 0); err != nil {
+	if err := q.mapQueues(files[0], l, l.RQSlots == 0); err != nil {
 		p.d.call(attach.OpDestroyQP, func(w *attach.Writer) { w.U32(q.h) })
 		return nil, err
 	}
@@ -96,7 +101,9 @@ func b2u(b bool) uint8 {
 	return 0
 }
 
-func (q *QP) mapQueues(f *os.File, l attach.QPLayout, srq bool) error {
+// mapQueues maps the QP's rings; norq: the QP has no receive ring (an SRQ, or an XRC
+// initiator).
+func (q *QP) mapQueues(f *os.File, l attach.QPLayout, norq bool) error {
 	var err error
 	if q.reg, err = shm.Map(f, l.Size, l.Size+1<<16); err != nil {
 		return err
@@ -107,7 +114,7 @@ func (q *QP) mapQueues(f *os.File, l attach.QPLayout, srq bool) error {
 		q.reg.Close()
 		return errGone
 	}
-	if !srq {
+	if !norq {
 		q.rq.maxSGE = int(q.cap.MaxRecvSGE)
 		if l.RQOff > len(mem) {
 			q.reg.Close()
@@ -171,6 +178,9 @@ func (q *QP) PostSend(wrs []driver.SendWR) error {
 	defer q.sq.mu.Unlock()
 	if q.sq.closed {
 		return errClosed
+	}
+	if q.sq.ring == nil {
+		return errQPState // an XRC target sends nothing of its own
 	}
 	var perr error
 	for i := range wrs {
@@ -337,7 +347,9 @@ func (q *QP) Close() error {
 	q.sq.mu.Lock()
 	q.rq.mu.Lock()
 	q.sq.closed, q.rq.closed = true, true
-	q.reg.Close()
+	if q.reg != nil {
+		q.reg.Close()
+	}
 	q.rq.mu.Unlock()
 	q.sq.mu.Unlock()
 	return nil
@@ -347,17 +359,24 @@ func (q *QP) Close() error {
 type SRQ struct {
 	d   *Device
 	h   uint32
+	num uint32 // an XRC SRQ's number
 	reg *shm.Region
 	rq  workQueue
 }
 
 func (p *PD) CreateSRQ(a driver.SRQAttr) (driver.SRQ, error) {
-	r, files, err := p.d.ctl.call(attach.OpCreateSRQ, func(w *attach.Writer) {
+	return p.createSRQ(attach.OpCreateSRQ, func(w *attach.Writer) {
 		w.U32(p.h)
 		w.U32(a.MaxWR)
 		w.U32(a.MaxSGE)
 		w.U32(a.SRQLimit)
 	})
+}
+
+// createSRQ sends CREATE_SRQ or CREATE_XRC_SRQ and maps the ring of the reply (an XRC
+// SRQ's ends with its number).
+func (p *PD) createSRQ(op attach.Op, build func(*attach.Writer)) (*SRQ, error) {
+	r, files, err := p.d.ctl.call(op, build)
 	if err != nil {
 		return nil, err
 	}
@@ -365,6 +384,9 @@ func (p *PD) CreateSRQ(a driver.SRQAttr) (driver.SRQ, error) {
 	r.U32()
 	s.rq.maxSGE = int(r.U32())
 	slots, slot := int(r.U32()), int(r.U32())
+	if op == attach.OpCreateXRCSRQ {
+		s.num = r.U32()
+	}
 	if err := want(&r, files, 1); err != nil {
 		return nil, err
 	}

@@ -82,6 +82,21 @@ type listener struct {
 	pending   int // connections in REQRcvd or MRAREQSent
 }
 
+// parkedREQ is a REQ for a reserved service ID, waiting for its Listen.
+type parkedREQ struct {
+	from     netip.Addr
+	tid      uint64
+	req      mad.REQ // a copy
+	arrived  time.Time
+	deadline time.Time
+}
+
+// maxParked bounds the REQs one reservation holds; more are refused at once.
+const maxParked = 32
+
+// maxParkWait bounds how long a parked REQ waits for its Listen.
+const maxParkWait = time.Second
+
 type remoteKey struct {
 	peer netip.Addr
 	id   uint32 // the peer's communication ID, or its QPN in byQPN
@@ -94,6 +109,7 @@ type Agent struct {
 	byRemote  map[remoteKey]*Conn
 	byQPN     map[remoteKey]*Conn // the peer's QPN: stale-connection detection
 	listeners map[uint64]*listener
+	reserved  map[uint64][]parkedREQ // Reserve'd service IDs not listened on yet
 	out       []Out
 	events    []Event
 }
@@ -117,7 +133,8 @@ func New(cfg Config) *Agent {
 		panic("ibcm: Config.Rand is nil")
 	}
 	return &Agent{cfg: cfg, conns: map[uint32]*Conn{}, byRemote: map[remoteKey]*Conn{},
-		byQPN: map[remoteKey]*Conn{}, listeners: map[uint64]*listener{}}
+		byQPN: map[remoteKey]*Conn{}, listeners: map[uint64]*listener{},
+		reserved: map[uint64][]parkedREQ{}}
 }
 
 // Config returns the agent's configuration with defaults applied.
@@ -148,7 +165,78 @@ func (a *Agent) Listen(serviceID uint64, backlog int) error {
 		return ErrServiceInUse
 	}
 	a.listeners[serviceID] = &listener{serviceID: serviceID, backlog: max(backlog, 1)}
+	if ps, ok := a.reserved[serviceID]; ok && len(ps) == 0 {
+		delete(a.reserved, serviceID)
+	} // REQs parked for it go in at the next Tick (NextDeadline says now)
 	return nil
+}
+
+// Reserve makes a REQ for serviceID that finds nobody listening wait for Listen,
+// up to the time the REQ gives the passive side to answer (at most a second),
+// instead of being refused at once. It is for a port an rdma_cm id has bound and
+// told a peer about before it listens: qperf 0.4.11 sends the client the port it
+// bound, then calls rdma_listen, and where listening costs a round trip to a device
+// daemon a quick client's REQ can arrive in between. A REQ that waits in vain is
+// refused as it would have been (invalid service ID).
+func (a *Agent) Reserve(serviceID uint64) {
+	if _, ok := a.reserved[serviceID]; !ok {
+		a.reserved[serviceID] = nil
+	}
+}
+
+// Unreserve ends serviceID's reservation and refuses the REQs waiting on it.
+func (a *Agent) Unreserve(serviceID uint64) {
+	for _, p := range a.reserved[serviceID] {
+		a.refuseParked(p)
+	}
+	delete(a.reserved, serviceID)
+}
+
+// park keeps a REQ for a reserved service ID; a retransmission of one already
+// parked replaces it.
+func (a *Agent) park(now time.Time, from netip.Addr, tid uint64, r mad.REQ, f *mad.REQFields) {
+	ps := a.reserved[f.ServiceID]
+	p := parkedREQ{from: from, tid: tid, req: append(mad.REQ(nil), r...), arrived: now,
+		deadline: now.Add(min(IBATime(f.RemoteCMResponseTimeout), maxParkWait))}
+	for i := range ps {
+		if ps[i].from == from && ps[i].req.Fields().LocalCommID == f.LocalCommID {
+			p.arrived, p.deadline = ps[i].arrived, ps[i].deadline
+			ps[i] = p
+			return
+		}
+	}
+	if len(ps) >= maxParked {
+		a.refuseParked(p)
+		return
+	}
+	a.reserved[f.ServiceID] = append(ps, p)
+}
+
+func (a *Agent) refuseParked(p parkedREQ) {
+	a.reject(p.from, p.tid, 0, p.req.Fields().LocalCommID, mad.RejectedREQ, mad.ReasonInvalidServiceID, nil, nil)
+}
+
+// tickParked lets the REQs whose service ID is listened on now in, and refuses
+// those that waited long enough.
+func (a *Agent) tickParked(now time.Time) {
+	for sid, ps := range a.reserved {
+		if _, ok := a.listeners[sid]; ok {
+			delete(a.reserved, sid)
+			for _, p := range ps {
+				a.onREQ(now, p.from, p.tid, p.req) // its answer or refusal, as any REQ's
+			}
+			continue
+		}
+		kept := ps[:0]
+		for _, p := range ps {
+			if now.Before(p.deadline) {
+				kept = append(kept, p)
+			} else {
+				a.refuseParked(p)
+			}
+		}
+		a.reserved[sid] = kept
+	}
 }
 
 // Unlisten stops accepting REQs for serviceID. Connections already made
@@ -167,6 +255,18 @@ func (a *Agent) Unlisten(serviceID uint64) {
 // NextDeadline is the earliest time Tick has work; ok is false when no
 // timer runs.
 func (a *Agent) NextDeadline() (t time.Time, ok bool) {
+	for sid, ps := range a.reserved {
+		_, listened := a.listeners[sid]
+		for _, p := range ps {
+			d := p.deadline
+			if listened {
+				d = p.arrived // due already
+			}
+			if !ok || d.Before(t) {
+				t, ok = d, true
+			}
+		}
+	}
 	for _, c := range a.conns {
 		if c.deadline.IsZero() {
 			continue
@@ -178,8 +278,10 @@ func (a *Agent) NextDeadline() (t time.Time, ok bool) {
 	return t, ok
 }
 
-// Tick runs every timer due at now: retransmissions, give-ups, timewait.
+// Tick runs every timer due at now: retransmissions, give-ups, timewait,
+// parked REQs.
 func (a *Agent) Tick(now time.Time) {
+	a.tickParked(now)
 	for _, c := range a.conns {
 		if !c.deadline.IsZero() && !now.Before(c.deadline) {
 			a.expire(now, c)

@@ -184,6 +184,86 @@ func TestRejectNoListener(t *testing.T) {
 	A.takeEvent(t, EventRejected)
 }
 
+// TestReservedPortWaitsForListen: a REQ for a reserved service ID that nobody
+// listens on yet waits for the Listen (qperf publishes its port before rdma_listen),
+// and is refused as before when the listen does not come in time or the reservation
+// ends.
+func TestReservedPortWaitsForListen(t *testing.T) {
+	t.Run("listen comes", func(t *testing.T) {
+		n := newNet(t)
+		A, B := n.A(), n.B()
+		B.a.Reserve(svc)
+		ca, _ := A.a.Connect(n.now, addrB, req(40, []byte("early")))
+		n.flush()
+		n.advance(time.Millisecond)
+		A.noEvents(t)
+		B.noEvents(t)
+		if len(n.errs) != 0 || n.sent[mad.AttrREJ] != 0 {
+			t.Fatalf("errs %v, REJs %d", n.errs, n.sent[mad.AttrREJ])
+		}
+		// A retransmission while parked replaces the parked copy: one request.
+		B.a.Input(n.now, addrA, retransmitREQ(t, A, ca))
+		B.a.Listen(svc, 4)
+		if d, ok := B.a.NextDeadline(); !ok || d.After(n.now) {
+			t.Fatalf("parked REQ not due after Listen: %v %v", d, ok)
+		}
+		n.advance(0)
+		e := B.takeEvent(t, EventRequest)
+		if !bytes.HasPrefix(e.PrivateData, []byte("early")) {
+			t.Fatalf("request %+v", e)
+		}
+		B.noEvents(t)
+		if err := B.a.Accept(n.now, e.Conn, rep(41, nil)); err != nil {
+			t.Fatal(err)
+		}
+		n.flush()
+		if e := A.takeEvent(t, EventReply); e.Conn != ca {
+			t.Fatalf("reply %+v", e)
+		}
+	})
+	t.Run("listen does not come", func(t *testing.T) {
+		n := newNet(t)
+		A, B := n.A(), n.B()
+		B.a.Reserve(svc)
+		ca, _ := A.a.Connect(n.now, addrB, req(42, nil))
+		n.flush()
+		start := n.now
+		for n.sent[mad.AttrREJ] == 0 && n.toNextDeadline() {
+		}
+		e := A.takeEvent(t, EventRejected)
+		if e.Reason != mad.ReasonInvalidServiceID || e.Conn != ca {
+			t.Fatalf("event %+v", e)
+		}
+		if waited := n.now.Sub(start); waited > maxParkWait {
+			t.Fatalf("refused after %v", waited)
+		}
+	})
+	t.Run("unreserved", func(t *testing.T) {
+		n := newNet(t)
+		A, B := n.A(), n.B()
+		B.a.Reserve(svc)
+		A.a.Connect(n.now, addrB, req(43, nil))
+		n.flush()
+		B.a.Unreserve(svc)
+		n.flush()
+		if e := A.takeEvent(t, EventRejected); e.Reason != mad.ReasonInvalidServiceID {
+			t.Fatalf("event %+v", e)
+		}
+		if _, ok := B.a.NextDeadline(); ok {
+			t.Fatal("a timer left after Unreserve")
+		}
+	})
+}
+
+// retransmitREQ is the REQ A would send again for ca.
+func retransmitREQ(t *testing.T, A *node, ca *Conn) []byte {
+	t.Helper()
+	if mad.MAD(ca.last[:]).Header().AttrID() != mad.AttrREQ {
+		t.Fatal("no REQ kept for retransmission")
+	}
+	return ca.last[:]
+}
+
 func TestRejectByConsumer(t *testing.T) {
 	n := newNet(t)
 	A, B := n.A(), n.B()

@@ -40,6 +40,10 @@ func (a *Agent) onREQ(now time.Time, from netip.Addr, tid uint64, r mad.REQ) err
 		return ErrBadTransport
 	}
 	l, ok := a.listeners[f.ServiceID]
+	if _, reserved := a.reserved[f.ServiceID]; !ok && reserved {
+		a.park(now, from, tid, r, &f)
+		return nil
+	}
 	if !ok {
 		a.reject(from, tid, 0, f.LocalCommID, mad.RejectedREQ, mad.ReasonInvalidServiceID, nil, nil)
 		return ErrNoListener

@@ -52,14 +52,14 @@ var errUnsupportedSGE = driver.NewError(driver.ErrLimit, "more SGEs than the att
 // command runs one request and writes its reply's payload; the files it returns go
 // with the reply.
 func (s *session) command(op attach.Op, r *attach.Reader, w *attach.Writer, fds []int) ([]*os.File, error) {
-	if op != attach.OpRegMR {
+	if op != attach.OpRegMR && op != attach.OpOpenXRCD {
 		shm.CloseFDs(fds)
 		fds = nil
 	}
 	if op == attach.OpHello {
 		return s.hello(r, w)
 	}
-	if op >= attach.OpCMCreateChannel && op.Valid() {
+	if op.CM() {
 		return s.cmCommand(op, r, w)
 	}
 	s.mu.Lock()
@@ -315,6 +315,22 @@ func (s *session) command(op attach.Op, r *attach.Reader, w *attach.Writer, fds 
 		w.PutQPCounters(q.qp.Counters())
 	case attach.OpDeviceCounters:
 		w.PutCounters(dev.Counters())
+	case attach.OpOpenXRCD:
+		return nil, s.openXRCD(r, w, fds)
+	case attach.OpCloseXRCD:
+		h := r.U32()
+		x, err := get[*xrcdObj](s, h)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.closeXRCD(x); err != nil {
+			return nil, err
+		}
+		delete(s.objs, h)
+	case attach.OpCreateXRCSRQ:
+		return s.createXRCSRQ(r, w)
+	case attach.OpCreateXRCRecvQP:
+		return nil, s.createXRCRecvQP(r, w)
 	default:
 		return nil, driver.NewError(errors.ErrUnsupported, "unknown command")
 	}

@@ -56,6 +56,21 @@ func dialRaw(t *testing.T, addr netip.Addr) *raw {
 	return r
 }
 
+// createQPMsg writes CREATE_QP's request: a QP of type typ with cq as both CQs, no SRQ.
+func createQPMsg(pd uint32, typ driver.QPType, cq uint32, c driver.QPCap) func(*attach.Writer) {
+	return func(w *attach.Writer) {
+		w.U32(pd)
+		w.U8(uint8(typ))
+		w.U8(0)
+		w.U8(0)
+		w.U8(0)
+		w.U32(cq)
+		w.U32(cq)
+		w.U32(0)
+		w.PutCap(c)
+	}
+}
+
 func (r *raw) send(msg []byte, fds ...int) {
 	if err := shm.Send(r.c, msg, fds...); err != nil {
 		r.t.Fatal(err)
@@ -104,7 +119,7 @@ func TestHostileClient(t *testing.T) {
 	// the daemon must not map.
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := 0; i < 200; i++ {
-		op := attach.Op(rng.IntN(40))
+		op := attach.Op(rng.IntN(60)) // past the last command, XRC's included
 		if op == attach.OpHello {
 			continue
 		}
@@ -132,17 +147,7 @@ func TestHostileClient(t *testing.T) {
 	cqr, cqfds := h.must(attach.OpCreateCQ, func(w *attach.Writer) { w.U32(16) })
 	cq := cqr.U32()
 	shm.CloseFDs(cqfds)
-	qpr, qpfds := h.must(attach.OpCreateQP, func(w *attach.Writer) {
-		w.U32(pd)
-		w.U8(uint8(driver.QPTypeRC))
-		w.U8(0)
-		w.U8(0)
-		w.U8(0)
-		w.U32(cq)
-		w.U32(cq)
-		w.U32(0)
-		w.PutCap(driver.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
-	})
+	qpr, qpfds := h.must(attach.OpCreateQP, createQPMsg(pd, driver.QPTypeRC, cq, driver.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}))
 	qp := qpr.U32()
 	reg, err := shm.Map(os.NewFile(uintptr(qpfds[0]), "qp"), 1, 1<<20)
 	if err != nil {

@@ -269,6 +269,10 @@ func refused(err error, n int) (idx int, full bool) {
 // not the client's own fails the WQE.
 func (q *qpObj) resolve(s *session, i int, h attach.SendWQE, b attach.SendBind) bool {
 	wr := &q.send[i]
+	if q.typ == driver.QPTypeXRCSend {
+		// The WQE's remote_qpn word is an XRC initiator's remote_srqn.
+		wr.RemoteSRQN, wr.RemoteQPN = wr.RemoteQPN, 0
+	}
 	if h.AH != 0 {
 		a, err := get[*ahObj](s, h.AH)
 		if err != nil {

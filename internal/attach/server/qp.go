@@ -41,11 +41,14 @@ func newRecvQueue(mem []byte, slots, slot, maxSGE int) (*recvQueue, error) {
 	return q, nil
 }
 
-// qpObj is a QP: the engine's, its send ring, and its receive ring unless it has an SRQ.
+// qpObj is a QP: the engine's, its send ring, and its receive ring unless it has an SRQ
+// (or is an XRC initiator). An XRC target (XRC_RECV) has only the engine's QP and its
+// domain: no PD, CQs or rings, and the pump never sees it (it is not in session.qps).
 type qpObj struct {
 	h        uint32
 	qp       driver.QP
 	typ      driver.QPType
+	xrcd     *xrcdObj // an XRC target's domain
 	pd       *pdObj
 	scq, rcq *cqObj
 	srq      *srqObj
@@ -75,6 +78,7 @@ type qpObj struct {
 type srqObj struct {
 	h     uint32
 	pd    *pdObj
+	cq    *cqObj // an XRC SRQ's, where its receives complete
 	srq   driver.SRQ
 	reg   *shm.Region
 	rq    *recvQueue
@@ -97,12 +101,22 @@ func (s *session) createQP(r *attach.Reader, w *attach.Writer) ([]*os.File, erro
 	if err != nil {
 		return nil, err
 	}
-	rcq, err := get[*cqObj](s, rh)
-	if err != nil {
-		return nil, err
-	}
 	var srq *srqObj
-	init := driver.QPInit{Type: typ, SendCQ: scq.cq, RecvCQ: rcq.cq, Cap: c, SigAll: sigAll, BlockSelfMcastLoopback: block}
+	init := driver.QPInit{Type: typ, SendCQ: scq.cq, Cap: c, SigAll: sigAll, BlockSelfMcastLoopback: block}
+	var rcq *cqObj
+	switch {
+	case typ == driver.QPTypeXRCSend && (rh != 0 || qh != 0):
+		// An XRC initiator has no receive side (libibverbs ignores recv_cq and srq; a
+		// client sends 0).
+		return nil, driver.NewError(driver.ErrInvalidAttr, "an XRC_SEND QP has no receive CQ or SRQ")
+	case typ == driver.QPTypeXRCRecv:
+		return nil, driver.NewError(driver.ErrInvalidAttr, "an XRC_RECV QP is made from an XRC domain (CREATE_XRC_RECV_QP)")
+	case typ != driver.QPTypeXRCSend:
+		if rcq, err = get[*cqObj](s, rh); err != nil {
+			return nil, err
+		}
+		init.RecvCQ = rcq.cq
+	}
 	if qh != 0 {
 		if srq, err = get[*srqObj](s, qh); err != nil {
 			return nil, err
@@ -117,7 +131,7 @@ func (s *session) createQP(r *attach.Reader, w *attach.Writer) ([]*os.File, erro
 		return nil, err
 	}
 	c = qp.Query().Cap
-	l := attach.QPRegion(c, srq != nil)
+	l := attach.QPRegion(c, srq != nil || rcq == nil)
 	reg, err := shm.Create("goverbs-qp", l.Size)
 	if err != nil {
 		qp.Close()
@@ -128,7 +142,7 @@ func (s *session) createQP(r *attach.Reader, w *attach.Writer) ([]*os.File, erro
 		lazyRecv: srq == nil && typ == driver.QPTypeRC && s.d.driven && s.d.srv.cfg.Spin == 0,
 		scratch:  make([]byte, l.SQSlot)}
 	shm.InitSlotRing(mem, l.SQSlots, l.SQSlot)
-	if q.sq, err = shm.NewSlotConsumer(mem, l.SQSlots, l.SQSlot); err == nil && srq == nil {
+	if q.sq, err = shm.NewSlotConsumer(mem, l.SQSlots, l.SQSlot); err == nil && l.RQSlots > 0 {
 		q.rq, err = newRecvQueue(mem[l.RQOff:], l.RQSlots, l.RQSlot, int(c.MaxRecvSGE))
 	}
 	if err != nil {
@@ -142,7 +156,9 @@ func (s *session) createQP(r *attach.Reader, w *attach.Writer) ([]*os.File, erro
 	q.h = s.add(q)
 	p.use++
 	scq.users++
-	rcq.users++
+	if rcq != nil {
+		rcq.users++
+	}
 	if srq != nil {
 		srq.users++
 	}
@@ -171,10 +187,15 @@ func (s *session) destroyQP(q *qpObj) error {
 		return err
 	}
 	s.d.disown(q.qp)
+	if q.xrcd != nil { // an XRC target: no PD, CQs or rings
+		return nil
+	}
 	s.qps = remove(s.qps, q)
 	q.pd.use--
 	q.scq.users--
-	q.rcq.users--
+	if q.rcq != nil {
+		q.rcq.users--
+	}
 	if q.srq != nil {
 		q.srq.users--
 	}
@@ -198,24 +219,33 @@ func (s *session) createSRQ(r *attach.Reader, w *attach.Writer) ([]*os.File, err
 	if err != nil {
 		return nil, err
 	}
-	a = srq.Query()
+	return s.addSRQ(&srqObj{pd: p, srq: srq}, w)
+}
+
+// addSRQ gives the engine's SRQ q.srq its ring and a handle, and writes the reply's
+// handle, capabilities and ring; the reply's descriptor is the ring's region.
+func (s *session) addSRQ(q *srqObj, w *attach.Writer) ([]*os.File, error) {
+	a := q.srq.Query()
 	slots, slot := attach.RingSlots(max(a.MaxWR, 1)), attach.RecvSlot(a.MaxSGE)
 	reg, err := shm.Create("goverbs-srq", shm.SlotRingSize(slots, slot))
 	if err != nil {
-		srq.Close()
+		q.srq.Close()
 		return nil, err
 	}
 	rq, err := newRecvQueue(reg.Bytes(), slots, slot, int(a.MaxSGE))
 	if err != nil {
-		srq.Close()
+		q.srq.Close()
 		reg.Close()
 		return nil, err
 	}
-	q := &srqObj{pd: p, srq: srq, reg: reg, rq: rq}
+	q.reg, q.rq = reg, rq
 	q.h = s.add(q)
-	p.use++
+	q.pd.use++
+	if q.cq != nil {
+		q.cq.users++
+	}
 	s.srqs = append(s.srqs, q)
-	s.d.own(srq, owner{s: s, h: q.h, kind: attach.EventSRQ})
+	s.d.own(q.srq, owner{s: s, h: q.h, kind: attach.EventSRQ})
 	w.U32(q.h)
 	w.U32(a.MaxWR)
 	w.U32(a.MaxSGE)
@@ -235,6 +265,9 @@ func (s *session) destroySRQ(q *srqObj) error {
 	s.d.disown(q.srq)
 	s.srqs = remove(s.srqs, q)
 	q.pd.use--
+	if q.cq != nil {
+		q.cq.users--
+	}
 	q.reg.Close()
 	return nil
 }

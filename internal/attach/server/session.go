@@ -265,7 +265,7 @@ func eventSocket(name string) (*net.UnixConn, *os.File, error) {
 }
 
 // teardown destroys what the client left, as the kernel does for a process that exits
-// with verbs open: QPs first (peers see them stop answering), then SRQs, windows,
+// with verbs open: QPs first (peers see them stop answering), then SRQs, XRC domains, windows,
 // address handles, regions, CQs, PDs.
 func (s *session) teardown() {
 	s.d.drop(s) // no port event is sent to it from now on
@@ -289,6 +289,11 @@ func (s *session) teardown() {
 		func(o any) {
 			if q, ok := o.(*srqObj); ok {
 				s.destroySRQ(q)
+			}
+		},
+		func(o any) {
+			if x, ok := o.(*xrcdObj); ok {
+				s.closeXRCD(x)
 			}
 		},
 		func(o any) {

@@ -76,7 +76,7 @@ func (d *device) writeStat(w io.Writer) {
 	slices.SortFunc(ss, func(a, b *session) int { return a.pid - b.pid })
 	for _, s := range ss {
 		s.mu.Lock()
-		var pds, mrs, cqs, qps, srqs, ahs, mws int
+		var pds, mrs, cqs, qps, srqs, ahs, mws, xrcds int
 		for _, o := range s.objs {
 			switch o.(type) {
 			case *pdObj:
@@ -93,10 +93,12 @@ func (d *device) writeStat(w io.Writer) {
 				ahs++
 			case *mwObj:
 				mws++
+			case *xrcdObj:
+				xrcds++
 			}
 		}
-		fmt.Fprintf(w, "client pid %d %s pd %d mr %d cq %d qp %d srq %d ah %d mw %d\n", s.pid, orDash(s.prog),
-			pds, mrs, cqs, qps, srqs, ahs, mws)
+		fmt.Fprintf(w, "client pid %d %s pd %d mr %d cq %d qp %d srq %d ah %d mw %d xrcd %d\n", s.pid, orDash(s.prog),
+			pds, mrs, cqs, qps, srqs, ahs, mws, xrcds)
 		for _, q := range s.qps {
 			c := q.qp.Counters()
 			fmt.Fprintf(w, "qp %#x pid %d tx_pkts %d rx_pkts %d retransmits %d retry_timeouts %d rnr_nak_sent %d rnr_nak_rcvd %d "+

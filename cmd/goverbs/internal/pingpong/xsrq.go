@@ -122,7 +122,7 @@ func (x *xsrq) init() error {
 	if x.pd, err = dev.AllocPD(); err != nil {
 		return fmt.Errorf("couldn't allocate PD: %v", err)
 	}
-	if x.mr, err = x.pd.RegMR(make([]byte, x.size), verbs.AccessLocalWrite); err != nil {
+	if x.mr, err = x.pd.RegMR(tool.Buffer(x.size), verbs.AccessLocalWrite); err != nil {
 		return fmt.Errorf("couldn't register MR: %v", err)
 	}
 	// As rdma-core: the domain is the file's, so that processes of one host share it.

@@ -1,6 +1,7 @@
 package cm
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"math/rand/v2"
@@ -13,7 +14,9 @@ import (
 
 	"github.com/goverbs/goverbs/cm/mad"
 	"github.com/goverbs/goverbs/internal/testaddr"
+	"github.com/goverbs/goverbs/pcap"
 	"github.com/goverbs/goverbs/verbs"
+	"github.com/goverbs/goverbs/wire"
 )
 
 // dialWith connects cl to a listener of sv, the client with cp's options and the server
@@ -374,5 +377,53 @@ func TestServiceOptionsAndNotify(t *testing.T) {
 	must(t, p.cl.SetOption(d, OptionReuseAddr, 1))
 	if _, err := p.cl.Bind(d, ap); !errors.Is(err, syscall.EADDRINUSE) {
 		t.Fatalf("a bind with REUSEADDR beside a listener: %v", err)
+	}
+}
+
+// TestTOSOnTheWire: a connection dialled with TOS leaves with it on the wire: in the
+// dialler's capture (a pcap.Writer on its device, which records each datagram's DS
+// field as sent), every packet to the acceptor's QP carries DSCP 46 (TOS 0xb8), and the
+// CM's MADs, on QP1's path, the default class.
+func TestTOSOnTheWire(t *testing.T) {
+	var buf bytes.Buffer
+	w, err := pcap.NewWriter(&buf)
+	must(t, err)
+	cl := newSide(t, nil, verbs.SoftConfig{Recorder: w}, nil)
+	sv := newSide(t, nil, verbs.SoftConfig{}, nil)
+	cp := cl.param(nil)
+	cp.TOS = 0xb8
+	cc, sc := dialWith(t, cl, sv, cp, sv.param(nil))
+	sendAndRead(t, cl, sv, cc, sc)
+	qpn := sc.QP().QPN()
+	cl.a.Close()
+	cl.dev.Close() // nothing is recorded after it
+	must(t, w.Flush())
+	r, err := pcap.NewReader(&buf)
+	must(t, err)
+	data, mads := 0, 0
+	for {
+		_, pkt, err := r.NextIP()
+		if err != nil {
+			break
+		}
+		ip, udp, err := wire.ParseIPUDP(pkt)
+		if err != nil || ip.Src.Unmap() != cl.a.Addr() || len(udp) < wire.BTHLen {
+			continue
+		}
+		switch dqp := wire.BTH(udp).DestQP(); dqp { // udp is the UDP payload
+		case qpn:
+			data++
+			if ip.TOS != 0xb8 {
+				t.Fatalf("a packet to QP %#x with TOS %#x, want 0xb8", dqp, ip.TOS)
+			}
+		case 1:
+			mads++
+			if ip.TOS != 0 {
+				t.Fatalf("a MAD with TOS %#x", ip.TOS)
+			}
+		}
+	}
+	if data < 2 || mads < 2 {
+		t.Fatalf("%d packets to the acceptor's QP, %d MADs sent", data, mads)
 	}
 }

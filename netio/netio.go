@@ -504,6 +504,16 @@ type Recorder interface {
 	Record(t time.Time, src, dst netip.AddrPort, ipID uint16, udpPayload []byte) error
 }
 
+// DSRecorder is a Recorder that takes each datagram's DS field too (DSField: its traffic
+// class's DSCP and its ECN codepoint, the IPv4 TOS byte or IPv6 traffic class), which a
+// Tee then gives it through RecordDS instead of Record: for a write what the datagram
+// left with, for a read what the Conn reported (0 where it reports no ECN, Caps.ECN).
+// pcap.Writer implements it.
+type DSRecorder interface {
+	Recorder
+	RecordDS(t time.Time, src, dst netip.AddrPort, ipID uint16, ds uint8, udpPayload []byte) error
+}
+
 // maxGSOBytes is the most UDP payload one GSO send of the UDP backend
 // carries (Caps.MaxGSOBytes): it fits the IPv4 and IPv6 length limits with
 // room for headers.

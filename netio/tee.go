@@ -74,6 +74,7 @@ func (t *teeConn) ReadBatch(msgs []Message) (int, error) {
 func (t *teeConn) recordReads(msgs []Message) {
 	now := time.Now()
 	local := t.Conn.LocalAddr()
+	ecn := t.Conn.Caps().ECN
 	t.mu.Lock()
 	for i := range msgs {
 		// The sender's Identification is invisible to a UDP socket. A GRO run is
@@ -83,7 +84,11 @@ func (t *teeConn) recordReads(msgs []Message) {
 		if msgs[i].SegSize > 0 {
 			run = 1 << 16
 		}
-		t.record(now, &msgs[i], msgs[i].Addr, local, run)
+		var ds uint8
+		if ecn {
+			ds = DSField(msgs[i].TrafficClass, msgs[i].ECN)
+		}
+		t.record(now, &msgs[i], msgs[i].Addr, local, run, ds)
 	}
 	t.mu.Unlock()
 }
@@ -152,22 +157,33 @@ func (t *teeConn) WriteBatch(msgs []Message) (int, error) {
 			if caps.GSO && msgs[i].SegSize > 0 {
 				run = gsoRunSegments(msgs[i].SegSize, caps.MaxSegments, caps.MaxGSOBytes)
 			}
-			t.record(now, &msgs[i], src, msgs[i].Addr, run)
+			ecn := ECNNotECT
+			if caps.ECN {
+				ecn = msgs[i].ECN
+			}
+			t.record(now, &msgs[i], src, msgs[i].Addr, run, DSField(msgs[i].TrafficClass, ecn))
 		}
 	}
 	return n, err
 }
 
-// record splits m into datagrams; run > 0 numbers them as GSO segments
-// (restarting every run segments, one GSO send each). Called with t.mu held.
-func (t *teeConn) record(now time.Time, m *Message, src, dst netip.AddrPort, run int) {
+// record splits m into datagrams with DS field ds; run > 0 numbers them as GSO
+// segments (restarting every run segments, one GSO send each). Called with t.mu held.
+func (t *teeConn) record(now time.Time, m *Message, src, dst netip.AddrPort, run int, ds uint8) {
 	v4 := dst.Addr().Unmap().Is4()
+	dr, withDS := t.r.(DSRecorder)
 	m.Segments(func(i int, seg []byte) bool {
 		var id uint16
 		if v4 && run > 1 {
 			id = GSOSegmentID(0, i%run)
 		}
-		if err := t.r.Record(now, src, dst, id, seg); err != nil && t.first == nil {
+		var err error
+		if withDS {
+			err = dr.RecordDS(now, src, dst, id, ds, seg)
+		} else {
+			err = t.r.Record(now, src, dst, id, seg)
+		}
+		if err != nil && t.first == nil {
 			t.first = err
 			log.Printf("netio: tee: record: %v (later record errors are not logged)", err)
 		}

@@ -94,13 +94,20 @@ var ErrMixedFamily = errors.New("pcap: source and destination address families d
 // wire.AppendIPUDPPacket, then udpPayload, which already ends with the
 // ICRC. It implements netio's recorder interface.
 func (w *Writer) Record(t time.Time, src, dst netip.AddrPort, ipID uint16, udpPayload []byte) error {
+	return w.RecordDS(t, src, dst, ipID, 0, udpPayload)
+}
+
+// RecordDS is Record with the IP header's DS field ds (IPv4 TOS, IPv6 traffic class:
+// the DSCP a path's traffic class gives and the ECN codepoint). It implements netio's
+// DSRecorder, so a Tee's captures show the DSCP and ECN marks the datagrams carried.
+func (w *Writer) RecordDS(t time.Time, src, dst netip.AddrPort, ipID uint16, ds uint8, udpPayload []byte) error {
 	if src.Addr().Unmap().Is4() != dst.Addr().Unmap().Is4() {
 		return ErrMixedFamily
 	}
 	ip := wire.IPHeader{
 		Src: src.Addr(), Dst: dst.Addr(),
 		SrcPort: src.Port(), DstPort: dst.Port(),
-		ID: ipID, DF: true,
+		ID: ipID, DF: true, TOS: ds,
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()

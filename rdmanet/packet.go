@@ -166,10 +166,10 @@ func (c *PacketConn) makeQP() (err error) {
 	if err = c.qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTS}, verbs.QPAttrState|verbs.QPAttrSQPSN); err != nil {
 		return err
 	}
-	if c.rmr, err = c.dev.pd.RegMR(make([]byte, dgRecvN*(grhLen+dgSlot)), verbs.AccessLocalWrite); err != nil {
+	if c.rmr, err = c.dev.pd.RegMR(pageBuf(dgRecvN*(grhLen+dgSlot)), verbs.AccessLocalWrite); err != nil {
 		return err
 	}
-	if c.smr, err = c.dev.pd.RegMR(make([]byte, dgSendN*dgSlot), 0); err != nil {
+	if c.smr, err = c.dev.pd.RegMR(pageBuf(dgSendN*dgSlot), 0); err != nil {
 		return err
 	}
 	for i := 0; i < dgRecvN; i++ {

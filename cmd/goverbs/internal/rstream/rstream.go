@@ -1,5 +1,6 @@
-// Package rstream is librdmacm's rstream: a stream-socket benchmark over package
-// rdmanet, or over Go's TCP for comparison.
+// Package rstream is librdmacm's rsockets benchmarks: rstream, a stream-socket
+// benchmark over package rdmanet (or Go's TCP for comparison), and udpong, its
+// datagram sibling over rdmanet's PacketConn (or Go's UDP).
 package rstream
 
 import (

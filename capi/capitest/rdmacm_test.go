@@ -109,11 +109,14 @@ func tryCM(timeout time.Duration, ready string, settle time.Duration, forever bo
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Wait() }()
-	port := 0
+	port, bound := 0, listening
 	if p, ok := strings.CutPrefix(ready, "tcp:"); ok { // a server that says nothing: its TCP port
 		port, _ = strconv.Atoi(p)
+	} else if p, ok := strings.CutPrefix(ready, "udp:"); ok { // or its UDP port, once bound
+		port, _ = strconv.Atoi(p)
+		bound = udpBound
 	}
-	for (port == 0 && !strings.Contains(srvOut.String(), ready)) || (port != 0 && !listening(port)) {
+	for (port == 0 && !strings.Contains(srvOut.String(), ready)) || (port != 0 && !bound(port)) {
 		select {
 		case err := <-done:
 			return "", "", fmt.Errorf("server %v exited before %q (%v):\n%s", server.argv, ready, err, srvOut)

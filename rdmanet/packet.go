@@ -89,16 +89,9 @@ func ListenPacket(network, address string) (*PacketConn, error) {
 }
 
 func listenPacket(network, address string, op *net.OpError) (_ *PacketConn, err error) {
-	if network != Network {
-		return nil, net.UnknownNetworkError(network)
-	}
-	laddr, err := resolve(context.Background(), address)
+	laddr, err := deviceAddr(network, address, op)
 	if err != nil {
 		return nil, err
-	}
-	op.Addr = &Addr{laddr}
-	if !laddr.Addr().IsValid() || laddr.Addr().IsUnspecified() {
-		return nil, fmt.Errorf("rdmanet: a datagram socket needs a device's address, not %q", address)
 	}
 	udp, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(laddr))
 	if err != nil {

@@ -7,27 +7,14 @@ package capitest
 // killed and says nothing before a client logs in, so the run waits for its UDP port.
 
 import (
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 )
 
-// udpongDone checks a udpong client's output: the header and a row of the custom test.
-func udpongDone(t *testing.T, who, out string) {
-	t.Helper()
-	if !strings.Contains(out, "usec/xfer") || !strings.Contains(out, "\ncustom ") {
-		t.Errorf("%s: no result row:\n%s", who, out)
-	}
-}
-
 func TestRsocketUdpong(t *testing.T) {
-	lib := rdmacmLibrary(t)
-	udpong := program(t, "udpong")
-	gobin := filepath.Join(lib, "goverbs")
-	sa, ca := newAddr(), newAddr()
-	d := serve(t, lib, "s0="+sa+",c0="+ca)
-	srvEnv, cliEnv := d.cLib(lib, "s0", sa), d.cLib(lib, "c0", ca)
+	r := newRsocketRig(t, "udpong")
+	udpong, gobin, sa, ca, d, srvEnv, cliEnv := r.prog, r.gobin, r.sa, r.ca, r.d, r.srvEnv, r.cliEnv
 	// the client's first datagram (its login) goes over UDP; the rest over the UD QPs
 	for _, tc := range []struct {
 		name string
@@ -43,7 +30,7 @@ func TestRsocketUdpong(t *testing.T) {
 			_, cli := runCM(t, "udp:"+port, 0, true,
 				cmSide{append([]string{udpong, "-b", sa, "-p", port}, tc.args...), srvEnv},
 				cmSide{append([]string{udpong, "-s", sa, "-p", port}, tc.args...), cliEnv})
-			udpongDone(t, "client", cli)
+			rstreamDone(t, "client", cli)
 		})
 	}
 
@@ -56,7 +43,7 @@ func TestRsocketUdpong(t *testing.T) {
 			srv, cli := runCM(t, "udp:"+port, 0, true,
 				cmSide{append([]string{gobin, "udpong", "-b", sa, "-p", port}, args...), d.goTool("s0", sa)},
 				cmSide{append([]string{udpong, "-s", sa, "-p", port}, args...), cliEnv})
-			udpongDone(t, "C client", cli)
+			rstreamDone(t, "C client", cli)
 			if !strings.Contains(srv, "client login from "+ca) {
 				t.Errorf("the Go server logged no login from %s:\n%s", ca, srv)
 			}
@@ -66,7 +53,7 @@ func TestRsocketUdpong(t *testing.T) {
 			_, cli := runCM(t, "udp:"+port, 0, true,
 				cmSide{append([]string{udpong, "-b", sa, "-p", port}, args...), srvEnv},
 				cmSide{append([]string{gobin, "udpong", "-s", sa, "-b", ca, "-p", port}, args...), d.goTool("c0", ca)})
-			udpongDone(t, "Go client", cli)
+			rstreamDone(t, "Go client", cli)
 		})
 	}
 }

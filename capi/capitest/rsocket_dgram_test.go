@@ -7,10 +7,33 @@ package capitest
 // killed and says nothing before a client logs in, so the run waits for its UDP port.
 
 import (
+	"encoding/binary"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
+
+// hostileDatagrams are datagrams a datagram rsocket's UDP socket must drop: short ones,
+// a wrong tag, version, length or op, and one longer than any datagram; then a
+// well-formed control message naming a QPN nobody has.
+func hostileDatagrams(from string) [][]byte {
+	good := make([]byte, 16)
+	binary.BigEndian.PutUint32(good, 0x55555555)
+	good[4], good[5], good[6] = 4, 0, 16
+	binary.BigEndian.PutUint32(good[8:], 0xFFFFFF)
+	copy(good[12:], net.ParseIP(from).To4())
+	edit := func(i int, v byte) []byte {
+		b := append([]byte(nil), good...)
+		b[i] = v
+		return append(b, "payload"...)
+	}
+	ctrl := append([]byte(nil), good...)
+	ctrl[5] = 7
+	return [][]byte{{}, {0x55}, good[:15], edit(0, 0), edit(4, 6), edit(4, 9), edit(6, 28), edit(6, 255),
+		edit(6, 4), edit(5, 3), append(append([]byte(nil), good...), make([]byte, 3000)...), ctrl}
+}
 
 func TestRsocketUdpong(t *testing.T) {
 	r := newRsocketRig(t, "udpong")
@@ -33,6 +56,29 @@ func TestRsocketUdpong(t *testing.T) {
 			rstreamDone(t, "client", cli)
 		})
 	}
+
+	// datagrams that are not rsockets' reach the server first: dropped, and it serves on
+	t.Run("C server, hostile datagrams first", func(t *testing.T) {
+		port := freePort(t)
+		go func() {
+			for end := time.Now().Add(20 * time.Second); !udpBound(port) && time.Now().Before(end); {
+				time.Sleep(10 * time.Millisecond)
+			}
+			c, err := net.DialUDP("udp", &net.UDPAddr{IP: net.ParseIP(ca)}, &net.UDPAddr{IP: net.ParseIP(sa), Port: port})
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			for _, p := range hostileDatagrams(ca) {
+				c.Write(p)
+			}
+		}()
+		p := strconv.Itoa(port)
+		_, cli := runCM(t, "udp:"+p, 300*time.Millisecond, true,
+			cmSide{[]string{udpong, "-b", sa, "-p", p, "-T", "e"}, srvEnv},
+			cmSide{[]string{udpong, "-s", sa, "-p", p, "-S", "100", "-C", "50", "-T", "e"}, cliEnv})
+		rstreamDone(t, "client", cli)
+	})
 
 	echo := []string{"-S", "1000", "-C", "100", "-T", "e"}
 	bw := []string{"-S", "1000", "-C", "200"}

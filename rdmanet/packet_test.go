@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -223,4 +224,35 @@ func FuzzPacketHeaders(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Close releases everything: the devices (the last user closes them) and the
+// goroutines, once datagrams went both ways.
+func TestPacketConnCloseReleases(t *testing.T) {
+	before := runtime.NumGoroutine()
+	var cs []*PacketConn
+	for range 2 {
+		c, err := ListenPacket("rdma", netip.AddrPortFrom(freeAddr(t), 0).String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, c)
+	}
+	a, b := cs[0], cs[1]
+	a.WriteTo([]byte("ping"), b.LocalAddr())
+	_, from := readOne(t, b)
+	b.WriteToAddrPort([]byte("pong"), from)
+	readOne(t, a)
+	for _, c := range cs {
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Close(); err != nil {
+			t.Errorf("a second Close: %v", err)
+		}
+	}
+	if open := openDevices(a.laddr.Addr(), b.laddr.Addr()); len(open) > 0 {
+		t.Errorf("devices on %v open after Close", open)
+	}
+	checkGoroutines(t, before)
 }

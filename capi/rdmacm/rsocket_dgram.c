@@ -176,12 +176,6 @@ struct dsk *dg_new(int domain)
 
 int dg_fd(struct dsk *d) { return d->fd; }
 
-int dg_bind(struct dsk *d, const struct sockaddr *a, socklen_t l)
-{
-	if (!sa_valid(a, l, d->family))
-		return fail(a && a->sa_family != d->family ? EAFNOSUPPORT : EINVAL);
-	return bind(d->fd, a, l);
-}
 
 /* ---- the QP ---- */
 
@@ -614,6 +608,24 @@ static void wait_dg(struct dsk *d)
 }
 
 /* ---- the calls ---- */
+
+/* dg_bind binds the UDP socket; bound to an address, the socket makes its QP at once, so
+ * that an address without a device fails here (EADDRNOTAVAIL) rather than silently later. */
+int dg_bind(struct dsk *d, const struct sockaddr *a, socklen_t l)
+{
+	int r;
+
+	if (!sa_valid(a, l, d->family))
+		return fail(a && a->sa_family != d->family ? EAFNOSUPPORT : EINVAL);
+	if (bind(d->fd, a, l))
+		return -1;
+	if (sa_any(a))
+		return 0;
+	pthread_mutex_lock(&d->mu);
+	r = ensure_qp(d);
+	pthread_mutex_unlock(&d->mu);
+	return r;
+}
 
 int dg_connect(struct dsk *d, const struct sockaddr *a, socklen_t l)
 {

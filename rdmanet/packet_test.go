@@ -36,6 +36,22 @@ func readOne(t *testing.T, c *PacketConn) ([]byte, netip.AddrPort) {
 	return buf[:n], from
 }
 
+// waitLearnt waits until c knows peer's QPN (its datagrams to peer then go by UD).
+func waitLearnt(t *testing.T, c *PacketConn, peer netip.AddrPort) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		c.mu.Lock()
+		learnt := c.dests[peer] != nil && c.dests[peer].ah != nil
+		c.mu.Unlock()
+		if learnt {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%v never learnt %v's QPN", c.laddr, peer)
+		}
+	}
+}
+
 // Datagrams arrive whole and say who sent them: the first over UDP (the QPN exchange),
 // the reply and the rest as UD SENDs once each side knows the other's QPN.
 func TestPacketConnExchange(t *testing.T) {
@@ -68,12 +84,7 @@ func TestPacketConnExchange(t *testing.T) {
 			t.Fatalf("datagram %d: %d bytes, want %d", i, len(got), len(msg))
 		}
 	}
-	a.mu.Lock()
-	learnt := a.dests[baddr] != nil && a.dests[baddr].ah != nil
-	a.mu.Unlock()
-	if !learnt {
-		t.Error("a never learnt b's QPN")
-	}
+	waitLearnt(t, a, baddr)
 	if _, err := a.WriteToAddrPort(append(big, 1), baddr); !errors.Is(err, ErrMessageTooLong) {
 		t.Errorf("a datagram one byte too long: %v, want ErrMessageTooLong", err)
 	}
@@ -163,6 +174,7 @@ func TestPacketConnDropsHostileHeaders(t *testing.T) {
 	readOne(t, b)
 	b.WriteToAddrPort([]byte("ok"), a.laddr)
 	readOne(t, a)
+	waitLearnt(t, a, baddr) // b's answer to "learn" (over UDP) may come after "ok" (over UD)
 	for _, h := range [][]byte{{6, udHdrLen4}, {4, udHdrLen6}, {6, udHdrLen6, 0, 1}, {4}} {
 		a.mu.Lock()
 		saved := a.hdr

@@ -62,12 +62,8 @@ func RunUdpong(cmd *tool.Command, args []string) error {
 	fs.IntOpt(&o.size, "S", "size", 1000, "transfer `SIZE` in bytes, at least 16 (a custom test)")
 	fs.StringOpt(&o.port, "p", "port", udpongPort, "`PORT`")
 	fs.StringArrayVarP(&o.tests, "test", "T", nil, "test `OPTION`: s|socket (Go UDP), e|echo (the server echoes every datagram), a|async, b|blocking, n|nonblocking (no difference in Go)")
-	pos, err := fs.ParseArgs(args)
-	if err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return fmt.Errorf("unexpected argument %q (the server's address goes after -s)", pos[0])
 	}
 	for _, t := range o.tests {
 		switch strings.ToLower(t) {

@@ -103,3 +103,10 @@ func TestRsocketUdpong(t *testing.T) {
 		})
 	}
 }
+
+// TestRsocketDgramCalls runs testdata/rsdgram.c: the datagram calls udpong does not make
+// (rselect, MSG_PEEK, rrecvfrom's address, rconnect and rgetpeername, EMSGSIZE, the
+// longest datagram, options, rlisten refused), two sockets of one process on one device.
+func TestRsocketDgramCalls(t *testing.T) {
+	runCheckProgram(t, "rsdgram", "dgram ok\n")
+}

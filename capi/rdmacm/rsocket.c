@@ -222,6 +222,14 @@ static int64_t now_ms(void)
 	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
+static int64_t now_us(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000000 + t.tv_nsec / 1000;
+}
+
 static void set_nonblock(int fd)
 {
 	int f = fcntl(fd, F_GETFL);
@@ -1485,7 +1493,9 @@ static short revents(struct rsk *s, short want)
 
 int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 {
-	int64_t end = timeout > 0 ? now_ms() + timeout : 0;
+	/* microseconds: a 1 ms timeout waits a whole millisecond, as poll(2)'s does, not
+	 * whatever is left of the current one (udpong's echo test waits 1 ms for each answer) */
+	int64_t end = timeout > 0 ? now_us() + (int64_t)timeout * 1000 : 0;
 	struct pollfd *w = calloc(2 * nfds + 1, sizeof(*w));
 	nfds_t i;
 
@@ -1511,7 +1521,7 @@ int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 			if (fds[i].revents)
 				ready++;
 		}
-		if (ready || timeout == 0 || (timeout > 0 && now_ms() >= end)) {
+		if (ready || timeout == 0 || (timeout > 0 && now_us() >= end)) {
 			free(w);
 			return ready;
 		}
@@ -1542,8 +1552,8 @@ int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 		if (again)
 			continue;
 		ms = 100;
-		if (timeout > 0 && end - now_ms() < ms)
-			ms = (int)(end - now_ms());
+		if (timeout > 0 && end - now_us() < (int64_t)ms * 1000)
+			ms = (int)((end - now_us() + 999) / 1000);
 		if (ms < 0)
 			ms = 0;
 		if (poll(w, nw, ms) < 0 && errno != EINTR) {

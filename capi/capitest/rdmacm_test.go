@@ -109,11 +109,14 @@ func tryCM(timeout time.Duration, ready string, settle time.Duration, forever bo
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Wait() }()
-	port := 0
+	port, bound := 0, listening
 	if p, ok := strings.CutPrefix(ready, "tcp:"); ok { // a server that says nothing: its TCP port
 		port, _ = strconv.Atoi(p)
+	} else if p, ok := strings.CutPrefix(ready, "udp:"); ok { // or its UDP port, once bound
+		port, _ = strconv.Atoi(p)
+		bound = udpBound
 	}
-	for (port == 0 && !strings.Contains(srvOut.String(), ready)) || (port != 0 && !listening(port)) {
+	for (port == 0 && !strings.Contains(srvOut.String(), ready)) || (port != 0 && !bound(port)) {
 		select {
 		case err := <-done:
 			return "", "", fmt.Errorf("server %v exited before %q (%v):\n%s", server.argv, ready, err, srvOut)
@@ -274,16 +277,23 @@ func TestRdmacmAgainstGoTools(t *testing.T) {
 // acked twice, ids destroyed with events outstanding, a channel destroyed under a
 // waiting rdma_get_cm_event, calls not served: clear errnos, no crash, no hang.
 func TestRdmacmBadInput(t *testing.T) {
+	runCheckProgram(t, "rdmacm_check", "ok\n")
+}
+
+// runCheckProgram compiles testdata/NAME.c against the drop-in's librdmacm.so.1 and runs
+// it with a device's address (one device of its own daemon): it must print want and exit 0.
+func runCheckProgram(t *testing.T, name, want string) {
+	t.Helper()
 	lib := rdmacmLibrary(t)
 	cc := os.Getenv("CC")
 	if cc == "" {
 		cc = "cc"
 	}
-	bin := filepath.Join(t.TempDir(), "rdmacm_check")
-	out, err := exec.Command(cc, "-O2", "-Wall", "-Werror", "-o", bin, filepath.Join("testdata", "rdmacm_check.c"),
+	bin := filepath.Join(t.TempDir(), name)
+	out, err := exec.Command(cc, "-O2", "-Wall", "-Werror", "-o", bin, filepath.Join("testdata", name+".c"),
 		filepath.Join(lib, "librdmacm.so.1"), filepath.Join(lib, "libibverbs.so.1"), "-lpthread").CombinedOutput()
 	if err != nil {
-		t.Fatalf("compile rdmacm_check: %v\n%s", err, out)
+		t.Fatalf("compile %s: %v\n%s", name, err, out)
 	}
 	a := newAddr()
 	d := serve(t, lib, "t0="+a)
@@ -294,8 +304,8 @@ func TestRdmacmBadInput(t *testing.T) {
 	var stderr strings.Builder
 	c.Stderr = &stderr
 	got, err := c.Output()
-	if err != nil || string(got) != "ok\n" {
-		t.Fatalf("rdmacm_check: %v\n%s%s", err, got, &stderr)
+	if err != nil || string(got) != want {
+		t.Fatalf("%s: %v\n%s%s", name, err, got, &stderr)
 	}
 }
 

@@ -108,6 +108,16 @@
 // its process, so a program that exits right after Close would otherwise lose the
 // bytes not yet sent, and leave the peer retransmitting its DISCONNECT.
 //
+// # Datagrams
+//
+// ListenPacket("rdma", "host:port") opens a PacketConn, a net.PacketConn in rsockets'
+// datagram protocol (librdmacm's SOCK_DGRAM rsockets): a UDP socket on the device's
+// address, over which a peer's UD QP number is learnt (a 16- or 28-byte header before
+// the first datagrams, answered by a header-only control message), and a UD QP over
+// which datagrams then go behind an 8- or 24-byte header naming the sender's address and
+// UDP port. The headers field by field are in dgram_proto.go and
+// docs/guide/cm-rdmanet.md, "Datagram rsockets".
+//
 // # The API
 //
 // Listen("rdma", "host:port") listens on the RDMA device whose address is host

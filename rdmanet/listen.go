@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -52,16 +53,9 @@ func Listen(network, address string) (net.Listener, error) {
 
 // listen listens, filling in op's address once it is resolved.
 func listen(network, address string, op *net.OpError) (*Listener, error) {
-	if network != Network {
-		return nil, net.UnknownNetworkError(network)
-	}
-	laddr, err := resolve(context.Background(), address)
+	laddr, err := deviceAddr(network, address, op)
 	if err != nil {
 		return nil, err
-	}
-	op.Addr = &Addr{laddr}
-	if !laddr.Addr().IsValid() || laddr.Addr().IsUnspecified() {
-		return nil, fmt.Errorf("rdmanet: listen needs a device's address, not %q", address)
 	}
 	dev, err := acquireDevice(laddr.Addr())
 	if err != nil {
@@ -78,6 +72,23 @@ func listen(network, address string, op *net.OpError) (*Listener, error) {
 	l.wg.Add(1)
 	go l.serve()
 	return l, nil
+}
+
+// deviceAddr resolves the local address of a listener or a datagram socket, which must
+// name a device (not the unspecified address), filling in op's address once it is known.
+func deviceAddr(network, address string, op *net.OpError) (netip.AddrPort, error) {
+	if network != Network {
+		return netip.AddrPort{}, net.UnknownNetworkError(network)
+	}
+	laddr, err := resolve(context.Background(), address)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	op.Addr = &Addr{laddr}
+	if !laddr.Addr().IsValid() || laddr.Addr().IsUnspecified() {
+		return netip.AddrPort{}, fmt.Errorf("rdmanet: %s needs a device's address, not %q", op.Op, address)
+	}
+	return laddr, nil
 }
 
 // serve takes the CM's requests and runs each handshake in its own goroutine, so a

@@ -125,9 +125,16 @@ func freePort(t testing.TB) int {
 
 // listening reports whether some socket listens on TCP port, from /proc/net/tcp{,6}:
 // a probing connection would be taken as the client by the one-shot servers.
-func listening(port int) bool {
+func listening(port int) bool { return inProcNet(port, "0A", "/proc/net/tcp", "/proc/net/tcp6") }
+
+// udpBound reports whether some UDP socket is bound to port (state 07, unconnected), from
+// /proc/net/udp{,6}: a datagram rsocket's server, which says nothing until a client comes.
+func udpBound(port int) bool { return inProcNet(port, "07", "/proc/net/udp", "/proc/net/udp6") }
+
+// inProcNet reports whether one of files lists a socket on local port in state.
+func inProcNet(port int, state string, files ...string) bool {
 	want := fmt.Sprintf(":%04X", port)
-	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+	for _, f := range files {
 		fh, err := os.Open(f)
 		if err != nil {
 			continue
@@ -135,7 +142,7 @@ func listening(port int) bool {
 		sc := bufio.NewScanner(fh)
 		for sc.Scan() {
 			fields := strings.Fields(sc.Text())
-			if len(fields) > 3 && strings.HasSuffix(fields[1], want) && fields[3] == "0A" {
+			if len(fields) > 3 && strings.HasSuffix(fields[1], want) && fields[3] == state {
 				fh.Close()
 				return true
 			}

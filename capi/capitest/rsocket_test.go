@@ -19,8 +19,8 @@ import (
 
 const rspreload = "/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so"
 
-// rstreamResult is what a finished rstream's output holds: the header and a row
-// of the custom test.
+// rstreamDone checks what a finished rstream's (or udpong client's) output holds: the
+// header and a row of the custom test.
 func rstreamDone(t *testing.T, who, out string) {
 	t.Helper()
 	if !strings.Contains(out, "usec/xfer") || !strings.Contains(out, "custom") {
@@ -28,13 +28,25 @@ func rstreamDone(t *testing.T, who, out string) {
 	}
 }
 
-func TestRsocketRstream(t *testing.T) {
+// rsocketRig is a two-device daemon for an rdmacm-utils program: its server's device s0
+// at sa, its client's c0 at ca, the drop-in's environment for each, and goverbs' binary.
+type rsocketRig struct {
+	prog, gobin, sa, ca string
+	d                   *daemon
+	srvEnv, cliEnv      []string
+}
+
+func newRsocketRig(t *testing.T, prog string) *rsocketRig {
 	lib := rdmacmLibrary(t)
-	rstream := program(t, "rstream")
-	gobin := filepath.Join(lib, "goverbs")
-	sa, ca := newAddr(), newAddr()
-	d := serve(t, lib, "s0="+sa+",c0="+ca)
-	srvEnv, cliEnv := d.cLib(lib, "s0", sa), d.cLib(lib, "c0", ca)
+	r := &rsocketRig{prog: program(t, prog), gobin: filepath.Join(lib, "goverbs"), sa: newAddr(), ca: newAddr()}
+	r.d = serve(t, lib, "s0="+r.sa+",c0="+r.ca)
+	r.srvEnv, r.cliEnv = r.d.cLib(lib, "s0", r.sa), r.d.cLib(lib, "c0", r.ca)
+	return r
+}
+
+func TestRsocketRstream(t *testing.T) {
+	r := newRsocketRig(t, "rstream")
+	rstream, gobin, sa, ca, d, srvEnv, cliEnv := r.prog, r.gobin, r.sa, r.ca, r.d, r.srvEnv, r.cliEnv
 
 	// C server, C client: rsocket mode with each of rstream's waiting styles
 	for _, tc := range []struct {

@@ -9,9 +9,11 @@
  * rshutdown, rclose, rgetpeername, rgetsockname, rsetsockopt/rgetsockopt (SOL_SOCKET
  * and IPPROTO_TCP options are accepted and remembered; SOL_RDMA's fail with
  * ENOPROTOOPT, but RDMA_IOMAPSIZE), rfcntl (F_GETFL/F_SETFL, O_NONBLOCK), rpoll and
- * rselect, riomap/riounmap/riowrite. Not served: datagram rsockets (ENOTSUP).
+ * rselect, riomap/riounmap/riowrite. Datagram rsockets (SOCK_DGRAM) are
+ * rsocket_dgram.c's: the calls below hand a datagram socket to it.
  * Tested (capi/capitest/rsocket_test.go): rdmacm-utils' rstream and riostream, rstream
- * against goverbs rstream (package rdmanet) both ways, TCP programs under librspreload.so.
+ * against goverbs rstream (package rdmanet) both ways, TCP programs under librspreload.so,
+ * udpong (datagrams) against itself and goverbs udpong both ways.
  *
  * The shape of one connection (this file's own choices within the protocol):
  *  - a 256 KiB receive ring given to the peer in two halves: the first in the
@@ -52,6 +54,8 @@
 #include <netinet/tcp.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rsocket.h>
+
+#include "rsocket_dgram.h"
 
 #define RING_SZ (256 * 1024)
 #define HALF_SZ (RING_SZ / 2)
@@ -101,6 +105,7 @@ struct iomap {
 
 struct rsk {
 	int fd, state, nonblock, err;
+	struct dsk *dg; /* a datagram socket: everything else here unused */
 	pthread_mutex_t mu;
 	struct rdma_event_channel *ch;
 	struct rdma_cm_id *id;
@@ -215,6 +220,14 @@ static int64_t now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+static int64_t now_us(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000000 + t.tv_nsec / 1000;
 }
 
 static void set_nonblock(int fd)
@@ -766,17 +779,42 @@ static void connected(struct rsk *s)
 
 /* ---- the socket calls ---- */
 
+static int dgram_socket(int domain, int nb)
+{
+	struct rsk *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return fail(ENOMEM);
+	if (!(s->dg = dg_new(domain))) {
+		int e = errno;
+
+		free(s);
+		return fail(e);
+	}
+	pthread_mutex_init(&s->mu, NULL);
+	s->fd = dg_fd(s->dg);
+	s->nonblock = !!nb;
+	if (put(s)) {
+		dg_close(s->dg);
+		free(s);
+		return -1;
+	}
+	return s->fd;
+}
+
 int rsocket(int domain, int type, int protocol)
 {
 	struct rsk *s;
 	int nb = type & SOCK_NONBLOCK;
 
 	type &= ~(SOCK_NONBLOCK | SOCK_CLOEXEC);
-	if ((domain != AF_INET && domain != AF_INET6) || type != SOCK_STREAM ||
-	    (protocol && protocol != IPPROTO_TCP)) {
-		dbg("only stream rsockets over AF_INET/AF_INET6 are served: ENOTSUP");
+	if ((domain != AF_INET && domain != AF_INET6) || (type != SOCK_STREAM && type != SOCK_DGRAM) ||
+	    (protocol && protocol != (type == SOCK_STREAM ? IPPROTO_TCP : IPPROTO_UDP))) {
+		dbg("only stream and datagram rsockets over AF_INET/AF_INET6 are served: ENOTSUP");
 		return fail(ENOTSUP);
 	}
+	if (type == SOCK_DGRAM)
+		return dgram_socket(domain, nb);
 	if (!(s = rsk_new()))
 		return -1;
 	s->nonblock = !!nb;
@@ -800,9 +838,15 @@ int rbind(int fd, const struct sockaddr *a, socklen_t l)
 {
 	struct rsk *s = get(fd);
 
-	(void)l;
 	if (!s)
 		return fail(EBADF);
+	if (s->dg) {
+		int r = dg_bind(s->dg, a, l);
+
+		if (!r && a)
+			dbg("datagram rsocket bound to port %u", ntohs(((const struct sockaddr_in *)a)->sin_port));
+		return r;
+	}
 	return rdma_bind_addr(s->id, (struct sockaddr *)a);
 }
 
@@ -812,6 +856,8 @@ int rlisten(int fd, int backlog)
 
 	if (!s)
 		return fail(EBADF);
+	if (s->dg)
+		return fail(EOPNOTSUPP);
 	if (rdma_listen(s->id, backlog))
 		return -1;
 	s->state = S_LISTEN;
@@ -829,6 +875,8 @@ int raccept(int fd, struct sockaddr *addr, socklen_t *alen)
 
 	if (!l)
 		return fail(EBADF);
+	if (l->dg)
+		return fail(EOPNOTSUPP);
 	if (l->state != S_LISTEN)
 		return fail(EINVAL);
 	for (;;) {
@@ -897,9 +945,10 @@ int rconnect(int fd, const struct sockaddr *a, socklen_t l)
 	uint8_t priv[256], mine[CONN_LEN];
 	int plen = 0;
 
-	(void)l;
 	if (!s)
 		return fail(EBADF);
+	if (s->dg)
+		return dg_connect(s->dg, a, l);
 	if (s->state == S_CONN)
 		return fail(EISCONN);
 	if (s->state != S_NEW)
@@ -943,6 +992,8 @@ static ssize_t do_send(int fd, const struct iovec *iov, int iovcnt, int flags)
 
 	if (!s)
 		return fail(EBADF);
+	if (s->dg)
+		return dg_send(s->dg, iov, iovcnt, flags, s->nonblock, NULL, 0);
 	for (i = 0; i < iovcnt; i++)
 		total += iov[i].iov_len;
 	nb = s->nonblock || (flags & MSG_DONTWAIT);
@@ -1018,6 +1069,8 @@ static ssize_t do_recv(int fd, const struct iovec *iov, int iovcnt, int flags)
 
 	if (!s)
 		return fail(EBADF);
+	if (s->dg)
+		return dg_recv(s->dg, iov, iovcnt, flags, s->nonblock, NULL, NULL);
 	for (i = 0; i < iovcnt; i++)
 		total += iov[i].iov_len;
 	nb = s->nonblock || (flags & MSG_DONTWAIT);
@@ -1084,12 +1137,20 @@ ssize_t rsend(int s, const void *b, size_t n, int f)
 
 ssize_t rsendto(int s, const void *b, size_t n, int f, const struct sockaddr *a, socklen_t l)
 {
-	(void)a, (void)l;
+	struct rsk *k = get(s);
+	struct iovec v = {.iov_base = (void *)b, .iov_len = n};
+
+	if (k && k->dg)
+		return dg_send(k->dg, &v, 1, f, k->nonblock, a, l);
 	return rsend(s, b, n, f);
 }
 
 ssize_t rsendmsg(int s, const struct msghdr *m, int f)
 {
+	struct rsk *k = get(s);
+
+	if (k && k->dg)
+		return dg_send(k->dg, m->msg_iov, m->msg_iovlen, f, k->nonblock, m->msg_name, m->msg_namelen);
 	return do_send(s, m->msg_iov, m->msg_iovlen, f);
 }
 
@@ -1105,7 +1166,13 @@ ssize_t rrecv(int s, void *b, size_t n, int f)
 
 ssize_t rrecvfrom(int s, void *b, size_t n, int f, struct sockaddr *a, socklen_t *l)
 {
-	ssize_t r = rrecv(s, b, n, f);
+	struct rsk *k = get(s);
+	struct iovec v = {.iov_base = b, .iov_len = n};
+	ssize_t r;
+
+	if (k && k->dg)
+		return dg_recv(k->dg, &v, 1, f, k->nonblock, a, l);
+	r = rrecv(s, b, n, f);
 
 	if (r >= 0 && a && l)
 		rgetpeername(s, a, l);
@@ -1114,6 +1181,18 @@ ssize_t rrecvfrom(int s, void *b, size_t n, int f, struct sockaddr *a, socklen_t
 
 ssize_t rrecvmsg(int s, struct msghdr *m, int f)
 {
+	struct rsk *k = get(s);
+
+	if (k && k->dg) {
+		socklen_t l = m->msg_namelen;
+		ssize_t r = dg_recv(k->dg, m->msg_iov, m->msg_iovlen, f, k->nonblock, m->msg_name,
+				    m->msg_name ? &l : NULL);
+
+		if (r >= 0 && m->msg_name)
+			m->msg_namelen = l;
+		m->msg_flags = 0;
+		return r;
+	}
 	return do_recv(s, m->msg_iov, m->msg_iovlen, f);
 }
 
@@ -1141,6 +1220,8 @@ int rshutdown(int fd, int how)
 
 	if (!s)
 		return fail(EBADF);
+	if (s->dg)
+		return 0; /* nothing to tell a peer */
 	pthread_mutex_lock(&s->mu);
 	if (s->state != S_CONN) {
 		pthread_mutex_unlock(&s->mu);
@@ -1169,6 +1250,12 @@ int rclose(int fd)
 	if (!s)
 		return fail(EBADF);
 	drop(s);
+	if (s->dg) {
+		dg_close(s->dg);
+		pthread_mutex_destroy(&s->mu);
+		free(s);
+		return 0;
+	}
 	pthread_mutex_lock(&s->mu);
 	if (s->state == S_CONN) {
 		int64_t end = now_ms() + 1000;
@@ -1228,6 +1315,8 @@ int rgetpeername(int fd, struct sockaddr *a, socklen_t *l)
 
 	if (!s)
 		return fail(EBADF);
+	if (s->dg)
+		return dg_getpeername(s->dg, a, l);
 	if (s->state != S_CONN)
 		return fail(ENOTCONN);
 	return copy_addr(rdma_get_peer_addr(s->id), a, l);
@@ -1239,6 +1328,8 @@ int rgetsockname(int fd, struct sockaddr *a, socklen_t *l)
 
 	if (!s)
 		return fail(EBADF);
+	if (s->dg)
+		return getsockname(s->fd, a, l);
 	return copy_addr(rdma_get_local_addr(s->id), a, l);
 }
 
@@ -1257,6 +1348,8 @@ int rsetsockopt(int fd, int lv, int o, const void *v, socklen_t l)
 
 	if (!s)
 		return fail(EBADF);
+	if (s->dg)
+		return dg_setsockopt(s->dg, lv, o, v, l);
 	if (lv == SOL_SOCKET) {
 		switch (o) {
 		case SO_REUSEADDR:
@@ -1313,6 +1406,8 @@ int rgetsockopt(int fd, int lv, int o, void *v, socklen_t *l)
 
 	if (!s)
 		return fail(EBADF);
+	if (s->dg)
+		return dg_getsockopt(s->dg, lv, o, v, l);
 	if (lv == SOL_SOCKET) {
 		switch (o) {
 		case SO_REUSEADDR:
@@ -1372,6 +1467,8 @@ static short revents(struct rsk *s, short want)
 {
 	short r = 0;
 
+	if (s->dg)
+		return dg_revents(s->dg, want);
 	if (s->state == S_LISTEN) {
 		struct pollfd p = {.fd = s->ch->fd, .events = POLLIN};
 
@@ -1396,7 +1493,9 @@ static short revents(struct rsk *s, short want)
 
 int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 {
-	int64_t end = timeout > 0 ? now_ms() + timeout : 0;
+	/* microseconds: a 1 ms timeout waits a whole millisecond, as poll(2)'s does, not
+	 * whatever is left of the current one (udpong's echo test waits 1 ms for each answer) */
+	int64_t end = timeout > 0 ? now_us() + (int64_t)timeout * 1000 : 0;
 	struct pollfd *w = calloc(2 * nfds + 1, sizeof(*w));
 	nfds_t i;
 
@@ -1422,7 +1521,7 @@ int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 			if (fds[i].revents)
 				ready++;
 		}
-		if (ready || timeout == 0 || (timeout > 0 && now_ms() >= end)) {
+		if (ready || timeout == 0 || (timeout > 0 && now_us() >= end)) {
 			free(w);
 			return ready;
 		}
@@ -1431,6 +1530,15 @@ int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 
 			if (!s) {
 				w[nw++] = fds[i];
+				continue;
+			}
+			if (s->dg) {
+				int k = dg_wait_fds(s->dg, w + nw);
+
+				if (k < 0)
+					again = 1;
+				else
+					nw += k;
 				continue;
 			}
 			pthread_mutex_lock(&s->mu);
@@ -1444,8 +1552,8 @@ int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 		if (again)
 			continue;
 		ms = 100;
-		if (timeout > 0 && end - now_ms() < ms)
-			ms = (int)(end - now_ms());
+		if (timeout > 0 && end - now_us() < (int64_t)ms * 1000)
+			ms = (int)((end - now_us() + 999) / 1000);
 		if (ms < 0)
 			ms = 0;
 		if (poll(w, nw, ms) < 0 && errno != EINTR) {
@@ -1457,6 +1565,10 @@ int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 
 			if (!s)
 				continue;
+			if (s->dg) {
+				dg_after_wait(s->dg);
+				continue;
+			}
 			pthread_mutex_lock(&s->mu);
 			drain_cq_events(s);
 			cm_events(s);
@@ -1526,6 +1638,8 @@ off_t riomap(int fd, void *buf, size_t len, int prot, int flags, off_t offset)
 	(void)flags;
 	if (!s)
 		return fail(EBADF);
+	if (s->dg)
+		return fail(ENOTSUP);
 	if (!buf || !len || len > 0xffffffffu || !(prot & PROT_WRITE))
 		return fail(EINVAL);
 	pthread_mutex_lock(&s->mu);
@@ -1590,6 +1704,8 @@ int riounmap(int fd, void *buf, size_t len)
 
 	if (!s)
 		return fail(EBADF);
+	if (s->dg)
+		return fail(ENOTSUP);
 	pthread_mutex_lock(&s->mu);
 	for (i = 0; i < IOMAP_MAX; i++)
 		if (s->maps[i].mr && s->maps[i].buf == buf && s->maps[i].len == len) {
@@ -1610,8 +1726,8 @@ size_t riowrite(int fd, const void *buf, size_t count, off_t offset, int flags)
 	size_t done = 0;
 	int nb, i;
 
-	if (!s) {
-		errno = EBADF;
+	if (!s || s->dg) {
+		errno = s ? ENOTSUP : EBADF;
 		return (size_t)-1;
 	}
 	nb = s->nonblock || (flags & MSG_DONTWAIT);

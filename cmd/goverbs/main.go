@@ -14,6 +14,8 @@
 //	goverbs asyncwatch --bind 127.0.0.2                  # that tool's async events
 //	goverbs rstream -b 127.0.0.2                         # stream server (rdmanet)
 //	goverbs rstream -b 127.0.0.3 -s 127.0.0.2            # client; --tcp: the same over Go TCP
+//	goverbs udpong -b 127.0.0.2                          # datagram server (rdmanet.PacketConn)
+//	goverbs udpong -b 127.0.0.3 -s 127.0.0.2 -C 100      # client; -T s: the same over Go UDP
 //	goverbs ibstat                                       # infiniband-diags' port views
 //	goverbs ibping -S --bind 127.0.0.2                   # answer pings on QP1
 //	goverbs ibping --bind 127.0.0.3 -c 3 127.0.0.2       # ping it
@@ -68,6 +70,7 @@ var commands = []*tool.Command{
 	{Name: "ucmatose", Summary: "RC connections and messages through the connection manager (librdmacm's cmatose)", Run: cmtools.RunUcmatose},
 	{Name: "udaddy", Summary: "UD datagrams to a service found through the connection manager (librdmacm's udaddy)", Run: cmtools.RunUdaddy},
 	{Name: "rstream", Summary: "stream bandwidth and latency over rdmanet, or Go TCP with --tcp (librdmacm's rstream)", Run: rstream.Run},
+	{Name: "udpong", Summary: "datagram latency and bandwidth over rdmanet's datagram rsockets, or Go UDP with -T s (librdmacm's udpong)", Run: rstream.RunUdpong},
 	{Name: "ibstat", Summary: "device and port state, rate, LIDs and GUIDs (infiniband-diags' ibstat)", Run: inspect.RunIbstat},
 	{Name: "ibstatus", Summary: "each port's default GID, state and rate (infiniband-diags' ibstatus)", Run: inspect.RunIbstatus},
 	{Name: "ibaddr", Summary: "a local port's GID and LID range (infiniband-diags' ibaddr)", Run: inspect.RunIbaddr},

@@ -262,7 +262,8 @@ int main(int argc, char **argv)
 	FAILS(rdma_listen((struct rdma_cm_id *)&addr, 1), EINVAL);
 	FAILS(rdma_ack_cm_event((struct rdma_cm_event *)&fake), EINVAL);
 	FAILS(rdma_notify(NULL, IBV_EVENT_COMM_EST), EINVAL);
-	FAILS(rsocket(AF_INET, SOCK_DGRAM, 0), ENOTSUP);
+	FAILS(rsocket(AF_INET, SOCK_SEQPACKET, 0), ENOTSUP);
+	FAILS(rsocket(AF_INET, SOCK_DGRAM, IPPROTO_TCP), ENOTSUP);
 	FAILS(rsocket(AF_UNIX, SOCK_STREAM, 0), ENOTSUP);
 	FAILS((int)rsend(-1, "x", 1, 0), EBADF);
 	FAILS((int)rrecv(12345, &addr, 1, 0), EBADF);

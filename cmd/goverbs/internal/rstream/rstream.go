@@ -1,5 +1,6 @@
-// Package rstream is librdmacm's rstream: a stream-socket benchmark over package
-// rdmanet, or over Go's TCP for comparison.
+// Package rstream is librdmacm's rsockets benchmarks: rstream, a stream-socket
+// benchmark over package rdmanet (or Go's TCP for comparison), and udpong, its
+// datagram sibling over rdmanet's PacketConn (or Go's UDP).
 package rstream
 
 import (
@@ -91,12 +92,8 @@ func Run(cmd *tool.Command, args []string) error {
 	fs.StringArrayVarP(&o.tests, "test", "T", nil, "test `OPTION`: s|socket (Go TCP, as --tcp), v|verify (check the data), b|blocking (the only mode in Go)")
 	fs.BoolOpt(&o.tcp, "", "tcp", "run the test over Go's net.TCPConn instead of rdmanet")
 	fs.BoolOpt(&o.loop, "", "loop", "run the server and the client in this process: the server on -b's address, the client from the next one (rdmanet) or loopback (TCP)")
-	pos, err := fs.ParseArgs(args)
-	if err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return fmt.Errorf("unexpected argument %q (the server's address goes after -s)", pos[0])
 	}
 	if err := o.check(fs); err != nil {
 		return err
@@ -108,6 +105,19 @@ func Run(cmd *tool.Command, args []string) error {
 		return o.runLoop(in)
 	}
 	return o.run(in)
+}
+
+// parseFlags parses args, which hold flags only: the server's address goes after -s,
+// as in librdmacm's tools.
+func parseFlags(fs *tool.FlagSet, args []string) error {
+	pos, err := fs.ParseArgs(args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("unexpected argument %q (the server's address goes after -s)", pos[0])
+	}
+	return nil
 }
 
 // runLoop runs both sides in this process, the client's table printed: what a

@@ -12,6 +12,10 @@
  * program of one thread cannot write during the call, and has the pages around any
  * buffer moved (its other data on them stays where it is, shared with the daemon, which
  * can reach only the registered range).
+ * The calling thread writes its own stack throughout the call, and a buffer on that
+ * stack (or near it) shares pages with the frames of the call itself: the copy and the
+ * mapping run on a stack of their own (gva_off_stack), so that nothing the thread writes
+ * between them is lost ("stack smashing detected" when it was).
  * Moved pages are MADV_DONTFORK, as ibv_fork_init makes registered memory, so a child
  * after fork() does not share them with the daemon. When the last registration of the
  * pages closes they move back onto private anonymous memory: glibc's allocator, like
@@ -29,6 +33,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <ucontext.h>
 #include <unistd.h>
 #include "gva.h"
 
@@ -144,50 +149,118 @@ static int gva_movable(uintptr_t start, uintptr_t end)
 	return rc;
 }
 
+/*
+ * gva_off_stack runs fn(arg) on a stack of its own and returns when it has. The pages
+ * moved between a copy and a mapping must not be written in between, and the calling
+ * thread's stack may be among them: on its own stack the work writes none of the
+ * caller's frames (the switch saves the caller's registers in heap memory; the return
+ * address it pushes is written before the copy). A signal delivered meanwhile runs on
+ * the private stack too. Returns ENOMEM, or 0 when fn ran.
+ */
+#define GVA_WORK_STACK (64 * 1024)
+
+struct gva_off_stack_call {
+	void (*fn)(void *);
+	void *arg;
+};
+
+/* makecontext passes ints: the call's address comes in two halves. */
+static void gva_off_stack_entry(unsigned int hi, unsigned int lo)
+{
+	struct gva_off_stack_call *c = (struct gva_off_stack_call *)(((uintptr_t)hi << 32) | lo);
+
+	c->fn(c->arg);
+}
+
+static int gva_off_stack(void (*fn)(void *), void *arg)
+{
+	struct gva_off_stack_call call = {fn, arg};
+	uint64_t p = (uintptr_t)&call;
+	ucontext_t *uc = calloc(2, sizeof(*uc));
+	void *stack = malloc(GVA_WORK_STACK);
+	int rc = 0;
+
+	if (!uc || !stack || getcontext(&uc[1]) < 0) {
+		rc = ENOMEM;
+		goto out;
+	}
+	uc[1].uc_stack.ss_sp = stack;
+	uc[1].uc_stack.ss_size = GVA_WORK_STACK;
+	uc[1].uc_link = &uc[0];
+	makecontext(&uc[1], (void (*)(void))gva_off_stack_entry, 2, (unsigned int)(p >> 32), (unsigned int)p);
+	if (swapcontext(&uc[0], &uc[1]) < 0)
+		rc = ENOMEM;
+out:
+	free(stack);
+	free(uc);
+	return rc;
+}
+
+/* gva_move_pages is gva_move's copy and mapping, run off the caller's stack. */
+struct gva_move_pages {
+	uintptr_t start;
+	size_t size;
+	int fd;
+	int err;
+};
+
+static void gva_move_pages(void *arg)
+{
+	struct gva_move_pages *m = arg;
+
+	for (size_t off = 0; off < m->size;) {
+		ssize_t n = pwrite(m->fd, (void *)(m->start + off), m->size - off, (off_t)off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) { /* EFAULT: a page of the range is not mapped (readable) */
+			m->err = n < 0 ? errno : EFAULT;
+			return;
+		}
+		off += (size_t)n;
+	}
+	if (mmap((void *)m->start, m->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, m->fd, 0) !=
+	    (void *)m->start) {
+		m->err = errno;
+		return;
+	}
+	madvise((void *)m->start, m->size, MADV_DONTFORK);
+}
+
 /* gva_move puts [start, start+size) onto a new sealed memfd, in place. */
 static int gva_move(uintptr_t start, size_t size, struct gva_span **out)
 {
+	struct gva_move_pages m = {start, size, -1, 0};
 	struct gva_span *s;
 	struct stat st;
-	int fd;
+	int rc;
 
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return ENOMEM;
-	fd = memfd_create("goverbs-mr", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	if (fd < 0)
-		goto fail_errno;
-	if (ftruncate(fd, (off_t)size) < 0 ||
-	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0 || fstat(fd, &st) < 0)
-		goto fail_fd;
-	for (size_t off = 0; off < size;) {
-		ssize_t n = pwrite(fd, (void *)(start + off), size - off, (off_t)off);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) /* EFAULT: a page of the range is not mapped (readable) */
-			goto fail_fd;
-		off += (size_t)n;
+	m.fd = memfd_create("goverbs-mr", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (m.fd < 0) {
+		rc = errno;
+		free(s);
+		return rc;
 	}
-	if (mmap((void *)start, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) != (void *)start)
-		goto fail_fd;
-	madvise((void *)start, size, MADV_DONTFORK);
+	if (ftruncate(m.fd, (off_t)size) < 0 ||
+	    fcntl(m.fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0 || fstat(m.fd, &st) < 0)
+		m.err = errno;
+	else if ((rc = gva_off_stack(gva_move_pages, &m)))
+		m.err = rc;
+	if (m.err) {
+		close(m.fd);
+		free(s);
+		return m.err;
+	}
 	s->start = start;
 	s->end = start + size;
-	s->fd = fd;
+	s->fd = m.fd;
 	s->ino = st.st_ino;
 	s->live = 1;
 	*out = s;
 	return 0;
-fail_fd:;
-	int e = errno;
-	close(fd);
-	free(s);
-	return e ? e : EFAULT;
-fail_errno:
-	e = errno;
-	free(s);
-	return e;
 }
 
 /* gva_share finds or makes the span holding [addr, addr+len) and addr's offset in it. */
@@ -293,11 +366,46 @@ static int gva_still_ours(const struct gva_span *s)
 	return covered >= s->end;
 }
 
+/* gva_move_back is gva_unshare's copy and mapping, run off the caller's stack. */
+struct gva_move_back {
+	struct gva_span *s;
+	int err;
+};
+
+static void gva_move_back(void *arg)
+{
+	struct gva_move_back *b = arg;
+	struct gva_span *s = b->s;
+	size_t size = s->end - s->start;
+	void *tmp = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (tmp == MAP_FAILED) {
+		b->err = errno;
+		return;
+	}
+	for (size_t off = 0; off < size;) {
+		ssize_t n = pread(s->fd, (uint8_t *)tmp + off, size - off, (off_t)off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			b->err = n < 0 ? errno : EIO;
+			munmap(tmp, size);
+			return;
+		}
+		off += (size_t)n;
+	}
+	/* one step: no instant where the program's pages are unmapped */
+	if (mremap(tmp, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)s->start) != (void *)s->start) {
+		b->err = errno;
+		munmap(tmp, size);
+	}
+}
+
 /* gva_unshare drops a hold on a span; the last one moves its pages back to private memory. */
 static void gva_unshare(struct gva_span *s)
 {
-	size_t size = s->end - s->start;
-	void *tmp;
+	struct gva_move_back back = {0};
 
 	pthread_mutex_lock(&gva_spans_mu);
 	if (--s->live > 0) {
@@ -315,25 +423,11 @@ static void gva_unshare(struct gva_span *s)
 		gva_debug("the pages of a deregistered region were unmapped by the program: left as they are");
 		goto out;
 	}
-	tmp = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (tmp == MAP_FAILED) {
+	back.s = s;
+	if (gva_off_stack(gva_move_back, &back) || back.err) {
+		errno = back.err ? back.err : ENOMEM;
 		gva_debug("move a region's pages back: %m");
-		goto out;
 	}
-	for (size_t off = 0; off < size;) {
-		ssize_t n = pread(s->fd, (uint8_t *)tmp + off, size - off, (off_t)off);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			munmap(tmp, size);
-			goto out;
-		}
-		off += (size_t)n;
-	}
-	/* one step: no instant where the program's pages are unmapped */
-	if (mremap(tmp, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)s->start) != (void *)s->start)
-		munmap(tmp, size);
 out:
 	close(s->fd);
 	free(s);

@@ -300,15 +300,16 @@ func TestPerftest(t *testing.T) {
 }
 
 // cProgram compiles one of testdata's C programs against the built library.
-func cProgram(t testing.TB, lib, name string) string {
+func cProgram(t testing.TB, lib, name string, cflags ...string) string {
 	t.Helper()
 	cc := os.Getenv("CC")
 	if cc == "" {
 		cc = "cc"
 	}
 	bin := filepath.Join(t.TempDir(), name)
-	out, err := exec.Command(cc, "-O2", "-Wall", "-Werror", "-o", bin, filepath.Join("testdata", name+".c"),
-		filepath.Join(lib, "libibverbs.so.1")).CombinedOutput()
+	args := append([]string{"-O2", "-Wall", "-Werror"}, cflags...)
+	args = append(args, "-o", bin, filepath.Join("testdata", name+".c"), filepath.Join(lib, "libibverbs.so.1"))
+	out, err := exec.Command(cc, args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("compile %s: %v\n%s", name, err, out)
 	}

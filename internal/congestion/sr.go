@@ -353,18 +353,35 @@ func (w *SendWindow) advance(una wire.PSN) {
 // selective acknowledgement passes sacked = expected. A NAK naming PSNs
 // outside the window is ignored beyond what it acknowledges.
 func (w *SendWindow) NAK(expected, sacked wire.PSN) {
+	w.NAKRun(expected, sacked, sacked)
+}
+
+// NAKRun is NAK for a selective acknowledgement of a run: every PSN from first
+// to last has arrived (a responder that kept several packets in a row names
+// them in one NAK). The PSNs before first are judged as NAK judges those
+// before sacked; the part of the run outside the window is ignored.
+func (w *SendWindow) NAKRun(expected, first, last wire.PSN) {
 	w.stats.NAKs++
 	w.advance(expected)
 	if !w.outstanding(expected) {
 		return
 	}
-	if w.outstanding(sacked) && sacked != expected {
-		if !w.sacked.has(sacked) {
-			w.sacked.set(sacked)
-			w.nsacked++
+	sacked := last
+	if w.outstanding(last) && last != expected {
+		if !first.After(expected) || first.After(last) {
+			first = expected.Add(1)
+		}
+		for p := first; ; p = p.Add(1) {
+			if !w.sacked.has(p) {
+				w.sacked.set(p)
+				w.nsacked++
+			}
+			if p == last {
+				break
+			}
 		}
 	} else {
-		sacked = expected.Add(1)
+		first, sacked = expected.Add(1), expected.Add(1)
 	}
 	// Retransmissions sent before sacked that have not arrived were lost again.
 	kept := w.resent[:0]
@@ -385,7 +402,7 @@ func (w *SendWindow) NAK(expected, sacked wire.PSN) {
 	if w.scanExp == expected && w.outstanding(w.scanTo) && w.scanTo.After(expected) {
 		start = w.scanTo
 	}
-	for p := start; p.Before(sacked); p = p.Add(1) {
+	for p := start; p.Before(first); p = p.Add(1) {
 		if !w.sacked.has(p) && !w.retxDone.has(p) {
 			w.queue(p)
 		}

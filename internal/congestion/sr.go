@@ -188,7 +188,10 @@ type SendWindow struct {
 	// at or after it, with p still missing, means the retransmission was lost
 	// too (the path keeps order), and p goes again without waiting for a timeout.
 	retxAt []wire.PSN
-	retx   []wire.PSN
+	// retxProbe[p mod len] is the probe count (Probe) when p was last retransmitted.
+	retxProbe []uint32
+	probes    uint32
+	retx      []wire.PSN
 	// resent lists the PSNs retransmitted and not known delivered, for NAK's check
 	// for lost retransmissions; scanExp and scanTo say that NAK has looked at every
 	// PSN in [scanExp, scanTo) for the expected PSN scanExp, so that a run of SACKs
@@ -209,6 +212,7 @@ func NewSendWindow(first wire.PSN, cap int) *SendWindow {
 	w := &SendWindow{una: first & wire.PSNMask, next: first & wire.PSNMask, cap: cap, span: span,
 		sacked: newPSNSet(span + 1), retxDone: newPSNSet(span + 1), queued: newPSNSet(span + 1)}
 	w.retxAt = make([]wire.PSN, len(w.sacked.words)*64)
+	w.retxProbe = make([]uint32, len(w.retxAt))
 	return w
 }
 
@@ -275,6 +279,7 @@ func (w *SendWindow) Retransmission() (psn wire.PSN, ok bool) {
 		}
 		w.retxDone.set(p)
 		w.retxAt[uint32(p)&w.sacked.mask] = w.next
+		w.retxProbe[uint32(p)&w.sacked.mask] = w.probes
 		w.resent = append(w.resent, p)
 		w.stats.Sent++
 		w.stats.Retransmitted++
@@ -368,7 +373,10 @@ func (w *SendWindow) NAKRun(expected, first, last wire.PSN) {
 	}
 	sacked := last
 	if w.outstanding(last) && last != expected {
-		if !first.After(expected) || first.After(last) {
+		if first.After(last) {
+			first = last // a run turned round names its last PSN alone
+		}
+		if !first.After(expected) {
 			first = expected.Add(1)
 		}
 		for p := first; ; p = p.Add(1) {
@@ -419,6 +427,38 @@ func (w *SendWindow) queue(p wire.PSN) {
 		w.retx = append(w.retx, p)
 	}
 }
+
+// Probe is a tick of the requester's probe timer, which ticks while
+// retransmissions are in flight (Resending). A retransmission that was in flight
+// at the previous tick and has neither arrived (acknowledged, selectively or
+// not) nor been queued again since is taken as lost and queued again: so a
+// lost retransmission costs one to two ticks, where nothing sent after it
+// would have shown the loss (the requester out of window or of work) and the
+// local ACK timeout would have come instead. It reports whether it queued any.
+func (w *SendWindow) Probe() bool {
+	w.probes++
+	queued := false
+	kept := w.resent[:0]
+	for _, p := range w.resent {
+		if !w.outstanding(p) || w.sacked.has(p) || !w.retxDone.has(p) {
+			continue // delivered, or queued again already
+		}
+		if w.probes-w.retxProbe[uint32(p)&w.sacked.mask] >= 2 {
+			w.retxDone.clear(p)
+			w.stats.LostAgain++
+			w.queue(p)
+			queued = true
+			continue
+		}
+		kept = append(kept, p)
+	}
+	w.resent = kept
+	return queued
+}
+
+// Resending reports whether retransmissions are in flight or queued: whether
+// the requester's probe timer should tick.
+func (w *SendWindow) Resending() bool { return len(w.resent) > 0 || len(w.retx) > 0 }
 
 // Timeout is the retransmission timer's expiry: every outstanding PSN not
 // selectively acknowledged is sent again.

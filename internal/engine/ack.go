@@ -104,15 +104,6 @@ func (qp *QP) sendOwedAck() {
 		return
 	}
 	a.owed = false
-	if q := &qp.resp.out; len(q.items) > q.head {
-		// A NAK of the next PSN queued last acknowledges the owed one already (IBTA
-		// 9.7.5.2.1): selective repeat's SACKs leave this way, one receive batch's
-		// SACKs and then its ACK, which said nothing more.
-		if it := &q.items[len(q.items)-1]; it.kind == respSACK && it.psn == a.owedPSN.Add(1) {
-			qp.flushResponses()
-			return
-		}
-	}
 	qp.sendAck(wire.ACKSyndrome(wire.CreditsInvalid), a.owedPSN)
 }
 

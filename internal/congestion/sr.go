@@ -188,7 +188,10 @@ type SendWindow struct {
 	// at or after it, with p still missing, means the retransmission was lost
 	// too (the path keeps order), and p goes again without waiting for a timeout.
 	retxAt []wire.PSN
-	retx   []wire.PSN
+	// retxProbe[p mod len] is the probe count (Probe) when p was last retransmitted.
+	retxProbe []uint32
+	probes    uint32
+	retx      []wire.PSN
 	// resent lists the PSNs retransmitted and not known delivered, for NAK's check
 	// for lost retransmissions; scanExp and scanTo say that NAK has looked at every
 	// PSN in [scanExp, scanTo) for the expected PSN scanExp, so that a run of SACKs
@@ -209,6 +212,7 @@ func NewSendWindow(first wire.PSN, cap int) *SendWindow {
 	w := &SendWindow{una: first & wire.PSNMask, next: first & wire.PSNMask, cap: cap, span: span,
 		sacked: newPSNSet(span + 1), retxDone: newPSNSet(span + 1), queued: newPSNSet(span + 1)}
 	w.retxAt = make([]wire.PSN, len(w.sacked.words)*64)
+	w.retxProbe = make([]uint32, len(w.retxAt))
 	return w
 }
 
@@ -275,6 +279,7 @@ func (w *SendWindow) Retransmission() (psn wire.PSN, ok bool) {
 		}
 		w.retxDone.set(p)
 		w.retxAt[uint32(p)&w.sacked.mask] = w.next
+		w.retxProbe[uint32(p)&w.sacked.mask] = w.probes
 		w.resent = append(w.resent, p)
 		w.stats.Sent++
 		w.stats.Retransmitted++
@@ -353,18 +358,38 @@ func (w *SendWindow) advance(una wire.PSN) {
 // selective acknowledgement passes sacked = expected. A NAK naming PSNs
 // outside the window is ignored beyond what it acknowledges.
 func (w *SendWindow) NAK(expected, sacked wire.PSN) {
+	w.NAKRun(expected, sacked, sacked)
+}
+
+// NAKRun is NAK for a selective acknowledgement of a run: every PSN from first
+// to last has arrived (a responder that kept several packets in a row names
+// them in one NAK). The PSNs before first are judged as NAK judges those
+// before sacked; the part of the run outside the window is ignored.
+func (w *SendWindow) NAKRun(expected, first, last wire.PSN) {
 	w.stats.NAKs++
 	w.advance(expected)
 	if !w.outstanding(expected) {
 		return
 	}
-	if w.outstanding(sacked) && sacked != expected {
-		if !w.sacked.has(sacked) {
-			w.sacked.set(sacked)
-			w.nsacked++
+	sacked := last
+	if w.outstanding(last) && last != expected {
+		if first.After(last) {
+			first = last // a run turned round names its last PSN alone
+		}
+		if !first.After(expected) {
+			first = expected.Add(1)
+		}
+		for p := first; ; p = p.Add(1) {
+			if !w.sacked.has(p) {
+				w.sacked.set(p)
+				w.nsacked++
+			}
+			if p == last {
+				break
+			}
 		}
 	} else {
-		sacked = expected.Add(1)
+		first, sacked = expected.Add(1), expected.Add(1)
 	}
 	// Retransmissions sent before sacked that have not arrived were lost again.
 	kept := w.resent[:0]
@@ -385,7 +410,7 @@ func (w *SendWindow) NAK(expected, sacked wire.PSN) {
 	if w.scanExp == expected && w.outstanding(w.scanTo) && w.scanTo.After(expected) {
 		start = w.scanTo
 	}
-	for p := start; p.Before(sacked); p = p.Add(1) {
+	for p := start; p.Before(first); p = p.Add(1) {
 		if !w.sacked.has(p) && !w.retxDone.has(p) {
 			w.queue(p)
 		}
@@ -402,6 +427,38 @@ func (w *SendWindow) queue(p wire.PSN) {
 		w.retx = append(w.retx, p)
 	}
 }
+
+// Probe is a tick of the requester's probe timer, which ticks while
+// retransmissions are in flight (Resending). A retransmission that was in flight
+// at the previous tick and has neither arrived (acknowledged, selectively or
+// not) nor been queued again since is taken as lost and queued again: so a
+// lost retransmission costs one to two ticks, where nothing sent after it
+// would have shown the loss (the requester out of window or of work) and the
+// local ACK timeout would have come instead. It reports whether it queued any.
+func (w *SendWindow) Probe() bool {
+	w.probes++
+	queued := false
+	kept := w.resent[:0]
+	for _, p := range w.resent {
+		if !w.outstanding(p) || w.sacked.has(p) || !w.retxDone.has(p) {
+			continue // delivered, or queued again already
+		}
+		if w.probes-w.retxProbe[uint32(p)&w.sacked.mask] >= 2 {
+			w.retxDone.clear(p)
+			w.stats.LostAgain++
+			w.queue(p)
+			queued = true
+			continue
+		}
+		kept = append(kept, p)
+	}
+	w.resent = kept
+	return queued
+}
+
+// Resending reports whether retransmissions are in flight or queued: whether
+// the requester's probe timer should tick.
+func (w *SendWindow) Resending() bool { return len(w.resent) > 0 || len(w.retx) > 0 }
 
 // Timeout is the retransmission timer's expiry: every outstanding PSN not
 // selectively acknowledged is sent again.

@@ -1,6 +1,7 @@
 package congestion
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -109,6 +110,78 @@ func TestSendWindow(t *testing.T) {
 	}
 	if w.Outstanding() != w.Span() || w.Span() != SpanFactor*2 {
 		t.Errorf("outstanding %d, span %d", w.Outstanding(), w.Span())
+	}
+}
+
+// TestSendWindowRuns: one NAK names a run of kept PSNs, which stop counting as in
+// flight; only what lies before the run is queued; a later run of the same gap queues
+// only what lies between the runs; a run that reaches back before the expected PSN, or
+// is turned round, is cut to what it can mean.
+func TestSendWindowRuns(t *testing.T) {
+	w := NewSendWindow(100, 32)
+	for range 20 {
+		w.Next() // 100..119
+	}
+	w.NAKRun(100, 102, 110) // 100, 101 lost; 102..110 kept
+	if w.InFlight() != 11 || w.Outstanding() != 20 {
+		t.Fatalf("in flight %d, outstanding %d", w.InFlight(), w.Outstanding())
+	}
+	w.NAKRun(100, 102, 112) // the same run, grown; 111, 112 arrived
+	w.NAKRun(100, 115, 117) // 113, 114 lost
+	var got []wire.PSN
+	for {
+		p, ok := w.Retransmission()
+		if !ok {
+			break
+		}
+		got = append(got, p)
+	}
+	if fmt.Sprint(got) != "[100 101 113 114]" {
+		t.Fatalf("resent %v, want [100 101 113 114]", got)
+	}
+	if w.InFlight() != 20-14 {
+		t.Fatalf("in flight %d", w.InFlight())
+	}
+	w.NAKRun(100, 90, 118)  // back before expected: 101..118 kept
+	w.NAKRun(100, 119, 105) // turned round: only 105 kept (already)
+	if w.InFlight() != 20-18 || w.Stats().NAKs != 5 {
+		t.Fatalf("in flight %d, stats %+v", w.InFlight(), w.Stats())
+	}
+}
+
+// TestSendWindowProbe: a retransmission still missing a whole probe tick after it was
+// sent goes again, once per tick; one that arrived, or that was sent since the last
+// tick, does not.
+func TestSendWindowProbe(t *testing.T) {
+	w := NewSendWindow(0, 16)
+	for range 10 {
+		w.Next() // 0..9
+	}
+	w.NAK(0, 3) // 0, 1, 2 lost
+	for range 2 {
+		w.Retransmission() // 0, 1
+	}
+	if w.Probe() || !w.Resending() {
+		t.Fatal("a tick right after the retransmissions took them as lost")
+	}
+	w.Retransmission() // 2, after the tick
+	w.ACK(0)           // 0's retransmission arrived
+	if !w.Probe() {
+		t.Fatal("1's retransmission, a whole tick old, was not queued again")
+	}
+	if p, ok := w.Retransmission(); !ok || p != 1 {
+		t.Fatalf("Retransmission = %v, %v; want 1", p, ok)
+	}
+	if _, ok := w.Retransmission(); ok {
+		t.Fatal("2, a tick younger, went again too")
+	}
+	w.ACK(9)
+	w.Probe() // drops what arrived
+	if w.Resending() {
+		t.Fatal("still resending with everything acknowledged")
+	}
+	if st := w.Stats(); st.LostAgain != 1 {
+		t.Errorf("stats %+v", st)
 	}
 }
 

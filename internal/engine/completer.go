@@ -117,6 +117,7 @@ func (c *completer) stopTimers() {
 		c.rnr.Stop()
 	}
 	c.qp.stopPace()
+	c.qp.stopProbe()
 }
 
 // onRetransmitTimer runs when the local ACK timeout may have expired (IBTA 9.7.6.1.3).

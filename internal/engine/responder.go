@@ -27,6 +27,9 @@ type responder struct {
 	writeReg *region // its region, pinned for each packet's copy (it may be invalidated mid-message)
 	writeOff int
 	writeLen int
+	// placed: the WRITE packet being replayed was written already (selective.go's
+	// placeEarly); its execution does all but the copy.
+	placed bool
 
 	res     []rdAtomicRes // saved READ and atomic requests, for duplicates (IBTA 9.7.5.1.5)
 	resNext int
@@ -256,7 +259,9 @@ func (qp *QP) recvWrite(p *wire.Packet, psn wire.PSN) bool {
 			qp.respError(wire.NAKRemoteAccessError, driver.WCRemAccessErr, psn, driver.EventQPAccessErr)
 			return false
 		}
-		copy(r.write[r.writeOff:], p.Payload)
+		if !r.placed {
+			copy(r.write[r.writeOff:], p.Payload)
+		}
 		r.writeReg.release()
 	}
 	r.writeOff += len(p.Payload)

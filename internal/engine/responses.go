@@ -73,7 +73,7 @@ func (qp *QP) pump(budget int) bool {
 			budget--
 			q.head++
 		case respSACK:
-			qp.buildSACK(tx, it.psn, it.first)
+			qp.buildSACK(tx, it.psn, it.first, it.npkts)
 			budget--
 			q.head++
 		case respRead:

@@ -67,6 +67,7 @@ type Conn struct {
 	wmu sync.Mutex // the send side: tx and completion rings, txFree, the neighbour cache
 
 	txFree []uint64 // send frames this side holds
+	memo   neighMemo
 	// Header templates of recent destinations (WriteBatch); wmu guards them.
 	tmpls    [txTemplates]txTemplate
 	tmplNext int

@@ -390,20 +390,23 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 				fail(mi, m.NumSegments(), fmt.Errorf("afxdp: multicast to %v needs the local path (%v): %w", dst.Addr(), c.lpErr, unix.ENETUNREACH))
 				continue
 			}
-		} else if dst.Addr() != hop || !hop.IsValid() {
-			hw, err := c.neigh.lookup(dst.Addr(), now)
+		} else if a := dst.Addr(); a == c.memo.hop && now.Before(c.memo.until) {
+			hop, hopLocal, mac = a, false, c.memo.mac // lookup would say the same
+		} else if a != hop || !hop.IsValid() {
+			hw, until, err := c.neigh.lookup(a, now)
 			switch {
 			case err == errLocal && c.lp != nil:
-				hop, hopLocal = dst.Addr(), true
+				hop, hopLocal = a, true
 			case err == errLocal:
-				fail(mi, m.NumSegments(), fmt.Errorf("afxdp: %v is on this host, and there is no local path (%v): %w", dst.Addr(), c.lpErr, unix.ENETUNREACH))
+				fail(mi, m.NumSegments(), fmt.Errorf("afxdp: %v is on this host, and there is no local path (%v): %w", a, c.lpErr, unix.ENETUNREACH))
 				continue
 			case err != nil:
 				c.txNoNeigh.Add(uint64(m.NumSegments()))
 				fail(mi, m.NumSegments(), err)
 				continue
 			default:
-				hop, hopLocal, mac = dst.Addr(), false, hw
+				hop, hopLocal, mac = a, false, hw
+				c.memo = neighMemo{hop: a, mac: hw, until: until}
 			}
 		}
 		seg := m.N

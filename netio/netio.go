@@ -240,6 +240,12 @@ type Caps struct {
 	// shared memory (ListenSameHost) rather than the kernel's UDP path; see
 	// SameHostStatsOf for which peers do now.
 	SameHost bool
+	// SplitAcks: a busy-poll device sends the ACK that rides with its QP's requests in
+	// a WriteBatch of its own, right after theirs, instead of in the same one. The
+	// Conn's WriteBatch puts its datagrams on the wire before it returns and costs
+	// less than the ACK's datagram would delay them (AF_XDP: the requests reach the
+	// peer before the ACK is built, for one more kick).
+	SplitAcks bool
 }
 
 // MaxGROSize is the receive buffer size that holds any GRO-coalesced run.

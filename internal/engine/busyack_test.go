@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,17 +21,20 @@ import (
 // and a QP whose ACK had left with its reply stayed on the device's list with its count
 // of polls running into the next turn: on the capi library a quarter of ib_send_lat's
 // turns sent the ACK alone, a sendmmsg more on the critical path.
-func TestBusyAckWaitsForTheReply(t *testing.T) {
-	// The background goroutine sends what a poller leaves owing once nobody has polled
-	// for busyIdle; a test goroutine stalled that long (a loaded -race run) sees its ACK
-	// leave early, so such a turn is tried again.
+func TestBusyAckWaitsForTheReply(t *testing.T) { retryStalled(t, busyAckTurns) }
+
+// retryStalled runs try until it reports no error, or an error that counts. The
+// background goroutine sends what a poller leaves owing once nobody has polled for
+// busyIdle; a test goroutine stalled that long (a loaded -race run) sees its ACK leave
+// early, so such a try (try reports it stalled) is made again, up to five times.
+func retryStalled(t *testing.T, try func(*testing.T) (string, bool)) {
 	for attempt := 0; ; attempt++ {
-		err, early := busyAckTurns(t)
+		err, stalled := try(t)
 		if err == "" {
 			return
 		}
-		t.Logf("attempt %d: %s (stalled: %v)", attempt, err, early)
-		if !early || attempt == 4 {
+		t.Logf("attempt %d: %s (stalled: %v)", attempt, err, stalled)
+		if !stalled || attempt == 4 {
 			t.Fatal(err)
 		}
 	}
@@ -40,26 +45,8 @@ func TestBusyAckWaitsForTheReply(t *testing.T) {
 func busyAckTurns(t *testing.T) (string, bool) {
 	conn := netiotest.NewConn(fuzzLocal)
 	conn.KeepWritten()
-	dev, err := New(Config{Name: "busyack", Conn: conn, MTU: wire.MTU1024, BusyPoll: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev, qp, scq, rcq, sge := busyRC(t, conn)
 	defer dev.Close()
-	pd, _ := dev.allocPD()
-	scq, _ := dev.newCQ(64)
-	rcq, _ := dev.newCQ(64)
-	qp, err := dev.CreateQP(pd, QPInit{Type: driver.QPTypeRC, SendCQ: scq, RecvCQ: rcq,
-		Cap: driver.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rcUp(t, qp, fuzzPeer.Addr(), fuzzPeerQPN, 0, fuzzSQPSN)
-	mem := make([]byte, 64)
-	mr, err := pd.regMR(mem, driver.AccessLocalWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sge := []driver.SGE{{Addr: mr.Addr(), Length: 8, LKey: mr.LKey()}}
 	for i := range 3 {
 		must(t, qp.PostRecv([]driver.RecvWR{{ID: uint64(i), SGL: sge}}))
 	}
@@ -133,6 +120,31 @@ func busyAckTurns(t *testing.T) (string, bool) {
 	return "", false
 }
 
+// busyRC opens a busy-poll device on conn with an RC QP connected to the scripted
+// peer (fuzzPeer) and an 8-byte SGE of registered memory for its work requests.
+func busyRC(t *testing.T, conn netio.Conn) (dev *Device, qp *QP, scq, rcq *CQ, sge []driver.SGE) {
+	dev, err := New(Config{Name: "busyack", Conn: conn, MTU: wire.MTU1024, BusyPoll: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd, _ := dev.allocPD()
+	scq, _ = dev.newCQ(64)
+	rcq, _ = dev.newCQ(64)
+	qp, err = dev.CreateQP(pd, QPInit{Type: driver.QPTypeRC, SendCQ: scq, RecvCQ: rcq,
+		Cap: driver.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		dev.Close()
+		t.Fatal(err)
+	}
+	rcUp(t, qp, fuzzPeer.Addr(), fuzzPeerQPN, 0, fuzzSQPSN)
+	mr, err := pd.regMR(make([]byte, 64), driver.AccessLocalWrite)
+	if err != nil {
+		dev.Close()
+		t.Fatal(err)
+	}
+	return dev, qp, scq, rcq, []driver.SGE{{Addr: mr.Addr(), Length: 8, LKey: mr.LKey()}}
+}
+
 // sendOnly is the peer's 8-byte SEND_ONLY with AckReq.
 func sendOnly(qpn uint32, psn wire.PSN) netio.Message {
 	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCSendOnly, PKey: 0xffff, DestQP: qpn, PSN: psn, AckReq: true}}
@@ -161,4 +173,75 @@ func opcode(t *testing.T, d []byte) wire.Opcode {
 		t.Fatal(err)
 	}
 	return p.BTH.Opcode()
+}
+
+// splitConn is a netiotest.Conn that reports Caps.SplitAcks and counts its writes.
+type splitConn struct {
+	*netiotest.Conn
+	mu     sync.Mutex
+	writes []int // datagrams per WriteBatch call
+}
+
+func (c *splitConn) Caps() netio.Caps {
+	caps := c.Conn.Caps()
+	caps.SplitAcks = true
+	return caps
+}
+
+func (c *splitConn) WriteBatch(msgs []netio.Message) (int, error) {
+	c.mu.Lock()
+	c.writes = append(c.writes, len(msgs))
+	c.mu.Unlock()
+	return c.Conn.WriteBatch(msgs)
+}
+
+func (c *splitConn) takeWrites() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := c.writes
+	c.writes = nil
+	return w
+}
+
+// TestSplitAcks: on a Conn with Caps.SplitAcks a busy poller's reply leaves in a send
+// of its own, and the ACK it owes follows at once in another, the reply first (on a
+// Conn without it both leave in one send: TestBusyAckWaitsForTheReply).
+func TestSplitAcks(t *testing.T) { retryStalled(t, splitAckTurn) }
+
+// splitAckTurn runs one turn of TestSplitAcks; it returns what went wrong, and whether
+// the test goroutine was too slow for the result to count.
+func splitAckTurn(t *testing.T) (string, bool) {
+	conn := &splitConn{Conn: netiotest.NewConn(fuzzLocal)}
+	conn.KeepWritten()
+	dev, qp, scq, rcq, sge := busyRC(t, conn)
+	defer dev.Close()
+	must(t, qp.PostRecv([]driver.RecvWR{{ID: 1, SGL: sge}}))
+	wcs := make([]driver.WC, 4)
+	// Poll for a while first: the background goroutine, seeing polls, stays away (it
+	// would answer the request's ACK at once, alone).
+	for warm := time.Now(); time.Since(warm) < 3*busyIdle; {
+		_, err := scq.Poll(wcs)
+		must(t, err)
+	}
+	conn.Inject(sendOnly(qp.QPN(), 0))
+	last := time.Now()
+	if n, err := rcq.Poll(wcs); err != nil || n != 1 {
+		return fmt.Sprintf("the poll found no request (%d, %v)", n, err), true
+	}
+	for wait := time.Now(); time.Since(wait) < 2*streamGap; {
+	}
+	conn.takeWrites()
+	early := len(conn.TakeWritten()) != 0
+	must(t, qp.PostSend([]driver.SendWR{{ID: 9, Opcode: driver.WRSend, SGL: sge}}))
+	stalled := time.Since(last) > busyIdle/2
+	w, writes := conn.TakeWritten(), conn.takeWrites()
+	switch {
+	case early:
+		return "the ACK left before the reply, alone", stalled
+	case len(w) != 2 || opcode(t, w[0]) != wire.RCSendOnly || opcode(t, w[1]) != wire.RCAck:
+		return fmt.Sprintf("%d datagrams after the reply's post, want the reply and the ACK", len(w)), stalled
+	case len(writes) != 2 || writes[0] != 1 || writes[1] != 1:
+		return fmt.Sprintf("WriteBatch calls of %v datagrams, want [1 1]", writes), stalled
+	}
+	return "", false
 }

@@ -95,6 +95,10 @@ type Device struct {
 	ect      bool              // requests and responses leave ECT(0)
 	rxECN    netio.ECN         // the ECN codepoint of the datagram being input
 
+	// splitAcks: an ACK riding with requests leaves in a send of its own after
+	// theirs (busy poll on a Conn with Caps.SplitAcks; see runRequester).
+	splitAcks bool
+
 	selectiveRepeat bool      // RC QPs run selective repeat with peers that do (selective.go)
 	srBufs          sync.Pool // *[]byte of srBufSize: packets kept beyond a gap
 
@@ -215,6 +219,7 @@ func New(cfg Config) (*Device, error) {
 	d.selectiveRepeat = cfg.SelectiveRepeat
 	if p, ok := netio.AsPoller(d.conn); ok && cfg.BusyPoll {
 		d.poller = p
+		d.splitAcks = d.conn.Caps().SplitAcks
 	} else if i, ok := netio.AsInterrupter(d.conn); ok {
 		d.intr = i
 		d.idlePoller, _ = netio.AsPoller(d.conn)

@@ -145,6 +145,13 @@ func (qp *QP) runRequester() {
 		qp.paceEnd()
 	}
 	if tx != nil {
+		if qp.dev.splitAcks && qp.acks.owed && qp.resp.out.empty() {
+			// The requests go first, in a send of their own: the peer is waiting for
+			// them, and on this Conn the send that carries them puts them on the wire
+			// before it returns, so building the ACK's datagram into it would only
+			// hold them back. The ACK follows at once.
+			qp.dev.flushTx(tx)
+		}
 		qp.ackAlong(tx) // after the requests: the peer is waiting for those
 		qp.dev.putTx(tx)
 	}

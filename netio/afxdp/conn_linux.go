@@ -67,6 +67,7 @@ type Conn struct {
 	wmu sync.Mutex // the send side: tx and completion rings, txFree, the neighbour cache
 
 	txFree []uint64 // send frames this side holds
+	memo   neighMemo
 	// Header templates of recent destinations (WriteBatch); wmu guards them.
 	tmpls    [txTemplates]txTemplate
 	tmplNext int
@@ -372,9 +373,12 @@ func (c *Conn) SourceAddr() netip.AddrPort { return c.local }
 // parsed here); IPv4 datagrams leave with DF set and Identification 0; ECN both ways
 // (the codepoint is written into and read from the IP header here, at no cost, and the
 // local path and groups carry it in control messages). RecvBuf and SendBuf are the
-// UMEM's bytes for each direction.
+// UMEM's bytes for each direction. SplitAcks: a kick in copy mode delivers its frames
+// before it returns (on veth into the peer's ring), and in zero-copy mode a frame
+// published goes without a call at all, so a busy-poll device's requests leave
+// before their ACK's datagram is built.
 func (c *Conn) Caps() netio.Caps {
-	return netio.Caps{BatchSize: batchSize, MaxSegments: 1, RecvBuf: c.half, SendBuf: c.half, IPv4IDZero: !c.v6, ECN: true}
+	return netio.Caps{BatchSize: batchSize, MaxSegments: 1, RecvBuf: c.half, SendBuf: c.half, IPv4IDZero: !c.v6, ECN: true, SplitAcks: true}
 }
 
 // Mode reports whether the socket runs zero-copy or in copy mode.

@@ -55,6 +55,15 @@ type neighEntry struct {
 	checked time.Time  // when a failed entry's table entry was last read
 }
 
+// neighMemo is the Conn's last answer from lookup, kept (under the send lock) while
+// lookup would give it again: a ping-pong's sends, one datagram or two a batch to the
+// same peer, then skip the table's lock, map and clock checks.
+type neighMemo struct {
+	hop   netip.Addr
+	mac   [6]byte
+	until time.Time
+}
+
 // neighbours resolves next hops on one interface. Its netlink and UDP sockets are made
 // in the network namespace Open runs in, and stay there: every later lookup asks that
 // namespace's kernel whatever thread it runs on.
@@ -114,12 +123,15 @@ func (n *neighbours) close() {
 }
 
 // lookup returns the MAC address for datagrams to dst, resolving it through the kernel
-// when the table has none (waiting up to resolveWait). now is the caller's clock.
-func (n *neighbours) lookup(dst netip.Addr, now time.Time) ([6]byte, error) {
+// when the table has none (waiting up to resolveWait). now is the caller's clock. Until
+// the time it also returns, lookup would answer dst with the same address and do
+// nothing more (the entry is neither refreshed nor replaced before it expires), so a
+// caller may keep the answer until then instead of asking again (neighMemo).
+func (n *neighbours) lookup(dst netip.Addr, now time.Time) ([6]byte, time.Time, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
-		return [6]byte{}, errNoNeighbour
+		return [6]byte{}, time.Time{}, errNoNeighbour
 	}
 	e, ok := n.cache[dst]
 	switch {
@@ -128,26 +140,30 @@ func (n *neighbours) lookup(dst netip.Addr, now time.Time) ([6]byte, error) {
 		// every recheckEvery, never waiting) so that an answer that came late is used at
 		// once, by RC's next retry.
 		if now.Sub(e.checked) < recheckEvery {
-			return [6]byte{}, errNoNeighbour
+			return [6]byte{}, time.Time{}, errNoNeighbour
 		}
 		e.checked = now
 		n.cache[dst] = e
 		if mac, found, err := n.table(e.hop); err == nil && found {
 			n.cache[dst] = neighEntry{mac: mac, expires: now.Add(neighTTL)}
-			return mac, nil
+			return mac, now.Add(neighTTL), nil
 		}
-		return [6]byte{}, errNoNeighbour
+		return [6]byte{}, time.Time{}, errNoNeighbour
 	case ok && !e.failed:
 		if !now.Before(e.expires) && !n.refreshing[dst] {
 			n.refreshing[dst] = true
 			go n.refresh(dst)
 		}
 		if e.local {
-			return [6]byte{}, errLocal
+			return [6]byte{}, time.Time{}, errLocal
 		}
-		return e.mac, nil
+		return e.mac, e.expires, nil
 	}
-	return n.resolve(dst, now)
+	mac, err := n.resolve(dst, now)
+	if err != nil {
+		return mac, time.Time{}, err
+	}
+	return mac, n.cache[dst].expires, nil
 }
 
 // refresh reads dst's entry again in the background (see neighbours). An entry the

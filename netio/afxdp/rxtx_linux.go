@@ -277,7 +277,35 @@ func (c *Conn) receiveQueue(q *rxq, msgs []netio.Message) int {
 	q.rx.release(avail)
 	q.fill.publish()
 	c.rxPackets.Add(uint64(n))
+	if c.kbusy && !c.zc && (!q.napiKnown() || q.noNAPI) {
+		c.checkNAPI(q)
+	}
 	return n
+}
+
+// napiRecheck is how many received batches a queue whose socket has no NAPI instance
+// waits before it asks again (checkNAPI): the kernel marks the socket with the first
+// instance it sees, so one may appear later, but not often enough to ask each time.
+const napiRecheck = 4096
+
+// napiKnown reports whether the queue's NAPI instance has been asked for since a
+// packet arrived (checkNAPI).
+func (q *rxq) napiKnown() bool { return q.napiAsk != 0 }
+
+// checkNAPI runs after a busy-poll copy-mode queue received a batch: until the kernel
+// names a NAPI instance for the socket, and then every napiRecheck batches while it
+// names none, it asks (SO_INCOMING_NAPI_ID). Without one, the busy-poll recvfrom of an
+// empty poll neither polls a driver (nothing to busy-poll) nor wakes one (copy mode
+// needs no rx wakeup): veth's queue is one, whose packets are received by the sender's
+// softirq. kickRx then leaves it out, and an empty poll reads the rings without a
+// system call. rmu is held.
+func (c *Conn) checkNAPI(q *rxq) {
+	if q.napiAsk > 1 {
+		q.napiAsk--
+		return
+	}
+	q.noNAPI = napiID(q.fd) == 0
+	q.napiAsk = napiRecheck
 }
 
 // txWait bounds how long WriteBatch waits for a send frame to come back before it
@@ -362,20 +390,23 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 				fail(mi, m.NumSegments(), fmt.Errorf("afxdp: multicast to %v needs the local path (%v): %w", dst.Addr(), c.lpErr, unix.ENETUNREACH))
 				continue
 			}
-		} else if dst.Addr() != hop || !hop.IsValid() {
-			hw, err := c.neigh.lookup(dst.Addr(), now)
+		} else if a := dst.Addr(); a == c.memo.hop && now.Before(c.memo.until) {
+			hop, hopLocal, mac = a, false, c.memo.mac // lookup would say the same
+		} else if a != hop || !hop.IsValid() {
+			hw, until, err := c.neigh.lookup(a, now)
 			switch {
 			case err == errLocal && c.lp != nil:
-				hop, hopLocal = dst.Addr(), true
+				hop, hopLocal = a, true
 			case err == errLocal:
-				fail(mi, m.NumSegments(), fmt.Errorf("afxdp: %v is on this host, and there is no local path (%v): %w", dst.Addr(), c.lpErr, unix.ENETUNREACH))
+				fail(mi, m.NumSegments(), fmt.Errorf("afxdp: %v is on this host, and there is no local path (%v): %w", a, c.lpErr, unix.ENETUNREACH))
 				continue
 			case err != nil:
 				c.txNoNeigh.Add(uint64(m.NumSegments()))
 				fail(mi, m.NumSegments(), err)
 				continue
 			default:
-				hop, hopLocal, mac = dst.Addr(), false, hw
+				hop, hopLocal, mac = a, false, hw
+				c.memo = neighMemo{hop: a, mac: hw, until: until}
 			}
 		}
 		seg := m.N
@@ -543,7 +574,7 @@ func (c *Conn) flushTx() {
 // kickRx makes the recvfrom that wakes the kernel's receive side of each queue whose
 // fill ring asks for it, and with busy polling the one that drives one queue's NAPI
 // poll (a queue per call, in turn: a syscall per queue on every empty poll would cost
-// more than it finds), counted. It reports whether it made any. rmu is held.
+// more than it finds; none for a queue without a NAPI instance, checkNAPI), counted. It reports whether it made any. rmu is held.
 func (c *Conn) kickRx() bool {
 	kicked := false
 	busy := -1
@@ -551,7 +582,7 @@ func (c *Conn) kickRx() bool {
 		busy = c.rr % len(c.x.rxqs)
 	}
 	for i, q := range c.x.rxqs {
-		if i == busy || q.fill.needWakeup() {
+		if (i == busy && !q.noNAPI) || q.fill.needWakeup() {
 			c.rxKicks.Add(1)
 			kickRx(q)
 			kicked = true

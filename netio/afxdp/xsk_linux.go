@@ -153,6 +153,22 @@ type rxq struct {
 	first    uint64 // its frames: [first, first+count)
 	count    uint64
 	own      bool // fd is this rxq's to close (not the first socket's)
+	// noNAPI: the kernel reports no NAPI instance behind the queue's socket (veth in
+	// copy mode), so a busy-poll recvfrom has nothing to drive and is not made;
+	// napiAsk counts down the batches until it is asked again (napiID, kickRx).
+	noNAPI  bool
+	napiAsk uint32
+}
+
+// napiID is the NAPI instance the kernel busy-polls for the socket when it is read
+// (SO_INCOMING_NAPI_ID): 0 while none is known. The kernel marks the socket with the
+// instance of the first packet it redirects into it, if the driver's queue has one.
+func napiID(fd int) int {
+	id, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_INCOMING_NAPI_ID)
+	if err != nil {
+		return 0
+	}
+	return id
 }
 
 // newXSK makes an AF_XDP socket with rings of frames/2 entries each way and a UMEM of

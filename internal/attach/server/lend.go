@@ -16,8 +16,10 @@ import (
 // GSO sends, and the receiver's reads, ICRC checks, copies into the client's memory and
 // ACKs; in-process, two programs do those on two cores. So while such a stream keeps
 // the loop busy, the loop lends the device that receives the most bytes to a second
-// goroutine (the helper), which reads that device alone until it falls idle or its
-// reads stop looking like a stream's, and the loop takes it back then. The hand-off is
+// goroutine (the helper), which reads that device alone until it falls idle, its reads
+// stop looking like a stream's, or it receives slower than the loop alone did (no spare
+// core: on 2 loaded cores the two threads' wake-ups cost more than they share), and
+// the loop takes it back then. The hand-off is
 // for load only: a device is lent after lendWindow iterations in a row that each found
 // work, in which it received lendMinBytes per iteration on average and lendSkew times
 // what any other device did (a one-way stream: data one way, ACKs the other). A
@@ -33,11 +35,19 @@ const (
 	lendIdle     = 4        // ms: the helper gives a device back after its socket stayed empty this long
 	keepMinBytes = 16 << 10 // the helper gives a device back when its reads average less
 	keepWindow   = 64       // reads the helper averages over
+	// The helper gives a device back when it received less than lendKeep times as fast
+	// as the loop alone did before the lend (in its first keepWindow reads, or twice in
+	// a row later), and the loop lends again no sooner than lendBackoff later, twice
+	// that after each further lend that never paid, up to maxLendBackoff.
+	lendKeep       = 0.95
+	lendBackoff    = 20 * time.Millisecond
+	maxLendBackoff = time.Second
 )
 
 // stretch is the loop's look at its own busy iterations (run).
 type stretch struct {
-	iters int // iterations in a row that found work
+	iters int       // iterations in a row that found work
+	t0    time.Time // when the window began
 }
 
 // watchStretch counts an iteration that did work and, at the end of a window of them,
@@ -48,6 +58,7 @@ func (l *loop) watchStretch(st *stretch) {
 		return
 	}
 	if st.iters == 0 {
+		st.t0 = time.Now()
 		l.mu.Lock()
 		for _, ld := range l.all {
 			ld.rx0 = ld.d.RxBytes()
@@ -74,6 +85,11 @@ func (l *loop) watchStretch(st *stretch) {
 	if best == nil || most < lendWindow*lendMinBytes || most < lendSkew*next {
 		return
 	}
+	now := time.Now()
+	if now.UnixNano() < l.holdOff.Load() {
+		return // lending did not pay a moment ago
+	}
+	best.solo = float64(most) / float64(now.Sub(st.t0))
 	// Out of the loop's set first: from now on only the helper reads the socket.
 	if unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, best.fd, nil) != nil {
 		return
@@ -87,8 +103,22 @@ func (l *loop) watchStretch(st *stretch) {
 // device falls idle, then gives it back.
 func (l *loop) help() {
 	defer close(l.helped)
+	backoff := lendBackoff
 	for ld := range l.lendCh {
-		l.serveLent(ld)
+		switch l.serveLent(ld) {
+		case lendSlower:
+			ld.slower.Add(1)
+			// No spare core (a loaded machine, or programs spinning on every core):
+			// the loop alone was faster. Try again later, and later still each time.
+			l.holdOff.Store(time.Now().Add(backoff).UnixNano())
+			backoff = min(2*backoff, maxLendBackoff)
+		case lendTired:
+			ld.slower.Add(1)
+			l.holdOff.Store(time.Now().Add(lendBackoff).UnixNano())
+			backoff = lendBackoff
+		case lendPaid:
+			backoff = lendBackoff
+		}
 		// Back into the loop's set, level-triggered: what came since the last read is
 		// seen there. A device closed meanwhile (the daemon is leaving) stays out: its
 		// descriptor's number may be another file's now.
@@ -99,19 +129,29 @@ func (l *loop) help() {
 	}
 }
 
+// How a device's time with the helper ended (serveLent).
+const (
+	lendOver   = iota // the stream ended or thinned, or the loop closes
+	lendPaid          // as lendOver, after the device received faster than with the loop alone
+	lendSlower        // the device received slower than with the loop alone
+	lendTired         // it paid, then received slower than with the loop alone
+)
+
 // serveLent reads the lent device as the loop would, waiting for its socket in an
 // epoll set of its own, until the socket stays empty for lendIdle, its reads stop
-// looking like a stream's, or the loop closes.
-func (l *loop) serveLent(ld *loopDev) {
+// looking like a stream's, they come slower than the loop alone took them (ld.solo),
+// or the loop closes.
+func (l *loop) serveLent(ld *loopDev) int {
 	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: ld.tok}
 	if unix.EpollCtl(l.hep, unix.EPOLL_CTL_ADD, ld.fd, &ev) != nil {
-		return
+		return lendOver
 	}
 	defer unix.EpollCtl(l.hep, unix.EPOLL_CTL_DEL, ld.fd, nil)
 	evs := make([]unix.EpollEvent, 1)
 	var lazy []*session
-	reads, idle := 0, 0
-	rx0 := ld.d.RxBytes()
+	reads, idle, slow := 0, 0, 0
+	rx0, t0 := ld.d.RxBytes(), time.Now()
+	verdict := lendOver
 	for !l.quit.Load() {
 		lazy = l.lazyOf(ld.d, lazy)
 		for i, s := range lazy {
@@ -121,11 +161,21 @@ func (l *loop) serveLent(ld *loopDev) {
 		if ld.d.PollDriven() {
 			idle = 0
 			if reads++; reads == keepWindow {
-				rx := ld.d.RxBytes()
+				rx, now := ld.d.RxBytes(), time.Now()
 				if rx-rx0 < keepWindow*keepMinBytes {
-					return
+					return verdict
 				}
-				reads, rx0 = 0, rx
+				if float64(rx-rx0) >= lendKeep*ld.solo*float64(now.Sub(t0)) {
+					verdict, slow = lendPaid, 0
+				} else if slow++; verdict != lendPaid || slow == 2 {
+					// Slower from the start, or twice in a row after paying (once
+					// is a hiccup: a descheduled thread, the stream's end).
+					if verdict == lendPaid {
+						return lendTired
+					}
+					return lendSlower
+				}
+				reads, rx0, t0 = 0, rx, now
 			}
 			continue
 		}
@@ -133,7 +183,7 @@ func (l *loop) serveLent(ld *loopDev) {
 		switch {
 		case err == unix.EINTR:
 		case err != nil || n == 0:
-			return
+			return verdict
 		default:
 			// Readable, yet PollDriven read nothing: another goroutine holds the socket
 			// (a CQ poll's PollRx). Let it run, as the loop does.
@@ -144,6 +194,7 @@ func (l *loop) serveLent(ld *loopDev) {
 			}
 		}
 	}
+	return verdict
 }
 
 // lazyOf appends to buf the sessions of device d whose RC QPs post receives without a
@@ -160,14 +211,15 @@ func (l *loop) lazyOf(d *engine.Device, buf []*session) []*session {
 	return buf
 }
 
-// lends says how many times the loop lent device d to the helper.
-func (l *loop) lends(d *engine.Device) uint64 {
+// lends says how many times the loop lent device d to the helper, and how many of
+// those ended because the device received slower than with the loop alone.
+func (l *loop) lends(d *engine.Device) (lends, slower uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, ld := range l.all {
 		if ld.d == d {
-			return ld.lends.Load()
+			return ld.lends.Load(), ld.slower.Load()
 		}
 	}
-	return 0
+	return 0, 0
 }

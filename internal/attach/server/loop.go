@@ -49,6 +49,9 @@ type loop struct {
 	helped chan struct{} // closed when the helper has left
 	quit   atomic.Bool
 	lent   atomic.Bool // a device is the helper's now
+	// holdOff: no lending before this time (UnixNano), set by the helper when
+	// lending did not pay.
+	holdOff atomic.Int64
 
 	closeOnce sync.Once
 }
@@ -59,8 +62,12 @@ type loopDev struct {
 	fd  int
 	tok int32
 	rx0 uint64 // d.RxBytes at the start of the loop's current look at lending (lend.go)
-	// lends: how many times the device went to the helper (goverbs stat shows it).
-	lends atomic.Uint64
+	// solo: bytes per nanosecond the device received in the window before its lend,
+	// with the loop alone.
+	solo float64
+	// lends: how many times the device went to the helper; slower: how many of them
+	// ended because it received slower there (goverbs stat shows both).
+	lends, slower atomic.Uint64
 }
 
 // Tokens in the epoll events' data: the stop eventfd, then devices, then sessions.

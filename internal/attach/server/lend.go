@@ -16,19 +16,22 @@ import (
 // GSO sends, and the receiver's reads, ICRC checks, copies into the client's memory and
 // ACKs; in-process, two programs do those on two cores. So while such a stream keeps
 // the loop busy, the loop lends the device that receives the most bytes to a second
-// goroutine (the helper), which reads that device alone until it falls idle, its reads
-// stop looking like a stream's, or it receives slower than the loop alone did (no spare
-// core: on 2 loaded cores the two threads' wake-ups cost more than they share), and
-// the loop takes it back then. The hand-off is
-// for load only: a device is lent after lendWindow iterations in a row that each found
-// work, in which it received lendMinBytes per iteration on average and lendSkew times
-// what any other device did (a one-way stream: data one way, ACKs the other). A
-// ping-pong's iterations carry a few hundred bytes, or as many each way, so the latency
-// path keeps its one thread and its one wake-up per message; while a device is lent, a
-// hop to it wakes the helper.
+// goroutine (the helper), which reads that device alone, and takes it back when the
+// device falls idle, its reads stop looking like a stream's, or it receives slower
+// than with the loop alone (no spare core: on 2 loaded cores the two threads'
+// wake-ups cost more than the split saves).
+//
+// The hand-off is for load only: a device is lent after lendWarm+lendWindow iterations
+// in a row that each found work, in the last lendWindow of which it received
+// lendMinBytes per iteration on average and lendSkew times what any other device did
+// (a one-way stream: data one way, ACKs the other). A ping-pong's iterations carry a
+// few hundred bytes, or as many each way, and its stretches of work end sooner, so the
+// latency path keeps its one thread and its one wake-up per message; while a device is
+// lent, a hop to it wakes the helper.
 //
 // GOVERBS_SERVE_LEND=0 turns lending off (to compare).
 const (
+	lendWarm     = 8        // iterations in a row that found work before the loop looks
 	lendWindow   = 64       // iterations the loop looks at before it lends
 	lendMinBytes = 16 << 10 // received by the lent device per iteration of the window, on average
 	lendSkew     = 4        // and at least this many times what any other device received
@@ -57,7 +60,9 @@ func (l *loop) watchStretch(st *stretch) {
 		st.iters = 0
 		return
 	}
-	if st.iters == 0 {
+	if st.iters++; st.iters == lendWarm {
+		// Measured from here: a ping-pong's stretches end sooner, and cost no more
+		// than the count.
 		st.t0 = time.Now()
 		l.mu.Lock()
 		for _, ld := range l.all {
@@ -65,7 +70,7 @@ func (l *loop) watchStretch(st *stretch) {
 		}
 		l.mu.Unlock()
 	}
-	if st.iters++; st.iters < lendWindow {
+	if st.iters < lendWarm+lendWindow {
 		return
 	}
 	st.iters = 0

@@ -39,12 +39,15 @@ const (
 	keepMinBytes = 16 << 10 // the helper gives a device back when its reads average less
 	keepWindow   = 64       // reads the helper averages over
 	// The helper gives a device back when it received less than lendKeep times as fast
-	// as the loop alone did before the lend (in its first keepWindow reads, or twice in
-	// a row later), and the loop lends again no sooner than lendBackoff later, twice
-	// that after each further lend that never paid, up to maxLendBackoff.
+	// as the loop alone did before the lend (in its first keepWindow reads after
+	// lendSettle, or twice in a row later), and the loop lends again no sooner than
+	// lendBackoff later, twice that after each further such lend, up to
+	// maxLendBackoff, unless the lend had paid for lendLong.
 	lendKeep       = 0.95
+	lendSettle     = 16
 	lendBackoff    = 20 * time.Millisecond
 	maxLendBackoff = time.Second
+	lendLong       = 200 * time.Millisecond // a lend that paid this long resets the wait
 )
 
 // stretch is the loop's look at its own busy iterations (run).
@@ -110,6 +113,7 @@ func (l *loop) help() {
 	defer close(l.helped)
 	backoff := lendBackoff
 	for ld := range l.lendCh {
+		start := time.Now()
 		switch l.serveLent(ld) {
 		case lendSlower:
 			ld.slower.Add(1)
@@ -118,9 +122,14 @@ func (l *loop) help() {
 			l.holdOff.Store(time.Now().Add(backoff).UnixNano())
 			backoff = min(2*backoff, maxLendBackoff)
 		case lendTired:
+			// It paid for a while: if long enough, lending pays here, and the stream
+			// only changed.
 			ld.slower.Add(1)
-			l.holdOff.Store(time.Now().Add(lendBackoff).UnixNano())
-			backoff = lendBackoff
+			if time.Since(start) >= lendLong {
+				backoff = lendBackoff
+			}
+			l.holdOff.Store(time.Now().Add(backoff).UnixNano())
+			backoff = min(2*backoff, maxLendBackoff)
 		case lendPaid:
 			backoff = lendBackoff
 		}
@@ -154,8 +163,11 @@ func (l *loop) serveLent(ld *loopDev) int {
 	defer unix.EpollCtl(l.hep, unix.EPOLL_CTL_DEL, ld.fd, nil)
 	evs := make([]unix.EpollEvent, 1)
 	var lazy []*session
-	reads, idle, slow := 0, 0, 0
-	rx0, t0 := ld.d.RxBytes(), time.Now()
+	// The first lendSettle reads take what queued while the loop decided; the
+	// windows are measured after them.
+	reads, idle, slow := -lendSettle, 0, 0
+	var rx0 uint64
+	var t0 time.Time
 	verdict := lendOver
 	for !l.quit.Load() {
 		lazy = l.lazyOf(ld.d, lazy)
@@ -165,7 +177,9 @@ func (l *loop) serveLent(ld *loopDev) int {
 		}
 		if ld.d.PollDriven() {
 			idle = 0
-			if reads++; reads == keepWindow {
+			if reads++; reads == 0 {
+				rx0, t0 = ld.d.RxBytes(), time.Now()
+			} else if reads == keepWindow {
 				rx, now := ld.d.RxBytes(), time.Now()
 				if rx-rx0 < keepWindow*keepMinBytes {
 					return verdict

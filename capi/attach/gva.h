@@ -160,6 +160,8 @@ int gva_call(struct gva_dev *d, uint16_t op, struct gva_msg *req, const int *fds
 	     uint8_t *buf, struct gva_rd *rep, int *rfds, int want_fds);
 /* gva_simple is a command with one u32 argument and no reply payload to read. */
 int gva_simple(struct gva_dev *d, uint16_t op, uint32_t h);
+/* gva_getpid is getpid without a syscall after the first (gva_conn.c). */
+pid_t gva_getpid(void);
 /* gva_usable is 0, or the errno of a device whose daemon is gone or that a child inherited. */
 int gva_usable(struct gva_dev *d);
 struct gva_entry;

@@ -126,7 +126,7 @@ int gv_destroy_comp_channel(uintptr_t h)
 
 	if (!c)
 		return EINVAL;
-	if (c->d->pid == getpid()) { /* a child has no copy of the thread */
+	if (c->d->pid == gva_getpid()) { /* a child has no copy of the thread */
 		if (write(c->stopfd, &one, sizeof(one)) == sizeof(one))
 			gva_join(c->thr);
 	}
@@ -313,7 +313,7 @@ int gv_destroy_cq(uintptr_t h)
 
 	if (!q)
 		return EINVAL;
-	if (q->d->pid == getpid()) {
+	if (q->d->pid == gva_getpid()) {
 		/* as the daemon says while a QP uses it, even a dead one: the QP names this CQ */
 		pthread_mutex_lock(&q->mu);
 		size_t users = q->nrqps;
@@ -325,7 +325,7 @@ int gv_destroy_cq(uintptr_t h)
 	if (rc && !gva_usable(q->d))
 		return rc; /* EBUSY while a QP uses it */
 	gva_untrack(q->d, GVA_EV_CQ, q->h);
-	if (q->chan && q->d->pid == getpid()) /* a child has no channel thread (and maybe a held lock) */
+	if (q->chan && q->d->pid == gva_getpid()) /* a child has no channel thread (and maybe a held lock) */
 		gva_chan_remove(q->chan, q);
 	gva_cq_free(q);
 	return 0;
@@ -403,7 +403,7 @@ int gv_poll_cq(uintptr_t h, int n, struct ibv_wc *out)
 
 	if (!q || n < 0 || (n > 0 && !out))
 		return -1;
-	if (gva_usable(q->d) && q->d->pid != getpid())
+	if (gva_usable(q->d) && q->d->pid != gva_getpid())
 		return -1;
 	headp = (uint64_t *)(q->mem + GVA_OFF_HEAD);
 	tailp = (uint64_t *)(q->mem + GVA_OFF_TAIL);

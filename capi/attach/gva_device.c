@@ -295,7 +295,7 @@ int gv_open(char *name, int asyncFD, uintptr_t *out)
 		return ENOMEM;
 	d->sock = d->evsock = d->doorbell = d->stopfd = -1;
 	d->async_wfd = asyncFD;
-	d->pid = getpid();
+	d->pid = gva_getpid();
 	snprintf(d->name, sizeof(d->name), "%s", name);
 	pthread_mutex_init(&d->mu, NULL);
 	pthread_mutex_init(&d->objmu, NULL);

@@ -310,7 +310,7 @@ int gv_destroy_qp(uintptr_t h)
 	if (rc && !gva_usable(q->d))
 		return rc;
 	gva_untrack(q->d, GVA_EV_QP, q->h);
-	if (q->rcq && q->d->pid == getpid()) /* a child cannot poll: no count to keep (and maybe a held lock) */
+	if (q->rcq && q->d->pid == gva_getpid()) /* a child cannot poll: no count to keep (and maybe a held lock) */
 		gva_cq_remove_rq(q->rcq, q);
 	gva_qp_unmap(q);
 	free(q);

@@ -62,3 +62,30 @@ func TestServeCMTools(t *testing.T) {
 		[]string{"udaddy", "-s", a, "-b", a, "-c", "2"})
 	mustContain(t, "attached udaddy client", cli.stdout, "data transfers complete\ntest complete\nreturn status 0\n")
 }
+
+// TestServeLendsStream: a 64 KiB WRITE stream between two devices of one daemon keeps
+// its event loop busy, so the loop lends the receiving device to a second thread, which
+// goverbs stat counts; an rc_pingpong that checks its data runs between the two
+// devices afterwards, while the device may still be lent or just given back.
+func TestServeLendsStream(t *testing.T) {
+	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	a, b := addrPair(t)
+	daemon := startServer(t, "serving sw1 on "+b, "serve", "sw0="+a+",sw1="+b)
+	defer daemon.cancel()
+	t.Setenv("GOVERBS_ATTACH", "1")
+	port := freePort(t, a)
+	srv := startServer(t, "Waiting for client", "write_bw", "--bind", a, "-p", port, "-n", "20000")
+	cli := runBin(t, 60*time.Second, "write_bw", "--bind", b, "-p", port, "-n", "20000", a)
+	mustSucceed(t, "attached write_bw client", cli)
+	mustSucceed(t, "attached write_bw server", srv.wait(t))
+	r := runBin(t, 10*time.Second, "stat", "--bind", a)
+	mustSucceed(t, "stat --bind", r)
+	mustMatch(t, "stat --bind", r.stdout, `(?m)^# event loop: the device's receive work went to a second thread [1-9]\d* times`)
+
+	pp := startServer(t, "local address:", "rc_pingpong", "--bind", a, "-p", port, "-s", "65536", "-n", "200", "-c")
+	defer pp.cancel()
+	cli = runBin(t, 30*time.Second, "rc_pingpong", "--bind", b, "-p", port, "-s", "65536", "-n", "200", "-c", a)
+	mustSucceed(t, "attached rc_pingpong client", cli)
+	mustContain(t, "attached rc_pingpong client", cli.stdout, "200 iters in ")
+	mustSucceed(t, "attached rc_pingpong server", pp.wait(t))
+}

@@ -74,3 +74,8 @@ func (d *Device) PollDriven() bool {
 	d.leaveRx()
 	return got
 }
+
+// RxBytes is how many bytes of RoCEv2 packets the device has received (the rcvd_bytes
+// counter): an event loop that drives several devices compares it across an interval to
+// see which one carries a stream (goverbs serve hands such a device to a second thread).
+func (d *Device) RxBytes() uint64 { return d.counters.RxBytes.Load() }

@@ -3,8 +3,10 @@
 package server
 
 import (
+	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -34,9 +36,38 @@ type loop struct {
 	done chan struct{}
 
 	mu       sync.Mutex
-	devs     map[int32]*engine.Device
+	devs     map[int32]*loopDev
+	all      []*loopDev // devs, in the order they came
 	sessions map[int32]*session
 	next     int32
+
+	// The helper: a second goroutine to which the loop lends a device while a stream
+	// between two of its devices keeps it busy (lend.go).
+	lendOK bool
+	hep    int           // the helper's epoll set: the lent device's socket
+	lendCh chan *loopDev // to the helper; closed when the loop has left
+	helped chan struct{} // closed when the helper has left
+	quit   atomic.Bool
+	lent   atomic.Bool // a device is the helper's now
+	// holdOff: no lending before this time (UnixNano), set by the helper when
+	// lending did not pay.
+	holdOff atomic.Int64
+
+	closeOnce sync.Once
+}
+
+// loopDev is a device the loop reads.
+type loopDev struct {
+	d   *engine.Device
+	fd  int
+	tok int32
+	rx0 uint64 // d.RxBytes at the start of the loop's current look at lending (lend.go)
+	// solo: bytes per nanosecond the device received in the window before its lend,
+	// with the loop alone.
+	solo float64
+	// lends: how many times the device went to the helper; slower: how many of them
+	// ended because it received slower there (goverbs stat shows both).
+	lends, slower atomic.Uint64
 }
 
 // Tokens in the epoll events' data: the stop eventfd, then devices, then sessions.
@@ -55,9 +86,19 @@ func newLoop() (*loop, error) {
 		unix.Close(ep)
 		return nil, err
 	}
-	l := &loop{ep: ep, stop: stop, done: make(chan struct{}), devs: map[int32]*engine.Device{},
-		sessions: map[int32]*session{}, next: tokFirstSession}
+	hep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		unix.Close(ep)
+		stop.Close()
+		return nil, err
+	}
+	l := &loop{ep: ep, stop: stop, done: make(chan struct{}), devs: map[int32]*loopDev{},
+		sessions: map[int32]*session{}, next: tokFirstSession,
+		lendOK: os.Getenv("GOVERBS_SERVE_LEND") != "0", hep: hep, lendCh: make(chan *loopDev, 1),
+		helped: make(chan struct{})}
+	go l.help()
 	if err := l.ctl(unix.EPOLL_CTL_ADD, stop.FD(), tokStop); err != nil {
+		close(l.done)
 		l.close()
 		return nil, err
 	}
@@ -80,11 +121,14 @@ func (l *loop) addDevice(d *engine.Device) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	tok := int32(1 + len(l.devs))
-	l.devs[tok] = d
+	ld := &loopDev{d: d, fd: fd, tok: tok}
+	l.devs[tok] = ld
+	l.all = append(l.all, ld)
 	if err := l.ctl(unix.EPOLL_CTL_ADD, fd, tok); err != nil {
 		// Nothing would wait for the socket: read it as the receive goroutine did, by
 		// polls only. (epoll_ctl fails only for want of memory.)
 		delete(l.devs, tok)
+		l.all = l.all[:len(l.all)-1]
 		return false
 	}
 	return true
@@ -115,14 +159,20 @@ func (l *loop) removeSession(tok int32, fd int) {
 }
 
 func (l *loop) close() {
-	select {
-	case <-l.done:
-	default:
-		l.stop.Signal()
-		<-l.done
-	}
-	unix.Close(l.ep)
-	l.stop.Close()
+	l.closeOnce.Do(func() {
+		select {
+		case <-l.done:
+		default:
+			l.stop.Signal()
+			<-l.done
+		}
+		l.quit.Store(true)
+		close(l.lendCh)
+		<-l.helped
+		unix.Close(l.ep)
+		unix.Close(l.hep)
+		l.stop.Close()
+	})
 }
 
 func (l *loop) run() {
@@ -130,6 +180,7 @@ func (l *loop) run() {
 	evs := make([]unix.EpollEvent, 64)
 	var devs []*engine.Device
 	var ss, lazy []*session
+	var st stretch
 	timeout, idle := -1, 0
 	for {
 		n, err := unix.EpollWait(l.ep, evs, timeout)
@@ -141,6 +192,7 @@ func (l *loop) run() {
 		}
 		if n == 0 {
 			timeout, idle = -1, 0
+			st.iters = 0
 			continue
 		}
 		devs, ss, lazy = devs[:0], ss[:0], lazy[:0]
@@ -151,8 +203,8 @@ func (l *loop) run() {
 				l.mu.Unlock()
 				return
 			case tok < tokFirstSession:
-				if d := l.devs[tok]; d != nil {
-					devs = append(devs, d)
+				if ld := l.devs[tok]; ld != nil {
+					devs = append(devs, ld.d)
 				}
 			default:
 				if s := l.sessions[tok]; s != nil {
@@ -191,7 +243,11 @@ func (l *loop) run() {
 		timeout = 0 // look again at once: what this iteration sent is there now
 		if did {
 			idle = 0
+			if l.lendOK {
+				l.watchStretch(&st)
+			}
 		} else {
+			st.iters = 0
 			// A session or a socket another goroutine held: it stays readable (the set
 			// is level-triggered); let that goroutine run before looking again, and
 			// sleep a little if it keeps it (a command that registers a large region

@@ -67,6 +67,11 @@ func (d *device) writeStat(w io.Writer) {
 		fmt.Fprintf(&b, " %s %d", c.Name, c.Value)
 	}
 	fmt.Fprintln(w, b.String())
+	if l := d.srv.loop; l != nil && d.driven {
+		if n, slower := l.lends(d.eng); n > 0 {
+			fmt.Fprintf(w, "# event loop: the device's receive work went to a second thread %d times (a stream between devices of the daemon), %d of them given back as slower\n", n, slower)
+		}
+	}
 	d.mu.Lock()
 	ss := make([]*session, 0, len(d.sessions))
 	for s := range d.sessions {

@@ -70,6 +70,7 @@ var commands = []*tool.Command{
 	{Name: "ucmatose", Summary: "RC connections and messages through the connection manager (librdmacm's cmatose)", Run: cmtools.RunUcmatose},
 	{Name: "rdma_server", Summary: "accept one connection, receive a message and send one back (librdmacm's rdma_server)", Run: cmtools.RunRdmaServer},
 	{Name: "rdma_client", Summary: "connect, send a message and receive the reply (librdmacm's rdma_client)", Run: cmtools.RunRdmaClient},
+	{Name: "cmtime", Summary: "time each step of opening and closing many connections at once (librdmacm's cmtime)", Run: cmtools.RunCmtime},
 	{Name: "udaddy", Summary: "UD datagrams to a service found through the connection manager (librdmacm's udaddy)", Run: cmtools.RunUdaddy},
 	{Name: "rstream", Summary: "stream bandwidth and latency over rdmanet, or Go TCP with --tcp (librdmacm's rstream)", Run: rstream.Run},
 	{Name: "udpong", Summary: "datagram latency and bandwidth over rdmanet's datagram rsockets, or Go UDP with -T s (librdmacm's udpong)", Run: rstream.RunUdpong},

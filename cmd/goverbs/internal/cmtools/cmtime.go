@@ -49,9 +49,14 @@ var cmtimeStepName = [stepCount]string{"create id", "bind addr", "resolve addr",
 // span is one step's start and end.
 type span [2]time.Time
 
-func (s *span) ok() bool                { return !s[0].IsZero() && !s[1].IsZero() }
-func (s *span) us() float64             { return float64(s[1].Sub(s[0]).Nanoseconds()) / 1e3 }
-func (s *span) run(f func() error) error { s[0] = time.Now(); err := f(); s[1] = time.Now(); return err }
+func (s *span) ok() bool    { return !s[0].IsZero() && !s[1].IsZero() }
+func (s *span) us() float64 { return float64(s[1].Sub(s[0]).Nanoseconds()) / 1e3 }
+func (s *span) run(f func() error) error {
+	s[0] = time.Now()
+	err := f()
+	s[1] = time.Now()
+	return err
+}
 
 type cmtimeOpts struct {
 	server, bind       string

@@ -228,6 +228,15 @@ func TestRdmacmAgainstGoTools(t *testing.T) {
 			[]string{"mckey", "-m", group, "-b", sa}, []string{"mckey", "-m", group, "-b", ca, "-s"},
 			[]string{"mckey", "-m", group, "-b", sa}, []string{"mckey", "-m", group, "-b", ca, "-s"},
 			"receiving data transfers", "return status 0", "return status 0"},
+		{"rdma_server",
+			[]string{"rdma_server", "-s", sa}, []string{"rdma_client", "-s", sa},
+			[]string{"rdma_server", "-s", sa}, []string{"rdma_client", "-s", sa, "-b", ca},
+			"rdma_server: start", "rdma_client: end 0", "rdma_client: end 0"},
+		// cmtime's server serves until it is killed
+		{"cmtime",
+			[]string{"cmtime", "-b", sa}, []string{"cmtime", "-s", sa, "-c", "20"},
+			[]string{"cmtime", "-b", sa}, []string{"cmtime", "-s", sa, "-b", ca, "-c", "20"},
+			"cmtime: listening", "destroy      :", "destroy      :"},
 		// perftest: the Go tools attach with GOVERBS_ATTACH=1 and --bind
 		{"write_bw -R",
 			[]string{"ib_write_bw", "-R", "-d", "s0", "-n", "200"}, []string{"ib_write_bw", "-R", "-d", "c0", "-n", "200", sa},
@@ -242,7 +251,7 @@ func TestRdmacmAgainstGoTools(t *testing.T) {
 			if p.name == "mckey" {
 				return runUDCM(t, ready, settle, server, client)
 			}
-			return runCM(t, ready, settle, false, server, client)
+			return runCM(t, ready, settle, p.name == "cmtime", server, client)
 		}
 		goEnv := func(dev, addr string) []string {
 			if strings.HasSuffix(p.name, " -R") {

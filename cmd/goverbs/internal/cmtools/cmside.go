@@ -86,3 +86,10 @@ func openClientSide(server, bind, pcapFile string, stats bool) (*cmSide, netip.A
 	side, err := openCMSide(src, pcapFile, stats)
 	return side, dst, err
 }
+
+// sideFlags registers what every CM tool takes beside its librdmacm flags: --pcap and
+// --stats (see cmSide).
+func sideFlags(fs *tool.FlagSet, pcapFile *string, stats *bool) {
+	fs.StringOpt(pcapFile, "", "pcap", "", "record the packets this side sends and receives to pcap `FILE`")
+	fs.BoolOpt(stats, "", "stats", "print the device's and the CM's counters at exit")
+}

@@ -51,15 +51,11 @@ func (t *cmtest) run(cmd *tool.Command, args []string) error {
 	fs.IntOpt(&o.count, "C", "count", 10, "message `COUNT`")
 	fs.IntOpt(&o.size, "S", "size", 100, "message `SIZE`")
 	fs.StringOpt(&o.portSpace, "P", "port-space", t.portSpace, "port `SPACE` ("+t.portSpace+")")
-	fs.StringOpt(&o.pcap, "", "pcap", "", "record the packets this side sends and receives to pcap `FILE`")
-	fs.BoolOpt(&o.stats, "", "stats", "print the device's and the CM's counters at exit")
-	pos, err := fs.ParseArgs(args)
-	if err != nil {
+	sideFlags(fs, &o.pcap, &o.stats)
+	if err := tool.ParseFlagsOnly(fs, args); err != nil {
 		return err
 	}
 	switch {
-	case len(pos) > 0:
-		return fmt.Errorf("unexpected argument %q (the server's address goes after -s)", pos[0])
 	case !strings.EqualFold(o.portSpace, t.portSpace):
 		return fmt.Errorf("port space %q: only %s is supported", o.portSpace, t.portSpace)
 	case o.connections < 1 || o.count < 0 || o.size < 0:

@@ -86,15 +86,11 @@ func RunCmtime(cmd *tool.Command, args []string) error {
 	fs.IntOpt(&o.port, "p", "port", 7471, "`PORT`")
 	fs.IntOpt(&o.retries, "r", "retries", 2, "transport `RETRIES`")
 	fs.IntOpt(&o.timeoutMs, "t", "timeout", 2000, "resolve timeout in `MS`")
-	fs.StringOpt(&o.pcap, "", "pcap", "", "record the packets this side sends and receives to pcap `FILE`")
-	fs.BoolOpt(&o.stats, "", "stats", "print the device's and the CM's counters at exit")
-	pos, err := fs.ParseArgs(args)
-	if err != nil {
+	sideFlags(fs, &o.pcap, &o.stats)
+	if err := tool.ParseFlagsOnly(fs, args); err != nil {
 		return err
 	}
 	switch {
-	case len(pos) > 0:
-		return fmt.Errorf("unexpected argument %q (the server's address goes after -s)", pos[0])
 	case o.connections < 1:
 		return errors.New("connections must be at least 1")
 	case o.port <= 0 || o.port > 65535:
@@ -114,21 +110,12 @@ func RunCmtime(cmd *tool.Command, args []string) error {
 // disconnects and destroys each when its peer disconnects (cmtime's req and disc
 // handler threads).
 func cmtimeServer(ctx context.Context, o *cmtimeOpts) error {
-	side, err := openServerSide(o.bind, o.pcap, o.stats)
+	side, err := cmtimeOpen(openServerSide(o.bind, o.pcap, o.stats))
 	if err != nil {
 		return err
 	}
 	defer side.close()
-	pd, err := side.dev.AllocPD()
-	if err != nil {
-		return err
-	}
-	defer pd.Close()
-	cq, err := side.dev.CreateCQ(1, nil)
-	if err != nil {
-		return err
-	}
-	defer cq.Close()
+	pd, cq := side.pd, side.cq
 	l, err := side.agent.Listen(uint16(o.port), 0)
 	if err != nil {
 		return fmt.Errorf("failure trying to listen: %v", err)
@@ -173,6 +160,36 @@ func cmtimeServer(ctx context.Context, o *cmtimeOpts) error {
 	}
 }
 
+// cmtimeSide is a side with the PD and the one CQ all its QPs share (cmtime's QPs
+// post nothing).
+type cmtimeSide struct {
+	*cmSide
+	pd *verbs.PD
+	cq *verbs.CQ
+}
+
+// cmtimeOpen adds the PD and CQ to a side just opened (or passes on its error).
+func cmtimeOpen(side *cmSide, err error) (*cmtimeSide, error) {
+	if err != nil {
+		return nil, err
+	}
+	s := &cmtimeSide{cmSide: side}
+	if s.pd, err = side.dev.AllocPD(); err == nil {
+		if s.cq, err = side.dev.CreateCQ(1, nil); err == nil {
+			return s, nil
+		}
+		s.pd.Close()
+	}
+	side.close()
+	return nil, err
+}
+
+func (s *cmtimeSide) close() {
+	s.cq.Close()
+	s.pd.Close()
+	s.cmSide.close()
+}
+
 // cmtimeQP is rdma_create_qp with cmtime's attributes: one WR and SGE each way, left in
 // INIT for the CM.
 func cmtimeQP(pd *verbs.PD, cq *verbs.CQ) (*verbs.QP, error) {
@@ -201,21 +218,13 @@ func cmtimeClient(ctx context.Context, o *cmtimeOpts) error {
 		}
 		return nil
 	})
-	side, dst, err := openClientSide(o.server, o.bind, o.pcap, o.stats)
+	cside, dst, err := openClientSide(o.server, o.bind, o.pcap, o.stats)
+	side, err := cmtimeOpen(cside, err)
 	if err != nil {
 		return err
 	}
 	defer side.close()
-	pd, err := side.dev.AllocPD()
-	if err != nil {
-		return err
-	}
-	defer pd.Close()
-	cq, err := side.dev.CreateCQ(1, nil)
-	if err != nil {
-		return err
-	}
-	defer cq.Close()
+	pd, cq := side.pd, side.cq
 	defer func() {
 		for _, n := range nodes {
 			if n.conn != nil {

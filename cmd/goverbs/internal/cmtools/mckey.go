@@ -66,8 +66,7 @@ func RunMckey(cmd *tool.Command, args []string) error {
 	fs.BoolOpt(&o.sendOnly, "o", "send-only", "join as a send-only full member")
 	fs.BoolOpt(&o.noLoopback, "l", "no-loopback", "join without multicast loopback: a QP does not receive its own sends")
 	fs.DurationVar(&o.settle, "settle", 3*time.Second, "`DURATION` of the pause between joining and the transfers (mckey's fixed 3 s)")
-	fs.StringOpt(&o.pcap, "", "pcap", "", "record the packets this side sends and receives to pcap `FILE`")
-	fs.BoolOpt(&o.stats, "", "stats", "print the device's and the CM's counters at exit")
+	sideFlags(fs, &o.pcap, &o.stats)
 	pos, err := fs.ParseArgs(args)
 	if err != nil {
 		return err

@@ -34,12 +34,8 @@ type epOpts struct {
 // one send and one receive (sq_sig_all, 16 bytes inline when the device allows it)
 // with a CQ for each, and the message buffers.
 type endpoint struct {
-	pd             *verbs.PD
-	sendCQ, recvCQ *tool.CQWaiter
-	qp             *verbs.QP
-	mr             *verbs.MR // recv in the first half, send in the second
-	inline         bool
-	conn           *cm.Conn
+	rcNode // its mr: the receive in the first half, the send in the second
+	inline bool
 }
 
 func newEndpoint(name string, dev *verbs.Device) (*endpoint, error) {
@@ -103,26 +99,6 @@ func (e *endpoint) disconnect(ctx context.Context) {
 	cancel()
 }
 
-func (e *endpoint) close() {
-	if e.conn != nil {
-		e.conn.Close()
-	}
-	if e.qp != nil {
-		e.qp.Close()
-	}
-	if e.mr != nil {
-		e.mr.Close()
-	}
-	for _, w := range []*tool.CQWaiter{e.sendCQ, e.recvCQ} {
-		if w != nil {
-			w.Close()
-		}
-	}
-	if e.pd != nil {
-		e.pd.Close()
-	}
-}
-
 func RunRdmaServer(cmd *tool.Command, args []string) error {
 	return runEndpointTool(cmd, args, "rdma_server", "0.0.0.0", epServer)
 }
@@ -142,14 +118,9 @@ func runEndpointTool(cmd *tool.Command, args []string, name, server string, side
 	if name == "rdma_client" {
 		fs.StringOpt(&o.bind, "b", "bind", "", "bind `ADDRESS`: the local software device's (goverbs'; default: the route's source)")
 	}
-	fs.StringOpt(&o.pcap, "", "pcap", "", "record the packets this side sends and receives to pcap `FILE`")
-	fs.BoolOpt(&o.stats, "", "stats", "print the device's and the CM's counters at exit")
-	pos, err := fs.ParseArgs(args)
-	if err != nil {
+	sideFlags(fs, &o.pcap, &o.stats)
+	if err := tool.ParseFlagsOnly(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return fmt.Errorf("unexpected argument %q", pos[0])
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

@@ -92,7 +92,7 @@ func Run(cmd *tool.Command, args []string) error {
 	fs.StringArrayVarP(&o.tests, "test", "T", nil, "test `OPTION`: s|socket (Go TCP, as --tcp), v|verify (check the data), b|blocking (the only mode in Go)")
 	fs.BoolOpt(&o.tcp, "", "tcp", "run the test over Go's net.TCPConn instead of rdmanet")
 	fs.BoolOpt(&o.loop, "", "loop", "run the server and the client in this process: the server on -b's address, the client from the next one (rdmanet) or loopback (TCP)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := tool.ParseFlagsOnly(fs, args); err != nil {
 		return err
 	}
 	if err := o.check(fs); err != nil {
@@ -105,19 +105,6 @@ func Run(cmd *tool.Command, args []string) error {
 		return o.runLoop(in)
 	}
 	return o.run(in)
-}
-
-// parseFlags parses args, which hold flags only: the server's address goes after -s,
-// as in librdmacm's tools.
-func parseFlags(fs *tool.FlagSet, args []string) error {
-	pos, err := fs.ParseArgs(args)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return fmt.Errorf("unexpected argument %q (the server's address goes after -s)", pos[0])
-	}
-	return nil
 }
 
 // runLoop runs both sides in this process, the client's table printed: what a

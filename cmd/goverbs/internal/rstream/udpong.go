@@ -62,7 +62,7 @@ func RunUdpong(cmd *tool.Command, args []string) error {
 	fs.IntOpt(&o.size, "S", "size", 1000, "transfer `SIZE` in bytes, at least 16 (a custom test)")
 	fs.StringOpt(&o.port, "p", "port", udpongPort, "`PORT`")
 	fs.StringArrayVarP(&o.tests, "test", "T", nil, "test `OPTION`: s|socket (Go UDP), e|echo (the server echoes every datagram), a|async, b|blocking, n|nonblocking (no difference in Go)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := tool.ParseFlagsOnly(fs, args); err != nil {
 		return err
 	}
 	for _, t := range o.tests {

@@ -165,3 +165,16 @@ func OneArg(pos []string) (string, error) {
 	}
 	return "", fmt.Errorf("expected at most one server address, got %s", strings.Join(pos, " "))
 }
+
+// ParseFlagsOnly parses args, which must hold flags only: librdmacm's tools take the
+// server's address after -s.
+func ParseFlagsOnly(fs *FlagSet, args []string) error {
+	pos, err := fs.ParseArgs(args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("unexpected argument %q (the server's address goes after -s)", pos[0])
+	}
+	return nil
+}

@@ -281,9 +281,9 @@ func TestServiceOptionsAndNotify(t *testing.T) {
 		}
 		return false
 	}
-	cid, err := p.cl.NewID(false, p.handler(p.cl))
+	cid, err := p.cl.NewID(mad.PortSpaceTCP, p.handler(p.cl))
 	must(t, err)
-	lid, err := p.sv.NewID(false, p.handler(p.sv))
+	lid, err := p.sv.NewID(mad.PortSpaceTCP, p.handler(p.sv))
 	must(t, err)
 	must(t, p.sv.Listen(lid, 4))
 	local, _, _ := p.sv.Query(lid)
@@ -349,9 +349,9 @@ func TestServiceOptionsAndNotify(t *testing.T) {
 
 	// REUSEADDR: ids that all set it share a port until one listens.
 	port := uint16(20000 + rand.IntN(20000))
-	a, _ := p.cl.NewID(false, p.handler(p.cl))
-	b, _ := p.cl.NewID(false, p.handler(p.cl))
-	c, _ := p.cl.NewID(false, p.handler(p.cl))
+	a, _ := p.cl.NewID(mad.PortSpaceTCP, p.handler(p.cl))
+	b, _ := p.cl.NewID(mad.PortSpaceTCP, p.handler(p.cl))
+	c, _ := p.cl.NewID(mad.PortSpaceTCP, p.handler(p.cl))
 	must(t, p.cl.SetOption(a, OptionReuseAddr, 1))
 	must(t, p.cl.SetOption(b, OptionReuseAddr, 1))
 	must(t, p.cl.SetOption(b, OptionAFOnly, 1))
@@ -373,7 +373,7 @@ func TestServiceOptionsAndNotify(t *testing.T) {
 	}
 	p.cl.Destroy(b)
 	must(t, p.cl.Listen(a, 1))
-	d, _ := p.cl.NewID(false, p.handler(p.cl))
+	d, _ := p.cl.NewID(mad.PortSpaceTCP, p.handler(p.cl))
 	must(t, p.cl.SetOption(d, OptionReuseAddr, 1))
 	if _, err := p.cl.Bind(d, ap); !errors.Is(err, syscall.EADDRINUSE) {
 		t.Fatalf("a bind with REUSEADDR beside a listener: %v", err)
@@ -425,5 +425,47 @@ func TestTOSOnTheWire(t *testing.T) {
 	}
 	if data < 2 || mads < 2 {
 		t.Fatalf("%d packets to the acceptor's QP, %d MADs sent", data, mads)
+	}
+}
+
+// TestServiceIPoIBPortSpace: IPoIB ids are UD ids in a port space of their own: one
+// resolves another's port through SIDR, while a UDP id naming the same port finds no
+// service there (its service ID is the UDP space's), and a TCP one is refused the
+// unserved spaces' way.
+func TestServiceIPoIBPortSpace(t *testing.T) {
+	p := newSvcPair(t)
+	if _, err := p.sv.NewID(mad.PortSpaceIB, p.handler(p.sv)); !errors.Is(err, syscall.EPROTONOSUPPORT) {
+		t.Fatalf("RDMA_PS_IB: %v", err)
+	}
+	lid, err := p.sv.NewID(mad.PortSpaceIPoIB, p.handler(p.sv))
+	must(t, err)
+	must(t, p.sv.Listen(lid, 4))
+	local, _, _ := p.sv.Query(lid)
+	if !p.sv.IsUDP(lid) {
+		t.Fatal("an IPoIB id is not a UD one")
+	}
+	resolve := func(ps mad.PortSpace) uint64 {
+		t.Helper()
+		id, err := p.cl.NewID(ps, p.handler(p.cl))
+		must(t, err)
+		must(t, p.cl.ResolveAddr(id, netip.Addr{}, local))
+		p.wait(t, p.cl, id, SvcAddrResolved)
+		must(t, p.cl.ResolveRoute(id))
+		p.wait(t, p.cl, id, SvcRouteResolved)
+		must(t, p.cl.Connect(id, &ServiceParam{QPN: 0x123, PrivateData: []byte("ipoib?")}))
+		return id
+	}
+	udp := resolve(mad.PortSpaceUDP)
+	if e := p.wait(t, p.cl, udp, SvcUnreachable); e.Status == int(mad.SIDRValid) {
+		t.Fatalf("a UDP id reached an IPoIB listener: %+v", e)
+	}
+	ib := resolve(mad.PortSpaceIPoIB)
+	req := p.wait(t, p.sv, lid, SvcConnectRequest)
+	if !bytes.HasPrefix(req.Param.PrivateData, []byte("ipoib?")) {
+		t.Fatalf("request %+v", req)
+	}
+	must(t, p.sv.Accept(req.ID, &ServiceParam{QPN: 0x456}))
+	if e := p.wait(t, p.cl, ib, SvcEstablished); e.Param.QPN != 0x456 {
+		t.Fatalf("resolved %+v", e)
 	}
 }

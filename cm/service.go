@@ -104,7 +104,8 @@ const (
 
 type svcID struct {
 	tok    uint64
-	udp    bool
+	ps     mad.PortSpace // TCP, UDP or IPoIB
+	udp    bool          // a UD id (UDP or IPoIB): SIDR, multicast
 	h      func(ServiceEvent)
 	state  svcState
 	local  netip.AddrPort
@@ -125,6 +126,7 @@ var (
 	errAddrInUse = fmt.Errorf("cm: address in use: %w", syscall.EADDRINUSE)
 	errNotLocal  = fmt.Errorf("cm: not this device's address: %w", syscall.EADDRNOTAVAIL)
 	errPrivLen   = fmt.Errorf("%w: %w", ErrPrivateDataTooLong, syscall.EINVAL)
+	errPortSpace = fmt.Errorf("not served (TCP, UDP and IPoIB are): %w", syscall.EPROTONOSUPPORT)
 )
 
 // gsiMADPort is a driver's QP1 as a madPort, for the CM class only.
@@ -183,15 +185,23 @@ func (s *Service) Close() error {
 	return s.a.Close()
 }
 
-// NewID makes an id of the TCP port space (udp false) or the UDP one, whose events
-// go to h. h is called from the CM's goroutines and must not block.
-func (s *Service) NewID(udp bool, h func(ServiceEvent)) (uint64, error) {
+// NewID makes an id of port space ps, whose events go to h. h is called from the CM's
+// goroutines and must not block. TCP ids connect RC or UC QPs; UDP and IPoIB ids are UD
+// (SIDR, multicast), each in its own space of service IDs. On RoCE an IPoIB id works
+// as a UDP one does, with the UDP Q_Key: a kernel's rdma_cm would look the Q_Key up in
+// the IPoIB broadcast group through the SA, which RoCE has not, and fail there.
+func (s *Service) NewID(ps mad.PortSpace, h func(ServiceEvent)) (uint64, error) {
+	switch ps {
+	case mad.PortSpaceTCP, mad.PortSpaceUDP, mad.PortSpaceIPoIB:
+	default:
+		return 0, fmt.Errorf("cm: port space %v: %w", ps, errPortSpace)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return 0, ErrClosed
 	}
-	return s.addID(&svcID{udp: udp, h: h}), nil
+	return s.addID(&svcID{ps: ps, udp: ps != mad.PortSpaceTCP, h: h}), nil
 }
 
 func (s *Service) addID(id *svcID) uint64 {
@@ -201,12 +211,7 @@ func (s *Service) addID(id *svcID) uint64 {
 	return id.tok
 }
 
-func (s *Service) space(id *svcID) mad.PortSpace {
-	if id.udp {
-		return mad.PortSpaceUDP
-	}
-	return mad.PortSpaceTCP
-}
+func (s *Service) space(id *svcID) mad.PortSpace { return id.ps }
 
 // bindLocked reserves port (0: an ephemeral one) of the id's port space for it.
 // A port held already is the id's too when it and every holder set REUSEADDR and
@@ -767,7 +772,7 @@ func (s *Service) request(e ibcm.Event) {
 		return
 	}
 	if e.Kind == ibcm.EventSIDRRequest {
-		id := &svcID{h: l.h, udp: true, state: stRequested, ic: ic, local: netip.AddrPortFrom(a.addr, l.local.Port()),
+		id := &svcID{h: l.h, ps: l.ps, udp: true, state: stRequested, ic: ic, local: netip.AddrPortFrom(a.addr, l.local.Port()),
 			remote: netip.AddrPortFrom(hdr.Src().Unmap(), hdr.Port())}
 		s.addID(id)
 		a.mu.Lock()
@@ -810,7 +815,7 @@ func (s *Service) connectUD(id *svcID, p *ServiceParam) error {
 	priv := make([]byte, mad.SIDRReqPrivateLen)
 	mad.CMAHeader(priv).Encode(&mad.CMAHeaderFields{Port: id.local.Port(), Src: a.addr, Dst: id.remote.Addr()})
 	copy(priv[mad.CMAHeaderLen:], p.PrivateData)
-	req := mad.SIDRReqFields{PKey: mad.PKeyDefault, ServiceID: mad.ServiceID(mad.PortSpaceUDP, id.remote.Port()), PrivateData: priv}
+	req := mad.SIDRReqFields{PKey: mad.PKeyDefault, ServiceID: mad.ServiceID(s.space(id), id.remote.Port()), PrivateData: priv}
 	id.state = stConnecting
 	s.mu.Unlock()
 	var ic *ibcm.Conn

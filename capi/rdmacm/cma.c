@@ -769,7 +769,7 @@ static int ensure_h(struct cm_id *i, struct cm_dev *d)
 	if (rc)
 		return rc;
 	put32(&w, d->ch);
-	put16(&w, i->id.ps == RDMA_PS_UDP ? 0x0111 : 0x0106);
+	put16(&w, (uint16_t)i->id.ps); /* the daemon takes enum rdma_port_space's values */
 	put16(&w, 0);
 	put64(&w, i->uid);
 	if ((rc = command(d, OP_CREATE_ID, &w, rep, &n, NULL, 0)))
@@ -844,10 +844,12 @@ int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, v
 		qpt = IBV_QPT_RC;
 		break;
 	case RDMA_PS_UDP:
+	case RDMA_PS_IPOIB: /* UD as UDP is, in its own space of service IDs */
 		qpt = IBV_QPT_UD;
 		break;
 	default:
-		dbg("rdma_create_id: port space %#x is not served (RDMA_PS_TCP and RDMA_PS_UDP are): EPROTONOSUPPORT", ps);
+		dbg("rdma_create_id: port space %#x is not served (RDMA_PS_TCP, RDMA_PS_UDP and RDMA_PS_IPOIB are): "
+		    "EPROTONOSUPPORT", ps);
 		return err(EPROTONOSUPPORT);
 	}
 	i = id_alloc(channel, context, ps, qpt, &e);
@@ -2139,8 +2141,8 @@ int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex
 			return err(EINVAL);
 		}
 	}
-	if (id->ps != RDMA_PS_UDP) {
-		dbg("rdma_join_multicast: only RDMA_PS_UDP ids join groups: EINVAL");
+	if (id->ps != RDMA_PS_UDP && id->ps != RDMA_PS_IPOIB) {
+		dbg("rdma_join_multicast: only UD ids (RDMA_PS_UDP, RDMA_PS_IPOIB) join groups: EINVAL");
 		return err(EINVAL);
 	}
 	if (!(d = i->h ? i->dev : pick_dev(NULL, attr->addr, &rc)))
@@ -2312,7 +2314,7 @@ int rdma_getaddrinfo(const char *node, const char *service, const struct rdma_ad
 	r->ai_family = ai->ai_family;
 	r->ai_port_space = hints && hints->ai_port_space ? hints->ai_port_space : RDMA_PS_TCP;
 	r->ai_qp_type = hints && hints->ai_qp_type ? hints->ai_qp_type :
-			(r->ai_port_space == RDMA_PS_UDP ? IBV_QPT_UD : IBV_QPT_RC);
+			(r->ai_port_space == RDMA_PS_UDP || r->ai_port_space == RDMA_PS_IPOIB ? IBV_QPT_UD : IBV_QPT_RC);
 	struct sockaddr *a = malloc(ai->ai_addrlen);
 	if (!a) {
 		free(r);

@@ -13,8 +13,9 @@ import (
 
 // Port spaces (enum rdma_port_space).
 const (
-	PortSpaceTCP = 0x0106
-	PortSpaceUDP = 0x0111
+	PortSpaceIPoIB = 0x0002
+	PortSpaceTCP   = 0x0106
+	PortSpaceUDP   = 0x0111
 )
 
 // Address families of an address field.

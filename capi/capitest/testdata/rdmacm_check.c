@@ -289,6 +289,10 @@ int main(int argc, char **argv)
 	CHECK(ch != NULL, "rdma_create_event_channel");
 	FAILS(rdma_get_cm_event(ch, NULL), EINVAL);
 	FAILS(rdma_create_id(ch, &id, NULL, RDMA_PS_IB), EPROTONOSUPPORT);
+	/* IPoIB's port space: UD ids, as librdmacm makes them */
+	CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_IPOIB) == 0, "rdma_create_id IPoIB: %s", strerror(errno));
+	CHECK(id->qp_type == IBV_QPT_UD && id->ps == RDMA_PS_IPOIB, "IPoIB id: qp_type %d", id->qp_type);
+	CHECK(rdma_destroy_id(id) == 0, "rdma_destroy_id IPoIB");
 	FAILS(rdma_create_id((struct rdma_event_channel *)&fake, &id, NULL, RDMA_PS_TCP), EINVAL);
 
 	/* an id before it has a device, and calls in the wrong state */

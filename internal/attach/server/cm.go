@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/goverbs/goverbs/cm"
+	"github.com/goverbs/goverbs/cm/mad"
 	"github.com/goverbs/goverbs/internal/attach"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -110,16 +111,13 @@ func (s *session) cmCommand(op attach.Op, r *attach.Reader, w *attach.Writer) ([
 		if r.Err != nil {
 			return nil, nil
 		}
-		if space != attach.PortSpaceTCP && space != attach.PortSpaceUDP {
-			return nil, fmt.Errorf("port space %#x: %w", space, syscall.EPROTONOSUPPORT)
-		}
 		c.mu.Lock()
 		ch := c.chans[chh]
 		c.mu.Unlock()
 		if ch == nil {
 			return nil, errCMHandle
 		}
-		tok, err := svc.NewID(space == attach.PortSpaceUDP, s.cmEvent)
+		tok, err := svc.NewID(mad.PortSpace(space), s.cmEvent)
 		if err != nil {
 			return nil, err
 		}

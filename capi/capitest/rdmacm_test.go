@@ -164,8 +164,8 @@ func TestRdmacmDebianTools(t *testing.T) {
 		forever        bool
 		want           string // in the client's output
 	}{
-		{"rping", []string{"rping", "-s", "-a", sa, "-v", "-C", "10"}, []string{"rping", "-c", "-a", sa, "-v", "-C", "10"},
-			cmListening, false, "ping data: rdma-ping-9: "},
+		{"rping", []string{"rping", "-s", "-a", sa, "-v", "-C", "100"}, []string{"rping", "-c", "-a", sa, "-v", "-C", "100"},
+			cmListening, false, "ping data: rdma-ping-99: "},
 		{"ucmatose", []string{"ucmatose", "-b", sa, "-c", "2", "-C", "10"}, []string{"ucmatose", "-s", sa, "-c", "2", "-C", "10"},
 			cmListening, false, "return status 0"},
 		{"udaddy", []string{"udaddy", "-b", sa, "-c", "2"}, []string{"udaddy", "-s", sa, "-c", "2"},
@@ -213,9 +213,9 @@ func TestRdmacmAgainstGoTools(t *testing.T) {
 	}
 	for _, p := range []pair{
 		{"rping",
-			[]string{"rping", "-s", "-a", sa, "-v", "-C", "10"}, []string{"rping", "-c", "-a", sa, "-v", "-C", "10"},
-			[]string{"rping", "-s", "-a", sa, "-d", "-v", "-C", "10"}, []string{"rping", "-c", "-a", sa, "-I", ca, "-v", "-C", "10"},
-			"rdma_listen", "ping data: rdma-ping-9: ", "ping data: rdma-ping-9: "},
+			[]string{"rping", "-s", "-a", sa, "-v", "-C", "100"}, []string{"rping", "-c", "-a", sa, "-v", "-C", "100"},
+			[]string{"rping", "-s", "-a", sa, "-d", "-v", "-C", "100"}, []string{"rping", "-c", "-a", sa, "-I", ca, "-v", "-C", "100"},
+			"rdma_listen", "ping data: rdma-ping-99: ", "ping data: rdma-ping-99: "},
 		{"ucmatose",
 			[]string{"ucmatose", "-b", sa, "-C", "10"}, []string{"ucmatose", "-s", sa, "-C", "10"},
 			[]string{"ucmatose", "-b", sa, "-C", "10"}, []string{"ucmatose", "-s", sa, "-b", ca, "-C", "10"},

@@ -450,7 +450,7 @@ func (s *Service) Connect(tok uint64, p *ServiceParam) error {
 		timeout = id.opt.timeout // the kernel's rdma_cm derives the path's packet lifetime from it
 	}
 	req := mad.REQFields{
-		ServiceID: mad.ServiceID(mad.PortSpaceTCP, id.remote.Port()), LocalQPN: p.QPN & 0xffffff,
+		ServiceID: mad.ServiceID(s.space(id), id.remote.Port()), LocalQPN: p.QPN & 0xffffff,
 		ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
 		TransportServiceType: mad.TransportRC, StartingPSN: id.psn, RetryCount: id.retry,
 		PKey: mad.PKeyDefault, PathMTU: uint8(a.mtu), RNRRetryCount: orDefault(p.RNRRetryCount, 7), SRQ: p.SRQ,
@@ -459,16 +459,24 @@ func (s *Service) Connect(tok uint64, p *ServiceParam) error {
 			TrafficClass: id.opt.tos},
 		PrivateData: pd,
 	}
+	return s.start(id, func(now time.Time) (*ibcm.Conn, error) { return a.cm.Connect(now, id.remote.Addr(), &req) })
+}
+
+// start sends an id's first MAD (REQ or SIDR_REQ, made by send under the CM's lock):
+// the id is connecting from then on, or dead if the CM refused. It is called with s.mu
+// held and returns with it let go.
+func (s *Service) start(id *svcID, send func(now time.Time) (*ibcm.Conn, error)) error {
 	id.state = stConnecting
 	s.mu.Unlock()
+	a := s.a
 	var ic *ibcm.Conn
-	err = a.do(func(now time.Time) error {
+	err := a.do(func(now time.Time) error {
 		if a.closed {
 			return ErrClosed
 		}
 		var err error
-		if ic, err = a.cm.Connect(now, id.remote.Addr(), &req); err == nil {
-			ic.Context = id // id.ic is set under s.mu: here after, or by the REP's dispatch
+		if ic, err = send(now); err == nil {
+			ic.Context = id // id.ic is set under s.mu: here after, or by the answer's dispatch
 		}
 		return err
 	})
@@ -828,27 +836,7 @@ func (s *Service) connectUD(id *svcID, p *ServiceParam) error {
 	mad.CMAHeader(priv).Encode(&mad.CMAHeaderFields{Port: id.local.Port(), Src: a.addr, Dst: id.remote.Addr()})
 	copy(priv[mad.CMAHeaderLen:], p.PrivateData)
 	req := mad.SIDRReqFields{PKey: mad.PKeyDefault, ServiceID: mad.ServiceID(s.space(id), id.remote.Port()), PrivateData: priv}
-	id.state = stConnecting
-	s.mu.Unlock()
-	var ic *ibcm.Conn
-	err := a.do(func(now time.Time) error {
-		if a.closed {
-			return ErrClosed
-		}
-		var err error
-		if ic, err = a.cm.SIDRRequest(now, id.remote.Addr(), &req); err == nil {
-			ic.Context = id
-		}
-		return err
-	})
-	s.mu.Lock()
-	if err != nil {
-		id.state = stDead
-	} else if id.ic == nil {
-		id.ic = ic
-	}
-	s.mu.Unlock()
-	return err
+	return s.start(id, func(now time.Time) (*ibcm.Conn, error) { return a.cm.SIDRRequest(now, id.remote.Addr(), &req) })
 }
 
 // replyUD answers a SIDR_REQ (rdma_accept or rdma_reject on a UDP id's request).

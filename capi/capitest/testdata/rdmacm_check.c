@@ -113,6 +113,24 @@ static struct ibv_qp_init_attr qp_attr(void)
 	return a;
 }
 
+/* client is an RC id on ch resolved to dst, with a QP of qp_attr's from rdma_create_qp. */
+static struct rdma_cm_id *client(struct rdma_event_channel *ch, const struct sockaddr_in *dst)
+{
+	struct ibv_qp_init_attr qa = qp_attr();
+	struct rdma_cm_event *e;
+	struct rdma_cm_id *c;
+
+	CHECK(rdma_create_id(ch, &c, NULL, RDMA_PS_TCP) == 0, "client id");
+	CHECK(rdma_resolve_addr(c, NULL, (struct sockaddr *)dst, 1000) == 0, "resolve");
+	if ((e = next(ch, RDMA_CM_EVENT_ADDR_RESOLVED)))
+		rdma_ack_cm_event(e);
+	CHECK(rdma_resolve_route(c, 1000) == 0, "route");
+	if ((e = next(ch, RDMA_CM_EVENT_ROUTE_RESOLVED)))
+		rdma_ack_cm_event(e);
+	CHECK(rdma_create_qp(c, NULL, &qa) == 0 && c->qp && c->send_cq && c->recv_cq && c->pd, "rdma_create_qp");
+	return c;
+}
+
 /*
  * connections: a listener and a client in this process on one device: private data
  * and parameters in CONNECT_REQUEST, a reject's reason and private data in REJECTED,
@@ -137,15 +155,7 @@ static void connections(void)
 	{
 		struct sockaddr_in none = la;
 		none.sin_port = htons(7997);
-		CHECK(rdma_create_id(ch, &c, NULL, RDMA_PS_TCP) == 0, "client id");
-		CHECK(rdma_resolve_addr(c, NULL, (struct sockaddr *)&none, 1000) == 0, "resolve");
-		if ((e = next(ch, RDMA_CM_EVENT_ADDR_RESOLVED)))
-			rdma_ack_cm_event(e);
-		CHECK(rdma_resolve_route(c, 1000) == 0, "route");
-		if ((e = next(ch, RDMA_CM_EVENT_ROUTE_RESOLVED)))
-			rdma_ack_cm_event(e);
-		qa = qp_attr();
-		CHECK(rdma_create_qp(c, NULL, &qa) == 0, "rdma_create_qp");
+		c = client(ch, &none);
 		CHECK(rdma_connect(c, NULL) == 0, "connect");
 		if ((e = next(ch, RDMA_CM_EVENT_REJECTED))) {
 			CHECK(e->status != 0 && e->id == c, "REJECTED status %d", e->status);
@@ -158,15 +168,7 @@ static void connections(void)
 		struct rdma_conn_param p = { .private_data = hello, .private_data_len = sizeof(hello),
 					     .responder_resources = 1, .initiator_depth = 1, .retry_count = 5, .rnr_retry_count = 6 };
 
-		CHECK(rdma_create_id(ch, &c, NULL, RDMA_PS_TCP) == 0, "client id");
-		CHECK(rdma_resolve_addr(c, NULL, (struct sockaddr *)&la, 1000) == 0, "resolve");
-		if ((e = next(ch, RDMA_CM_EVENT_ADDR_RESOLVED)))
-			rdma_ack_cm_event(e);
-		CHECK(rdma_resolve_route(c, 1000) == 0, "route");
-		if ((e = next(ch, RDMA_CM_EVENT_ROUTE_RESOLVED)))
-			rdma_ack_cm_event(e);
-		qa = qp_attr();
-		CHECK(rdma_create_qp(c, NULL, &qa) == 0 && c->qp && c->send_cq && c->recv_cq && c->pd, "rdma_create_qp");
+		c = client(ch, &la);
 		CHECK(rdma_connect(c, &p) == 0, "connect");
 		if (!(e = next(ch, RDMA_CM_EVENT_CONNECT_REQUEST)))
 			return;

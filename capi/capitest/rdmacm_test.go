@@ -68,13 +68,33 @@ func (d *daemon) goTool(dev, addr string) []string {
 // runCM starts server, waits until its output holds ready (then settle more), runs
 // client and returns both outputs; both must exit 0, unless forever: then the server
 // must still be running when the client is done (it serves until killed).
+//
+// Debian 12's perftest (4.5-0.17) opens two rdma_cm connections with -R: the control
+// channel, then the data QPs, the server listening again on the same port in between.
+// A client quick enough to send its second REQ before that listen is refused ("no
+// listener", as a kernel device refuses it too), and that perftest's retry then uses the
+// id it destroyed (fixed upstream in perftest 3d9d8d0, 2025-12). Such a run is the
+// program's race, not ours: it is logged and tried again, up to twice.
 func runCM(t *testing.T, ready string, settle time.Duration, forever bool, server, client cmSide) (string, string) {
 	t.Helper()
-	srv, cli, err := tryCM(90*time.Second, ready, settle, forever, server, client)
-	if err != nil {
+	for try := 1; ; try++ {
+		srv, cli, err := tryCM(90*time.Second, ready, settle, forever, server, client)
+		if err == nil {
+			return srv, cli
+		}
+		if try < 3 && perftestRelistenRace(client.argv, err) {
+			t.Logf("perftest's relisten race, run %d tried again: %v", try, err)
+			continue
+		}
 		t.Fatal(err)
 	}
-	return srv, cli
+}
+
+// perftestRelistenRace says whether err is a perftest client refused between its
+// server's two listens (see runCM).
+func perftestRelistenRace(argv []string, err error) bool {
+	return strings.HasPrefix(filepath.Base(argv[0]), "ib_") &&
+		strings.Contains(err.Error(), "RDMA_CM_EVENT_REJECTED; error: 8.")
 }
 
 // runUDCM is runCM for a pair whose datagrams are not retransmitted (mckey): the daemon
@@ -137,6 +157,14 @@ func tryCM(timeout time.Duration, ready string, settle time.Duration, forever bo
 		case <-time.After(200 * time.Millisecond):
 			srv.Process.Kill()
 			<-done
+		}
+	} else if cliErr != nil {
+		// a server whose client failed may wait for it for ever: not past a grace
+		select {
+		case srvErr = <-done:
+		case <-time.After(5 * time.Second):
+			srv.Process.Kill()
+			srvErr = <-done
 		}
 	} else {
 		srvErr = <-done

@@ -82,8 +82,10 @@ func (d *device) writeStat(w io.Writer) {
 	for _, s := range ss {
 		s.mu.Lock()
 		var pds, mrs, cqs, qps, srqs, ahs, mws, xrcds int
+		// every QP, XRC targets included (s.qps holds only those with rings)
+		var all []*qpObj
 		for _, o := range s.objs {
-			switch o.(type) {
+			switch o := o.(type) {
 			case *pdObj:
 				pds++
 			case *mrObj:
@@ -92,6 +94,7 @@ func (d *device) writeStat(w io.Writer) {
 				cqs++
 			case *qpObj:
 				qps++
+				all = append(all, o)
 			case *srqObj:
 				srqs++
 			case *ahObj:
@@ -104,7 +107,8 @@ func (d *device) writeStat(w io.Writer) {
 		}
 		fmt.Fprintf(w, "client pid %d %s pd %d mr %d cq %d qp %d srq %d ah %d mw %d xrcd %d\n", s.pid, orDash(s.prog),
 			pds, mrs, cqs, qps, srqs, ahs, mws, xrcds)
-		for _, q := range s.qps {
+		slices.SortFunc(all, func(a, b *qpObj) int { return int(a.qp.QPN()) - int(b.qp.QPN()) })
+		for _, q := range all {
 			c := q.qp.Counters()
 			fmt.Fprintf(w, "qp %#x pid %d tx_pkts %d rx_pkts %d retransmits %d retry_timeouts %d rnr_nak_sent %d rnr_nak_rcvd %d "+
 				"seq_nak_sent %d seq_nak_rcvd %d duplicate_request %d\n",

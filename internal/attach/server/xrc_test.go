@@ -3,8 +3,13 @@
 package server_test
 
 import (
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -164,8 +169,10 @@ func TestHostileXRC(t *testing.T) {
 	}
 	rd, _ := b.must(attach.OpCreateXRCRecvQP, func(w *attach.Writer) { w.U32(xb) })
 	rd.U32()
-	if rd.U32() == 0 {
+	if qpn := rd.U32(); qpn == 0 {
 		t.Error("XRC_RECV QP without a number")
+	} else if st := statOf(t, addr); !strings.Contains(st, fmt.Sprintf("qp %#x pid ", qpn)) {
+		t.Errorf("goverbs stat lacks the XRC_RECV QP %#x:\n%s", qpn, st)
 	}
 	if e := b.simple(attach.OpDestroyQP, 0); e != einval {
 		t.Errorf("DESTROY_QP 0: errno %d", e)
@@ -198,4 +205,20 @@ func TestHostileXRC(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// statOf is what the daemon answers `goverbs stat` for its device on addr.
+func statOf(t *testing.T, addr netip.Addr) string {
+	t.Helper()
+	c, err := net.Dial("unix", filepath.Join(shm.Dir(), addr.String()+".sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintln(c, "stat")
+	b, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

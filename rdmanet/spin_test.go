@@ -31,7 +31,7 @@ func TestSpinBudgetFollowsWaits(t *testing.T) {
 	if got := p.budget(); got != maxSpinBudget {
 		t.Fatalf("budget %v, want the most, %v", got, maxSpinBudget)
 	}
-	for range 200 {
+	for range 4 * turnDecay {
 		p.waited(3 * time.Microsecond)
 	}
 	if got := p.budget(); got != spinBudget {

@@ -181,7 +181,7 @@ func (c *Conn) opErr(op string, err error) error {
 func (c *Conn) Read(b []byte) (int, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
-	spun := false
+	var waitStart time.Time
 	for {
 		c.mu.Lock()
 		ready, err := c.readable()
@@ -191,14 +191,17 @@ func (c *Conn) Read(b []byte) (int, error) {
 				n = c.copyOut(b)
 			}
 			c.mu.Unlock()
+			if !waitStart.IsZero() {
+				c.rxSpin.waited(time.Since(waitStart))
+			}
 			return n, c.opErr("read", err)
 		}
 		c.mu.Unlock()
 		// The reader polls the CQ itself for a while before it parks, if its spins
 		// have been paying off (spin.go): in a request/response the answer then
 		// reaches the goroutine that wants it with no hand-off.
-		if !spun {
-			spun = true
+		if waitStart.IsZero() {
+			waitStart = time.Now()
 			if c.spinFor(&c.rxSpin, c.readReady) {
 				continue
 			}
@@ -366,6 +369,8 @@ func (c *Conn) writeErr() error {
 // Close, or probeInterval: a peer that is gone sends no credit, and once everything
 // sent to it is acknowledged no retry can run out, so a wait that long probes it.
 func (c *Conn) waitWritable() {
+	start := time.Now()
+	defer func() { c.txSpin.waited(time.Since(start)) }()
 	if c.spinFor(&c.txSpin, c.writeReady) {
 		return
 	}

@@ -88,13 +88,16 @@
 // ring's bytes to its destination, crediting them after.
 //
 // Waiting. A Read that finds nothing, and a Write that finds no room, polls the
-// connection's CQ itself for up to 50 µs before it blocks, as rsockets polls for its
-// polling_time: on a software device an empty poll reads the socket, so a
+// connection's CQ itself before it blocks, as rsockets polls for its polling_time: for
+// 50 µs, or up to 250 µs while its waits have been taking longer (twice the longest
+// recent one). On a software device an empty poll reads the socket, so a
 // request/response's answer reaches the waiter without a wake-up. It spins only while
 // spinning has paid: after two spins in a row that found nothing the next waits block
-// at once; and a spin yields the processor to other threads every few polls while
-// yields show another thread waiting for the core, so that a peer sharing it runs
-// (docs/DESIGN.md, "Streams over RDMA"). The connection's completion goroutine never
+// at once; a spin yields the processor to other threads every few polls while yields
+// show another thread waiting for the core, so that a peer sharing it runs; and when
+// yields keep giving the core away, the spinning thread moves itself to another CPU its
+// affinity allows, so that the two ends' spinners do not share one core while another
+// idles (docs/DESIGN.md, "Streams over RDMA"). The connection's completion goroutine never
 // spins, and stays out of the way (off the device's socket) while the waiters spin; a
 // Write polls once after each large chunk it posts.
 //

@@ -7,3 +7,6 @@ import "runtime"
 // osYield yields to this process's goroutines only: elsewhere no portable call gives
 // the processor to other processes.
 func osYield() { runtime.Gosched() }
+
+// leaveCPU cannot move a thread elsewhere: it reports false.
+func leaveCPU() bool { return false }

@@ -141,10 +141,11 @@ loopback, two processes in two namespaces joined by a veth pair at MTU 1500, and
 one process (` + "`--loop`" + `). Stream: ` + "`-S 65536 -C 4000`" + ` (4000 transfers of 64 KiB one way, then
 back). Request/response: ` + "`-S 64 -C 1 -I 20000`" + `, time per one-way transfer. Beside them,
 goverbs' own ` + "`write_bw -s 65536`" + ` on loopback: what the verbs under the stream carry. A waiting
-Read or Write polls the connection's CQ for up to 50 µs before it blocks, as rsockets polls for
-its ` + "`polling_time`" + `, but only while such spins have been answered; the completion goroutine
-never spins ([DESIGN.md](DESIGN.md), "Streams over RDMA"). Go TCP's request/response is bimodal
-on a VM, as the UDP ping-pong above is.
+Read or Write polls the connection's CQ for 50 µs (up to 250 µs while its waits take longer)
+before it blocks, as rsockets polls for its ` + "`polling_time`" + `, but only while such spins have been
+answered, and a spin whose yields keep giving its core away moves its thread to another CPU;
+the completion goroutine never spins ([DESIGN.md](DESIGN.md), "Streams over RDMA"). Go TCP's
+request/response is bimodal on a VM, as the UDP ping-pong above is.
 `
 
 var pageTail = `## Other measurements

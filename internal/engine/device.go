@@ -172,7 +172,10 @@ type Device struct {
 	woke   atomic.Bool
 	rxMsgs []netio.Message
 	rxPkt  wire.Packet
-	acks   deviceAcks
+	// views is the Conn's lending of received datagrams in place (the same-host rings),
+	// released after each batch (inputBatch); nil for a Conn that copies.
+	views netio.ViewReader
+	acks  deviceAcks
 	// The QP the last packet was for, valid while qpGone is rxQPGone: a lookup that
 	// takes neither qpMu nor the map when traffic stays on one QP.
 	rxQP     *QP
@@ -226,6 +229,10 @@ func New(cfg Config) (*Device, error) {
 		d.unwatch, _ = netio.AsUnwatcher(d.conn)
 	}
 	d.rxMsgs = newRxMsgs(d.conn.Caps())
+	if v, ok := netio.AsViewReader(d.conn); ok && len(d.rxMsgs[0].Buf) >= wire.MaxHeaderLen+viewWhole {
+		d.views = v
+		v.LendViews()
+	}
 	d.gid = AddrToGID(d.local.Addr())
 	d.txPool.New = func() any { return newTxBatch(d.conn.Caps()) }
 	d.sender.init()

@@ -449,11 +449,25 @@ func (d *Device) processRx(n int) {
 
 // inputBatch runs the first n messages of the receive batch through the device.
 func (d *Device) inputBatch(n int) {
+	lent := false
 	for i := range d.rxMsgs[:n] {
 		m := &d.rxMsgs[i]
 		b := m.Buf[:m.N]
 		d.rxECN = m.ECN // a GRO run has one codepoint: the kernel coalesces only equal TOS
-		if m.SegSize > 0 {
+		if m.View != nil {
+			// Lent in place from a same-host peer's ring (netio.ViewReader), m.Buf free.
+			lent = true
+			b = m.View[:m.N]
+			if m.SegSize > 0 {
+				for seg := 0; len(b) > 0; seg++ {
+					k := min(m.SegSize, len(b))
+					d.inputView(b[:k], m.Buf, m.Addr, seg)
+					b = b[k:]
+				}
+			} else {
+				d.inputView(b, m.Buf, m.Addr, 0)
+			}
+		} else if m.SegSize > 0 {
 			for seg := 0; len(b) > 0; seg++ {
 				k := min(m.SegSize, len(b))
 				d.input(b[:k], m.Addr, seg)
@@ -469,5 +483,8 @@ func (d *Device) inputBatch(n int) {
 		if d.poller == nil && i < n-1 && len(d.acks.owing) > 0 && m.SegSize > 0 {
 			d.flushAcks()
 		}
+	}
+	if lent {
+		d.views.ReleaseViews() // the ring room goes back to the peer before the ACKs leave
 	}
 }

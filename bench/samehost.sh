@@ -49,5 +49,6 @@ done
 echo "Two processes on one host, $R interleaved rounds. Reproduce: \`$repro\`"
 echo
 "$bin/report" -dir "$out"
+write_page "$out"
 echo "reproduce with: $repro" >&2
 report_failures

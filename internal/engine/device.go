@@ -161,10 +161,11 @@ type Device struct {
 	// the watch, and no epoll_ctl per turn.
 	unwatch        netio.Unwatcher
 	pollsSinceRead int
-	// serveSpin lets a serving waiter poll before it blocks when traffic is dense
-	// (serveRead): set for a same-host Conn, whose poll makes no system call. serveGap is
-	// how long the waiter's last wait for a batch took, under rxMu.
-	serveSpin bool
+	// cheapPoll is set for a Conn whose non-blocking read makes no system call (the
+	// same-host rings): there a serving waiter polls before it blocks when traffic is
+	// dense (serveRead), and rxLoop spins after bulk batches as after small ones
+	// (spinRx). serveGap is how long the waiter's last wait for a batch took, under rxMu.
+	cheapPoll bool
 	serveGap  int64
 	// pollDriven is set while a program spinning on its CQ drives the device (from the
 	// tightPolls-th poll since the last blocking read until the next one): its streamed
@@ -232,7 +233,7 @@ func New(cfg Config) (*Device, error) {
 		d.intr = i
 		d.idlePoller, _ = netio.AsPoller(d.conn)
 		d.unwatch, _ = netio.AsUnwatcher(d.conn)
-		d.serveSpin = d.idlePoller != nil && d.conn.Caps().SameHost
+		d.cheapPoll = d.idlePoller != nil && d.conn.Caps().SameHost
 	}
 	d.rxMsgs = newRxMsgs(d.conn.Caps())
 	if v, ok := netio.AsViewReader(d.conn); ok && len(d.rxMsgs[0].Buf) >= wire.MaxHeaderLen+viewWhole {

@@ -95,7 +95,7 @@ func (w *Waiter) Serve() bool {
 // (parked is set: it interrupts the blocking read that follows). Sporadic traffic costs no
 // spin: a wait longer than denseGap ends it until the next dense spell.
 func (d *Device) serveRead(w *Waiter) (int, error) {
-	if d.serveSpin && d.serveGap < int64(denseGap) {
+	if d.cheapPoll && d.serveGap < int64(denseGap) {
 		d.pollsSinceRead = 0
 		if d.pollDriven.Load() {
 			d.pollDriven.Store(false)

@@ -50,10 +50,16 @@ func (d *Device) inputView(b, priv []byte, from netip.AddrPort, seg int) {
 		d.input(priv[:copy(priv, b)], from, seg)
 		return
 	}
+	head := priv[:copy(priv[:wire.MaxHeaderLen], b)]
+	if len(head) >= wire.BTHLen && wire.BTH(head).DestQP() == GSIQPN {
+		// A MAD is read by code that looks at its contents (the CM): a private copy, as
+		// of a small datagram, whatever its size.
+		d.input(priv[:copy(priv, b)], from, seg)
+		return
+	}
 	p := &d.rxPkt
 	d.counters.RxPackets.Add(1)
 	d.counters.RxBytes.Add(uint64(len(b)))
-	head := priv[:copy(priv[:wire.MaxHeaderLen], b)]
 	perr, ok := p.TryParseView(head, b, wire.MTU4096.Bytes())
 	if !ok {
 		d.counters.Malformed.Add(1)

@@ -58,6 +58,7 @@ type Conn struct {
 	// reader's ReleaseViews.
 	lend, lending bool
 	releases      int
+	lent          [][]byte      // the buffers lent by the last read, reused by the next
 	ready         chan struct{} // a datagram was queued (capacity 1)
 	done          chan struct{} // closed by Close
 
@@ -297,8 +298,14 @@ func (c *Conn) PollBatch(msgs []netio.Message) (int, error) {
 	for ; k < len(msgs) && c.count > 0; k++ {
 		m := &msgs[k]
 		if c.lend && c.lending {
-			m.View = c.slots[c.head][:c.lens[c.head]:c.lens[c.head]]
-			m.N = len(m.View)
+			// A buffer of the lender's own, as a ring's record is: an Inject never
+			// writes it, and the reader's next read, which releases it, reuses it.
+			if k == len(c.lent) {
+				c.lent = append(c.lent, nil)
+			}
+			v := append(c.lent[k][:0], c.slots[c.head][:c.lens[c.head]]...)
+			c.lent[k] = v
+			m.View, m.N = v[:len(v):len(v)], len(v)
 		} else {
 			m.N, m.View = copy(m.Buf, c.slots[c.head][:c.lens[c.head]]), nil
 		}
@@ -320,10 +327,9 @@ func (c *Conn) PollBatch(msgs []netio.Message) (int, error) {
 }
 
 // Lend makes the Conn lend what it reads in place once its reader asks for that
-// (LendViews): Message.View is then the queue's own slot, as it is a same-host ring's
-// record, so that a test runs the reader's view path. A slot is reused only by an Inject
-// after the reader's next read, which is after it has released what it was lent (a
-// Deliver waits for that).
+// (LendViews): Message.View is then a buffer of the Conn's, as it is a same-host ring's
+// record, so that a test runs the reader's view path. The buffers of one read are reused
+// by the next, which releases them (netio.ViewReader).
 func (c *Conn) Lend() {
 	c.mu.Lock()
 	c.lend = true

@@ -445,6 +445,21 @@ func AsViewReader(c Conn) (ViewReader, bool) {
 	return v, ok
 }
 
+// RingReader is implemented by Conns that read from shared-memory rings as well as a
+// socket (the same-host shortcut). FromRings reports whether the last read took anything
+// from a ring, where reading again costs no system call: a reader may poll on for the
+// next batch there rather than sleep (the engine's receive spins). The reader's, after
+// its read.
+type RingReader interface {
+	FromRings() bool
+}
+
+// AsRingReader returns c as a RingReader if it has rings. Not through a Tee.
+func AsRingReader(c Conn) (RingReader, bool) {
+	r, ok := c.(RingReader)
+	return r, ok
+}
+
 // Watchable is implemented by Conns whose receive socket an event loop of the
 // caller's may wait for in an epoll set of its own (EPOLLIN, level-triggered) and then
 // read with PollBatch, instead of a goroutine blocked in ReadBatch: the UDP backend,

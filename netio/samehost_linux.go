@@ -75,6 +75,7 @@ type sameHostConn struct {
 	// Views (ViewReader): records lent to the reader in place. viewMu is held from a
 	// read that lends until ReleaseViews, and by whatever unmaps a ring (finalize), so
 	// that no ring is unmapped under the reader. lent and lentBytes are the reader's.
+	fromRings atomic.Bool // the last read took something from a ring (RingReader)
 	views     atomic.Bool
 	lending   atomic.Bool
 	viewMu    sync.Mutex

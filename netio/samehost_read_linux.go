@@ -94,6 +94,7 @@ func (c *sameHostConn) pollLocked(msgs []Message, always bool) (int, error) {
 			c.rxPackets.Add(uint64(pkts))
 		}
 	}
+	c.fromRings.Store(ringed > 0)
 	if n == len(msgs) {
 		c.udpFirst = ringed > 0 // the rings had more than a batch: the socket goes first next
 		return n, nil
@@ -231,6 +232,9 @@ func (c *sameHostConn) lend(p *shPair, data []byte, lent *bool) bool {
 	c.lentBytes += len(data)
 	return true
 }
+
+// FromRings reports whether the last read took anything from a ring (RingReader).
+func (c *sameHostConn) FromRings() bool { return c.fromRings.Load() }
 
 // LendViews lets reads lend ring records in place (ViewReader).
 func (c *sameHostConn) LendViews() { c.views.Store(true) }

@@ -161,12 +161,14 @@ type Device struct {
 	// the watch, and no epoll_ctl per turn.
 	unwatch        netio.Unwatcher
 	pollsSinceRead int
-	// cheapPoll is set for a Conn whose non-blocking read makes no system call (the
-	// same-host rings): there a serving waiter polls before it blocks when traffic is
-	// dense (serveRead), and rxLoop spins after bulk batches as after small ones
-	// (spinRx). serveGap is how long the waiter's last wait for a batch took, under rxMu.
-	cheapPoll bool
-	serveGap  int64
+	// rings is the Conn's word on whether a read came from the same-host rings, where a
+	// poll makes no system call: after such a batch a serving waiter polls before it
+	// blocks when traffic is dense (serveRead), and rxLoop spins after bulk batches as
+	// after small ones (spinnable). nil for other Conns. serveRings and serveGap are the
+	// waiter's last batch: from the rings, and how long its wait took (under rxMu).
+	rings      netio.RingReader
+	serveRings bool
+	serveGap   int64
 	// pollDriven is set while a program spinning on its CQ drives the device (from the
 	// tightPolls-th poll since the last blocking read until the next one): its streamed
 	// posts then wait for its next poll, as a busy poller's do (doorbell), instead of
@@ -233,7 +235,9 @@ func New(cfg Config) (*Device, error) {
 		d.intr = i
 		d.idlePoller, _ = netio.AsPoller(d.conn)
 		d.unwatch, _ = netio.AsUnwatcher(d.conn)
-		d.cheapPoll = d.idlePoller != nil && d.conn.Caps().SameHost
+		if r, ok := netio.AsRingReader(d.conn); ok && d.idlePoller != nil {
+			d.rings = r
+		}
 	}
 	d.rxMsgs = newRxMsgs(d.conn.Caps())
 	if v, ok := netio.AsViewReader(d.conn); ok && len(d.rxMsgs[0].Buf) >= wire.MaxHeaderLen+viewWhole {

@@ -77,7 +77,7 @@ func (d *Device) rxLoop() {
 		n, err := d.readBlocking()
 		switch {
 		case err == nil:
-			dense := d.idlePoller != nil && !d.noRxSpin.Load() && nanotime()-slept < int64(denseGap) && (d.cheapPoll || d.smallBatch(n))
+			dense := d.idlePoller != nil && !d.noRxSpin.Load() && nanotime()-slept < int64(denseGap) && d.spinnable(n)
 			d.processRx(n)
 			if dense {
 				d.spinRx(seen, polled)
@@ -123,10 +123,10 @@ func (d *Device) readBlocking() (int, error) {
 // stops at once for a waiter or a spinning poller, which then read the socket
 // themselves.
 //
-// On a Conn whose poll makes no system call (cheapPoll: the same-host rings) bulk
-// batches spin too: there no kernel work of the sender's needs the core, and each sleep
-// cost the sender an eventfd write and this side a netpoller wake-up per window (RC
-// WRITE 64 KiB through the rings went from 2.8-4.5 to 4.9-7.2 GB/s, issue 28).
+// After a batch from the same-host rings, whose poll makes no system call, bulk batches
+// spin too (spinnable): there no kernel work of the sender's needs the core, and each
+// sleep cost the sender an eventfd write and this side a netpoller wake-up per window
+// (RC WRITE 64 KiB through the rings went from 2.8-4.5 to 4.9-7.2 GB/s, issue 28).
 func (d *Device) spinRx(seen, polled uint32) {
 	if d.unwatch != nil {
 		// While this goroutine polls, the netpoller need not watch the socket: each
@@ -145,9 +145,9 @@ func (d *Device) spinRx(seen, polled uint32) {
 			return
 		}
 		if n > 0 {
-			small := d.smallBatch(n)
+			small := d.spinnable(n)
 			d.processRx(n)
-			if !small && !d.cheapPoll {
+			if !small {
 				return // a bulk stream: its batches pay for the wake-up
 			}
 			start = nanotime()
@@ -158,6 +158,14 @@ func (d *Device) spinRx(seen, polled uint32) {
 		}
 		runtime.Gosched()
 	}
+}
+
+// spinnable reports whether the first n messages of the receive batch are traffic that
+// spinRx spins for: small packets (smallBatch), or anything that came through the
+// same-host rings (netio.RingReader), where a poll costs no system call. Bulk traffic
+// from a socket, a remote peer's through a same-host Conn included, does not spin.
+func (d *Device) spinnable(n int) bool {
+	return d.rings != nil && d.rings.FromRings() || d.smallBatch(n)
 }
 
 // smallBatch reports whether the first n messages of the receive batch are small

@@ -86,8 +86,8 @@ func (w *Waiter) Serve() bool {
 	return true
 }
 
-// serveRead is the serving waiter's read. On a Conn whose non-blocking read costs no
-// system call (the same-host rings: Caps.SameHost) and while traffic is dense (the
+// serveRead is the serving waiter's read. When its last batch came from the same-host
+// rings, whose poll costs no system call (netio.RingReader), and traffic is dense (the
 // waiter's last wait for a batch was shorter than denseGap), it first polls for up to
 // rxSpin, yielding between polls, as rxLoop's spinRx does after a dense batch: a
 // ping-pong's reply then finds its waiter awake instead of going eventfd, netpoller,
@@ -95,7 +95,7 @@ func (w *Waiter) Serve() bool {
 // (parked is set: it interrupts the blocking read that follows). Sporadic traffic costs no
 // spin: a wait longer than denseGap ends it until the next dense spell.
 func (d *Device) serveRead(w *Waiter) (int, error) {
-	if d.cheapPoll && d.serveGap < int64(denseGap) {
+	if d.serveRings && d.serveGap < int64(denseGap) {
 		d.pollsSinceRead = 0
 		if d.pollDriven.Load() {
 			d.pollDriven.Store(false)
@@ -106,7 +106,7 @@ func (d *Device) serveRead(w *Waiter) (int, error) {
 			n, err := d.idlePoller.PollBatch(d.rxMsgs)
 			raceAcquireWire()
 			if err != nil || n > 0 {
-				d.serveGap = nanotime() - start
+				d.serveGap, d.serveRings = nanotime()-start, n > 0 && d.rings.FromRings()
 				return n, err
 			}
 			if nanotime()-start > int64(rxSpin) {
@@ -117,7 +117,7 @@ func (d *Device) serveRead(w *Waiter) (int, error) {
 	}
 	start := nanotime()
 	n, err := d.readBlocking()
-	d.serveGap = nanotime() - start
+	d.serveGap, d.serveRings = nanotime()-start, n > 0 && d.rings != nil && d.rings.FromRings()
 	return n, err
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmark the same-host shortcut (issue 28): two goverbs processes on one host, their
-# datagrams through shared memory (the provider's default) against the same tools with
+# datagrams through shared memory (GOVERBS_SHM=1) against the same tools with
 # GOVERBS_SHM=0 (the kernel's UDP path), and against Go's unix-socket ping-pong, every
 # figure next to its baseline measured in the same round.
 #
@@ -49,5 +49,6 @@ done
 echo "Two processes on one host, $R interleaved rounds. Reproduce: \`$repro\`"
 echo
 "$bin/report" -dir "$out"
+write_page "$out"
 echo "reproduce with: $repro" >&2
 report_failures

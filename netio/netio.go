@@ -67,6 +67,11 @@ type Message struct {
 	// run Buf[:N] to be sent as datagrams of SegSize bytes: with GSO when
 	// Caps().GSO, otherwise WriteBatch splits it itself.
 	SegSize int
+	// View, on read only, from a Conn that lends (ViewReader): when non-nil the data is
+	// View[:N], lent where it lies instead of copied into Buf (which is left as it was).
+	// It is memory another process can write while it is read: copy what is checked
+	// before checking it. It stays valid until the reader's ReleaseViews or next read.
+	View []byte
 	// Iov, on write only, gathers the data from several slices instead of
 	// Buf: when it is non-nil the message is their concatenation, N bytes in
 	// all, and Buf is not used. At most MaxIov slices. The kernel copies
@@ -136,6 +141,9 @@ const MaxIov = 1024
 
 // data returns m's bytes in one slice: Buf[:N], or Iov gathered into a new one.
 func (m *Message) data() []byte {
+	if m.View != nil {
+		return m.View[:m.N]
+	}
 	if m.Iov == nil {
 		return m.Buf[:m.N]
 	}
@@ -415,6 +423,42 @@ type Unwatcher interface {
 
 // AsUnwatcher returns c as an Unwatcher if it has a watch to stop, looking through Tees.
 func AsUnwatcher(c Conn) (Unwatcher, bool) { return asThroughTee[Unwatcher](c) }
+
+// ViewReader is implemented by Conns that can lend what they receive where it lies
+// instead of copying it into Message.Buf: the same-host shortcut's rings, whose records
+// the engine then reads in place (Message.View), a copy fewer per datagram.
+//
+// LendViews turns lending on, before the first read. From then on a read may return
+// messages with View set; what it lent stays valid, and the ring room it holds stays
+// taken, until ReleaseViews or the next ReadBatch or PollBatch, which release it first.
+// ReleaseViews is the reader's: it must not run concurrently with a read. Close waits
+// for lent views to be released before it unmaps them.
+type ViewReader interface {
+	LendViews()
+	ReleaseViews()
+}
+
+// AsViewReader returns c as a ViewReader if it lends. Not through a Tee, which records
+// the datagrams it passes on from Buf.
+func AsViewReader(c Conn) (ViewReader, bool) {
+	v, ok := c.(ViewReader)
+	return v, ok
+}
+
+// RingReader is implemented by Conns that read from shared-memory rings as well as a
+// socket (the same-host shortcut). FromRings reports whether the last read took anything
+// from a ring, where reading again costs no system call: a reader may poll on for the
+// next batch there rather than sleep (the engine's receive spins). The reader's, after
+// its read.
+type RingReader interface {
+	FromRings() bool
+}
+
+// AsRingReader returns c as a RingReader if it has rings. Not through a Tee.
+func AsRingReader(c Conn) (RingReader, bool) {
+	r, ok := c.(RingReader)
+	return r, ok
+}
 
 // Watchable is implemented by Conns whose receive socket an event loop of the
 // caller's may wait for in an epoll set of its own (EPOLLIN, level-triggered) and then

@@ -72,6 +72,16 @@ type sameHostConn struct {
 
 	self *shPair // the ring of datagrams the device sends to its own address (installSelf)
 
+	// Views (ViewReader): records lent to the reader in place. viewMu is held from a
+	// read that lends until ReleaseViews, and by whatever unmaps a ring (finalize), so
+	// that no ring is unmapped under the reader. lent and lentBytes are the reader's.
+	fromRings atomic.Bool // the last read took something from a ring (RingReader)
+	views     atomic.Bool
+	lending   atomic.Bool
+	viewMu    sync.Mutex
+	lent      []*shPair
+	lentBytes int
+
 	txPackets, rxPackets, corrupt, ringFull, fallbacks atomic.Uint64
 	corruptSeen                                        uint64 // under rmu: the rings' counts already added
 }

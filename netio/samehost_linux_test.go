@@ -373,3 +373,118 @@ func TestSameHostToItself(t *testing.T) {
 		}
 	}
 }
+
+// TestSameHostLendViews: a reader that asks for views (netio.ViewReader) gets large
+// records lent in place and small ones copied, never more than an eighth of the ring
+// lent at once; what is lent stays mapped, through a peer scribbling on it and through
+// Close, until it is released; and the lent room goes back to the peer only then.
+func TestSameHostLendViews(t *testing.T) {
+	dir := rendezvousDir(t)
+	a, b := sameHost(t, "127.0.0.2:0", dir, netio.UDPOptions{}), sameHost(t, "127.0.0.3:0", dir, netio.UDPOptions{})
+	if err := netio.SameHostConnect(a, b.LocalAddr()); err != nil {
+		t.Fatal(err)
+	}
+	waitPeers(t, b, 1)
+	v, ok := netio.AsViewReader(b)
+	if !ok {
+		t.Fatal("a same-host Conn does not lend")
+	}
+	v.LendViews()
+	const big, ring = 2000, 256 << 10
+	send := func(sizes ...int) {
+		t.Helper()
+		msgs := make([]netio.Message, len(sizes))
+		for i, n := range sizes {
+			msgs[i] = netio.Message{Buf: bytes.Repeat([]byte{byte((n + i) % 256)}, n), N: n, Addr: b.LocalAddr()}
+		}
+		if _, err := a.WriteBatch(msgs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rd := make([]netio.Message, 64)
+	for i := range rd {
+		rd[i].Buf = make([]byte, 4096)
+	}
+	read := func(want int) int {
+		t.Helper()
+		got := 0
+		for start := time.Now(); got < want; {
+			n, err := b.ReadBatch(rd[got:want])
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += n
+			if time.Since(start) > 5*time.Second {
+				t.Fatalf("read %d of %d", got, want)
+			}
+		}
+		return got
+	}
+
+	send(64, big)
+	read(2)
+	if rd[0].View != nil || rd[0].N != 64 || rd[0].Buf[0] != 64 {
+		t.Fatalf("a small datagram was lent, or copied wrong: view %v, %d bytes", rd[0].View != nil, rd[0].N)
+	}
+	if rd[1].View == nil || rd[1].N != big || !bytes.Equal(rd[1].View[:big], bytes.Repeat([]byte{byte((big + 1) % 256)}, big)) {
+		t.Fatalf("a large datagram was not lent as sent: view %v, %d bytes", rd[1].View != nil, rd[1].N)
+	}
+	v.ReleaseViews()
+
+	// More than an eighth of the ring: the rest is copied.
+	sizes := make([]int, 40)
+	for i := range sizes {
+		sizes[i] = big
+	}
+	send(sizes...)
+	read(len(sizes))
+	lent := 0
+	for i, m := range rd[:len(sizes)] {
+		data := m.Buf[:m.N]
+		if m.View != nil {
+			data = m.View[:m.N]
+			lent++
+		}
+		if !bytes.Equal(data, bytes.Repeat([]byte{byte((big + i) % 256)}, big)) {
+			t.Fatalf("datagram %d differs", i)
+		}
+	}
+	if lent == 0 || lent*big > ring/8 {
+		t.Fatalf("%d of %d datagrams of %d bytes lent: want some, within an eighth of a %d-byte ring", lent, len(sizes), big, ring)
+	}
+
+	// A peer scribbling over lent records changes their bytes, nothing else.
+	netio.SameHostScribble(b, a.LocalAddr(), func(mem []byte) {
+		for i := range mem {
+			mem[i] = 0xa5
+		}
+	})
+	for _, m := range rd[:len(sizes)] {
+		if m.View != nil {
+			_ = m.View[m.N-1] // still mapped
+		}
+	}
+
+	// Close waits for the lent views.
+	closed := make(chan struct{})
+	go func() {
+		b.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+		t.Fatal("Close returned while views were lent")
+	case <-time.After(50 * time.Millisecond):
+	}
+	for _, m := range rd[:len(sizes)] {
+		if m.View != nil {
+			_ = m.View[0] // still mapped while Close waits
+		}
+	}
+	v.ReleaseViews()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not return after the views were released")
+	}
+}

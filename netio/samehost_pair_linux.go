@@ -413,6 +413,7 @@ func (c *sameHostConn) finalize(p *shPair) {
 	}
 	c.rx.Store(&rx)
 	c.mu.Unlock()
+	c.viewMu.Lock() // the reader may be reading records of p's in place (lend)
 	p.txMu.Lock()
 	p.rxMu.Lock()
 	if !p.dead.Swap(true) {
@@ -421,6 +422,7 @@ func (c *sameHostConn) finalize(p *shPair) {
 	}
 	p.rxMu.Unlock()
 	p.txMu.Unlock()
+	c.viewMu.Unlock()
 }
 
 // ---- closing ----
@@ -442,6 +444,10 @@ func (c *sameHostConn) Close() error {
 		time.Sleep(100 * time.Microsecond)
 	}
 	c.rmu.Lock() // and the reads
+	// And what the reader still reads in place: it releases it when done (no read can
+	// lend more while rmu is held here), and the rings are unmapped after that.
+	c.viewMu.Lock()
+	c.viewMu.Unlock()
 	err := c.inner.Close()
 	c.mu.Lock()
 	rx := *c.rx.Load()

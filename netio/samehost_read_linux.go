@@ -69,6 +69,9 @@ func (c *sameHostConn) PollBatch(msgs []Message) (int, error) {
 // held. always: read the socket every time (a blocking read about to sleep), not only
 // every udpEvery empty polls.
 func (c *sameHostConn) pollLocked(msgs []Message, always bool) (int, error) {
+	if c.lending.Load() {
+		c.ReleaseViews() // the reader did not: its next read does
+	}
 	n := 0
 	rx := *c.rx.Load()
 	if c.udpFirst || len(rx) == 0 {
@@ -91,6 +94,7 @@ func (c *sameHostConn) pollLocked(msgs []Message, always bool) (int, error) {
 			c.rxPackets.Add(uint64(pkts))
 		}
 	}
+	c.fromRings.Store(ringed > 0)
 	if n == len(msgs) {
 		c.udpFirst = ringed > 0 // the rings had more than a batch: the socket goes first next
 		return n, nil
@@ -116,21 +120,26 @@ func (c *sameHostConn) pollLocked(msgs []Message, always bool) (int, error) {
 func (c *sameHostConn) pollUDP(msgs []Message) (int, error) {
 	k, err := c.inner.PollBatch(msgs)
 	c.udpHot = k > 0
+	if c.views.Load() {
+		for i := range msgs[:k] {
+			msgs[i].View = nil // a slot that held a ring's view now holds a socket's datagram
+		}
+	}
 	return k, err
 }
 
-// readRing copies up to len(msgs) messages out of p's ring and returns how many, and
-// how many datagrams they hold.
+// readRing copies up to len(msgs) messages out of p's ring, or lends them in place
+// (lend), and returns how many, and how many datagrams they hold.
 func (c *sameHostConn) readRing(p *shPair, msgs []Message) (n, pkts int) {
 	if !p.rxMu.TryLock() {
 		return 0, 0 // being torn down
 	}
-	defer p.rxMu.Unlock()
 	if p.dead.Load() {
+		p.rxMu.Unlock()
 		return 0, 0
 	}
 	gro := c.inner.gro.Load()
-	defer p.rx.Publish()
+	lent := false // a record of p's is lent: its room is given back by ReleaseViews
 	for n < len(msgs) {
 		rec, err := p.rx.Next()
 		if err != nil {
@@ -151,21 +160,33 @@ func (c *sameHostConn) readRing(p *shPair, msgs []Message) (n, pkts int) {
 		m := &msgs[n]
 		switch {
 		case seg <= 0 || seg >= len(data):
-			m.N = copy(m.Buf, data) // a datagram longer than the buffer is cut, as recvmmsg cuts it
+			if len(data) <= len(m.Buf) && c.lend(p, data, &lent) {
+				m.N, m.View = len(data), data
+			} else {
+				m.N, m.View = copy(m.Buf, data), nil // a datagram longer than the buffer is cut, as recvmmsg cuts it
+			}
 			m.SegSize = 0
 			pkts++
 		case gro && len(m.Buf) >= len(data):
-			m.N = copy(m.Buf, data)
+			if c.lend(p, data, &lent) {
+				m.N, m.View = len(data), data
+			} else {
+				m.N, m.View = copy(m.Buf, data), nil
+			}
 			m.SegSize = seg
 			pkts += (len(data) + seg - 1) / seg
 		default: // a run, to a reader without GRO: its datagrams one by one
 			if (len(data)+seg-1)/seg > len(msgs)-n && n > 0 {
+				if !lent {
+					p.rx.Publish()
+				}
+				p.rxMu.Unlock()
 				return n, pkts // the next call takes it whole
 			}
 			for off := 0; off < len(data) && n < len(msgs); off += seg {
 				m = &msgs[n]
 				m.N = copy(m.Buf, data[off:min(off+seg, len(data))])
-				m.Addr, m.SegSize, m.Iov, m.ECN, m.TrafficClass = p.peerSrc, 0, nil, ecn, tc
+				m.Addr, m.SegSize, m.Iov, m.View, m.ECN, m.TrafficClass = p.peerSrc, 0, nil, nil, ecn, tc
 				n++
 				pkts++
 			}
@@ -176,7 +197,65 @@ func (c *sameHostConn) readRing(p *shPair, msgs []Message) (n, pkts int) {
 		p.rx.Release()
 		n++
 	}
+	if !lent {
+		p.rx.Publish()
+	}
+	p.rxMu.Unlock()
 	return n, pkts
+}
+
+// viewMin is the shortest record lent in place rather than copied: below it the copy
+// costs less than the reader's private copy of the headers and the lease, and a small
+// record (an ACK, a MAD) is read by code that looks at more than its headers.
+const viewMin = 512
+
+// lend reports whether data, a record of p's ring, is lent to the reader in place
+// (LendViews): when the reader asked for views, the lease is free (viewMu: a teardown
+// unmapping a ring, or Close, holds it) or already the reader's, and what is lent stays
+// within an eighth of the ring, so that the peer keeps room to write while the reader
+// works through the batch. *lent records that p now has a record out; p's tail is then
+// published by ReleaseViews, not before. c.rmu and p.rxMu are held.
+func (c *sameHostConn) lend(p *shPair, data []byte, lent *bool) bool {
+	if !c.views.Load() || len(data) < viewMin || c.lentBytes+len(data) > c.ring/8 {
+		return false
+	}
+	if !c.lending.Load() {
+		if !c.viewMu.TryLock() {
+			return false
+		}
+		c.lending.Store(true)
+	}
+	if !*lent {
+		*lent = true
+		c.lent = append(c.lent, p)
+	}
+	c.lentBytes += len(data)
+	return true
+}
+
+// FromRings reports whether the last read took anything from a ring (RingReader).
+func (c *sameHostConn) FromRings() bool { return c.fromRings.Load() }
+
+// LendViews lets reads lend ring records in place (ViewReader).
+func (c *sameHostConn) LendViews() { c.views.Store(true) }
+
+// ReleaseViews gives the ring room of what the last read lent back to its producers
+// (ViewReader). The reader's, between its reads.
+func (c *sameHostConn) ReleaseViews() {
+	if !c.lending.Load() {
+		return
+	}
+	for i, p := range c.lent {
+		p.rxMu.Lock()
+		if !p.dead.Load() { // never, while lent: finalize waits for viewMu
+			p.rx.Publish()
+		}
+		p.rxMu.Unlock()
+		c.lent[i] = nil
+	}
+	c.lent, c.lentBytes = c.lent[:0], 0
+	c.lending.Store(false)
+	c.viewMu.Unlock()
 }
 
 // sleep tells every ring's producer that the reader may wait, then looks once more: it

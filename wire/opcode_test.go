@@ -321,3 +321,39 @@ func TestFinish(t *testing.T) {
 		}
 	}
 }
+
+// TestParseView parses every opcode from a private copy of its headers (TryParseView),
+// as the same-host receive path does, and checks that it finds what TryParse finds and
+// that a change to the shared bytes afterwards reaches none of the headers it checked.
+func TestParseView(t *testing.T) {
+	for _, tc := range allOpcodeCases() {
+		op := tc.h.BTH.Opcode
+		if op.Info().HeaderLen > wire.MaxHeaderLen {
+			t.Fatalf("%v: headers of %d bytes, MaxHeaderLen %d", op, op.Info().HeaderLen, wire.MaxHeaderLen)
+		}
+		view := append([]byte(nil), tc.pkt...)
+		head := make([]byte, wire.MaxHeaderLen)
+		head = head[:copy(head, view)]
+		var p wire.Packet
+		if e, ok := p.TryParseView(head, view, 4096); !ok {
+			t.Fatalf("%v: %v", op, &e)
+		}
+		var q wire.Packet
+		if err := q.Parse(tc.pkt, 4096); err != nil {
+			t.Fatal(err)
+		}
+		if p.Headers() != q.Headers() || !bytes.Equal(p.Payload, q.Payload) || p.ICRC != q.ICRC || !bytes.Equal(p.Head, tc.pkt[:op.Info().HeaderLen]) {
+			t.Fatalf("%v: TryParseView differs from TryParse", op)
+		}
+		for i := range min(len(view), wire.MaxHeaderLen) {
+			view[i] ^= 0xff // the peer scribbles on its ring after the copy
+		}
+		if p.Headers() != q.Headers() || !bytes.Equal(p.Head, tc.pkt[:op.Info().HeaderLen]) {
+			t.Fatalf("%v: a change to the shared bytes reached the parsed headers", op)
+		}
+	}
+	var p wire.Packet
+	if _, ok := p.TryParseView(make([]byte, 8), make([]byte, 100), 4096); ok {
+		t.Fatal("TryParseView accepted a head shorter than the headers")
+	}
+}

@@ -6,8 +6,12 @@ import "encoding/binary"
 // header slices and Payload alias Buf; nothing is copied or allocated.
 type Packet struct {
 	Buf []byte // the whole UDP payload including the ICRC
-	Op  *OpInfo
-	BTH BTH
+	// Head is the headers as checked (BTH and extended headers, Op.HeaderLen bytes):
+	// Buf's start, or a private copy of it when Buf lies in shared memory
+	// (TryParseView). Whoever keeps a packet keeps these headers, not Buf's.
+	Head []byte
+	Op   *OpInfo
+	BTH  BTH
 
 	// Extended headers; nil when the opcode does not carry them.
 	RETH         RETH
@@ -51,24 +55,50 @@ func sub(b []byte, off, n int) []byte {
 // CheckICRC. Reserved fields are not checked (IBTA: ignored on receive).
 // On error p is left in an unspecified state.
 func (p *Packet) Parse(buf []byte, maxPayload int) error {
-	if e, ok := p.TryParse(buf, maxPayload); !ok {
-		return &e
+	e, ok := p.TryParse(buf, maxPayload)
+	if ok {
+		return nil
 	}
-	return nil
+	err := e // only a failure allocates
+	return &err
 }
 
 // TryParse is Parse for a receive path that counts and drops what fails: the failure
 // comes back by value, so a flood of malformed packets allocates nothing.
 func (p *Packet) TryParse(buf []byte, maxPayload int) (ParseError, bool) {
+	return p.tryParse(buf, buf, maxPayload)
+}
+
+// MaxHeaderLen is the longest header set of any opcode (BTH and extended headers): a
+// private copy of a packet's first MaxHeaderLen bytes (or all of it, if shorter) holds
+// every header TryParseView checks.
+const MaxHeaderLen = 64
+
+// TryParseView is TryParse for a packet that lies in memory another process may write
+// while it is read (a same-host peer's ring): head is a private copy of its first
+// min(len(view), MaxHeaderLen) bytes, taken once, and everything the checks and the
+// receive path decide on comes from it. The header slices point into head, Payload into
+// view (its bytes are only ever copied to where the checked headers say), ICRC is read
+// once from view's last four bytes. Buf is view.
+func (p *Packet) TryParseView(head, view []byte, maxPayload int) (ParseError, bool) {
+	if len(head) < min(len(view), MaxHeaderLen) {
+		return ParseError{Reason: ReasonTruncated, Len: len(head), Want: min(len(view), MaxHeaderLen)}, false
+	}
+	return p.tryParse(head, view, maxPayload)
+}
+
+// tryParse parses the packet buf whose headers are read from hdr: buf itself, or a
+// private copy of its first bytes (TryParseView).
+func (p *Packet) tryParse(hdr, buf []byte, maxPayload int) (ParseError, bool) {
 	n := len(buf)
 	if n < BTHLen+ICRCLen {
 		op := Opcode(0)
 		if n > 0 {
-			op = Opcode(buf[0])
+			op = Opcode(hdr[0])
 		}
 		return ParseError{Reason: ReasonTruncated, Opcode: op, Len: n, Want: BTHLen + ICRCLen}, false
 	}
-	bth := BTH(buf[:BTHLen:BTHLen])
+	bth := BTH(hdr[:BTHLen:BTHLen])
 	op := bth.Opcode()
 	in := &opTable[op]
 	if !in.Valid {
@@ -106,15 +136,15 @@ func (p *Packet) TryParse(buf []byte, maxPayload int) (ParseError, bool) {
 	}
 	// Field by field rather than one composite literal, which is built aside and copied
 	// in by the runtime's pointer-aware copy: about twice as slow (BenchmarkDecodeCheck).
-	p.Buf, p.Op, p.BTH = buf, in, bth
-	p.RETH = sub(buf, in.RETHOff, RETHLen)
-	p.AETH = sub(buf, in.AETHOff, AETHLen)
-	p.AtomicETH = sub(buf, in.AtomicETHOff, AtomicETHLen)
-	p.AtomicAckETH = sub(buf, in.AtomicAckETHOff, AtomicAckETHLen)
-	p.ImmDt = sub(buf, in.ImmDtOff, ImmDtLen)
-	p.IETH = sub(buf, in.IETHOff, IETHLen)
-	p.DETH = sub(buf, in.DETHOff, DETHLen)
-	p.XRCETH = sub(buf, in.XRCETHOff, XRCETHLen)
+	p.Buf, p.Head, p.Op, p.BTH = buf, hdr[:hl:hl], in, bth
+	p.RETH = sub(hdr, in.RETHOff, RETHLen)
+	p.AETH = sub(hdr, in.AETHOff, AETHLen)
+	p.AtomicETH = sub(hdr, in.AtomicETHOff, AtomicETHLen)
+	p.AtomicAckETH = sub(hdr, in.AtomicAckETHOff, AtomicAckETHLen)
+	p.ImmDt = sub(hdr, in.ImmDtOff, ImmDtLen)
+	p.IETH = sub(hdr, in.IETHOff, IETHLen)
+	p.DETH = sub(hdr, in.DETHOff, DETHLen)
+	p.XRCETH = sub(hdr, in.XRCETHOff, XRCETHLen)
 	p.Payload = buf[hl : hl+data-pad : hl+data-pad]
 	p.ICRC = binary.LittleEndian.Uint32(buf[n-ICRCLen:])
 	return ParseError{}, true

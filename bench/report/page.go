@@ -10,7 +10,8 @@ import (
 )
 
 // writePage writes the performance page to file from the runs under data, one section per
-// entry of sections: the loopback comparison, the veth pair and rdmanet. A
+// entry of sections: the loopback comparison, the veth pair, rdmanet and the same-host
+// shortcut. A
 // section whose run is missing says how to make it. The figures come only from the rows;
 // the prose below says how to read them and never quotes a figure, so that it cannot go
 // stale when the rows change.
@@ -56,6 +57,7 @@ var sections = []struct {
 		"loopback", "bench/compare.sh", compareTable, loopbackNotes},
 	{"RC WRITE against a Go TCP stream over a veth pair", "veth", "sudo bench/veth.sh", vethTable, vethNotes},
 	{"net.Conn over RDMA (rdmanet) against Go TCP", "rstream", "bench/rstream.sh", rstreamTable, rstreamNotes},
+	{"Two goverbs processes on one host: the same-host shortcut against the UDP path", "samehost", "bench/samehost.sh", compareTable, samehostNotes},
 }
 
 // withMeta writes the run's description, then its table; nothing if the table is empty.
@@ -82,7 +84,7 @@ func pageHead(w io.Writer, data string) {
 bench/report/page.go, the figures come from the runs. -->
 
 This page is written by `+"`bench/report`"+` from the JSON rows that the benchmark scripts record
-under [%[1]s](%[1]s/README.md): `+"`bench/compare.sh`, `bench/veth.sh` and `bench/rstream.sh`"+` each
+under [%[1]s](%[1]s/README.md): `+"`bench/compare.sh`, `bench/veth.sh`, `bench/rstream.sh` and `bench/samehost.sh`"+` each
 regenerate it at the end of a run (by hand: `+"`go run ./bench/report -page docs/PERFORMANCE.md docs/perf`"+`).
 Each section names its run: the command that reproduces it, the date, the commit and the
 machine.
@@ -133,6 +135,15 @@ goverbs takes its IB MTU from the interface as rxe does (the interface MTU less 
 down: 1500 gives 1024, 9000 gives 4096); TCP hands the kernel 64 KiB segments whatever the
 MTU. The two processes use nearly both cores; the time goes to the kernel's copies, the ICRC
 and context switches.
+`
+
+var samehostNotes = `Two goverbs processes on one host whose devices have the same-host shortcut on
+(` + "`GOVERBS_SHM=1`" + `): their datagrams cross rings in shared memory instead of the kernel's UDP
+path ([guide/same-host.md](guide/same-host.md)). Each shared-memory figure is beside the same
+tools with ` + "`GOVERBS_SHM=0`" + ` in the same round, except ` + "`-e`" + `, which is beside Go's
+unix-socket 8-byte ping-pong through the netpoller (` + "`bench/nettest unix_lat`" + `). The -e rows
+block on the completion channel; on the shortcut the serving waiter polls the rings for up
+to 50 µs before it blocks while traffic is dense, which a ping-pong always is.
 `
 
 var rstreamNotes = `` + "`goverbs rstream`" + ` (librdmacm's rstream over package rdmanet, which speaks rsockets' protocol;

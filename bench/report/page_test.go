@@ -110,7 +110,7 @@ func TestPageWithoutRuns(t *testing.T) {
 	}
 	b, _ := os.ReadFile(page)
 	s := string(b)
-	for _, script := range []string{"bench/compare.sh", "bench/veth.sh", "bench/rstream.sh"} {
+	for _, script := range []string{"bench/compare.sh", "bench/veth.sh", "bench/rstream.sh", "bench/samehost.sh"} {
 		if !strings.Contains(s, "Run `"+script) && !strings.Contains(s, "Run `sudo "+script) {
 			t.Errorf("page does not say to run %s", script)
 		}

@@ -161,6 +161,14 @@ type Device struct {
 	// the watch, and no epoll_ctl per turn.
 	unwatch        netio.Unwatcher
 	pollsSinceRead int
+	// rings is the Conn's word on whether a read came from the same-host rings, where a
+	// poll makes no system call: after such a batch a serving waiter polls before it
+	// blocks when traffic is dense (serveRead), and rxLoop spins after bulk batches as
+	// after small ones (spinnable). nil for other Conns. serveRings and serveGap are the
+	// waiter's last batch: from the rings, and how long its wait took (under rxMu).
+	rings      netio.RingReader
+	serveRings bool
+	serveGap   int64
 	// pollDriven is set while a program spinning on its CQ drives the device (from the
 	// tightPolls-th poll since the last blocking read until the next one): its streamed
 	// posts then wait for its next poll, as a busy poller's do (doorbell), instead of
@@ -172,7 +180,10 @@ type Device struct {
 	woke   atomic.Bool
 	rxMsgs []netio.Message
 	rxPkt  wire.Packet
-	acks   deviceAcks
+	// views is the Conn's lending of received datagrams in place (the same-host rings),
+	// released after each batch (inputBatch); nil for a Conn that copies.
+	views netio.ViewReader
+	acks  deviceAcks
 	// The QP the last packet was for, valid while qpGone is rxQPGone: a lookup that
 	// takes neither qpMu nor the map when traffic stays on one QP.
 	rxQP     *QP
@@ -224,8 +235,15 @@ func New(cfg Config) (*Device, error) {
 		d.intr = i
 		d.idlePoller, _ = netio.AsPoller(d.conn)
 		d.unwatch, _ = netio.AsUnwatcher(d.conn)
+		if r, ok := netio.AsRingReader(d.conn); ok && d.idlePoller != nil {
+			d.rings = r
+		}
 	}
 	d.rxMsgs = newRxMsgs(d.conn.Caps())
+	if v, ok := netio.AsViewReader(d.conn); ok && len(d.rxMsgs[0].Buf) >= wire.MaxHeaderLen+viewWhole {
+		d.views = v
+		v.LendViews()
+	}
 	d.gid = AddrToGID(d.local.Addr())
 	d.txPool.New = func() any { return newTxBatch(d.conn.Caps()) }
 	d.sender.init()

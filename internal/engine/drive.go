@@ -77,7 +77,7 @@ func (d *Device) rxLoop() {
 		n, err := d.readBlocking()
 		switch {
 		case err == nil:
-			dense := d.idlePoller != nil && !d.noRxSpin.Load() && nanotime()-slept < int64(denseGap) && d.smallBatch(n)
+			dense := d.idlePoller != nil && !d.noRxSpin.Load() && nanotime()-slept < int64(denseGap) && d.spinnable(n)
 			d.processRx(n)
 			if dense {
 				d.spinRx(seen, polled)
@@ -122,6 +122,11 @@ func (d *Device) readBlocking() (int, error) {
 // socket"). Sporadic traffic costs no spin: a sleep longer than denseGap ends it. It
 // stops at once for a waiter or a spinning poller, which then read the socket
 // themselves.
+//
+// After a batch from the same-host rings, whose poll makes no system call, bulk batches
+// spin too (spinnable): there no kernel work of the sender's needs the core, and each
+// sleep cost the sender an eventfd write and this side a netpoller wake-up per window
+// (RC WRITE 64 KiB through the rings went from 2.8-4.5 to 4.9-7.2 GB/s, issue 28).
 func (d *Device) spinRx(seen, polled uint32) {
 	if d.unwatch != nil {
 		// While this goroutine polls, the netpoller need not watch the socket: each
@@ -140,7 +145,7 @@ func (d *Device) spinRx(seen, polled uint32) {
 			return
 		}
 		if n > 0 {
-			small := d.smallBatch(n)
+			small := d.spinnable(n)
 			d.processRx(n)
 			if !small {
 				return // a bulk stream: its batches pay for the wake-up
@@ -153,6 +158,14 @@ func (d *Device) spinRx(seen, polled uint32) {
 		}
 		runtime.Gosched()
 	}
+}
+
+// spinnable reports whether the first n messages of the receive batch are traffic that
+// spinRx spins for: small packets (smallBatch), or anything that came through the
+// same-host rings (netio.RingReader), where a poll costs no system call. Bulk traffic
+// from a socket, a remote peer's through a same-host Conn included, does not spin.
+func (d *Device) spinnable(n int) bool {
+	return d.rings != nil && d.rings.FromRings() || d.smallBatch(n)
 }
 
 // smallBatch reports whether the first n messages of the receive batch are small
@@ -449,11 +462,25 @@ func (d *Device) processRx(n int) {
 
 // inputBatch runs the first n messages of the receive batch through the device.
 func (d *Device) inputBatch(n int) {
+	lent := false
 	for i := range d.rxMsgs[:n] {
 		m := &d.rxMsgs[i]
 		b := m.Buf[:m.N]
 		d.rxECN = m.ECN // a GRO run has one codepoint: the kernel coalesces only equal TOS
-		if m.SegSize > 0 {
+		if m.View != nil {
+			// Lent in place from a same-host peer's ring (netio.ViewReader), m.Buf free.
+			lent = true
+			b = m.View[:m.N]
+			if m.SegSize > 0 {
+				for seg := 0; len(b) > 0; seg++ {
+					k := min(m.SegSize, len(b))
+					d.inputView(b[:k], m.Buf, m.Addr, seg)
+					b = b[k:]
+				}
+			} else {
+				d.inputView(b, m.Buf, m.Addr, 0)
+			}
+		} else if m.SegSize > 0 {
 			for seg := 0; len(b) > 0; seg++ {
 				k := min(m.SegSize, len(b))
 				d.input(b[:k], m.Addr, seg)
@@ -469,5 +496,8 @@ func (d *Device) inputBatch(n int) {
 		if d.poller == nil && i < n-1 && len(d.acks.owing) > 0 && m.SegSize > 0 {
 			d.flushAcks()
 		}
+	}
+	if lent {
+		d.views.ReleaseViews() // the ring room goes back to the peer before the ACKs leave
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"github.com/goverbs/goverbs/internal/congestion"
+	"math/rand/v2"
 	"net/netip"
 	"runtime"
 	"sync"
@@ -110,23 +111,40 @@ type fuzzRig struct {
 }
 
 var (
-	rigOnce sync.Once
-	rigMu   sync.Mutex
-	theRig  *fuzzRig
-	rigErr  error
+	rigOnce     sync.Once
+	rigMu       sync.Mutex
+	theRig      *fuzzRig
+	rigErr      error
+	viewRigOnce sync.Once
+	viewRig     *fuzzRig
+	viewRigErr  error
 )
 
 // getRig returns the process's rig, building it on first use. Inputs run one at a time.
 func getRig(t testing.TB) *fuzzRig {
-	rigOnce.Do(func() { theRig, rigErr = newFuzzRig() })
+	rigOnce.Do(func() { theRig, rigErr = newFuzzRig(false) })
 	if rigErr != nil {
 		t.Fatal(rigErr)
 	}
 	return theRig
 }
 
-func newFuzzRig() (*fuzzRig, error) {
+// getViewRig returns a second rig whose Conn lends its datagrams in place
+// (netiotest.Conn.Lend), as a same-host ring does: the receive path's view path
+// (inputView) under the same inputs and the same oracle.
+func getViewRig(t testing.TB) *fuzzRig {
+	viewRigOnce.Do(func() { viewRig, viewRigErr = newFuzzRig(true) })
+	if viewRigErr != nil {
+		t.Fatal(viewRigErr)
+	}
+	return viewRig
+}
+
+func newFuzzRig(lend bool) (*fuzzRig, error) {
 	conn := netiotest.NewConn(fuzzLocal)
+	if lend {
+		conn.Lend()
+	}
 	// Congestion control and selective repeat on: hostile packets reach the CNP, CE and
 	// SACK paths too (congestion.go, selective.go).
 	dev, err := New(Config{Name: "fuzz", Conn: conn, MTU: wire.MTU1024,
@@ -804,6 +822,67 @@ func TestFuzzSeedsReachTheResponder(t *testing.T) {
 	}
 	if v := r.violation(nil); v == "" {
 		t.Fatal("the oracle missed a WRITE nobody asked for")
+	}
+}
+
+// TestFuzzSeedsAsViews runs the seeds, and mutations of them, through a Conn that lends
+// its datagrams in place (the same-host rings' way): the receive path reads their
+// headers from a private copy and only their payload where it lies, and the oracle holds
+// it to the same rule as the copying path: nothing changes outside what a delivered
+// request with its key aimed at.
+func TestFuzzSeedsAsViews(t *testing.T) {
+	r := getViewRig(t)
+	before := snapshotCounters(r.dev)
+	rng := rand.New(rand.NewPCG(28, 28))
+	for _, s := range fuzzSeeds() {
+		r.run(t, s)
+		for range 8 {
+			m := bytes.Clone(s)
+			for range 1 + rng.IntN(4) {
+				m[rng.IntN(len(m))] ^= byte(1 + rng.IntN(255))
+			}
+			r.run(t, m)
+		}
+	}
+	// Large datagrams (read in place past their headers) with a bad ICRC, a bad P_Key
+	// and a malformed header: dropped and counted as from a socket.
+	big := 0
+	for _, s := range fuzzSeeds() {
+		rigMu.Lock()
+		r.reset(t)
+		for _, dg := range r.decode(s) {
+			if len(dg.b) <= viewWhole {
+				continue
+			}
+			big++
+			icrc, pkey, malformed := bytes.Clone(dg.b), bytes.Clone(dg.b), bytes.Clone(dg.b)
+			icrc[len(icrc)-1] ^= 1
+			pkey[2], pkey[3] = 0x12, 0x34
+			ip := rxIP(dg.from, fuzzLocal)
+			wire.PutICRC(&ip, pkey, len(pkey)-wire.ICRCLen) // a right ICRC: the P_Key check drops it
+			malformed[0] = 0xff                             // no such opcode
+			for _, b := range [][]byte{icrc, pkey, malformed} {
+				pk := r.dev.counters.BadPKey.Load()
+				r.conn.Deliver([]netio.Message{{Buf: b, N: len(b), Addr: dg.from}}, 1)
+				if &b[0] == &pkey[0] && r.dev.counters.BadPKey.Load() == pk {
+					t.Fatal("a large datagram with a bad P_Key was not dropped for it")
+				}
+			}
+			r.check(t, nil)
+		}
+		rigMu.Unlock()
+	}
+	if big == 0 {
+		t.Fatal("no seed is large enough to be read in place")
+	}
+	after := snapshotCounters(r.dev)
+	if r.conn.Releases() == 0 {
+		t.Fatal("the device never read a lent datagram")
+	}
+	for _, name := range []string{"remote_access_err", "rcvd_icrc_err", "malformed_drop", "bad_pkey_drop"} {
+		if after[name] == before[name] {
+			t.Errorf("no input moved %s through the view path", name)
+		}
 	}
 }
 

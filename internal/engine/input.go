@@ -27,6 +27,82 @@ func (d *Device) input(b []byte, from netip.AddrPort, seg int) {
 	if !d.checkRx(p, b, from, d.local, qp, seg) {
 		return
 	}
+	d.route(p, qp, from)
+}
+
+// viewWhole is the longest datagram lent in place (inputView) that is copied whole
+// before it is read, as one from the socket is: headers and payload together cost no
+// more to copy than the headers alone, and small packets (ACKs, MADs, short SENDs) are
+// the ones read by code that looks at their payload's contents.
+const viewWhole = 512
+
+// inputView is input for a datagram that lies in shared memory a same-host peer may
+// write while it is read (netio.Message.View), into which priv, a buffer of the
+// device's own, was not read. A small datagram is copied into priv and goes through
+// input. A larger one has its headers and ICRC copied into priv first: every check and
+// every decision is made on that copy, so that a peer changing the ring's bytes
+// meanwhile cannot get past them, and only the payload is read in place, to be copied
+// once, where the checked headers say (into the MR for a WRITE). A peer that changes the
+// payload under the copy gets into the MR what it could have sent: bytes of its own,
+// where it was allowed to write them.
+func (d *Device) inputView(b, priv []byte, from netip.AddrPort, seg int) {
+	if len(b) <= viewWhole {
+		d.input(priv[:copy(priv, b)], from, seg)
+		return
+	}
+	head := priv[:copy(priv[:wire.MaxHeaderLen], b)]
+	if len(head) >= wire.BTHLen && wire.BTH(head).DestQP() == GSIQPN {
+		// A MAD is read by code that looks at its contents (the CM): a private copy, as
+		// of a small datagram, whatever its size.
+		d.input(priv[:copy(priv, b)], from, seg)
+		return
+	}
+	p := &d.rxPkt
+	d.counters.RxPackets.Add(1)
+	d.counters.RxBytes.Add(uint64(len(b)))
+	perr, ok := p.TryParseView(head, b, wire.MTU4096.Bytes())
+	if !ok {
+		d.counters.Malformed.Add(1)
+		if d.debug {
+			d.logMalformed(from, perr)
+		}
+		return
+	}
+	qp := d.rxLookupQP(p.BTH.DestQP())
+	if !d.checkICRCView(p, from, qp, seg) {
+		d.counters.ICRCErrors.Add(1)
+		return
+	}
+	if pk := p.BTH.PKey(); pk&0x7fff != 0x7fff {
+		d.counters.BadPKey.Add(1)
+		return
+	}
+	d.route(p, qp, from)
+}
+
+// checkICRCView is checkICRC for a packet parsed by TryParseView: the ICRC as read once,
+// over the private copy of the headers and the payload where it lies. A same-host peer
+// is a goverbs device, whose Identifications are 0 or a GSO run's numbers: no other is
+// solved for.
+func (d *Device) checkICRCView(p *wire.Packet, from netip.AddrPort, qp *QP, seg int) bool {
+	var f wire.ICRCFlow
+	if qp != nil {
+		f = d.rxFlowFrom(qp, from)
+	} else {
+		ip := rxIP(from, d.local)
+		f = wire.NewICRCFlow(&ip)
+	}
+	body := [][]byte{p.Buf[len(p.Head) : len(p.Buf)-wire.ICRCLen]} // payload and pad
+	if seg > 0 && seg < netio.MaxGSOSegments && f.Sum(netio.GSOSegmentID(0, seg), p.Head, body, 0) == p.ICRC ||
+		f.Sum(0, p.Head, body, 0) == p.ICRC {
+		qp.sawGoverbsID()
+		return true
+	}
+	return false
+}
+
+// route hands a checked packet to its QP (or the GSI, or the congestion control).
+func (d *Device) route(p *wire.Packet, qp *QP, from netip.AddrPort) {
 	if p.Op.Transport == wire.TransportCNP {
 		d.inputCNP(qp) // congestion.go: the QP's rate is cut; never an error
 		return

@@ -113,12 +113,15 @@ func (qp *QP) keep(p *wire.Packet, psn wire.PSN) {
 		qp.freeSlot(s) // a PSN the window has passed (cannot happen within it)
 	}
 	s.buf = qp.dev.getSRBuf()
+	// The headers kept are the ones checked (p.Head: a private copy when the packet
+	// lies in a same-host peer's ring), then the rest of the packet.
 	if qp.placeEarly(p, psn) {
 		// Only the headers are kept: the replay does the rest of the packet's work.
 		s.n, s.placed = len(p.Buf), true
-		copy(*s.buf, p.Buf[:p.Op.HeaderLen])
+		copy(*s.buf, p.Head)
 	} else {
-		s.n = copy(*s.buf, p.Buf)
+		hl := copy(*s.buf, p.Head)
+		s.n = hl + copy((*s.buf)[hl:], p.Buf[hl:])
 	}
 	s.psn, s.used = psn, true
 	sr.nkept++

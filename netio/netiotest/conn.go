@@ -53,8 +53,14 @@ type Conn struct {
 	looks  uint64
 	empty  uint64 // the look that emptied the queue last
 	closed bool
-	ready  chan struct{} // a datagram was queued (capacity 1)
-	done   chan struct{} // closed by Close
+	// Lending (netio.ViewReader): with lend (Lend) and lending (the reader's LendViews)
+	// reads hand out the queue's slots themselves as Message.View; releases counts the
+	// reader's ReleaseViews.
+	lend, lending bool
+	releases      int
+	lent          [][]byte      // the buffers lent by the last read, reused by the next
+	ready         chan struct{} // a datagram was queued (capacity 1)
+	done          chan struct{} // closed by Close
 
 	wmu     sync.Mutex // serializes writers: they share the gather buffer
 	gather  []byte
@@ -291,7 +297,18 @@ func (c *Conn) PollBatch(msgs []netio.Message) (int, error) {
 	k := 0
 	for ; k < len(msgs) && c.count > 0; k++ {
 		m := &msgs[k]
-		m.N = copy(m.Buf, c.slots[c.head][:c.lens[c.head]])
+		if c.lend && c.lending {
+			// A buffer of the lender's own, as a ring's record is: an Inject never
+			// writes it, and the reader's next read, which releases it, reuses it.
+			if k == len(c.lent) {
+				c.lent = append(c.lent, nil)
+			}
+			v := append(c.lent[k][:0], c.slots[c.head][:c.lens[c.head]]...)
+			c.lent[k] = v
+			m.View, m.N = v[:len(v):len(v)], len(v)
+		} else {
+			m.N, m.View = copy(m.Buf, c.slots[c.head][:c.lens[c.head]]), nil
+		}
 		m.Addr, m.SegSize, m.ECN = c.from[c.head], c.segs[c.head], c.ecns[c.head]
 		if m.SegSize > 0 && m.N < c.lens[c.head] {
 			m.N -= m.N % m.SegSize // a truncated run keeps its whole segments, as with GRO
@@ -307,6 +324,38 @@ func (c *Conn) PollBatch(msgs []netio.Message) (int, error) {
 		c.head = 0 // refill from the first slots, which have grown already
 	}
 	return k, nil
+}
+
+// Lend makes the Conn lend what it reads in place once its reader asks for that
+// (LendViews): Message.View is then a buffer of the Conn's, as it is a same-host ring's
+// record, so that a test runs the reader's view path. The buffers of one read are reused
+// by the next, which releases them (netio.ViewReader).
+func (c *Conn) Lend() {
+	c.mu.Lock()
+	c.lend = true
+	c.mu.Unlock()
+}
+
+// LendViews is the reader's request for views (netio.ViewReader); the Conn lends only
+// after Lend.
+func (c *Conn) LendViews() {
+	c.mu.Lock()
+	c.lending = true
+	c.mu.Unlock()
+}
+
+// ReleaseViews is the reader's release of what it was lent (netio.ViewReader).
+func (c *Conn) ReleaseViews() {
+	c.mu.Lock()
+	c.releases++
+	c.mu.Unlock()
+}
+
+// Releases is how many times the reader released views.
+func (c *Conn) Releases() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.releases
 }
 
 // ReadBatch waits until at least one datagram is queued and takes up to len(msgs).

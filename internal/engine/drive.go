@@ -470,4 +470,7 @@ func (d *Device) inputBatch(n int) {
 			d.flushAcks()
 		}
 	}
+	if len(d.srRuns) > 0 {
+		d.runSRRequesters()
+	}
 }

@@ -104,7 +104,7 @@ func (qp *QP) sendOwedAck() {
 		return
 	}
 	a.owed = false
-	if qp.sackCarries(a.owedPSN) {
+	if qp.sr != nil && qp.sackCarries(a.owedPSN) {
 		qp.flushResponses() // the SACK acknowledges as much (selective.go)
 		return
 	}

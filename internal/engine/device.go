@@ -173,13 +173,13 @@ type Device struct {
 	rxMsgs []netio.Message
 	rxPkt  wire.Packet
 	acks   deviceAcks
-	// srRuns lists the QPs whose requester a SACK left to run at the end of the receive
-	// batch (srRunLater). Owned by the receive path.
-	srRuns []*QP
 	// The QP the last packet was for, valid while qpGone is rxQPGone: a lookup that
 	// takes neither qpMu nor the map when traffic stays on one QP.
 	rxQP     *QP
 	rxQPGone uint64
+	// srRuns lists the QPs whose requester a SACK left to run at the end of the receive
+	// batch (srRunLater). Owned by the receive path.
+	srRuns []*QP
 }
 
 // New starts a device on cfg.Conn.

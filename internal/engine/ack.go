@@ -104,6 +104,10 @@ func (qp *QP) sendOwedAck() {
 		return
 	}
 	a.owed = false
+	if qp.sr != nil && qp.sackCarries(a.owedPSN) {
+		qp.flushResponses() // the SACK acknowledges as much (selective.go)
+		return
+	}
 	qp.sendAck(wire.ACKSyndrome(wire.CreditsInvalid), a.owedPSN)
 }
 

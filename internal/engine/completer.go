@@ -260,7 +260,8 @@ func (qp *QP) complete(p *wire.Packet) {
 		c.restartRetransmit()
 	}
 	if sack && !progressed && !qp.srRunDue() {
-		return // selective.go: the window has not opened by a burst yet
+		qp.srRunLater() // selective.go: the window has not opened by a burst yet
+		return
 	}
 	qp.runRequester()
 }

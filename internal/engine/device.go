@@ -188,6 +188,9 @@ type Device struct {
 	// takes neither qpMu nor the map when traffic stays on one QP.
 	rxQP     *QP
 	rxQPGone uint64
+	// srRuns lists the QPs whose requester a SACK left to run at the end of the receive
+	// batch (srRunLater). Owned by the receive path.
+	srRuns []*QP
 }
 
 // New starts a device on cfg.Conn.

@@ -500,4 +500,7 @@ func (d *Device) inputBatch(n int) {
 	if lent {
 		d.views.ReleaseViews() // the ring room goes back to the peer before the ACKs leave
 	}
+	if len(d.srRuns) > 0 {
+		d.runSRRequesters()
+	}
 }

@@ -106,8 +106,12 @@ const BatchSize = 32
 
 // Network is a simulated network. Its methods are safe for concurrent use.
 type Network struct {
-	mu         sync.Mutex
-	rng        *rand.Rand
+	mu   sync.Mutex
+	rng  *rand.Rand
+	seed uint64
+	// perSource: each source's datagrams draw their fates from a generator of their own
+	// (RandomPerSource), made at its first datagram.
+	perSource  map[netip.AddrPort]*rand.Rand
 	faults     Faults
 	filter     Filter
 	stats      Stats
@@ -128,6 +132,7 @@ type Network struct {
 func New(seed uint64, f Faults) *Network {
 	return &Network{
 		rng:        rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		seed:       seed,
 		faults:     f,
 		conns:      make(map[netip.AddrPort]*conn),
 		queueLimit: DefaultQueueLimit,
@@ -196,6 +201,43 @@ func (n *Network) SetFaults(f Faults) {
 	n.mu.Lock()
 	n.faults = f
 	n.mu.Unlock()
+}
+
+// RandomPerSource makes each source address draw its datagrams' fates (Faults: loss,
+// duplication, reordering, corruption, delay) from a generator of its own, seeded from
+// the Network's seed and the address, instead of from the one generator every sender
+// shares. With the shared one a datagram's fate depends on how many datagrams other
+// hosts sent before it, and under testing/synctest two hosts whose goroutines send at
+// the same instant (each answering a datagram that arrived then) reach the Network in
+// either order: the same seed then gave a test different results from run to run
+// (internal/engine's TestSelectiveRepeatMixedInterop, issue 31). Per source, a
+// datagram's fate depends only on what its own host sent before it. The fabric's draws
+// (marking, link loss) stay on the shared generator. Call it before the first datagram;
+// the fates differ from those New's seed gives without it.
+func (n *Network) RandomPerSource() {
+	n.mu.Lock()
+	if n.perSource == nil {
+		n.perSource = make(map[netip.AddrPort]*rand.Rand)
+	}
+	n.mu.Unlock()
+}
+
+// sourceRand is the generator src's datagrams draw their fates from. n.mu held.
+func (n *Network) sourceRand(src netip.AddrPort) *rand.Rand {
+	if n.perSource == nil {
+		return n.rng
+	}
+	r := n.perSource[src]
+	if r == nil {
+		a := src.Addr().As16()
+		h := uint64(14695981039346656037) // FNV-1a over the address and port
+		for _, b := range append(a[:], byte(src.Port()>>8), byte(src.Port())) {
+			h = (h ^ uint64(b)) * 1099511628211
+		}
+		r = rand.New(rand.NewPCG(n.seed, h))
+		n.perSource[src] = r
+	}
+	return r
 }
 
 // SetFilter installs f (nil removes it).
@@ -302,7 +344,7 @@ func (n *Network) send(now time.Time, src, dst netip.AddrPort, b []byte, ecn net
 	f := n.faults
 	// Draw every random number for this datagram, used or not, so that one
 	// datagram's fate does not shift the next one's.
-	r := n.rng
+	r := n.sourceRand(src)
 	loss, dup, reorder, corrupt := r.Float64(), r.Float64(), r.Float64(), r.Float64()
 	j1, j2, hold, bit := r.Uint64(), r.Uint64(), r.Uint64(), r.Uint64()
 	if n.filter != nil && n.filter(src, dst, b) == Drop {

@@ -122,6 +122,62 @@ func TestDeterministic(t *testing.T) {
 	}
 }
 
+// TestRandomPerSource: with RandomPerSource a datagram's fate depends on what its own
+// source sent before it, not on the order in which two hosts that send at the same
+// instant reach the Network (under synctest, goroutine order). A and B each send 300
+// numbered datagrams to C, both at every instant, A's first or B's first: C gets the
+// same datagrams at the same times either way. With the shared generator it does not.
+func TestRandomPerSource(t *testing.T) {
+	addrC := netip.MustParseAddrPort("10.0.0.3:4791")
+	f := Faults{Loss: 0.2, Duplicate: 0.05, Reorder: 0.1, Delay: time.Millisecond, Jitter: 300 * time.Microsecond}
+	fates := func(perSource, aFirst bool) []rx {
+		var got []rx
+		synctest.Test(t, func(t *testing.T) {
+			n := New(5, f)
+			if perSource {
+				n.RandomPerSource()
+			}
+			a, b, c := mustListen(t, n, addrA), mustListen(t, n, addrB), mustListen(t, n, addrC)
+			start := time.Now()
+			go func() {
+				m := []netio.Message{{Buf: make([]byte, 64), N: 64, Addr: addrC}}
+				send := func(from netio.Conn, seq int) {
+					binary.BigEndian.PutUint32(m[0].Buf, uint32(seq))
+					if k, err := from.WriteBatch(m); k != 1 || err != nil {
+						t.Errorf("WriteBatch = %d, %v", k, err)
+					}
+				}
+				for i := range 300 {
+					if aFirst {
+						send(a, i)
+						send(b, 1000+i)
+					} else {
+						send(b, 1000+i)
+						send(a, i)
+					}
+					time.Sleep(10 * time.Microsecond)
+				}
+			}()
+			got = drain(t, c, start)
+			a.Close()
+			b.Close()
+		})
+		slices.SortFunc(got, func(x, y rx) int {
+			if x.seq != y.seq {
+				return int(x.seq) - int(y.seq)
+			}
+			return int(x.at - y.at)
+		})
+		return got
+	}
+	if x, y := fates(true, true), fates(true, false); !slices.Equal(x, y) {
+		t.Errorf("per source: %d datagrams arrived with A first, %d with B first, or at other times", len(x), len(y))
+	}
+	if slices.Equal(fates(false, true), fates(false, false)) {
+		t.Error("shared generator: the same fates whichever host sent first (the test shows nothing)")
+	}
+}
+
 func TestFaultRates(t *testing.T) {
 	const count = 20000
 	f := Faults{Loss: 0.1, Duplicate: 0.05, Reorder: 0.1, Corrupt: 0.02, Delay: time.Millisecond, ReorderDelay: time.Millisecond}

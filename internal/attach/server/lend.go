@@ -21,10 +21,10 @@ import (
 // than with the loop alone (no spare core: on 2 loaded cores the two threads'
 // wake-ups cost more than the split saves).
 //
-// The hand-off is for load only: a device is lent after lendWarm+lendWindow iterations
-// in a row that each found work, in the last lendWindow of which it received
-// lendMinBytes per iteration on average and lendSkew times what any other device did
-// (a one-way stream: data one way, ACKs the other). A ping-pong's iterations carry a
+// The hand-off is for load only: a device is lent after a stretch of iterations in a
+// row that each found work, lendWarm and then a multiple of lendWindow lasting at least
+// lendJudge, in which it received lendMinBytes per iteration on average and lendSkew
+// times what any other device did (a one-way stream: data one way, ACKs the other). A ping-pong's iterations carry a
 // few hundred bytes, or as many each way, and its stretches of work end sooner, so the
 // latency path keeps its one thread and its one wake-up per message; while a device is
 // lent, a hop to it wakes the helper.
@@ -32,22 +32,27 @@ import (
 // GOVERBS_SERVE_LEND=0 turns lending off (to compare).
 const (
 	lendWarm     = 8        // iterations in a row that found work before the loop looks
-	lendWindow   = 64       // iterations the loop looks at before it lends
+	lendWindow   = 64       // the loop looks at its stretch every this many iterations
 	lendMinBytes = 16 << 10 // received by the lent device per iteration of the window, on average
 	lendSkew     = 4        // and at least this many times what any other device received
 	lendIdle     = 4        // ms: the helper gives a device back after its socket stayed empty this long
 	keepMinBytes = 16 << 10 // the helper gives a device back when its reads average less
-	keepWindow   = 64       // reads the helper averages over
+	keepWindow   = 64       // the helper looks at its reads' average every this many reads
 	// The helper gives a device back when it received less than lendKeep times as fast
-	// as the loop alone did before the lend (in its first keepWindow reads after
-	// lendSettle, or twice in a row later), and the loop lends again no sooner than
+	// as the loop alone did before the lend, in two windows in a row of at least
+	// lendJudge (after lendSettle reads), and the loop lends again no sooner than
 	// lendBackoff later, twice that after each further such lend, up to
-	// maxLendBackoff, unless the lend had paid for lendLong.
+	// maxLendBackoff, unless the lend had paid for lendLong. Both rates are measured
+	// over lendJudge or more: over a millisecond or two (64 reads of a 64 KiB stream),
+	// a burst, or a time slice lost to another program, moved either by ±25% on 2
+	// cores, and lends that would have paid were given back as slower (11 of 11 in a
+	// 4 s write_bw), so the loop did the stream alone on one core most of the time.
 	lendKeep       = 0.95
 	lendSettle     = 16
 	lendBackoff    = 20 * time.Millisecond
 	maxLendBackoff = time.Second
 	lendLong       = 200 * time.Millisecond // a lend that paid this long resets the wait
+	lendJudge      = 20 * time.Millisecond  // the shortest window a rate is measured over
 )
 
 // stretch is the loop's look at its own busy iterations (run).
@@ -73,7 +78,10 @@ func (l *loop) watchStretch(st *stretch) {
 		}
 		l.mu.Unlock()
 	}
-	if st.iters < lendWarm+lendWindow {
+	// Looked at every lendWindow iterations, once the stretch has lasted lendJudge: a
+	// shorter look takes a burst, or a time slice lost, for the loop's pace.
+	window := st.iters - lendWarm
+	if window <= 0 || window%lendWindow != 0 || time.Since(st.t0) < lendJudge {
 		return
 	}
 	st.iters = 0
@@ -90,7 +98,7 @@ func (l *loop) watchStretch(st *stretch) {
 		}
 	}
 	l.mu.Unlock()
-	if best == nil || most < lendWindow*lendMinBytes || most < lendSkew*next {
+	if best == nil || most < uint64(window)*lendMinBytes || most < lendSkew*next {
 		return
 	}
 	now := time.Now()
@@ -179,16 +187,19 @@ func (l *loop) serveLent(ld *loopDev) int {
 			idle = 0
 			if reads++; reads == 0 {
 				rx0, t0 = ld.d.RxBytes(), time.Now()
-			} else if reads == keepWindow {
+			} else if reads%keepWindow == 0 {
 				rx, now := ld.d.RxBytes(), time.Now()
-				if rx-rx0 < keepWindow*keepMinBytes {
+				if rx-rx0 < uint64(reads)*keepMinBytes {
 					return verdict
+				}
+				if now.Sub(t0) < lendJudge {
+					continue // too short to judge the rate by
 				}
 				if float64(rx-rx0) >= lendKeep*ld.solo*float64(now.Sub(t0)) {
 					verdict, slow = lendPaid, 0
-				} else if slow++; verdict != lendPaid || slow == 2 {
-					// Slower from the start, or twice in a row after paying (once
-					// is a hiccup: a descheduled thread, the stream's end).
+				} else if slow++; slow == 2 {
+					// Slower twice in a row (once is a hiccup: a descheduled
+					// thread, the stream's end).
 					if verdict == lendPaid {
 						return lendTired
 					}

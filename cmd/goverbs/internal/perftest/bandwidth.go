@@ -105,7 +105,7 @@ func (b *bandwidth) send(ctx context.Context, size int) (bwRow, int, error) {
 				continue
 			}
 		} else {
-			wcs, err = b.res.scq.Wait()
+			wcs, err = b.res.scq.WaitStream(totalPosted - totalDone)
 		}
 		if err != nil {
 			return bwRow{}, 0, err

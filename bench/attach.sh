@@ -8,7 +8,9 @@
 #   bench/attach.sh [OUTDIR]          (default: bench/results-attach)
 #
 # Environment: ROUNDS=3, DURATION=3 (seconds per bandwidth run), ITERS=20000 (round trips
-# per latency run), SPIN (the daemon's --spin, default 0).
+# per latency run), SPIN (the daemon's --spin, default 0), DAEMON_SHM=1 (the daemon alone
+# runs with GOVERBS_SHM=1: its two devices pass datagrams through the same-host rings
+# instead of the kernel's UDP; the in-process pairs stay on UDP).
 #
 # The in-process pairs bind 127.51.0.2 (server) and 127.51.0.3 (client); the daemon serves
 # 127.51.0.4 and 127.51.0.5, and the attached pairs bind those with GOVERBS_ATTACH=1. The
@@ -17,8 +19,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bench/results-attach}
-R=${ROUNDS:-3} D=${DURATION:-3} N=${ITERS:-20000} SPIN=${SPIN:-0}
-repro="ROUNDS=$R DURATION=$D ITERS=$N SPIN=$SPIN bench/attach.sh $out"
+R=${ROUNDS:-3} D=${DURATION:-3} N=${ITERS:-20000} SPIN=${SPIN:-0} DSHM=${DAEMON_SHM:-0}
+repro="ROUNDS=$R DURATION=$D ITERS=$N SPIN=$SPIN DAEMON_SHM=$DSHM bench/attach.sh $out"
 mkdir -p "$out"
 rm -f "$out"/*.json "$out/log.txt"
 . bench/lib.sh
@@ -31,7 +33,7 @@ S=127.51.0.2 C=127.51.0.3 AS=127.51.0.4 AC=127.51.0.5
 run_dir=$(mktemp -d)
 chmod 700 "$run_dir"
 export XDG_RUNTIME_DIR=$run_dir
-"$g" serve --spin "$SPIN" "sw0=$AS,sw1=$AC" >>"$out/log.txt" 2>&1 &
+GOVERBS_SHM=$DSHM "$g" serve --spin "$SPIN" "sw0=$AS,sw1=$AC" >>"$out/log.txt" 2>&1 &
 daemon_pid=$!
 stop_daemon() {
   kill "$daemon_pid" 2>/dev/null || true

@@ -51,9 +51,14 @@ type sameHostConn struct {
 	ep       *os.File
 	eprc     syscall.RawConn
 	udpArmed bool // guarded by rmu
-	waitFn   func(fd uintptr) bool
-	evs      [4]unix.EpollEvent
-	udpFD    int
+	// intr: Interrupt was called and no ReadBatch has returned ErrInterrupted for it yet;
+	// ringWake: a ring was attached while a read may be blocked in the UDP backend's own
+	// wait (ReadBatch's direct wait), which then looks again instead of returning.
+	intr, ringWake atomic.Bool
+	direct         atomic.Bool // a ReadBatch waits in the socket's own wait (readDirect)
+	waitFn         func(fd uintptr) bool
+	evs            [4]unix.EpollEvent
+	udpFD          int
 
 	rmu       sync.Mutex
 	udpFirst  bool // the rings filled the last batch: the UDP socket goes first next time
@@ -372,6 +377,11 @@ func (c *sameHostConn) WriteBatch(msgs []Message) (int, error) {
 func (c *sameHostConn) publish(p *shPair) {
 	if !p.dead.Load() && p.tx.Publish() {
 		p.peerEv.Signal()
+		if p == c.self && c.direct.Load() {
+			// this Conn's own reader, waiting for the socket alone (readDirect)
+			c.ringWake.Store(true)
+			c.inner.Interrupt()
+		}
 	}
 	p.txMu.Unlock()
 }

@@ -345,6 +345,11 @@ func (c *sameHostConn) install(p *shPair) {
 	// write took the ring's initial sleeping flag with it: a reader asleep since before
 	// must wake, take the new list, and look. (Under c.mu: Close closes rxEv under it.)
 	c.rxEv.Signal()
+	if !c.busy {
+		// a reader blocked in the socket's own wait, with no ring to watch until now
+		c.ringWake.Store(true)
+		c.inner.Interrupt()
+	}
 	c.mu.Unlock()
 	if loser != nil {
 		c.teardown(loser, true)
@@ -443,7 +448,12 @@ func (c *sameHostConn) Close() error {
 		c.rxEv.Signal()
 		time.Sleep(100 * time.Microsecond)
 	}
-	c.rmu.Lock() // and the reads
+	// And the reads: one waiting in the socket's own wait (readDirect) holds rmu there
+	// until it is interrupted, and then sees closed.
+	for !c.rmu.TryLock() {
+		c.inner.Interrupt()
+		time.Sleep(100 * time.Microsecond)
+	}
 	// And what the reader still reads in place: it releases it when done (no read can
 	// lend more while rmu is held here), and the rings are unmapped after that.
 	c.viewMu.Lock()

@@ -39,6 +39,26 @@ func (c *sameHostConn) ReadBatch(msgs []Message) (int, error) {
 			return 0, c.inner.readErr(net.ErrClosed)
 		}
 		rx := *c.rx.Load()
+		if !c.busy && len(rx) == 1 && rx[0] == c.self {
+			// No peer's ring, only the device's own: wait for the socket as the UDP
+			// backend waits (its own watch), not in this Conn's epoll set, whose watch
+			// on the socket costs every datagram a callback and the reader a
+			// netpoller hand-off. A write to the own ring, and a peer's ring attaching,
+			// interrupt that wait (publish, ringWake). direct is set before the ring's
+			// sleeping flag, so that a writer that sees the flag sees direct too.
+			c.direct.Store(true)
+			if !c.sleep(rx) {
+				c.direct.Store(false)
+				continue
+			}
+			n, err := c.readDirect(msgs)
+			c.direct.Store(false)
+			awake(rx)
+			if n > 0 || err != nil {
+				return n, err
+			}
+			continue
+		}
 		if !c.sleep(rx) {
 			continue
 		}
@@ -48,10 +68,48 @@ func (c *sameHostConn) ReadBatch(msgs []Message) (int, error) {
 			err = c.waitNetpoller()
 		}
 		awake(rx)
+		if errors.Is(err, ErrInterrupted) {
+			c.inner.er.setReadDeadline(time.Time{}) // Interrupt set both waits' deadlines
+			if !c.intr.Swap(false) {
+				continue // a ring's attach woke the socket's wait, not Interrupt
+			}
+		}
 		if err != nil {
 			return 0, err
 		}
 	}
+}
+
+// readDirect is a blocking read of the UDP socket alone, in the UDP backend's own wait,
+// while no peer's ring is attached; a write to the device's own ring or a peer's ring
+// attaching interrupts it (ringWake), and 0, nil then tells ReadBatch to look again.
+// c.rmu is held.
+func (c *sameHostConn) readDirect(msgs []Message) (int, error) {
+	if c.udpArmed && c.epollCtl(unix.EPOLL_CTL_DEL, nil) == nil {
+		c.udpArmed = false
+	}
+	if c.ringWake.Swap(false) {
+		return 0, nil // attached since the list was loaded
+	}
+	n, err := c.inner.ReadBatch(msgs)
+	if errors.Is(err, ErrInterrupted) {
+		c.ep.SetReadDeadline(time.Time{}) // Interrupt set both waits' deadlines
+		c.ringWake.Store(false)
+		if !c.intr.Swap(false) {
+			return 0, nil
+		}
+		return 0, err
+	}
+	if err != nil {
+		return 0, err
+	}
+	c.udpHot = n > 0
+	if c.views.Load() {
+		for i := range msgs[:n] {
+			msgs[i].View = nil
+		}
+	}
+	return n, nil
 }
 
 // PollBatch reads what the rings and the socket hold now (Poller).
@@ -353,13 +411,19 @@ func (c *sameHostConn) Unwatch() {
 	if c.udpArmed && !c.closed.Load() && c.epollCtl(unix.EPOLL_CTL_DEL, nil) == nil {
 		c.udpArmed = false
 	}
+	c.inner.Unwatch() // the socket's own watch, which readDirect's waits arm
 	c.rmu.Unlock()
 }
 
 // Interrupt ends a blocked ReadBatch, or the next one, with ErrInterrupted (Interrupter).
 func (c *sameHostConn) Interrupt() {
 	if !c.busy {
+		// A ReadBatch waits in this Conn's epoll set or, with no ring attached, in the
+		// socket's own wait (readDirect): both are told, and the one not waiting has
+		// its deadline cleared when the other returns.
+		c.intr.Store(true)
 		c.ep.SetReadDeadline(longAgo)
+		c.inner.Interrupt()
 	}
 }
 

@@ -49,9 +49,9 @@ type Config struct {
 	// SameHost turns the same-host shortcut on for this device (GOVERBS_SHM=1 does it for
 	// every device): it serves a rendezvous socket and reaches other goverbs devices of
 	// this user on this host, in its network namespace, through shared memory
-	// (netio.ListenSameHost; docs/guide/same-host.md). It is off by default because its
-	// wrapper of the UDP socket still costs the remote path (a veth stream measured about
-	// a quarter slower) while no same-host peer uses it.
+	// (netio.ListenSameHost; docs/guide/same-host.md). It is off by default: with a
+	// peer's ring attached its wrapper still costs the remote path, the daemon's event
+	// loop does not read the rings, and every device would leave rendezvous files.
 	SameHost bool
 	// NoSameHost keeps the shortcut off for this device even where GOVERBS_SHM asks for it.
 	NoSameHost bool

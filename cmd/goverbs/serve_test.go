@@ -74,8 +74,11 @@ func TestServeLendsStream(t *testing.T) {
 	defer daemon.cancel()
 	t.Setenv("GOVERBS_ATTACH", "1")
 	port := freePort(t, a)
-	srv := startServer(t, "Waiting for client", "write_bw", "--bind", a, "-p", port, "-n", "20000")
-	cli := runBin(t, 60*time.Second, "write_bw", "--bind", b, "-p", port, "-n", "20000", a)
+	// About a second of stream on this machine: the loop judges a lend over 20 ms
+	// windows or more (lendJudge), and on a loaded machine a third of a second gave it
+	// too few whole windows to lend in (CI, once).
+	srv := startServer(t, "Waiting for client", "write_bw", "--bind", a, "-p", port, "-n", "60000")
+	cli := runBin(t, 60*time.Second, "write_bw", "--bind", b, "-p", port, "-n", "60000", a)
 	mustSucceed(t, "attached write_bw client", cli)
 	mustSucceed(t, "attached write_bw server", srv.wait(t))
 	r := runBin(t, 10*time.Second, "stat", "--bind", a)

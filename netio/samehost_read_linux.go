@@ -68,16 +68,26 @@ func (c *sameHostConn) ReadBatch(msgs []Message) (int, error) {
 			err = c.waitNetpoller()
 		}
 		awake(rx)
-		if errors.Is(err, ErrInterrupted) {
-			c.inner.er.setReadDeadline(time.Time{}) // Interrupt set both waits' deadlines
-			if !c.intr.Swap(false) {
-				continue // a ring's attach woke the socket's wait, not Interrupt
-			}
+		if errors.Is(err, ErrInterrupted) && !c.interrupted() {
+			continue // a stale deadline, not this read's Interrupt
 		}
 		if err != nil {
 			return 0, err
 		}
 	}
+}
+
+// interrupted is what a read ended with ErrInterrupted does: Interrupt sets the
+// deadlines of both waits (this Conn's epoll set and the socket's own), so the one that
+// did not end has its deadline cleared, and a pending ringWake is spent. It reports
+// whether Interrupt asked for it (the read then returns ErrInterrupted); otherwise the
+// wait was ended by a ring (ringWake) or a deadline left from an earlier Interrupt, and
+// the read looks again.
+func (c *sameHostConn) interrupted() bool {
+	c.ep.SetReadDeadline(time.Time{})
+	c.inner.er.setReadDeadline(time.Time{})
+	c.ringWake.Store(false)
+	return c.intr.Swap(false)
 }
 
 // readDirect is a blocking read of the UDP socket alone, in the UDP backend's own wait,
@@ -92,13 +102,8 @@ func (c *sameHostConn) readDirect(msgs []Message) (int, error) {
 		return 0, nil // attached since the list was loaded
 	}
 	n, err := c.inner.ReadBatch(msgs)
-	if errors.Is(err, ErrInterrupted) {
-		c.ep.SetReadDeadline(time.Time{}) // Interrupt set both waits' deadlines
-		c.ringWake.Store(false)
-		if !c.intr.Swap(false) {
-			return 0, nil
-		}
-		return 0, err
+	if errors.Is(err, ErrInterrupted) && !c.interrupted() {
+		return 0, nil // a ring's write or attach (ringWake)
 	}
 	if err != nil {
 		return 0, err

@@ -14,7 +14,7 @@
 #   UP=1         boot the VM (build.sh, up.sh) if it does not answer; DOWN=1 stops it at the end.
 #   GOVERBS=BIN  a goverbs binary to test (default: built from this tree into a temp dir).
 #   ONLY=FAMILY  run one family of cases (pingpong, ipv6, cm, rsockets, perftest, fabric, capi,
-#                capi-attach).
+#                capi-attach, kernel: goverbs built -tags ibverbs on rxe0 in the guest).
 #   RSTREAM_DEFAULT=1 also runs rstream with its default sizes both ways (slow under TCG).
 #   TIMEOUT=60   seconds each side may take.
 #   The ipv6 family runs when the guest has an IPv6 address (the VM brought up with RXE_IPV6=1).
@@ -281,6 +281,48 @@ if [ "${CAPI:-0}" = 1 ] && { [ -z "$ONLY" ] || [ "$ONLY" = capi-attach ]; }; the
       "rstream -S 65536 -C 100 -T v" "$a rstream -s $V -b $H -S 65536 -C 100 -T v"
   else
     echo "interop.sh: CAPI=1 capi-attach needs rping, ib_write_bw and librdmacm-dev on the host; skipped" >&2
+  fi
+fi
+
+family=kernel
+# goverbs built with -tags ibverbs in the guest, on rxe0 itself: package cm through the
+# kernel's rdma_cm (librdmacm 44), rdmanet (goverbs rstream) through the same, against
+# librdmacm's tools and against itself; both sides in the guest, rxe looping rxe0 back to
+# itself (docs/guide/cm-kernel.md). The host's goverbs is not in these cases.
+if [ -z "$ONLY" ] || [ "$ONLY" = kernel ]; then
+  if CGO_ENABLED=1 go build -tags ibverbs -o "$work/goverbs-ib" ./cmd/goverbs &&
+    guest 'cat > /tmp/goverbs-ib && chmod +x /tmp/goverbs-ib' <"$work/goverbs-ib"; then
+    k=/tmp/goverbs-ib kp="librdmacm 44 on rxe0 (both in the guest)" ks="goverbs -tags ibverbs on rxe0 (both)"
+    kboth() { # kboth ID TOOL TRANSPORT GV-SERVER PEER-CLIENT PEER-SERVER GV-CLIENT GV-CLIENT-TO-GV
+      run "kernel-$1-gvserver" "$2" "goverbs server (ibverbs)" "$3" "$kp" 2 guest "$4" guest "$5"
+      run "kernel-$1-gvclient" "$2" "goverbs client (ibverbs)" "$3" "$kp" 3 guest "$6" guest "$7"
+      run "kernel-$1-gvboth" "$2" "goverbs both (ibverbs)" "$3" "$ks" 2 guest "$4" guest "$8"
+    }
+    kboth rping rping "RC, rdma_cm" \
+      "$k rping -s -a $V -V -C 10 -v" "rping -c -a $V -V -C 10 -v" \
+      "rping -s -a $V -V -C 10" "$k rping -c -a $V -V -C 10 -v" "$k rping -c -a $V -V -C 10 -v"
+    kboth ucmatose ucmatose "RC, rdma_cm" \
+      "$k ucmatose -b $V -c 2" "ucmatose -s $V -c 2" \
+      "ucmatose -b $V -c 2" "$k ucmatose -s $V -b $V -c 2" "$k ucmatose -s $V -b $V -c 2"
+    kboth udaddy udaddy "UD, rdma_cm SIDR" \
+      "$k udaddy -b $V" "udaddy -s $V" \
+      "udaddy -b $V" "$k udaddy -s $V -b $V" "$k udaddy -s $V -b $V"
+    kgrp=239.77.0.11
+    run kernel-mckey-gvrecv mckey "goverbs receiver (ibverbs)" "UD multicast" "$kp" 2 \
+      guest "$k mckey -m $kgrp -b $V" guest "mckey -m $kgrp -b $V -s"
+    run kernel-mckey-gvsend mckey "goverbs sender (ibverbs)" "UD multicast" "$kp" 4 \
+      guest "mckey -m $kgrp -b $V" guest "$k mckey -m $kgrp -b $V -s"
+    kboth write_bw-R ib_write_bw "RC, rdma_cm (-R)" \
+      "$k write_bw -d rxe0 -R -n 200 -s 4096" "ib_write_bw -d rxe0 -R -n 200 -s 4096 $V" \
+      "ib_write_bw -d rxe0 -R -n 200 -s 4096" "$k write_bw -d rxe0 -R -n 200 -s 4096 $V" "$k write_bw -d rxe0 -R -n 200 -s 4096 $V"
+    kboth send_lat-R ib_send_lat "RC, rdma_cm (-R)" \
+      "$k send_lat -d rxe0 -R -n 200" "ib_send_lat -d rxe0 -R -n 200 $V" \
+      "ib_send_lat -d rxe0 -R -n 200" "$k send_lat -d rxe0 -R -n 200 $V" "$k send_lat -d rxe0 -R -n 200 $V"
+    kboth rstream rstream "rsockets (RC, rdma_cm): rdmanet" \
+      "$k rstream -b $V -S 65536 -C 100 -T v" "rstream -s $V -S 65536 -C 100 -T v" \
+      "rstream -b $V -S 65536 -C 100 -T v" "$k rstream -s $V -b $V -S 65536 -C 100 -T v" "$k rstream -s $V -b $V -S 65536 -C 100 -T v"
+  else
+    echo "interop.sh: family kernel needs cgo, libibverbs-dev and librdmacm-dev on the host; skipped" >&2
   fi
 fi
 

@@ -1433,6 +1433,18 @@ int rgetsockopt(int fd, int lv, int o, void *v, socklen_t *l)
 		}
 	} else if (lv == IPPROTO_TCP && o == TCP_NODELAY) {
 		return give_int(v, l, s->nodelay);
+	} else if (lv == IPPROTO_TCP && o == TCP_MAXSEG) {
+		/*
+		 * The path MTU's payload, as rsockets answers it (2048 before a route is
+		 * known): iperf3 asks for it on every connection, and prints an error
+		 * when the call fails. TCP_INFO and TCP_CONGESTION stay ENOPROTOOPT, as
+		 * in rsockets: there is no TCP state to report.
+		 */
+		int mss = 2048;
+
+		if (s->id && s->id->route.num_paths && s->id->route.path_rec)
+			mss = 1 << (7 + s->id->route.path_rec->mtu);
+		return give_int(v, l, mss);
 	}
 	return fail(ENOPROTOOPT);
 }

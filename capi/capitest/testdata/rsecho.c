@@ -162,6 +162,15 @@ int main(int argc, char **argv)
 		die("connect");
 	if (getpeername(fd, (struct sockaddr *)&peer, &len))
 		die("getpeername");
+	/* the path MTU's payload, as rsockets answers it: iperf3 asks on every connection */
+	int mss = 0;
+	socklen_t mlen = sizeof(mss);
+	if (getsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &mlen))
+		die("getsockopt TCP_MAXSEG");
+	if (mss < 256 || mss > 4096 || (mss & (mss - 1))) {
+		fprintf(stderr, "rsecho: TCP_MAXSEG %d is not an IB MTU\n", mss);
+		return 1;
+	}
 	write_all(fd, buf, TOTAL / 2);
 	struct iovec v[2] = {{buf + TOTAL / 2, 1000}, {buf + TOTAL / 2 + 1000, TOTAL / 2 - 1000}};
 	ssize_t w = writev(fd, v, 2);

@@ -61,5 +61,5 @@ fi
 CGO_ENABLED=1 go build -tags goverbs_capi -buildmode=c-shared -trimpath \
   -ldflags "-s -extldflags '-Wl,--version-script=$here/libibverbs.map -Wl,-soname,libibverbs.so.1'" \
   -o "$out" .
-rm -f "${out%.so.1}.h" # cgo's header of the gv_* exports: internal, not an API
+rm -f "${out%.1}.h" # cgo's header of the gv_* exports (libibverbs.so.h): internal, not an API
 echo "$out"

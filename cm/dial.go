@@ -52,8 +52,8 @@ func (a *Agent) Dial(ctx context.Context, raddr netip.AddrPort, p *Param) (*Conn
 	req := mad.REQFields{
 		ServiceID: mad.ServiceID(mad.PortSpaceTCP, raddr.Port()), LocalQPN: qp.QPN(),
 		ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
-		TransportServiceType: transportOf(qp), StartingPSN: psn, RetryCount: orDefault(p.RetryCount, 7),
-		PKey: mad.PKeyDefault, PathMTU: uint8(a.mtu), RNRRetryCount: orDefault(p.RNRRetryCount, 7),
+		TransportServiceType: transportOf(qp), StartingPSN: psn, RetryCount: retryCount(p.RetryCount),
+		PKey: mad.PKeyDefault, PathMTU: uint8(a.mtu), RNRRetryCount: retryCount(p.RNRRetryCount),
 		SRQ: p.QPInit.SRQ != nil,
 		Primary: mad.Path{LocalLID: 0xffff, RemoteLID: 0xffff, LocalGID: a.gid,
 			RemoteGID: verbs.GIDFromAddr(raddr.Addr()), HopLimit: hopLimit, LocalACKTimeout: timeout, TrafficClass: p.TOS},

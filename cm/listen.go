@@ -223,7 +223,7 @@ func (r *Request) Accept(ctx context.Context, p *Param) (*Conn, error) {
 		return nil, c.abandon(err)
 	}
 	rep := mad.REPFields{LocalQPN: qp.QPN(), StartingPSN: psn, ResponderResources: respRes,
-		InitiatorDepth: initDepth, TargetACKDelay: 15, RNRRetryCount: orDefault(p.RNRRetryCount, 7),
+		InitiatorDepth: initDepth, TargetACKDelay: 15, RNRRetryCount: retryCount(p.RNRRetryCount),
 		SRQ: p.QPInit.SRQ != nil, PrivateData: p.PrivateData}
 	rx := qp.Counters().RxPackets
 	if err := a.do(func(now time.Time) error { return a.cm.Accept(now, c.ic, &rep) }); err != nil {

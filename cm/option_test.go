@@ -469,3 +469,46 @@ func TestServiceIPoIBPortSpace(t *testing.T) {
 		t.Fatalf("resolved %+v", e)
 	}
 }
+
+// TestRetryCountsAboveSeven: retry counts above 7 (libfabric's verbs provider asks
+// rdma_connect for 15) are cut to 7, as the kernel's rdma_cm cuts them, on Dial and
+// Accept and on a Service's ids, whose RTS attributes are then valid for the QP (3-bit
+// fields); before, the dialler's RTS carried 15 and ibv_modify_qp refused it.
+func TestRetryCountsAboveSeven(t *testing.T) {
+	cl, sv := pair(t, nil)
+	cp, sp := cl.param(nil), sv.param(nil)
+	cp.RetryCount, cp.RNRRetryCount, sp.RNRRetryCount = 15, 15, 255
+	cc, sc := dialWith(t, cl, sv, cp, sp)
+	for _, c := range []*Conn{cc, sc} {
+		if a := c.QP().Query(); a.State != verbs.QPStateRTS || a.RetryCnt != 7 || a.RNRRetry != 7 {
+			t.Fatalf("QP %v, retry_cnt %d, rnr_retry %d; want RTS, 7, 7", a.State, a.RetryCnt, a.RNRRetry)
+		}
+	}
+	sendAndRead(t, cl, sv, cc, sc)
+
+	p := newSvcPair(t)
+	cid, err := p.cl.NewID(mad.PortSpaceTCP, p.handler(p.cl))
+	must(t, err)
+	lid, err := p.sv.NewID(mad.PortSpaceTCP, p.handler(p.sv))
+	must(t, err)
+	must(t, p.sv.Listen(lid, 4))
+	local, _, _ := p.sv.Query(lid)
+	must(t, p.cl.ResolveAddr(cid, netip.Addr{}, local))
+	p.wait(t, p.cl, cid, SvcAddrResolved)
+	must(t, p.cl.ResolveRoute(cid))
+	p.wait(t, p.cl, cid, SvcRouteResolved)
+	must(t, p.cl.Connect(cid, &ServiceParam{QPN: 0x111, RetryCount: 15, RNRRetryCount: 15}))
+	sid := p.wait(t, p.sv, lid, SvcConnectRequest).ID
+	must(t, p.sv.Accept(sid, &ServiceParam{QPN: 0x222, RNRRetryCount: 9}))
+	p.wait(t, p.cl, cid, SvcConnectResponse)
+	for _, s := range []struct {
+		s   *Service
+		tok uint64
+	}{{p.cl, cid}, {p.sv, sid}} {
+		rts, _, err := s.s.InitQPAttr(s.tok, verbs.QPStateRTS)
+		must(t, err)
+		if rts.RetryCnt != 7 || rts.RNRRetry != 7 {
+			t.Fatalf("id %d: RTS retry_cnt %d, rnr_retry %d; want 7, 7", s.tok, rts.RetryCnt, rts.RNRRetry)
+		}
+	}
+}

@@ -32,7 +32,7 @@ type Param struct {
 
 	// RetryCount and RNRRetryCount are the transport's retry counts
 	// (ibv_qp_attr's retry_cnt and rnr_retry); 0 means 7, the value every
-	// librdmacm example sets. MinRNRTimer is the RNR NAK delay this side
+	// librdmacm example sets, and a count above 7 is 7, as rdma_cm cuts it. MinRNRTimer is the RNR NAK delay this side
 	// asks for (0 means 12, 0.64 ms).
 	RetryCount    uint8
 	RNRRetryCount uint8
@@ -72,6 +72,12 @@ func orDefault(v, d uint8) uint8 {
 	}
 	return v
 }
+
+// retryCount is a retry count (Param's RetryCount, RNRRetryCount) as a connection uses
+// it: 0 means 7, and a count above 7 is cut to 7, as the kernel's rdma_cm cuts it
+// (cma_connect_ib, cma_accept_ib): the CM messages' fields and the QP attributes have 3
+// bits, and libfabric's verbs provider asks for 15.
+func retryCount(v uint8) uint8 { return min(orDefault(v, 7), 7) }
 
 // qp returns the QP to bring up, creating it when Param asks the CM to.
 func (p *Param) qp(a *Agent) (qp *verbs.QP, own bool, err error) {

@@ -444,7 +444,7 @@ func (s *Service) Connect(tok uint64, p *ServiceParam) error {
 	mad.CMAHeader(pd).Encode(&mad.CMAHeaderFields{Port: id.local.Port(), Src: a.addr, Dst: id.remote.Addr()})
 	copy(pd[mad.CMAHeaderLen:], p.PrivateData)
 	id.psn = rand.Uint32() & 0xffffff
-	id.mtu, id.retry = a.mtu, orDefault(p.RetryCount, 7)
+	id.mtu, id.retry = a.mtu, retryCount(p.RetryCount)
 	timeout := uint8(localACKTimeout)
 	if id.opt.timeoutSet && id.opt.timeout != 0 {
 		timeout = id.opt.timeout // the kernel's rdma_cm derives the path's packet lifetime from it
@@ -453,7 +453,7 @@ func (s *Service) Connect(tok uint64, p *ServiceParam) error {
 		ServiceID: mad.ServiceID(s.space(id), id.remote.Port()), LocalQPN: p.QPN & 0xffffff,
 		ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
 		TransportServiceType: mad.TransportRC, StartingPSN: id.psn, RetryCount: id.retry,
-		PKey: mad.PKeyDefault, PathMTU: uint8(a.mtu), RNRRetryCount: orDefault(p.RNRRetryCount, 7), SRQ: p.SRQ,
+		PKey: mad.PKeyDefault, PathMTU: uint8(a.mtu), RNRRetryCount: retryCount(p.RNRRetryCount), SRQ: p.SRQ,
 		Primary: mad.Path{LocalLID: 0xffff, RemoteLID: 0xffff, LocalGID: a.gid,
 			RemoteGID: verbs.GIDFromAddr(id.remote.Addr()), HopLimit: hopLimit, LocalACKTimeout: timeout,
 			TrafficClass: id.opt.tos},
@@ -509,7 +509,7 @@ func (s *Service) Accept(tok uint64, p *ServiceParam) error {
 	f := &id.ic.REQ
 	rep := mad.REPFields{LocalQPN: p.QPN & 0xffffff, StartingPSN: id.psn,
 		ResponderResources: min(p.ResponderResources, f.InitiatorDepth), InitiatorDepth: min(p.InitiatorDepth, f.ResponderResources),
-		TargetACKDelay: 15, RNRRetryCount: orDefault(p.RNRRetryCount, 7), SRQ: p.SRQ, PrivateData: p.PrivateData}
+		TargetACKDelay: 15, RNRRetryCount: retryCount(p.RNRRetryCount), SRQ: p.SRQ, PrivateData: p.PrivateData}
 	ic := id.ic
 	id.state = stAccepted
 	s.mu.Unlock()

@@ -234,6 +234,19 @@ static int sa_any(const struct sockaddr *sa)
 	return !memcmp(g.raw, z.raw, 16);
 }
 
+/* sa_loopback: 127.0.0.0/8 or ::1, which the kernel's rdma_cm binds as it binds the any
+ * address (cma_any_addr). */
+static int sa_loopback(const struct sockaddr *sa)
+{
+	static const uint8_t one[16] = { [15] = 1 };
+
+	if (sa && sa->sa_family == AF_INET)
+		return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+	if (sa && sa->sa_family == AF_INET6)
+		return !memcmp(&((const struct sockaddr_in6 *)sa)->sin6_addr, one, 16);
+	return 0;
+}
+
 /* ---- objects ---- */
 
 struct cm_dev {
@@ -291,6 +304,11 @@ struct cm_id {
 	void *connect;			  /* rdma_getaddrinfo's connect data */
 	size_t connect_len;
 	int own_cqs, listening;
+	/* bound to the any address, or to a loopback one no device has: the kernel's rdma_cm
+	 * binds such an id to no device (id->verbs NULL) until a resolve gives it one, and a
+	 * program (libfabric) relies on it. The daemon's id is on dev all the same, which
+	 * holds the port and serves a listen. */
+	int nodev;
 	/* rdma_set_option's, kept for an id the daemon has not heard of yet (set_options) */
 	uint8_t tos, timeout;
 	int tos_set, timeout_set, reuseaddr, afonly;
@@ -748,6 +766,18 @@ static int set_options(struct cm_id *i)
 	return rc;
 }
 
+/* expose gives the program's id its device: id->verbs, and as librdmacm the device's PD
+ * (a program may create its own QP on id->pd: pyverbs' external-QP test does). */
+static int expose(struct cm_id *i)
+{
+	i->nodev = 0;
+	i->id.verbs = i->dev->verbs;
+	i->id.port_num = 1;
+	if (!i->id.pd && !(i->id.pd = default_pd(i->dev)))
+		return ENOMEM;
+	return 0;
+}
+
 /* ensure_h gives the id a daemon id on device d (its device from now on). */
 static int ensure_h(struct cm_id *i, struct cm_dev *d)
 {
@@ -777,12 +807,8 @@ static int ensure_h(struct cm_id *i, struct cm_dev *d)
 	struct rd r = { rep, n, 0 };
 	i->h = get32(&r);
 	i->dev = d;
-	i->id.verbs = d->verbs;
-	i->id.port_num = 1;
-	/* As librdmacm, an id with a device has the device's PD: a program may create its
-	 * own QP on id->pd (pyverbs' external-QP test does). */
-	if (!i->id.pd && !(i->id.pd = default_pd(d)))
-		return ENOMEM;
+	if (!i->nodev && (rc = expose(i)))
+		return rc;
 	return set_options(i);
 }
 
@@ -964,35 +990,104 @@ static int complete(struct cm_id *i)
 	return 0;
 }
 
-int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
+/* dev_has says whether a device has sa's address. */
+static int dev_has(const struct sockaddr *sa)
 {
-	struct cm_id *i = checked(id, "rdma_bind_addr");
+	union ibv_gid g;
+
+	if (!have_devs() || !sa_gid(sa, &g))
+		return 0;
+	for (int i = 0; i < ndevs; i++)
+		if (!memcmp(devs[i].gid.raw, g.raw, 16))
+			return 1;
+	return 0;
+}
+
+/*
+ * bind_id binds the id to addr. An id bound to the any address, or to a loopback address no
+ * device has, gets no device (id->verbs stays NULL), as the kernel's rdma_cm treats
+ * loopback addresses as the any address (cma_any_addr) and acquires a device only for
+ * another; its daemon id is on the family's first device, bound to the any address with
+ * addr's port. need_dev (the datagram rsockets, which make their QP on the id's device
+ * at once) gives an id bound to the any address that device, and refuses a loopback
+ * address no device has (EADDRNOTAVAIL).
+ */
+static int bind_id(struct cm_id *i, struct sockaddr *addr, int need_dev)
+{
+	struct sockaddr_storage b;
 	struct wr w = { .n = 0 };
 	uint8_t rep[MAX_MSG];
 	struct cm_dev *d;
 	size_t n;
-	int rc = 0;
+	int rc = 0, wild;
+
+	if (!addr || !sa_len(addr)) {
+		dbg("rdma_bind_addr: no IPv4 or IPv6 address: %s", addr ? "EAFNOSUPPORT" : "EINVAL");
+		return addr ? EAFNOSUPPORT : EINVAL;
+	}
+	memcpy(&b, addr, sa_len(addr));
+	wild = sa_any(addr) || (!need_dev && sa_loopback(addr) && !dev_has(addr));
+	if (wild && !sa_any(addr)) { /* the any address of its family, with its port */
+		if (b.ss_family == AF_INET)
+			((struct sockaddr_in *)&b)->sin_addr.s_addr = htonl(INADDR_ANY);
+		else
+			((struct sockaddr_in6 *)&b)->sin6_addr = in6addr_any;
+	}
+	if (!(d = i->h ? i->dev : pick_dev((struct sockaddr *)&b, NULL, &rc)))
+		return rc;
+	if (!i->h && wild && !need_dev)
+		i->nodev = 1;
+	if ((rc = ensure_h(i, d)))
+		return rc;
+	put32(&w, i->h);
+	put_addr(&w, (struct sockaddr *)&b);
+	if ((rc = command(d, OP_BIND_ADDR, &w, rep, &n, NULL, 0)))
+		return rc;
+	struct rd r = { rep, n, 0 };
+	get_addr(&r, &b);
+	if (b.ss_family == AF_UNSPEC) {
+		memcpy(&i->id.route.addr.src_storage, addr, sa_len(addr));
+	} else if (wild && !sa_any(addr)) { /* the program's loopback address, the daemon's port */
+		memcpy(&i->id.route.addr.src_storage, addr, sa_len(addr));
+		if (b.ss_family == AF_INET && addr->sa_family == AF_INET)
+			((struct sockaddr_in *)&i->id.route.addr.src_storage)->sin_port =
+				((struct sockaddr_in *)&b)->sin_port;
+		else if (b.ss_family == AF_INET6 && addr->sa_family == AF_INET6)
+			((struct sockaddr_in6 *)&i->id.route.addr.src_storage)->sin6_port =
+				((struct sockaddr_in6 *)&b)->sin6_port;
+	} else {
+		i->id.route.addr.src_storage = b;
+	}
+	if (!i->nodev) {
+		i->id.route.addr.addr.ibaddr.sgid = d->gid;
+		i->id.route.addr.addr.ibaddr.pkey = htobe16(0xffff);
+	}
+	return 0;
+}
+
+int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
+{
+	struct cm_id *i = checked(id, "rdma_bind_addr");
+	int rc;
 
 	if (!i)
 		return -1;
-	if (!addr || !sa_len(addr)) {
-		dbg("rdma_bind_addr: no IPv4 or IPv6 address: %s", addr ? "EAFNOSUPPORT" : "EINVAL");
-		return err(addr ? EAFNOSUPPORT : EINVAL);
-	}
-	if (!(d = i->h ? i->dev : pick_dev(addr, NULL, &rc)))
+	if ((rc = bind_id(i, addr, 0)))
 		return err(rc);
-	if ((rc = ensure_h(i, d)))
+	return 0;
+}
+
+/* goverbs_cm_bind_device is rdma_bind_addr for the library's datagram rsockets: an id
+ * bound to the any address gets its device all the same. Library-internal. */
+int goverbs_cm_bind_device(struct rdma_cm_id *id, struct sockaddr *addr)
+{
+	struct cm_id *i = checked(id, "rdma_bind_addr");
+	int rc;
+
+	if (!i)
+		return -1;
+	if ((rc = bind_id(i, addr, 1)))
 		return err(rc);
-	put32(&w, i->h);
-	put_addr(&w, addr);
-	if ((rc = command(d, OP_BIND_ADDR, &w, rep, &n, NULL, 0)))
-		return err(rc);
-	struct rd r = { rep, n, 0 };
-	get_addr(&r, &i->id.route.addr.src_storage);
-	if (i->id.route.addr.src_addr.sa_family == AF_UNSPEC)
-		memcpy(&i->id.route.addr.src_storage, addr, sa_len(addr));
-	i->id.route.addr.addr.ibaddr.sgid = d->gid;
-	i->id.route.addr.addr.ibaddr.pkey = htobe16(0xffff);
 	return 0;
 }
 
@@ -1059,7 +1154,7 @@ int rdma_listen(struct rdma_cm_id *id, int backlog)
 		return err(rc);
 	i->listening = 1;
 	/* a line a test (or a person) can wait for: the service answers from now on */
-	dbg("listening on port %u of %s", ntohs(rdma_get_src_port(id)), ibv_get_device_name(id->verbs->device));
+	dbg("listening on port %u of %s", ntohs(rdma_get_src_port(id)), ibv_get_device_name(i->dev->verbs->device));
 	return 0;
 }
 
@@ -1686,6 +1781,8 @@ static int process(struct cm_chan *c, struct raw *raw, struct cm_evt **out)
 		ah.port_num = 1;
 	switch (type) {
 	case RDMA_CM_EVENT_ADDR_RESOLVED:
+		if (i->nodev && !status && expose(i))
+			dbg("rdma_resolve_addr: no PD for the id's device: ENOMEM");
 		if (local.ss_family)
 			i->id.route.addr.src_storage = local;
 		if (remote.ss_family)
@@ -1708,8 +1805,8 @@ static int process(struct cm_chan *c, struct raw *raw, struct cm_evt **out)
 		}
 		n->h = hid;
 		n->dev = i->dev;
-		n->id.verbs = i->id.verbs;
-		n->id.pd = i->id.pd; /* the device's, as the listener's */
+		n->id.verbs = i->dev->verbs; /* the listener's may be NULL: bound to the any address */
+		n->id.pd = i->id.pd ? i->id.pd : default_pd(i->dev); /* the listener's, or the device's */
 		n->id.port_num = 1;
 		n->id.route.addr.src_storage = local;
 		n->id.route.addr.dst_storage = remote;
@@ -1790,7 +1887,7 @@ static int process(struct cm_chan *c, struct raw *raw, struct cm_evt **out)
 			}
 		}
 		if (e->ev.event == RDMA_CM_EVENT_MULTICAST_JOIN)
-			dbg("joined a multicast group on %s", ibv_get_device_name(i->id.verbs->device));
+			dbg("joined a multicast group on %s", ibv_get_device_name(i->dev->verbs->device));
 		break;
 	}
 	default:
@@ -2028,6 +2125,17 @@ int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
 
 	if (!i)
 		return -1;
+	if (i->sync && !channel) {
+		dbg("rdma_migrate_id: the id is synchronous already: EINVAL");
+		return err(EINVAL);
+	}
+	/* as librdmacm, a synchronous id's last event (id->event, left for the program to
+	 * read) is acked first: else the wait below would wait for ever (libfabric's verbs
+	 * provider moves its endpoints' ids, resolved synchronously, to its event queue) */
+	if (i->sync && id->event) {
+		rdma_ack_cm_event(id->event);
+		id->event = NULL;
+	}
 	if (!channel) {
 		if (!(made = channel = rdma_create_event_channel()))
 			return -1;

@@ -42,6 +42,10 @@
 
 #include "rsocket_dgram.h"
 
+/* cma.c's rdma_bind_addr that gives an id bound to the any address its device (an
+ * rdma_cm id bound so has none, as the kernel's): the socket's QP is made there. */
+int goverbs_cm_bind_device(struct rdma_cm_id *id, struct sockaddr *addr);
+
 #define UDP_TAG 0x55555555u
 #define UDP_HDR4 16 /* tag, version, op, length, reserved, qpn, IPv4 address */
 #define UDP_HDR6 28 /* ... IPv6 address */
@@ -264,14 +268,14 @@ static int local_addr(struct dsk *d)
 			((struct sockaddr_in *)&b)->sin_port = 0;
 		else
 			((struct sockaddr_in6 *)&b)->sin6_port = 0;
-		if (rdma_bind_addr(d->id, (struct sockaddr *)&b))
+		if (goverbs_cm_bind_device(d->id, (struct sockaddr *)&b))
 			return -1;
 		d->local = ss;
 		return 0;
 	}
 	memset(&any, 0, sizeof(any));
 	any.ss_family = d->family;
-	if (rdma_bind_addr(d->id, (struct sockaddr *)&any))
+	if (goverbs_cm_bind_device(d->id, (struct sockaddr *)&any))
 		return -1;
 	union ibv_gid g = d->id->route.addr.addr.ibaddr.sgid;
 	static const uint8_t v4[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};

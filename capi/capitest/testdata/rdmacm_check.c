@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -235,6 +236,78 @@ static void connections(void)
 	rdma_destroy_event_channel(ch);
 }
 
+/*
+ * anybinds: as on the kernel's rdma_cm, an id bound to the any address, or to a loopback
+ * address no device has (cma_any_addr), has no device (id->verbs NULL) yet holds its port:
+ * it listens (its requests' ids have the device), and a resolve gives it the device
+ * (libfabric's verbs provider binds "localhost" and takes the device's addresses when
+ * id->verbs is NULL). And rdma_migrate_id of a synchronous id whose last event the
+ * program never acked (libfabric moves its endpoints' ids so) acks it, as librdmacm does,
+ * rather than wait for ever.
+ */
+static void anybinds(void)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct sockaddr_in lo = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in any = { .sin_family = AF_INET };
+	struct ibv_qp_init_attr qa = qp_attr();
+	struct rdma_cm_id *l, *c, *id;
+	struct rdma_cm_event *e;
+
+	CHECK(ch && fcntl(ch->fd, F_SETFL, O_NONBLOCK) == 0, "channel");
+	CHECK(addr.sin_addr.s_addr != lo.sin_addr.s_addr, "the device's address is 127.0.0.1: pick another");
+	CHECK(rdma_create_id(ch, &l, NULL, RDMA_PS_TCP) == 0, "listener");
+	CHECK(rdma_bind_addr(l, (struct sockaddr *)&lo) == 0, "bind to 127.0.0.1");
+	CHECK(l->verbs == NULL && l->pd == NULL, "an id bound to 127.0.0.1 has a device");
+	CHECK(rdma_get_src_port(l) != 0 && rdma_get_local_addr(l)->sa_family == AF_INET &&
+		      ((struct sockaddr_in *)rdma_get_local_addr(l))->sin_addr.s_addr == lo.sin_addr.s_addr,
+	      "the bound address: port %u", ntohs(rdma_get_src_port(l)));
+	FAILS(rdma_create_qp(l, NULL, &qa), EINVAL); /* no device yet */
+	CHECK(rdma_listen(l, 4) == 0 && l->verbs == NULL, "listen on 127.0.0.1");
+	{
+		struct sockaddr_in dst = addr;
+
+		dst.sin_port = rdma_get_src_port(l);
+		c = client(ch, &dst);
+		CHECK(rdma_connect(c, NULL) == 0, "connect to the device's address, the listener's port");
+		if ((e = next(ch, RDMA_CM_EVENT_CONNECT_REQUEST))) {
+			CHECK(e->listen_id == l && e->id->verbs == c->verbs && e->id->pd != NULL,
+			      "the request's id has the device");
+			id = e->id;
+			rdma_ack_cm_event(e);
+			CHECK(rdma_reject(id, NULL, 0) == 0, "reject");
+			if ((e = next(ch, RDMA_CM_EVENT_REJECTED)))
+				rdma_ack_cm_event(e);
+			rdma_destroy_id(id);
+		}
+		rdma_destroy_qp(c);
+		rdma_destroy_id(c);
+	}
+	rdma_destroy_id(l);
+	while (rdma_get_cm_event(ch, &e) == 0)
+		rdma_ack_cm_event(e);
+
+	/* the any address: no device until the resolve */
+	CHECK(rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP) == 0, "sync id");
+	CHECK(rdma_bind_addr(id, (struct sockaddr *)&any) == 0 && id->verbs == NULL && rdma_get_src_port(id) != 0,
+	      "bind to the any address");
+	CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr *)&addr, 1000) == 0 && id->verbs != NULL && id->pd != NULL,
+	      "the resolve gives the id its device");
+	/* rdma_migrate_id of a synchronous id, its ADDR_RESOLVED (id->event) not acked */
+	alarm(20); /* a wait for ever would end the program */
+	CHECK(id->event != NULL && rdma_migrate_id(id, ch) == 0 && id->channel == ch && id->event == NULL,
+	      "rdma_migrate_id of a synchronous id");
+	alarm(0);
+	CHECK(rdma_resolve_route(id, 1000) == 0, "resolve the route");
+	if ((e = next(ch, RDMA_CM_EVENT_ROUTE_RESOLVED)))
+		rdma_ack_cm_event(e);
+	CHECK(rdma_destroy_id(id) == 0, "destroy the moved id");
+	CHECK(rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP) == 0, "sync id");
+	FAILS(rdma_migrate_id(id, NULL), EINVAL); /* synchronous already */
+	rdma_destroy_id(id);
+	rdma_destroy_event_channel(ch);
+}
+
 int main(int argc, char **argv)
 {
 	struct rdma_event_channel *ch;
@@ -430,6 +503,7 @@ int main(int argc, char **argv)
 	CHECK(rdma_destroy_id(id) == 0, "destroy sync id");
 
 	connections();
+	anybinds();
 
 	/* devices, getaddrinfo */
 	int n = 0;

@@ -177,8 +177,8 @@ static int gva_query(struct gva_dev *d)
 #define GVA_INT(f) a->f = (int)(gva_get64(&r) & 0x7fffffff)
 	GVA_INT(max_qp);
 	GVA_INT(max_qp_wr);
-	/* no XRC on an attached device (protocol version 1) */
-	a->device_cap_flags = (unsigned int)gva_get64(&r) & ~(unsigned int)IBV_DEVICE_XRC;
+	/* XRC included: the C flavour serves it through the daemon's XRC commands */
+	a->device_cap_flags = (unsigned int)gva_get64(&r);
 	GVA_INT(max_sge);
 	GVA_INT(max_sge_rd);
 	GVA_INT(max_cq);

@@ -58,6 +58,7 @@ var sections = []struct {
 	{"RC WRITE against a Go TCP stream over a veth pair", "veth", "sudo bench/veth.sh", vethTable, vethNotes},
 	{"net.Conn over RDMA (rdmanet) against Go TCP", "rstream", "bench/rstream.sh", rstreamTable, rstreamNotes},
 	{"Two goverbs processes on one host: the same-host shortcut against the UDP path", "samehost", "bench/samehost.sh", compareTable, samehostNotes},
+	{"Socket programs on RDMA: iperf3 and sockperf under librspreload against the kernel's TCP", "rspreload", "bench/rspreload.sh", rstreamTable, rspreloadNotes},
 }
 
 // withMeta writes the run's description, then its table; nothing if the table is empty.
@@ -84,7 +85,7 @@ func pageHead(w io.Writer, data string) {
 bench/report/page.go, the figures come from the runs. -->
 
 This page is written by `+"`bench/report`"+` from the JSON rows that the benchmark scripts record
-under [%[1]s](%[1]s/README.md): `+"`bench/compare.sh`, `bench/veth.sh`, `bench/rstream.sh` and `bench/samehost.sh`"+` each
+under [%[1]s](%[1]s/README.md): `+"`bench/compare.sh`, `bench/veth.sh`, `bench/rstream.sh`, `bench/samehost.sh` and `bench/rspreload.sh`"+` each
 regenerate it at the end of a run (by hand: `+"`go run ./bench/report -page docs/PERFORMANCE.md docs/perf`"+`).
 Each section names its run: the command that reproduces it, the date, the commit and the
 machine.
@@ -157,6 +158,15 @@ before it blocks, as rsockets polls for its ` + "`polling_time`" + `, but only w
 answered, and a spin whose yields keep giving its core away moves its thread to another CPU;
 the completion goroutine never spins ([DESIGN.md](DESIGN.md), "Streams over RDMA"). Go TCP's
 request/response is bimodal on a VM, as the UDP ping-pong above is.
+`
+
+var rspreloadNotes = `Debian's own ` + "`iperf3`" + ` and ` + "`sockperf`" + `, unmodified, with librdmacm1's
+` + "`librspreload.so`" + ` preloaded: their TCP sockets become rsockets of goverbs' drop-in
+` + "`librdmacm.so.1`" + ` (the C flavour, [guide/capi.md](guide/capi.md), "rsockets"), both devices in
+one ` + "`goverbs serve`" + `, so every byte goes through the daemon's RC WRITEs over UDP on
+loopback. The baseline is the same program on the kernel's TCP in the same round. Stream: the
+receiver's rate of ` + "`iperf3 -l 64K`" + `. Request/response: sockperf's average one-way latency of
+its 64-byte TCP ping-pong (half the round trip).
 `
 
 var pageTail = `## Other measurements

@@ -88,6 +88,9 @@ func TestPageFigures(t *testing.T) {
 		"| 9000 (4096) | 2500.0 MiB/s | 1750.0 MiB/s | 1.43× | 2.00× 1.00× | 1.50× | 2 |",
 		"| rdma-tree | 25.00 | 2.00× 1.50× | 1.75× | 3.50 | 0.50× 1.00× | 0.75× |",
 		"| Go TCP | 15.00 | | | 5.00 | | |",
+		// librspreload: 10/20 and 12/16; 15/10 and 8/8; the baseline named for the mode.
+		"| rsockets | 11.00 | 0.50× 0.75× | 0.62× | 11.50 | 1.50× 1.00× | 1.25× |",
+		"| kernel TCP (same program) | 18.00 | | | 9.00 | | |",
 		"Run 2000-01-01T00:00Z at commit fixture, on 2 cores of Fixture CPU",
 		"Reproduce: `ROUNDS=3 bench/compare.sh`",
 	} {

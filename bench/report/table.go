@@ -161,6 +161,16 @@ var rstreamModes = map[string]string{
 	"loopback": "Two processes on loopback",
 	"veth":     "Two processes in two namespaces, a veth pair at MTU 1500",
 	"inproc":   "Both ends in one process (`rstream --loop`)",
+	"preload":  "Unmodified programs, two processes on loopback: `iperf3 -l 64K` and `sockperf ping-pong --tcp -m 64` under librspreload.so on the drop-in's rsockets, against the same programs on the kernel's TCP (bench/rspreload.sh)",
+}
+
+// rstreamBaseline names each mode's baseline row: Go's net.TCPConn for rdmanet, the
+// kernel's TCP under the same C program for librspreload's.
+func rstreamBaseline(mode string) string {
+	if mode == "preload" {
+		return "kernel TCP (same program)"
+	}
+	return "Go TCP"
 }
 
 // rstreamTable writes bench/rstream.sh's tables: per mode and variant (rdmanet at each
@@ -216,7 +226,7 @@ func rstreamTable(w io.Writer, dir string) bool {
 			}
 			mb, mr := medianOf(slices.Collect(maps.Values(sr.bw))), medianOf(slices.Collect(maps.Values(sr.rr)))
 			if v == "tcp" {
-				fmt.Fprintf(w, "| Go TCP | %.2f | | | %.2f | | |\n", mb, mr)
+				fmt.Fprintf(w, "| %s | %.2f | | | %.2f | | |\n", rstreamBaseline(m), mb, mr)
 				continue
 			}
 			xb, xr := perRound(sr.bw, tcp.bw), perRound(sr.rr, tcp.rr)

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# bench/rspreload.sh: unmodified socket programs on RDMA (issue 30). Debian's iperf3 and
+# sockperf under librspreload.so (librdmacm1's LD_PRELOAD shim) on goverbs' drop-in
+# librdmacm.so.1 (the C flavour, capi/build.sh -attach: rsockets in capi/rdmacm/rsocket.c,
+# both devices in one `goverbs serve`), against the same programs on the kernel's TCP,
+# two processes on loopback, in interleaved rounds:
+#   - stream: iperf3 -l 64K for DURATION seconds, the receiver's Gb/s;
+#   - request/response: sockperf ping-pong --tcp -m 64 for DURATION seconds, its average
+#     one-way latency (sockperf halves the round trip), µs.
+# The rows (rstream.json, as bench/rstream.sh writes them, mode "preload") and meta.json
+# go to OUT (default docs/perf/rspreload); with the default OUT the run regenerates
+# docs/PERFORMANCE.md. bench/report prints the table: each round's ratio to the kernel's
+# TCP and their median.
+#
+#   bench/rspreload.sh                      # ROUNDS=3 DURATION=3
+#
+# Needs gcc, rdma-core's headers (libibverbs-dev, librdmacm-dev), rdmacm-utils (for
+# librspreload.so), iperf3 and sockperf. Run it alone on the machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${ROUNDS:-3}
+dur=${DURATION:-3}
+out=${OUT:-docs/perf/rspreload}
+repro="ROUNDS=$rounds DURATION=$dur${OUT:+ OUT=$OUT} bench/rspreload.sh"
+pre=${RSPRELOAD:-/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so}
+for p in iperf3 sockperf; do
+	command -v $p >/dev/null || { echo "rspreload.sh: $p is not installed" >&2; exit 1; }
+done
+[ -e "$pre" ] || { echo "rspreload.sh: $pre missing (apt-get install rdmacm-utils, or RSPRELOAD=path)" >&2; exit 1; }
+. bench/meta.sh
+
+work=$(mktemp -d)
+srv=
+serve=
+cleanup() {
+	[ -n "$srv" ] && kill "$srv" 2>/dev/null && wait "$srv" 2>/dev/null
+	[ -n "$serve" ] && kill "$serve" 2>/dev/null && wait "$serve" 2>/dev/null
+	rm -rf "$work"
+	true
+}
+trap cleanup EXIT
+S=127.52.0.2 C=127.52.0.3
+bash capi/build.sh -attach "$work/lib" >/dev/null
+go build -o "$work/report" ./bench/report
+mkdir -m 700 "$work/run"
+export XDG_RUNTIME_DIR=$work/run
+"$work/lib/goverbs" serve "s0=$S,c0=$C" >"$work/serve.log" 2>&1 &
+serve=$!
+sleep 1
+rs_s="env LD_LIBRARY_PATH=$work/lib LD_PRELOAD=$pre GOVERBS_DEVICES=s0=$S"
+rs_c="env LD_LIBRARY_PATH=$work/lib LD_PRELOAD=$pre GOVERBS_DEVICES=c0=$C"
+
+mkdir -p "$out"
+rm -f "$out/rstream.json" "$out/log.txt"
+write_meta "$out" "$repro"
+echo "$repro" >&2
+
+# row ROUND VARIANT GBPS US: one rstream.json row (bench/report's rstreamRow).
+row() { echo "{\"round\":$1,\"mode\":\"preload\",\"variant\":\"$2\",\"bw_gbps\":$3,\"rr_us\":$4}" >>"$out/rstream.json"; }
+
+# iperf ENVPREFIX: the receiver's Gb/s of one iperf3 run (server and client under the prefix).
+iperf() {
+	local pfx_s=$1 pfx_c=$2 o
+	$pfx_s iperf3 -s -B $S -1 >>"$out/log.txt" 2>&1 &
+	srv=$!
+	sleep 0.5
+	o=$($pfx_c iperf3 -c $S -B $C -t "$dur" -l 64K 2>>"$out/log.txt")
+	echo "$o" >>"$out/log.txt"
+	wait "$srv" || true
+	srv=
+	echo "$o" | awk '/receiver/ { for (i = 1; i <= NF; i++) if ($i ~ /bits\/sec$/) { v = $(i-1); u = $i } }
+		END { if (u == "") exit 1; if (u ~ /^G/) print v; else if (u ~ /^M/) print v / 1000; else if (u ~ /^K/) print v / 1e6; else print v / 1e9 }'
+}
+
+# pingpong SERVER-PREFIX CLIENT-PREFIX: sockperf's average one-way latency, µs.
+pingpong() {
+	local pfx_s=$1 pfx_c=$2 o
+	$pfx_s sockperf server -i $S --tcp >>"$out/log.txt" 2>&1 &
+	srv=$!
+	sleep 1
+	o=$($pfx_c sockperf ping-pong -i $S --tcp -m 64 -t "$dur" 2>&1)
+	echo "$o" >>"$out/log.txt"
+	kill "$srv" 2>/dev/null || true
+	wait "$srv" 2>/dev/null || true
+	srv=
+	echo "$o" | awk '/Summary: Latency is/ { for (i = 1; i <= NF; i++) if ($i == "is") print $(i+1); found = 1 } END { if (!found) exit 1 }'
+}
+
+for r in $(seq "$rounds"); do
+	echo "== round $r" >&2
+	tb=$(iperf env env)
+	rb=$(iperf "$rs_s" "$rs_c")
+	tl=$(pingpong env env)
+	rl=$(pingpong "$rs_s" "$rs_c")
+	echo "   iperf3 Gb/s: tcp $tb rsockets $rb | sockperf µs: tcp $tl rsockets $rl" >&2
+	row "$r" tcp "$tb" "$tl"
+	row "$r" rsockets "$rb" "$rl"
+done
+
+echo "Reproduce: \`$repro\`"
+echo
+"$work/report" -rstream "$out"
+case "$out" in
+docs/perf/*)
+	"$work/report" -page docs/PERFORMANCE.md docs/perf
+	echo "docs/PERFORMANCE.md regenerated from docs/perf: commit the rows with it" >&2 ;;
+esac

@@ -157,7 +157,9 @@ func (c *sameHostConn) pollLocked(msgs []Message, always bool) (int, error) {
 			c.rxPackets.Add(uint64(pkts))
 		}
 	}
-	c.fromRings.Store(ringed > 0)
+	if from := ringed > 0; c.fromRings.Load() != from {
+		c.fromRings.Store(from) // a store is a locked instruction; a spin's polls mostly change nothing
+	}
 	if n == len(msgs) {
 		c.udpFirst = ringed > 0 // the rings had more than a batch: the socket goes first next
 		return n, nil

@@ -19,8 +19,13 @@ import (
 // udpEvery is how many polls of the rings come between two reads of the UDP socket
 // while peers reach this Conn through rings and the socket has been quiet: a poll of
 // the rings costs no syscall, a recvmmsg one, and a spinning ping-pong or a stream over
-// the rings would otherwise pay it on every poll.
-const udpEvery = 32
+// the rings would otherwise pay it on every poll. At 32 the socket's reads were a
+// quarter of each process's CPU in a busy 8 B ping-pong through the rings (perf, both
+// sides), and one that came while the reply arrived delayed it by the syscall; at 256
+// an empty ring poll being some 60-80 ns, a datagram from a remote peer that comes
+// while only the rings are busy waits some 20 µs at most before it is read (then the
+// socket is read at every poll while it has traffic: udpHot).
+const udpEvery = 256
 
 // ReadBatch reads from the rings, then the UDP socket, and waits for either when both
 // are empty.
@@ -157,7 +162,9 @@ func (c *sameHostConn) pollLocked(msgs []Message, always bool) (int, error) {
 			c.rxPackets.Add(uint64(pkts))
 		}
 	}
-	c.fromRings.Store(ringed > 0)
+	if from := ringed > 0; c.fromRings.Load() != from {
+		c.fromRings.Store(from) // a store is a locked instruction; a spin's polls mostly change nothing
+	}
 	if n == len(msgs) {
 		c.udpFirst = ringed > 0 // the rings had more than a batch: the socket goes first next
 		return n, nil

@@ -32,6 +32,9 @@ type CQ struct {
 	// held mirrors n for a busy poller's look before it reads the socket: an empty
 	// poll, the common case in a spin loop, then takes no lock.
 	held atomic.Int32
+	// stopped says overflow || closed for the same look: with held 0 and stopped false,
+	// Take has nothing to return and takes no lock either.
+	stopped atomic.Bool
 
 	overflow bool
 	closed   bool
@@ -97,6 +100,12 @@ func (cq *CQ) Poll(out []driver.WC) (int, error) {
 // completions when its event fires, and an empty Poll's drive would make the device
 // take the daemon for a program spinning on the CQ (whose socket leaves the netpoller).
 func (cq *CQ) Take(out []driver.WC) (int, error) {
+	if cq.held.Load() == 0 && !cq.stopped.Load() {
+		// Empty, the common case of a poll in a spin loop: no lock (two locked
+		// instructions a poll). A completion pushed meanwhile is the next poll's, as
+		// if this one had taken the lock first.
+		return 0, nil
+	}
 	cq.mu.Lock()
 	if cq.closed {
 		cq.mu.Unlock()
@@ -180,6 +189,7 @@ func (cq *CQ) push(wc *driver.WC, solicited bool) {
 	if cq.n == len(cq.ring) {
 		first := !cq.overflow
 		cq.overflow = true
+		cq.stopped.Store(true)
 		cq.mu.Unlock()
 		cq.dev.counters.CQOverflows.Add(1)
 		if first {
@@ -214,6 +224,7 @@ func (cq *CQ) Close() error {
 		return ErrCQBusy
 	}
 	cq.closed = true
+	cq.stopped.Store(true)
 	return nil
 }
 

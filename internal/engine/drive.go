@@ -441,6 +441,17 @@ func (d *Device) readNow(p netio.Poller, slots int) int {
 	return n
 }
 
+// countRx adds msgs' datagrams to the device's receive counters.
+func (d *Device) countRx(msgs []netio.Message) {
+	var pkts, bytes uint64
+	for i := range msgs {
+		pkts += uint64(msgs[i].NumSegments())
+		bytes += uint64(msgs[i].N)
+	}
+	d.counters.RxPackets.Add(pkts)
+	d.counters.RxBytes.Add(bytes)
+}
+
 // processRx runs the first n messages of the receive batch through the device and sends
 // the ACKs they earned.
 //
@@ -461,7 +472,12 @@ func (d *Device) processRx(n int) {
 }
 
 // inputBatch runs the first n messages of the receive batch through the device.
+//
+// The batch's datagrams are counted first, with one Add per counter, not two per
+// datagram (each Add is a locked instruction), and before any of them takes effect, as
+// when each was counted on arrival.
 func (d *Device) inputBatch(n int) {
+	d.countRx(d.rxMsgs[:n])
 	lent := false
 	for i := range d.rxMsgs[:n] {
 		m := &d.rxMsgs[i]

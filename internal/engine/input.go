@@ -18,9 +18,11 @@ import (
 //
 // seg is the packet's position in a GRO run (0 for a lone datagram): a run coalesced from a
 // goverbs GSO send carries IPv4 Identifications numbered from 0, which the ICRC covers.
+//
+// The datagram was counted (RxPackets, RxBytes) with its batch (inputBatch).
 func (d *Device) input(b []byte, from netip.AddrPort, seg int) {
 	p := &d.rxPkt
-	if !d.parseRx(p, b, from) {
+	if !d.parse(p, b, from) {
 		return
 	}
 	qp := d.rxLookupQP(p.BTH.DestQP())
@@ -58,8 +60,6 @@ func (d *Device) inputView(b, priv []byte, from netip.AddrPort, seg int) {
 		return
 	}
 	p := &d.rxPkt
-	d.counters.RxPackets.Add(1)
-	d.counters.RxBytes.Add(uint64(len(b)))
 	perr, ok := p.TryParseView(head, b, wire.MTU4096.Bytes())
 	if !ok {
 		d.counters.Malformed.Add(1)
@@ -124,11 +124,16 @@ func (d *Device) route(p *wire.Packet, qp *QP, from netip.AddrPort) {
 }
 
 // parseRx counts a datagram and parses it into p; a malformed one is counted and
-// dropped (false). The first receive step for the device's own socket (input) and a
-// multicast group's (inputMcast).
+// dropped (false). The first receive step for a multicast group's socket (inputMcast).
 func (d *Device) parseRx(p *wire.Packet, b []byte, from netip.AddrPort) bool {
 	d.counters.RxPackets.Add(1)
 	d.counters.RxBytes.Add(uint64(len(b)))
+	return d.parse(p, b, from)
+}
+
+// parse parses a counted datagram into p; a malformed one is counted and dropped
+// (false). The first receive step for the device's own socket (input).
+func (d *Device) parse(p *wire.Packet, b []byte, from netip.AddrPort) bool {
 	perr, ok := p.TryParse(b, wire.MTU4096.Bytes())
 	if !ok {
 		d.counters.Malformed.Add(1)

@@ -145,11 +145,14 @@ func (qp *QP) runRequester() {
 		qp.paceEnd()
 	}
 	if tx != nil {
-		if qp.dev.splitAcks && qp.acks.owed && qp.resp.out.empty() {
+		if qp.acks.owed && qp.resp.out.empty() && (qp.dev.splitAcks || qp.dev.rings != nil && qp.dev.rings.FromRings()) {
 			// The requests go first, in a send of their own: the peer is waiting for
 			// them, and on this Conn the send that carries them puts them on the wire
 			// before it returns, so building the ACK's datagram into it would only
-			// hold them back. The ACK follows at once.
+			// hold them back. The ACK follows at once. So too where the last read
+			// came from the same-host rings (the peer owed this ACK most likely
+			// reaches us through them): a ring write costs no system call, and the
+			// requests are in the peer's ring before the ACK is built.
 			qp.dev.flushTx(tx)
 		}
 		qp.ackAlong(tx) // after the requests: the peer is waiting for those

@@ -261,10 +261,16 @@ func (d *Device) flushTx(b *txBatch) {
 	raceReleaseWire()
 	for len(msgs) > 0 {
 		n, err := d.conn.WriteBatch(msgs)
+		// Counted once per send, not per message: each Add is a locked instruction,
+		// and a ping-pong's reply and the ACK riding along with it are two messages.
+		var segs, bytes uint64
 		for i := 0; i < n && i < len(msgs); i++ {
-			segs := uint64(msgs[i].NumSegments())
+			segs += uint64(msgs[i].NumSegments())
+			bytes += uint64(msgs[i].N)
+		}
+		if segs > 0 {
 			d.counters.TxPackets.Add(segs)
-			d.counters.TxBytes.Add(uint64(msgs[i].N))
+			d.counters.TxBytes.Add(bytes)
 		}
 		if err != nil {
 			// A datagram the socket refuses is a lost packet: the transport's retry

@@ -14,6 +14,7 @@
 #   xdp_send_lat_busy    RC SEND 8 B one-way, busy-poll     send_lat_busy (UDP backend),
 #                                                           udp_lat_busy (Go UDP spinning),
 #                                                           udp_lat_rcwire (the same, RC's datagrams)
+#   xdp_send_lat_busy_generic  the same, the program in generic XDP ("+generic")
 #   xdp_write_bw_8       RC WRITE 8 B message rate          write_bw_8, udp_rate (Go 8 B writes)
 #   xdp_write_bw_8_busy  the same, busy-poll                write_bw_8_busy, udp_rate
 #   xdp_write_bw         RC WRITE 64 KiB bandwidth          write_bw, tcp_bw (Go TCP stream)
@@ -64,6 +65,7 @@ echo "$repro" >&2
 inA=(ip netns exec "$A") inB=(ip netns exec "$B")
 # The AF_XDP devices, one per namespace; the UDP backend's are opened with --bind.
 xA=(env "GOVERBS_DEVICES=xdp0=$S@xdp:va/$Q") xB=(env "GOVERBS_DEVICES=xdp0=$C@xdp:vb/$Q")
+xAg=(env "GOVERBS_DEVICES=xdp0=$S@xdp:va/$Q+generic") xBg=(env "GOVERBS_DEVICES=xdp0=$C@xdp:vb/$Q+generic")
 if ! "${inA[@]}" "${xA[@]}" "$g" devinfo -d xdp0 >"$out/devinfo.txt" 2>&1; then
   echo "afxdp.sh: this goverbs cannot open an AF_XDP device from GOVERBS_DEVICES:" >&2
   cat "$out/devinfo.txt" >&2
@@ -77,6 +79,9 @@ run[udp_lat_busy]="${inA[*]} $n udp_lat --bind $S --busy-poll -- ${inB[*]} $n ud
 run[udp_lat_rcwire]="${inA[*]} $n udp_lat --bind $S --busy-poll --rc-wire -- ${inB[*]} $n udp_lat --bind $C -s 8 -n $N --busy-poll --rc-wire $S"
 run[send_lat_busy]="${inA[*]} $g send_lat --bind $S -s 8 -n $N --json --busy-poll -- ${inB[*]} $g send_lat --bind $C -s 8 -n $N --json --busy-poll $S"
 run[xdp_send_lat_busy]="${inA[*]} ${xA[*]} $g send_lat -d xdp0 -s 8 -n $N --json --busy-poll -- ${inB[*]} ${xB[*]} $g send_lat -d xdp0 -s 8 -n $N --json --busy-poll $S"
+# The same with the program in generic XDP on both ends ("+generic"): on veth it skips
+# the copy native XDP makes of each skb (docs/guide/afxdp.md, "Generic XDP on veth").
+run[xdp_send_lat_busy_generic]="${inA[*]} ${xAg[*]} $g send_lat -d xdp0 -s 8 -n $N --json --busy-poll -- ${inB[*]} ${xBg[*]} $g send_lat -d xdp0 -s 8 -n $N --json --busy-poll $S"
 run[udp_rate]="${inA[*]} $n udp_rate --bind $S -- ${inB[*]} $n udp_rate --bind $C -s 8 -D $D $S"
 run[write_bw_8]="${inA[*]} $g write_bw --bind $S --json -- ${inB[*]} $g write_bw --bind $C -s 8 -D $D --json $S"
 run[xdp_write_bw_8]="${inA[*]} ${xA[*]} $g write_bw -d xdp0 --json -- ${inB[*]} ${xB[*]} $g write_bw -d xdp0 -s 8 -D $D --json $S"
@@ -85,7 +90,7 @@ run[xdp_write_bw_8_busy]="${inA[*]} ${xA[*]} $g write_bw -d xdp0 --json --busy-p
 run[tcp_bw]="${inA[*]} $n tcp_bw --bind $S -- ${inB[*]} $n tcp_bw --bind $C -s 65536 -D $D $S"
 run[write_bw]="${inA[*]} $g write_bw --bind $S --json -- ${inB[*]} $g write_bw --bind $C -s 65536 -D $D --json $S"
 run[xdp_write_bw]="${inA[*]} ${xA[*]} $g write_bw -d xdp0 --json -- ${inB[*]} ${xB[*]} $g write_bw -d xdp0 -s 65536 -D $D --json $S"
-order=(udp_lat_busy udp_lat_rcwire send_lat_busy xdp_send_lat_busy
+order=(udp_lat_busy udp_lat_rcwire send_lat_busy xdp_send_lat_busy xdp_send_lat_busy_generic
   udp_rate write_bw_8 xdp_write_bw_8 write_bw_8_busy xdp_write_bw_8_busy
   tcp_bw write_bw xdp_write_bw)
 

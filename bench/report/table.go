@@ -29,6 +29,8 @@ var comparisons = []struct{ run, base, key, unit, what string }{
 	{"xdp_write_bw_8", "write_bw_8", "msg_rate_mpps", "M/s", "AF_XDP: RC WRITE 8 B message rate vs the UDP backend's"},
 	{"xdp_write_bw_8_busy", "write_bw_8_busy", "msg_rate_mpps", "M/s", "AF_XDP: RC WRITE 8 B message rate, busy-poll, vs the UDP backend's"},
 	{"xdp_write_bw", "write_bw", "bw_avg_mib_s", "MiB/s", "AF_XDP: RC WRITE 64 KiB bandwidth vs the UDP backend's"},
+	{"xdp_send_lat_busy_generic", "send_lat_busy", "t_typical_us", "µs", "AF_XDP, generic XDP (+generic): RC SEND 8 B latency, busy-poll, vs the UDP backend's"},
+	{"xdp_send_lat_busy_generic", "udp_lat_busy", "t_typical_us", "µs", "AF_XDP, generic XDP (+generic): RC SEND 8 B latency, busy-poll, vs Go UDP spinning ping-pong"},
 	{"xdp_send_lat_busy", "udp_lat_rcwire", "t_typical_us", "µs", "AF_XDP: RC SEND 8 B latency, busy-poll, vs Go UDP spinning ping-pong sending RC's datagrams (nettest --rc-wire)"},
 	{"xdp_write_bw_8", "udp_rate", "msg_rate_mpps", "M/s", "AF_XDP: RC WRITE 8 B message rate vs Go UDP 8 B datagrams (one write each, delivered)"},
 	{"xdp_write_bw_8_busy", "udp_rate", "msg_rate_mpps", "M/s", "AF_XDP: RC WRITE 8 B message rate, busy-poll, vs Go UDP 8 B datagrams"},

@@ -39,9 +39,13 @@ out=${1:-docs/perf/afxdp}
 R=${ROUNDS:-3} D=${DURATION:-3} N=${ITERS:-20000} MTU=${MTU:-1500} Q=${QUEUE:-0} COUNT=${COUNT:-1}
 repro="ROUNDS=$R DURATION=$D ITERS=$N MTU=$MTU bench/afxdp.sh $out"
 mkdir -p "$out"
-rm -f "$out"/*.json "$out/log.txt"
 . bench/lib.sh
 . bench/meta.sh
+# meta.json is made before the last run's rows go: they are committed, and git describe
+# --dirty would call the tree dirty without them.
+write_meta "$bin/meta" "$repro"
+rm -f "$out"/*.json "$out/log.txt"
+mv "$bin/meta/meta.json" "$out/meta.json"
 
 # Server side A, client side B, as bench/veth.sh; TEST-NET-1 addresses (RFC 5737).
 A=gvx-bench-a-$$ B=gvx-bench-b-$$ S=192.0.2.1 C=192.0.2.2
@@ -60,7 +64,6 @@ for ns in "$A" "$B"; do ip -n "$ns" link set lo up; done
 ip -n "$A" link set va up
 ip -n "$B" link set vb up
 build
-write_meta "$out" "$repro"
 echo "$repro" >&2
 inA=(ip netns exec "$A") inB=(ip netns exec "$B")
 # The AF_XDP devices, one per namespace; the UDP backend's are opened with --bind.

@@ -1,37 +1,54 @@
 #!/usr/bin/env bash
-# goverbs on AF_XDP against goverbs on the UDP backend over the same veth pair between two
-# network namespaces, at MTU 1500 (issue 33's figures): busy-poll 8 B send_lat (one-way,
-# median), 8 B RDMA WRITE message rate (default and busy-poll) and RC WRITE 64 KiB
-# bandwidth, with the plain Go UDP spinning ping-pong (nettest udp_lat --busy-poll) as the
-# floor a Go program reaches through the kernel. Every figure's baseline is measured in
-# the same round; rounds are interleaved.
+# goverbs on AF_XDP against goverbs on the UDP backend and against the Go programs a user
+# would write instead, over the same veth pair between two network namespaces at MTU 1500
+# (issue 33's figures). Every figure's baselines are measured in the same round; rounds
+# are interleaved.
 #
-#   bench/afxdp.sh [OUTDIR]          (default: bench/results-afxdp)
+#   bench/afxdp.sh [OUTDIR]          (default: docs/perf/afxdp)
+#
+# Rows go to OUTDIR as bench/compare.sh's and bench/samehost.sh's do (JSON per test,
+# meta.json, log.txt), the tables come from bench/report, and with the default OUTDIR the
+# run regenerates docs/PERFORMANCE.md.
+#
+# Per round (AF_XDP run, then its baselines):
+#   xdp_send_lat_busy    RC SEND 8 B one-way, busy-poll     send_lat_busy (UDP backend),
+#                                                           udp_lat_busy (Go UDP spinning),
+#                                                           udp_lat_rcwire (the same, RC's datagrams)
+#   xdp_send_lat_busy_generic  the same, the program in generic XDP ("+generic")
+#   xdp_write_bw_8       RC WRITE 8 B message rate          write_bw_8, udp_rate (Go 8 B writes)
+#   xdp_write_bw_8_busy  the same, busy-poll                write_bw_8_busy, udp_rate
+#   xdp_write_bw         RC WRITE 64 KiB bandwidth          write_bw, tcp_bw (Go TCP stream)
+# After the rounds each test runs once more with its client under perf stat (system calls
+# and context switches, syscalls.json; skipped without perf), not timed.
 #
 # Environment: ROUNDS=3, DURATION=3 (seconds per bandwidth/rate run), ITERS=20000 (round
-# trips per latency run), MTU=1500, QUEUE=0.
+# trips per latency run), MTU=1500, QUEUE=0, COUNT=1 (0: no perf stat pass).
 #
 # Needs root and iproute2 (skips, exit 0, without them), a kernel with AF_XDP, and a
 # goverbs whose GOVERBS_DEVICES understands an AF_XDP device,
 #   NAME=ADDR[:PORT]@xdp:IFACE[/QUEUE]
-# (docs/guide/afxdp.md); it stops with a message if the binary does not. veth has no AF_XDP
-# zero-copy: the socket runs in copy mode, the program in veth's native XDP. Both veth
-# ends get one queue each way, so that every datagram reaches the queue the socket is
-# bound to. Everything lives in the two namespaces, deleted on exit with the veth pair;
-# no traffic leaves them.
+# (docs/guide/afxdp.md). veth has no AF_XDP zero-copy: the socket runs in copy mode, the
+# program in veth's native XDP. Both veth ends get one queue each way, so that every
+# datagram reaches the queue the socket is bound to. Everything lives in the two
+# namespaces, deleted on exit with the veth pair; no traffic leaves them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" -ne 0 ]; then echo "afxdp.sh: skipped: namespaces and XDP need root" >&2; exit 0; fi
 if ! command -v ip >/dev/null; then echo "afxdp.sh: skipped: no ip (iproute2)" >&2; exit 0; fi
-out=${1:-bench/results-afxdp}
-R=${ROUNDS:-3} D=${DURATION:-3} N=${ITERS:-20000} MTU=${MTU:-1500} Q=${QUEUE:-0}
+out=${1:-docs/perf/afxdp}
+R=${ROUNDS:-3} D=${DURATION:-3} N=${ITERS:-20000} MTU=${MTU:-1500} Q=${QUEUE:-0} COUNT=${COUNT:-1}
 repro="ROUNDS=$R DURATION=$D ITERS=$N MTU=$MTU bench/afxdp.sh $out"
 mkdir -p "$out"
-rm -f "$out"/*.json "$out/log.txt"
 . bench/lib.sh
+. bench/meta.sh
+# meta.json is made before the last run's rows go: they are committed, and git describe
+# --dirty would call the tree dirty without them.
+write_meta "$bin/meta" "$repro"
+rm -f "$out"/*.json "$out/log.txt"
+mv "$bin/meta/meta.json" "$out/meta.json"
 
 # Server side A, client side B, as bench/veth.sh; TEST-NET-1 addresses (RFC 5737).
-A=gvxbench-a-$$ B=gvxbench-b-$$ S=192.0.2.1 C=192.0.2.2
+A=gvx-bench-a-$$ B=gvx-bench-b-$$ S=192.0.2.1 C=192.0.2.2
 remove_namespaces() {
   ip netns del "$A" 2>/dev/null || true
   ip netns del "$B" 2>/dev/null || true
@@ -51,6 +68,7 @@ echo "$repro" >&2
 inA=(ip netns exec "$A") inB=(ip netns exec "$B")
 # The AF_XDP devices, one per namespace; the UDP backend's are opened with --bind.
 xA=(env "GOVERBS_DEVICES=xdp0=$S@xdp:va/$Q") xB=(env "GOVERBS_DEVICES=xdp0=$C@xdp:vb/$Q")
+xAg=(env "GOVERBS_DEVICES=xdp0=$S@xdp:va/$Q+generic") xBg=(env "GOVERBS_DEVICES=xdp0=$C@xdp:vb/$Q+generic")
 if ! "${inA[@]}" "${xA[@]}" "$g" devinfo -d xdp0 >"$out/devinfo.txt" 2>&1; then
   echo "afxdp.sh: this goverbs cannot open an AF_XDP device from GOVERBS_DEVICES:" >&2
   cat "$out/devinfo.txt" >&2
@@ -58,30 +76,76 @@ if ! "${inA[@]}" "${xA[@]}" "$g" devinfo -d xdp0 >"$out/devinfo.txt" 2>&1; then
   exit 1
 fi
 
+# The runs, by name: server command, "--", client command (the client prints the row).
+declare -A run
+run[udp_lat_busy]="${inA[*]} $n udp_lat --bind $S --busy-poll -- ${inB[*]} $n udp_lat --bind $C -s 8 -n $N --busy-poll $S"
+run[udp_lat_rcwire]="${inA[*]} $n udp_lat --bind $S --busy-poll --rc-wire -- ${inB[*]} $n udp_lat --bind $C -s 8 -n $N --busy-poll --rc-wire $S"
+run[send_lat_busy]="${inA[*]} $g send_lat --bind $S -s 8 -n $N --json --busy-poll -- ${inB[*]} $g send_lat --bind $C -s 8 -n $N --json --busy-poll $S"
+run[xdp_send_lat_busy]="${inA[*]} ${xA[*]} $g send_lat -d xdp0 -s 8 -n $N --json --busy-poll -- ${inB[*]} ${xB[*]} $g send_lat -d xdp0 -s 8 -n $N --json --busy-poll $S"
+# The same with the program in generic XDP on both ends ("+generic"): on veth it skips
+# the copy native XDP makes of each skb (docs/guide/afxdp.md, "Generic XDP on veth").
+run[xdp_send_lat_busy_generic]="${inA[*]} ${xAg[*]} $g send_lat -d xdp0 -s 8 -n $N --json --busy-poll -- ${inB[*]} ${xBg[*]} $g send_lat -d xdp0 -s 8 -n $N --json --busy-poll $S"
+run[udp_rate]="${inA[*]} $n udp_rate --bind $S -- ${inB[*]} $n udp_rate --bind $C -s 8 -D $D $S"
+run[write_bw_8]="${inA[*]} $g write_bw --bind $S --json -- ${inB[*]} $g write_bw --bind $C -s 8 -D $D --json $S"
+run[xdp_write_bw_8]="${inA[*]} ${xA[*]} $g write_bw -d xdp0 --json -- ${inB[*]} ${xB[*]} $g write_bw -d xdp0 -s 8 -D $D --json $S"
+run[write_bw_8_busy]="${inA[*]} $g write_bw --bind $S --json --busy-poll -- ${inB[*]} $g write_bw --bind $C -s 8 -D $D --json --busy-poll $S"
+run[xdp_write_bw_8_busy]="${inA[*]} ${xA[*]} $g write_bw -d xdp0 --json --busy-poll -- ${inB[*]} ${xB[*]} $g write_bw -d xdp0 -s 8 -D $D --json --busy-poll $S"
+run[tcp_bw]="${inA[*]} $n tcp_bw --bind $S -- ${inB[*]} $n tcp_bw --bind $C -s 65536 -D $D $S"
+run[write_bw]="${inA[*]} $g write_bw --bind $S --json -- ${inB[*]} $g write_bw --bind $C -s 65536 -D $D --json $S"
+run[xdp_write_bw]="${inA[*]} ${xA[*]} $g write_bw -d xdp0 --json -- ${inB[*]} ${xB[*]} $g write_bw -d xdp0 -s 65536 -D $D --json $S"
+order=(udp_lat_busy udp_lat_rcwire send_lat_busy xdp_send_lat_busy xdp_send_lat_busy_generic
+  udp_rate write_bw_8 xdp_write_bw_8 write_bw_8_busy xdp_write_bw_8_busy
+  tcp_bw write_bw xdp_write_bw)
+
 for round in $(seq "$R"); do
-  # Latency, busy-poll: Go UDP spinning, the UDP backend, AF_XDP.
-  pair udp_lat_busy $round "${inA[@]}" $n udp_lat --bind $S --busy-poll -- "${inB[@]}" $n udp_lat --bind $C -s 8 -n $N --busy-poll $S
-  pair send_lat_busy $round "${inA[@]}" $g send_lat --bind $S -s 8 -n $N --json --busy-poll -- \
-    "${inB[@]}" $g send_lat --bind $C -s 8 -n $N --json --busy-poll $S
-  pair xdp_send_lat_busy $round "${inA[@]}" "${xA[@]}" $g send_lat -d xdp0 -s 8 -n $N --json --busy-poll -- \
-    "${inB[@]}" "${xB[@]}" $g send_lat -d xdp0 -s 8 -n $N --json --busy-poll $S
-  # 8 B WRITE message rate, default and busy-poll.
-  pair write_bw_8 $round "${inA[@]}" $g write_bw --bind $S --json -- "${inB[@]}" $g write_bw --bind $C -s 8 -D $D --json $S
-  pair xdp_write_bw_8 $round "${inA[@]}" "${xA[@]}" $g write_bw -d xdp0 --json -- \
-    "${inB[@]}" "${xB[@]}" $g write_bw -d xdp0 -s 8 -D $D --json $S
-  pair write_bw_8_busy $round "${inA[@]}" $g write_bw --bind $S --json --busy-poll -- \
-    "${inB[@]}" $g write_bw --bind $C -s 8 -D $D --json --busy-poll $S
-  pair xdp_write_bw_8_busy $round "${inA[@]}" "${xA[@]}" $g write_bw -d xdp0 --json --busy-poll -- \
-    "${inB[@]}" "${xB[@]}" $g write_bw -d xdp0 -s 8 -D $D --json --busy-poll $S
-  # RC WRITE 64 KiB.
-  pair write_bw $round "${inA[@]}" $g write_bw --bind $S --json -- "${inB[@]}" $g write_bw --bind $C -s 65536 -D $D --json $S
-  pair xdp_write_bw $round "${inA[@]}" "${xA[@]}" $g write_bw -d xdp0 --json -- \
-    "${inB[@]}" "${xB[@]}" $g write_bw -d xdp0 -s 65536 -D $D --json $S
+  for t in "${order[@]}"; do
+    # shellcheck disable=SC2086 # the commands are words (paths and flags without spaces)
+    pair "$t" "$round" ${run[$t]}
+  done
 done
-{
-  echo "veth pair between two namespaces, MTU $MTU, AF_XDP in copy mode (veth), $R interleaved rounds, $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(date -u +%Y-%m-%dT%H:%MZ). Reproduce: \`$repro\`"
-  echo
-  "$bin/report" -dir "$out"
-} | tee "$out/table.md"
+
+# count_pair NAME: the pair once more, latency runs with five times the round trips (so
+# that start-up's system calls, counted too, weigh less), its client under perf stat; one
+# row in $out/syscalls.json with the client's system calls, context switches and the
+# iterations its own row reports (udp_rate's delivered datagrams are its "iterations").
+count_pair() {
+  local t=$1 srv=() cli=() w side=srv
+  local -a words
+  read -r -a words <<<"${run[$t]//-n $N/-n $((5 * N))}"
+  for w in "${words[@]}"; do
+    if [ "$side" = srv ] && [ "$w" = -- ]; then side=cli; continue; fi
+    if [ "$side" = srv ]; then srv+=("$w"); else cli+=("$w"); fi
+  done
+  local stat="$bin/stat-$t.csv"
+  echo "== count: $t" >&2
+  echo "== count: $t: ${srv[*]} -- perf stat ${cli[*]}" >>"$out/log.txt"
+  "${srv[@]}" >/dev/null 2>>"$out/log.txt" &
+  srv_pid=$!
+  sleep 0.5
+  local rows
+  if rows=$(timeout "${TIMEOUT:-300}" perf stat -x, -e raw_syscalls:sys_enter,context-switches -o "$stat" -- "${cli[@]}" 2>>"$out/log.txt") && [ -n "$rows" ]; then
+    local iters calls cs
+    iters=$(printf '%s\n' "$rows" | sed -n 's/.*"iterations":\([0-9.e+]*\).*/\1/p' | tail -1)
+    calls=$(awk -F, '$3 ~ /raw_syscalls:sys_enter/ {print $1}' "$stat")
+    cs=$(awk -F, '$3 ~ /context-switches/ {print $1}' "$stat")
+    printf '{"test":"%s","syscalls":%s,"context_switches":%s,"iterations":%s}\n' "$t" "${calls:-0}" "${cs:-0}" "${iters:-0}" |
+      tee -a "$out/syscalls.json" >&2
+  else
+    echo "FAILED: count $t (see $out/log.txt)" >&2
+    failures+=("count $t")
+  fi
+  kill "$srv_pid" 2>/dev/null || true
+  wait "$srv_pid" 2>/dev/null || true
+  srv_pid=
+  sleep 0.5
+}
+if [ "$COUNT" != 0 ] && command -v perf >/dev/null; then
+  for t in "${order[@]}"; do count_pair "$t"; done
+fi
+
+echo "veth pair between two namespaces, MTU $MTU, AF_XDP in copy mode (veth), $R interleaved rounds. Reproduce: \`$repro\`"
+echo
+"$bin/report" -afxdp "$out"
+write_page "$out"
 echo "reproduce with: $repro" >&2
 report_failures

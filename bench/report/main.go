@@ -6,6 +6,7 @@
 //	report -dir RESULTS [-svg FILE]     the loopback table on stdout (bench/compare.sh)
 //	report -veth RESULTS                the veth table on stdout (bench/veth.sh)
 //	report -rstream RESULTS             the rdmanet table on stdout (bench/rstream.sh)
+//	report -afxdp RESULTS               the AF_XDP tables on stdout (bench/afxdp.sh)
 //	report -page FILE DATA              the whole page from DATA's runs
 //
 // RESULTS holds one file per test, named after it (write_bw.json, tcp_bw.json, ...), with
@@ -16,8 +17,9 @@
 // and where the run was made (bench/meta.sh writes it).
 //
 // DATA (docs/perf) holds one RESULTS directory per script: loopback (compare.sh), veth
-// (veth.sh, a directory per MTU inside) and rstream (rstream.sh). The page is generated,
-// never edited: its figures are the rows', its prose is in page.go.
+// (veth.sh, a directory per MTU inside), rstream (rstream.sh), samehost (samehost.sh)
+// and afxdp (afxdp.sh). The page is generated, never edited: its figures are the rows',
+// its prose is in page.go.
 package main
 
 import (
@@ -31,6 +33,7 @@ func main() {
 	svg := flag.String("svg", "", "with -dir: write the size sweep plot here")
 	veth := flag.String("veth", "", "directory of bench/veth.sh's results: print its table")
 	rstream := flag.String("rstream", "", "directory of bench/rstream.sh's results: print its table")
+	afxdp := flag.String("afxdp", "", "directory of bench/afxdp.sh's results: print its tables")
 	page := flag.String("page", "", "write the performance page here from the runs under the directory given as argument")
 	flag.Parse()
 	fail := func(err error) {
@@ -61,6 +64,10 @@ func main() {
 	case *rstream != "":
 		if !rstreamTable(os.Stdout, *rstream) {
 			fail(fmt.Errorf("no result rows in %s", *rstream))
+		}
+	case *afxdp != "":
+		if !afxdpTable(os.Stdout, *afxdp) {
+			fail(fmt.Errorf("no result rows in %s", *afxdp))
 		}
 	default:
 		flag.Usage()

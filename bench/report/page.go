@@ -59,6 +59,7 @@ var sections = []struct {
 	{"net.Conn over RDMA (rdmanet) against Go TCP", "rstream", "bench/rstream.sh", rstreamTable, rstreamNotes},
 	{"Two goverbs processes on one host: the same-host shortcut against the UDP path", "samehost", "bench/samehost.sh", compareTable, samehostNotes},
 	{"Socket programs on RDMA: iperf3 and sockperf under librspreload against the kernel's TCP", "rspreload", "bench/rspreload.sh", rstreamTable, rspreloadNotes},
+	{"goverbs on AF_XDP against its UDP backend and Go over a veth pair", "afxdp", "sudo bench/afxdp.sh", afxdpTable, afxdpNotes},
 }
 
 // withMeta writes the run's description, then its table; nothing if the table is empty.
@@ -85,7 +86,7 @@ func pageHead(w io.Writer, data string) {
 bench/report/page.go, the figures come from the runs. -->
 
 This page is written by `+"`bench/report`"+` from the JSON rows that the benchmark scripts record
-under [%[1]s](%[1]s/README.md): `+"`bench/compare.sh`, `bench/veth.sh`, `bench/rstream.sh`, `bench/samehost.sh` and `bench/rspreload.sh`"+` each
+under [%[1]s](%[1]s/README.md): `+"`bench/compare.sh`, `bench/veth.sh`, `bench/rstream.sh`, `bench/samehost.sh`, `bench/rspreload.sh` and `bench/afxdp.sh`"+` each
 regenerate it at the end of a run (by hand: `+"`go run ./bench/report -page docs/PERFORMANCE.md docs/perf`"+`).
 Each section names its run: the command that reproduces it, the date, the commit and the
 machine.
@@ -145,6 +146,17 @@ tools with ` + "`GOVERBS_SHM=0`" + ` in the same round, except ` + "`-e`" + `, w
 unix-socket 8-byte ping-pong through the netpoller (` + "`bench/nettest unix_lat`" + `). The -e rows
 block on the completion channel; on the shortcut the serving waiter polls the rings for up
 to 50 µs before it blocks while traffic is dense, which a ping-pong always is.
+`
+
+var afxdpNotes = `Two network namespaces joined by a veth pair at MTU 1500, the server in one and the
+client in the other. Each goverbs figure on AF_XDP (` + "`GOVERBS_DEVICES=xdp0=ADDR@xdp:IFACE/0`" + `,
+[guide/afxdp.md](guide/afxdp.md)) is beside goverbs on its UDP backend and beside the Go
+program a user would write instead, all in the same round: Go's spinning UDP ping-pong for
+busy-poll latency (and the same sending RC's datagrams, ` + "`--rc-wire`" + `), a loop of 8-byte UDP
+writes for the message rate, a TCP stream of 64 KiB writes for bandwidth. veth has no
+AF_XDP zero-copy, so the socket runs in copy mode: the kernel still builds an skb for each
+datagram sent and copies each one received, and veth runs the receiving end's XDP program
+in the sender's system call. The guide says what zero-copy would need.
 `
 
 var rstreamNotes = `` + "`goverbs rstream`" + ` (librdmacm's rstream over package rdmanet, which speaks rsockets' protocol;

@@ -29,6 +29,12 @@ var comparisons = []struct{ run, base, key, unit, what string }{
 	{"xdp_write_bw_8", "write_bw_8", "msg_rate_mpps", "M/s", "AF_XDP: RC WRITE 8 B message rate vs the UDP backend's"},
 	{"xdp_write_bw_8_busy", "write_bw_8_busy", "msg_rate_mpps", "M/s", "AF_XDP: RC WRITE 8 B message rate, busy-poll, vs the UDP backend's"},
 	{"xdp_write_bw", "write_bw", "bw_avg_mib_s", "MiB/s", "AF_XDP: RC WRITE 64 KiB bandwidth vs the UDP backend's"},
+	{"xdp_send_lat_busy_generic", "send_lat_busy", "t_typical_us", "µs", "AF_XDP, generic XDP (+generic): RC SEND 8 B latency, busy-poll, vs the UDP backend's"},
+	{"xdp_send_lat_busy_generic", "udp_lat_busy", "t_typical_us", "µs", "AF_XDP, generic XDP (+generic): RC SEND 8 B latency, busy-poll, vs Go UDP spinning ping-pong"},
+	{"xdp_send_lat_busy", "udp_lat_rcwire", "t_typical_us", "µs", "AF_XDP: RC SEND 8 B latency, busy-poll, vs Go UDP spinning ping-pong sending RC's datagrams (nettest --rc-wire)"},
+	{"xdp_write_bw_8", "udp_rate", "msg_rate_mpps", "M/s", "AF_XDP: RC WRITE 8 B message rate vs Go UDP 8 B datagrams (one write each, delivered)"},
+	{"xdp_write_bw_8_busy", "udp_rate", "msg_rate_mpps", "M/s", "AF_XDP: RC WRITE 8 B message rate, busy-poll, vs Go UDP 8 B datagrams"},
+	{"xdp_write_bw", "tcp_bw", "bw_avg_mib_s", "MiB/s", "AF_XDP: RC WRITE 64 KiB bandwidth vs Go TCP stream"},
 	// bench/attach.sh: a process attached to goverbs serve against the in-process device.
 	{"attach_send_lat_busy", "send_lat_busy", "t_typical_us", "µs", "Attached to goverbs serve: RC SEND 8 B latency, busy-poll, vs the in-process device's"},
 	{"attach_send_lat", "send_lat", "t_typical_us", "µs", "Attached to goverbs serve: RC SEND 8 B latency vs the in-process device's"},
@@ -268,4 +274,49 @@ func medianRatio(rs []float64) string {
 		return "n/a"
 	}
 	return fmt.Sprintf("%.2f×", medianOf(rs))
+}
+
+// syscallRow is one line of bench/afxdp.sh's syscalls.json: one more run of a test with
+// its client under perf stat, after the timed rounds (the counting would slow them):
+// the client's system calls and context switches, and the iterations its own row
+// reported (round trips for latency, messages for a rate, 64 KiB writes for bandwidth).
+type syscallRow struct {
+	Test       string  `json:"test"`
+	Syscalls   float64 `json:"syscalls"`
+	Switches   float64 `json:"context_switches"`
+	Iterations float64 `json:"iterations"`
+}
+
+// syscallTable writes the per-iteration system calls and context switches of
+// syscalls.json, in the order of the file; it reports whether there were any.
+func syscallTable(w io.Writer, dir string) bool {
+	var rows []syscallRow
+	if err := loadInto(filepath.Join(dir, "syscalls.json"), &rows); err != nil || len(rows) == 0 {
+		return false
+	}
+	fmt.Fprintln(w, "| test (client side, one counted run) | iterations | system calls per iteration | context switches per iteration |")
+	fmt.Fprintln(w, "|---|---|---|---|")
+	for _, r := range rows {
+		if r.Iterations <= 0 {
+			continue
+		}
+		fmt.Fprintf(w, "| %s | %.0f | %.2f | %.3f |\n", r.Test, r.Iterations, r.Syscalls/r.Iterations, r.Switches/r.Iterations)
+	}
+	return true
+}
+
+// afxdpTable writes bench/afxdp.sh's tables: the comparisons found in dir, then the
+// system calls per iteration of its counted runs.
+func afxdpTable(w io.Writer, dir string) bool {
+	if !compareTable(w, dir) {
+		return false
+	}
+	var t strings.Builder
+	if syscallTable(&t, dir) {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "System calls and context switches of the client, from one more run of each test under `perf stat -e raw_syscalls:sys_enter,context-switches` after the rounds (an iteration is a round trip for latency, a message for a rate, a 64 KiB write for bandwidth):")
+		fmt.Fprintln(w)
+		fmt.Fprint(w, t.String())
+	}
+	return true
 }

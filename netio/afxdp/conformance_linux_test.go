@@ -3,6 +3,7 @@
 package afxdp_test
 
 import (
+	"fmt"
 	"io"
 	"net/netip"
 	"testing"
@@ -18,6 +19,9 @@ type side struct {
 	xdp  bool // AF_XDP, else the UDP backend
 	busy bool
 	tee  bool // through a pcap Tee
+	// generic: the program in generic XDP (Options.GenericXDP, "+generic") instead of
+	// veth's native XDP.
+	generic bool
 }
 
 // pair makes a MakePair over the veth pair n: a in namespace A, b in B, over IPv4 or
@@ -40,8 +44,11 @@ func open(t *testing.T, ns, ifname string, addr netip.Addr, s side) netio.Conn {
 	in(t, ns, func() {
 		if s.xdp {
 			var x *afxdp.Conn
-			if x, err = afxdp.Open(afxdp.Options{Addr: netip.AddrPortFrom(addr, 4791), Interface: ifname, BusyPoll: s.busy}); err == nil {
+			if x, err = afxdp.Open(afxdp.Options{Addr: netip.AddrPortFrom(addr, 4791), Interface: ifname, BusyPoll: s.busy, GenericXDP: s.generic}); err == nil {
 				c = x
+				if x.Info().GenericXDP != s.generic {
+					err = fmt.Errorf("opened with GenericXDP %v, Info says %v", s.generic, x.Info().GenericXDP)
+				}
 			}
 		} else {
 			c, err = netio.ListenUDP(netip.AddrPortFrom(addr, 4791), netio.UDPOptions{BusyPoll: s.busy, ECN: true}) // ECN: the suite checks it both ways
@@ -63,7 +70,9 @@ func open(t *testing.T, ns, ifname string, addr netip.Addr, s side) netio.Conn {
 
 // TestConformance runs netio's conformance suite with AF_XDP on either end of a veth
 // pair and the UDP backend or AF_XDP on the other, in both receive modes, over IPv4 and
-// IPv6, and through a pcap Tee.
+// IPv6, through a pcap Tee, and with the program in generic XDP on both ends (generic
+// XDP on veth takes a UDP peer's GSO runs whole, so it is tested against AF_XDP only;
+// docs/guide/afxdp.md).
 func TestConformance(t *testing.T) {
 	xdp, udp := side{xdp: true}, side{}
 	for _, tc := range []struct {
@@ -79,6 +88,9 @@ func TestConformance(t *testing.T) {
 		{"ipv6-udp-xdp", udp, xdp, true},
 		{"ipv6-xdp-udp", xdp, udp, true},
 		{"tee", side{xdp: true, tee: true}, side{xdp: true, tee: true}, false},
+		{"generic-xdp-xdp", side{xdp: true, generic: true}, side{xdp: true, generic: true}, false},
+		{"generic-busypoll", side{xdp: true, generic: true}, side{xdp: true, busy: true, generic: true}, false},
+		{"generic-ipv6", side{xdp: true, generic: true}, side{xdp: true, generic: true}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newTestNet(t, 3000)

@@ -4,7 +4,8 @@
 # librdmacm.so.1 (the C flavour, capi/build.sh -attach: rsockets in capi/rdmacm/rsocket.c,
 # both devices in one `goverbs serve`), against the same programs on the kernel's TCP,
 # two processes on loopback, in interleaved rounds:
-#   - stream: iperf3 -l 64K for DURATION seconds, the receiver's Gb/s;
+#   - stream: iperf3 for DURATION seconds with its default 128 KiB writes, as a user runs
+#     it, the receiver's Gb/s;
 #   - request/response: sockperf ping-pong --tcp -m 64 for DURATION seconds, its average
 #     one-way latency (sockperf halves the round trip), µs.
 # The rows (rstream.json, as bench/rstream.sh writes them, mode "preload") and meta.json
@@ -64,7 +65,7 @@ iperf() {
 	$pfx_s iperf3 -s -B $S -1 >>"$out/log.txt" 2>&1 &
 	srv=$!
 	sleep 0.5
-	o=$($pfx_c iperf3 -c $S -B $C -t "$dur" -l 64K 2>>"$out/log.txt")
+	o=$($pfx_c iperf3 -c $S -B $C -t "$dur" 2>>"$out/log.txt")
 	echo "$o" >>"$out/log.txt"
 	wait "$srv" || true
 	srv=

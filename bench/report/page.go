@@ -177,7 +177,8 @@ var rspreloadNotes = `Debian's own ` + "`iperf3`" + ` and ` + "`sockperf`" + `, 
 ` + "`librdmacm.so.1`" + ` (the C flavour, [guide/capi.md](guide/capi.md), "rsockets"), both devices in
 one ` + "`goverbs serve`" + `, so every byte goes through the daemon's RC WRITEs over UDP on
 loopback. The baseline is the same program on the kernel's TCP in the same round. Stream: the
-receiver's rate of ` + "`iperf3 -l 64K`" + `. Request/response: sockperf's average one-way latency of
+receiver's rate of ` + "`iperf3`" + ` with its default 128 KiB writes, as a user runs it (the ratio
+depends on the write size: the kernel's TCP gains more from larger writes than rsockets does). Request/response: sockperf's average one-way latency of
 its 64-byte TCP ping-pong (half the round trip).
 `
 

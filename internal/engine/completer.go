@@ -178,7 +178,6 @@ func (c *completer) progress(psn wire.PSN) {
 		c.psn = psn
 		if sr := c.qp.sr; sr != nil && sr.sw != nil {
 			sr.sw.ACK(psn.Sub(1))
-			c.qp.srRTTAcked(psn, psn, psn.Sub(1))
 		}
 	}
 	c.retryLeft = c.qp.attr.RetryCnt

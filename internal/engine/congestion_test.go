@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
-	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -36,13 +35,6 @@ func fabricHost(t *testing.T, n *simnet.Network, addr string, cc congestion.Conf
 
 // ccWriteStream keeps depth RDMA WRITEs of size bytes outstanding from p.QA into dst until
 // stop, and reports the bytes whose completion came within [from, stop).
-var posterSleep = func() time.Duration {
-	if d, err := time.ParseDuration(os.Getenv("GOVERBS_POSTER_SLEEP")); err == nil {
-		return d
-	}
-	return 2 * time.Microsecond
-}()
-
 func ccWriteStream(t *testing.T, p *pair, size, depth int, from, stop time.Time) (int64, error) {
 	src := p.A.MR(t, size, allAccess)
 	dst := p.B.MR(t, size, allAccess)
@@ -51,13 +43,6 @@ func ccWriteStream(t *testing.T, p *pair, size, depth int, from, stop time.Time)
 	wcs := make([]verbs.WC, 16)
 	var got int64
 	out := 0
-	var polls, empty, slept, long int
-	var sleptNs time.Duration
-	defer func() {
-		if os.Getenv("GOVERBS_SRDEBUG") != "" {
-			t.Logf("  poster: polls %d empty %d slept %d (%.1f ms, %d > 100µs)", polls, empty, slept, float64(sleptNs)/1e6, long)
-		}
-	}()
 	for time.Now().Before(stop) {
 		for ; out < depth; out++ {
 			if err := p.QA.PostSend(wr); err != nil {
@@ -74,17 +59,8 @@ func ccWriteStream(t *testing.T, p *pair, size, depth int, from, stop time.Time)
 			}
 		}
 		out -= k
-		polls++
 		if k == 0 {
-			empty++
-			t0 := time.Now()
-			time.Sleep(posterSleep)
-			d := time.Since(t0)
-			slept++
-			sleptNs += d
-			if d > 100*time.Microsecond {
-				long++
-			}
+			time.Sleep(2 * time.Microsecond)
 		}
 	}
 	return got, nil

@@ -191,7 +191,6 @@ type Device struct {
 	// srRuns lists the QPs whose requester a SACK left to run at the end of the receive
 	// batch (srRunLater). Owned by the receive path.
 	srRuns []*QP
-	dbg    devDbg
 }
 
 // New starts a device on cfg.Conn.

@@ -78,10 +78,7 @@ func (d *Device) rxLoop() {
 		switch {
 		case err == nil:
 			dense := d.idlePoller != nil && !d.noRxSpin.Load() && nanotime()-slept < int64(denseGap) && d.spinnable(n)
-			t1 := nanotime()
 			d.processRx(n)
-			d.dbg.procNs.Add(nanotime() - t1)
-			d.dbg.procs.Add(1)
 			if dense {
 				d.spinRx(seen, polled)
 			}
@@ -109,11 +106,7 @@ func (d *Device) readBlocking() (int, error) {
 		d.pollDriven.Store(false)
 		d.doorbell.flush() // what the poller's last posts left waiting for its poll
 	}
-	t0 := nanotime()
 	n, err := d.conn.ReadBatch(d.rxMsgs)
-	d.dbg.readNs.Add(nanotime() - t0)
-	d.dbg.reads.Add(1)
-	d.dbg.readPkts.Add(int64(n))
 	raceAcquireWire()
 	return n, err
 }
@@ -403,20 +396,13 @@ func (d *Device) drainLocked(p netio.Poller) {
 	// One datagram first, as a busy poller reads: a ping-pong finds one, and a wider
 	// recvmmsg costs a second pass through the socket layer before the completion
 	// (busyBatch). A GRO run is a stream's: then read on in batches.
-	d.dbg.polls.Add(1)
-	if d.readNow(p, 1) == 0 {
-		return
-	}
-	d.dbg.pollPkts.Add(1)
-	if d.rxMsgs[0].SegSize == 0 {
-		d.dbg.pollOne.Add(1)
+	if d.readNow(p, 1) == 0 || d.rxMsgs[0].SegSize == 0 {
 		return
 	}
 	d.flushAcks()
 	slots := min(len(d.rxMsgs), busyBatch)
 	for range drainBatches {
 		n := d.readNow(p, slots)
-		d.dbg.pollPkts.Add(int64(n))
 		if n == 0 {
 			return
 		}

@@ -161,7 +161,6 @@ func (qp *QP) runRequester() {
 	if sentAny && qp.reliable {
 		qp.comp.armRetransmit()
 	}
-	qp.srNote()
 }
 
 // startWQE assigns PSNs to a WQE the first time the requester reaches it and resolves its

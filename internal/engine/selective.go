@@ -56,7 +56,6 @@ type qpSR struct {
 	probeOn bool
 	// runListed: on the device's srRuns (srRunLater).
 	runListed bool
-	dbg       srDbg
 }
 
 type srSlot struct {
@@ -345,12 +344,7 @@ func (qp *QP) selectiveNak(p *wire.Packet, psn wire.PSN) bool {
 	qp.Stats.SeqNakReceived++
 	qp.dev.counters.SeqNakReceived.Add(1)
 	last := wire.PSN(p.AETH.MSN())
-	q := sw.RetransmissionQueued()
 	sw.NAKRun(psn, last.Sub(uint32(p.BTH.Resv7())), last)
-	qp.srRTTAcked(psn, last.Sub(uint32(p.BTH.Resv7())), last)
-	if !q && sw.RetransmissionQueued() && qp.sr.dbg.retxQ == 0 {
-		qp.sr.dbg.retxQ = nanotime()
-	}
 	return true
 }
 
@@ -361,7 +355,6 @@ func (qp *QP) srSent(next wire.PSN) {
 		sr.sw = congestion.NewSendWindow(qp.comp.psn, int(qp.window()))
 	}
 	sr.sw.SentNew(next.Sub(1))
-	qp.srRTTSent(next.Sub(1))
 }
 
 // resendSelective sends the retransmissions SACKs asked for, before any new packet. A
@@ -394,11 +387,6 @@ func (qp *QP) resendSelective(tx *txBatch) {
 		if !ok {
 			qp.localError(w, driver.WCLocProtErr)
 			return
-		}
-		if g := &qp.sr.dbg; g.retxQ != 0 {
-			g.retxLat += nanotime() - g.retxQ
-			g.retxN++
-			g.retxQ = 0
 		}
 		qp.Stats.TxPackets++
 		qp.Stats.Retransmits++

@@ -61,7 +61,8 @@ func (c *sendLog) written() int {
 // (srRunDue): at 1% loss over the veth pair (TestVethLoss) a SACK that queued a resend
 // ran the requester at once, and the lossy rounds made about a fifth more sends than the
 // lossless ones, each carrying fewer packets, on the goroutine whose sends carry the
-// kernel's whole veth path and bound the stream (docs/congestion.md, "6.").
+// kernel's whole veth path and bound the stream (docs/congestion.md, "Where the lossy
+// rounds' time goes").
 func TestSACKResendsLeaveTogether(t *testing.T) {
 	conn := &sendLog{Conn: netiotest.NewConn(fuzzLocal)}
 	dev, err := New(Config{Name: "sackbatch", Conn: conn, MTU: wire.MTU1024, SelectiveRepeat: true})

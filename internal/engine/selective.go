@@ -483,12 +483,12 @@ func (qp *QP) srFull(win int32) bool {
 // lossless ones (7,600-8,400 a round against 6,300-7,100), each carrying fewer packets
 // (19 against 24), and those sends are the stream's bottleneck: the requester runs on
 // the receive goroutine that takes the ACKs, and its sendmmsg carries the kernel's whole
-// veth path, the receiver's socket included (55-60% of the process's CPU samples,
+// veth path, the receiver's socket included (54-56% of the process's CPU samples,
 // lossless and lossy alike). Deferred to the end of the batch the lossy rounds made
-// 4,850-5,150 sends (docs/congestion.md, "6."). The end of the batch is microseconds
-// away on the same goroutine (inputBatch), and the responder sends no plain ACK beside a
-// SACK that says the same (sackCarries), so nothing else would run the requester for
-// these SACKs.
+// 4,850-5,150 sends (docs/congestion.md, "Where the lossy rounds' time goes"). The end
+// of the batch is microseconds away on the same goroutine (inputBatch), and the
+// responder sends no plain ACK beside a SACK that says the same (sackCarries), so
+// nothing else would run the requester for these SACKs.
 func (qp *QP) srRunLater() {
 	if sr := qp.sr; !sr.runListed {
 		sr.runListed = true

@@ -259,8 +259,8 @@ func (qp *QP) complete(p *wire.Packet) {
 	if progressed {
 		c.restartRetransmit()
 	}
-	if sack && !progressed {
-		qp.srRunLater() // selective.go: once, at the end of the receive batch
+	if sack && !progressed && !qp.srRunDue() {
+		qp.srRunLater() // selective.go: the window has not opened by a burst yet
 		return
 	}
 	qp.runRequester()

@@ -471,24 +471,24 @@ func (qp *QP) srFull(win int32) bool {
 	return out >= srSpan*win || sw.InFlight() >= int(win)
 }
 
+// srRunDue reports whether a SACK that acknowledged nothing cumulatively should run the
+// requester: when it queued a resend, or when the packets SACKed since the requester
+// last ran have opened the window by srBurst. Each SACK frees one packet's room in
+// flight; run on every one, the requester sent one packet per SACK, each in a send of
+// its own (a syscall per packet while a loss was repaired, a tenth and more of a veth
+// stream's goodput at 1% loss). The requester's batch is the unit, as for ACKs.
+func (qp *QP) srRunDue() bool {
+	sw := qp.sr.sw
+	return sw == nil || sw.RetransmissionQueued() || int(qp.window())-sw.InFlight() >= srBurst
+}
+
 // srRunLater runs the requester once at the end of the receive batch, for a SACK that
-// acknowledged nothing cumulatively: the resends the batch's SACKs queued and the room
-// they opened leave together, in one send, as the packets an ACK lets go do. qp.mu is
-// held.
-//
-// Until 2026-11-27 afternoon a SACK ran the requester at once when it had queued a
-// resend or opened 16 packets' room (run on every SACK, the requester had sent one
-// packet per send, a syscall per packet while a loss was repaired). Over the veth pair
-// at 1% loss (TestVethLoss) the lossy rounds still made about a fifth more sends than the
-// lossless ones (7,600-8,400 a round against 6,300-7,100), each carrying fewer packets
-// (19 against 24), and those sends are the stream's bottleneck: the requester runs on
-// the receive goroutine that takes the ACKs, and its sendmmsg carries the kernel's whole
-// veth path, the receiver's socket included (54-56% of the process's CPU samples,
-// lossless and lossy alike). Deferred to the end of the batch the lossy rounds made
-// 4,850-5,150 sends (docs/congestion.md, "Where the lossy rounds' time goes"). The end
-// of the batch is microseconds away on the same goroutine (inputBatch), and the
-// responder sends no plain ACK beside a SACK that says the same (sackCarries), so
-// nothing else would run the requester for these SACKs.
+// did not run it (srRunDue). The responder sends no plain ACK beside a SACK that says the
+// same (sackCarries); that ACK, arriving after the batch's SACKs, is what ran the
+// requester once per batch of SACKs before, and sent the room they had opened. Without
+// a run in its place that room waited for the next burst's worth of SACKs or for
+// another goroutine's kick (a post, a timer). The end of the receive batch is the same
+// point, on the same goroutine. qp.mu is held.
 func (qp *QP) srRunLater() {
 	if sr := qp.sr; !sr.runListed {
 		sr.runListed = true
@@ -511,8 +511,8 @@ func (d *Device) runSRRequesters() {
 	d.srRuns = d.srRuns[:0]
 }
 
-// srBurst is how many PSNs a run of kept packets may grow beyond the one a SACK last
-// named before the responder SACKs again without being asked (keep): 64 KiB at MTU 4096.
+// srBurst is how many packets' room a run of SACKs opens before the requester runs:
+// 64 KiB at MTU 4096.
 const srBurst = 16
 
 // srSpan is how many windows of PSNs a selective-repeat requester may have outstanding,

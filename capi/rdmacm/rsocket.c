@@ -1607,7 +1607,9 @@ int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 	struct pollfd *w = calloc(2 * nfds + 1, sizeof(*w));
 	nfds_t i;
 
-	static __thread unsigned misses, skips; /* as poll_first's, per thread */
+	/* as poll_first's record, for the process: no thread-local storage, which would
+	 * make the library need the dynamic loader's __tls_get_addr */
+	static unsigned misses, skips;
 	int polled = 0;
 
 	if (!w && nfds)
@@ -1615,7 +1617,9 @@ int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 	for (;;) {
 		int ready = scan(fds, nfds), nw = 0, again = 0, ms;
 
-		if (!ready && !polled && timeout != 0 && polling_us() > 0 && (misses < 4 || (++skips & 15) == 0)) {
+		if (!ready && !polled && timeout != 0 && polling_us() > 0 &&
+		    (__atomic_load_n(&misses, __ATOMIC_RELAXED) < 4 ||
+		     (__atomic_add_fetch(&skips, 1, __ATOMIC_RELAXED) & 15) == 0)) {
 			/* rsockets' polling_time: poll before arming and blocking (poll_first) */
 			int64_t pend = now_us() + polling_us();
 
@@ -1624,7 +1628,10 @@ int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 				sched_yield();
 				ready = scan(fds, nfds);
 			}
-			misses = ready ? 0 : misses + 1;
+			if (ready)
+				__atomic_store_n(&misses, 0, __ATOMIC_RELAXED);
+			else
+				__atomic_add_fetch(&misses, 1, __ATOMIC_RELAXED);
 		}
 		if (ready || timeout == 0 || (timeout > 0 && now_us() >= end)) {
 			free(w);

@@ -51,9 +51,10 @@ sleep 1
 rs_s="env LD_LIBRARY_PATH=$work/lib LD_PRELOAD=$pre GOVERBS_DEVICES=s0=$S"
 rs_c="env LD_LIBRARY_PATH=$work/lib LD_PRELOAD=$pre GOVERBS_DEVICES=c0=$C"
 
-mkdir -p "$out"
-rm -f "$out/rstream.json" "$out/log.txt"
+# The run's description first: git describe must see the tree before the last run's
+# committed rows are removed, or every run would call its commit dirty.
 write_meta "$out" "$repro"
+rm -f "$out/rstream.json" "$out/log.txt"
 echo "$repro" >&2
 
 # row ROUND VARIANT GBPS US: one rstream.json row (bench/report's rstreamRow).

@@ -25,12 +25,15 @@ out=${1:-docs/perf/samehost}
 R=${ROUNDS:-3} D=${DURATION:-3} N=${ITERS:-20000}
 S=127.51.0.2 C=127.51.0.3
 repro="ROUNDS=$R DURATION=$D ITERS=$N bench/samehost.sh $out"
-mkdir -p "$out"
-rm -f "$out"/*.json "$out/log.txt"
 . bench/lib.sh
 . bench/meta.sh
+# The run's description first: git describe must see the tree before the last run's
+# committed rows are removed, or every run would call its commit dirty.
+write_meta "$bin" "$repro"
+mkdir -p "$out"
+rm -f "$out"/*.json "$out/log.txt"
+mv "$bin/meta.json" "$out/meta.json"
 build
-write_meta "$out" "$repro"
 echo "$repro" >&2
 
 shm="env GOVERBS_SHM=1" udp="env GOVERBS_SHM=0"

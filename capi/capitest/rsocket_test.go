@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -191,18 +192,23 @@ func TestRsocketPreloadEcho(t *testing.T) {
 	sa, ca := newAddr(), newAddr()
 	d := serve(t, lib, "s0="+sa+",c0="+ca)
 	pre := "LD_PRELOAD=" + rspreload
-	srv, cli := runCM(t, cmListening, 0, false,
-		cmSide{[]string{bin, "server", sa, "7474"}, append(d.cLib(lib, "s0", sa), pre)},
-		cmSide{[]string{bin, "client", sa, "7474"}, append(d.cLib(lib, "c0", ca), pre)})
-	if want := "echo ok 200000 from " + sa + ":7474"; !strings.Contains(cli, want) {
-		t.Errorf("client output lacks %q:\n%s", want, cli)
-	}
-	if !strings.Contains(srv, "server done") {
-		t.Errorf("server output lacks %q:\n%s", "server done", srv)
+	// The echo twice: with the waits polling the CQ first (100 us, the default), and
+	// blocking at once (GOVERBS_RS_POLLING_TIME=0), the two ways a wait can go.
+	for i, polling := range []string{"GOVERBS_RS_POLLING_TIME=100", "GOVERBS_RS_POLLING_TIME=0"} {
+		port := strconv.Itoa(7472 + i)
+		srv, cli := runCM(t, cmListening, 0, false,
+			cmSide{[]string{bin, "server", sa, port}, append(d.cLib(lib, "s0", sa), pre, polling)},
+			cmSide{[]string{bin, "client", sa, port}, append(d.cLib(lib, "c0", ca), pre, polling)})
+		if want := "echo ok 200000 from " + sa + ":" + port; !strings.Contains(cli, want) {
+			t.Errorf("%s: client output lacks %q:\n%s", polling, want, cli)
+		}
+		if !strings.Contains(srv, "server done") {
+			t.Errorf("%s: server output lacks %q:\n%s", polling, "server done", srv)
+		}
 	}
 	// a writer held back 2.5 s by a reader that does not read: its keepalives must not
 	// break the connection, and everything arrives once the reader reads
-	srv, cli = runCM(t, cmListening, 0, false,
+	srv, cli := runCM(t, cmListening, 0, false,
 		cmSide{[]string{bin, "sink", sa, "7475"}, append(d.cLib(lib, "s0", sa), pre)},
 		cmSide{[]string{bin, "flood", sa, "7475"}, append(d.cLib(lib, "c0", ca), pre)})
 	if !strings.Contains(cli, "flood done") || !strings.Contains(srv, "sink got 4194304") {

@@ -26,7 +26,8 @@
  *    The sizes are package rdmanet's (rdmanet/proto.go): with 256 KiB rings and 64
  *    credits, iperf3 under librspreload moved 0.47x of the kernel's TCP on loopback,
  *    with a fifth of the machine idle (the writer waiting for the ring); with 1 MiB,
- *    0.57x (2026-11-27, 3 rounds each);
+ *    0.57x (2026-11-27, by hand, 3 interleaved rounds each; bench/rspreload.sh has since
+ *    recorded 0.58-0.66x). They cost 2 MiB of registered memory a connection;
  *  - at most 4 control messages in flight, two of them kept for SHUTDOWN/DISCONNECT;
  *  - a writer that has waited a second for room sends a keepalive (a zero-length RDMA
  *    WRITE without immediate), which a peer that is gone leaves unacknowledged;
@@ -682,52 +683,67 @@ static int arm(struct rsk *s)
 /*
  * polling_us is how long a wait polls the CQ before it blocks (rsockets' polling_time;
  * GOVERBS_RS_POLLING_TIME in microseconds, 0 to block at once). A blocked wait costs a
- * wake-up by the daemon, which on a small machine is tens of microseconds: sockperf's
- * TCP ping-pong under librspreload took 70 us one-way blocking at once, 18 us polling
- * 20 us and 10 us polling 100 us (the kernel's TCP: about 40 us), while iperf3's stream
- * did not move (2026-11-27, 3 rounds each).
+ * wake-up by the daemon, which on a small machine is tens of microseconds: with
+ * bench/rspreload.sh, sockperf's TCP ping-pong under librspreload took 65 us one-way
+ * blocking at once and 11.9 us polling 100 us, against the kernel's TCP at 39-41 us
+ * (docs/perf/rspreload; capi guide, "rsockets"), while iperf3's stream did not move.
  */
 #define POLLING_US_DEFAULT 100
 
 static int polling_us(void)
 {
 	static int v = -1;
+	int x = __atomic_load_n(&v, __ATOMIC_RELAXED);
+	const char *e;
 
-	if (v < 0) {
-		const char *e = getenv("GOVERBS_RS_POLLING_TIME");
-		int x = POLLING_US_DEFAULT;
+	if (x >= 0)
+		return x;
+	x = POLLING_US_DEFAULT;
+	if ((e = getenv("GOVERBS_RS_POLLING_TIME")) && *e) {
+		char *end;
+		long l = strtol(e, &end, 10);
 
-		if (e && *e) {
-			char *end;
-			long l = strtol(e, &end, 10);
-
-			if (*end == 0 && l >= 0 && l <= 1000000)
-				x = (int)l;
-		}
-		__atomic_store_n(&v, x, __ATOMIC_RELAXED);
+		if (*end == 0 && l >= 0 && l <= 1000000)
+			x = (int)l;
 	}
-	return v;
+	__atomic_store_n(&v, x, __ATOMIC_RELAXED);
+	return x;
 }
 
 /*
- * poll_first polls s's CQ for up to polling_us before a wait blocks, yielding between
- * polls so that the daemon, on a machine with few cores, gets the CPU it needs to
- * answer. It returns nonzero when completions came. A socket whose polls keep going
- * unanswered (a server waiting for its next request, a stream's writer waiting for the
- * reader) stops polling but for every 16th wait, so an idle socket costs no CPU.
+ * poll_wanted says whether a wait on s polls its CQ before it blocks: while its polls
+ * have been answered lately, and on every 16th wait after four unanswered ones (a
+ * server waiting for its next request, a writer waiting for a slow reader), so that an
+ * idle socket costs no CPU. poll_record keeps the record. Both under s->mu; the record
+ * is the socket's own, so that an idle socket does not turn polling off for a busy one.
+ */
+static int poll_wanted(struct rsk *s)
+{
+	if (polling_us() == 0 || s->state != S_CONN || s->dg)
+		return 0;
+	return s->poll_misses < 4 || (++s->poll_skips & 15) == 0;
+}
+
+static void poll_record(struct rsk *s, int answered)
+{
+	s->poll_misses = answered ? 0 : s->poll_misses + 1;
+}
+
+/*
+ * poll_first polls s's CQ for up to polling_us before a wait blocks (when poll_wanted),
+ * yielding between polls so that the daemon, on a machine with few cores, gets the CPU
+ * it needs to answer. It returns nonzero when completions came.
  */
 static int poll_first(struct rsk *s)
 {
 	int64_t end;
 
-	if (polling_us() == 0 || s->state != S_CONN)
-		return 0;
-	if (s->poll_misses >= 4 && (++s->poll_skips & 15) != 0)
+	if (!poll_wanted(s))
 		return 0;
 	end = now_us() + polling_us();
 	do {
 		if (progress(s)) {
-			s->poll_misses = 0;
+			poll_record(s, 1);
 			return 1;
 		}
 		pthread_mutex_unlock(&s->mu);
@@ -736,7 +752,7 @@ static int poll_first(struct rsk *s)
 		if (s->state != S_CONN)
 			return 1;
 	} while (now_us() < end);
-	s->poll_misses++;
+	poll_record(s, 0);
 	return 0;
 }
 
@@ -1512,8 +1528,10 @@ int rgetsockopt(int fd, int lv, int o, void *v, socklen_t *l)
 		 */
 		int mss = 2048;
 
+		pthread_mutex_lock(&s->mu); /* rclose may be destroying the id */
 		if (s->id && s->id->route.num_paths && s->id->route.path_rec)
 			mss = 1 << (7 + s->id->route.path_rec->mtu);
+		pthread_mutex_unlock(&s->mu);
 		return give_int(v, l, mss);
 	}
 	return fail(ENOPROTOOPT);
@@ -1573,6 +1591,44 @@ static short revents(struct rsk *s, short want)
 	return r;
 }
 
+/* rpoll_wanted: whether some connected stream rsocket among fds wants its wait polled
+ * first (poll_wanted); with none (plain fds, listeners, datagram sockets) rpoll blocks
+ * at once, as there is no CQ of a connection to poll. */
+static int rpoll_wanted(struct pollfd *fds, nfds_t nfds)
+{
+	int want = 0;
+	nfds_t i;
+
+	for (i = 0; i < nfds && !want; i++) {
+		struct rsk *s = get(fds[i].fd);
+
+		if (s) {
+			pthread_mutex_lock(&s->mu);
+			want = poll_wanted(s);
+			pthread_mutex_unlock(&s->mu);
+		}
+	}
+	return want;
+}
+
+/* rpoll_record records on each connected stream rsocket among fds whether rpoll's
+ * polling was answered. */
+static void rpoll_record(struct pollfd *fds, nfds_t nfds, int answered)
+{
+	nfds_t i;
+
+	for (i = 0; i < nfds; i++) {
+		struct rsk *s = get(fds[i].fd);
+
+		if (s) {
+			pthread_mutex_lock(&s->mu);
+			if (s->state == S_CONN && !s->dg)
+				poll_record(s, answered);
+			pthread_mutex_unlock(&s->mu);
+		}
+	}
+}
+
 /* scan sets the revents of rpoll's fds and returns how many are ready. */
 static int scan(struct pollfd *fds, nfds_t nfds)
 {
@@ -1607,9 +1663,6 @@ int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 	struct pollfd *w = calloc(2 * nfds + 1, sizeof(*w));
 	nfds_t i;
 
-	/* as poll_first's record, for the process: no thread-local storage, which would
-	 * make the library need the dynamic loader's __tls_get_addr */
-	static unsigned misses, skips;
 	int polled = 0;
 
 	if (!w && nfds)
@@ -1617,9 +1670,7 @@ int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 	for (;;) {
 		int ready = scan(fds, nfds), nw = 0, again = 0, ms;
 
-		if (!ready && !polled && timeout != 0 && polling_us() > 0 &&
-		    (__atomic_load_n(&misses, __ATOMIC_RELAXED) < 4 ||
-		     (__atomic_add_fetch(&skips, 1, __ATOMIC_RELAXED) & 15) == 0)) {
+		if (!ready && !polled && timeout != 0 && rpoll_wanted(fds, nfds)) {
 			/* rsockets' polling_time: poll before arming and blocking (poll_first) */
 			int64_t pend = now_us() + polling_us();
 
@@ -1628,10 +1679,7 @@ int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 				sched_yield();
 				ready = scan(fds, nfds);
 			}
-			if (ready)
-				__atomic_store_n(&misses, 0, __ATOMIC_RELAXED);
-			else
-				__atomic_add_fetch(&misses, 1, __ATOMIC_RELAXED);
+			rpoll_record(fds, nfds, ready > 0);
 		}
 		if (ready || timeout == 0 || (timeout > 0 && now_us() >= end)) {
 			free(w);

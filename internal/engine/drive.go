@@ -101,14 +101,27 @@ func (d *Device) rxLoop() {
 // read, or a serving waiter's (waiter.go). d.rxMu is held. The polls that may take the
 // socket out of the netpoller's watch are counted from here (drainLocked).
 func (d *Device) readBlocking() (int, error) {
-	d.pollsSinceRead = 0
-	if d.pollDriven.Load() {
-		d.pollDriven.Store(false)
-		d.doorbell.flush() // what the poller's last posts left waiting for its poll
-	}
+	d.beginRead()
 	n, err := d.conn.ReadBatch(d.rxMsgs)
 	raceAcquireWire()
 	return n, err
+}
+
+// beginRead starts a read of the receive path's own (readBlocking, or a serving
+// waiter's ring spin): polls are counted from here, and what the poller's last posts
+// left waiting for its poll goes out now.
+func (d *Device) beginRead() {
+	d.pollsSinceRead = 0
+	if d.pollDriven.Load() {
+		d.pollDriven.Store(false)
+		d.doorbell.flush()
+	}
+}
+
+// fromRings reports whether the last read came from same-host rings
+// (netio.RingReader); false on a device without them.
+func (d *Device) fromRings() bool {
+	return d.rings != nil && d.rings.FromRings()
 }
 
 // spinRx keeps reading the socket without blocking for up to rxSpin after the last
@@ -165,7 +178,7 @@ func (d *Device) spinRx(seen, polled uint32) {
 // same-host rings (netio.RingReader), where a poll costs no system call. Bulk traffic
 // from a socket, a remote peer's through a same-host Conn included, does not spin.
 func (d *Device) spinnable(n int) bool {
-	return d.rings != nil && d.rings.FromRings() || d.smallBatch(n)
+	return d.fromRings() || d.smallBatch(n)
 }
 
 // smallBatch reports whether the first n messages of the receive batch are small

@@ -145,7 +145,7 @@ func (qp *QP) runRequester() {
 		qp.paceEnd()
 	}
 	if tx != nil {
-		if qp.acks.owed && qp.resp.out.empty() && (qp.dev.splitAcks || qp.dev.rings != nil && qp.dev.rings.FromRings()) {
+		if qp.acks.owed && qp.resp.out.empty() && (qp.dev.splitAcks || qp.dev.fromRings()) {
 			// The requests go first, in a send of their own: the peer is waiting for
 			// them, and on this Conn the send that carries them puts them on the wire
 			// before it returns, so building the ACK's datagram into it would only

@@ -95,18 +95,17 @@ func (w *Waiter) Serve() bool {
 // (parked is set: it interrupts the blocking read that follows). Sporadic traffic costs no
 // spin: a wait longer than denseGap ends it until the next dense spell.
 func (d *Device) serveRead(w *Waiter) (int, error) {
+	if d.rings == nil {
+		return d.readBlocking() // no rings: nothing to spin on, no gap to keep
+	}
 	if d.serveRings && d.serveGap < int64(denseGap) {
-		d.pollsSinceRead = 0
-		if d.pollDriven.Load() {
-			d.pollDriven.Store(false)
-			d.doorbell.flush()
-		}
+		d.beginRead()
 		start := nanotime()
 		for !w.woken.Load() && !d.closed.Load() {
 			n, err := d.idlePoller.PollBatch(d.rxMsgs)
 			raceAcquireWire()
 			if err != nil || n > 0 {
-				d.serveGap, d.serveRings = nanotime()-start, n > 0 && d.rings.FromRings()
+				d.serveGap, d.serveRings = nanotime()-start, n > 0 && d.fromRings()
 				return n, err
 			}
 			if nanotime()-start > int64(rxSpin) {
@@ -117,7 +116,7 @@ func (d *Device) serveRead(w *Waiter) (int, error) {
 	}
 	start := nanotime()
 	n, err := d.readBlocking()
-	d.serveGap, d.serveRings = nanotime()-start, n > 0 && d.rings != nil && d.rings.FromRings()
+	d.serveGap, d.serveRings = nanotime()-start, n > 0 && d.fromRings()
 	return n, err
 }
 

@@ -114,11 +114,6 @@ func (c *sameHostConn) readDirect(msgs []Message) (int, error) {
 		return 0, err
 	}
 	c.udpHot = n > 0
-	if c.views.Load() {
-		for i := range msgs[:n] {
-			msgs[i].View = nil
-		}
-	}
 	return n, nil
 }
 
@@ -189,12 +184,7 @@ func (c *sameHostConn) pollLocked(msgs []Message, always bool) (int, error) {
 
 func (c *sameHostConn) pollUDP(msgs []Message) (int, error) {
 	k, err := c.inner.PollBatch(msgs)
-	c.udpHot = k > 0
-	if c.views.Load() {
-		for i := range msgs[:k] {
-			msgs[i].View = nil // a slot that held a ring's view now holds a socket's datagram
-		}
-	}
+	c.udpHot = k > 0 // udpConn's read clears each message's View (finishRecv)
 	return k, err
 }
 

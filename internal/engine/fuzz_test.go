@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -861,11 +862,19 @@ func TestFuzzSeedsAsViews(t *testing.T) {
 			ip := rxIP(dg.from, fuzzLocal)
 			wire.PutICRC(&ip, pkey, len(pkey)-wire.ICRCLen) // a right ICRC: the P_Key check drops it
 			malformed[0] = 0xff                             // no such opcode
-			for _, b := range [][]byte{icrc, pkey, malformed} {
-				pk := r.dev.counters.BadPKey.Load()
-				r.conn.Deliver([]netio.Message{{Buf: b, N: len(b), Addr: dg.from}}, 1)
-				if &b[0] == &pkey[0] && r.dev.counters.BadPKey.Load() == pk {
-					t.Fatal("a large datagram with a bad P_Key was not dropped for it")
+			c := &r.dev.counters
+			for _, v := range []struct {
+				name    string
+				b       []byte
+				counter *atomic.Uint64
+			}{{"a bad ICRC", icrc, &c.ICRCErrors}, {"a bad P_Key", pkey, &c.BadPKey}, {"a malformed header", malformed, &c.Malformed}} {
+				was, rel := v.counter.Load(), r.conn.Releases()
+				r.conn.Deliver([]netio.Message{{Buf: v.b, N: len(v.b), Addr: dg.from}}, 1)
+				if got := v.counter.Load(); got != was+1 {
+					t.Fatalf("a large datagram with %s: its counter moved by %d, want 1", v.name, got-was)
+				}
+				if r.conn.Releases() == rel {
+					t.Fatalf("a large datagram with %s was not read as a lent view", v.name)
 				}
 			}
 			r.check(t, nil)

@@ -28,28 +28,24 @@ for p in iperf3 sockperf; do
 	command -v $p >/dev/null || { echo "rspreload.sh: $p is not installed" >&2; exit 1; }
 done
 [ -e "$pre" ] || { echo "rspreload.sh: $pre missing (apt-get install rdmacm-utils, or RSPRELOAD=path)" >&2; exit 1; }
+. bench/lib.sh
 . bench/meta.sh
 
-work=$(mktemp -d)
-srv=
+# The daemon both devices live in; lib.sh's cleanup stops it (and a running server,
+# srv_pid) and removes $bin.
 serve=
-cleanup() {
-	[ -n "$srv" ] && kill "$srv" 2>/dev/null && wait "$srv" 2>/dev/null
-	[ -n "$serve" ] && kill "$serve" 2>/dev/null && wait "$serve" 2>/dev/null
-	rm -rf "$work"
-	true
-}
-trap cleanup EXIT
+stop_serve() { [ -z "$serve" ] || { kill "$serve" 2>/dev/null; wait "$serve" 2>/dev/null; } || true; }
+cleanup_hooks+=(stop_serve)
 S=127.52.0.2 C=127.52.0.3
-bash capi/build.sh -attach "$work/lib" >/dev/null
-go build -o "$work/report" ./bench/report
-mkdir -m 700 "$work/run"
-export XDG_RUNTIME_DIR=$work/run
-"$work/lib/goverbs" serve "s0=$S,c0=$C" >"$work/serve.log" 2>&1 &
+bash capi/build.sh -attach "$bin/lib" >/dev/null
+go build -o "$bin/report" ./bench/report
+mkdir -m 700 "$bin/run"
+export XDG_RUNTIME_DIR=$bin/run
+"$bin/lib/goverbs" serve "s0=$S,c0=$C" >"$bin/serve.log" 2>&1 &
 serve=$!
 sleep 1
-rs_s="env LD_LIBRARY_PATH=$work/lib LD_PRELOAD=$pre GOVERBS_DEVICES=s0=$S"
-rs_c="env LD_LIBRARY_PATH=$work/lib LD_PRELOAD=$pre GOVERBS_DEVICES=c0=$C"
+rs_s="env LD_LIBRARY_PATH=$bin/lib LD_PRELOAD=$pre GOVERBS_DEVICES=s0=$S"
+rs_c="env LD_LIBRARY_PATH=$bin/lib LD_PRELOAD=$pre GOVERBS_DEVICES=c0=$C"
 
 # The run's description first: git describe must see the tree before the last run's
 # committed rows are removed, or every run would call its commit dirty.
@@ -64,12 +60,12 @@ row() { echo "{\"round\":$1,\"mode\":\"preload\",\"variant\":\"$2\",\"bw_gbps\":
 iperf() {
 	local pfx_s=$1 pfx_c=$2 o
 	$pfx_s iperf3 -s -B $S -1 >>"$out/log.txt" 2>&1 &
-	srv=$!
+	srv_pid=$!
 	sleep 0.5
 	o=$($pfx_c iperf3 -c $S -B $C -t "$dur" 2>>"$out/log.txt")
 	echo "$o" >>"$out/log.txt"
-	wait "$srv" || true
-	srv=
+	wait "$srv_pid" || true
+	srv_pid=
 	echo "$o" | awk '/receiver/ { for (i = 1; i <= NF; i++) if ($i ~ /bits\/sec$/) { v = $(i-1); u = $i } }
 		END { if (u == "") exit 1; if (u ~ /^G/) print v; else if (u ~ /^M/) print v / 1000; else if (u ~ /^K/) print v / 1e6; else print v / 1e9 }'
 }
@@ -78,13 +74,13 @@ iperf() {
 pingpong() {
 	local pfx_s=$1 pfx_c=$2 o
 	$pfx_s sockperf server -i $S --tcp >>"$out/log.txt" 2>&1 &
-	srv=$!
+	srv_pid=$!
 	sleep 1
 	o=$($pfx_c sockperf ping-pong -i $S --tcp -m 64 -t "$dur" 2>&1)
 	echo "$o" >>"$out/log.txt"
-	kill "$srv" 2>/dev/null || true
-	wait "$srv" 2>/dev/null || true
-	srv=
+	kill "$srv_pid" 2>/dev/null || true
+	wait "$srv_pid" 2>/dev/null || true
+	srv_pid=
 	echo "$o" | awk '/Summary: Latency is/ { for (i = 1; i <= NF; i++) if ($i == "is") print $(i+1); found = 1 } END { if (!found) exit 1 }'
 }
 
@@ -101,9 +97,5 @@ done
 
 echo "Reproduce: \`$repro\`"
 echo
-"$work/report" -rstream "$out"
-case "$out" in
-docs/perf/*)
-	"$work/report" -page docs/PERFORMANCE.md docs/perf
-	echo "docs/PERFORMANCE.md regenerated from docs/perf: commit the rows with it" >&2 ;;
-esac
+"$bin/report" -rstream "$out"
+write_page "$out"

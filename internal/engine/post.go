@@ -47,10 +47,11 @@ func (qp *QP) PostSend(wrs []driver.SendWR) error {
 		if toPoll && afterPoll {
 			// Where polls drive the device, a post after a poll is isolated whenever
 			// it comes (deferPost), and so is the next one after another poll: a busy
-			// ping-pong's posts never need the time, and a clock read is about 20 ns (19 in the CPU profile
-			// of the in-memory ping-pong, DESIGN.md "The per-message cost budget") of its turn. A post that follows this one without a poll is taken for a
-			// stream's second post, which leaves at once as it would have: only its
-			// third waits for the poll.
+			// ping-pong's posts never need the time, and a clock read is about 20 ns
+			// of its turn (19 in the in-memory ping-pong's CPU profile, DESIGN.md, "The
+			// per-message cost budget"). A post that follows this one without a poll
+			// is taken for a stream's second post, which leaves at once as it would
+			// have: only its third waits for the poll.
 			qp.lastPost = postAfterPoll
 		} else {
 			qp.lastPost = nanotime()

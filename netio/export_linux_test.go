@@ -64,3 +64,16 @@ func RecvSockoptInt(c Conn, level, opt int) (v int, err error) {
 	}
 	return v, err
 }
+
+// SameHostOwnWatchArmed reports whether the UDP socket's own epoll watch (the UDP
+// backend's, which readDirect uses) is armed on a default-mode same-host Conn. It takes
+// the socket's read lock: call it only while no ReadBatch is in progress.
+func SameHostOwnWatchArmed(c Conn) bool {
+	u := c.(*sameHostConn).inner
+	if u.er == nil {
+		return false
+	}
+	u.rmu.Lock()
+	defer u.rmu.Unlock()
+	return u.er.armed
+}

@@ -150,6 +150,59 @@ func TestSameHostRendezvousOnFirstSend(t *testing.T) {
 	}
 }
 
+// TestSameHostOneWatch: a blocking read with no peer's ring waits in the socket's own
+// watch (the UDP backend's); once a peer's ring is attached, a blocking read waits in
+// the Conn's epoll set, and the socket's own watch must be off by then, or every
+// datagram would wake two epoll instances.
+func TestSameHostOneWatch(t *testing.T) {
+	dir := rendezvousDir(t)
+	a, b := sameHost(t, "127.0.0.2:0", dir, netio.UDPOptions{}), sameHost(t, "127.0.0.3:0", dir, netio.UDPOptions{})
+	rd := make([]netio.Message, 8)
+	for i := range rd {
+		rd[i].Buf = make([]byte, netio.MaxGROSize)
+	}
+	read := func() chan error {
+		done := make(chan error, 1)
+		go func() {
+			_, err := b.ReadBatch(rd)
+			done <- err
+		}()
+		return done
+	}
+	send := func() {
+		m := []netio.Message{{Buf: make([]byte, 100), N: 100, Addr: b.LocalAddr()}}
+		if k, err := a.WriteBatch(m); k != 1 || err != nil {
+			t.Fatalf("WriteBatch = %d, %v", k, err)
+		}
+	}
+	// A read started before the datagram is sent blocks (in the wait under test); it
+	// takes the socket's lock for its whole wait, so the watch is looked at only
+	// between reads. A read that found its datagram without blocking proves nothing:
+	// try again, a few times, with a longer head start.
+	readBlocked := func(armedAfter bool, what string) {
+		for try := 1; ; try++ {
+			done := read()
+			time.Sleep(time.Duration(try) * 20 * time.Millisecond)
+			send()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if netio.SameHostOwnWatchArmed(b) == armedAfter {
+				return
+			}
+			if try == 5 {
+				t.Fatal(what)
+			}
+		}
+	}
+	readBlocked(true, "a read with no peer's ring did not wait in the socket's own watch")
+	if err := netio.SameHostConnect(a, b.LocalAddr()); err != nil {
+		t.Fatal(err)
+	}
+	waitPeers(t, b, 1)
+	readBlocked(false, "a read waiting for a peer's ring left the socket's own watch armed")
+}
+
 // TestSameHostPeerGone: when a peer closes (or dies: the kernel closes its sockets
 // alike), the other side drops the pair and sends by UDP again.
 func TestSameHostPeerGone(t *testing.T) {

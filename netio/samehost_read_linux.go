@@ -70,6 +70,10 @@ func (c *sameHostConn) ReadBatch(msgs []Message) (int, error) {
 		if c.busy {
 			_, err = c.waitPoll(-1)
 		} else {
+			// The socket is watched by this Conn's epoll set here; a readDirect before
+			// a peer's ring attached armed its own watch again, which would cost every
+			// datagram a second callback: take it off (a no-op when it is off).
+			c.inner.Unwatch()
 			err = c.waitNetpoller()
 		}
 		awake(rx)

@@ -391,7 +391,7 @@ func (a *Agent) kernelDial(ctx context.Context, c *Conn, p *Param) (*Conn, error
 		return fail(err)
 	}
 	kp := kparam{responderResources: p.ResponderResources, initiatorDepth: p.InitiatorDepth,
-		retryCount: orDefault(p.RetryCount, 7), rnrRetryCount: orDefault(p.RNRRetryCount, 7),
+		retryCount: retryCount(p.RetryCount), rnrRetryCount: retryCount(p.RNRRetryCount),
 		srq: p.QPInit.SRQ != nil, qpn: qp.QPN()}
 	if err := k.b.connect(kc.tok, &kp, p.PrivateData); err != nil {
 		return fail(err)
@@ -547,7 +547,7 @@ func (r *Request) kernelAccept(ctx context.Context, p *Param) (*Conn, error) {
 		return fail(kc.orPending(err))
 	}
 	kp := kparam{responderResources: respRes, initiatorDepth: initDepth,
-		rnrRetryCount: orDefault(p.RNRRetryCount, 7), srq: p.QPInit.SRQ != nil, qpn: qp.QPN()}
+		rnrRetryCount: retryCount(p.RNRRetryCount), srq: p.QPInit.SRQ != nil, qpn: qp.QPN()}
 	if err := k.b.accept(kc.tok, &kp, p.PrivateData); err != nil {
 		return fail(kc.orPending(err))
 	}

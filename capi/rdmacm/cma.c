@@ -38,6 +38,8 @@
 #include <infiniband/sa.h>
 #include <rdma/rdma_cma.h>
 
+#include "rsocket_dgram.h" /* goverbs_cm_bind_device's declaration */
+
 /* GOVERBS_PRIVATE_1 of the C flavour's libibverbs.so.1 (capi/attach/gva_private.c). */
 int goverbs_attach_command(struct ibv_context *ctx, unsigned op, const void *req, size_t reqlen, void *rep,
 			   size_t repcap, size_t *replen, int *fds, int want_fds);
@@ -1065,30 +1067,30 @@ static int bind_id(struct cm_id *i, struct sockaddr *addr, int need_dev)
 	return 0;
 }
 
-int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
+/* bind_api is rdma_bind_addr's body; need_dev as bind_id's. */
+static int bind_api(struct rdma_cm_id *id, struct sockaddr *addr, int need_dev, const char *fn)
 {
-	struct cm_id *i = checked(id, "rdma_bind_addr");
+	struct cm_id *i = checked(id, fn);
 	int rc;
 
 	if (!i)
 		return -1;
-	if ((rc = bind_id(i, addr, 0)))
+	if ((rc = bind_id(i, addr, need_dev)))
 		return err(rc);
 	return 0;
 }
 
+int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
+{
+	return bind_api(id, addr, 0, "rdma_bind_addr");
+}
+
 /* goverbs_cm_bind_device is rdma_bind_addr for the library's datagram rsockets: an id
- * bound to the any address gets its device all the same. Library-internal. */
+ * bound to the any address gets its device all the same. Library-internal (declared in
+ * rsocket_dgram.h). */
 int goverbs_cm_bind_device(struct rdma_cm_id *id, struct sockaddr *addr)
 {
-	struct cm_id *i = checked(id, "rdma_bind_addr");
-	int rc;
-
-	if (!i)
-		return -1;
-	if ((rc = bind_id(i, addr, 1)))
-		return err(rc);
-	return 0;
+	return bind_api(id, addr, 1, "goverbs_cm_bind_device");
 }
 
 int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr, struct sockaddr *dst_addr, int timeout_ms)

@@ -42,9 +42,6 @@
 
 #include "rsocket_dgram.h"
 
-/* cma.c's rdma_bind_addr that gives an id bound to the any address its device (an
- * rdma_cm id bound so has none, as the kernel's): the socket's QP is made there. */
-int goverbs_cm_bind_device(struct rdma_cm_id *id, struct sockaddr *addr);
 
 #define UDP_TAG 0x55555555u
 #define UDP_HDR4 16 /* tag, version, op, length, reserved, qpn, IPv4 address */

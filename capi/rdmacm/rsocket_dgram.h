@@ -31,4 +31,9 @@ int dg_wait_fds(struct dsk *d, struct pollfd *w);
 void dg_after_wait(struct dsk *d);
 void dg_close(struct dsk *d);
 
+/* cma.c's rdma_bind_addr that gives an id bound to the any address its device (an
+ * rdma_cm id bound so has none, as the kernel's): the socket's QP is made there. */
+struct rdma_cm_id;
+int goverbs_cm_bind_device(struct rdma_cm_id *id, struct sockaddr *addr);
+
 #endif

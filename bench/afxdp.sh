@@ -104,43 +104,14 @@ for round in $(seq "$R"); do
   done
 done
 
-# count_pair NAME: the pair once more, latency runs with five times the round trips (so
-# that start-up's system calls, counted too, weigh less), its client under perf stat; one
-# row in $out/syscalls.json with the client's system calls, context switches and the
-# iterations its own row reports (udp_rate's delivered datagrams are its "iterations").
-count_pair() {
-  local t=$1 srv=() cli=() w side=srv
-  local -a words
-  read -r -a words <<<"${run[$t]//-n $N/-n $((5 * N))}"
-  for w in "${words[@]}"; do
-    if [ "$side" = srv ] && [ "$w" = -- ]; then side=cli; continue; fi
-    if [ "$side" = srv ]; then srv+=("$w"); else cli+=("$w"); fi
+# Each pair once more with its client under perf stat (bench/lib.sh's count_pair), the
+# latency runs with five times the round trips, so that start-up's system calls, counted
+# too, weigh less.
+if [ "$COUNT" != 0 ]; then
+  for t in "${order[@]}"; do
+    # shellcheck disable=SC2086 # as above
+    count_pair "$t" ${run[$t]//-n $N/-n $((5 * N))}
   done
-  local stat="$bin/stat-$t.csv"
-  echo "== count: $t" >&2
-  echo "== count: $t: ${srv[*]} -- perf stat ${cli[*]}" >>"$out/log.txt"
-  "${srv[@]}" >/dev/null 2>>"$out/log.txt" &
-  srv_pid=$!
-  sleep 0.5
-  local rows
-  if rows=$(timeout "${TIMEOUT:-300}" perf stat -x, -e raw_syscalls:sys_enter,context-switches -o "$stat" -- "${cli[@]}" 2>>"$out/log.txt") && [ -n "$rows" ]; then
-    local iters calls cs
-    iters=$(printf '%s\n' "$rows" | sed -n 's/.*"iterations":\([0-9.e+]*\).*/\1/p' | tail -1)
-    calls=$(awk -F, '$3 ~ /raw_syscalls:sys_enter/ {print $1}' "$stat")
-    cs=$(awk -F, '$3 ~ /context-switches/ {print $1}' "$stat")
-    printf '{"test":"%s","syscalls":%s,"context_switches":%s,"iterations":%s}\n' "$t" "${calls:-0}" "${cs:-0}" "${iters:-0}" |
-      tee -a "$out/syscalls.json" >&2
-  else
-    echo "FAILED: count $t (see $out/log.txt)" >&2
-    failures+=("count $t")
-  fi
-  kill "$srv_pid" 2>/dev/null || true
-  wait "$srv_pid" 2>/dev/null || true
-  srv_pid=
-  sleep 0.5
-}
-if [ "$COUNT" != 0 ] && command -v perf >/dev/null; then
-  for t in "${order[@]}"; do count_pair "$t"; done
 fi
 
 echo "veth pair between two namespaces, MTU $MTU, AF_XDP in copy mode (veth), $R interleaved rounds. Reproduce: \`$repro\`"

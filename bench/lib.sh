@@ -41,9 +41,7 @@ pair() {
   shift
   echo "== round $round: $name" >&2
   echo "== round $round: $name: ${srv[*]} -- $*" >>"$out/log.txt"
-  "${srv[@]}" >/dev/null 2>>"$out/log.txt" &
-  srv_pid=$!
-  sleep 0.5
+  start_server "${srv[@]}"
   local rows
   if rows=$(timeout "${TIMEOUT:-300}" "$@" 2>>"$out/log.txt") && [ -n "$rows" ]; then
     printf '%s\n' "$rows" | sed "s/^{/{\"round\":$round,/" | tee -a "$out/$name.json" >&2
@@ -51,7 +49,50 @@ pair() {
     echo "FAILED: round $round $name (see $out/log.txt)" >&2
     failures+=("round $round $name")
   fi
-  kill "$srv_pid" 2>/dev/null || true # the servers that serve one client have exited already
+  stop_server
+}
+
+# count_pair NAME SERVER-CMD... -- CLIENT-CMD...: the pair once more, not timed, its
+# client under perf stat: one row in $out/syscalls.json with the client's system calls,
+# context switches and the iterations its own last row reports (a row without them, as
+# udp_rate's, counts what it delivered as "iterations"). Without perf it does nothing.
+count_pair() {
+  local name=$1
+  shift
+  command -v perf >/dev/null || return 0
+  local srv=()
+  while [ "$1" != "--" ]; do srv+=("$1"); shift; done
+  shift
+  local stat="$bin/stat-$name.csv"
+  echo "== count: $name" >&2
+  echo "== count: $name: ${srv[*]} -- perf stat $*" >>"$out/log.txt"
+  start_server "${srv[@]}"
+  local rows
+  if rows=$(timeout "${TIMEOUT:-300}" perf stat -x, -e raw_syscalls:sys_enter,context-switches -o "$stat" -- "$@" 2>>"$out/log.txt") && [ -n "$rows" ]; then
+    local iters calls cs
+    iters=$(printf '%s\n' "$rows" | sed -n 's/.*"iterations":\([0-9.e+]*\).*/\1/p' | tail -1)
+    calls=$(awk -F, '$3 ~ /raw_syscalls:sys_enter/ {print $1}' "$stat")
+    cs=$(awk -F, '$3 ~ /context-switches/ {print $1}' "$stat")
+    printf '{"test":"%s","syscalls":%s,"context_switches":%s,"iterations":%s}\n' "$name" "${calls:-0}" "${cs:-0}" "${iters:-0}" |
+      tee -a "$out/syscalls.json" >&2
+  else
+    echo "FAILED: count $name (see $out/log.txt)" >&2
+    failures+=("count $name")
+  fi
+  stop_server
+}
+
+# start_server CMD...: run a pair's server in the background (its output to the log) and
+# give it half a second to listen; stop_server ends it (the servers that serve one client
+# have exited already) and waits half a second before the next pair.
+start_server() {
+  "$@" >/dev/null 2>>"$out/log.txt" &
+  srv_pid=$!
+  sleep 0.5
+}
+
+stop_server() {
+  kill "$srv_pid" 2>/dev/null || true
   wait "$srv_pid" 2>/dev/null || true
   srv_pid=
   sleep 0.5

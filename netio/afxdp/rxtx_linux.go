@@ -326,6 +326,10 @@ func (c *Conn) WriteBatch(msgs []netio.Message) (int, error) {
 	if c.closed.Load() {
 		return 0, c.closedErr("write")
 	}
+	// Take back what the kernel has completed before taking frames: txFree is a stack,
+	// so the frames sent last (in copy mode, by the last batch's kick), still in this
+	// CPU's cache, are written again, not the coldest of the send half.
+	c.reclaim()
 	var first *netio.SendError
 	skipped := 0
 	fail := func(mi, datagrams int, err error) {

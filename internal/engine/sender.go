@@ -44,15 +44,18 @@ func (s *sender) kick() {
 	}
 }
 
-func (s *sender) run(db *doorbell) {
+func (s *sender) run(d *Device) {
+	db := &d.doorbell
 	defer close(s.done)
 	var work []*QP
 	for {
 		select {
 		case <-s.wake:
 		case <-s.stop:
+			d.drainHanded() // the conn has closed: what is left fails, and unpins its memory
 			return
 		}
+		d.drainHanded()
 		db.flush()
 		for {
 			s.mu.Lock()
@@ -61,6 +64,7 @@ func (s *sender) run(db *doorbell) {
 			if len(work) == 0 {
 				break
 			}
+			d.drainHanded()
 			for i, qp := range work {
 				qp.mu.Lock()
 				more := false

@@ -265,7 +265,7 @@ func (qp *QP) complete(p *wire.Packet) {
 		qp.srRunLater() // selective.go: the window has not opened by a burst yet
 		return
 	}
-	qp.request(qp.dev.handOff)
+	qp.runRequester()
 }
 
 // ackThrough completes SEND and WRITE WQEs whose last PSN is at or before psn. A READ or

@@ -129,7 +129,6 @@ type Device struct {
 	counters Counters
 	txPool   sync.Pool
 	sender   sender
-	txq      txQueue  // request batches handed to the sender goroutine (txhand.go)
 	doorbell doorbell // streamed posts waiting for a poll (busy-poll, or pollDriven)
 	rxDone   chan struct{}
 	done     chan struct{}
@@ -192,10 +191,6 @@ type Device struct {
 	// srRuns lists the QPs whose requester a SACK left to run at the end of the receive
 	// batch (srRunLater). Owned by the receive path.
 	srRuns []*QP
-	// handOff is set while the default mode's receive goroutine processes its batches:
-	// the requester runs it makes hand their large sends to the sender goroutine
-	// (txhand.go). Under rxMu.
-	handOff bool
 }
 
 // New starts a device on cfg.Conn.
@@ -255,7 +250,7 @@ func New(cfg Config) (*Device, error) {
 	d.gid = AddrToGID(d.local.Addr())
 	d.txPool.New = func() any { return newTxBatch(d.conn.Caps()) }
 	d.sender.init()
-	go d.sender.run(d)
+	go d.sender.run(&d.doorbell)
 	go d.rxLoop()
 	d.raise(driver.AsyncEvent{Type: driver.EventPortActive, Port: 1})
 	if testHookNew != nil {

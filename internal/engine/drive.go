@@ -78,12 +78,10 @@ func (d *Device) rxLoop() {
 		switch {
 		case err == nil:
 			dense := d.idlePoller != nil && !d.noRxSpin.Load() && nanotime()-slept < int64(denseGap) && d.spinnable(n)
-			d.handOff = true
 			d.processRx(n)
 			if dense {
 				d.spinRx(seen, polled)
 			}
-			d.handOff = false
 		case isClosed(err) || d.closed.Load():
 			d.rxMu.Unlock()
 			return

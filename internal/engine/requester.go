@@ -87,11 +87,7 @@ func (qp *QP) window() int32 {
 }
 
 // runRequester sends what the send queue and the window allow. qp.mu is held.
-func (qp *QP) runRequester() { qp.request(false) }
-
-// request is runRequester; with hand (a run on the default mode's receive goroutine:
-// Device.handOff) a large batch's send is handed to the sender goroutine (txhand.go).
-func (qp *QP) request(hand bool) {
+func (qp *QP) runRequester() {
 	if qp.state != driver.QPStateRTS || qp.comp.rnrWait {
 		return
 	}
@@ -160,11 +156,7 @@ func (qp *QP) request(hand bool) {
 			qp.dev.flushTx(tx)
 		}
 		qp.ackAlong(tx) // after the requests: the peer is waiting for those
-		if hand && (tx.handWorthy() || qp.dev.txq.pending.Load() > 0) {
-			qp.dev.handTx(tx)
-		} else {
-			qp.dev.putTx(tx)
-		}
+		qp.dev.putTx(tx)
 	}
 	// UC and UD work completes as soon as its packets are on the wire, and local
 	// operations (bind, LOCAL_INV) when they execute, once everything before them has.

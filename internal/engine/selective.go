@@ -528,7 +528,7 @@ func (d *Device) runSRRequesters() {
 		qp.mu.Lock()
 		qp.sr.runListed = false
 		if !qp.closed && (qp.state == driver.QPStateRTS || qp.state == driver.QPStateSQD) {
-			qp.request(d.handOff)
+			qp.runRequester()
 		}
 		qp.mu.Unlock()
 		d.srRuns[i] = nil

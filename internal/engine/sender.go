@@ -44,18 +44,15 @@ func (s *sender) kick() {
 	}
 }
 
-func (s *sender) run(d *Device) {
-	db := &d.doorbell
+func (s *sender) run(db *doorbell) {
 	defer close(s.done)
 	var work []*QP
 	for {
 		select {
 		case <-s.wake:
 		case <-s.stop:
-			d.drainHanded() // the conn has closed: what is left fails, and unpins its memory
 			return
 		}
-		d.drainHanded()
 		db.flush()
 		for {
 			s.mu.Lock()
@@ -64,7 +61,6 @@ func (s *sender) run(d *Device) {
 			if len(work) == 0 {
 				break
 			}
-			d.drainHanded()
 			for i, qp := range work {
 				qp.mu.Lock()
 				more := false

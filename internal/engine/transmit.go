@@ -251,21 +251,7 @@ func (b *txBatch) flowTo(d *Device, dst netip.AddrPort) *wire.ICRCFlow {
 	return &b.flow
 }
 
-// flushTx sends b. Batches handed to the sender goroutine and not yet sent go first
-// (txhand.go), so that no QP's packets overtake its own.
 func (d *Device) flushTx(b *txBatch) {
-	if d.txq.pending.Load() > 0 {
-		d.txq.order.Lock()
-		d.sendHanded()
-		d.writeTx(b)
-		d.txq.order.Unlock()
-		return
-	}
-	d.writeTx(b)
-}
-
-// writeTx sends b (one sendmmsg, more when the socket takes part of it) and resets it.
-func (d *Device) writeTx(b *txBatch) {
 	msgs := b.msgs[:b.n]
 	for i := range msgs {
 		if msgs[i].N <= msgs[i].SegSize {

@@ -464,6 +464,7 @@ func (w *SendWindow) Resending() bool { return len(w.resent) > 0 || len(w.retx) 
 // selectively acknowledged is sent again.
 func (w *SendWindow) Timeout() {
 	w.stats.Timeouts++
+	w.resent = w.resent[:0] // every retransmission is forgotten: what was not SACKed goes again
 	for p := w.una; p != w.next; p = p.Add(1) {
 		w.retxDone.clear(p)
 		if !w.sacked.has(p) && !w.queued.has(p) {

@@ -152,8 +152,10 @@ func (c *completer) onRetransmitTimer() {
 	if !c.spendRetry("timeout") {
 		return
 	}
-	c.rewound, c.rewoundAt = true, c.psn
-	qp.rewind(c.psn)
+	if !qp.srTimeout() { // selective.go: resend only what the responder has not kept
+		c.rewound, c.rewoundAt = true, c.psn
+		qp.rewind(c.psn)
+	}
 	qp.runRequester()
 	c.armRetransmit()
 }

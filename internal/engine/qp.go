@@ -428,7 +428,8 @@ func (qp *QP) reset() {
 	qp.comp.reset()
 	if qp.sr != nil {
 		qp.dropKept()
-		qp.sr.sw = nil // made again at the first send, from the new send PSN
+		qp.sr.sw = nil          // made again at the first send, from the new send PSN
+		qp.sr.peerSACKs = false // the next connection's responder may not SACK
 	}
 	if qp.cc != nil {
 		qp.cc = qp.dev.newQPCC() // a new connection starts at line rate (its timer was stopped above)

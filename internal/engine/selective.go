@@ -56,6 +56,9 @@ type qpSR struct {
 	probeOn bool
 	// runListed: on the device's srRuns (srRunLater).
 	runListed bool
+	// peerSACKs: the responder has sent a SACK (srSACKFlag) on this connection, so it
+	// runs selective repeat and keeps what arrives beyond a gap (srTimeout).
+	peerSACKs bool
 }
 
 type srSlot struct {
@@ -343,8 +346,30 @@ func (qp *QP) selectiveNak(p *wire.Packet, psn wire.PSN) bool {
 	}
 	qp.Stats.SeqNakReceived++
 	qp.dev.counters.SeqNakReceived.Add(1)
+	qp.sr.peerSACKs = true
 	last := wire.PSN(p.AETH.MSN())
 	sw.NAKRun(psn, last.Sub(uint32(p.BTH.Resv7())), last)
+	return true
+}
+
+// srTimeout is the local ACK timeout with selective repeat (onRetransmitTimer): it
+// queues for resending every outstanding PSN the responder has not SACKed
+// (SendWindow.Timeout), instead of going back N from the oldest unacknowledged one, and
+// reports whether it did. The PSNs neither acknowledged nor SACKed are the ones in
+// flight, which the requester keeps at or below a window (srFull), so the burst is at
+// most go-back-N's window and usually a few PSNs; going back N resent everything from
+// Una, up to the span (four windows), most of it kept at the responder already.
+//
+// It goes back N (reports false) when the responder has never SACKed on this connection
+// (a go-back-N peer, such as rxe: nothing changes for it), when a READ or atomic is
+// outstanding (its responses are the responder's to resend, and rewind handles them),
+// and when the requester is going back N already. qp.mu is held.
+func (qp *QP) srTimeout() bool {
+	sr := qp.sr
+	if sr == nil || sr.sw == nil || !sr.peerSACKs || qp.req.outstandingRdAtom > 0 || qp.req.psn.Before(qp.req.high) {
+		return false
+	}
+	sr.sw.Timeout()
 	return true
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net/netip"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -218,4 +219,101 @@ func TestSelectiveRepeatPlacesEarly(t *testing.T) {
 		a.Dev.Close()
 		b.Dev.Close()
 	})
+}
+
+// TestSelectiveTimeout: a WRITE stream loses one request packet, the retransmission a
+// SACK asks for and every probe's resend of it, until the local ACK timeout fires. With
+// selective repeat on both ends the timeout resends only what the responder has neither
+// acknowledged nor kept (SendWindow.Timeout): that one PSN, not everything after it as
+// going back N did. Against a go-back-N responder (no SACK ever seen) the timeout still
+// goes back N. Either way every byte arrives and every WRITE completes.
+func TestSelectiveTimeout(t *testing.T) {
+	for i, c := range []struct {
+		name      string
+		responder bool // selective repeat at the responder
+	}{{"selective-responder", true}, {"go-back-N-responder", false}} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				n := simnet.New(uint64(91+i), simnet.Faults{})
+				defer n.Close()
+				sw := n.AddSwitch("s", simnet.SwitchConfig{})
+				link := simnet.Link{Bandwidth: 10e9, Delay: 10 * time.Microsecond}
+				n.Attach(netip.MustParseAddr("10.34.0.1"), sw, link)
+				n.Attach(netip.MustParseAddr("10.34.0.2"), sw, link)
+				a, b := srHost(t, n, "10.34.0.1", true), srHost(t, n, "10.34.0.2", c.responder)
+				const lost = 0xabc000 + 100 // 100 after A's send PSN (softtest.NewPair)
+				var mu sync.Mutex
+				sent := map[wire.PSN]int{} // request PSN → copies sent
+				dropped := 0
+				toB := netip.MustParseAddr("10.34.0.2")
+				n.SetFilter(func(src, dst netip.AddrPort, pkt []byte) simnet.Verdict {
+					if len(pkt) < wire.BTHLen || dst.Addr() != toB {
+						return simnet.Pass
+					}
+					psn := wire.BTH(pkt).PSN()
+					mu.Lock()
+					defer mu.Unlock()
+					sent[psn]++
+					// Lost until the first timeout: the first copy, the SACK's resend, the probes'.
+					if psn == lost && a.Dev.Counters().Get("retry_timeouts") == 0 {
+						dropped++
+						return simnet.Drop
+					}
+					return simnet.Pass
+				})
+				params := defaultRC()
+				params.Timeout = 8 // 1 ms
+				p := newPair(t, a, b, verbs.QPTypeRC, params)
+				const size, count = 64 << 10, 16 // 1024 packets at MTU 1024, within the span
+				src, dst := a.MR(t, size*count, allAccess), b.MR(t, size*count, allAccess)
+				softtest.Fill(src.Buf(), 91)
+				for i := range count {
+					if err := p.QA.PostSend(verbs.SendWR{ID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+						SGL: []verbs.SGE{src.SGE(i*size, size)}, RemoteAddr: dst.Addr() + uint64(i*size), RKey: dst.RKey()}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for _, wc := range softtest.WaitWC(t, a.CQ, count, 10*time.Second) {
+					if wc.Status != verbs.WCSuccess {
+						t.Fatalf("completion %+v", wc)
+					}
+				}
+				if !bytes.Equal(src.Buf(), dst.Buf()) {
+					t.Fatal("the WRITEs' bytes differ at the responder")
+				}
+				ca := a.Dev.Counters()
+				mu.Lock()
+				var again []wire.PSN // PSNs sent more than once
+				for psn, k := range sent {
+					if k > 1 {
+						again = append(again, psn)
+					}
+				}
+				total, drops := len(sent), dropped
+				mu.Unlock()
+				t.Logf("%d PSNs sent, %d sent again, the lost one %d times (%d dropped); timeouts %d, retransmits %d (selective %d)",
+					total, len(again), sent[lost], drops, ca.Get("retry_timeouts"), ca.Get("retransmits"), ca.Get("selective_retransmits"))
+				if total != size*count/1024 || drops < 2 || ca.Get("retry_timeouts") == 0 {
+					t.Fatalf("%d PSNs, %d drops of PSN %#x, %d timeouts: the test tests nothing", total, drops, lost, ca.Get("retry_timeouts"))
+				}
+				if c.responder {
+					if len(again) != 1 || again[0] != lost {
+						t.Errorf("resent %d PSNs (%v…), want only the lost one %#x", len(again), again[:min(len(again), 4)], lost)
+					}
+					if ca.Get("selective_retransmits") != ca.Get("retransmits") {
+						t.Errorf("%d retransmits, %d of them selective: a timeout went back N", ca.Get("retransmits"), ca.Get("selective_retransmits"))
+					}
+				} else {
+					if ca.Get("selective_retransmits") != 0 {
+						t.Errorf("%d selective retransmits to a responder that never SACKs", ca.Get("selective_retransmits"))
+					}
+					if len(again) < 2 {
+						t.Errorf("resent %d PSNs: go-back-N resends everything after the loss", len(again))
+					}
+				}
+				a.Dev.Close()
+				b.Dev.Close()
+			})
+		})
+	}
 }

@@ -222,8 +222,12 @@ func (d *Device) Events() <-chan AsyncEvent {
 		go func() {
 			defer close(d.evs)
 			for ev := range d.impl.Events() {
+				out, ok := d.mapEvent(ev)
+				if !ok {
+					continue
+				}
 				select {
-				case d.evs <- d.mapEvent(ev):
+				case d.evs <- out:
 				case <-d.done: // nobody is reading; do not outlive the device
 					return
 				}
@@ -233,9 +237,11 @@ func (d *Device) Events() <-chan AsyncEvent {
 	return d.evs
 }
 
-func (d *Device) mapEvent(ev driver.AsyncEvent) AsyncEvent {
+// mapEvent gives the provider's event the program's objects; false: the event is dropped.
+func (d *Device) mapEvent(ev driver.AsyncEvent) (AsyncEvent, bool) {
 	out := AsyncEvent{Type: ev.Type, Port: ev.Port}
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	if ev.QP != nil {
 		out.QP = d.qps[ev.QP]
 	}
@@ -245,8 +251,14 @@ func (d *Device) mapEvent(ev driver.AsyncEvent) AsyncEvent {
 	if ev.SRQ != nil {
 		out.SRQ = d.srqs[ev.SRQ]
 	}
-	d.mu.Unlock()
-	return out
+	// An event about an object the program has closed meanwhile is dropped, as a
+	// kernel device reports nothing for a QP, CQ or SRQ once its destroy returned: the
+	// provider may have raised it just before (a QP moved to the error state raises
+	// "last WQE reached" as it is destroyed). Delivered, it would name no object with
+	// a type that promises one; the C library turned that into a NULL element that
+	// UCX's async thread dereferenced at teardown.
+	gone := (ev.QP != nil && out.QP == nil) || (ev.CQ != nil && out.CQ == nil) || (ev.SRQ != nil && out.SRQ == nil)
+	return out, !gone
 }
 
 // track records a QP, CQ or SRQ made on the device (add) or forgets a closed one. An

@@ -132,3 +132,21 @@ func TestResourceLimits(t *testing.T) {
 		t.Fatalf("completions after resize: %+v", wcs)
 	}
 }
+
+// TestNoEventForClosedQP: an event the provider raised about a QP the program has closed
+// meanwhile is not delivered (it would name no QP: the C library passed that on as a NULL
+// element, which UCX's async thread dereferenced when it tore its QPs down), while the
+// same event about an open QP names it.
+func TestNoEventForClosedQP(t *testing.T) {
+	h := newHost(t)
+	qp := h.QP(t, verbs.QPTypeRC)
+	if ev, ok := verbs.MapQPEvent(h.Dev, qp, verbs.EventQPLastWQEReached); !ok || ev.QP != qp {
+		t.Fatalf("an open QP's event: %+v, delivered %v", ev, ok)
+	}
+	if err := qp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if ev, ok := verbs.MapQPEvent(h.Dev, qp, verbs.EventQPLastWQEReached); ok {
+		t.Fatalf("an event about a closed QP is delivered: %+v", ev)
+	}
+}

@@ -157,6 +157,20 @@ struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *context)
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		GV_FAIL(ENOMEM);
+#ifdef GOVERBS_ATTACH
+	/* the channel's fd is the backend's own (an epoll set of the CQs' eventfds) */
+	(void)fds;
+	rc = gv_create_comp_channel(gv_ctx(context)->h, -1, &c->h);
+	if (rc) {
+		free(c);
+		GV_FAIL(rc);
+	}
+	c->wfd = -1;
+	c->ch.context = context;
+	c->ch.fd = gv_comp_channel_fd(c->h);
+	c->ch.refcnt = 0;
+	return &c->ch;
+#endif
 	if (pipe2(fds, O_CLOEXEC) < 0) {
 		free(c);
 		return NULL;
@@ -187,8 +201,10 @@ int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 	if (__atomic_load_n(&channel->refcnt, __ATOMIC_SEQ_CST))
 		return EBUSY; /* CQs still report here */
 	gv_destroy_comp_channel(c->h);
-	close(c->ch.fd);
-	close(c->wfd);
+	if (c->wfd >= 0) { /* a pipe's; the backend closes a fd of its own */
+		close(c->ch.fd);
+		close(c->wfd);
+	}
 	free(c);
 	return 0;
 }
@@ -371,7 +387,8 @@ int gv_op_req_notify_cq(struct ibv_cq *cq, int solicited_only)
 /*
  * A completion event is the ibv_cq pointer, written to the channel's pipe by the Go side
  * when an armed CQ gets a completion: read blocks like the kernel's event fd, and a
- * program may poll(2) the fd or make it non-blocking.
+ * program may poll(2) the fd or make it non-blocking. In the C flavour the channel's fd
+ * is an epoll set of its CQs' eventfds, which the daemon writes (capi/attach/gva_cq.c).
  */
 int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void **cq_context)
 {
@@ -382,6 +399,24 @@ int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void 
 		errno = EINVAL;
 		return -1;
 	}
+#ifdef GOVERBS_ATTACH
+	{
+		/* the channel's fd is an epoll set: a program makes it non-blocking as it
+		 * would the kernel's event file, and a wait then returns EAGAIN */
+		int fl = fcntl(channel->fd, F_GETFL), rc;
+		void *p = NULL;
+
+		rc = gv_get_cq_event(((struct gv_channel *)channel)->h, fl < 0 || !(fl & O_NONBLOCK), &p);
+		if (rc) {
+			errno = rc;
+			return -1;
+		}
+		got = p;
+		*cq = got;
+		*cq_context = got->cq_context;
+		return 0;
+	}
+#endif
 	n = read(channel->fd, &got, sizeof(got));
 	if (n != (ssize_t)sizeof(got)) {
 		if (n >= 0)

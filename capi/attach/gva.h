@@ -30,6 +30,8 @@ int gv_reg_mr(uintptr_t ph, void *addr, size_t length, unsigned int access, uint
 int gv_dereg_mr(uintptr_t h);
 int gv_create_comp_channel(uintptr_t ch, int wfd, uintptr_t *out);
 int gv_destroy_comp_channel(uintptr_t h);
+int gv_comp_channel_fd(uintptr_t h);
+int gv_get_cq_event(uintptr_t h, int wait, void **cq);
 int gv_create_cq(uintptr_t ch, int *cqe, uintptr_t chanH, void *cq, uintptr_t *out);
 int gv_destroy_cq(uintptr_t h);
 int gv_resize_cq(uintptr_t h, int *cqe);
@@ -233,9 +235,8 @@ struct gva_mw {
 /* A completion channel: a thread forwards its CQs' eventfds to the program's pipe. */
 struct gva_chan {
 	struct gva_dev *d;
-	int epfd, stopfd, wfd;
-	pthread_t thr;
-	pthread_mutex_t mu; /* the thread forwards only CQs still listed */
+	int epfd;	    /* the channel's fd: its CQs' eventfds */
+	pthread_mutex_t mu; /* an event is taken only from a CQ still listed */
 	void **cqs;	    /* the C ibv_cq of each member CQ */
 	size_t ncqs, capcqs;
 };

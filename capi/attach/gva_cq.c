@@ -1,9 +1,9 @@
 /*
  * Completion queues and channels. A CQ is a ring the daemon writes completions into
  * and we map (docs/attach-protocol.md, "Shared queues"): polling reads it with no
- * syscall. A completion channel is a thread that waits on its CQs' eventfds (written
- * by the daemon when an armed CQ gets a completion) and writes each CQ's ibv_cq pointer
- * to the channel's pipe, which ibv_get_cq_event reads and programs poll.
+ * syscall. A completion channel is an epoll set of its CQs' eventfds (written by the
+ * daemon when an armed CQ gets a completion), whose fd programs poll and
+ * ibv_get_cq_event waits on.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -18,6 +18,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <unistd.h>
 #include "gva.h"
 
@@ -46,49 +47,22 @@ int gva_map(int fd, size_t size, uint8_t **mem)
 	return 0;
 }
 
-static void *gva_chan_thread(void *arg)
-{
-	struct gva_chan *c = arg;
-	struct epoll_event evs[16];
-
-	for (;;) {
-		int n = epoll_wait(c->epfd, evs, 16, -1);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return NULL;
-		}
-		pthread_mutex_lock(&c->mu);
-		for (int i = 0; i < n; i++) {
-			struct gva_cq *q = evs[i].data.ptr;
-			size_t k;
-			uint64_t v;
-
-			if (!q) {
-				pthread_mutex_unlock(&c->mu);
-				return NULL; /* destroyed */
-			}
-			for (k = 0; k < c->ncqs && c->cqs[k] != q; k++)
-				;
-			if (k == c->ncqs)
-				continue; /* destroyed meanwhile */
-			if (read(q->evfd, &v, sizeof(v)) != sizeof(v))
-				continue;
-			if (write(c->wfd, &q->cobj, sizeof(q->cobj)) != sizeof(q->cobj))
-				gva_debug("completion event dropped: the channel's pipe is full");
-		}
-		pthread_mutex_unlock(&c->mu);
-	}
-}
-
+/*
+ * A channel is an epoll set of its CQs' eventfds, and that epoll fd is the channel's
+ * fd: the daemon's eventfd write wakes a program waiting in poll(2) on it directly.
+ * (It was a thread that waited on the set and wrote each CQ's ibv_cq pointer to a
+ * pipe, the channel's fd: every event woke that thread and then the program, two
+ * wake-ups, and on 2 loaded cores the thread's tens of microseconds per wake-up came
+ * out of the daemon's CPU; iperf3 under librspreload spent 12% of a core in it.)
+ * ibv_get_cq_event takes a ready CQ from the set and reads its eventfd (below).
+ */
 int gv_create_comp_channel(uintptr_t ch, int wfd, uintptr_t *out)
 {
 	struct gva_dev *d = (struct gva_dev *)ch;
-	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
 	struct gva_chan *c;
 	int rc;
 
+	(void)wfd; /* the channel's fd is its epoll set (gv_comp_channel_fd) */
 	if (!d)
 		return EINVAL;
 	if ((rc = gva_usable(d)))
@@ -97,42 +71,76 @@ int gv_create_comp_channel(uintptr_t ch, int wfd, uintptr_t *out)
 	if (!c)
 		return ENOMEM;
 	c->d = d;
-	c->wfd = wfd;
 	c->epfd = epoll_create1(EPOLL_CLOEXEC);
-	c->stopfd = eventfd(0, EFD_CLOEXEC);
-	pthread_mutex_init(&c->mu, NULL);
-	if (c->epfd < 0 || c->stopfd < 0 || epoll_ctl(c->epfd, EPOLL_CTL_ADD, c->stopfd, &ev) < 0) {
+	if (c->epfd < 0) {
 		rc = errno;
-		goto fail;
+		free(c);
+		return rc ? rc : ENOMEM;
 	}
-	if ((rc = gva_thread(&c->thr, gva_chan_thread, c)))
-		goto fail;
+	pthread_mutex_init(&c->mu, NULL);
 	*out = (uintptr_t)c;
 	return 0;
-fail:
-	if (c->epfd >= 0)
-		close(c->epfd);
-	if (c->stopfd >= 0)
-		close(c->stopfd);
-	pthread_mutex_destroy(&c->mu);
-	free(c);
-	return rc ? rc : ENOMEM;
+}
+
+/* gv_comp_channel_fd is the fd a program polls for the channel's events. */
+int gv_comp_channel_fd(uintptr_t h)
+{
+	return ((struct gva_chan *)h)->epfd;
+}
+
+/*
+ * gv_get_cq_event takes one event: a CQ of the channel whose eventfd the daemon wrote
+ * (an armed CQ that got a completion); wait says whether to block until there is one.
+ * It returns 0 with the program's ibv_cq in *cq, EAGAIN when there is none and wait is
+ * 0, or the error of the wait (EINTR, as a read of the kernel's event file gives).
+ * Each read of an eventfd is one event, as each arming of a CQ is at most one.
+ */
+int gv_get_cq_event(uintptr_t h, int wait, void **cq)
+{
+	struct gva_chan *c = (struct gva_chan *)h;
+	struct epoll_event ev;
+
+	if (!c)
+		return EINVAL;
+	if (c->d->pid != gva_getpid())
+		return EIO; /* a child's copy: the CQs' events are the parent's */
+	for (;;) {
+		int n = epoll_wait(c->epfd, &ev, 1, wait ? -1 : 0), found = 0;
+		struct gva_cq *q;
+
+		if (n < 0)
+			return errno;
+		if (n == 0)
+			return EAGAIN;
+		q = ev.data.ptr;
+		pthread_mutex_lock(&c->mu);
+		for (size_t k = 0; k < c->ncqs && !found; k++)
+			found = c->cqs[k] == q;
+		if (found) {
+			/* another thread may have taken this event since epoll_wait said so:
+			 * read only what is there (the eventfd is the daemon's, left blocking) */
+			struct pollfd p = {.fd = q->evfd, .events = POLLIN};
+			uint64_t v;
+
+			found = poll(&p, 1, 0) == 1 && read(q->evfd, &v, sizeof(v)) == sizeof(v);
+			if (found)
+				*cq = q->cobj;
+		}
+		pthread_mutex_unlock(&c->mu);
+		if (found)
+			return 0;
+	}
 }
 
 int gv_destroy_comp_channel(uintptr_t h)
 {
 	struct gva_chan *c = (struct gva_chan *)h;
-	uint64_t one = 1;
 
 	if (!c)
 		return EINVAL;
-	if (c->d->pid == gva_getpid()) { /* a child has no copy of the thread */
-		if (write(c->stopfd, &one, sizeof(one)) == sizeof(one))
-			gva_join(c->thr);
-	}
 	close(c->epfd);
-	close(c->stopfd);
-	pthread_mutex_destroy(&c->mu);
+	if (c->d->pid == gva_getpid()) /* a child's copy of the lock may be held */
+		pthread_mutex_destroy(&c->mu);
 	free(c->cqs);
 	free(c);
 	return 0;
@@ -325,7 +333,7 @@ int gv_destroy_cq(uintptr_t h)
 	if (rc && !gva_usable(q->d))
 		return rc; /* EBUSY while a QP uses it */
 	gva_untrack(q->d, GVA_EV_CQ, q->h);
-	if (q->chan && q->d->pid == gva_getpid()) /* a child has no channel thread (and maybe a held lock) */
+	if (q->chan && q->d->pid == gva_getpid()) /* a child's copy of a channel lock may be held */
 		gva_chan_remove(q->chan, q);
 	gva_cq_free(q);
 	return 0;

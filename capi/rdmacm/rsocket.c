@@ -16,18 +16,23 @@
  * udpong (datagrams) against itself and goverbs udpong both ways.
  *
  * The shape of one connection (this file's own choices within the protocol):
- *  - a 1 MiB receive ring given to the peer in two halves: the first in the
+ *  - a 2 MiB receive ring given to the peer in two halves: the first in the
  *    connection data, the second by an SGL update as soon as the connection is up, and
  *    each half again once the reader has consumed that much;
  *  - 256 message credits (a receive posted for each, and spare ones for the peer's
  *    control messages), returned by a credit update once half are used;
- *  - a 1 MiB staging ring the sender copies into and WRITEs from, every WRITE
- *    signaled; data messages of at most 64 KiB, each filling the peer's buffer in turn.
- *    The sizes are package rdmanet's (rdmanet/proto.go): with 256 KiB rings and 64
- *    credits, iperf3 under librspreload moved 0.47x of the kernel's TCP on loopback,
- *    with a fifth of the machine idle (the writer waiting for the ring); with 1 MiB,
- *    0.57x (2026-11-27, by hand, 3 interleaved rounds each; bench/rspreload.sh has since
- *    recorded 0.58-0.66x). They cost 2 MiB of registered memory a connection;
+ *  - a 2 MiB staging ring the sender copies into and WRITEs from, every WRITE
+ *    signaled; data messages of at most 256 KiB, each filling the peer's buffer in turn.
+ *    With 256 KiB rings and 64 credits, iperf3 under librspreload moved 0.47x of the
+ *    kernel's TCP on loopback, with a fifth of the machine idle (the writer waiting for
+ *    the ring); with 1 MiB rings and 64 KiB messages (package rdmanet's sizes,
+ *    rdmanet/proto.go), 0.57x (2026-11-27, by hand, 3 interleaved rounds each). Each
+ *    message costs the daemon a receive, a completion each side and often a wake-up,
+ *    so iperf3's 128 KiB writes now go as one WRITE each, not two, and the writer
+ *    waits for the reader's next half less often: 1.21-1.28x the Gb/s (bench/
+ *    rspreload.sh's setup by hand, 3 interleaved rounds; 256 KiB messages with 1 MiB
+ *    rings did about 1.2x in 2 rounds, 4 MiB rings no better than 2). They cost 4 MiB
+ *    of registered memory a connection;
  *  - at most 4 control messages in flight, two of them kept for SHUTDOWN/DISCONNECT;
  *  - a writer that has waited a second for room sends a keepalive (a zero-length RDMA
  *    WRITE without immediate), which a peer that is gone leaves unacknowledged;
@@ -64,10 +69,10 @@
 
 #include "rsocket_dgram.h"
 
-#define RING_SZ (1024 * 1024)
+#define RING_SZ (2 * 1024 * 1024)
 #define HALF_SZ (RING_SZ / 2)
-#define STAGE_SZ (1024 * 1024)
-#define MAX_MSG (64 * 1024)
+#define STAGE_SZ (2 * 1024 * 1024)
+#define MAX_MSG (256 * 1024)
 #define CREDITS 256
 #define RQ_DEPTH (CREDITS + 32)
 #define CTRL_MAX 4

@@ -28,6 +28,7 @@
  * same WRITEs with IBV_SEND_INLINE from an unregistered word (lkey 0).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <poll.h>
@@ -312,6 +313,19 @@ static void check_traffic(void)
 	CHECK(poll(&pfd, 1, 10000) == 1, "channel fd readable");
 	CHECK(ibv_get_cq_event(p.ch, &evcq, &evctx) == 0 && evcq == p.cq && evctx == &p, "get_cq_event");
 	ibv_ack_cq_events(evcq, 1);
+	/* One event per arming: once taken the fd is quiet, and a non-blocking channel's
+	 * get_cq_event says EAGAIN, as the kernel's event file does. */
+	pfd = (struct pollfd){ .fd = p.ch->fd, .events = POLLIN };
+	CHECK(poll(&pfd, 1, 0) == 0, "channel fd quiet once the event is taken");
+	{
+		int fl = fcntl(p.ch->fd, F_GETFL);
+
+		CHECK(fl >= 0 && fcntl(p.ch->fd, F_SETFL, fl | O_NONBLOCK) == 0, "channel fd made non-blocking");
+		errno = 0;
+		CHECK(ibv_get_cq_event(p.ch, &evcq, &evctx) == -1 && errno == EAGAIN,
+		      "non-blocking get_cq_event without an event: EAGAIN");
+		CHECK(fcntl(p.ch->fd, F_SETFL, fl) == 0, "channel fd blocking again");
+	}
 	CHECK(ibv_poll_cq(p.cq, 1, &wc) == 1 && wc.status == IBV_WC_SUCCESS && wc.wr_id == 7 &&
 	      wc.opcode == IBV_WC_RDMA_WRITE, "WRITE completion");
 	CHECK(memcmp(p.buf + 4096, "written in place", 17) == 0, "WRITE landed in the program's memory");

@@ -27,6 +27,29 @@ func srHost(t *testing.T, n *simnet.Network, addr string, sr bool) *host {
 	return newHostCfg(t, verbs.SoftConfig{Addr: netip.MustParseAddr(addr), Conn: c, MTU: verbs.MTU1024, SelectiveRepeat: sr})
 }
 
+// writeAndCheck posts count RDMA WRITEs of size bytes from a to b on p's QPs, each
+// signaled, and fails the test unless every one completes successfully and b's memory
+// holds exactly a's bytes (filled from seed).
+func writeAndCheck(t *testing.T, p *pair, a, b *host, size, count int, seed uint64) {
+	t.Helper()
+	src, dst := a.MR(t, size*count, allAccess), b.MR(t, size*count, allAccess)
+	softtest.Fill(src.Buf(), seed)
+	for i := range count {
+		if err := p.QA.PostSend(verbs.SendWR{ID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{src.SGE(i*size, size)}, RemoteAddr: dst.Addr() + uint64(i*size), RKey: dst.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, wc := range softtest.WaitWC(t, a.CQ, count, 10*time.Second) {
+		if wc.Status != verbs.WCSuccess {
+			t.Fatalf("completion %+v", wc)
+		}
+	}
+	if !bytes.Equal(src.Buf(), dst.Buf()) {
+		t.Fatal("the WRITEs' bytes differ at the responder")
+	}
+}
+
 // TestSelectiveRepeatMixedInterop: every kind of RC work, every byte and atomic checked,
 // over a network that loses, reorders and duplicates, with selective repeat on both
 // ends, on the requester only and on the responder only: a side without it runs
@@ -197,22 +220,7 @@ func TestSelectiveRepeatPlacesEarly(t *testing.T) {
 		a, b := srHost(t, n, "10.33.0.1", true), srHost(t, n, "10.33.0.2", true)
 		p := newPair(t, a, b, verbs.QPTypeRC, defaultRC())
 		const size, count = 64 << 10, 24
-		src, dst := a.MR(t, size*count, allAccess), b.MR(t, size*count, allAccess)
-		softtest.Fill(src.Buf(), 77)
-		for i := range count {
-			if err := p.QA.PostSend(verbs.SendWR{ID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
-				SGL: []verbs.SGE{src.SGE(i*size, size)}, RemoteAddr: dst.Addr() + uint64(i*size), RKey: dst.RKey()}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for _, wc := range softtest.WaitWC(t, a.CQ, count, 10*time.Second) {
-			if wc.Status != verbs.WCSuccess {
-				t.Fatalf("completion %+v", wc)
-			}
-		}
-		if !bytes.Equal(src.Buf(), dst.Buf()) {
-			t.Fatal("the WRITEs' bytes differ at the responder")
-		}
+		writeAndCheck(t, p, a, b, size, count, 77)
 		if kept := b.Dev.Counters().Get("ooo_kept"); kept == 0 || toB.Stats().LinkLoss == 0 {
 			t.Fatalf("%d kept, %d lost: the test tests nothing", kept, toB.Stats().LinkLoss)
 		}
@@ -265,22 +273,7 @@ func TestSelectiveTimeout(t *testing.T) {
 				params.Timeout = 8 // 1 ms
 				p := newPair(t, a, b, verbs.QPTypeRC, params)
 				const size, count = 64 << 10, 16 // 1024 packets at MTU 1024, within the span
-				src, dst := a.MR(t, size*count, allAccess), b.MR(t, size*count, allAccess)
-				softtest.Fill(src.Buf(), 91)
-				for i := range count {
-					if err := p.QA.PostSend(verbs.SendWR{ID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
-						SGL: []verbs.SGE{src.SGE(i*size, size)}, RemoteAddr: dst.Addr() + uint64(i*size), RKey: dst.RKey()}); err != nil {
-						t.Fatal(err)
-					}
-				}
-				for _, wc := range softtest.WaitWC(t, a.CQ, count, 10*time.Second) {
-					if wc.Status != verbs.WCSuccess {
-						t.Fatalf("completion %+v", wc)
-					}
-				}
-				if !bytes.Equal(src.Buf(), dst.Buf()) {
-					t.Fatal("the WRITEs' bytes differ at the responder")
-				}
+				writeAndCheck(t, p, a, b, size, count, 91)
 				ca := a.Dev.Counters()
 				mu.Lock()
 				var again []wire.PSN // PSNs sent more than once

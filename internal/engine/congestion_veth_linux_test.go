@@ -171,6 +171,18 @@ func TestVethLoss(t *testing.T) {
 		depth = n
 	}
 	nsA, nsB := vethNet(t)
+	// GOVERBS_LOSS_LINK=4gbit shapes each end's egress with tbf to that rate, so that
+	// the link, not the machine's two cores, bounds the stream, as a fabric's links do:
+	// the ratio then measures what the loss costs the protocol (a dropped original and
+	// its resend on the link), not what the loss handling costs the CPU that both
+	// devices and the kernel's veth path share (docs/congestion.md, "What is left").
+	if rate := os.Getenv("GOVERBS_LOSS_LINK"); rate != "" {
+		for _, e := range [][2]string{{nsA, "va"}, {nsB, "vb"}} {
+			if out, err := exec.Command("ip", "netns", "exec", e[0], "tc", "qdisc", "add", "dev", e[1], "root", "tbf", "rate", rate, "burst", "256kb", "latency", "200ms").CombinedOutput(); err != nil {
+				t.Skipf("tbf rate %s: %v\n%s", rate, err, out)
+			}
+		}
+	}
 	const dur = 300 * time.Millisecond
 	run := func(sr, lossy bool) (float64, uint64, uint64) {
 		// The lossless run goes through the same rule, made never to match by a packet

@@ -105,6 +105,9 @@ func TestLibfabricUCX(t *testing.T) {
 	// step is what a step of fabricNS left: its output, and that it exited 0.
 	step := func(t *testing.T, name string) string {
 		t.Helper()
+		if crash, err := os.ReadFile(filepath.Join(outDir, name+".crash")); err == nil {
+			t.Logf("%s crashed in libfabric after a complete run, and ran again (fabricNS's pair):\n%s", name, crash)
+		}
 		out, _ := os.ReadFile(filepath.Join(outDir, name+".log"))
 		rc, err := os.ReadFile(filepath.Join(outDir, name+".rc"))
 		if err != nil || strings.TrimSpace(string(rc)) != "0" {
@@ -222,14 +225,26 @@ listening() {
 # pair NAME PORT SERVERENV CLIENTENV ARGS...: fi_pingpong's server and client on
 # control port PORT (one per run: a port left in TIME_WAIT is not bound again), ARGS to
 # both
+#
+# Once, a run whose client printed its whole table and then died of SIGSEGV inside
+# libfabric while closing (fi_rdm: ofi_rxm calling through a closed endpoint's ops,
+# 1.17.0's code, about one CI run in ten; not understood, see the test's log) goes again
+# on the next port; the first run's log is kept as NAME_client.crash.
 pair() {
-	name=$1 port=$2 senv=$3 cenv=$4
-	shift 4
-	(run ${name}_server env $senv fi_pingpong -B $port "$@") &
-	srv=$!
-	listening $port
-	run ${name}_client env $cenv fi_pingpong -P $port "$@" 10.0.0.2
-	wait $srv
+	pn=$1 port=$2 senv=$3 cenv=$4
+	shift 4 # pn, not name: run sets name
+	for try in 1 2; do
+		(run ${pn}_server env $senv fi_pingpong -B $port "$@") &
+		srv=$!
+		listening $port
+		run ${pn}_client env $cenv fi_pingpong -P $port "$@" 10.0.0.2
+		wait $srv
+		[ $try = 1 ] && [ "$(cat "$GV_OUT/${pn}_client.rc")" != 0 ] &&
+			grep -q 'terminated with signal 11' "$GV_OUT/${pn}_client.log" &&
+			grep -Eq '^(1m|1k) +10 +=10 ' "$GV_OUT/${pn}_client.log" || break
+		mv "$GV_OUT/${pn}_client.log" "$GV_OUT/${pn}_client.crash"
+		port=$((port + 10))
+	done
 }
 if [ -n "$GV_FABRIC" ]; then
 	run fi_info env GOVERBS_DEVICES=s0=10.0.0.2,c0=10.0.0.3 fi_info -p verbs

@@ -160,7 +160,7 @@ func (qp *QP) queueAckItem(syn wire.Syndrome, psn wire.PSN) {
 func (qp *QP) buildAck(tx *txBatch, syn wire.Syndrome, psn wire.PSN) {
 	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAck | qp.opBase, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn}}
 	h.AETH = wire.AETHFields{Syndrome: syn, MSN: qp.resp.msn}
-	qp.dev.emit(tx, qp.remote, qp.attr.AH.TrafficClass, &h, payload{}, false)
+	qp.dev.emit(tx, qp.remote, qp.attr.AH.TrafficClass, &h, &payload{}, false)
 	qp.Stats.TxPackets++
 }
 

@@ -84,7 +84,7 @@ func (qp *QP) ceMarked(p *wire.Packet) {
 func (qp *QP) sendCNP() {
 	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.CNP, PKey: 0xffff, DestQP: qp.attr.DestQPN, Resv8a: 0x40}}
 	tx := qp.dev.getTx()
-	qp.dev.emit(tx, qp.remote, qp.attr.AH.TrafficClass, &h, payload{}, false)
+	qp.dev.emit(tx, qp.remote, qp.attr.AH.TrafficClass, &h, &payload{}, false)
 	qp.dev.putTx(tx)
 	qp.dev.counters.CNPSent.Add(1)
 }

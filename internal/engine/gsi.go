@@ -68,7 +68,8 @@ func (d *Device) SendMAD(to netip.Addr, mad []byte) error {
 		DETH: wire.DETHFields{QKey: GSIQKey, SrcQP: GSIQPN},
 	}
 	tx := d.getTx()
-	d.emit(tx, netip.AddrPortFrom(to.Unmap(), d.peerPort), 0, &h, bytesPayload(mad), false)
+	pl := bytesPayload(mad)
+	d.emit(tx, netip.AddrPortFrom(to.Unmap(), d.peerPort), 0, &h, &pl, false)
 	d.putTx(tx)
 	return nil
 }

@@ -127,7 +127,8 @@ func (qp *QP) buildReadResponse(tx *txBatch, it *respItem) bool {
 	if m > 0 && !it.reg.acquire() {
 		return false
 	}
-	qp.dev.emit(tx, qp.remote, qp.attr.AH.TrafficClass, &h, bytesPayload(it.src[:m]), false)
+	pl := bytesPayload(it.src[:m])
+	qp.dev.emit(tx, qp.remote, qp.attr.AH.TrafficClass, &h, &pl, false)
 	if m > 0 {
 		it.reg.release()
 	}
@@ -141,6 +142,6 @@ func (qp *QP) buildAtomicAck(tx *txBatch, psn wire.PSN, orig uint64) {
 	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAtomicAck | qp.opBase, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: psn}}
 	h.AETH = wire.AETHFields{Syndrome: wire.ACKSyndrome(wire.CreditsInvalid), MSN: qp.resp.msn}
 	h.AtomicAckETH = orig
-	qp.dev.emit(tx, qp.remote, qp.attr.AH.TrafficClass, &h, payload{}, false)
+	qp.dev.emit(tx, qp.remote, qp.attr.AH.TrafficClass, &h, &payload{}, false)
 	qp.Stats.TxPackets++
 }

@@ -333,7 +333,7 @@ func (qp *QP) dropKept() {
 func (qp *QP) buildSACK(tx *txBatch, expected, sacked wire.PSN, run uint32) {
 	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAck, PKey: 0xffff, DestQP: qp.attr.DestQPN, PSN: expected, Resv8a: srSACKFlag, Resv7: uint8(run)}}
 	h.AETH = wire.AETHFields{Syndrome: wire.NAKSyndrome(wire.NAKPSNSeqError), MSN: uint32(sacked) & wire.PSNMask}
-	qp.dev.emit(tx, qp.remote, qp.attr.AH.TrafficClass, &h, payload{}, false)
+	qp.dev.emit(tx, qp.remote, qp.attr.AH.TrafficClass, &h, &payload{}, false)
 	qp.Stats.TxPackets++
 }
 

@@ -116,8 +116,10 @@ func bytesPayload(b []byte) payload { return payload{b: b, n: len(b)} }
 // netio.MaxIov slices.
 //
 // One function, not a placement helper and a build: this is every packet's path, and
-// the placement is inlined here rather than paid as a call.
-func (d *Device) emit(tx *txBatch, dst netip.AddrPort, tc uint8, h *wire.Headers, pl payload, endRun bool) bool {
+// the placement is inlined here rather than paid as a call. pl comes by pointer: by value
+// it goes on the stack (the arguments outnumber the registers), copied there with 16-byte
+// loads from the caller's just-stored fields, a store-forwarding stall per packet.
+func (d *Device) emit(tx *txBatch, dst netip.AddrPort, tc uint8, h *wire.Headers, pl *payload, endRun bool) bool {
 	n := pl.n
 	size := wireLen(h.Len(), n)
 	gather := pl.sgl != nil && n >= gatherMin

@@ -239,6 +239,19 @@ func (p *svcPair) handler(s *Service) func(ServiceEvent) {
 	}
 }
 
+// tcpIDs makes a TCP-port-space id on the client and a listening one on the server,
+// and returns them with the listener's address.
+func (p *svcPair) tcpIDs(t *testing.T) (cid, lid uint64, local netip.AddrPort) {
+	t.Helper()
+	cid, err := p.cl.NewID(mad.PortSpaceTCP, p.handler(p.cl))
+	must(t, err)
+	lid, err = p.sv.NewID(mad.PortSpaceTCP, p.handler(p.sv))
+	must(t, err)
+	must(t, p.sv.Listen(lid, 4))
+	local, _, _ = p.sv.Query(lid)
+	return cid, lid, local
+}
+
 // wait waits for an event of kind on s's id.
 func (p *svcPair) wait(t *testing.T, s *Service, id uint64, kind int) ServiceEvent {
 	t.Helper()
@@ -281,12 +294,7 @@ func TestServiceOptionsAndNotify(t *testing.T) {
 		}
 		return false
 	}
-	cid, err := p.cl.NewID(mad.PortSpaceTCP, p.handler(p.cl))
-	must(t, err)
-	lid, err := p.sv.NewID(mad.PortSpaceTCP, p.handler(p.sv))
-	must(t, err)
-	must(t, p.sv.Listen(lid, 4))
-	local, _, _ := p.sv.Query(lid)
+	cid, lid, local := p.tcpIDs(t)
 
 	if err := p.cl.SetOption(cid, OptionACKTimeout, 32); !errors.Is(err, syscall.EINVAL) {
 		t.Fatalf("ACK timeout 32: %v", err)
@@ -487,12 +495,7 @@ func TestRetryCountsAboveSeven(t *testing.T) {
 	sendAndRead(t, cl, sv, cc, sc)
 
 	p := newSvcPair(t)
-	cid, err := p.cl.NewID(mad.PortSpaceTCP, p.handler(p.cl))
-	must(t, err)
-	lid, err := p.sv.NewID(mad.PortSpaceTCP, p.handler(p.sv))
-	must(t, err)
-	must(t, p.sv.Listen(lid, 4))
-	local, _, _ := p.sv.Query(lid)
+	cid, lid, local := p.tcpIDs(t)
 	must(t, p.cl.ResolveAddr(cid, netip.Addr{}, local))
 	p.wait(t, p.cl, cid, SvcAddrResolved)
 	must(t, p.cl.ResolveRoute(cid))

@@ -385,6 +385,6 @@ func (s *session) engine(r *attach.Reader, w *attach.Writer) ([]*os.File, error)
 	first, last := m.QPNs()
 	w.U32(first)
 	w.U32(last)
-	s.d.srv.log.Info("own engine", "device", s.d.cfg.Name, "pid", s.pid, "qpn_first", first, "qpn_last", last)
+	s.d.srv.log.Info("own engine", "device", s.d.cfg.Name, "pid", s.pid, "qpns", fmt.Sprintf("%#06x-%#06x", first, last))
 	return []*os.File{f}, nil
 }

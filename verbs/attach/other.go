@@ -20,3 +20,6 @@ const EnvOwnEngine = "GOVERBS_ATTACH_ENGINE"
 
 // OwnEngine is false: attaching needs Linux.
 func OwnEngine(c driver.Commander) bool { return false }
+
+// SetOwnEngineDefault does nothing: attaching needs Linux.
+func SetOwnEngineDefault(on bool) {}

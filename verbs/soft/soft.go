@@ -71,10 +71,13 @@ type Config struct {
 	// Logger receives protocol events at debug level; nil logs nothing unless
 	// GOVERBS_DEBUG is set.
 	Logger *slog.Logger
-	// Attach: instead of running the device in this process, attach to the `goverbs
-	// serve` daemon that serves Addr (package verbs/attach), so that any number of
-	// processes share the address. Conn and Recorder do not apply (the daemon owns the
-	// socket); BusyPoll only makes this process's CQ waits spin.
+	// Attach: instead of opening the address alone, attach to the `goverbs serve` daemon
+	// that serves Addr (package verbs/attach), so that any number of processes share
+	// the address. By default the process still runs an engine of its own there, on a
+	// socket the daemon passes it, and the daemon keeps QP1, the CM and the steering of
+	// each datagram to the process that owns its QP; GOVERBS_ATTACH_ENGINE=0 leaves the
+	// engine to the daemon (BusyPoll then only makes this process's CQ waits spin).
+	// Conn and Recorder do not apply.
 	Attach bool
 	// Congestion is DCQCN congestion control (ParseCongestion); off, the default, unless
 	// GOVERBS_CC switches it on. On, RC and UC packets leave ECN-capable, CE-marked ones

@@ -12,23 +12,36 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// steerSocket binds a SO_REUSEPORT UDP socket to 127.0.0.1 on a port of the kernel's
-// choosing: the device's socket of a steer group.
-func steerSocket(t *testing.T) (int, netip.AddrPort) {
+// steerSocket binds a SO_REUSEPORT UDP socket to loopback (127.0.0.1, or ::1 for v6)
+// on a port of the kernel's choosing: the device's socket of a steer group.
+func steerSocket(t *testing.T, v6 bool) (int, netip.AddrPort) {
 	t.Helper()
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	domain, sa := unix.AF_INET, unix.Sockaddr(&unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}})
+	if v6 {
+		domain, sa = unix.AF_INET6, &unix.SockaddrInet6{Addr: netip.IPv6Loopback().As16()}
+	}
+	fd, err := unix.Socket(domain, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		t.Fatal(err)
+		t.Skipf("no %d socket: %v", domain, err)
 	}
 	t.Cleanup(func() { unix.Close(fd) })
+	if v6 {
+		unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 1)
+	}
 	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+	if err := unix.Bind(fd, sa); err != nil {
+		if v6 {
+			t.Skipf("no IPv6 loopback: %v", err)
+		}
 		t.Fatal(err)
 	}
-	sa, _ := unix.Getsockname(fd)
-	return fd, netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(sa.(*unix.SockaddrInet4).Port))
+	got, _ := unix.Getsockname(fd)
+	if v6 {
+		return fd, netip.AddrPortFrom(netip.IPv6Loopback(), uint16(got.(*unix.SockaddrInet6).Port))
+	}
+	return fd, netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(got.(*unix.SockaddrInet4).Port))
 }
 
 // bthTo is a datagram whose BTH names destination QPN qpn.
@@ -84,7 +97,12 @@ func memberFD(m *steerMember) int { return m.fd }
 // kernel moves the group's last socket into its place and the daemon's re-attached
 // program follows it, and the leaver's QPNs fall to the device's socket.
 func TestSteerGroup(t *testing.T) {
-	dev, addr := steerSocket(t)
+	t.Run("IPv4", func(t *testing.T) { testSteerGroup(t, false) })
+	t.Run("IPv6", func(t *testing.T) { testSteerGroup(t, true) })
+}
+
+func testSteerGroup(t *testing.T, v6 bool) {
+	dev, addr := steerSocket(t, v6)
 	g, err := newSteer(dev, addr)
 	if err != nil {
 		t.Skipf("SO_ATTACH_REUSEPORT_CBPF refused here: %v", err)
@@ -145,7 +163,7 @@ func TestSteerGroup(t *testing.T) {
 // in the group (its QPNs go to the device's socket meanwhile), and leaves once the
 // process lets go; the others are steered right all along.
 func TestSteerLeaveWaits(t *testing.T) {
-	dev, addr := steerSocket(t)
+	dev, addr := steerSocket(t, false)
 	g, err := newSteer(dev, addr)
 	if err != nil {
 		t.Skipf("SO_ATTACH_REUSEPORT_CBPF refused here: %v", err)

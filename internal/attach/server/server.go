@@ -125,6 +125,9 @@ func (s *Server) open(cfg soft.Config) (*device, error) {
 	if cfg.Name == "" {
 		cfg.Name = "sw0"
 	}
+	if !cfg.Addr.IsValid() {
+		return nil, fmt.Errorf("serve: software device %s has no address", cfg.Name)
+	}
 	// The rendezvous socket first: a second daemon for the address stops here, before
 	// its device's socket could join this one's SO_REUSEPORT group (steer.go).
 	path := attach.SocketPath(s.cfg.Dir, cfg.Addr.Unmap())

@@ -2,13 +2,16 @@
 # A process attached to a goverbs serve daemon against the in-process device (issue 27's
 # figures), two processes on loopback: busy-poll 8 B send_lat (one-way, median; the bar is
 # ≤ 1.2× the in-process device's), default-mode 8 B send_lat, and RC WRITE 64 KiB
-# bandwidth (the bar is ≥ 0.9×). Every attached figure's in-process baseline is measured in
-# the same round; rounds are interleaved.
+# bandwidth (the bar is ≥ 0.9×). Each is run twice attached: through the daemon's engine
+# (GOVERBS_ATTACH_ENGINE=0, the attach_ rows) and with each process running its own engine
+# on the daemon's address (GOVERBS_ATTACH_ENGINE=1, the attach_own_ rows). Every attached
+# figure's in-process baseline is measured in the same round; rounds are interleaved.
 #
 #   bench/attach.sh [OUTDIR]          (default: bench/results-attach)
 #
 # Environment: ROUNDS=3, DURATION=3 (seconds per bandwidth run), ITERS=20000 (round trips
-# per latency run), SPIN (the daemon's --spin, default 0), DAEMON_SHM=1 (the daemon alone
+# per latency run), OWN=0 (leave out the attach_own_ rows), SPIN (the daemon's --spin,
+# default 0), DAEMON_SHM=1 (the daemon alone
 # runs with GOVERBS_SHM=1: its two devices pass datagrams through the same-host rings
 # instead of the kernel's UDP; the in-process pairs stay on UDP).
 #
@@ -19,8 +22,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bench/results-attach}
-R=${ROUNDS:-3} D=${DURATION:-3} N=${ITERS:-20000} SPIN=${SPIN:-0} DSHM=${DAEMON_SHM:-0}
-repro="ROUNDS=$R DURATION=$D ITERS=$N SPIN=$SPIN DAEMON_SHM=$DSHM bench/attach.sh $out"
+R=${ROUNDS:-3} D=${DURATION:-3} N=${ITERS:-20000} SPIN=${SPIN:-0} DSHM=${DAEMON_SHM:-0} OWN=${OWN:-1}
+repro="ROUNDS=$R DURATION=$D ITERS=$N OWN=$OWN SPIN=$SPIN DAEMON_SHM=$DSHM bench/attach.sh $out"
 mkdir -p "$out"
 rm -f "$out"/*.json "$out/log.txt"
 . bench/lib.sh
@@ -43,19 +46,27 @@ stop_daemon() {
 cleanup_hooks+=(stop_daemon)
 sleep 0.5
 kill -0 "$daemon_pid" || { echo "attach.sh: goverbs serve did not start (see $out/log.txt)" >&2; exit 1; }
-a=(env GOVERBS_ATTACH=1)
+a=(env GOVERBS_ATTACH=1 GOVERBS_ATTACH_ENGINE=0)
+o=(env GOVERBS_ATTACH=1 GOVERBS_ATTACH_ENGINE=1)
+own() { [ "$OWN" = 1 ]; }
 
 for round in $(seq "$R"); do
   pair send_lat_busy $round $g send_lat --bind $S -s 8 -n $N --json --busy-poll -- \
     $g send_lat --bind $C -s 8 -n $N --json --busy-poll $S
   pair attach_send_lat_busy $round "${a[@]}" $g send_lat --bind $AS -s 8 -n $N --json --busy-poll -- \
     "${a[@]}" $g send_lat --bind $AC -s 8 -n $N --json --busy-poll $AS
+  own && pair attach_own_send_lat_busy $round "${o[@]}" $g send_lat --bind $AS -s 8 -n $N --json --busy-poll -- \
+    "${o[@]}" $g send_lat --bind $AC -s 8 -n $N --json --busy-poll $AS
   pair send_lat $round $g send_lat --bind $S -s 8 -n $N --json -- $g send_lat --bind $C -s 8 -n $N --json $S
   pair attach_send_lat $round "${a[@]}" $g send_lat --bind $AS -s 8 -n $N --json -- \
     "${a[@]}" $g send_lat --bind $AC -s 8 -n $N --json $AS
+  own && pair attach_own_send_lat $round "${o[@]}" $g send_lat --bind $AS -s 8 -n $N --json -- \
+    "${o[@]}" $g send_lat --bind $AC -s 8 -n $N --json $AS
   pair write_bw $round $g write_bw --bind $S --json -- $g write_bw --bind $C -s 65536 -D $D --json $S
   pair attach_write_bw $round "${a[@]}" $g write_bw --bind $AS --json -- \
     "${a[@]}" $g write_bw --bind $AC -s 65536 -D $D --json $AS
+  own && pair attach_own_write_bw $round "${o[@]}" $g write_bw --bind $AS --json -- \
+    "${o[@]}" $g write_bw --bind $AC -s 65536 -D $D --json $AS
 done
 
 echo "Two processes on loopback, attached to goverbs serve against the in-process device, $R interleaved rounds. Reproduce: \`$repro\`"

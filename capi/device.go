@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goverbs/goverbs/verbs"
+	"github.com/goverbs/goverbs/verbs/attach"
 )
 
 // devContext is an opened device (ibv_context) and the C objects its async events name.
@@ -106,6 +107,12 @@ func gv_open(name *C.char, asyncFD C.int, out *C.uintptr_t) C.int {
 // busy-poll mode the socket is never in the netpoller and posts wait for the next poll
 // (doorbell batching).
 const EnvBusyPoll = "GOVERBS_BUSY_POLL"
+
+// C programs attached to goverbs serve keep the daemon's engine, as the C flavour's do
+// (capi/attach): a Go program's default is an engine of its own on the daemon's address
+// (verbs/attach), which would give C programs of this flavour other XRC sharing and
+// listings than the other flavour's. GOVERBS_ATTACH_ENGINE=1 still asks for one.
+func init() { attach.SetOwnEngineDefault(false) }
 
 // openDevice opens a listed device: a software one in busy-poll mode unless EnvBusyPoll
 // is "0".

@@ -24,6 +24,7 @@ import (
 	"github.com/goverbs/goverbs/internal/attach/server"
 	"github.com/goverbs/goverbs/internal/testaddr"
 	"github.com/goverbs/goverbs/verbs"
+	verbsattach "github.com/goverbs/goverbs/verbs/attach"
 	"github.com/goverbs/goverbs/verbs/soft"
 )
 
@@ -760,4 +761,27 @@ func TestAttachedCMOptions(t *testing.T) {
 		cc.Close()
 		ac.c.Close()
 	}
+}
+
+// TestAttachedCMOwnEngine: rdma_cm on attached devices whose clients run engines of
+// their own on the daemon's address (GOVERBS_ATTACH_ENGINE=1): the CM stays the
+// daemon's, the QPs are the clients' engines', moved with CM_INIT_QP_ATTR's attributes,
+// and a QPN of a client's range is that client's own.
+func TestAttachedCMOwnEngine(t *testing.T) {
+	t.Setenv(verbsattach.EnvOwnEngine, "1")
+	_, addr := attachtest.Daemon(t)
+	dev, err := verbs.OpenSoft(verbs.SoftConfig{Addr: addr, Attach: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := verbsattach.OwnEngine(dev.Commander())
+	dev.Close()
+	if !own {
+		t.Fatal("GOVERBS_ATTACH_ENGINE=1 gave a device on the daemon's engine")
+	}
+	t.Run("SharesPorts", TestAttachedCMSharesPorts)
+	t.Run("ForeignQP", TestAttachedCMForeignQP)
+	t.Run("Processes", TestAttachedCMProcesses)
+	t.Run("UD", TestAttachedCMUD)
+	t.Run("Options", TestAttachedCMOptions)
 }

@@ -75,63 +75,77 @@ func ListenUDP(addr netip.AddrPort, opts UDPOptions) (Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &udpConn{v6: network == "udp6"}
-	recvWant, sendWant := opts.bufSizes()
-	c.rcvWant, c.sndWant = recvWant, sendWant
-	pmtu := func(s int) error {
-		var err error
-		if c.v6 {
-			err = unix.SetsockoptInt(s, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO)
-		} else {
-			err = unix.SetsockoptInt(s, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
-		}
-		if err != nil {
-			return fmt.Errorf("MTU_DISCOVER: %w", err)
-		}
-		return nil
-	}
-	recvSetup := func(s int) error {
+	c := newUDPConn(network == "udp6", opts)
+	fd, local, err := openRaw(addr, c.v6, func(s int) error {
 		if opts.ReusePort {
 			if e := unix.SetsockoptInt(s, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); e != nil {
 				return fmt.Errorf("SO_REUSEPORT: %w", e)
 			}
 		}
-		c.rcvBuf = setBuf(s, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, recvWant)
-		if c.v6 {
-			acceptZeroChecksum6(s)
-		}
-		return pmtu(s)
+		return c.recvSetup(s)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("netio: listen %v: %w", addr, err)
 	}
+	return c.open(fd, local, opts)
+}
+
+func newUDPConn(v6 bool, opts UDPOptions) *udpConn {
+	c := &udpConn{v6: v6}
+	c.rcvWant, c.sndWant = opts.bufSizes()
+	return c
+}
+
+// pmtu sets path MTU discovery to "do" on s.
+func (c *udpConn) pmtu(s int) error {
+	var err error
+	if c.v6 {
+		err = unix.SetsockoptInt(s, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO)
+	} else {
+		err = unix.SetsockoptInt(s, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
+	}
+	if err != nil {
+		return fmt.Errorf("MTU_DISCOVER: %w", err)
+	}
+	return nil
+}
+
+// recvSetup sets the receive socket's options (before it is bound, or on a bound
+// socket FileUDP adopts).
+func (c *udpConn) recvSetup(s int) error {
+	c.rcvBuf = setBuf(s, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, c.rcvWant)
+	if c.v6 {
+		acceptZeroChecksum6(s)
+	}
+	return c.pmtu(s)
+}
+
+// open finishes a Conn on its bound receive socket fd (which it owns from now on):
+// the receive side in the mode opts asks for, the send socket, the offloads.
+func (c *udpConn) open(fd int, local netip.AddrPort, opts UDPOptions) (Conn, error) {
 	sendSetup := func(s int) error {
 		if err := dropAll(s); err != nil {
 			return err
 		}
-		c.sndBuf = setBuf(s, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, sendWant)
+		c.sndBuf = setBuf(s, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, c.sndWant)
 		setMulticastSend(s, c.local.Addr(), c.v6)
-		return pmtu(s)
+		return c.pmtu(s)
 	}
 	if opts.BusyPoll {
-		fd, local, err := openRaw(addr, c.v6, recvSetup)
-		if err != nil {
-			return nil, fmt.Errorf("netio: listen %v: %w", addr, err)
-		}
 		c.rfd = &rawFD{fd: fd, busy: true}
 		c.rc, c.local = c.rfd, local
 	} else {
-		fd, local, err := openRaw(addr, c.v6, recvSetup)
-		if err != nil {
-			return nil, fmt.Errorf("netio: listen %v: %w", addr, err)
-		}
+		var err error
 		if c.er, err = newEpollRecv(fd); err != nil {
 			unix.Close(fd)
-			return nil, fmt.Errorf("netio: listen %v: %w", addr, err)
+			return nil, fmt.Errorf("netio: listen %v: %w", local, err)
 		}
 		c.rc, c.local = c.er, local
 	}
 	fd, src, err := openRaw(netip.AddrPortFrom(c.local.Addr(), 0), c.v6, sendSetup)
 	if err != nil {
 		c.closeRecv()
-		return nil, fmt.Errorf("netio: send socket for %v: %w", addr, err)
+		return nil, fmt.Errorf("netio: send socket for %v: %w", local, err)
 	}
 	c.snd = &rawFD{fd: fd, busy: opts.BusyPoll}
 	c.src = src

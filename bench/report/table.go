@@ -39,6 +39,11 @@ var comparisons = []struct{ run, base, key, unit, what string }{
 	{"attach_send_lat_busy", "send_lat_busy", "t_typical_us", "µs", "Attached to goverbs serve: RC SEND 8 B latency, busy-poll, vs the in-process device's"},
 	{"attach_send_lat", "send_lat", "t_typical_us", "µs", "Attached to goverbs serve: RC SEND 8 B latency vs the in-process device's"},
 	{"attach_write_bw", "write_bw", "bw_avg_mib_s", "MiB/s", "Attached to goverbs serve: RC WRITE 64 KiB bandwidth vs the in-process device's"},
+	{"attach_own_send_lat_busy", "send_lat_busy", "t_typical_us", "µs", "Attached, each process running its own engine on the daemon's address: RC SEND 8 B latency, busy-poll, vs the in-process device's"},
+	{"attach_own_send_lat", "send_lat", "t_typical_us", "µs", "Attached, own engine: RC SEND 8 B latency vs the in-process device's"},
+	{"attach_own_write_bw", "write_bw", "bw_avg_mib_s", "MiB/s", "Attached, own engine: RC WRITE 64 KiB bandwidth vs the in-process device's"},
+	{"attach_own_send_lat_busy", "attach_send_lat_busy", "t_typical_us", "µs", "Attached: RC SEND 8 B latency, busy-poll, own engine vs the daemon's engine"},
+	{"attach_own_write_bw", "attach_write_bw", "bw_avg_mib_s", "MiB/s", "Attached: RC WRITE 64 KiB bandwidth, own engine vs the daemon's engine"},
 	// bench/samehost.sh: the same-host shortcut against the UDP path and a unix socket.
 	{"shm_send_lat_busy", "send_lat_busy", "t_typical_us", "µs", "Same host: RC SEND 8 B latency, busy-poll, shared memory vs goverbs over UDP"},
 	{"shm_send_lat_ev", "unix_lat", "t_typical_us", "µs", "Same host: RC SEND 8 B latency, -e, shared memory vs Go unix-socket ping-pong"},

@@ -10,8 +10,19 @@ import (
 // TestServeSharedAddress: goverbs serve runs a device; two rc_pingpongs attached to it
 // (GOVERBS_ATTACH=1) share its one address, and goverbs stat and devinfo ask the
 // daemon, which lists the attached processes.
+//
+// Twice: through the daemon's engine, whose listing counts the process's objects, and
+// with each process running its own engine on the address (the Go default), listed
+// with its QPN range.
 func TestServeSharedAddress(t *testing.T) {
+	for _, own := range []bool{false, true} {
+		t.Run(map[bool]string{false: "DaemonEngine", true: "OwnEngine"}[own], func(t *testing.T) { testServeSharedAddress(t, own) })
+	}
+}
+
+func testServeSharedAddress(t *testing.T, own bool) {
 	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	t.Setenv("GOVERBS_ATTACH_ENGINE", map[bool]string{false: "0", true: "1"}[own])
 	a, _ := addrPair(t)
 	daemon := startServer(t, "serving sw0 on "+a, "serve", "sw0="+a)
 	defer daemon.cancel()
@@ -22,7 +33,11 @@ func TestServeSharedAddress(t *testing.T) {
 	r := runBin(t, 10*time.Second, "stat", "--bind", a)
 	mustSucceed(t, "stat --bind", r)
 	mustContain(t, "stat --bind", r.stdout, "# goverbs serve (pid ", "): device sw0 on "+a+"\n", "\nlink sw0/1 ")
-	mustMatch(t, "stat --bind", r.stdout, `(?m)^client pid \d+ goverbs pd 1 mr 1 cq 1 qp 1 `)
+	if own {
+		mustMatch(t, "stat --bind", r.stdout, `(?m)^client pid \d+ goverbs pd 0 mr 0 cq 0 qp 0 .* own_engine qpn 0x[0-9a-f]{6}-0x[0-9a-f]{6}$`)
+	} else {
+		mustMatch(t, "stat --bind", r.stdout, `(?m)^client pid \d+ goverbs pd 1 mr 1 cq 1 qp 1 `)
+	}
 	t.Setenv("GOVERBS_DEVICES", "sw0="+a+"@serve")
 	r = runBin(t, 10*time.Second, "devinfo", "-d", "sw0")
 	mustSucceed(t, "devinfo of an attached device", r)
@@ -69,6 +84,7 @@ func TestServeCMTools(t *testing.T) {
 // devices afterwards, while the device may still be lent or just given back.
 func TestServeLendsStream(t *testing.T) {
 	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	t.Setenv("GOVERBS_ATTACH_ENGINE", "0") // the stream must be the daemon's engine's work
 	a, b := addrPair(t)
 	daemon := startServer(t, "serving sw1 on "+b, "serve", "sw0="+a+",sw1="+b)
 	defer daemon.cancel()

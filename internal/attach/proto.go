@@ -96,6 +96,8 @@ const (
 	// rdma_cm again (cm.go): commands that came after XRC's.
 	OpCMSetOption // 50: rdma_set_option, level RDMA_OPTION_ID
 	OpCMNotify    // 51: rdma_notify
+	// A Go client's own engine on the device's address (the daemon's steer.go).
+	OpEngine // 52: a socket in the device's SO_REUSEPORT group and its QPN range
 	opEnd
 )
 

@@ -48,8 +48,8 @@ const (
 // (IBA 12.9.8.3.1; Linux's rdma_cm does so during its timewait too). rxe and
 // hardware keep counting for the life of the kernel, so a restarted program gets
 // new numbers there; a random start gives a restarted goverbs process the same.
-func randomQPN() uint32 {
-	return firstQPN + rand.Uint32N(lastQPN-firstQPN+1)
+func randomQPN(first, last uint32) uint32 {
+	return first + rand.Uint32N(last-first+1)
 }
 
 // Config describes a software device.
@@ -117,6 +117,8 @@ type Device struct {
 	qps     map[uint32]*QP
 	qpGone  atomic.Uint64 // QPs removed from qps so far: invalidates rxQP
 	nextQPN uint32
+	// The numbers QPs get, [qpnFirst, qpnLast] (SetQPNs; all of them by default).
+	qpnFirst, qpnLast uint32
 
 	evMu     sync.Mutex // raise against Close's closing of events
 	evClosed bool
@@ -209,7 +211,9 @@ func New(cfg Config) (*Device, error) {
 		guid:     cfg.NodeGUID,
 		qps:      make(map[uint32]*QP),
 		mcast:    mcastTable{groups: make(map[[16]byte]*mcastGroup)},
-		nextQPN:  randomQPN(),
+		nextQPN:  randomQPN(firstQPN, lastQPN),
+		qpnFirst: firstQPN,
+		qpnLast:  lastQPN,
 		events:   make(chan driver.AsyncEvent, 256),
 		rxDone:   make(chan struct{}),
 		done:     make(chan struct{}),

@@ -213,6 +213,9 @@ func (pd *PD) regMRAt(buf []byte, va uint64, access driver.Access) (*MR, error) 
 	if pd.closed.Load() {
 		return nil, ErrPDClosed
 	}
+	if pd.dev.closed.Load() {
+		return nil, ErrDeviceClosed
+	}
 	if len(buf) == 0 {
 		return nil, ErrEmptyRegion
 	}

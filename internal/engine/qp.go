@@ -241,15 +241,15 @@ func (d *Device) CreateQP(pd *PD, init QPInit) (*QP, error) {
 	}
 
 	d.qpMu.Lock()
-	if len(d.qps) >= MaxQP {
+	if len(d.qps) >= MaxQP || uint32(len(d.qps)) > d.qpnLast-d.qpnFirst {
 		d.qpMu.Unlock()
 		return nil, ErrTooManyQPs
 	}
 	for {
 		n := d.nextQPN
 		d.nextQPN++
-		if d.nextQPN > lastQPN {
-			d.nextQPN = firstQPN
+		if d.nextQPN > d.qpnLast {
+			d.nextQPN = d.qpnFirst
 		}
 		if _, used := d.qps[n]; !used {
 			qp.qpn = n

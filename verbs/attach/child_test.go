@@ -65,6 +65,9 @@ func runChild(mode string) error {
 		return fmt.Errorf("peer line: %v", err)
 	}
 	gid, _ := dev.QueryGID(1, 0)
+	if p := os.Getenv("ATTACH_PEER"); p != "" { // a peer on another address
+		gid = verbs.GIDFromAddr(netip.MustParseAddr(p))
+	}
 	timeout, retry := uint8(14), uint8(7)
 	if mode == "writer" {
 		timeout, retry = 8, 2 // a dead peer is noticed within a few milliseconds

@@ -73,6 +73,18 @@ func open(cfg soft.Config) (driver.Device, error) {
 		return nil, err
 	}
 	go d.readEvents()
+	if ownEngineWanted() {
+		o, err := d.ownEngine()
+		if err == nil {
+			return o, nil
+		}
+		// The daemon offers none (an older daemon, same-host rings, another backend, a
+		// kernel that refused the steering program) or could not: its engine serves.
+		if d.gone() {
+			d.Close()
+			return nil, fmt.Errorf("%s: attach: %w", cfg.Name, err)
+		}
+	}
 	return d, nil
 }
 

@@ -114,6 +114,9 @@ func TestRCReceivesFlushWithoutDoorbell(t *testing.T) {
 // closes when the test ends.
 func driverObjects(t *testing.T) (driver.PD, driver.CQ, driver.MR) {
 	t.Helper()
+	// These look at the daemon's engine's rings, which a client running its own engine
+	// (GOVERBS_ATTACH_ENGINE=1) does not use.
+	t.Setenv(attach.EnvOwnEngine, "0")
 	_, addr := attachtest.Daemon(t)
 	d, err := attach.Open(soft.Config{Name: "sw0", Addr: addr, Attach: true})
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/goverbs/goverbs/internal/softtest"
 	"github.com/goverbs/goverbs/internal/testaddr"
 	"github.com/goverbs/goverbs/verbs"
+	"github.com/goverbs/goverbs/verbs/attach"
 )
 
 // TestXRCAttached: XRC through the verbs API on an attached device: an XRC_SEND QP of one
@@ -20,6 +21,9 @@ import (
 // its domain, named by the SRQ's number; the domain is shared by whoever opens its file,
 // and a file without one is EAGAIN, as ibv_open_xrcd answers.
 func TestXRCAttached(t *testing.T) {
+	// Domains shared by file across processes are the daemon's engine's; a client with
+	// an engine of its own shares them within its process only, as an in-process device.
+	t.Setenv(attach.EnvOwnEngine, "0")
 	_, addr := daemon(t)
 	cfg := verbs.SoftConfig{Name: "sw0", Addr: addr, Attach: true}
 	a, b := softtest.NewHostCfg(t, testaddr.Attach, cfg), softtest.NewHostCfg(t, testaddr.Attach, cfg)

@@ -67,7 +67,7 @@ var listenUDP = netio.ListenUDP
 // the bits from the headers it parses anyway, at no cost.
 func listen(cfg Config, addr netip.AddrPort, ecn bool) (netio.Conn, error) {
 	if cfg.Backend == "" {
-		return listenUDP(addr, netio.UDPOptions{BusyPoll: cfg.BusyPoll, ECN: ecn})
+		return listenUDP(addr, netio.UDPOptions{BusyPoll: cfg.BusyPoll, ECN: ecn, ReusePort: cfg.ReusePort})
 	}
 	b, args, err := backendFor(cfg.Backend)
 	if err != nil {

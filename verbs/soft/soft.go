@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 
 	"github.com/goverbs/goverbs/internal/engine"
@@ -70,10 +71,13 @@ type Config struct {
 	// Logger receives protocol events at debug level; nil logs nothing unless
 	// GOVERBS_DEBUG is set.
 	Logger *slog.Logger
-	// Attach: instead of running the device in this process, attach to the `goverbs
-	// serve` daemon that serves Addr (package verbs/attach), so that any number of
-	// processes share the address. Conn and Recorder do not apply (the daemon owns the
-	// socket); BusyPoll only makes this process's CQ waits spin.
+	// Attach: instead of opening the address alone, attach to the `goverbs serve` daemon
+	// that serves Addr (package verbs/attach), so that any number of processes share
+	// the address. By default the process still runs an engine of its own there, on a
+	// socket the daemon passes it, and the daemon keeps QP1, the CM and the steering of
+	// each datagram to the process that owns its QP; GOVERBS_ATTACH_ENGINE=0 leaves the
+	// engine to the daemon (BusyPoll then only makes this process's CQ waits spin).
+	// Conn and Recorder do not apply.
 	Attach bool
 	// Congestion is DCQCN congestion control (ParseCongestion); off, the default, unless
 	// GOVERBS_CC switches it on. On, RC and UC packets leave ECN-capable, CE-marked ones
@@ -83,6 +87,12 @@ type Config struct {
 	// lost, IRN-style, with peers that have it on too; with any other peer (rxe, older
 	// goverbs) they run go-back-N as before. Off unless GOVERBS_SR=1.
 	SelectiveRepeat bool
+	// ReusePort opens the UDP socket with SO_REUSEPORT, as the first of a group that
+	// other sockets of this user may join on the same address and port: goverbs serve
+	// does, for the Go clients that run engines of their own on its address (package
+	// verbs/attach). Not for a program's own device, whose bind should fail where
+	// another device holds the address.
+	ReusePort bool
 }
 
 // Info is the listing entry of the device cfg describes.
@@ -181,6 +191,9 @@ func Open(cfg Config) (driver.Device, error) {
 		if !cfg.Addr.IsValid() {
 			return nil, fmt.Errorf("%w: software device %s has no address", driver.ErrInvalidAttr, cfg.Name)
 		}
+		if sameHostWanted(cfg) {
+			cfg.ReusePort = false // datagrams through the same-host rings would pass the group's steering by
+		}
 		c, err := listen(cfg, netip.AddrPortFrom(cfg.Addr, port), cc.Enabled)
 		if err != nil {
 			return nil, &openError{name: cfg.Name, addr: netip.AddrPortFrom(cfg.Addr, port), err: err}
@@ -198,6 +211,37 @@ func Open(cfg Config) (driver.Device, error) {
 	if cfg.Recorder != nil {
 		conn = netio.Tee(conn, cfg.Recorder)
 	}
+	return start(cfg, conn, port, cc)
+}
+
+// OpenFile opens the software device cfg describes on f, a UDP socket already bound to
+// its address and port (goverbs serve passes one to a Go client that runs its own
+// engine on the daemon's address). The device takes a duplicate of f's descriptor;
+// f stays the caller's. cfg's Conn, Backend and SameHost do not apply.
+func OpenFile(cfg Config, f *os.File) (driver.Device, error) {
+	if cfg.Name == "" {
+		cfg.Name = "sw0"
+	}
+	port := cfg.Port
+	if port == 0 {
+		port = wire.UDPPort
+	}
+	cc, err := congestionFor(cfg, cfg.Addr)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := netio.FileUDP(f, netio.UDPOptions{BusyPoll: cfg.BusyPoll, ECN: cc.Enabled})
+	if err != nil {
+		return nil, &openError{name: cfg.Name, addr: netip.AddrPortFrom(cfg.Addr, port), err: err}
+	}
+	if cfg.Recorder != nil {
+		conn = netio.Tee(conn, cfg.Recorder)
+	}
+	return start(cfg, conn, port, cc)
+}
+
+// start runs the engine on conn, which it owns.
+func start(cfg Config, conn netio.Conn, port uint16, cc Congestion) (driver.Device, error) {
 	if msg := netio.BufferWarning(conn.Caps()); msg != "" {
 		warnBuffersOnce.Do(func() {
 			l := cfg.Logger

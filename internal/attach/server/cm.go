@@ -257,10 +257,15 @@ func (s *session) cmCommand(op attach.Op, r *attach.Reader, w *attach.Writer) ([
 	return nil, nil
 }
 
-// ownsQPN reports whether qpn is one of the session's QPs.
+// ownsQPN reports whether qpn is one of the session's QPs, or in its own engine's range.
 func (s *session) ownsQPN(qpn uint32) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.own != nil {
+		if first, last := s.own.QPNs(); qpn >= first && qpn <= last {
+			return true // a QP of the client's own engine
+		}
+	}
 	for _, o := range s.objs {
 		if q, ok := o.(*qpObj); ok && q.qp.QPN() == qpn {
 			return true

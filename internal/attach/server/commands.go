@@ -73,6 +73,8 @@ func (s *session) command(op attach.Op, r *attach.Reader, w *attach.Writer, fds 
 	}
 	dev := s.d.dev
 	switch op {
+	case attach.OpEngine:
+		return s.engine(r, w)
 	case attach.OpQueryDevice:
 		a := dev.Query()
 		w.PutDeviceAttr(&a)

@@ -105,6 +105,7 @@ type device struct {
 	addr   netip.Addr
 	path   string
 	l      *shm.Listener
+	steer  *steer // the SO_REUSEPORT group of clients' own engines; nil: none (steer.go)
 	stat   net.Listener
 	wg     sync.WaitGroup
 
@@ -121,36 +122,57 @@ type owner struct {
 }
 
 func (s *Server) open(cfg soft.Config) (*device, error) {
+	if cfg.Name == "" {
+		cfg.Name = "sw0"
+	}
+	if !cfg.Addr.IsValid() {
+		return nil, fmt.Errorf("serve: software device %s has no address", cfg.Name)
+	}
+	// The rendezvous socket first: a second daemon for the address stops here, before
+	// its device's socket could join this one's SO_REUSEPORT group (steer.go).
+	path := attach.SocketPath(s.cfg.Dir, cfg.Addr.Unmap())
+	l, err := shm.Listen(path)
+	if err != nil {
+		return nil, fmt.Errorf("serve: %s: %w", cfg.Name, err)
+	}
+	// On the UDP backend the device's socket is the first of a SO_REUSEPORT group that
+	// Go clients running engines of their own join (steer.go); same-host rings and
+	// other backends have no group (soft.Open leaves ReusePort off for the rings).
+	cfg.ReusePort = cfg.Backend == "" && os.Getenv("GOVERBS_SERVE_ENGINES") != "0"
 	dev, err := soft.Open(cfg)
 	if err != nil {
+		l.Close()
 		return nil, err
 	}
 	eng, ok := dev.(*engine.Device)
 	if !ok {
+		l.Close()
 		dev.Close()
 		return nil, fmt.Errorf("serve: %s is not a software device", cfg.Name)
+	}
+	var st *steer
+	if fd, ok := eng.RecvFD(); ok && cfg.ReusePort {
+		if st, err = newSteer(fd, eng.LocalAddr()); err == nil {
+			err = eng.SetQPNs(steerOwnFirst, steerOwnLast)
+		}
+		if err != nil {
+			s.log.Warn("clients' own engines unavailable", "device", cfg.Name, "err", err)
+			st = nil
+		}
 	}
 	// The device's completions go to other processes, which spin on their CQ rings;
 	// its receive goroutine must leave them the cores (engine.NoReceiveSpin).
 	eng.NoReceiveSpin()
 	driven := s.loop != nil && s.loop.addDevice(eng)
 	addr := eng.LocalAddr().Addr().Unmap()
-	d := &device{srv: s, cfg: cfg, dev: dev, eng: eng, driven: driven, addr: addr, path: attach.SocketPath(s.cfg.Dir, addr),
+	d := &device{srv: s, cfg: cfg, dev: dev, eng: eng, driven: driven, addr: addr, path: path, l: l, steer: st,
 		sessions: map[*session]struct{}{}, owners: map[any]owner{}}
 	d.cm = cm.NewService(eng, addr, dev.Query().NodeGUID, dev.QueryPort(1).ActiveMTU, nil)
-	if d.cfg.Name == "" {
-		d.cfg.Name = "sw0"
-	}
-	if d.l, err = shm.Listen(d.path); err != nil {
-		d.cm.Close()
-		dev.Close()
-		return nil, fmt.Errorf("serve: %s: %w", d.cfg.Name, err)
-	}
 	d.stat = d.listenStat()
 	d.wg.Add(2)
 	go d.accept()
 	go d.events()
-	s.log.Info("serving", "device", d.cfg.Name, "addr", addr, "socket", d.path)
+	s.log.Info("serving", "device", d.cfg.Name, "addr", addr, "socket", d.path, "client_engines", st != nil)
 	return d, nil
 }
 
@@ -247,6 +269,9 @@ func (d *device) close() {
 		<-s.done
 	}
 	d.cm.Close()
+	if d.steer != nil {
+		d.steer.close()
+	}
 	d.dev.Close()
 	d.wg.Wait()
 	os.Remove(d.path)

@@ -55,6 +55,10 @@ type session struct {
 	lazy    atomic.Bool // the session has a QP with lazyRecv
 
 	cm cmState // rdma_cm channels and ids (cm.go)
+
+	// own: the client runs an engine of its own on the device's address (ENGINE): its
+	// socket in the device's group, whose QPNs are the client's (steer.go).
+	own *steerMember
 }
 
 var errHandle = driver.NewError(driver.ErrInvalidAttr, "no such object in this process")
@@ -327,6 +331,13 @@ func (s *session) teardown() {
 		}
 	}
 	clear(s.objs) // every owner entry went with its object: no event comes now
+	if s.own != nil {
+		// Its QPNs fall to the daemon's engine, which has no such QP: peers see their
+		// retries run out, as with a QP destroyed. The socket leaves the group once the
+		// process holds it no more.
+		s.d.steer.leave(s.own, s.pid)
+		s.own = nil
+	}
 	s.c.Close()
 	if s.loopTok != 0 {
 		s.d.srv.loop.removeSession(s.loopTok, s.db.FD())
@@ -345,4 +356,35 @@ func (s *session) teardown() {
 	if s.prog != "" || s.pid != 0 {
 		s.d.srv.log.Info("detached", "device", s.d.cfg.Name, "pid", s.pid, "program", s.prog)
 	}
+}
+
+// engine answers ENGINE: a socket bound to the device's address and port in the
+// device's SO_REUSEPORT group, and the QPN range whose datagrams the kernel steers to
+// it, for a client that runs an engine of its own there (steer.go). The daemon keeps a
+// descriptor of the socket until the session has ended.
+func (s *session) engine(r *attach.Reader, w *attach.Writer) ([]*os.File, error) {
+	if flags := r.U32(); flags != 0 {
+		return nil, driver.NewError(driver.ErrInvalidAttr, fmt.Sprintf("ENGINE flags %#x", flags))
+	}
+	if s.d.steer == nil {
+		return nil, driver.NewError(errors.ErrUnsupported, "this device runs no clients' engines (same-host rings, another backend, or the kernel refused SO_ATTACH_REUSEPORT_CBPF)")
+	}
+	if s.own != nil {
+		return nil, driver.NewError(driver.ErrInvalidAttr, "ENGINE twice")
+	}
+	m, err := s.d.steer.join()
+	if err != nil {
+		return nil, driver.NewError(driver.ErrLimit, err.Error())
+	}
+	f, err := m.file()
+	if err != nil {
+		s.d.steer.leave(m, 0)
+		return nil, err
+	}
+	s.own = m
+	first, last := m.QPNs()
+	w.U32(first)
+	w.U32(last)
+	s.d.srv.log.Info("own engine", "device", s.d.cfg.Name, "pid", s.pid, "qpns", fmt.Sprintf("%#06x-%#06x", first, last))
+	return []*os.File{f}, nil
 }

@@ -105,8 +105,13 @@ func (d *device) writeStat(w io.Writer) {
 				xrcds++
 			}
 		}
-		fmt.Fprintf(w, "client pid %d %s pd %d mr %d cq %d qp %d srq %d ah %d mw %d xrcd %d\n", s.pid, orDash(s.prog),
-			pds, mrs, cqs, qps, srqs, ahs, mws, xrcds)
+		own := ""
+		if s.own != nil {
+			first, last := s.own.QPNs()
+			own = fmt.Sprintf(" own_engine qpn %#06x-%#06x", first, last)
+		}
+		fmt.Fprintf(w, "client pid %d %s pd %d mr %d cq %d qp %d srq %d ah %d mw %d xrcd %d%s\n", s.pid, orDash(s.prog),
+			pds, mrs, cqs, qps, srqs, ahs, mws, xrcds, own)
 		slices.SortFunc(all, func(a, b *qpObj) int { return int(a.qp.QPN()) - int(b.qp.QPN()) })
 		for _, q := range all {
 			c := q.qp.Counters()

@@ -81,7 +81,7 @@ func NewCQ(dev *verbs.Device, depth int, events, busy bool) (*CQWaiter, error) {
 		return nil, fmt.Errorf("couldn't create CQ of depth %d: %v", depth, err)
 	}
 	w := &CQWaiter{CQ: cq, Ch: ch, buf: make([]verbs.WC, 64), events: events, spin: 1 << 30,
-		attached: dev.Info().Provider == attach.ProviderName}
+		attached: dev.Info().Provider == attach.ProviderName && !attach.OwnEngine(dev.Commander())}
 	w.stall.start()
 	if busy && !events {
 		w.spin = math.MaxInt

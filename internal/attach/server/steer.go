@@ -1,0 +1,283 @@
+//go:build linux
+
+package server
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// A Go client may run an engine of its own on the device's address (ENGINE,
+// docs/attach-protocol.md): the kernel then delivers each datagram to the process
+// whose QP it is for. The device's socket and one socket per such client form a
+// SO_REUSEPORT group on the device's address and port, and a classic BPF program
+// attached to the group (SO_ATTACH_REUSEPORT_CBPF: no privilege, unlike eBPF's socket
+// arrays) returns, for each datagram, the index of the socket that gets it, from the
+// top byte of the BTH's destination QPN. The kernel runs it with the UDP header
+// pulled, so offset 5 is that byte. Index 0 is the device's own socket: QP1 and the
+// CM, multicast, the QPs of the daemon's own engine (C clients, Go clients on the
+// daemon's engine: QPNs 0x000011-0x00ffff, engine.Device.SetQPNs) and anything no
+// client owns (a killed client's QPNs: peers then see the daemon's engine, which has
+// no such QP). A client gets a whole top byte, 1 to 0xfe: 65536 QPNs.
+//
+// The group's order is the order sockets joined, and a socket that leaves gets the
+// last one moved into its place (reuseport_detach_sock). The daemon makes every
+// client's socket itself and keeps a descriptor of it, so a socket leaves only when
+// the daemon closes its copy, and only after no process of the session holds one
+// (leave): the daemon's list then mirrors the kernel's, and it attaches the program
+// again after every change.
+
+const (
+	steerOwnFirst, steerOwnLast = 0x11, 0xffff // the daemon's engine's QPNs: top byte 0
+	steerMaxClients             = 0xfe         // top bytes 1..0xfe (0xff holds the multicast QPN)
+)
+
+// steer is a device's SO_REUSEPORT group.
+type steer struct {
+	dev  int // the device's receive socket (the engine's): index 0
+	addr netip.AddrPort
+
+	mu      sync.Mutex
+	members []*steerMember // group index i+1
+	closed  bool
+	used    [256]bool // top bytes given to members (leaving ones too)
+}
+
+// steerMember is one client's socket in the group.
+type steerMember struct {
+	fd  int    // the daemon's descriptor (raw: os.File.Fd would make the shared file blocking)
+	ino uint64 // the socket's inode, to find the client's descriptors of it
+	top byte   // its QPNs: top<<16 .. top<<16|0xffff
+	// gone: the session ended; no datagram is steered to it while it waits to leave.
+	gone bool
+}
+
+// QPNs is the member's range.
+func (m *steerMember) QPNs() (first, last uint32) {
+	return uint32(m.top) << 16, uint32(m.top)<<16 | 0xffff
+}
+
+// newSteer makes fd, the device's bound receive socket (opened with SO_REUSEPORT),
+// the first of a group whose program sends everything to it. It fails where the
+// kernel refuses the program.
+func newSteer(fd int, addr netip.AddrPort) (*steer, error) {
+	g := &steer{dev: fd, addr: addr}
+	g.used[0], g.used[0xff] = true, true
+	if err := g.attach(); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// program is the group's classic BPF: the top byte of the destination QPN, compared
+// with each member's; no match (or a datagram too short to have a BTH, whose load
+// ends the program with 0) is index 0.
+func (g *steer) program() []unix.SockFilter {
+	p := []unix.SockFilter{{Code: unix.BPF_LD | unix.BPF_B | unix.BPF_ABS, K: 5}}
+	for i, m := range g.members {
+		if m.gone {
+			continue
+		}
+		p = append(p,
+			unix.SockFilter{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, K: uint32(m.top), Jt: 0, Jf: 1},
+			unix.SockFilter{Code: unix.BPF_RET | unix.BPF_K, K: uint32(i + 1)})
+	}
+	return append(p, unix.SockFilter{Code: unix.BPF_RET | unix.BPF_K, K: 0})
+}
+
+// attach (re)attaches the group's program; the caller holds mu (or is newSteer).
+func (g *steer) attach() error {
+	p := g.program()
+	err := unix.SetsockoptSockFprog(g.dev, unix.SOL_SOCKET, unix.SO_ATTACH_REUSEPORT_CBPF,
+		&unix.SockFprog{Len: uint16(len(p)), Filter: &p[0]})
+	if err != nil {
+		return fmt.Errorf("SO_ATTACH_REUSEPORT_CBPF: %w", err)
+	}
+	return nil
+}
+
+var errNoRange = errors.New("every QPN range is taken (254 clients run engines of their own on this device)")
+
+// join makes a socket bound to the device's address and port in the group, with a
+// free top byte, and attaches the program that steers that byte's QPNs to it.
+func (g *steer) join() (*steerMember, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var free []byte
+	for b := 1; b <= steerMaxClients; b++ {
+		if !g.used[b] {
+			free = append(free, byte(b))
+		}
+	}
+	if len(free) == 0 {
+		return nil, errNoRange
+	}
+	// A random byte of the free ones: a range given up by a killed client is not the
+	// next one's at once, so its peers' stale packets more likely reach nobody.
+	top := free[rand.IntN(len(free))]
+	fd, ino, err := g.socket()
+	if err != nil {
+		return nil, err
+	}
+	m := &steerMember{fd: fd, ino: ino, top: top}
+	g.members = append(g.members, m)
+	if err := g.attach(); err != nil {
+		// It joined last: closing it takes it out again without moving another.
+		g.members = g.members[:len(g.members)-1]
+		unix.Close(fd)
+		g.attach()
+		return nil, err
+	}
+	g.used[top] = true
+	return m, nil
+}
+
+// socket opens a UDP socket with SO_REUSEPORT bound to the device's address and port,
+// which joins the group last.
+func (g *steer) socket() (int, uint64, error) {
+	domain := unix.AF_INET
+	var sa unix.Sockaddr
+	a := g.addr.Addr()
+	if a.Is4() || a.Is4In6() {
+		sa = &unix.SockaddrInet4{Port: int(g.addr.Port()), Addr: a.Unmap().As4()}
+	} else {
+		domain = unix.AF_INET6
+		sa = &unix.SockaddrInet6{Port: int(g.addr.Port()), Addr: a.As16()}
+	}
+	fd, err := unix.Socket(domain, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+	if err != nil {
+		return -1, 0, fmt.Errorf("socket: %w", err)
+	}
+	fail := func(what string, err error) (int, uint64, error) {
+		unix.Close(fd)
+		return -1, 0, fmt.Errorf("%s: %w", what, err)
+	}
+	if domain == unix.AF_INET6 {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 1); err != nil {
+			return fail("IPV6_V6ONLY", err)
+		}
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
+		return fail("SO_REUSEPORT", err)
+	}
+	if err := unix.Bind(fd, sa); err != nil {
+		return fail(fmt.Sprintf("bind %v", g.addr), err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fail("fstat", err)
+	}
+	return fd, st.Ino, nil
+}
+
+// leave takes m out of the group once no descriptor of pid holds its socket: until
+// then datagrams for its QPNs go to index 0, and its place in the group stays (the
+// kernel keeps a socket in its group while any process holds it, so closing the
+// daemon's copy earlier would let the kernel move sockets when the daemon could not
+// tell). A process that has exited holds nothing: the ordinary cases (the client
+// closed its device, which closes its socket first, or was killed) leave at once or
+// within milliseconds. A process that keeps the socket after its session ended keeps
+// its range taken until it lets go.
+//
+// The program stops steering to m before leave returns; the rest may happen after,
+// in a goroutine of its own when pid still holds the socket.
+func (g *steer) leave(m *steerMember, pid int) {
+	g.mu.Lock()
+	m.gone = true
+	g.attach()
+	g.mu.Unlock()
+	if pid <= 0 || !m.heldBy(pid) {
+		g.remove(m)
+		return
+	}
+	go func() {
+		wait := time.Millisecond
+		for m.heldBy(pid) {
+			time.Sleep(wait)
+			wait = min(2*wait, time.Second)
+			g.mu.Lock()
+			closed := g.closed
+			g.mu.Unlock()
+			if closed {
+				return
+			}
+		}
+		g.remove(m)
+	}()
+}
+
+// remove closes the daemon's descriptor of m's socket, which takes it out of the
+// group, and mirrors the kernel's move of the last socket into its place.
+func (g *steer) remove(m *steerMember) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	i := -1
+	for j, o := range g.members {
+		if o == m {
+			i = j
+		}
+	}
+	if i < 0 {
+		return
+	}
+	unix.Close(m.fd) // the last reference: the kernel moves the group's last socket here
+	last := len(g.members) - 1
+	g.members[i] = g.members[last]
+	g.members[last] = nil
+	g.members = g.members[:last]
+	g.used[m.top] = false
+	g.attach()
+}
+
+// heldBy reports whether process pid has a descriptor of m's socket (other than the
+// daemon's own, when pid is the daemon: a client in the daemon's process, as in tests).
+func (m *steerMember) heldBy(pid int) bool {
+	dir := "/proc/" + strconv.Itoa(pid) + "/fd"
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return false // gone (or a zombie, whose descriptors are closed)
+	}
+	want := "socket:[" + strconv.FormatUint(m.ino, 10) + "]"
+	own := ""
+	if pid == os.Getpid() {
+		own = strconv.Itoa(m.fd)
+	}
+	for _, e := range ents {
+		if e.Name() == own {
+			continue
+		}
+		if l, err := os.Readlink(dir + "/" + e.Name()); err == nil && l == want {
+			return true
+		}
+	}
+	return false
+}
+
+// close closes the members' sockets (the daemon is leaving).
+func (g *steer) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
+	for _, m := range g.members {
+		unix.Close(m.fd)
+	}
+	g.members = nil
+}
+
+// file is a duplicate of m's socket to pass to the client (the reply path closes it
+// once sent).
+func (m *steerMember) file() (*os.File, error) {
+	fd, err := unix.FcntlInt(uintptr(m.fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), "goverbs-engine-socket"), nil
+}

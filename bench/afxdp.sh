@@ -18,6 +18,11 @@
 #   xdp_write_bw_8       RC WRITE 8 B message rate          write_bw_8, udp_rate (Go 8 B writes)
 #   xdp_write_bw_8_busy  the same, busy-poll                write_bw_8_busy, udp_rate
 #   xdp_write_bw         RC WRITE 64 KiB bandwidth          write_bw, tcp_bw (Go TCP stream)
+# and the UDP backend's two rates once more with both veth ends at gso_max_segs 1
+# (write_bw_8_seg, write_bw_seg): each datagram then crosses the veth pair as a packet of
+# its own, as on a wire without segmentation offload, where by default veth hands a GSO
+# run of up to 64 datagrams to the receiving socket whole (docs/guide/afxdp.md, "Why
+# the UDP backend's rates on veth are out of reach").
 # After the rounds each test runs once more with its client under perf stat (system calls
 # and context switches, syscalls.json; skipped without perf), not timed.
 #
@@ -93,14 +98,30 @@ run[xdp_write_bw_8_busy]="${inA[*]} ${xA[*]} $g write_bw -d xdp0 --json --busy-p
 run[tcp_bw]="${inA[*]} $n tcp_bw --bind $S -- ${inB[*]} $n tcp_bw --bind $C -s 65536 -D $D $S"
 run[write_bw]="${inA[*]} $g write_bw --bind $S --json -- ${inB[*]} $g write_bw --bind $C -s 65536 -D $D --json $S"
 run[xdp_write_bw]="${inA[*]} ${xA[*]} $g write_bw -d xdp0 --json -- ${inB[*]} ${xB[*]} $g write_bw -d xdp0 -s 65536 -D $D --json $S"
+# The UDP backend's rates with each datagram a packet of its own on the veth pair (seg on).
+run[write_bw_8_seg]=${run[write_bw_8]}
+run[write_bw_seg]=${run[write_bw]}
 order=(udp_lat_busy udp_lat_rcwire send_lat_busy xdp_send_lat_busy xdp_send_lat_busy_generic
-  udp_rate write_bw_8 xdp_write_bw_8 write_bw_8_busy xdp_write_bw_8_busy
-  tcp_bw write_bw xdp_write_bw)
+  udp_rate write_bw_8 xdp_write_bw_8 write_bw_8_seg write_bw_8_busy xdp_write_bw_8_busy
+  tcp_bw write_bw xdp_write_bw write_bw_seg)
+
+# seg on|off: with on, both veth ends take GSO runs of at most one segment, so that the
+# kernel segments a UDP GSO send before veth (validate_xmit_skb) and each datagram
+# reaches the receiver as an skb of its own; off puts the pair's default back.
+gso_segs=$(ip -n "$A" -d link show va | sed -n 's/.*gso_max_segs \([0-9]*\).*/\1/p')
+seg() {
+  local n=${gso_segs:-65535}
+  [ "$1" = on ] && n=1
+  ip -n "$A" link set va gso_max_segs "$n"
+  ip -n "$B" link set vb gso_max_segs "$n"
+}
 
 for round in $(seq "$R"); do
   for t in "${order[@]}"; do
+    if [[ $t == *_seg ]]; then seg on; fi
     # shellcheck disable=SC2086 # the commands are words (paths and flags without spaces)
     pair "$t" "$round" ${run[$t]}
+    if [[ $t == *_seg ]]; then seg off; fi
   done
 done
 
@@ -109,8 +130,10 @@ done
 # too, weigh less.
 if [ "$COUNT" != 0 ]; then
   for t in "${order[@]}"; do
+    if [[ $t == *_seg ]]; then seg on; fi
     # shellcheck disable=SC2086 # as above
     count_pair "$t" ${run[$t]//-n $N/-n $((5 * N))}
+    if [[ $t == *_seg ]]; then seg off; fi
   done
 fi
 

@@ -156,7 +156,10 @@ busy-poll latency (and the same sending RC's datagrams, ` + "`--rc-wire`" + `), 
 writes for the message rate, a TCP stream of 64 KiB writes for bandwidth. veth has no
 AF_XDP zero-copy, so the socket runs in copy mode: the kernel still builds an skb for each
 datagram sent and copies each one received, and veth runs the receiving end's XDP program
-in the sender's system call. The guide says what zero-copy would need.
+in the sender's system call. The guide says what zero-copy would need. By default veth
+hands the UDP backend's GSO runs (up to 64 datagrams) to the receiving socket whole, which
+no wire does; the ` + "`_seg`" + ` rows run the UDP backend again with both veth ends at
+` + "`gso_max_segs 1`" + `, so that each datagram crosses as a packet of its own, as AF_XDP's do.
 `
 
 var rstreamNotes = `` + "`goverbs rstream`" + ` (librdmacm's rstream over package rdmanet, which speaks rsockets' protocol;

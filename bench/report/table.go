@@ -35,6 +35,12 @@ var comparisons = []struct{ run, base, key, unit, what string }{
 	{"xdp_write_bw_8", "udp_rate", "msg_rate_mpps", "M/s", "AF_XDP: RC WRITE 8 B message rate vs Go UDP 8 B datagrams (one write each, delivered)"},
 	{"xdp_write_bw_8_busy", "udp_rate", "msg_rate_mpps", "M/s", "AF_XDP: RC WRITE 8 B message rate, busy-poll, vs Go UDP 8 B datagrams"},
 	{"xdp_write_bw", "tcp_bw", "bw_avg_mib_s", "MiB/s", "AF_XDP: RC WRITE 64 KiB bandwidth vs Go TCP stream"},
+	// The UDP backend with each datagram a packet of its own on the veth pair
+	// (gso_max_segs 1), as on a wire: by default veth carries its GSO runs whole.
+	{"xdp_write_bw_8", "write_bw_8_seg", "msg_rate_mpps", "M/s", "AF_XDP: RC WRITE 8 B message rate vs the UDP backend's, each datagram a packet on the veth (gso_max_segs 1)"},
+	{"xdp_write_bw", "write_bw_seg", "bw_avg_mib_s", "MiB/s", "AF_XDP: RC WRITE 64 KiB bandwidth vs the UDP backend's, each datagram a packet on the veth (gso_max_segs 1)"},
+	{"write_bw_8_seg", "write_bw_8", "msg_rate_mpps", "M/s", "UDP backend: RC WRITE 8 B message rate, each datagram a packet on the veth, vs its GSO runs carried whole"},
+	{"write_bw_seg", "write_bw", "bw_avg_mib_s", "MiB/s", "UDP backend: RC WRITE 64 KiB bandwidth, each datagram a packet on the veth, vs its GSO runs carried whole"},
 	// bench/attach.sh: a process attached to goverbs serve against the in-process device.
 	{"attach_send_lat_busy", "send_lat_busy", "t_typical_us", "µs", "Attached to goverbs serve: RC SEND 8 B latency, busy-poll, vs the in-process device's"},
 	{"attach_send_lat", "send_lat", "t_typical_us", "µs", "Attached to goverbs serve: RC SEND 8 B latency vs the in-process device's"},

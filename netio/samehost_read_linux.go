@@ -170,13 +170,15 @@ func (c *sameHostConn) pollLocked(msgs []Message, always bool) (int, error) {
 	c.idlePolls++
 	if n == len(msgs) {
 		// The rings filled the batch. A batch of several says they hold more: the
-		// socket goes first at the next poll. A batch of one (a busy poller's read,
-		// and a default-mode poll's first) says nothing of the kind, and a busy
-		// ping-pong or a stream polled that way paid a recvmmsg at every other poll
-		// (a third of the time of an 8 B WRITE stream between two busy-poll devices
-		// through the rings): the socket's turn comes every udpEvery polls, as when
-		// the rings are quiet, or at once while it has traffic (udpHot).
-		if ringed > 0 && (len(msgs) > 1 || c.udpHot || c.idlePolls >= udpEvery) {
+		// socket goes first at the next poll. A busy poller's batch of one says
+		// nothing of the kind, and a busy ping-pong or stream paid a recvmmsg at every
+		// other poll (a third of the time of an 8 B WRITE stream between two
+		// busy-poll devices through the rings): there the socket's turn comes every
+		// udpEvery polls, as when the rings are quiet, or at once while it has
+		// traffic (udpHot). A default-mode Conn keeps the socket's turn after every
+		// full batch: without it, send_lat -e through the rings went from 0.87 to
+		// 1.06 us one-way (4 rounds each, 2026-11-27; why was not found).
+		if ringed > 0 && (!c.busy || len(msgs) > 1 || c.udpHot || c.idlePolls >= udpEvery) {
 			c.udpFirst = true
 		}
 		return n, nil

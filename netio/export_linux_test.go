@@ -77,3 +77,15 @@ func SameHostOwnWatchArmed(c Conn) bool {
 	defer u.rmu.Unlock()
 	return u.er.armed
 }
+
+// SameHostUDPPolls returns how many times c's polls have read its UDP socket.
+func SameHostUDPPolls(c Conn) int {
+	s := c.(*sameHostConn)
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
+	return s.udpPolls
+}
+
+// SameHostUDPEvery is udpEvery: how many polls of the rings come between two reads of
+// the UDP socket while it is quiet.
+const SameHostUDPEvery = udpEvery

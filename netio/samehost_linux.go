@@ -63,6 +63,7 @@ type sameHostConn struct {
 	rmu       sync.Mutex
 	udpFirst  bool // the rings filled the last batch: the UDP socket goes first next time
 	idlePolls int  // polls since the UDP socket was last read
+	udpPolls  int  // reads of the UDP socket by polls (tests count them)
 	udpHot    bool // the last UDP poll found something
 
 	closeMu sync.RWMutex // WaitReadable's poll holds it shared; Close exclusively

@@ -544,3 +544,67 @@ func TestSameHostLendViews(t *testing.T) {
 		t.Fatal("Close did not return after the views were released")
 	}
 }
+
+// TestSameHostOneSlotPolls: polls of one datagram at a time (a busy poller's) that the
+// rings keep filling read the UDP socket only every SameHostUDPEvery polls, not at
+// every other one (a recvmmsg each, a third of the time of an 8 B WRITE stream between
+// two busy-poll devices), and still do not starve it: a datagram from a remote peer
+// is read within that many polls while the rings stay busy.
+func TestSameHostOneSlotPolls(t *testing.T) {
+	dir := rendezvousDir(t)
+	a, b := sameHost(t, "127.0.0.2:0", dir, netio.UDPOptions{BusyPoll: true}), sameHost(t, "127.0.0.3:0", dir, netio.UDPOptions{BusyPoll: true})
+	if err := netio.SameHostConnect(a, b.LocalAddr()); err != nil {
+		t.Fatal(err)
+	}
+	waitPeers(t, b, 1)
+	p, _ := netio.AsPoller(b)
+	out := []netio.Message{{Buf: []byte("through the ring"), N: 16, Addr: b.LocalAddr()}}
+	in := []netio.Message{{Buf: make([]byte, netio.MaxGROSize)}}
+	// step sends one datagram through the ring and polls one slot until something comes.
+	step := func() netio.Message {
+		t.Helper()
+		if _, err := a.WriteBatch(out); err != nil {
+			t.Fatal(err)
+		}
+		for range 1000 {
+			if n, err := p.PollBatch(in); err != nil {
+				t.Fatal(err)
+			} else if n == 1 {
+				return in[0]
+			}
+		}
+		t.Fatal("nothing came")
+		return netio.Message{}
+	}
+	const polls = 20 * netio.SameHostUDPEvery
+	before := netio.SameHostUDPPolls(b)
+	for range polls {
+		if m := step(); m.Addr.Addr() != a.LocalAddr().Addr() {
+			t.Fatalf("a datagram from %v, want %v", m.Addr, a.LocalAddr())
+		}
+	}
+	if got, most := netio.SameHostUDPPolls(b)-before, polls/netio.SameHostUDPEvery+2; got > most {
+		t.Fatalf("%d one-slot polls the rings filled read the socket %d times, want at most %d", polls, got, most)
+	}
+
+	remote, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 4)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer remote.Close()
+	if _, err := remote.WriteToUDPAddrPort([]byte("by UDP"), b.LocalAddr()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond) // in b's socket
+	for i := range 2*netio.SameHostUDPEvery + 2 {
+		if m := step(); m.Addr.Addr() == netip.MustParseAddr("127.0.0.4") {
+			// The ring's datagram of this step is still there: read it too.
+			if m := step(); m.Addr.Addr() != a.LocalAddr().Addr() {
+				t.Fatalf("after the remote datagram, one from %v", m.Addr)
+			}
+			t.Logf("the remote datagram came at poll %d", i)
+			return
+		}
+	}
+	t.Fatalf("a remote datagram not read in %d polls while the rings were busy", 2*netio.SameHostUDPEvery+2)
+}

@@ -164,16 +164,26 @@ func (c *sameHostConn) pollLocked(msgs []Message, always bool) (int, error) {
 	if from := ringed > 0; c.fromRings.Load() != from {
 		c.fromRings.Store(from) // a store is a locked instruction; a spin's polls mostly change nothing
 	}
-	if n == len(msgs) {
-		c.udpFirst = ringed > 0 // the rings had more than a batch: the socket goes first next
-		return n, nil
-	}
 	// The socket is read when it had traffic last time, when a blocking read found the
 	// rings empty and is about to sleep, and otherwise every udpEvery polls, so that a
 	// stream through the rings neither pays a syscall per poll nor starves the socket.
 	c.idlePolls++
+	if n == len(msgs) {
+		// The rings filled the batch. A batch of several says they hold more: the
+		// socket goes first at the next poll. A busy poller's batch of one says
+		// nothing of the kind, and a busy ping-pong or stream paid a recvmmsg at every
+		// other poll (a third of the time of an 8 B WRITE stream between two
+		// busy-poll devices through the rings): there the socket's turn comes every
+		// udpEvery polls, as when the rings are quiet, or at once while it has
+		// traffic (udpHot). A default-mode Conn keeps the socket's turn after every
+		// full batch: without it, send_lat -e through the rings went from 0.87 to
+		// 1.06 us one-way (4 rounds each, 2026-11-27; why was not found).
+		if ringed > 0 && (!c.busy || len(msgs) > 1 || c.udpHot || c.idlePolls >= udpEvery) {
+			c.udpFirst = true
+		}
+		return n, nil
+	}
 	if len(rx) > 0 && (c.udpHot || always && ringed == 0 || c.idlePolls >= udpEvery) {
-		c.idlePolls = 0
 		k, err := c.pollUDP(msgs[n:])
 		if err != nil {
 			if n > 0 {
@@ -187,6 +197,8 @@ func (c *sameHostConn) pollLocked(msgs []Message, always bool) (int, error) {
 }
 
 func (c *sameHostConn) pollUDP(msgs []Message) (int, error) {
+	c.udpPolls++
+	c.idlePolls = 0
 	k, err := c.inner.PollBatch(msgs)
 	c.udpHot = k > 0 // udpConn's read clears each message's View (finishRecv)
 	return k, err

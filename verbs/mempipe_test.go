@@ -19,6 +19,34 @@ func BenchmarkRCSendPingPong8InMemory(b *testing.B) {
 	ca, cc := netiotest.Pipe(ea, ec)
 	a := newHostCfg(b, verbs.SoftConfig{Addr: ea.Addr(), Conn: ca, BusyPoll: true})
 	c := newHostCfg(b, verbs.SoftConfig{Addr: ec.Addr(), Conn: cc, BusyPoll: true})
+	benchPingPong8(b, a, c)
+}
+
+// BenchmarkRCSendPingPong8SameHost is BenchmarkRCSendPingPong8InMemory through the
+// same-host shortcut's shared-memory rings (two devices of this process on their own UDP
+// sockets, SameHost on): the engine's share of a busy-poll send_lat through the rings,
+// the rings' own cost included, in one goroutine and no kernel on the data path.
+func BenchmarkRCSendPingPong8SameHost(b *testing.B) {
+	a := newHostCfg(b, verbs.SoftConfig{BusyPoll: true, SameHost: true})
+	c := newHostCfg(b, verbs.SoftConfig{BusyPoll: true, SameHost: true})
+	benchPingPong8(b, a, c)
+	checkRings(b, a, c)
+}
+
+// checkRings fails b unless both devices sent packets through the rings. (A short run
+// may not: the first datagrams can go by UDP while the peers meet.)
+func checkRings(b *testing.B, hs ...*host) {
+	if b.N < 1000 {
+		return
+	}
+	for _, h := range hs {
+		if c := h.Dev.Counters(); c.Get("samehost_tx_pkts") == 0 || c.Get("samehost_rx_pkts") == 0 {
+			b.Fatalf("%v sent %d and received %d packets through the rings", h.Dev.Name(), c.Get("samehost_tx_pkts"), c.Get("samehost_rx_pkts"))
+		}
+	}
+}
+
+func benchPingPong8(b *testing.B, a, c *host) {
 	pp := newPingPong(b, a, c, a.RCQ, c.RCQ)
 	pp.ping.Flags |= verbs.SendSignaled
 	pp.pong.Flags |= verbs.SendSignaled
@@ -67,11 +95,25 @@ func BenchmarkRCSendPingPong8InMemory(b *testing.B) {
 // one message's user-space work on both sides, no kernel: the sender's post, requester,
 // packet build and ICRC, and the receiver's input and ACK.
 func BenchmarkRCWrite8RateInMemory(b *testing.B) {
-	const depth, signalEvery = 128, 32
 	ea, ec := netip.MustParseAddrPort("127.10.0.4:4791"), netip.MustParseAddrPort("127.10.0.5:4791")
 	ca, cc := netiotest.Pipe(ea, ec)
 	a := newHostCfg(b, verbs.SoftConfig{Addr: ea.Addr(), Conn: ca, BusyPoll: true})
 	c := newHostCfg(b, verbs.SoftConfig{Addr: ec.Addr(), Conn: cc, BusyPoll: true})
+	benchWrite8Rate(b, a, c)
+}
+
+// BenchmarkRCWrite8RateSameHost is BenchmarkRCWrite8RateInMemory through the same-host
+// shortcut's shared-memory rings (see BenchmarkRCSendPingPong8SameHost): the engine's
+// and the rings' share of `goverbs write_bw -s 8` between two processes on one host.
+func BenchmarkRCWrite8RateSameHost(b *testing.B) {
+	a := newHostCfg(b, verbs.SoftConfig{BusyPoll: true, SameHost: true})
+	c := newHostCfg(b, verbs.SoftConfig{BusyPoll: true, SameHost: true})
+	benchWrite8Rate(b, a, c)
+	checkRings(b, a, c)
+}
+
+func benchWrite8Rate(b *testing.B, a, c *host) {
+	const depth, signalEvery = 128, 32
 	qa, qc := qpWith(b, a, a.CQ, a.RCQ), qpWith(b, c, c.CQ, c.RCQ)
 	connectedPair(b, a, c, qa, qc)
 	src, dst := a.MR(b, 64, allAccess), c.MR(b, 64, allAccess)

@@ -245,3 +245,38 @@ func splitAckTurn(t *testing.T) (string, bool) {
 	}
 	return "", false
 }
+
+// TestBusyLoopStaysAsideWhileAPollerReads: a busy-poll device's background goroutine,
+// finding traffic while a poller holds the socket (its thread descheduled mid-poll, on a
+// small machine often by this goroutine's own), leaves it to that poller instead of
+// spinning round its wait. It used to yield and wait again at once: two busy-poll
+// send_lat processes through the same-host rings went round half a million times a
+// second each, taking the core the poller needed and setting the rings' sleep flags
+// each time (an eventfd write for every send of the peer's).
+func TestBusyLoopStaysAsideWhileAPollerReads(t *testing.T) {
+	conn := netiotest.NewConn(fuzzLocal)
+	dev, qp, _, rcq, sge := busyRC(t, conn)
+	defer dev.Close()
+	must(t, qp.PostRecv([]driver.RecvWR{{ID: 1, SGL: sge}}))
+	time.Sleep(3 * busyIdle) // no polls: the goroutine now waits for traffic
+	dev.rxMu.Lock()          // a poller mid-poll
+	before := dev.busyWaits.Load()
+	conn.Inject(sendOnly(qp.QPN(), 0))
+	const hold = 30 * time.Millisecond
+	time.Sleep(hold)
+	waits := dev.busyWaits.Load() - before
+	dev.rxMu.Unlock()
+	if most := uint64(2*hold/busyIdle + 10); waits > most {
+		t.Fatalf("the background goroutine waited %d times in %v while a poller held the socket, want at most %d", waits, hold, most)
+	}
+	// The poller, back, takes the SEND.
+	wcs := make([]driver.WC, 1)
+	for start := time.Now(); ; {
+		if n, _ := rcq.Poll(wcs); n == 1 {
+			break
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("no receive completion")
+		}
+	}
+}

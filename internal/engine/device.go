@@ -149,6 +149,8 @@ type Device struct {
 	rxFree chan struct{}
 	rxStop chan struct{}
 	polls  atomic.Uint32 // CQ-driven polls so far (busyLoop and, in the default mode, rxLoop watch it)
+	// busyWaits counts busyLoop's waits for traffic nobody polls for (tests count them).
+	busyWaits atomic.Uint64
 	// noRxSpin keeps rxLoop from spinning between batches (NoReceiveSpin).
 	noRxSpin atomic.Bool
 	// external is set when an event loop of the caller's drives the receive path

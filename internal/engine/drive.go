@@ -292,6 +292,7 @@ func (d *Device) busyLoop() {
 			d.flushAcks()
 			d.rxMu.Unlock()
 		}
+		d.busyWaits.Add(1)
 		ready, err := d.poller.WaitReadable(busyIdle)
 		if err != nil {
 			if isClosed(err) || d.closed.Load() {
@@ -304,7 +305,17 @@ func (d *Device) busyLoop() {
 			continue // nothing came, or a poller is back and takes it
 		}
 		if !d.rxMu.TryLock() {
-			runtime.Gosched()
+			// A poller holds the socket: it reads what came, and this goroutine stays
+			// aside as it does while polls come. It used to yield and look again at
+			// once, which spun: on a small machine a poller's thread is often
+			// descheduled mid-poll, by this very goroutine's thread among others, and
+			// its polls stop counting while it waits for a core; this goroutine then
+			// took that core spinning through WaitReadable and set the rings' sleep
+			// flags each time, so that the peer's sends paid an eventfd write. Two
+			// busy-poll send_lat processes through the rings went round this loop
+			// half a million times a second each for some thousand sleeps.
+			time.Sleep(busyIdle)
+			seen = d.polls.Load()
 			continue
 		}
 		d.pollLocked(d.poller, min(len(d.rxMsgs), busyBatch))

@@ -67,7 +67,9 @@ func (c *sameHostConn) ReadBatch(msgs []Message) (int, error) {
 		if !c.sleep(rx) {
 			continue
 		}
-		if c.busy {
+		if c.busy || c.driven {
+			// (driven: the event loop's wait has the eventfd; a read that blocks anyway
+			// waits in poll(2))
 			_, err = c.waitPoll(-1)
 		} else {
 			// The socket is watched by this Conn's epoll set here; a readDirect before
@@ -141,6 +143,10 @@ func (c *sameHostConn) pollLocked(msgs []Message, always bool) (int, error) {
 	}
 	n := 0
 	rx := *c.rx.Load()
+	kick := c.udpKick.Load()
+	if kick {
+		c.udpKick.Store(false)
+	}
 	if c.udpFirst || len(rx) == 0 {
 		k, err := c.pollUDP(msgs)
 		if err != nil {
@@ -166,13 +172,16 @@ func (c *sameHostConn) pollLocked(msgs []Message, always bool) (int, error) {
 	}
 	if n == len(msgs) {
 		c.udpFirst = ringed > 0 // the rings had more than a batch: the socket goes first next
+		if kick && !c.udpFirst {
+			c.udpKick.Store(true) // not read this time: the next poll
+		}
 		return n, nil
 	}
 	// The socket is read when it had traffic last time, when a blocking read found the
 	// rings empty and is about to sleep, and otherwise every udpEvery polls, so that a
 	// stream through the rings neither pays a syscall per poll nor starves the socket.
 	c.idlePolls++
-	if len(rx) > 0 && (c.udpHot || always && ringed == 0 || c.idlePolls >= udpEvery) {
+	if len(rx) > 0 && (c.udpHot || kick || always && ringed == 0 || c.idlePolls >= udpEvery) {
 		c.idlePolls = 0
 		k, err := c.pollUDP(msgs[n:])
 		if err != nil {

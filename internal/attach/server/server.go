@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"strings"
 	"sync"
 
 	"github.com/goverbs/goverbs/cm"
@@ -122,12 +121,6 @@ type owner struct {
 }
 
 func (s *Server) open(cfg soft.Config) (*device, error) {
-	if s.loop != nil && !cfg.BusyPoll && !sameHostOff() {
-		// Same-host rings by default: the loop reads them as it reads the sockets, and
-		// a post to a device of the daemon then costs no system call on either side
-		// (attached 8 B send_lat 0.62x, 64 KiB WRITE 1.48x the UDP path's, DESIGN.md).
-		cfg.SameHost = true
-	}
 	dev, err := soft.Open(cfg)
 	if err != nil {
 		return nil, err
@@ -257,14 +250,4 @@ func (d *device) close() {
 	d.dev.Close()
 	d.wg.Wait()
 	os.Remove(d.path)
-}
-
-// sameHostOff reports whether GOVERBS_SHM turns the same-host shortcut off (0, off,
-// false, no): the daemon's devices then pass every datagram through the kernel's UDP.
-func sameHostOff() bool {
-	switch strings.ToLower(strings.TrimSpace(os.Getenv(soft.EnvSameHost))) {
-	case "0", "off", "false", "no":
-		return true
-	}
-	return false
 }

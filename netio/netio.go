@@ -474,6 +474,35 @@ type Watchable interface {
 // looking through Tees.
 func AsWatchable(c Conn) (Watchable, bool) { return asThroughTee[Watchable](c) }
 
+// RingDriver is implemented by Conns that read same-host rings as well as a socket (the
+// same-host shortcut in the default mode), for an event loop of the caller's that drives
+// the receive path (engine.Device.DriveRx), as Watchable is for a socket alone. The
+// loop waits for two descriptors, the socket and the rings' eventfd, and reads both with
+// PollBatch; the rings' producers write the eventfd only when the reader said it waits
+// (RingsSleep), so between waits the loop polls the rings, which costs no system call.
+type RingDriver interface {
+	// DriveFDs hands the Conn's receive wait over: neither descriptor stays in the
+	// Conn's own wait (the netpoller's), and a blocking ReadBatch no longer waits in
+	// the netpoller. Both stay the Conn's, valid until Close.
+	DriveFDs() (sock, rings int)
+	// RingsSleep tells every ring's producer that the reader is about to wait, then
+	// looks once more: false (the word taken back) when a ring holds a datagram.
+	RingsSleep() bool
+	// RingsAwake takes the word back after a wait, and drains the eventfd when the
+	// caller saw it readable (drain): producers write no eventfd while the reader polls.
+	RingsAwake(drain bool)
+	// SocketReadable says the socket is readable: the next poll reads it, whatever the
+	// rings hold (a poll otherwise reads it only now and then while rings carry traffic).
+	SocketReadable()
+}
+
+// AsRingDriver returns c as a RingDriver if it has rings an event loop can drive. Not
+// through a Tee.
+func AsRingDriver(c Conn) (RingDriver, bool) {
+	r, ok := c.(RingDriver)
+	return r, ok
+}
+
 // Counting is implemented by Conns with counters of their own (a backend's mode, its
 // drops, its system calls): a device lists them after its own (--stats, goverbs stat),
 // so that a run says which path its datagrams took. Names are lower_snake_case with the

@@ -65,6 +65,11 @@ type sameHostConn struct {
 	idlePolls int  // polls since the UDP socket was last read
 	udpPolls  int  // reads of the UDP socket by polls (tests count them)
 	udpHot    bool // the last UDP poll found something
+	// driven: an event loop of the caller's waits for the socket and rxEv (RingDriver);
+	// neither is in ep any more. udpKick: the loop saw the socket readable, so the next
+	// poll reads it.
+	driven  bool
+	udpKick atomic.Bool
 
 	closeMu sync.RWMutex // WaitReadable's poll holds it shared; Close exclusively
 	closed  atomic.Bool
@@ -179,7 +184,11 @@ func ListenSameHost(inner Conn, opts SameHostOptions) (Conn, error) {
 	c.peers.Store(&peers)
 	c.rx.Store(new([]*shPair))
 	var err error
-	if c.rxEv, err = shm.NewEventfd(); err != nil {
+	// Out of Go's netpoller: it is waited for in ep (itself in the netpoller), in
+	// poll(2), or in an event loop's epoll set (RingDriver), never by Eventfd.Wait, and
+	// a descriptor in the netpoller's set would wake a runtime thread asleep in
+	// epoll_pwait at every producer's write, for nobody.
+	if c.rxEv, err = shm.NewUnwatchedEventfd(); err != nil {
 		return nil, err
 	}
 	_ = u.rc.Control(func(fd uintptr) { c.udpFD = int(fd) })

@@ -67,7 +67,9 @@ func (c *sameHostConn) ReadBatch(msgs []Message) (int, error) {
 		if !c.sleep(rx) {
 			continue
 		}
-		if c.busy {
+		if c.busy || c.driven {
+			// (driven: the event loop's wait has the eventfd; a read that blocks anyway
+			// waits in poll(2))
 			_, err = c.waitPoll(-1)
 		} else {
 			// The socket is watched by this Conn's epoll set here; a readDirect before
@@ -141,6 +143,10 @@ func (c *sameHostConn) pollLocked(msgs []Message, always bool) (int, error) {
 	}
 	n := 0
 	rx := *c.rx.Load()
+	kick := c.udpKick.Load()
+	if kick {
+		c.udpKick.Store(false)
+	}
 	if c.udpFirst || len(rx) == 0 {
 		k, err := c.pollUDP(msgs)
 		if err != nil {
@@ -181,9 +187,12 @@ func (c *sameHostConn) pollLocked(msgs []Message, always bool) (int, error) {
 		if ringed > 0 && (!c.busy || len(msgs) > 1 || c.udpHot || c.idlePolls >= udpEvery) {
 			c.udpFirst = true
 		}
+		if kick && !c.udpFirst {
+			c.udpKick.Store(true) // not read this time: the next poll
+		}
 		return n, nil
 	}
-	if len(rx) > 0 && (c.udpHot || always && ringed == 0 || c.idlePolls >= udpEvery) {
+	if len(rx) > 0 && (c.udpHot || kick || always && ringed == 0 || c.idlePolls >= udpEvery) {
 		k, err := c.pollUDP(msgs[n:])
 		if err != nil {
 			if n > 0 {

@@ -173,6 +173,9 @@ type Device struct {
 	rings      netio.RingReader
 	serveRings bool
 	serveGap   int64
+	// ringDrv is the Conn's rings as an event loop of the caller's drives them
+	// (DriveRx, RingFD); nil for other Conns.
+	ringDrv netio.RingDriver
 	// pollDriven is set while a program spinning on its CQ drives the device (from the
 	// tightPolls-th poll since the last blocking read until the next one): its streamed
 	// posts then wait for its next poll, as a busy poller's do (doorbell), instead of
@@ -246,6 +249,7 @@ func New(cfg Config) (*Device, error) {
 		d.unwatch, _ = netio.AsUnwatcher(d.conn)
 		if r, ok := netio.AsRingReader(d.conn); ok && d.idlePoller != nil {
 			d.rings = r
+			d.ringDrv, _ = netio.AsRingDriver(d.conn)
 		}
 	}
 	d.rxMsgs = newRxMsgs(d.conn.Caps())

@@ -16,12 +16,22 @@ import (
 // and from now on the caller waits for the returned descriptor to be readable (in an
 // epoll set of its own, level-triggered) and calls PollDriven to read and process what
 // it holds. It reports false, and changes nothing, on a device whose Conn cannot be
-// waited for that way (netio.Watchable), whose reads cannot be interrupted, or in
-// busy-poll mode. Waiters (NewWaiter) no longer serve the socket; CQ polls that find it
-// free still read it (PollRx). The descriptor is valid until the device closes.
+// waited for that way (netio.Watchable, netio.RingDriver), whose reads cannot be
+// interrupted, or in busy-poll mode. Waiters (NewWaiter) no longer serve the socket; CQ
+// polls that find it free still read it (PollRx). The descriptor is valid until the
+// device closes.
+//
+// A device on the same-host rings has a second descriptor to wait for, RingFD, and its
+// rings signal it only when told (RingsSleep): the caller polls such a device after
+// every turn that did work, and waits for it only after RingsSleep said yes.
 func (d *Device) DriveRx() (fd int, ok bool) {
-	w, ok := netio.AsWatchable(d.conn)
-	if !ok || d.intr == nil || d.idlePoller == nil || d.poller != nil || d.closed.Load() {
+	var w netio.Watchable
+	if d.ringDrv == nil {
+		if w, ok = netio.AsWatchable(d.conn); !ok {
+			return -1, false
+		}
+	}
+	if d.intr == nil || d.idlePoller == nil || d.poller != nil || d.closed.Load() {
 		return -1, false
 	}
 	if !d.external.Swap(true) {
@@ -37,7 +47,43 @@ func (d *Device) DriveRx() (fd int, ok bool) {
 		d.flushAcks()
 		d.rxMu.Unlock()
 	}
+	if d.ringDrv != nil {
+		sock, _ := d.ringDrv.DriveFDs()
+		return sock, true
+	}
 	return w.RecvFD(), true
+}
+
+// RingFD is the eventfd of a driven device's same-host rings (DriveRx), -1 for a device
+// without them. It is readable only after RingsSleep, until RingsAwake.
+func (d *Device) RingFD() int {
+	if d.ringDrv == nil || !d.external.Load() {
+		return -1
+	}
+	_, ev := d.ringDrv.DriveFDs()
+	return ev
+}
+
+// RingsSleep tells the producers of a driven device's rings that the caller is about to
+// wait for RingFD; false, with the word taken back, when a ring holds a datagram (poll
+// instead). True for a device without rings.
+func (d *Device) RingsSleep() bool { return d.ringDrv == nil || d.ringDrv.RingsSleep() }
+
+// RingsAwake takes RingsSleep's word back after the wait, and drains RingFD when the
+// caller saw it readable (drain).
+func (d *Device) RingsAwake(drain bool) {
+	if d.ringDrv != nil {
+		d.ringDrv.RingsAwake(drain)
+	}
+}
+
+// SocketReadable tells a driven device on the same-host rings that its socket is
+// readable: the next PollDriven reads it, whatever the rings hold. A no-op for others,
+// whose polls always read the socket.
+func (d *Device) SocketReadable() {
+	if d.ringDrv != nil {
+		d.ringDrv.SocketReadable()
+	}
 }
 
 // PollDriven reads and processes what the socket of a device driven by an event loop

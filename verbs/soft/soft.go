@@ -51,8 +51,9 @@ type Config struct {
 	// every device): it serves a rendezvous socket and reaches other goverbs devices of
 	// this user on this host, in its network namespace, through shared memory
 	// (netio.ListenSameHost; docs/guide/same-host.md). It is off by default: with a
-	// peer's ring attached its wrapper still costs the remote path, the daemon's event
-	// loop does not read the rings, and every device would leave rendezvous files.
+	// peer's ring attached its wrapper still costs the remote path, the daemon's
+	// default-mode latency on the rings is bimodal (docs/DESIGN.md, "Shared devices"),
+	// and every device would leave rendezvous files.
 	SameHost bool
 	// NoSameHost keeps the shortcut off for this device even where GOVERBS_SHM asks for it.
 	NoSameHost bool

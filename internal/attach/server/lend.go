@@ -110,6 +110,13 @@ func (l *loop) watchStretch(st *stretch) {
 	if unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, best.fd, nil) != nil {
 		return
 	}
+	if best.rfd >= 0 {
+		if unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, best.rfd, nil) != nil {
+			l.ctl(unix.EPOLL_CTL_ADD, best.fd, best.tok)
+			return
+		}
+		best.away.Store(true) // and its rings are not polled by the loop
+	}
 	l.lent.Store(true)
 	best.lends.Add(1)
 	l.lendCh <- best // room: only one device is lent at a time
@@ -146,6 +153,15 @@ func (l *loop) help() {
 		// descriptor's number may be another file's now.
 		if fd, ok := ld.d.DriveRx(); ok && fd == ld.fd && !l.quit.Load() {
 			l.ctl(unix.EPOLL_CTL_ADD, ld.fd, ld.tok)
+			if ld.rfd >= 0 && ld.d.RingFD() == ld.rfd {
+				l.ctl(unix.EPOLL_CTL_ADD, ld.rfd, ld.tok|tokRings)
+			}
+		}
+		ld.away.Store(false)
+		if ld.rfd >= 0 {
+			// The loop may be waiting with this device's rings left out of its word to
+			// their producers (run): it must look at them, and say it again.
+			l.kick.Signal()
 		}
 		l.lent.Store(false)
 	}
@@ -169,7 +185,14 @@ func (l *loop) serveLent(ld *loopDev) int {
 		return lendOver
 	}
 	defer unix.EpollCtl(l.hep, unix.EPOLL_CTL_DEL, ld.fd, nil)
-	evs := make([]unix.EpollEvent, 1)
+	if ld.rfd >= 0 {
+		rev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: ld.tok | tokRings}
+		if unix.EpollCtl(l.hep, unix.EPOLL_CTL_ADD, ld.rfd, &rev) != nil {
+			return lendOver
+		}
+		defer unix.EpollCtl(l.hep, unix.EPOLL_CTL_DEL, ld.rfd, nil)
+	}
+	evs := make([]unix.EpollEvent, 2)
 	var lazy []*session
 	// The first lendSettle reads take what queued while the loop decided; the
 	// windows are measured after them.
@@ -209,7 +232,20 @@ func (l *loop) serveLent(ld *loopDev) int {
 			}
 			continue
 		}
+		// The rings signal only a reader that said it waits (loop.run).
+		if !ld.d.RingsSleep() {
+			runtime.Gosched() // a ring holds what another goroutine is reading (PollRx)
+			continue
+		}
 		n, err := unix.EpollWait(l.hep, evs, lendIdle)
+		ld.d.RingsAwake(false)
+		for _, e := range evs[:max(n, 0)] {
+			if e.Fd&tokRings != 0 {
+				ld.d.RingsAwake(true)
+			} else {
+				ld.d.SocketReadable()
+			}
+		}
 		switch {
 		case err == unix.EINTR:
 		case err != nil || n == 0:
@@ -252,4 +288,16 @@ func (l *loop) lends(d *engine.Device) (lends, slower uint64) {
 		}
 	}
 	return 0, 0
+}
+
+// drivesRings reports whether the loop reads device d's same-host rings.
+func (l *loop) drivesRings(d *engine.Device) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, ld := range l.rings {
+		if ld.d == d {
+			return true
+		}
+	}
+	return false
 }

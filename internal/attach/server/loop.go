@@ -33,11 +33,15 @@ import (
 type loop struct {
 	ep   int
 	stop *shm.Eventfd
+	// kick makes the loop look at its devices again: the helper gives back a device on
+	// same-host rings, whose producers signal nobody until the loop's next wait.
+	kick *shm.Eventfd
 	done chan struct{}
 
 	mu       sync.Mutex
 	devs     map[int32]*loopDev
 	all      []*loopDev // devs, in the order they came
+	rings    []*loopDev // the devices on same-host rings, which the loop polls every turn
 	sessions map[int32]*session
 	next     int32
 
@@ -60,8 +64,11 @@ type loop struct {
 type loopDev struct {
 	d   *engine.Device
 	fd  int
+	rfd int // the device's same-host rings' eventfd (engine.Device.RingFD), -1 without
 	tok int32
-	rx0 uint64 // d.RxBytes at the start of the loop's current look at lending (lend.go)
+	// away: the device is the helper's (lend.go); the loop does not poll its rings.
+	away atomic.Bool
+	rx0  uint64 // d.RxBytes at the start of the loop's current look at lending (lend.go)
 	// solo: bytes per nanosecond the device received in the window before its lend,
 	// with the loop alone.
 	solo float64
@@ -70,9 +77,12 @@ type loopDev struct {
 	lends, slower atomic.Uint64
 }
 
-// Tokens in the epoll events' data: the stop eventfd, then devices, then sessions.
+// Tokens in the epoll events' data: the stop eventfd, then devices (a device's rings'
+// eventfd is its token with tokRings set), then sessions.
 const (
 	tokStop         = 0
+	tokRings        = 1 << 15
+	tokKick         = tokFirstSession - 1
 	tokFirstSession = 1 << 16
 )
 
@@ -86,18 +96,30 @@ func newLoop() (*loop, error) {
 		unix.Close(ep)
 		return nil, err
 	}
-	hep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	kick, err := shm.NewUnwatchedEventfd()
 	if err != nil {
 		unix.Close(ep)
 		stop.Close()
 		return nil, err
 	}
-	l := &loop{ep: ep, stop: stop, done: make(chan struct{}), devs: map[int32]*loopDev{},
+	hep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		unix.Close(ep)
+		stop.Close()
+		kick.Close()
+		return nil, err
+	}
+	l := &loop{ep: ep, stop: stop, kick: kick, done: make(chan struct{}), devs: map[int32]*loopDev{},
 		sessions: map[int32]*session{}, next: tokFirstSession,
 		lendOK: os.Getenv("GOVERBS_SERVE_LEND") != "0", hep: hep, lendCh: make(chan *loopDev, 1),
 		helped: make(chan struct{})}
 	go l.help()
 	if err := l.ctl(unix.EPOLL_CTL_ADD, stop.FD(), tokStop); err != nil {
+		close(l.done)
+		l.close()
+		return nil, err
+	}
+	if err := l.ctl(unix.EPOLL_CTL_ADD, kick.FD(), tokKick); err != nil {
 		close(l.done)
 		l.close()
 		return nil, err
@@ -121,17 +143,47 @@ func (l *loop) addDevice(d *engine.Device) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	tok := int32(1 + len(l.devs))
-	ld := &loopDev{d: d, fd: fd, tok: tok}
-	l.devs[tok] = ld
-	l.all = append(l.all, ld)
+	ld := &loopDev{d: d, fd: fd, rfd: d.RingFD(), tok: tok}
 	if err := l.ctl(unix.EPOLL_CTL_ADD, fd, tok); err != nil {
 		// Nothing would wait for the socket: read it as the receive goroutine did, by
 		// polls only. (epoll_ctl fails only for want of memory.)
-		delete(l.devs, tok)
-		l.all = l.all[:len(l.all)-1]
 		return false
 	}
+	if ld.rfd >= 0 {
+		if err := l.ctl(unix.EPOLL_CTL_ADD, ld.rfd, tok|tokRings); err != nil {
+			unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, fd, nil)
+			return false
+		}
+		l.rings = append(l.rings, ld)
+	}
+	l.devs[tok] = ld
+	l.all = append(l.all, ld)
 	return true
+}
+
+// sleepRings tells the producers of every ring device in rings that the loop is about
+// to wait (engine.Device.RingsSleep); false, with the word taken back from all, when a
+// ring holds something: the loop looks again instead.
+func sleepRings(rings []*loopDev) bool {
+	for i, ld := range rings {
+		if !ld.d.RingsSleep() {
+			for _, o := range rings[:i] {
+				o.d.RingsAwake(false)
+			}
+			return false
+		}
+	}
+	return true
+}
+
+// addDev appends ld to devs unless it is there.
+func addDev(devs []*loopDev, ld *loopDev) []*loopDev {
+	for _, o := range devs {
+		if o == ld {
+			return devs
+		}
+	}
+	return append(devs, ld)
 }
 
 // addSession watches the session's doorbell; it returns the token to remove it by.
@@ -172,44 +224,85 @@ func (l *loop) close() {
 		unix.Close(l.ep)
 		unix.Close(l.hep)
 		l.stop.Close()
+		l.kick.Close()
 	})
 }
 
 func (l *loop) run() {
 	defer close(l.done)
 	evs := make([]unix.EpollEvent, 64)
-	var devs []*engine.Device
+	var devs, rings []*loopDev
 	var ss, lazy []*session
 	var st stretch
 	timeout, idle := -1, 0
 	for {
+		// The rings' producers write their eventfds only when told that the loop
+		// waits: told just before a wait, and the word taken back after it. Between
+		// waits the loop polls the rings (below), which costs no system call.
+		slept, unslept := false, false
+		if timeout < 0 {
+			rings = rings[:0]
+			l.mu.Lock()
+			for _, ld := range l.rings {
+				if !ld.away.Load() {
+					rings = append(rings, ld)
+				}
+			}
+			l.mu.Unlock()
+			if sleepRings(rings) {
+				slept = true
+			} else {
+				timeout, unslept = 0, true // a ring holds something: read it now
+			}
+		}
 		n, err := unix.EpollWait(l.ep, evs, timeout)
+		if slept {
+			for _, ld := range rings {
+				ld.d.RingsAwake(false)
+			}
+		}
 		if err != nil {
 			if err == unix.EINTR {
 				continue
 			}
 			return // the set is gone
 		}
-		if n == 0 {
+		devs, ss, lazy = devs[:0], ss[:0], lazy[:0]
+		l.mu.Lock()
+		if n == 0 && len(l.rings) == 0 {
+			l.mu.Unlock()
 			timeout, idle = -1, 0
 			st.iters = 0
 			continue
 		}
-		devs, ss, lazy = devs[:0], ss[:0], lazy[:0]
-		l.mu.Lock()
 		for _, ev := range evs[:n] {
 			switch tok := ev.Fd; {
 			case tok == tokStop:
 				l.mu.Unlock()
 				return
+			case tok == tokKick:
+				l.kick.Drain() // the rings are polled below
 			case tok < tokFirstSession:
-				if ld := l.devs[tok]; ld != nil {
-					devs = append(devs, ld.d)
+				ld := l.devs[tok&^tokRings]
+				switch {
+				case ld == nil:
+				case tok&tokRings != 0:
+					ld.d.RingsAwake(true)
+					devs = addDev(devs, ld)
+				default:
+					ld.d.SocketReadable()
+					devs = addDev(devs, ld)
 				}
 			default:
 				if s := l.sessions[tok]; s != nil {
 					ss = append(ss, s)
 				}
+			}
+		}
+		// Rings write no eventfd while the loop is awake: it looks at them every turn.
+		for _, ld := range l.rings {
+			if !ld.away.Load() {
+				devs = addDev(devs, ld)
 			}
 		}
 		if len(devs) > 0 {
@@ -221,37 +314,43 @@ func (l *loop) run() {
 		}
 		l.mu.Unlock()
 		did := false
-		// Doorbells first: their posts' packets are in the peers' sockets when the
-		// devices are read, here or in the look that follows.
+		// Doorbells first: their posts' packets are in the peers' sockets and rings
+		// when the devices are read, here or in the look that follows.
 		for _, s := range ss {
 			if s.rung() {
 				did = true
 			}
 		}
-		for _, d := range devs {
+		for _, ld := range devs {
 			// The receives RC clients posted without a doorbell go to the engine before
 			// the packets that may need them.
 			for _, s := range lazy {
-				if s.d.eng == d {
+				if s.d.eng == ld.d {
 					s.lazyTurn()
 				}
 			}
-			if d.PollDriven() {
+			if ld.d.PollDriven() {
 				did = true
 			}
 		}
 		timeout = 0 // look again at once: what this iteration sent is there now
-		if did {
+		switch {
+		case did:
 			idle = 0
 			if l.lendOK {
 				l.watchStretch(&st)
 			}
-		} else {
+		case n == 0 && !unslept:
+			// Nothing signalled and the rings were empty: wait.
+			timeout, idle = -1, 0
 			st.iters = 0
-			// A session or a socket another goroutine held: it stays readable (the set
-			// is level-triggered); let that goroutine run before looking again, and
-			// sleep a little if it keeps it (a command that registers a large region
-			// holds its session for milliseconds), rather than spin a core.
+		default:
+			st.iters = 0
+			// A session, a socket or a ring another goroutine held: it stays readable
+			// (the set is level-triggered; a ring is not empty); let that goroutine run
+			// before looking again, and sleep a little if it keeps it (a command that
+			// registers a large region holds its session for milliseconds), rather
+			// than spin a core.
 			if idle++; idle < 8 {
 				runtime.Gosched()
 			} else {

@@ -225,9 +225,9 @@ func (s *session) hello(r *attach.Reader, w *attach.Writer) ([]*os.File, error) 
 		return nil, err
 	}
 	if l := s.d.srv.loop; l != nil && s.d.driven {
-		// The loop serves the sessions of the devices whose sockets it reads; on the
-		// others (same-host shared memory, GOVERBS_SHM; busy-poll) it would only stand
-		// between the doorbell and the engine's own receive path.
+		// The loop serves the sessions of the devices whose sockets and rings it
+		// reads; on the others (busy-poll) it would only stand between the doorbell
+		// and the engine's own receive path.
 		tok, err := l.addSession(s)
 		if err != nil {
 			ev.Close()

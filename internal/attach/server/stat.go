@@ -68,6 +68,9 @@ func (d *device) writeStat(w io.Writer) {
 	}
 	fmt.Fprintln(w, b.String())
 	if l := d.srv.loop; l != nil && d.driven {
+		if l.drivesRings(d.eng) {
+			fmt.Fprintln(w, "# event loop: reads the device's socket and its same-host rings")
+		}
 		if n, slower := l.lends(d.eng); n > 0 {
 			fmt.Fprintf(w, "# event loop: the device's receive work went to a second thread %d times (a stream between devices of the daemon), %d of them given back as slower\n", n, slower)
 		}

@@ -20,6 +20,7 @@ import (
 // flags and a second ENGINE are refused, the socket is a UDP socket bound to the device's
 // address and port 4791, and its range is one top byte (not the daemon's 0).
 func TestEngineCommand(t *testing.T) {
+	t.Setenv(soft.EnvSameHost, "0") // a device on the rings refuses ENGINE (below)
 	_, addr := daemon(t)
 	r := dialRaw(t, addr)
 	if _, fds, errno := r.call(attach.OpEngine, func(w *attach.Writer) { w.U32(1) }); errno != int32(unix.EINVAL) || len(fds) != 0 {

@@ -52,6 +52,11 @@ func ringKid(t *testing.T, addr, peer netip.Addr, own bool, mode string) *kid {
 	if (qpn>>16 != 0) != own {
 		t.Fatalf("child with own engine %v has QPN %#x", own, qpn)
 	}
+	// The daemon lists the range of a client on its own engine (a daemon whose engine
+	// numbers QPs anywhere would pass the test above by chance).
+	if st := daemonStat(t, addr); own != strings.Contains(st, fmt.Sprintf("own_engine qpn %#x-", qpn&^0xffff)) {
+		t.Fatalf("child with own engine %v, QPN %#x; the daemon lists:\n%s", own, qpn, st)
+	}
 	return k
 }
 

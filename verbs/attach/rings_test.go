@@ -102,3 +102,13 @@ func TestRingsTwoOwnEngines(t *testing.T) {
 	addrs := daemonOnRings(t)
 	pingPongAll(t, [][2]*kid{{ringKid(t, addrs[0], addrs[0], true, "ping"), ringKid(t, addrs[0], addrs[0], true, "pong")}})
 }
+
+// TestRingsInProcessPeer: TestOwnEngineInProcessPeer with the daemon and the in-process
+// peer both on the same-host rings: the peer pairs with the daemon's device and learns
+// at the rendezvous that the ring takes only the daemon's engine's QPNs, so its
+// datagrams to the own-engine client's QPN go by the kernel (without that, they reached
+// the daemon's engine through the ring and the QP's retries ran out).
+func TestRingsInProcessPeer(t *testing.T) {
+	t.Setenv(soft.EnvSameHost, "1")
+	TestOwnEngineInProcessPeer(t)
+}

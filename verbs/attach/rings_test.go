@@ -54,7 +54,7 @@ func ringKid(t *testing.T, addr, peer netip.Addr, own bool, mode string) *kid {
 	}
 	// The daemon lists the range of a client on its own engine (a daemon whose engine
 	// numbers QPs anywhere would pass the test above by chance).
-	if st := daemonStat(t, addr); own != strings.Contains(st, fmt.Sprintf("own_engine qpn %#x-", qpn&^0xffff)) {
+	if st := daemonStat(t, addr); own != strings.Contains(st, fmt.Sprintf("own_engine qpn 0x%06x-", qpn&^0xffff)) {
 		t.Fatalf("child with own engine %v, QPN %#x; the daemon lists:\n%s", own, qpn, st)
 	}
 	return k

@@ -40,8 +40,9 @@ func (c *qpnRunConn) WriteBatch(msgs []netio.Message) (int, error) {
 // 0 and one to a QPN of top byte 1: no GSO run holds datagrams of both. goverbs serve's
 // address steers by that byte (per datagram in the kernel, per run on the same-host
 // rings, netio.SameHostOptions.Steered), so a run must belong to one engine there.
-// Today each QP's packets are built in a batch of their own, so this guards the
-// invariant (emit's check) against a change that batches QPs together.
+// Each RC QP's packets are built in a batch of their own, so this one guards the
+// invariant against a change that batches QPs together; a UD QP's batch does mix
+// destination QPNs (TestGSORunOneQPNTopByteUD, which fails without emit's check).
 func TestGSORunOneQPNTopByte(t *testing.T) {
 	conn := &qpnRunConn{gsoConn: gsoConn{Conn: netiotest.NewConn(fuzzLocal), caps: netio.Caps{BatchSize: 64, GSO: true,
 		MaxSegments: 64, MaxGSOBytes: 65487, IPv4IDZero: true}}}
@@ -88,5 +89,61 @@ func TestGSORunOneQPNTopByte(t *testing.T) {
 	}
 	if conn.longest < 2 {
 		t.Fatalf("longest run %d segments: runs must be used", conn.longest)
+	}
+}
+
+// TestGSORunOneQPNTopByteUD: one UD QP sends to two QPs at one address, one of top byte 0
+// and one of top byte 1, alternately and in one post: its datagrams are of one size and
+// built in one batch, and still no GSO run holds both (without emit's check, they did).
+func TestGSORunOneQPNTopByteUD(t *testing.T) {
+	conn := &qpnRunConn{gsoConn: gsoConn{Conn: netiotest.NewConn(fuzzLocal), caps: netio.Caps{BatchSize: 64, GSO: true,
+		MaxSegments: 64, MaxGSOBytes: 65487, IPv4IDZero: true}}}
+	dev, err := New(Config{Name: "gsoqpnud", Conn: conn, MTU: wire.MTU1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	pd, err := dev.allocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := dev.newCQ(256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ud, err := dev.CreateQP(pd, QPInit{Type: driver.QPTypeUD, SendCQ: cq, RecvCQ: cq,
+		Cap: driver.QPCap{MaxSendWR: 64, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	udUp(t, ud, fuzzQKey)
+	ah := &AH{DGID: AddrToGID(fuzzPeer.Addr()), HopLimit: 64}
+	buf := make([]byte, 4096)
+	mr, err := pd.regMR(buf, driver.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const packets = 32
+	wrs := make([]driver.SendWR, packets)
+	for i := range wrs {
+		wrs[i] = driver.SendWR{ID: uint64(i), Opcode: driver.WRSend, SGL: []driver.SGE{{Addr: mr.Addr(), Length: 256, LKey: mr.LKey()}},
+			AH: ah, RemoteQPN: 0x000100 + uint32(i%2)<<16, RemoteQKey: fuzzQKey}
+	}
+	must(t, ud.PostSend(wrs))
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		conn.mu.Lock()
+		sent := conn.sent
+		conn.mu.Unlock()
+		if sent >= packets {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the device sent %d of %d packets", sent, packets)
+		}
+	}
+	conn.mu.Lock()
+	defer conn.mu.Unlock()
+	if conn.mixed != "" {
+		t.Fatal(conn.mixed)
 	}
 }

@@ -769,7 +769,6 @@ func TestAttachedCMOptions(t *testing.T) {
 // and a QPN of a client's range is that client's own.
 func TestAttachedCMOwnEngine(t *testing.T) {
 	t.Setenv(verbsattach.EnvOwnEngine, "1")
-	t.Setenv(soft.EnvSameHost, "0") // a daemon on the same-host rings refuses own engines
 	_, addr := attachtest.Daemon(t)
 	dev, err := verbs.OpenSoft(verbs.SoftConfig{Addr: addr, Attach: true})
 	if err != nil {

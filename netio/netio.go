@@ -474,6 +474,20 @@ type Watchable interface {
 // looking through Tees.
 func AsWatchable(c Conn) (Watchable, bool) { return asThroughTee[Watchable](c) }
 
+// SocketFD returns the descriptor of c's UDP socket (looking through Tees), for an
+// option on the socket itself (goverbs serve attaches its SO_REUSEPORT steering): a
+// Watchable's receive socket, or the socket under the same-host rings, which is not
+// Watchable (a wait for it alone would miss the rings). It stays c's.
+func SocketFD(c Conn) (int, bool) {
+	if w, ok := AsWatchable(c); ok {
+		return w.RecvFD(), true
+	}
+	if s, ok := asThroughTee[interface{ SocketFD() int }](c); ok {
+		return s.SocketFD(), true
+	}
+	return -1, false
+}
+
 // RingDriver is implemented by Conns that read same-host rings as well as a socket (the
 // same-host shortcut in the default mode), for an event loop of the caller's that drives
 // the receive path (engine.Device.DriveRx), as Watchable is for a socket alone. The

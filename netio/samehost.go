@@ -14,6 +14,14 @@ type SameHostOptions struct {
 	// RingSize is the bytes of each direction's ring (a power of two); 0 means
 	// DefaultRingSize.
 	RingSize int
+	// Steered says the Conn's socket heads a SO_REUSEPORT group that steers datagrams
+	// by the top byte of the BTH destination QPN (goverbs serve's device, whose Go
+	// clients run engines of their own on its address): only datagrams whose
+	// destination QPN's top byte is 0 are this Conn's engine's, so only those may reach
+	// it through a ring; the others must cross the kernel, which steers them. The Conn
+	// applies it to its ring to itself and tells every peer at the rendezvous, and the
+	// peer's sender applies it too (a one-byte test per datagram).
+	Steered bool
 }
 
 // DefaultRingSize is a same-host ring's size per direction: room for the windows of many

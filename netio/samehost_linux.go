@@ -41,9 +41,12 @@ import (
 type sameHostConn struct {
 	inner *udpConn
 	busy  bool
-	dir   string
-	netns string // the network namespace the device was opened in (sockPath)
-	ring  int    // bytes per direction
+	// steered: only datagrams for destination QPNs with top byte 0 may reach this Conn
+	// by ring (SameHostOptions.Steered); its peers learn it at the rendezvous.
+	steered bool
+	dir     string
+	netns   string // the network namespace the device was opened in (sockPath)
+	ring    int    // bytes per direction
 
 	rxEv *shm.Eventfd
 	// The default mode's wait: an epoll instance in the netpoller holding rxEv and,
@@ -113,6 +116,9 @@ type shPair struct {
 	region    *shm.Region
 	uc        *net.UnixConn
 	peerEv    *shm.Eventfd
+	// lowOnly: the far end's socket is Steered, so only datagrams whose BTH destination
+	// QPN has top byte 0 go into tx; the others go by UDP for the kernel to steer.
+	lowOnly bool
 
 	txMu sync.Mutex
 	tx   *shm.RecordProducer
@@ -129,8 +135,13 @@ type shPair struct {
 const (
 	regionHdr   = 4096
 	regionMagic = "GVSHMR01"
+	// A hello or reply of version 01 carries no flags; version 02 has a flags word
+	// (helloFlagSteered), sent only by a Steered Conn, so that a build that knows only
+	// 01 refuses it and the pair falls back to UDP instead of ignoring the restriction.
 	helloMagic  = "GVSHMH01"
 	replyMagic  = "GVSHMA01"
+	helloMagic2 = "GVSHMH02"
+	replyMagic2 = "GVSHMA02"
 	helloLen    = 56
 	minRing     = 64 << 10
 	maxRing     = 64 << 20
@@ -178,7 +189,7 @@ func ListenSameHost(inner Conn, opts SameHostOptions) (Conn, error) {
 	if dir == "" {
 		dir = shm.Dir()
 	}
-	c := &sameHostConn{inner: u, busy: u.rfd != nil, dir: dir, netns: netnsTag(), ring: ring,
+	c := &sameHostConn{inner: u, busy: u.rfd != nil, steered: opts.Steered, dir: dir, netns: netnsTag(), ring: ring,
 		dialCh: make(chan *shPeer, 64), done: make(chan struct{}), udpFD: -1}
 	peers := map[netip.AddrPort]*shPeer{}
 	c.peers.Store(&peers)
@@ -257,6 +268,10 @@ func netnsTag() string {
 
 func (c *sameHostConn) LocalAddr() netip.AddrPort  { return c.inner.LocalAddr() }
 func (c *sameHostConn) SourceAddr() netip.AddrPort { return c.inner.SourceAddr() }
+
+// SocketFD is the UDP socket's descriptor (netio.SocketFD): goverbs serve attaches its
+// SO_REUSEPORT steering to it. It stays the Conn's.
+func (c *sameHostConn) SocketFD() int { return c.inner.RecvFD() }
 
 func (c *sameHostConn) Caps() Caps {
 	caps := c.inner.Caps()
@@ -339,7 +354,7 @@ func (c *sameHostConn) WriteBatch(msgs []Message) (int, error) {
 				c.maybeDial(e, now)
 			}
 		}
-		if p == nil || p.closing.Load() {
+		if p == nil || p.closing.Load() || p.lowOnly && qpnSteered(m) {
 			continue // part of a UDP run
 		}
 		if ok, err := flushUDP(i); !ok {
@@ -380,6 +395,23 @@ func (c *sameHostConn) WriteBatch(msgs []Message) (int, error) {
 		return len(msgs), first
 	}
 	return len(msgs), nil
+}
+
+// bthQPNHi is the offset of the BTH destination QPN's top byte in a RoCEv2 datagram
+// (the UDP payload): opcode, flags, P_Key (2), a reserved byte, then the 24-bit QPN.
+const bthQPNHi = 5
+
+// qpnSteered reports whether m's datagrams are for a QPN with a nonzero top byte, which a
+// Steered peer's engine does not serve. One byte of the first datagram's header: the
+// engine never joins datagrams for QPNs of different top bytes in one GSO run
+// (engine.Device.emit), and its header starts Buf, or Iov[0] when the message gathers.
+// A datagram too short to have a BTH is left to the ring (it is nobody's anyway).
+func qpnSteered(m *Message) bool {
+	b := m.Buf
+	if m.Iov != nil {
+		b = m.Iov[0]
+	}
+	return len(b) > bthQPNHi && b[bthQPNHi] != 0
 }
 
 // publish makes what was written to p's ring visible, wakes the peer if it sleeps, and

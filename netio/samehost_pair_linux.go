@@ -106,10 +106,16 @@ func getAddr(b []byte) netip.AddrPort {
 	return netip.AddrPortFrom(netip.AddrFrom16([16]byte(b[:16])).Unmap(), binary.BigEndian.Uint16(b[16:]))
 }
 
+// A Steered Conn sends version 02 (helloMagic2, replyMagic2) with helloFlagSteered in
+// the flags word at offset 12; any other sends version 01, byte for byte as before.
 func (c *sameHostConn) message(magic string, field uint32) []byte {
 	b := make([]byte, helloLen)
 	copy(b, magic)
 	binary.BigEndian.PutUint32(b[8:], field)
+	if c.steered {
+		b[7] = '2' // GVSHMH02, GVSHMA02
+		binary.BigEndian.PutUint32(b[12:], helloFlagSteered)
+	}
 	putAddr(b[16:], c.inner.LocalAddr())
 	putAddr(b[34:], c.inner.SourceAddr())
 	return b
@@ -119,6 +125,22 @@ const (
 	replyOK      = 0
 	replyRefused = 1
 )
+
+// helloFlagSteered: the sender's socket is Steered: send it by ring only datagrams whose
+// BTH destination QPN has top byte 0, and the others to its UDP address.
+const helloFlagSteered = 1
+
+// peerSteered reads a hello's or reply's version (want01 or want02, its magic of either
+// version) and whether its sender is Steered; ok false for neither version.
+func peerSteered(b []byte, want01, want02 string) (steered, ok bool) {
+	switch string(b[:8]) {
+	case want01:
+		return false, true
+	case want02:
+		return binary.BigEndian.Uint32(b[12:])&helloFlagSteered != 0, true
+	}
+	return false, false
+}
 
 func (c *sameHostConn) dialLoop() {
 	for {
@@ -168,7 +190,8 @@ func (c *sameHostConn) dial(e *shPeer) error {
 	if err != nil {
 		return fail(err)
 	}
-	if n != helloLen || string(buf[:8]) != replyMagic || binary.BigEndian.Uint32(buf[8:]) != replyOK || len(fds) != 1 {
+	steered, known := peerSteered(buf, replyMagic, replyMagic2)
+	if n != helloLen || !known || binary.BigEndian.Uint32(buf[8:]) != replyOK || len(fds) != 1 {
 		shm.CloseFDs(fds)
 		c.fallbacks.Add(1)
 		return fail(errors.New("netio: same-host peer refused"))
@@ -179,7 +202,7 @@ func (c *sameHostConn) dial(e *shPeer) error {
 	}
 	uc.SetDeadline(time.Time{})
 	p := &shPair{peerLocal: getAddr(buf[16:]), peerSrc: getAddr(buf[34:]), initiator: c.inner.LocalAddr(),
-		region: region, uc: uc, peerEv: peerEv}
+		region: region, uc: uc, peerEv: peerEv, lowOnly: steered}
 	if p.peerLocal != e.addr {
 		peerEv.Close()
 		c.fallbacks.Add(1)
@@ -209,7 +232,7 @@ func (c *sameHostConn) installSelf() error {
 	}
 	ring := ringMem(region.Bytes(), c.ring, 0)
 	p := &shPair{peerLocal: c.inner.LocalAddr(), peerSrc: c.inner.SourceAddr(),
-		initiator: c.inner.LocalAddr(), region: region}
+		initiator: c.inner.LocalAddr(), region: region, lowOnly: c.steered}
 	if err = shm.InitRecordRing(ring, c.ring); err == nil {
 		if p.tx, err = shm.NewRecordProducer(ring, c.ring); err == nil {
 			p.rx, err = shm.NewRecordConsumer(ring, c.ring)
@@ -258,7 +281,8 @@ func (c *sameHostConn) accept(uc *net.UnixConn) {
 		return
 	}
 	ring := int(binary.BigEndian.Uint32(buf[8:]))
-	if n != helloLen || string(buf[:8]) != helloMagic || len(fds) != 2 || ring < minRing || ring > maxRing || ring&(ring-1) != 0 || c.closed.Load() {
+	steered, known := peerSteered(buf, helloMagic, helloMagic2)
+	if n != helloLen || !known || len(fds) != 2 || ring < minRing || ring > maxRing || ring&(ring-1) != 0 || c.closed.Load() {
 		refuse()
 		return
 	}
@@ -286,7 +310,7 @@ func (c *sameHostConn) accept(uc *net.UnixConn) {
 		refuse()
 		return
 	}
-	p := &shPair{peerLocal: peerLocal, peerSrc: peerSrc, initiator: peerLocal, region: region, uc: uc, peerEv: peerEv}
+	p := &shPair{peerLocal: peerLocal, peerSrc: peerSrc, initiator: peerLocal, region: region, uc: uc, peerEv: peerEv, lowOnly: steered}
 	if p.rx, err = shm.NewRecordConsumer(ringMem(mem, ring, 0), ring); err == nil {
 		p.tx, err = shm.NewRecordProducer(ringMem(mem, ring, 1), ring)
 	}

@@ -36,13 +36,7 @@ func (d *Device) QPNs() (first, last uint32) {
 	return d.qpnFirst, d.qpnLast
 }
 
-// RecvFD is the receive socket of a device on the UDP backend (netio.Watchable), for
-// goverbs serve's SO_REUSEPORT group; ok is false on any other Conn (the same-host
-// rings, AF_XDP, a simulated network). The descriptor stays the device's.
-func (d *Device) RecvFD() (fd int, ok bool) {
-	w, ok := netio.AsWatchable(d.conn)
-	if !ok {
-		return -1, false
-	}
-	return w.RecvFD(), true
-}
+// RecvFD is the UDP socket of a device on the UDP backend, with or without the
+// same-host rings (netio.SocketFD), for goverbs serve's SO_REUSEPORT group; ok is false
+// on any other Conn (AF_XDP, a simulated network). The descriptor stays the device's.
+func (d *Device) RecvFD() (fd int, ok bool) { return netio.SocketFD(d.conn) }

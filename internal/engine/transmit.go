@@ -115,6 +115,10 @@ func bytesPayload(b []byte) payload { return payload{b: b, n: len(b)} }
 // a datagram of its own in the same sendmmsg. A run never gathers from more than
 // netio.MaxIov slices.
 //
+// A run carries datagrams for QPNs of one top byte: goverbs serve's address steers by
+// it (the kernel per segment, the same-host rings per message, netio's qpnSteered),
+// and a run's first header starts its Buf.
+//
 // One function, not a placement helper and a build: this is every packet's path, and
 // the placement is inlined here rather than paid as a call. pl comes by pointer: by value
 // it goes on the stack (the arguments outnumber the registers), copied there with 16-byte
@@ -133,6 +137,7 @@ func (d *Device) emit(tx *txBatch, dst netip.AddrPort, tc uint8, h *wire.Headers
 	if tx.gso && tx.n > 0 {
 		last := &tx.msgs[tx.n-1]
 		if last.Addr == dst && last.N%last.SegSize == 0 && last.ECN == tx.ecn && last.TrafficClass == tx.tc &&
+			last.Buf[bthQPNHi] == uint8(h.BTH.DestQP>>16) &&
 			(last.SegSize == size || endRun && size < last.SegSize) &&
 			last.N+size <= tx.maxBytes && last.N/last.SegSize < tx.maxSeg &&
 			len(last.Iov)+pieces+3 <= netio.MaxIov && !dst.Addr().IsMulticast() {
@@ -305,3 +310,6 @@ func (d *Device) flushTx(b *txBatch) {
 	b.n = 0
 	b.appendRun = false
 }
+
+// bthQPNHi is the offset of the BTH destination QPN's top byte in a datagram.
+const bthQPNHi = 5

@@ -56,7 +56,6 @@ func TestLifecycleAttached(t *testing.T) {
 // TestLifecycleOwnEngine: the lifecycle suite on a client running its own engine.
 func TestLifecycleOwnEngine(t *testing.T) {
 	t.Setenv(attach.EnvOwnEngine, "1")
-	t.Setenv(soft.EnvSameHost, "0") // a daemon on the same-host rings refuses own engines
 	TestLifecycleAttached(t)
 }
 

@@ -16,7 +16,6 @@ import (
 	"github.com/goverbs/goverbs/internal/testaddr"
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/attach"
-	"github.com/goverbs/goverbs/verbs/soft"
 )
 
 // Go clients running engines of their own on the daemon's address
@@ -28,9 +27,6 @@ func ownEngine(t *testing.T, on bool) {
 		v = "1"
 	}
 	t.Setenv(attach.EnvOwnEngine, v)
-	if on {
-		t.Setenv(soft.EnvSameHost, "0") // a daemon on the same-host rings refuses own engines
-	}
 }
 
 // daemonStat is what the daemon answers goverbs stat for addr.
@@ -51,7 +47,6 @@ func daemonStat(t *testing.T, addr netip.Addr) string {
 // lists the process with that range, and the range is gone from the listing with the
 // process's device. Without the setting the client is served by the daemon's engine.
 func TestOwnEngine(t *testing.T) {
-	t.Setenv(soft.EnvSameHost, "0") // a daemon on the same-host rings refuses own engines
 	_, addr := daemon(t)
 	qpn := func(dev *verbs.Device) uint32 {
 		pd, err := dev.AllocPD()

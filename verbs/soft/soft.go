@@ -92,7 +92,9 @@ type Config struct {
 	// other sockets of this user may join on the same address and port: goverbs serve
 	// does, for the Go clients that run engines of their own on its address (package
 	// verbs/attach). Not for a program's own device, whose bind should fail where
-	// another device holds the address.
+	// another device holds the address. With the same-host rings too, the rings carry
+	// only datagrams for QPNs of top byte 0 to the device (netio.SameHostOptions.Steered),
+	// whose engine must then own no QPN of another top byte (SetQPNs).
 	ReusePort bool
 }
 
@@ -192,16 +194,15 @@ func Open(cfg Config) (driver.Device, error) {
 		if !cfg.Addr.IsValid() {
 			return nil, fmt.Errorf("%w: software device %s has no address", driver.ErrInvalidAttr, cfg.Name)
 		}
-		if sameHostWanted(cfg) {
-			cfg.ReusePort = false // datagrams through the same-host rings would pass the group's steering by
-		}
 		c, err := listen(cfg, netip.AddrPortFrom(cfg.Addr, port), cc.Enabled)
 		if err != nil {
 			return nil, &openError{name: cfg.Name, addr: netip.AddrPortFrom(cfg.Addr, port), err: err}
 		}
 		conn = c
 		if sameHostWanted(cfg) {
-			if sh, err := netio.ListenSameHost(c, netio.SameHostOptions{}); err == nil {
+			// A group's steering by QPN holds for the rings too: they carry only
+			// datagrams for QPNs of top byte 0 to this device (Steered).
+			if sh, err := netio.ListenSameHost(c, netio.SameHostOptions{Steered: cfg.ReusePort}); err == nil {
 				conn = sh
 			} else if l := cfg.Logger; l != nil {
 				// Not fatal: the device runs on UDP alone, as with the shortcut off.

@@ -20,7 +20,6 @@ import (
 // flags and a second ENGINE are refused, the socket is a UDP socket bound to the device's
 // address and port 4791, and its range is one top byte (not the daemon's 0).
 func TestEngineCommand(t *testing.T) {
-	t.Setenv(soft.EnvSameHost, "0") // a device on the rings refuses ENGINE (below)
 	_, addr := daemon(t)
 	r := dialRaw(t, addr)
 	if _, fds, errno := r.call(attach.OpEngine, func(w *attach.Writer) { w.U32(1) }); errno != int32(unix.EINVAL) || len(fds) != 0 {
@@ -48,10 +47,10 @@ func TestEngineCommand(t *testing.T) {
 	}
 }
 
-// TestEngineRefusedOnSameHostRings: a device on the same-host rings has no group (its
-// rings would pass the steering by) and refuses ENGINE with EOPNOTSUPP; a Go client
-// that wants its own engine there is served by the daemon's.
-func TestEngineRefusedOnSameHostRings(t *testing.T) {
+// TestEngineOnSameHostRings: a device on the same-host rings heads a SO_REUSEPORT group
+// all the same and answers ENGINE (its rings carry only the daemon's engine's QPNs,
+// netio.SameHostOptions.Steered): a Go client that wants its own engine there gets it.
+func TestEngineOnSameHostRings(t *testing.T) {
 	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
 	addr := testaddr.Open(t, testaddr.Attach, func(a netip.Addr) (netip.Addr, error) {
 		s, err := server.New(server.Config{Devices: []soft.Config{{Name: "sw0", Addr: a, SameHost: true}}})
@@ -61,18 +60,22 @@ func TestEngineRefusedOnSameHostRings(t *testing.T) {
 		return a, err
 	})
 	r := dialRaw(t, addr)
-	if _, fds, errno := r.call(attach.OpEngine, func(w *attach.Writer) { w.U32(0) }); errno != int32(unix.EOPNOTSUPP) || len(fds) != 0 {
-		t.Fatalf("ENGINE on a same-host device: errno %d, %d fds, want EOPNOTSUPP", errno, len(fds))
+	rep, fds, errno := r.call(attach.OpEngine, func(w *attach.Writer) { w.U32(0) })
+	if errno != 0 || len(fds) != 1 {
+		t.Fatalf("ENGINE on a same-host device: errno %d, %d fds", errno, len(fds))
 	}
-	// A Go client that wants its own engine there gets the daemon's, and works.
+	unix.Close(fds[0])
+	if first := rep.U32(); first>>16 == 0 {
+		t.Fatalf("ENGINE range starts at %#x, the daemon's engine's", first)
+	}
 	t.Setenv("GOVERBS_ATTACH_ENGINE", "1")
 	dev, err := verbs.OpenSoft(verbs.SoftConfig{Addr: addr, Attach: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	if vattach.OwnEngine(dev.Commander()) {
-		t.Fatal("an own engine on a device without a group")
+	if !vattach.OwnEngine(dev.Commander()) {
+		t.Fatal("a Go client on a same-host device runs on the daemon's engine")
 	}
 	if _, err := dev.AllocPD(); err != nil {
 		t.Fatal(err)

@@ -18,6 +18,9 @@ import (
 // carried the datagrams, and no goroutine waits in the shortcut's blocking read.
 func TestLoopDrivesSameHostRings(t *testing.T) {
 	t.Setenv(soft.EnvSameHost, "1")
+	// Clients on the daemon's engine, as C clients are: a Go client's own engine sends
+	// by the kernel, never through the daemon's rings.
+	t.Setenv("GOVERBS_ATTACH_ENGINE", "0")
 	_, addr := daemon(t)
 	if st := statOf(t, addr); !strings.Contains(st, "event loop: reads the device's socket and its same-host rings") {
 		t.Fatalf("the loop does not read the device's rings:\n%s", st)

@@ -136,8 +136,10 @@ func (s *Server) open(cfg soft.Config) (*device, error) {
 		return nil, fmt.Errorf("serve: %s: %w", cfg.Name, err)
 	}
 	// On the UDP backend the device's socket is the first of a SO_REUSEPORT group that
-	// Go clients running engines of their own join (steer.go); same-host rings and
-	// other backends have no group (soft.Open leaves ReusePort off for the rings).
+	// Go clients running engines of their own join (steer.go); other backends have no
+	// group. With the same-host rings, the rings carry only datagrams for the daemon's
+	// engine's QPNs (top byte 0), to this device and from peers, who learn it at the
+	// rendezvous (netio.SameHostOptions.Steered): the rest cross the kernel's steering.
 	cfg.ReusePort = cfg.Backend == "" && os.Getenv("GOVERBS_SERVE_ENGINES") != "0"
 	dev, err := soft.Open(cfg)
 	if err != nil {

@@ -367,7 +367,7 @@ func (s *session) engine(r *attach.Reader, w *attach.Writer) ([]*os.File, error)
 		return nil, driver.NewError(driver.ErrInvalidAttr, fmt.Sprintf("ENGINE flags %#x", flags))
 	}
 	if s.d.steer == nil {
-		return nil, driver.NewError(errors.ErrUnsupported, "this device runs no clients' engines (same-host rings, another backend, or the kernel refused SO_ATTACH_REUSEPORT_CBPF)")
+		return nil, driver.NewError(errors.ErrUnsupported, "this device runs no clients' engines (another backend, GOVERBS_SERVE_ENGINES=0, or the kernel refused SO_ATTACH_REUSEPORT_CBPF)")
 	}
 	if s.own != nil {
 		return nil, driver.NewError(driver.ErrInvalidAttr, "ENGINE twice")

@@ -17,7 +17,14 @@ import (
 // not the device's receive goroutine, reads it: the loop says so in stat, the ring
 // carried the datagrams, and no goroutine waits in the shortcut's blocking read.
 func TestLoopDrivesSameHostRings(t *testing.T) {
-	t.Setenv(soft.EnvSameHost, "1")
+	t.Run("GOVERBS_SHM=1", func(t *testing.T) { loopDrivesSameHostRings(t, "1") })
+	// The daemon's default: rings, where a device of the same process (an in-process
+	// Go program's) would need GOVERBS_SHM=1.
+	t.Run("unset", func(t *testing.T) { loopDrivesSameHostRings(t, "") })
+}
+
+func loopDrivesSameHostRings(t *testing.T, env string) {
+	t.Setenv(soft.EnvSameHost, env)
 	// Clients on the daemon's engine, as C clients are: a Go client's own engine sends
 	// by the kernel, never through the daemon's rings.
 	t.Setenv("GOVERBS_ATTACH_ENGINE", "0")

@@ -25,6 +25,22 @@ type gsoConn struct {
 	bad     string // the first run that broke a limit or whose ICRC did not verify
 }
 
+// waitSent waits until the device has sent packets datagrams, for 5 s at most.
+func (c *gsoConn) waitSent(t *testing.T, packets int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		c.mu.Lock()
+		sent := c.sent
+		c.mu.Unlock()
+		if sent >= packets {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the device sent %d of %d packets", sent, packets)
+		}
+	}
+}
+
 func (c *gsoConn) Caps() netio.Caps { return c.caps }
 
 func (c *gsoConn) WriteBatch(msgs []netio.Message) (int, error) {
@@ -74,17 +90,7 @@ func TestGSORunsWithinCaps(t *testing.T) {
 			must(t, qp.PostSend([]driver.SendWR{{ID: 1, Opcode: driver.WRRDMAWrite,
 				SGL: []driver.SGE{{Addr: mr.Addr(), Length: uint32(len(buf)), LKey: mr.LKey()}}, RemoteAddr: 0x1000, RKey: 0x1234}}))
 			const packets = 40 // of 1 KiB
-			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-				conn.mu.Lock()
-				sent := conn.sent
-				conn.mu.Unlock()
-				if sent >= packets {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the device sent %d of %d packets", sent, packets)
-				}
-			}
+			conn.waitSent(t, packets)
 			conn.mu.Lock()
 			defer conn.mu.Unlock()
 			if conn.bad != "" {

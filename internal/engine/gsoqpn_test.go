@@ -3,7 +3,6 @@ package engine
 import (
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/goverbs/goverbs/netio"
 	"github.com/goverbs/goverbs/netio/netiotest"
@@ -71,17 +70,7 @@ func TestGSORunOneQPNTopByte(t *testing.T) {
 	}
 	must(t, qp.PostSend(wrs[0]))
 	must(t, qp2.PostSend(wrs[1]))
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		conn.mu.Lock()
-		sent := conn.sent
-		conn.mu.Unlock()
-		if sent >= packets {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the device sent %d of %d packets", sent, packets)
-		}
-	}
+	conn.waitSent(t, packets)
 	conn.mu.Lock()
 	defer conn.mu.Unlock()
 	if conn.mixed != "" {
@@ -130,17 +119,7 @@ func TestGSORunOneQPNTopByteUD(t *testing.T) {
 			AH: ah, RemoteQPN: 0x000100 + uint32(i%2)<<16, RemoteQKey: fuzzQKey}
 	}
 	must(t, ud.PostSend(wrs))
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		conn.mu.Lock()
-		sent := conn.sent
-		conn.mu.Unlock()
-		if sent >= packets {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the device sent %d of %d packets", sent, packets)
-		}
-	}
+	conn.waitSent(t, packets)
 	conn.mu.Lock()
 	defer conn.mu.Unlock()
 	if conn.mixed != "" {

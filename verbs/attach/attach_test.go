@@ -167,20 +167,30 @@ func pairKids(t *testing.T, addr netip.Addr, pairs int, modeA, modeB string, ite
 	}
 	for _, p := range out {
 		for _, k := range p {
-			k.line = k.readLine(t, 20*time.Second)
-			if !strings.HasPrefix(k.line, "qpn ") {
-				t.Fatalf("child: %q", k.line)
-			}
+			k.qpnLine(t)
 		}
-		fmt.Fprintln(p[0].in, p[1].line)
-		fmt.Fprintln(p[1].in, p[0].line)
+		introduce(p)
 	}
 	return out
 }
 
-func testPingPongs(t *testing.T, pairs int) {
-	_, addr := daemon(t)
-	ps := pairKids(t, addr, pairs, "ping", "pong", 300)
+// qpnLine reads the child's first line, its QP ("qpn ..."), into k.line.
+func (k *kid) qpnLine(t *testing.T) {
+	t.Helper()
+	if k.line = k.readLine(t, 20*time.Second); !strings.HasPrefix(k.line, "qpn ") {
+		t.Fatalf("child: %q", k.line)
+	}
+}
+
+// introduce tells each child of a pair its peer's QP.
+func introduce(p [2]*kid) {
+	fmt.Fprintln(p[0].in, p[1].line)
+	fmt.Fprintln(p[1].in, p[0].line)
+}
+
+// waitOK waits for every child's "ok".
+func waitOK(t *testing.T, ps [][2]*kid) {
+	t.Helper()
 	for _, p := range ps {
 		for _, k := range p {
 			if l := k.readLine(t, 30*time.Second); l != "ok" {
@@ -188,6 +198,11 @@ func testPingPongs(t *testing.T, pairs int) {
 			}
 		}
 	}
+}
+
+func testPingPongs(t *testing.T, pairs int) {
+	_, addr := daemon(t)
+	waitOK(t, pairKids(t, addr, pairs, "ping", "pong", 300))
 }
 
 // Two, then eight, processes on one device address, each pair ping-ponging over RC

@@ -4,15 +4,12 @@ package attach_test
 
 import (
 	"fmt"
-	"io"
-	"net"
 	"net/netip"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/goverbs/goverbs/internal/shm"
+	"github.com/goverbs/goverbs/internal/attach/attachtest"
 	"github.com/goverbs/goverbs/internal/testaddr"
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/attach"
@@ -30,17 +27,7 @@ func ownEngine(t *testing.T, on bool) {
 }
 
 // daemonStat is what the daemon answers goverbs stat for addr.
-func daemonStat(t *testing.T, addr netip.Addr) string {
-	t.Helper()
-	c, err := net.Dial("unix", filepath.Join(shm.Dir(), addr.String()+".sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	fmt.Fprintln(c, "stat")
-	b, _ := io.ReadAll(c)
-	return string(b)
-}
+func daemonStat(t *testing.T, addr netip.Addr) string { return attachtest.Stat(t, addr) }
 
 // TestOwnEngine: a Go client that asks for its own engine gets one: its QPs are
 // numbered in a range of its own (not the daemon's engine's 0x11-0xffff), the daemon
@@ -115,21 +102,11 @@ func TestOwnEngineMixed(t *testing.T) {
 	}
 	for _, p := range ps {
 		for _, k := range p {
-			k.line = k.readLine(t, 20*time.Second)
-			if !strings.HasPrefix(k.line, "qpn ") {
-				t.Fatalf("child: %q", k.line)
-			}
+			k.qpnLine(t)
 		}
-		fmt.Fprintln(p[0].in, p[1].line)
-		fmt.Fprintln(p[1].in, p[0].line)
+		introduce(p)
 	}
-	for _, p := range ps {
-		for _, k := range p {
-			if l := k.readLine(t, 30*time.Second); l != "ok" {
-				t.Fatalf("child %d: %q", k.cmd.Process.Pid, l)
-			}
-		}
-	}
+	waitOK(t, ps)
 }
 
 // TestOwnEngineKilled: a process with its own engine is killed while its peer
@@ -144,9 +121,7 @@ func TestOwnEngineKilled(t *testing.T) {
 	stream := pairKids(t, addr, 1, "writer", "sink", 0)[0]
 	pp := [2]*kid{startKid(t, addr, "ping", 300), startKid(t, addr, "pong", 300)}
 	for _, k := range pp {
-		if k.line = k.readLine(t, 20*time.Second); !strings.HasPrefix(k.line, "qpn ") {
-			t.Fatalf("child: %q", k.line)
-		}
+		k.qpnLine(t)
 	}
 	time.Sleep(100 * time.Millisecond)
 	stream[1].cmd.Process.Kill()
@@ -155,13 +130,8 @@ func TestOwnEngineKilled(t *testing.T) {
 	}
 	stream[0].cmd.Process.Kill()
 	late := pairKids(t, addr, 1, "ping", "pong", 300)[0]
-	fmt.Fprintln(pp[0].in, pp[1].line)
-	fmt.Fprintln(pp[1].in, pp[0].line)
-	for _, k := range append(pp[:], late[:]...) {
-		if l := k.readLine(t, 30*time.Second); l != "ok" {
-			t.Fatalf("ping-pong child %d: %q", k.cmd.Process.Pid, l)
-		}
-	}
+	introduce(pp)
+	waitOK(t, [][2]*kid{pp, late})
 }
 
 // TestOwnEngineInProcessPeer: a process with its own engine on the daemon's address

@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/goverbs/goverbs/internal/attach/server"
 	"github.com/goverbs/goverbs/internal/testaddr"
@@ -44,9 +43,7 @@ func ringKid(t *testing.T, addr, peer netip.Addr, own bool, mode string) *kid {
 	ownEngine(t, own)
 	t.Setenv("ATTACH_PEER", peer.String())
 	k := startKid(t, addr, mode, 300)
-	if k.line = k.readLine(t, 20*time.Second); !strings.HasPrefix(k.line, "qpn ") {
-		t.Fatalf("child: %q", k.line)
-	}
+	k.qpnLine(t)
 	var qpn uint32
 	fmt.Sscanf(k.line, "qpn %d", &qpn)
 	if (qpn>>16 != 0) != own {
@@ -64,16 +61,9 @@ func ringKid(t *testing.T, addr, peer netip.Addr, own bool, mode string) *kid {
 func pingPongAll(t *testing.T, ps [][2]*kid) {
 	t.Helper()
 	for _, p := range ps {
-		fmt.Fprintln(p[0].in, p[1].line)
-		fmt.Fprintln(p[1].in, p[0].line)
+		introduce(p)
 	}
-	for _, p := range ps {
-		for _, k := range p {
-			if l := k.readLine(t, 30*time.Second); l != "ok" {
-				t.Fatalf("child %d: %q", k.cmd.Process.Pid, l)
-			}
-		}
-	}
+	waitOK(t, ps)
 }
 
 // TestRingsOwnAndDaemonEngine: on one device and across the daemon's two devices, a

@@ -5,8 +5,14 @@
 package attachtest
 
 import (
+	"fmt"
+	"io"
+	"net"
 	"net/netip"
+	"path/filepath"
 	"testing"
+
+	"github.com/goverbs/goverbs/internal/shm"
 
 	"github.com/goverbs/goverbs/internal/attach/server"
 	"github.com/goverbs/goverbs/internal/testaddr"
@@ -27,4 +33,21 @@ func Daemon(t *testing.T) (*server.Server, netip.Addr) {
 	})
 	t.Cleanup(func() { srv.Close() })
 	return srv, addr
+}
+
+// Stat is what the daemon answers `goverbs stat` for its device on addr (the socket
+// DIR/ADDR.sock, package control's protocol).
+func Stat(t *testing.T, addr netip.Addr) string {
+	t.Helper()
+	c, err := net.Dial("unix", filepath.Join(shm.Dir(), addr.String()+".sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintln(c, "stat")
+	b, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -4,8 +4,6 @@ package server_test
 
 import (
 	"fmt"
-	"io"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -17,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goverbs/goverbs/internal/attach"
+	"github.com/goverbs/goverbs/internal/attach/attachtest"
 	"github.com/goverbs/goverbs/internal/shm"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -208,17 +207,4 @@ func TestHostileXRC(t *testing.T) {
 }
 
 // statOf is what the daemon answers `goverbs stat` for its device on addr.
-func statOf(t *testing.T, addr netip.Addr) string {
-	t.Helper()
-	c, err := net.Dial("unix", filepath.Join(shm.Dir(), addr.String()+".sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	fmt.Fprintln(c, "stat")
-	b, err := io.ReadAll(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
+func statOf(t *testing.T, addr netip.Addr) string { return attachtest.Stat(t, addr) }

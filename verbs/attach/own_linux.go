@@ -3,6 +3,7 @@ package attach
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -69,7 +70,8 @@ func OwnEngine(c driver.Commander) bool {
 // a driver.GSI: QP1 is the daemon's.
 type ownDevice struct {
 	eng  *engine.Device
-	sess *Device // the session: commands (cm), the daemon's events, its death
+	sess *Device       // the session: commands (cm), the daemon's events, its death
+	stat *net.UnixConn // goverbs stat's questions (ownstat_linux.go); nil from an older daemon
 
 	events    chan driver.AsyncEvent
 	closeOnce sync.Once
@@ -104,6 +106,7 @@ func (d *Device) ownEngine() (*ownDevice, error) {
 		return nil, fmt.Errorf("attach: the daemon's QPN range: %w", err)
 	}
 	o := &ownDevice{eng: eng, sess: d, events: make(chan driver.AsyncEvent, 64)}
+	o.stat = d.statSocket(eng)
 	o.fwd.Add(2)
 	go o.forward(eng.Events(), false)
 	go o.forward(d.Events(), true) // the daemon's: port events, and its death (device fatal)
@@ -137,6 +140,9 @@ func (o *ownDevice) Close() error {
 	var err error
 	o.closeOnce.Do(func() {
 		err = o.eng.Close()
+		if o.stat != nil {
+			o.stat.Close()
+		}
 		o.sess.Close()
 	})
 	return err

@@ -24,7 +24,8 @@ import (
 // three. The daemon keeps QP1 and the CM, which package cm reaches through the session's
 // commands as on any attached device (Command; the CM's QPs are user-managed, so the
 // attributes CM_INIT_QP_ATTR gives are applied to this engine's QP), and keeps the
-// session: goverbs stat lists the process, and its end (the process closed the device,
+// session: goverbs stat lists the process (and asks it for its engine's QPs,
+// ownstat_linux.go), and its end (the process closed the device,
 // or died) takes the socket out of the group, so that the process's QPNs fall to the
 // daemon's engine, which has no such QP, and its peers' retries run out.
 
@@ -44,7 +45,7 @@ func init() { ownEngineDefault.Store(true) }
 // GOVERBS_ATTACH_ENGINE is unset: on (the default), an engine of this process's own on
 // the daemon's address; off, the daemon's engine. The drop-in C library built with Go
 // (capi) sets it off, so that C programs keep the daemon's engine as the C flavour's
-// do (XRC domains shared by file across processes, the daemon's listing of every QP).
+// do (XRC domains shared by file across processes).
 func SetOwnEngineDefault(on bool) { ownEngineDefault.Store(on) }
 
 func ownEngineWanted() bool {

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/goverbs/goverbs/internal/attach"
@@ -37,10 +38,10 @@ const (
 
 // ownStat is the daemon's end of a client's stat socket.
 type ownStat struct {
-	mu     sync.Mutex
+	mu     sync.Mutex // one ask at a time
 	c      *net.UnixConn
 	seq    uint64
-	closed bool
+	closed atomic.Bool
 }
 
 // engineStat takes the client's end of its stat socket (fds[0]).
@@ -80,13 +81,11 @@ func (s *session) engineStat(fds []int) error {
 	return nil
 }
 
+// close closes the socket at once (an ask under way fails): the session's end does
+// not wait for a stat.
 func (o *ownStat) close() {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if !o.closed {
-		o.closed = true
-		o.c.Close()
-	}
+	o.closed.Store(true)
+	o.c.Close()
 }
 
 // ownAnswer is an ask's result.
@@ -103,7 +102,7 @@ var errStatTimeout = errors.New("no answer in time")
 func (o *ownStat) ask() ([]byte, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.closed {
+	if o.closed.Load() {
 		return nil, net.ErrClosed
 	}
 	o.seq++

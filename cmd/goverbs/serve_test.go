@@ -34,7 +34,10 @@ func testServeSharedAddress(t *testing.T, own bool) {
 	mustSucceed(t, "stat --bind", r)
 	mustContain(t, "stat --bind", r.stdout, "# goverbs serve (pid ", "): device sw0 on "+a+"\n", "\nlink sw0/1 ")
 	if own {
-		mustMatch(t, "stat --bind", r.stdout, `(?m)^client pid \d+ goverbs pd 0 mr 0 cq 0 qp 0 .* own_engine qpn 0x[0-9a-f]{6}-0x[0-9a-f]{6}$`)
+		// The client's engine answers for its objects (issue 27): its counters, then
+		// the rc_pingpong server's QP, in the client's range.
+		mustMatch(t, "stat --bind", r.stdout, `(?m)^client pid (\d+) goverbs own_engine qpn 0x([0-9a-f]{2})0000-0x[0-9a-f]{2}ffff\n`+
+			`engine pid \d+ sent_pkts \d+ .*\nqp 0x[0-9a-f]{2}[0-9a-f]{4} pid \d+ tx_pkts \d+ rx_pkts \d+ `)
 	} else {
 		mustMatch(t, "stat --bind", r.stdout, `(?m)^client pid \d+ goverbs pd 1 mr 1 cq 1 qp 1 `)
 	}
@@ -42,6 +45,9 @@ func testServeSharedAddress(t *testing.T, own bool) {
 	r = runBin(t, 10*time.Second, "devinfo", "-d", "sw0")
 	mustSucceed(t, "devinfo of an attached device", r)
 	mustContain(t, "devinfo of an attached device", r.stdout, "hca_id:\tsw0", "attached processes:\t1\n")
+	if own {
+		mustMatch(t, "devinfo of an attached device", r.stdout, `(?m)own_engine qpn 0x[0-9a-f]{6}-0x[0-9a-f]{6} qp 1$`)
+	}
 	cli := runBin(t, 30*time.Second, "rc_pingpong", "--bind", a, "-p", port, "-n", "200", a)
 	mustSucceed(t, "attached rc_pingpong client", cli)
 	mustContain(t, "attached rc_pingpong client", cli.stdout, "200 iters in ")

@@ -98,6 +98,8 @@ const (
 	OpCMNotify    // 51: rdma_notify
 	// A Go client's own engine on the device's address (the daemon's steer.go).
 	OpEngine // 52: a socket in the device's SO_REUSEPORT group and its QPN range
+	// The own engine's stat socket (the daemon's ownstat.go): goverbs stat asks it.
+	OpEngineStat // 53: fd: the client's end of a SOCK_SEQPACKET pair
 	opEnd
 )
 
@@ -243,3 +245,15 @@ func (r *Reader) Str() string {
 	}
 	return ""
 }
+
+// The own engine's stat socket (ENGINE_STAT, docs/attach-protocol.md): a
+// SOCK_SEQPACKET pair whose one end the client keeps and the other it gives the daemon.
+// The daemon asks with an 8-byte message, a sequence number (little-endian); the
+// client answers with messages of the same number, a flag byte (1 on the last) and up
+// to StatChunk bytes of text: a line "engine NAME VALUE ..." (its engine's counters),
+// then one line "qp QPN tx_pkts N ..." per QP of its engine (package control's
+// PrintQPStats line).
+const (
+	StatHdr   = 9
+	StatChunk = 16 << 10
+)

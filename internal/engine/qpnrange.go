@@ -1,8 +1,11 @@
 package engine
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/goverbs/goverbs/netio"
 )
@@ -40,3 +43,13 @@ func (d *Device) QPNs() (first, last uint32) {
 // same-host rings (netio.SocketFD), for goverbs serve's SO_REUSEPORT group; ok is false
 // on any other Conn (AF_XDP, a simulated network). The descriptor stays the device's.
 func (d *Device) RecvFD() (fd int, ok bool) { return netio.SocketFD(d.conn) }
+
+// QPs is a snapshot of the device's QPs, ordered by QPN (goverbs stat of a client's
+// own engine).
+func (d *Device) QPs() []*QP {
+	d.qpMu.RLock()
+	qps := slices.Collect(maps.Values(d.qps))
+	d.qpMu.RUnlock()
+	slices.SortFunc(qps, func(a, b *QP) int { return cmp.Compare(a.qpn, b.qpn) })
+	return qps
+}

@@ -3,6 +3,7 @@ package attach
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -23,7 +24,8 @@ import (
 // three. The daemon keeps QP1 and the CM, which package cm reaches through the session's
 // commands as on any attached device (Command; the CM's QPs are user-managed, so the
 // attributes CM_INIT_QP_ATTR gives are applied to this engine's QP), and keeps the
-// session: goverbs stat lists the process, and its end (the process closed the device,
+// session: goverbs stat lists the process (and asks it for its engine's QPs,
+// ownstat_linux.go), and its end (the process closed the device,
 // or died) takes the socket out of the group, so that the process's QPNs fall to the
 // daemon's engine, which has no such QP, and its peers' retries run out.
 
@@ -43,7 +45,7 @@ func init() { ownEngineDefault.Store(true) }
 // GOVERBS_ATTACH_ENGINE is unset: on (the default), an engine of this process's own on
 // the daemon's address; off, the daemon's engine. The drop-in C library built with Go
 // (capi) sets it off, so that C programs keep the daemon's engine as the C flavour's
-// do (XRC domains shared by file across processes, the daemon's listing of every QP).
+// do (XRC domains shared by file across processes).
 func SetOwnEngineDefault(on bool) { ownEngineDefault.Store(on) }
 
 func ownEngineWanted() bool {
@@ -69,7 +71,8 @@ func OwnEngine(c driver.Commander) bool {
 // a driver.GSI: QP1 is the daemon's.
 type ownDevice struct {
 	eng  *engine.Device
-	sess *Device // the session: commands (cm), the daemon's events, its death
+	sess *Device       // the session: commands (cm), the daemon's events, its death
+	stat *net.UnixConn // goverbs stat's questions (ownstat_linux.go); nil from an older daemon
 
 	events    chan driver.AsyncEvent
 	closeOnce sync.Once
@@ -104,6 +107,7 @@ func (d *Device) ownEngine() (*ownDevice, error) {
 		return nil, fmt.Errorf("attach: the daemon's QPN range: %w", err)
 	}
 	o := &ownDevice{eng: eng, sess: d, events: make(chan driver.AsyncEvent, 64)}
+	o.stat = d.statSocket(eng)
 	o.fwd.Add(2)
 	go o.forward(eng.Events(), false)
 	go o.forward(d.Events(), true) // the daemon's: port events, and its death (device fatal)
@@ -137,6 +141,9 @@ func (o *ownDevice) Close() error {
 	var err error
 	o.closeOnce.Do(func() {
 		err = o.eng.Close()
+		if o.stat != nil {
+			o.stat.Close()
+		}
 		o.sess.Close()
 	})
 	return err

@@ -52,7 +52,7 @@ var errUnsupportedSGE = driver.NewError(driver.ErrLimit, "more SGEs than the att
 // command runs one request and writes its reply's payload; the files it returns go
 // with the reply.
 func (s *session) command(op attach.Op, r *attach.Reader, w *attach.Writer, fds []int) ([]*os.File, error) {
-	if op != attach.OpRegMR && op != attach.OpOpenXRCD {
+	if op != attach.OpRegMR && op != attach.OpOpenXRCD && op != attach.OpEngineStat {
 		shm.CloseFDs(fds)
 		fds = nil
 	}
@@ -75,6 +75,8 @@ func (s *session) command(op attach.Op, r *attach.Reader, w *attach.Writer, fds 
 	switch op {
 	case attach.OpEngine:
 		return s.engine(r, w)
+	case attach.OpEngineStat:
+		return nil, s.engineStat(fds)
 	case attach.OpQueryDevice:
 		a := dev.Query()
 		w.PutDeviceAttr(&a)

@@ -59,6 +59,8 @@ type session struct {
 	// own: the client runs an engine of its own on the device's address (ENGINE): its
 	// socket in the device's group, whose QPNs are the client's (steer.go).
 	own *steerMember
+	// ownStat: the own engine's stat socket (ENGINE_STAT, ownstat.go).
+	ownStat *ownStat
 }
 
 var errHandle = driver.NewError(driver.ErrInvalidAttr, "no such object in this process")
@@ -337,6 +339,10 @@ func (s *session) teardown() {
 		// process holds it no more.
 		s.d.steer.leave(s.own, s.pid)
 		s.own = nil
+	}
+	if s.ownStat != nil {
+		s.ownStat.close()
+		s.ownStat = nil
 	}
 	s.c.Close()
 	if s.loopTok != 0 {

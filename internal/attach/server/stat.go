@@ -82,6 +82,21 @@ func (d *device) writeStat(w io.Writer) {
 	}
 	d.mu.Unlock()
 	slices.SortFunc(ss, func(a, b *session) int { return a.pid - b.pid })
+	// Own engines are asked all at once: each may take ownStatWait.
+	answers := make(map[*session]*ownAnswer)
+	for _, s := range ss {
+		s.mu.Lock()
+		o := s.ownStat
+		s.mu.Unlock()
+		if o != nil {
+			a := &ownAnswer{done: make(chan struct{})}
+			answers[s] = a
+			go func() {
+				defer close(a.done)
+				a.text, a.err = o.ask()
+			}()
+		}
+	}
 	for _, s := range ss {
 		s.mu.Lock()
 		var pds, mrs, cqs, qps, srqs, ahs, mws, xrcds int
@@ -108,13 +123,22 @@ func (d *device) writeStat(w io.Writer) {
 				xrcds++
 			}
 		}
-		own := ""
-		if s.own != nil {
-			first, last := s.own.QPNs()
-			own = fmt.Sprintf(" own_engine qpn %#06x-%#06x", first, last)
+		own := s.own != nil
+		var first, last uint32
+		if own {
+			// Its objects are in its engine: the client lists them (ownstat.go). Objects
+			// it made through the commands, in the daemon's engine, are few (the CM's
+			// have none); their counts are printed only when there are some.
+			first, last = s.own.QPNs()
+			fmt.Fprintf(w, "client pid %d %s own_engine qpn %#06x-%#06x", s.pid, orDash(s.prog), first, last)
+			if pds+mrs+cqs+qps+srqs+ahs+mws+xrcds > 0 {
+				fmt.Fprintf(w, " daemon_engine pd %d mr %d cq %d qp %d srq %d ah %d mw %d xrcd %d", pds, mrs, cqs, qps, srqs, ahs, mws, xrcds)
+			}
+			fmt.Fprintln(w)
+		} else {
+			fmt.Fprintf(w, "client pid %d %s pd %d mr %d cq %d qp %d srq %d ah %d mw %d xrcd %d\n", s.pid, orDash(s.prog),
+				pds, mrs, cqs, qps, srqs, ahs, mws, xrcds)
 		}
-		fmt.Fprintf(w, "client pid %d %s pd %d mr %d cq %d qp %d srq %d ah %d mw %d xrcd %d%s\n", s.pid, orDash(s.prog),
-			pds, mrs, cqs, qps, srqs, ahs, mws, xrcds, own)
 		slices.SortFunc(all, func(a, b *qpObj) int { return int(a.qp.QPN()) - int(b.qp.QPN()) })
 		for _, q := range all {
 			c := q.qp.Counters()
@@ -124,6 +148,9 @@ func (d *device) writeStat(w io.Writer) {
 				c.SeqNakSent, c.SeqNakReceived, c.DuplicateRequests)
 		}
 		s.mu.Unlock()
+		if own {
+			s.writeOwnStat(w, answers[s], first, last)
+		}
 	}
 }
 

@@ -120,13 +120,23 @@ func printAttached(addr netip.Addr) {
 	defer c.Close()
 	sc := bufio.NewScanner(c)
 	var lines []string
+	var ownQPs []int // per line: the QPs its own engine listed (the daemon's stat puts them after the line), -1 for none
 	for sc.Scan() {
 		if l, ok := strings.CutPrefix(sc.Text(), "client "); ok {
 			lines = append(lines, l)
+			ownQPs = append(ownQPs, -1)
+			if strings.Contains(l, " own_engine ") {
+				ownQPs[len(ownQPs)-1] = 0
+			}
+		} else if strings.HasPrefix(sc.Text(), "qp ") && len(ownQPs) > 0 && ownQPs[len(ownQPs)-1] >= 0 {
+			ownQPs[len(ownQPs)-1]++
 		}
 	}
 	fmt.Printf("\tattached processes:\t%d\n", len(lines))
-	for _, l := range lines {
+	for i, l := range lines {
+		if ownQPs[i] >= 0 {
+			l += fmt.Sprintf(" qp %d", ownQPs[i])
+		}
 		fmt.Printf("\t\t%s\n", l)
 	}
 }

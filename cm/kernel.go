@@ -11,6 +11,7 @@ import (
 
 	"github.com/goverbs/goverbs/cm/mad"
 	"github.com/goverbs/goverbs/verbs"
+	verbsattach "github.com/goverbs/goverbs/verbs/attach"
 )
 
 // cm on kernel RDMA devices (rxe, RNICs), under the ibverbs build tag: a device of the
@@ -163,6 +164,9 @@ func (k *kernelAgent) handle(a *Agent, e kevent) {
 	kc.mu.Lock()
 	if kc.up && (e.kind == evDisconnected || e.kind == evDeviceRemoval) {
 		kc.mu.Unlock()
+		if e.kind == evDisconnected {
+			c.takeArrived()
+		}
 		c.finish(ErrDisconnected)
 		return
 	}
@@ -268,6 +272,34 @@ func (c *Conn) markUp() {
 		c.finish(ErrDisconnected)
 	}
 }
+
+// takeArrived gives the QP's device a moment to take what has arrived for it before a
+// peer's disconnect moves the QP to ERR (finish). On a Go client running its own
+// engine on a goverbs serve address, the disconnect and the peer's last packets come by
+// different paths: the event through the daemon's event socket, the packets through
+// the kernel's UDP. The peer's ACK of this side's last SEND left before its DREQ (the
+// engine sends an owed ACK before rdma_cm's DREQ and before its QP leaves RTS), but
+// the event could be handled first, and the SEND was flushed though its ACK sat in the
+// socket (capitest's rdma_server, Go server and C client: 2 of 30 runs under load).
+// Linux's rdma_cm leaves the QP alone until the program disconnects; this package
+// moves it to ERR at once, so it first drives the device (verbs.Device.Progress) until
+// a poll has read the socket, or, where the device's own goroutine holds the socket,
+// lets that goroutine run for takeArrivedWait. Other devices are not touched: their
+// events and packets come in order (the daemon's engine, the kernel's).
+func (c *Conn) takeArrived() {
+	c.mu.Lock()
+	qp := c.qp
+	c.mu.Unlock()
+	if qp == nil || qp.Device() == nil || !verbsattach.OwnEngine(qp.Device().Commander()) {
+		return
+	}
+	for deadline := time.Now().Add(takeArrivedWait); !qp.Device().Progress() && time.Now().Before(deadline); {
+		time.Sleep(takeArrivedWait / 10)
+	}
+}
+
+// takeArrivedWait bounds takeArrived's wait.
+const takeArrivedWait = 2 * time.Millisecond
 
 // ownAttrs are the attributes a side sets over the kernel's: the Param's RNR NAK
 // delay (rdma_cm's would be 0, 655 ms), and on the passive side the READ depths

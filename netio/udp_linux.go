@@ -207,6 +207,23 @@ func openRaw(addr netip.AddrPort, v6 bool, setup func(fd int) error) (int, netip
 	return fd, local, nil
 }
 
+// BindReusePort opens a UDP socket with SO_REUSEPORT bound to addr, so that it joins
+// the group of the sockets bound there with it (goverbs serve's steering group, whose
+// members' Conns FileUDP makes). Nonblocking and close-on-exec, as every socket here.
+func BindReusePort(addr netip.AddrPort) (int, error) {
+	a := addr.Addr().Unmap()
+	fd, _, err := openRaw(netip.AddrPortFrom(a, addr.Port()), !a.Is4(), func(s int) error {
+		if err := unix.SetsockoptInt(s, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
+			return fmt.Errorf("SO_REUSEPORT: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return -1, fmt.Errorf("netio: bind %v: %w", addr, err)
+	}
+	return fd, nil
+}
+
 // acceptZeroChecksum6 lets the IPv6 receive socket accept UDP datagrams whose checksum
 // is 0. IPv6 makes the UDP checksum mandatory (RFC 8200 section 8.1), so the kernel
 // drops such datagrams and counts them in Udp6InCsumErrors; yet Linux rxe sends RoCEv2

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/goverbs/goverbs/netio"
 	"golang.org/x/sys/unix"
 )
 
@@ -141,39 +142,16 @@ func (g *steer) join() (*steerMember, error) {
 }
 
 // socket opens a UDP socket with SO_REUSEPORT bound to the device's address and port,
-// which joins the group last.
+// which joins the group last, and returns it with its inode.
 func (g *steer) socket() (int, uint64, error) {
-	domain := unix.AF_INET
-	var sa unix.Sockaddr
-	a := g.addr.Addr()
-	if a.Is4() || a.Is4In6() {
-		sa = &unix.SockaddrInet4{Port: int(g.addr.Port()), Addr: a.Unmap().As4()}
-	} else {
-		domain = unix.AF_INET6
-		sa = &unix.SockaddrInet6{Port: int(g.addr.Port()), Addr: a.As16()}
-	}
-	fd, err := unix.Socket(domain, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+	fd, err := netio.BindReusePort(g.addr)
 	if err != nil {
-		return -1, 0, fmt.Errorf("socket: %w", err)
-	}
-	fail := func(what string, err error) (int, uint64, error) {
-		unix.Close(fd)
-		return -1, 0, fmt.Errorf("%s: %w", what, err)
-	}
-	if domain == unix.AF_INET6 {
-		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 1); err != nil {
-			return fail("IPV6_V6ONLY", err)
-		}
-	}
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
-		return fail("SO_REUSEPORT", err)
-	}
-	if err := unix.Bind(fd, sa); err != nil {
-		return fail(fmt.Sprintf("bind %v", g.addr), err)
+		return -1, 0, err
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return fail("fstat", err)
+		unix.Close(fd)
+		return -1, 0, fmt.Errorf("fstat: %w", err)
 	}
 	return fd, st.Ino, nil
 }

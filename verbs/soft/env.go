@@ -78,7 +78,8 @@ func ParseDevices(spec string) ([]Config, error) {
 
 // EnvSameHost is the environment variable that, set to 1 (or "on", "true", "yes"), turns
 // the same-host shortcut on for every device (Config.SameHost for one); 0 ("off",
-// "false", "no"), like unset, leaves it off.
+// "false", "no"), like unset, leaves a program's own devices as Config says. goverbs
+// serve reads 0 as "off" for its devices, whose default is on.
 const EnvSameHost = "GOVERBS_SHM"
 
 // sameHostWanted reports whether the device cfg describes takes the same-host shortcut.

@@ -50,10 +50,10 @@ type Config struct {
 	// SameHost turns the same-host shortcut on for this device (GOVERBS_SHM=1 does it for
 	// every device): it serves a rendezvous socket and reaches other goverbs devices of
 	// this user on this host, in its network namespace, through shared memory
-	// (netio.ListenSameHost; docs/guide/same-host.md). It is off by default: with a
-	// peer's ring attached its wrapper still costs the remote path, the daemon's
-	// default-mode latency on the rings is bimodal (docs/DESIGN.md, "Shared devices"),
-	// and every device would leave rendezvous files.
+	// (netio.ListenSameHost; docs/guide/same-host.md). It is off by default for a
+	// program's own device: with a peer's ring attached its wrapper still costs the
+	// remote path, and every device would leave rendezvous files. goverbs serve sets it
+	// for its devices unless GOVERBS_SHM=0 (docs/DESIGN.md, "Shared devices").
 	SameHost bool
 	// NoSameHost keeps the shortcut off for this device even where GOVERBS_SHM asks for it.
 	NoSameHost bool

@@ -123,12 +123,6 @@ type RecordProducer struct {
 	head    uint64 // private: what we have written
 	tail    uint64 // the consumer's tail as last read
 	pending uint64 // the reserved record's size, header and alignment included
-	nextTry uint64 // head from which rewind looks at the consumer's tail again
-	// rewound: the pad of a rewind starts at padAt, and nothing since was published
-	// (unrewind can still take it back).
-	rewound bool
-	padAt   uint64
-	batched bool // a record was reserved since the last Publish
 }
 
 // NewRecordProducer attaches the producing end of the RecordRing in mem.
@@ -151,11 +145,6 @@ func (p *RecordProducer) Reserve(n int) (buf []byte, ok bool, err error) {
 	}
 	need := recHdr + align8(uint64(n))
 	pos := p.head & p.r.mask
-	if !p.batched && p.head >= p.nextTry && pos >= max(need, rewindAt) && pos <= p.r.size/2 {
-		p.rewind(pos)
-		pos = p.head & p.r.mask
-	}
-	p.batched = true
 	total := need
 	if room := p.r.size - pos; room < need {
 		total += room // a pad record to the end, then the record at 0
@@ -166,10 +155,6 @@ func (p *RecordProducer) Reserve(n int) (buf []byte, ok bool, err error) {
 			return nil, false, ErrCorrupt
 		}
 		p.tail = t
-		if p.r.size-(p.head-p.tail) < total && p.rewound {
-			p.unrewind()
-			return p.Reserve(n)
-		}
 		if p.r.size-(p.head-p.tail) < total {
 			return nil, false, nil
 		}
@@ -186,54 +171,6 @@ func (p *RecordProducer) Reserve(n int) (buf []byte, ok bool, err error) {
 	return p.r.data[pos+recHdr : pos+recHdr+uint64(n)], true, nil
 }
 
-// rewindAt is how far into the ring a record must start before the producer looks
-// whether the ring is empty (rewind): the lines below it, and a record, are what a
-// small-message stream that the consumer keeps up with writes and reads. After a look
-// that found the consumer behind, the next comes rewindAt/4 bytes later.
-const rewindAt = 4096
-
-// rewind starts the ring over when the consumer has taken everything: a pad record
-// from pos to the end, so that the next record goes to the data area's start. A stream
-// of small records that the consumer keeps up with then writes and reads the same few
-// cache lines, where going round a ring of megabytes touched a line not in any cache
-// for every record or two. It looks at the first record of a batch (later ones make
-// the ring not empty), and not at every one: the consumer's tail is on a line of its
-// own that the consumer writes, and between two processes a look at it for every
-// record cost more than the lines saved.
-//
-// Until the consumer has read the pad, the ring has room only below pos: the record
-// must fit there (Reserve checks), and a batch that outgrows it before it is published
-// takes the rewind back (unrewind), so that a rewind never leaves a batch less room
-// than it had. pos is at most half the ring, so that what was written since fits
-// beside the pad's place.
-func (p *RecordProducer) rewind(pos uint64) {
-	p.nextTry = p.head + rewindAt/4
-	t := p.r.c.tail.Load()
-	if t != p.head {
-		return // not empty, or impossible (Reserve's room check finds that)
-	}
-	p.tail = t
-	room := p.r.size - pos
-	binary.LittleEndian.PutUint32(p.r.data[pos:], uint32(room-recHdr))
-	binary.LittleEndian.PutUint32(p.r.data[pos+4:], kindPad)
-	p.rewound, p.padAt = true, p.head
-	p.head += room
-	p.nextTry = p.head
-}
-
-// unrewind takes back an unpublished rewind: the records written at the ring's start
-// since move to where its pad began, and the ring goes on from there, as if it had not
-// rewound. (They are fewer bytes than the pad's offset, which is at most half the ring,
-// so the two places do not overlap.)
-func (p *RecordProducer) unrewind() {
-	k := p.head & p.r.mask
-	at := p.padAt & p.r.mask
-	copy(p.r.data[at:at+k], p.r.data[:k])
-	p.head = p.padAt + k
-	p.rewound = false
-	p.nextTry = p.head
-}
-
 // Commit adds the reserved record to what the next Publish makes visible.
 func (p *RecordProducer) Commit() {
 	p.head += p.pending
@@ -243,7 +180,6 @@ func (p *RecordProducer) Commit() {
 // Publish makes the committed records visible to the consumer and reports whether it
 // must be woken (its eventfd written): it said it would wait.
 func (p *RecordProducer) Publish() (wake bool) {
-	p.rewound, p.batched = false, false
 	p.r.c.head.Store(p.head)
 	return p.r.c.wake()
 }

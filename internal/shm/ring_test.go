@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math/rand/v2"
-	"slices"
 	"testing"
 	"unsafe"
 )
@@ -67,63 +66,6 @@ func TestRecordRingRoundTrip(t *testing.T) {
 	}
 	if got < 1000 {
 		t.Fatalf("only %d of %d records went round", got, sent)
-	}
-}
-
-// TestRecordRingRewind: a stream of records that the consumer keeps up with goes back to
-// the ring's start (rewind) instead of round the whole ring, and what goes round is
-// intact, records larger than where the ring starts over included.
-func TestRecordRingRewind(t *testing.T) {
-	const capacity = 1 << 20
-	mem := mem8(RecordRingSize(capacity))
-	if err := InitRecordRing(mem, capacity); err != nil {
-		t.Fatal(err)
-	}
-	p, _ := NewRecordProducer(mem, capacity)
-	c, _ := NewRecordConsumer(mem, capacity)
-	data := mem[CtrlSize:]
-	rng := rand.New(rand.NewPCG(5, 6))
-	var offs []int // where small records were written
-	for round := 0; round < 20000; round++ {
-		var queue [][]byte
-		for k := 1 + rng.IntN(4); k > 0; k-- {
-			n := 40 + rng.IntN(40)
-			if rng.IntN(50) == 0 {
-				n = rng.IntN(3 * rewindAt) // now and then one larger than the rewind point
-			}
-			buf, ok, err := p.Reserve(n)
-			if err != nil || !ok {
-				t.Fatalf("round %d: reserve %d bytes in a ring the consumer keeps empty: ok %v, %v ", round, n, ok, err)
-			}
-			for i := range buf {
-				buf[i] = byte(rng.Uint32())
-			}
-			queue = append(queue, append([]byte(nil), buf...))
-			if n <= 80 {
-				offs = append(offs, int(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))-uintptr(unsafe.Pointer(unsafe.SliceData(data)))))
-			}
-			p.Commit()
-		}
-		p.Publish()
-		for _, want := range queue {
-			rec, err := c.Next()
-			if err != nil || !bytes.Equal(rec, want) {
-				t.Fatalf("round %d: record of %d bytes came back as %d (%v)", round, len(want), len(rec), err)
-			}
-			c.Release()
-		}
-		if rec, _ := c.Next(); rec != nil {
-			t.Fatalf("round %d: a record more than was written", round)
-		}
-		c.Publish()
-	}
-	// 20000 rounds of some 200 bytes go round a 1 MiB ring a few times over without
-	// rewind, small records everywhere in it; with it, nearly all of them are written
-	// near its start (the rest after a large record, which pushes the next look at the
-	// tail further).
-	slices.Sort(offs)
-	if p95 := offs[len(offs)*95/100]; p95 > 2*rewindAt {
-		t.Fatalf("95%% of the small records within %d bytes of a ring its consumer keeps empty, want %d", p95, 2*rewindAt)
 	}
 }
 

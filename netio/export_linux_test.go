@@ -89,3 +89,11 @@ func SameHostUDPPolls(c Conn) int {
 // SameHostUDPEvery is udpEvery: how many polls of the rings come between two reads of
 // the UDP socket while it is quiet.
 const SameHostUDPEvery = udpEvery
+
+// SameHostGraves is how many torn-down pairs of c's wait for its reader to unmap them.
+func SameHostGraves(c Conn) int {
+	s := c.(*sameHostConn)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.graves)
+}

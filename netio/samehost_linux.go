@@ -96,6 +96,11 @@ type sameHostConn struct {
 	lent      []*shPair
 	lentBytes int
 
+	// graves: pairs finalize took off the read list and left to the reader to unmap
+	// (reapLocked), under mu; graved says there are some.
+	graves []*shPair
+	graved atomic.Bool
+
 	txPackets, rxPackets, corrupt, ringFull, fallbacks atomic.Uint64
 	corruptSeen                                        uint64 // under rmu: the rings' counts already added
 }
@@ -126,7 +131,8 @@ type shPair struct {
 	rx   *shm.RecordConsumer
 	// closing: the pair takes no more datagrams (its lifeline ended, or it lost to
 	// another pair); what its ring holds is still read. dead: its memory is unmapped
-	// (under txMu and rxMu, which every access holds).
+	// (under the reader's rmu, txMu and rxMu: a read holds rmu, a write txMu, a wait
+	// rxMu; reapLocked).
 	closing atomic.Bool
 	dead    atomic.Bool
 }

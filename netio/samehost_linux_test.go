@@ -621,3 +621,79 @@ func TestSameHostOneSlotPolls(t *testing.T) {
 	}
 	t.Fatalf("a remote datagram not read in %d polls while the rings were busy", 2*netio.SameHostUDPEvery+2)
 }
+
+// TestSameHostUnmapUnderReaders: a peer goes while the reader reads, in each way a
+// reader reads (a busy poller beside WaitReadable, as a busy-poll device's background
+// goroutine waits; a ReadBatch blocked with the read lock held), and its ring is
+// unmapped once the reader is out of it (the race detector and a fault would catch the
+// rest). A blocked reader is woken to unmap it: without that the ring stays mapped.
+func TestSameHostUnmapUnderReaders(t *testing.T) {
+	for _, busy := range []bool{true, false} {
+		t.Run(map[bool]string{true: "busy", false: "blocked"}[busy], func(t *testing.T) {
+			dir := rendezvousDir(t)
+			a := sameHost(t, "127.0.0.2:0", dir, netio.UDPOptions{BusyPoll: busy})
+			b := sameHost(t, "127.0.0.3:0", dir, netio.UDPOptions{})
+			if err := netio.SameHostConnect(b, a.LocalAddr()); err != nil {
+				t.Fatal(err)
+			}
+			waitPeers(t, a, 1)
+			stop := make(chan struct{})
+			done := make(chan struct{}, 2)
+			rd := make([]netio.Message, 8)
+			for i := range rd {
+				rd[i].Buf = make([]byte, 2048)
+			}
+			p, _ := netio.AsPoller(a)
+			if busy {
+				go func() { // the application's polls
+					defer func() { done <- struct{}{} }()
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						p.PollBatch(rd)
+					}
+				}()
+				go func() { // the background goroutine's waits
+					defer func() { done <- struct{}{} }()
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						p.WaitReadable(time.Millisecond)
+					}
+				}()
+			} else {
+				go func() {
+					defer func() { done <- struct{}{}; done <- struct{}{} }()
+					for {
+						if _, err := a.ReadBatch(rd); err != nil {
+							return
+						}
+					}
+				}()
+			}
+			msg := []netio.Message{{Buf: make([]byte, 100), N: 100, Addr: a.LocalAddr()}}
+			for range 1000 {
+				b.WriteBatch(msg)
+			}
+			b.Close()
+			waitPeers(t, a, 0) // the pair is finalized, after its drain
+			for start := time.Now(); netio.SameHostGraves(a) != 0; time.Sleep(time.Millisecond) {
+				if time.Since(start) > 2*time.Second {
+					t.Fatalf("%d torn-down rings still mapped 2 s after their teardown", netio.SameHostGraves(a))
+				}
+			}
+			close(stop)
+			if !busy {
+				a.Close()
+			}
+			<-done
+			<-done
+		})
+	}
+}

@@ -427,7 +427,9 @@ func (c *sameHostConn) teardown(p *shPair, drain bool) {
 }
 
 // finalize takes p out of the read list and unmaps its memory once no reader or writer
-// is inside it.
+// is inside it. The reader reads the rings under rmu alone (readRing), with a list it
+// loaded under rmu: p is unmapped here when rmu is free and nothing is lent, and
+// otherwise by the reader, at its next read (reapLocked), which rxEv wakes it for.
 func (c *sameHostConn) finalize(p *shPair) {
 	if p.dead.Load() {
 		return
@@ -441,17 +443,39 @@ func (c *sameHostConn) finalize(p *shPair) {
 		}
 	}
 	c.rx.Store(&rx)
-	c.mu.Unlock()
-	c.viewMu.Lock() // the reader may be reading records of p's in place (lend)
-	p.txMu.Lock()
-	p.rxMu.Lock()
-	if !p.dead.Swap(true) {
-		p.region.Close()
-		p.peerEv.Close()
+	c.graves = append(c.graves, p)
+	c.graved.Store(true)
+	if !c.closed.Load() {
+		c.rxEv.Signal() // a reader waiting with rmu held looks again, and reaps
 	}
-	p.rxMu.Unlock()
-	p.txMu.Unlock()
-	c.viewMu.Unlock()
+	c.mu.Unlock()
+	if c.rmu.TryLock() {
+		c.reapLocked()
+		c.rmu.Unlock()
+	}
+}
+
+// reapLocked unmaps the pairs finalize left to the reader; c.rmu is held. Not while
+// the reader has records lent (it gives them back first: pollLocked), and not twice.
+func (c *sameHostConn) reapLocked() {
+	if c.lending.Load() {
+		return
+	}
+	c.mu.Lock()
+	graves := c.graves
+	c.graves = nil
+	c.graved.Store(false)
+	c.mu.Unlock()
+	for _, p := range graves {
+		p.txMu.Lock() // a writer may be inside (WriteBatch)
+		p.rxMu.Lock() // and a wait (sleep, ringsEmpty, awake)
+		if !p.dead.Swap(true) {
+			p.region.Close()
+			p.peerEv.Close()
+		}
+		p.rxMu.Unlock()
+		p.txMu.Unlock()
+	}
 }
 
 // ---- closing ----
@@ -489,6 +513,7 @@ func (c *sameHostConn) Close() error {
 	for _, p := range rx {
 		c.teardown(p, false)
 	}
+	c.reapLocked() // finalize left them to the reader: rmu is Close's
 	c.mu.Lock()
 	c.rxEv.Close()
 	c.mu.Unlock()

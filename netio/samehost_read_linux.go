@@ -141,6 +141,9 @@ func (c *sameHostConn) pollLocked(msgs []Message, always bool) (int, error) {
 	if c.lending.Load() {
 		c.ReleaseViews() // the reader did not: its next read does
 	}
+	if c.graved.Load() {
+		c.reapLocked()
+	}
 	n := 0
 	rx := *c.rx.Load()
 	kick := c.udpKick.Load()
@@ -214,13 +217,14 @@ func (c *sameHostConn) pollUDP(msgs []Message) (int, error) {
 }
 
 // readRing copies up to len(msgs) messages out of p's ring, or lends them in place
-// (lend), and returns how many, and how many datagrams they hold.
+// (lend), and returns how many, and how many datagrams they hold. c.rmu is held, and
+// that is all: p's memory stays mapped while a reader holds rmu (finalize), and no one
+// else uses p's consumer but ReleaseViews, which is the reader's too, and the waits
+// (sleep, ringsEmpty), which touch only the shared words. p.rxMu, which a read took
+// before, was two locked instructions per ring per poll, and a device polls two rings
+// (its own and a peer's) at every CQ poll that finds nothing.
 func (c *sameHostConn) readRing(p *shPair, msgs []Message) (n, pkts int) {
-	if !p.rxMu.TryLock() {
-		return 0, 0 // being torn down
-	}
 	if p.dead.Load() {
-		p.rxMu.Unlock()
 		return 0, 0
 	}
 	gro := c.inner.gro.Load()
@@ -265,7 +269,6 @@ func (c *sameHostConn) readRing(p *shPair, msgs []Message) (n, pkts int) {
 				if !lent {
 					p.rx.Publish()
 				}
-				p.rxMu.Unlock()
 				return n, pkts // the next call takes it whole
 			}
 			for off := 0; off < len(data) && n < len(msgs); off += seg {
@@ -285,7 +288,6 @@ func (c *sameHostConn) readRing(p *shPair, msgs []Message) (n, pkts int) {
 	if !lent {
 		p.rx.Publish()
 	}
-	p.rxMu.Unlock()
 	return n, pkts
 }
 
@@ -299,7 +301,7 @@ const viewMin = 512
 // unmapping a ring, or Close, holds it) or already the reader's, and what is lent stays
 // within an eighth of the ring, so that the peer keeps room to write while the reader
 // works through the batch. *lent records that p now has a record out; p's tail is then
-// published by ReleaseViews, not before. c.rmu and p.rxMu are held.
+// published by ReleaseViews, not before. c.rmu is held.
 func (c *sameHostConn) lend(p *shPair, data []byte, lent *bool) bool {
 	if !c.views.Load() || len(data) < viewMin || c.lentBytes+len(data) > c.ring/8 {
 		return false
@@ -370,11 +372,13 @@ func awake(rx []*shPair) {
 	}
 }
 
-// ringsEmpty reports whether no ring of rx holds a datagram.
+// ringsEmpty reports whether no ring of rx holds a datagram. The callers have read
+// the rings until they were empty (their reads publish the tail) or are not the reader
+// (WaitReadable, RingsSleep) and may run beside a read: Idle reads only shared words.
 func ringsEmpty(rx []*shPair) bool {
 	for _, p := range rx {
 		p.rxMu.Lock()
-		empty := p.dead.Load() || p.rx.Empty()
+		empty := p.dead.Load() || p.rx.Idle()
 		p.rxMu.Unlock()
 		if !empty {
 			return false

@@ -279,6 +279,12 @@ func (c *RecordConsumer) Corrupt() uint64 { return c.corrupt }
 // Empty reports whether nothing is published beyond what was consumed.
 func (c *RecordConsumer) Empty() bool { return c.tail == c.head && c.r.c.head.Load() == c.tail }
 
+// Idle reports whether the producer has published nothing beyond the tail the consumer
+// published: Empty, once the consumer has published what it released, read from the
+// shared words alone, so that it may be called by a goroutine other than the
+// consumer's while the consumer reads.
+func (c *RecordConsumer) Idle() bool { return c.r.c.head.Load() == c.r.c.tail.Load() }
+
 // Sleep tells the producer that the consumer may wait for a wake-up; call Empty after
 // it, and wait only if the ring is still empty.
 func (c *RecordConsumer) Sleep() { c.r.c.sleeping.Store(1) }

@@ -66,6 +66,7 @@ type sameHostConn struct {
 	rmu       sync.Mutex
 	udpFirst  bool // the rings filled the last batch: the UDP socket goes first next time
 	idlePolls int  // polls since the UDP socket was last read
+	ringIdle  int  // polls since a ring last gave a datagram, up to udpEvery (ringQuiet)
 	udpPolls  int  // reads of the UDP socket by polls (tests count them)
 	udpHot    bool // the last UDP poll found something
 	// driven: an event loop of the caller's waits for the socket and rxEv (RingDriver);
@@ -190,7 +191,7 @@ func ListenSameHost(inner Conn, opts SameHostOptions) (Conn, error) {
 		dir = shm.Dir()
 	}
 	c := &sameHostConn{inner: u, busy: u.rfd != nil, steered: opts.Steered, dir: dir, netns: netnsTag(), ring: ring,
-		dialCh: make(chan *shPeer, 64), done: make(chan struct{}), udpFD: -1}
+		dialCh: make(chan *shPeer, 64), done: make(chan struct{}), udpFD: -1, ringIdle: udpEvery}
 	peers := map[netip.AddrPort]*shPeer{}
 	c.peers.Store(&peers)
 	c.rx.Store(new([]*shPair))

@@ -17,14 +17,23 @@ import (
 )
 
 // udpEvery is how many polls of the rings come between two reads of the UDP socket
-// while peers reach this Conn through rings and the socket has been quiet: a poll of
-// the rings costs no syscall, a recvmmsg one, and a spinning ping-pong or a stream over
-// the rings would otherwise pay it on every poll. At 32 the socket's reads were a
-// quarter of each process's CPU in a busy 8 B ping-pong through the rings (perf, both
-// sides), and one that came while the reply arrived delayed it by the syscall; at 256
-// an empty ring poll being some 60-80 ns, a datagram from a remote peer that comes
-// while only the rings are busy waits some 20 µs at most before it is read (then the
-// socket is read at every poll while it has traffic: udpHot).
+// while the rings carry traffic and the socket has been quiet: a poll of the rings
+// costs no syscall, a recvmmsg one, and a spinning ping-pong or a stream over the rings
+// would otherwise pay it on every poll. At 32 the socket's reads were a quarter of each
+// process's CPU in a busy 8 B ping-pong through the rings (perf, both sides), and one
+// that came while the reply arrived delayed it by the syscall; at 256 an empty ring
+// poll being some 60-80 ns, a datagram from a remote peer that comes while only the
+// rings are busy waits some 20 µs at most before it is read (then the socket is read
+// at every poll while it has traffic: udpHot).
+//
+// It is also how many polls the rings must stay empty before the socket is read at
+// every poll again (ringQuiet): the throttle is for a socket beside busy rings, and
+// applied to a device whose traffic is all remote (the device's ring to itself is
+// always there, so rings are never absent) it held each busy-poll read of a remote
+// peer's reply back by up to udpEvery polls: 8 B send_lat --busy-poll over a veth pair
+// went from 3.0-3.7 µs one-way with GOVERBS_SHM=0 to 11.2-11.5 µs with GOVERBS_SHM=1
+// (3 interleaved rounds, 2026-11-27), and a default-mode sender's spin after a batch of
+// ACKs (engine spinRx) missed the next ACKs for most of its 50 µs.
 const udpEvery = 256
 
 // ReadBatch reads from the rings, then the UDP socket, and waits for either when both
@@ -170,6 +179,11 @@ func (c *sameHostConn) pollLocked(msgs []Message, always bool) (int, error) {
 	if from := ringed > 0; c.fromRings.Load() != from {
 		c.fromRings.Store(from) // a store is a locked instruction; a spin's polls mostly change nothing
 	}
+	if ringed > 0 {
+		c.ringIdle = 0
+	} else if c.ringIdle < udpEvery {
+		c.ringIdle++
+	}
 	// The socket is read when it had traffic last time, when a blocking read found the
 	// rings empty and is about to sleep, and otherwise every udpEvery polls, so that a
 	// stream through the rings neither pays a syscall per poll nor starves the socket.
@@ -192,7 +206,7 @@ func (c *sameHostConn) pollLocked(msgs []Message, always bool) (int, error) {
 		}
 		return n, nil
 	}
-	if len(rx) > 0 && (c.udpHot || kick || always && ringed == 0 || c.idlePolls >= udpEvery) {
+	if len(rx) > 0 && (c.udpHot || kick || always && ringed == 0 || c.idlePolls >= udpEvery || c.ringQuiet()) {
 		k, err := c.pollUDP(msgs[n:])
 		if err != nil {
 			if n > 0 {
@@ -204,6 +218,11 @@ func (c *sameHostConn) pollLocked(msgs []Message, always bool) (int, error) {
 	}
 	return n, nil
 }
+
+// ringQuiet reports whether the rings have been empty for udpEvery polls in a row: the
+// socket is then the only source of traffic, and is read at every poll, as the UDP
+// backend alone would read it (udpEvery). c.rmu is held.
+func (c *sameHostConn) ringQuiet() bool { return c.ringIdle >= udpEvery }
 
 func (c *sameHostConn) pollUDP(msgs []Message) (int, error) {
 	c.udpPolls++

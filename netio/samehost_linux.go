@@ -282,8 +282,14 @@ func (c *sameHostConn) Caps() Caps {
 
 // SameHostStats reports the shortcut's counters (sameHoster).
 func (c *sameHostConn) SameHostStats() SameHostStats {
+	peers := 0
+	for _, p := range *c.rx.Load() {
+		if p != c.self { // not the device's ring to itself (installSelf)
+			peers++
+		}
+	}
 	return SameHostStats{
-		Peers:     len(*c.rx.Load()) - 1, // not the device's ring to itself (installSelf)
+		Peers:     peers,
 		TxPackets: c.txPackets.Load(),
 		RxPackets: c.rxPackets.Load(),
 		Corrupt:   c.corrupt.Load(),

@@ -678,3 +678,81 @@ func TestSameHostRemoteOnlyPolls(t *testing.T) {
 	}
 	recv("remote after the ring went quiet")
 }
+
+// staleSocket leaves at path what a device's process killed before it could close its
+// device leaves: a unix socket file that nobody listens on.
+func staleSocket(t *testing.T, path string) {
+	t.Helper()
+	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.SetUnlinkOnClose(false)
+	l.Close()
+	if _, err := os.Lstat(path); err != nil {
+		t.Fatalf("no stale socket file: %v", err)
+	}
+}
+
+// TestSameHostStaleRendezvous: the rendezvous files of a process that died without
+// closing its devices (the shortcut is on by default, so every crashed goverbs program
+// leaves them) neither break nor slow anything. A device opened later on the same address
+// replaces its file and is reached through the rings; a peer resolving an address whose
+// file is stale and whose device is gone (a remote peer, or a program without goverbs
+// there now) is refused at once, removes the file, and sends by UDP.
+func TestSameHostStaleRendezvous(t *testing.T) {
+	dir := rendezvousDir(t)
+	a := sameHost(t, "127.0.0.2:0", dir, netio.UDPOptions{})
+
+	// A plain UDP socket where a crashed device's file still names the address.
+	remote, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 4)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer remote.Close()
+	raddr := remote.LocalAddr().(*net.UDPAddr).AddrPort()
+	stalePath := filepath.Join(dir, netio.SameHostSockName(raddr))
+	staleSocket(t, stalePath)
+	r, ok := netio.AsResolver(a)
+	if !ok {
+		t.Fatal("a same-host Conn is not a Resolver")
+	}
+	start := time.Now()
+	r.Resolve(raddr)
+	if took := time.Since(start); took > 100*time.Millisecond {
+		t.Errorf("resolving an address whose rendezvous file is stale took %v", took)
+	}
+	if _, err := os.Lstat(stalePath); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the stale rendezvous file is still there (%v)", err)
+	}
+	if _, err := a.WriteBatch([]netio.Message{{Buf: []byte("by UDP"), N: 6, Addr: raddr}}); err != nil {
+		t.Fatal(err)
+	}
+	remote.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 64)
+	if n, err := remote.Read(buf); err != nil || string(buf[:n]) != "by UDP" {
+		t.Fatalf("the remote socket read %q, %v", buf[:n], err)
+	}
+	if s, _ := netio.SameHostStatsOf(a); s.Peers != 0 || s.TxPackets != 0 || s.Fallbacks != 0 {
+		t.Fatalf("after a stale rendezvous file: %v", s)
+	}
+
+	// A device opened on an address whose file a crashed one left.
+	u, err := netio.ListenUDP(netip.MustParseAddrPort("127.0.0.3:0"), netio.UDPOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	staleSocket(t, filepath.Join(dir, netio.SameHostSockName(u.LocalAddr())))
+	b, err := netio.ListenSameHost(u, netio.SameHostOptions{Dir: dir, RingSize: 256 << 10})
+	if err != nil {
+		u.Close()
+		t.Fatalf("a device on an address with a stale rendezvous file: %v", err)
+	}
+	defer b.Close()
+	if err := netio.SameHostConnect(a, b.LocalAddr()); err != nil {
+		t.Fatalf("rendezvous with the device that replaced a stale file: %v", err)
+	}
+	if s := exchange(t, a, b, 10); s.RxPackets != 10 {
+		t.Fatalf("%d of 10 datagrams through the rings: %v", s.RxPackets, s)
+	}
+}

@@ -64,11 +64,12 @@ type sameHostConn struct {
 	udpFD          int
 
 	rmu       sync.Mutex
-	udpFirst  bool // the rings filled the last batch: the UDP socket goes first next time
-	idlePolls int  // polls since the UDP socket was last read
-	ringIdle  int  // polls since a ring last gave a datagram, up to udpEvery (ringQuiet)
-	udpPolls  int  // reads of the UDP socket by polls (tests count them)
-	udpHot    bool // the last UDP poll found something
+	udpFirst  bool  // the rings filled the last batch: the UDP socket goes first next time
+	idlePolls int   // polls since the UDP socket was last read
+	ringIdle  int   // polls since a ring last gave a datagram, up to udpEvery (ringQuiet)
+	udpPolls  int   // reads of the UDP socket by polls (tests count them)
+	udpHot    bool  // the last UDP poll found something
+	intrErr   error // a wait's ErrInterrupted, made at the first (waitNetpoller)
 	// driven: an event loop of the caller's waits for the socket and rxEv (RingDriver);
 	// neither is in ep any more. udpKick: the loop saw the socket readable, so the next
 	// poll reads it.

@@ -415,7 +415,10 @@ func (c *sameHostConn) waitNetpoller() error {
 	if err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			c.ep.SetReadDeadline(time.Time{})
-			return fmt.Errorf("netio: read %v: %w", c.inner.LocalAddr(), ErrInterrupted)
+			if c.intrErr == nil { // made once, as the UDP backend's (udpConn.interrupted)
+				c.intrErr = fmt.Errorf("netio: read %v: %w", c.inner.LocalAddr(), ErrInterrupted)
+			}
+			return c.intrErr
 		}
 		return c.inner.readErr(net.ErrClosed)
 	}

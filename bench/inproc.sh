@@ -9,8 +9,10 @@
 # Run it alone on the machine: two cores, and nothing else beside it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-old=${1:?usage: bench/inproc.sh OLD NEW}
-new=${2:?usage: bench/inproc.sh OLD NEW}
+# Resolved here, in the caller's checkout: a symbolic NEW such as HEAD would otherwise
+# name the temporary worktree's own HEAD below, which is OLD.
+old=$(git rev-parse --verify "${1:?usage: bench/inproc.sh OLD NEW}^{commit}")
+new=$(git rev-parse --verify "${2:?usage: bench/inproc.sh OLD NEW}^{commit}")
 rounds=${ROUNDS:-5}
 benchtime=${BENCHTIME:-2s}
 manyrounds=${MANY_ROUNDS:-3}

@@ -391,12 +391,13 @@ func TestServiceOptionsAndNotify(t *testing.T) {
 // TestTOSOnTheWire: a connection dialled with TOS leaves with it on the wire: in the
 // dialler's capture (a pcap.Writer on its device, which records each datagram's DS
 // field as sent), every packet to the acceptor's QP carries DSCP 46 (TOS 0xb8), and the
-// CM's MADs, on QP1's path, the default class.
+// CM's MADs, on QP1's path, the default class. The dialler's device is kept off the
+// same-host shortcut (NoSameHost), so that what it records is what its UDP socket sent.
 func TestTOSOnTheWire(t *testing.T) {
 	var buf bytes.Buffer
 	w, err := pcap.NewWriter(&buf)
 	must(t, err)
-	cl := newSide(t, nil, verbs.SoftConfig{Recorder: w}, nil)
+	cl := newSide(t, nil, verbs.SoftConfig{Recorder: w, NoSameHost: true}, nil)
 	sv := newSide(t, nil, verbs.SoftConfig{}, nil)
 	cp := cl.param(nil)
 	cp.TOS = 0xb8

@@ -64,10 +64,16 @@ type sameHostConn struct {
 	udpFD          int
 
 	rmu       sync.Mutex
-	udpFirst  bool // the rings filled the last batch: the UDP socket goes first next time
-	idlePolls int  // polls since the UDP socket was last read
-	udpPolls  int  // reads of the UDP socket by polls (tests count them)
-	udpHot    bool // the last UDP poll found something
+	udpFirst  bool  // the rings filled the last batch: the UDP socket goes first next time
+	idlePolls int   // polls since the UDP socket was last read
+	ringIdle  int   // polls since a ring last gave a datagram, up to udpEvery (ringQuiet)
+	udpPolls  int   // reads of the UDP socket by polls (tests count them)
+	udpHot    bool  // the last UDP poll found something
+	intrErr   error // a wait's ErrInterrupted, made at the first (waitNetpoller)
+	// selfPub counts publications to the device's ring to itself (publish); selfRead is
+	// its value when a read last found that ring empty (readSelf).
+	selfPub  atomic.Uint64
+	selfRead uint64
 	// driven: an event loop of the caller's waits for the socket and rxEv (RingDriver);
 	// neither is in ep any more. udpKick: the loop saw the socket readable, so the next
 	// poll reads it.
@@ -77,8 +83,13 @@ type sameHostConn struct {
 	closeMu sync.RWMutex // WaitReadable's poll holds it shared; Close exclusively
 	closed  atomic.Bool
 
-	mu     sync.Mutex // guards changes to peers and rx, and pairs' installation
-	peers  atomic.Pointer[map[netip.AddrPort]*shPeer]
+	mu    sync.Mutex // guards changes to peers and rx, and pairs' installation
+	peers atomic.Pointer[map[netip.AddrPort]*shPeer]
+	// hint is the entry of the last destination WriteBatch looked up in peers (whose
+	// entries are never replaced): a ping-pong's sends, one message a call to one
+	// address, find it with a compare instead of hashing the address into the map,
+	// a per-message cost of the wrapper to a remote peer.
+	hint   atomic.Pointer[shPeer]
 	rx     atomic.Pointer[[]*shPair]
 	l      *shm.Listener
 	dialCh chan *shPeer
@@ -110,7 +121,7 @@ type shPeer struct {
 	addr    netip.AddrPort
 	pair    atomic.Pointer[shPair]
 	dialing atomic.Bool
-	retryAt atomic.Int64 // unix nanoseconds: no rendezvous before
+	holding atomic.Bool // no rendezvous until dialRetry after the last failure (holdOff)
 }
 
 // shPair is one peer device's ring pair.
@@ -196,7 +207,7 @@ func ListenSameHost(inner Conn, opts SameHostOptions) (Conn, error) {
 		dir = shm.Dir()
 	}
 	c := &sameHostConn{inner: u, busy: u.rfd != nil, steered: opts.Steered, dir: dir, netns: netnsTag(), ring: ring,
-		dialCh: make(chan *shPeer, 64), done: make(chan struct{}), udpFD: -1}
+		dialCh: make(chan *shPeer, 64), done: make(chan struct{}), udpFD: -1, ringIdle: udpEvery}
 	peers := map[netip.AddrPort]*shPeer{}
 	c.peers.Store(&peers)
 	c.rx.Store(new([]*shPair))
@@ -287,8 +298,14 @@ func (c *sameHostConn) Caps() Caps {
 
 // SameHostStats reports the shortcut's counters (sameHoster).
 func (c *sameHostConn) SameHostStats() SameHostStats {
+	peers := 0
+	for _, p := range *c.rx.Load() {
+		if p != c.self { // not the device's ring to itself (installSelf)
+			peers++
+		}
+	}
 	return SameHostStats{
-		Peers:     len(*c.rx.Load()) - 1, // not the device's ring to itself (installSelf)
+		Peers:     peers,
 		TxPackets: c.txPackets.Load(),
 		RxPackets: c.rxPackets.Load(),
 		Corrupt:   c.corrupt.Load(),
@@ -306,7 +323,6 @@ func (c *sameHostConn) WriteBatch(msgs []Message) (int, error) {
 		return 0, fmt.Errorf("netio: write: %w", net.ErrClosed)
 	}
 	peers := *c.peers.Load()
-	var now int64
 	var first *SendError
 	var last *shPair // the pair whose ring has records not yet published
 	var ringed uint64
@@ -343,7 +359,11 @@ func (c *sameHostConn) WriteBatch(msgs []Message) (int, error) {
 		var p *shPair
 		e := lastE
 		if !looked || m.Addr != lastAddr {
-			e = peers[m.Addr]
+			if h := c.hint.Load(); h != nil && h.addr == m.Addr {
+				e = h
+			} else if e = peers[m.Addr]; e != nil {
+				c.hint.Store(e)
+			}
 			if e == nil && c.wantsRing(m.Addr) {
 				// Once per run: peers is a snapshot and would not show the new entry to
 				// the run's other messages either; they go by UDP, as before.
@@ -354,10 +374,7 @@ func (c *sameHostConn) WriteBatch(msgs []Message) (int, error) {
 		if e != nil {
 			p = e.pair.Load()
 			if p == nil {
-				if now == 0 {
-					now = time.Now().UnixNano()
-				}
-				c.maybeDial(e, now)
+				c.maybeDial(e)
 			}
 		}
 		if p == nil || p.closing.Load() || p.lowOnly && qpnSteered(m) {
@@ -423,7 +440,15 @@ func qpnSteered(m *Message) bool {
 // publish makes what was written to p's ring visible, wakes the peer if it sleeps, and
 // lets go of p.txMu.
 func (c *sameHostConn) publish(p *shPair) {
-	if !p.dead.Load() && p.tx.Publish() {
+	if p.dead.Load() {
+		p.txMu.Unlock()
+		return
+	}
+	sleeping := p.tx.Publish()
+	if p == c.self {
+		c.selfPub.Add(1) // after the records are visible: the reader looks (readSelf)
+	}
+	if sleeping {
 		p.peerEv.Signal()
 		if p == c.self && c.direct.Load() {
 			// this Conn's own reader, waiting for the socket alone (readDirect)
@@ -499,6 +524,9 @@ func (c *sameHostConn) ringWrite(p *shPair, m *Message) bool {
 func (c *sameHostConn) waitRoom(p *shPair, n int) bool {
 	if p.tx.Publish() {
 		p.peerEv.Signal()
+	}
+	if p == c.self {
+		c.selfPub.Add(1) // the reader must look, or the room never comes (readSelf)
 	}
 	deadline := time.Now().Add(ringFullWait)
 	for i := 0; ; i++ {

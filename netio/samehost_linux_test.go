@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -620,6 +621,232 @@ func TestSameHostOneSlotPolls(t *testing.T) {
 		}
 	}
 	t.Fatalf("a remote datagram not read in %d polls while the rings were busy", 2*netio.SameHostUDPEvery+2)
+}
+
+// TestSameHostRemoteOnlyPolls: while the rings carry nothing (a device whose peers are
+// all remote: its ring to itself is still there), every poll reads the UDP socket, as
+// the UDP backend alone would, and at most udpEvery polls after the rings last gave a
+// datagram. The throttle meant for a socket beside busy rings had held each busy-poll
+// read of a remote reply back by up to SameHostUDPEvery polls (8 B send_lat over a veth
+// pair: 3.0-3.7 µs one-way without the shortcut, 11.2-11.5 µs with it).
+func TestSameHostRemoteOnlyPolls(t *testing.T) {
+	dir := rendezvousDir(t)
+	b := sameHost(t, "127.0.0.3:0", dir, netio.UDPOptions{BusyPoll: true})
+	p, _ := netio.AsPoller(b)
+	in := []netio.Message{{Buf: make([]byte, netio.MaxGROSize)}}
+	remote, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 4)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer remote.Close()
+	// recv polls until the remote datagram comes; it fails if that takes more than one
+	// poll once the datagram is in the socket.
+	recv := func(what string) {
+		t.Helper()
+		for range 3 {
+			if n, err := p.PollBatch(in); err != nil || n != 0 {
+				t.Fatalf("%s: poll of an idle Conn: %d, %v", what, n, err)
+			}
+		}
+		if _, err := remote.WriteToUDPAddrPort([]byte(what), b.LocalAddr()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond) // in b's socket
+		n, err := p.PollBatch(in)
+		if err != nil || n != 1 || string(in[0].Buf[:in[0].N]) != what {
+			t.Fatalf("%s: the first poll after a remote datagram arrived read %d, %v, want it", what, n, err)
+		}
+	}
+	for i := range 3 {
+		recv(fmt.Sprintf("remote %d", i))
+	}
+
+	// After traffic through the device's ring to itself, the socket's turn is rationed
+	// while the ring is busy, and every poll's again once it has been quiet for
+	// SameHostUDPEvery polls.
+	self := []netio.Message{{Buf: []byte("to itself"), N: 9, Addr: b.LocalAddr()}}
+	if _, err := b.WriteBatch(self); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := p.PollBatch(in); err != nil || n != 1 || string(in[0].Buf[:in[0].N]) != "to itself" {
+		t.Fatalf("own ring: %d, %v from %v", n, err, in[0].Addr)
+	}
+	for range netio.SameHostUDPEvery {
+		if _, err := p.PollBatch(in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recv("remote after the ring went quiet")
+}
+
+// staleSocket leaves at path what a device's process killed before it could close its
+// device leaves: a unix socket file that nobody listens on.
+func staleSocket(t *testing.T, path string) {
+	t.Helper()
+	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.SetUnlinkOnClose(false)
+	l.Close()
+	if _, err := os.Lstat(path); err != nil {
+		t.Fatalf("no stale socket file: %v", err)
+	}
+}
+
+// TestSameHostStaleRendezvous: the rendezvous files of a process that died without
+// closing its devices (the shortcut is on by default, so every crashed goverbs program
+// leaves them) neither break nor slow anything. A device opened later on the same address
+// replaces its file and is reached through the rings; a peer resolving an address whose
+// file is stale and whose device is gone (a remote peer, or a program without goverbs
+// there now) is refused at once, removes the file, and sends by UDP.
+func TestSameHostStaleRendezvous(t *testing.T) {
+	dir := rendezvousDir(t)
+	a := sameHost(t, "127.0.0.2:0", dir, netio.UDPOptions{})
+
+	// A plain UDP socket where a crashed device's file still names the address.
+	remote, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 4)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer remote.Close()
+	raddr := remote.LocalAddr().(*net.UDPAddr).AddrPort()
+	stalePath := filepath.Join(dir, netio.SameHostSockName(raddr))
+	staleSocket(t, stalePath)
+	r, ok := netio.AsResolver(a)
+	if !ok {
+		t.Fatal("a same-host Conn is not a Resolver")
+	}
+	start := time.Now()
+	r.Resolve(raddr)
+	if took := time.Since(start); took > 100*time.Millisecond {
+		t.Errorf("resolving an address whose rendezvous file is stale took %v", took)
+	}
+	if _, err := os.Lstat(stalePath); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the stale rendezvous file is still there (%v)", err)
+	}
+	if _, err := a.WriteBatch([]netio.Message{{Buf: []byte("by UDP"), N: 6, Addr: raddr}}); err != nil {
+		t.Fatal(err)
+	}
+	remote.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 64)
+	if n, err := remote.Read(buf); err != nil || string(buf[:n]) != "by UDP" {
+		t.Fatalf("the remote socket read %q, %v", buf[:n], err)
+	}
+	if s, _ := netio.SameHostStatsOf(a); s.Peers != 0 || s.TxPackets != 0 || s.Fallbacks != 0 {
+		t.Fatalf("after a stale rendezvous file: %v", s)
+	}
+
+	// A device opened on an address whose file a crashed one left.
+	u, err := netio.ListenUDP(netip.MustParseAddrPort("127.0.0.3:0"), netio.UDPOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	staleSocket(t, filepath.Join(dir, netio.SameHostSockName(u.LocalAddr())))
+	b, err := netio.ListenSameHost(u, netio.SameHostOptions{Dir: dir, RingSize: 256 << 10})
+	if err != nil {
+		u.Close()
+		t.Fatalf("a device on an address with a stale rendezvous file: %v", err)
+	}
+	defer b.Close()
+	if err := netio.SameHostConnect(a, b.LocalAddr()); err != nil {
+		t.Fatalf("rendezvous with the device that replaced a stale file: %v", err)
+	}
+	if s := exchange(t, a, b, 10); s.RxPackets != 10 {
+		t.Fatalf("%d of 10 datagrams through the rings: %v", s.RxPackets, s)
+	}
+}
+
+// TestSameHostSelfWakeAllocsNothing: a default-mode Conn with no peer's ring waits in its
+// socket's own wait (readDirect), and a write to its ring to itself interrupts that wait;
+// the round allocates nothing. The interrupted wait's error was made anew each time, a
+// heap allocation per loopback post (the C library's TestCDataPathAllocations failed
+// under load once the shortcut was on by default).
+func TestSameHostSelfWakeAllocsNothing(t *testing.T) {
+	c := sameHost(t, "127.0.0.2:0", rendezvousDir(t), netio.UDPOptions{})
+	out := []netio.Message{{Buf: make([]byte, 64), N: 64, Addr: c.LocalAddr()}}
+	in := []netio.Message{{Buf: make([]byte, netio.MaxGROSize)}}
+	got, next := make(chan int), make(chan struct{})
+	go func() {
+		for range next {
+			for {
+				n, err := c.ReadBatch(in)
+				if err != nil {
+					got <- -1
+					return
+				}
+				if n > 0 {
+					got <- n
+					break
+				}
+			}
+		}
+	}()
+	defer close(next)
+	allocs := testing.AllocsPerRun(200, func() {
+		next <- struct{}{}
+		time.Sleep(50 * time.Microsecond) // the reader blocks in the socket's wait
+		if _, err := c.WriteBatch(out); err != nil {
+			t.Fatal(err)
+		}
+		if n := <-got; n != 1 {
+			t.Fatalf("ReadBatch read %d", n)
+		}
+	})
+	if allocs >= 0.5 {
+		t.Errorf("%.2f allocations per wake of a reader waiting for the socket by a write to the ring to itself", allocs)
+	}
+}
+
+// TestSameHostSelfPollsWithWaiter: polls read every datagram sent to the device's ring to
+// itself while another goroutine waits for the Conn to become readable (Poller's
+// WaitReadable, a busy device's background goroutine), whose look at the ring holds
+// the ring's lock without the reader's: a poll that found the lock busy must not take
+// the ring for drained (readSelf skips a ring with nothing published since).
+func TestSameHostSelfPollsWithWaiter(t *testing.T) {
+	c := sameHost(t, "127.0.0.2:0", rendezvousDir(t), netio.UDPOptions{BusyPoll: true})
+	p, _ := netio.AsPoller(c)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := p.WaitReadable(0); err != nil {
+				return
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	out := []netio.Message{{Buf: make([]byte, 8), N: 8, Addr: c.LocalAddr()}}
+	in := []netio.Message{{Buf: make([]byte, netio.MaxGROSize)}}
+	for i := range 20000 {
+		binary.BigEndian.PutUint32(out[0].Buf, uint32(i))
+		if _, err := c.WriteBatch(out); err != nil {
+			t.Fatal(err)
+		}
+		got := false
+		for range 100000 {
+			n, err := p.PollBatch(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n == 1 {
+				if v := binary.BigEndian.Uint32(in[0].Buf); v != uint32(i) {
+					t.Fatalf("datagram %d read, want %d", v, i)
+				}
+				got = true
+				break
+			}
+		}
+		if !got {
+			t.Fatalf("datagram %d through the ring to itself never read", i)
+		}
+	}
 }
 
 // TestSameHostUnmapUnderReaders: a peer goes while the reader reads, in each way a

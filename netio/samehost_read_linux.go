@@ -17,14 +17,23 @@ import (
 )
 
 // udpEvery is how many polls of the rings come between two reads of the UDP socket
-// while peers reach this Conn through rings and the socket has been quiet: a poll of
-// the rings costs no syscall, a recvmmsg one, and a spinning ping-pong or a stream over
-// the rings would otherwise pay it on every poll. At 32 the socket's reads were a
-// quarter of each process's CPU in a busy 8 B ping-pong through the rings (perf, both
-// sides), and one that came while the reply arrived delayed it by the syscall; at 256
-// an empty ring poll being some 60-80 ns, a datagram from a remote peer that comes
-// while only the rings are busy waits some 20 µs at most before it is read (then the
-// socket is read at every poll while it has traffic: udpHot).
+// while the rings carry traffic and the socket has been quiet: a poll of the rings
+// costs no syscall, a recvmmsg one, and a spinning ping-pong or a stream over the rings
+// would otherwise pay it on every poll. At 32 the socket's reads were a quarter of each
+// process's CPU in a busy 8 B ping-pong through the rings (perf, both sides), and one
+// that came while the reply arrived delayed it by the syscall; at 256 an empty ring
+// poll being some 60-80 ns, a datagram from a remote peer that comes while only the
+// rings are busy waits some 20 µs at most before it is read (then the socket is read
+// at every poll while it has traffic: udpHot).
+//
+// It is also how many polls the rings must stay empty before the socket is read at
+// every poll again (ringQuiet): the throttle is for a socket beside busy rings, and
+// applied to a device whose traffic is all remote (the device's ring to itself is
+// always there, so rings are never absent) it held each busy-poll read of a remote
+// peer's reply back by up to udpEvery polls: 8 B send_lat --busy-poll over a veth pair
+// went from 3.0-3.7 µs one-way with GOVERBS_SHM=0 to 11.2-11.5 µs with GOVERBS_SHM=1
+// (3 interleaved rounds, 2026-11-27), and a default-mode sender's spin after a batch of
+// ACKs (engine spinRx) missed the next ACKs for most of its 50 µs.
 const udpEvery = 256
 
 // ReadBatch reads from the rings, then the UDP socket, and waits for either when both
@@ -36,15 +45,31 @@ func (c *sameHostConn) ReadBatch(msgs []Message) (int, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
 	for {
-		n, err := c.pollLocked(msgs, true)
+		rx := *c.rx.Load()
+		selfOnly := !c.busy && len(rx) == 1 && rx[0] == c.self
+		var n int
+		var err error
+		if selfOnly && !c.udpFirst && !c.lending.Load() {
+			// The socket is read by readDirect's read below, which tries it before it
+			// waits: a poll of it here first was a second recvmmsg per wait, a failed
+			// one (strace -c of write_bw's sender over a veth pair: 2881 failed
+			// recvmmsg for 20000 WRITEs with the wrapper, 1712 without).
+			var pkts int
+			n, pkts = c.readSelf(msgs)
+			if pkts > 0 {
+				c.rxPackets.Add(uint64(pkts))
+			}
+			c.noteRingRead(n > 0)
+		} else {
+			n, err = c.pollLocked(msgs, true)
+		}
 		if n > 0 || err != nil {
 			return n, err
 		}
 		if c.closed.Load() {
 			return 0, c.inner.readErr(net.ErrClosed)
 		}
-		rx := *c.rx.Load()
-		if !c.busy && len(rx) == 1 && rx[0] == c.self {
+		if selfOnly {
 			// No peer's ring, only the device's own: wait for the socket as the UDP
 			// backend waits (its own watch), not in this Conn's epoll set, whose watch
 			// on the socket costs every datagram a callback and the reader a
@@ -163,16 +188,19 @@ func (c *sameHostConn) pollLocked(msgs []Message, always bool) (int, error) {
 		if n == len(msgs) {
 			break
 		}
-		k, pkts := c.readRing(p, msgs[n:])
+		var k, pkts int
+		if p == c.self {
+			k, pkts = c.readSelf(msgs[n:])
+		} else {
+			k, pkts = c.readRing(p, msgs[n:])
+		}
 		n += k
 		ringed += k
 		if pkts > 0 {
 			c.rxPackets.Add(uint64(pkts))
 		}
 	}
-	if from := ringed > 0; c.fromRings.Load() != from {
-		c.fromRings.Store(from) // a store is a locked instruction; a spin's polls mostly change nothing
-	}
+	c.noteRingRead(ringed > 0)
 	// The socket is read when it had traffic last time, when a blocking read found the
 	// rings empty and is about to sleep, and otherwise every udpEvery polls, so that a
 	// stream through the rings neither pays a syscall per poll nor starves the socket.
@@ -195,7 +223,7 @@ func (c *sameHostConn) pollLocked(msgs []Message, always bool) (int, error) {
 		}
 		return n, nil
 	}
-	if len(rx) > 0 && (c.udpHot || kick || always && ringed == 0 || c.idlePolls >= udpEvery) {
+	if len(rx) > 0 && (c.udpHot || kick || always && ringed == 0 || c.idlePolls >= udpEvery || c.ringQuiet()) {
 		k, err := c.pollUDP(msgs[n:])
 		if err != nil {
 			if n > 0 {
@@ -207,6 +235,24 @@ func (c *sameHostConn) pollLocked(msgs []Message, always bool) (int, error) {
 	}
 	return n, nil
 }
+
+// noteRingRead records whether a read took anything from a ring (FromRings, ringQuiet).
+// c.rmu is held.
+func (c *sameHostConn) noteRingRead(from bool) {
+	if c.fromRings.Load() != from {
+		c.fromRings.Store(from) // a store is a locked instruction; a spin's polls mostly change nothing
+	}
+	if from {
+		c.ringIdle = 0
+	} else if c.ringIdle < udpEvery {
+		c.ringIdle++
+	}
+}
+
+// ringQuiet reports whether the rings have been empty for udpEvery polls in a row: the
+// socket is then the only source of traffic, and is read at every poll, as the UDP
+// backend alone would read it (udpEvery). c.rmu is held.
+func (c *sameHostConn) ringQuiet() bool { return c.ringIdle >= udpEvery }
 
 func (c *sameHostConn) pollUDP(msgs []Message) (int, error) {
 	c.udpPolls++
@@ -287,6 +333,27 @@ func (c *sameHostConn) readRing(p *shPair, msgs []Message) (n, pkts int) {
 	}
 	if !lent {
 		p.rx.Publish()
+	}
+	return n, pkts
+}
+
+// readSelf is readRing of the device's ring to itself, which it skips while nothing was
+// published there since a read found it empty: the Conn is the ring's only producer
+// (publish counts its publications in selfPub), and a device whose traffic is all
+// remote has its ring to itself polled at every poll for nothing, a lock, a look at
+// shared indices and an unlock that were the wrapper's largest share of a busy-poll
+// one-way to a remote peer (perf of 8 B send_lat --busy-poll over a veth pair:
+// PollBatch, readRing and pollLocked 1.8% of the sender's samples). c.rmu is held.
+func (c *sameHostConn) readSelf(msgs []Message) (n, pkts int) {
+	pub := c.selfPub.Load()
+	if pub == c.selfRead {
+		return 0, 0
+	}
+	n, pkts = c.readRing(c.self, msgs)
+	if n == 0 && ringsEmpty([]*shPair{c.self}) {
+		// Everything published up to pub is read. (readRing also reads nothing when
+		// the ring's lock is busy: WaitReadable's sleep holds it without c.rmu.)
+		c.selfRead = pub
 	}
 	return n, pkts
 }
@@ -400,7 +467,10 @@ func (c *sameHostConn) waitNetpoller() error {
 	if err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			c.ep.SetReadDeadline(time.Time{})
-			return fmt.Errorf("netio: read %v: %w", c.inner.LocalAddr(), ErrInterrupted)
+			if c.intrErr == nil { // made once, as the UDP backend's (udpConn.interrupted)
+				c.intrErr = fmt.Errorf("netio: read %v: %w", c.inner.LocalAddr(), ErrInterrupted)
+			}
+			return c.intrErr
 		}
 		return c.inner.readErr(net.ErrClosed)
 	}

@@ -58,8 +58,10 @@ type udpConn struct {
 	evfd    int // 0: not made yet; -1: released
 	waitErr error
 
-	rmu sync.Mutex // guards r (ReadBatch is meant for one goroutine; this makes misuse safe)
+	rmu sync.Mutex // guards r and intrErr (ReadBatch is meant for one goroutine; this makes misuse safe)
 	r   recvScratch
+	// intrErr is the error of a read that Interrupt ended, made at the first (interrupted).
+	intrErr error
 
 	wmu sync.Mutex // guards w: WriteBatch may be called concurrently
 	w   sendScratch

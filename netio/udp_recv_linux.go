@@ -185,6 +185,18 @@ func (c *udpConn) recvOnceFn(fd uintptr) bool {
 	return true
 }
 
+// interrupted is the error of a read that Interrupt ended, one value per Conn; c.rmu is
+// held. A same-host Conn interrupts its socket's wait at every write to its ring to
+// itself (readDirect), and a new error each time was a heap allocation per loopback post
+// of a default-mode device (the C library's TestCDataPathAllocations, 0.13 a WRITE under
+// load, once the shortcut was on by default).
+func (c *udpConn) interrupted() error {
+	if c.intrErr == nil {
+		c.intrErr = fmt.Errorf("netio: read %v: %w", c.local, ErrInterrupted)
+	}
+	return c.intrErr
+}
+
 // read runs one receive: ReadBatch's, which waits for a datagram (recvFn), or with once
 // PollBatch's, which does not (recvOnceFn).
 func (c *udpConn) read(msgs []Message, once bool) (int, error) {
@@ -249,7 +261,7 @@ func (c *udpConn) read(msgs []Message, once bool) (int, error) {
 			// comes after this read returned and before the clear is not lost: its
 			// caller set what the interrupted goroutine looks at next (see Interrupter).
 			c.er.setReadDeadline(time.Time{})
-			return 0, fmt.Errorf("netio: read %v: %w", c.local, ErrInterrupted)
+			return 0, c.interrupted()
 		}
 		return 0, c.readErr(err)
 	}

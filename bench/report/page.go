@@ -166,7 +166,10 @@ var rstreamNotes = `` + "`goverbs rstream`" + ` (librdmacm's rstream over packag
 ` + "`--tcp`" + ` runs the same transfers over ` + "`net.TCPConn`" + `), in three placements: two processes on
 loopback, two processes in two namespaces joined by a veth pair at MTU 1500, and both ends in
 one process (` + "`--loop`" + `). Stream: ` + "`-S 65536 -C 4000`" + ` (4000 transfers of 64 KiB one way, then
-back). Request/response: ` + "`-S 64 -C 1 -I 20000`" + `, time per one-way transfer. Beside them,
+back). Request/response: ` + "`-S 64 -C 1 -I 20000`" + `, time per one-way transfer. On loopback and in
+one process the two devices reach each other through the same-host shortcut, shared-memory
+rings, their default ([guide/same-host.md](guide/same-host.md); ` + "`GOVERBS_SHM=0`" + ` gives the kernel's
+UDP); over the veth pair, in two namespaces, they use UDP. Beside them,
 goverbs' own ` + "`write_bw -s 65536`" + ` on loopback: what the verbs under the stream carry. A waiting
 Read or Write polls the connection's CQ for 50 µs (up to 250 µs while its waits take longer)
 before it blocks, as rsockets polls for its ` + "`polling_time`" + `, but only while such spins have been

@@ -351,7 +351,11 @@ func goverbsTool(t testing.TB) string {
 // TestAgainstGoTools runs Debian's C ping-pongs on the library against goverbs' pure-Go
 // ones, each as server and as client, with each side's default sizes: a default that
 // differs (ud_pingpong's is 1024, whatever its help says) shows as a local length error.
+// Both sides are kept on the kernel's UDP path (GOVERBS_SHM=0), as between two hosts:
+// the packets of the two builds are what meet (TestSameHostByDefault runs the pair
+// through the rings).
 func TestAgainstGoTools(t *testing.T) {
+	t.Setenv("GOVERBS_SHM", "0")
 	lib := library(t)
 	gobin := goverbsTool(t)
 	const iters = 100

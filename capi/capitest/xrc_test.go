@@ -84,8 +84,10 @@ func xsrqPingpong(t *testing.T, env func(dev string) []string) {
 // Go side records its packets, and the capture must be XRC a strict receiver accepts:
 // every ICRC verifies, tshark dissects every packet as InfiniBand with an XRC opcode and
 // nothing malformed, and the 4 bytes after the BTH of each request are the XRCETH naming
-// the peer's SRQ.
+// the peer's SRQ. Both programs are kept on the kernel's UDP path (GOVERBS_SHM=0), as an
+// interop run between two hosts would be: the capture is of what crossed the socket.
 func TestXSRQAgainstGoTools(t *testing.T) {
+	t.Setenv("GOVERBS_SHM", "0")
 	lib := library(t)
 	cbin := program(t, "ibv_xsrq_pingpong")
 	gobin := goverbsTool(t)

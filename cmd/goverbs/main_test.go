@@ -301,7 +301,16 @@ func TestPingpongChkPattern(t *testing.T) {
 	mustContain(t, "server", sr.stdout, "invalid data in page 0\n", "invalid data in page 1\n", "invalid data in page 2\n")
 }
 
+// overUDP pins the tools a test runs to the kernel's UDP path (GOVERBS_SHM=0): the
+// same-host shortcut, on by default, would carry two tools' datagrams through shared
+// memory, and a capture test is about what crosses the socket, as between two hosts.
+func overUDP(t *testing.T) {
+	t.Helper()
+	t.Setenv("GOVERBS_SHM", "0")
+}
+
 func TestPcap(t *testing.T) {
+	overUDP(t)
 	file := filepath.Join(t.TempDir(), "rc.pcap")
 	srv, cli := pingpongPair(t, "rc", "-s", "100", "--pcap", file)
 	mustSucceed(t, "server", srv)

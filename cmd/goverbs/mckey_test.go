@@ -16,6 +16,7 @@ import (
 // datagram, for its two QPs); the sender's capture holds the 10 datagrams, to the
 // group, at QPN 0xFFFFFF with rdma_cm's Q_Key, valid RoCEv2 that tshark dissects.
 func TestMckey(t *testing.T) {
+	overUDP(t)
 	group := testaddr.Group(testaddr.Goverbs).String()
 	r1, r2 := addrPair(t)
 	snd := testaddr.Free(t, testaddr.Goverbs).String()

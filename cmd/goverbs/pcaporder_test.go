@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"io"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -13,7 +14,18 @@ import (
 // TestPcapOrder: a capture holds each acknowledgement after the request it answers
 // (ACKs came before their requests in about one srq_pingpong or atomic_bw capture in
 // five, when the receive loop recorded a fast reply before the sender recorded its send).
+// On both paths: over the kernel's UDP, and through the same-host rings (the default for
+// two tools on one host), whose replies come faster still.
 func TestPcapOrder(t *testing.T) {
+	for _, shm := range []string{"0", "1"} {
+		t.Run("GOVERBS_SHM="+shm, func(t *testing.T) {
+			t.Setenv("GOVERBS_SHM", shm)
+			testPcapOrder(t)
+		})
+	}
+}
+
+func testPcapOrder(t *testing.T) {
 	dir := t.TempDir()
 	for _, c := range []struct {
 		tool   string
@@ -31,6 +43,9 @@ func TestPcapOrder(t *testing.T) {
 		cli := runBin(t, 60*time.Second, append(append([]string{c.tool, "--bind", b, "--pcap", file}, common...), a)...)
 		mustSucceed(t, c.tool+" server", srv.wait(t))
 		mustSucceed(t, c.tool+" client", cli)
+		if os.Getenv("GOVERBS_SHM") != "0" {
+			mustContain(t, c.tool+" client", cli.stderr, "path: same-host shared memory for")
+		}
 		checkAckOrder(t, file)
 	}
 }

@@ -17,6 +17,7 @@ import (
 // validated pings, the data printed as rping prints it, and a capture that is valid
 // RoCEv2 with the CM's handshake and disconnection in it.
 func TestRping(t *testing.T) {
+	overUDP(t)
 	a, b := addrPair(t)
 	file := filepath.Join(t.TempDir(), "rping.pcap")
 	sr, cli := runCMPair(t, "rdma_listen", []string{"rping", "-s", "-a", a, "-d", "-v"},

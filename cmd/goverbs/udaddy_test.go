@@ -14,6 +14,7 @@ import (
 // each resolves the server's UD QP through SIDR, sends ten datagrams and gets ten
 // replies; the client's capture holds the two SIDR exchanges.
 func TestUdaddy(t *testing.T) {
+	overUDP(t)
 	a, b := addrPair(t)
 	file := filepath.Join(t.TempDir(), "udaddy.pcap")
 	sr, cli := runCMPair(t, "udaddy: starting server", []string{"udaddy", "-b", a, "-c", "2"},

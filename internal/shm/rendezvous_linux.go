@@ -83,14 +83,20 @@ func (l *Listener) Accept() (*net.UnixConn, error) {
 func (l *Listener) Close() error { return l.l.Close() }
 
 // Dial connects to the rendezvous socket at path, if its directory is private to this
-// user and the process listening is this user's.
+// user and the process listening is this user's. A socket file nobody listens on (its
+// process died) refuses at once, and is removed (removeStale).
 func Dial(path string, timeout time.Duration) (*net.UnixConn, error) {
 	if err := checkDir(filepath.Dir(path)); err != nil {
 		return nil, err
 	}
+	var before unix.Stat_t
+	statErr := unix.Lstat(path, &before)
 	d := net.Dialer{Timeout: timeout}
 	c, err := d.Dial("unixpacket", path)
 	if err != nil {
+		if statErr == nil && errors.Is(err, unix.ECONNREFUSED) {
+			removeStale(path, &before)
+		}
 		return nil, err
 	}
 	uc := c.(*net.UnixConn)
@@ -99,6 +105,21 @@ func Dial(path string, timeout time.Duration) (*net.UnixConn, error) {
 		return nil, err
 	}
 	return uc, nil
+}
+
+// removeStale removes the socket file at path that refused a connection: nobody listens
+// on it, so the process that made it died without removing it (a clean Close removes
+// it). It goes only if path still names the file that refused (before, its Lstat
+// before the dial): a process that started listening there since, which replaces the
+// file (Listen), keeps its own. Between that check and the removal a new listener
+// would have to remove the old file and bind its own, some microseconds; if it did, its
+// peers reach it by UDP until it restarts, nothing worse.
+func removeStale(path string, before *unix.Stat_t) {
+	var now unix.Stat_t
+	if unix.Lstat(path, &now) != nil || now.Mode&unix.S_IFMT != unix.S_IFSOCK || now.Dev != before.Dev || now.Ino != before.Ino {
+		return
+	}
+	os.Remove(path)
 }
 
 // PeerPID is the process at the other end of c (SO_PEERCRED), 0 if unknown.

@@ -76,23 +76,37 @@ func ParseDevices(spec string) ([]Config, error) {
 	return out, nil
 }
 
-// EnvSameHost is the environment variable that, set to 1 (or "on", "true", "yes"), turns
-// the same-host shortcut on for every device (Config.SameHost for one); 0 ("off",
-// "false", "no"), like unset, leaves a program's own devices as Config says. goverbs
-// serve reads 0 as "off" for its devices, whose default is on.
+// EnvSameHost is the environment variable that switches the same-host shortcut for
+// every device of a process: 0 (or "off", "false", "no") turns it off, 1 ("on", "true",
+// "yes") or unset leaves it on, the default. A device's own Config.NoSameHost or
+// Config.SameHost, when set, wins over it: a program that chose for one device gets its
+// choice. goverbs serve reads it for its devices too.
 const EnvSameHost = "GOVERBS_SHM"
 
-// sameHostWanted reports whether the device cfg describes takes the same-host shortcut.
+// sameHostWanted reports whether the device cfg describes takes the same-host shortcut:
+// yes, unless its Config or GOVERBS_SHM turns it off, or another backend carries its
+// datagrams. On by default since its wrapper stopped costing the path to remote peers
+// (docs/guide/same-host.md, "When it applies", has the A/B over a veth pair); a device
+// that finds no peer on the host sends everything by UDP as before.
 func sameHostWanted(cfg Config) bool {
 	if cfg.NoSameHost || cfg.Backend != "" {
 		// Another backend (AF_XDP) has its own path for traffic within the host.
 		return false
 	}
-	switch strings.ToLower(strings.TrimSpace(os.Getenv(EnvSameHost))) {
-	case "1", "on", "true", "yes":
+	if cfg.SameHost {
 		return true
 	}
-	return cfg.SameHost
+	return !sameHostOffByEnv()
+}
+
+// sameHostOffByEnv reports whether GOVERBS_SHM turns the shortcut off (0, off, false,
+// no); any other value, and none, leaves it on.
+func sameHostOffByEnv() bool {
+	switch strings.ToLower(strings.TrimSpace(os.Getenv(EnvSameHost))) {
+	case "0", "off", "false", "no":
+		return true
+	}
+	return false
 }
 
 // debugLogger is the logger of a device whose Config has none: GOVERBS_DEBUG's, or nil.

@@ -149,6 +149,12 @@ func (s *Server) open(cfg soft.Config) (*device, error) {
 		// skips the kernel: the C flavour's perftest 64 KiB WRITE 1.3-1.5x and 8 B
 		// latency 0.5-0.6x its figures over UDP (capi/compare.sh FLAVOUR=attach, DESIGN).
 		cfg.SameHost = true
+	} else if !cfg.SameHost {
+		// Without the loop (a busy-poll daemon, another backend) nothing reads the rings
+		// as it reads the socket, and with GOVERBS_SHM=0 the daemon was asked for UDP:
+		// the device stays on it, where soft.Open's default for a program's own device
+		// would give it the rings.
+		cfg.NoSameHost = true
 	}
 	dev, err := soft.Open(cfg)
 	if err != nil {

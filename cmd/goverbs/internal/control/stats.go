@@ -56,7 +56,9 @@ func PrintQPStats(w io.Writer, qp *verbs.QP) {
 // PathLine says which path a device's datagrams took, for the line a tool prints when it
 // ends (issue 28: the tools say which path a run used): "" when the device has no
 // same-host shortcut (its counters have no samehost_ entries), otherwise how many of the
-// datagrams it sent crossed shared memory and how many the UDP socket carried.
+// datagrams it sent crossed shared memory and how many the UDP socket carried; "" too
+// when it sent nothing (a run that failed before its first packet took no path, and its
+// error should be the one line it prints).
 func PathLine(cs verbs.Counters) string {
 	var sent, ring uint64
 	on := false
@@ -69,10 +71,8 @@ func PathLine(cs verbs.Counters) string {
 		}
 	}
 	switch {
-	case !on:
+	case !on, sent == 0:
 		return ""
-	case sent == 0:
-		return "path: same-host shortcut on, nothing sent"
 	case ring == 0:
 		return fmt.Sprintf("path: UDP for all %d datagrams sent (same-host shortcut on, no goverbs peer found on this host)", sent)
 	case ring >= sent:

@@ -447,6 +447,9 @@ func (c *sameHostConn) finalize(p *shPair) {
 		return
 	}
 	c.mu.Lock()
+	// graved first: a reader that loads the new list sees it (ReadBatch).
+	c.graves = append(c.graves, p)
+	c.graved.Store(true)
 	old := *c.rx.Load()
 	rx := make([]*shPair, 0, len(old))
 	for _, q := range old {
@@ -455,8 +458,6 @@ func (c *sameHostConn) finalize(p *shPair) {
 		}
 	}
 	c.rx.Store(&rx)
-	c.graves = append(c.graves, p)
-	c.graved.Store(true)
 	if !c.closed.Load() {
 		c.rxEv.Signal() // a reader waiting with rmu held looks again, and reaps
 	}

@@ -46,6 +46,13 @@ func (c *sameHostConn) ReadBatch(msgs []Message) (int, error) {
 	defer c.rmu.Unlock()
 	for {
 		rx := *c.rx.Load()
+		if c.graved.Load() {
+			// A torn-down peer's pair left to the reader (finalize), which took it off
+			// the list after it set graved: the read of the ring to itself alone
+			// (readSelf) does not pass through pollLocked, which unmaps them, and a
+			// pair's teardown is what leaves a read with that ring alone.
+			c.reapLocked()
+		}
 		selfOnly := !c.busy && len(rx) == 1 && rx[0] == c.self
 		var n int
 		var err error
@@ -351,8 +358,7 @@ func (c *sameHostConn) readSelf(msgs []Message) (n, pkts int) {
 	}
 	n, pkts = c.readRing(c.self, msgs)
 	if n == 0 && ringsEmpty([]*shPair{c.self}) {
-		// Everything published up to pub is read. (readRing also reads nothing when
-		// the ring's lock is busy: WaitReadable's sleep holds it without c.rmu.)
+		// Everything published up to pub is read.
 		c.selfRead = pub
 	}
 	return n, pkts

@@ -5,7 +5,6 @@
 package engine
 
 import (
-	"encoding/binary"
 	"net/netip"
 
 	"github.com/goverbs/goverbs/netio"
@@ -187,7 +186,6 @@ func (d *Device) checkICRC(b []byte, from, to netip.AddrPort, qp *QP, seg int) b
 	if n < 0 {
 		return false
 	}
-	icrc := binary.LittleEndian.Uint32(b[n:])
 	var f wire.ICRCFlow
 	if qp != nil {
 		f = d.rxFlowFrom(qp, from)
@@ -195,8 +193,7 @@ func (d *Device) checkICRC(b []byte, from, to netip.AddrPort, qp *QP, seg int) b
 		ip := rxIP(from, to)
 		f = wire.NewICRCFlow(&ip)
 	}
-	if seg > 0 && seg < netio.MaxGSOSegments && f.Sum(netio.GSOSegmentID(0, seg), b[:n], nil, 0) == icrc ||
-		f.Sum(0, b[:n], nil, 0) == icrc {
+	if seg > 0 && seg < netio.MaxGSOSegments && f.Verify(netio.GSOSegmentID(0, seg), b) || f.Verify(0, b) {
 		qp.sawGoverbsID()
 		return true
 	}

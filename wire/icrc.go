@@ -59,6 +59,7 @@ func init() {
 	initFieldTabs()
 	initRecover()
 	initWholeTabs()
+	initFold()
 }
 
 // crcRaw advances the CRC register (no pre/post inversion) over p.
@@ -86,13 +87,31 @@ func crcWord4(crc uint32, w uint32) uint32 {
 	return crcTab[3][byte(x)] ^ crcTab[2][byte(x>>8)] ^ crcTab[1][byte(x>>16)] ^ crcTab[0][x>>24]
 }
 
-// crcAppend advances the register over p: hash/crc32 for long p, which works on the
-// inverted register, the tables here for short p.
+// crcAppend advances the register over p: crcLong for long p, hash/crc32 (which works on
+// the inverted register) for middling, the tables here for short p.
 func crcAppend(crc uint32, p []byte) uint32 {
+	if len(p) >= foldMin {
+		return crcLong(crc, p)
+	}
 	if len(p) >= 64 {
-		return ^crc32.Update(^crc, crc32.IEEETable, p)
+		return crcHash(crc, p)
 	}
 	return crcRaw(crc, p)
+}
+
+// foldMin is the shortest p crcLong takes.
+const foldMin = 256
+
+// crcHash advances the register over p with hash/crc32.
+func crcHash(crc uint32, p []byte) uint32 { return ^crc32.Update(^crc, crc32.IEEETable, p) }
+
+// xPowMod returns x^e modulo the CRC polynomial, bit-reflected (bit 31 is x^0).
+func xPowMod(e int) uint32 {
+	r := uint32(1 << 31)
+	for range e {
+		r = mulMod(r, 1<<30)
+	}
+	return r
 }
 
 // IPHeader is the IP and UDP context of a RoCEv2 packet: what the ICRC

@@ -195,6 +195,12 @@ type Device struct {
 	// takes neither qpMu nor the map when traffic stays on one QP.
 	rxQP     *QP
 	rxQPGone uint64
+	// A GRO run's packets for one QP are handled under one hold of its lock (rxRun:
+	// inside a run; rxHeld: the QP whose mu is held until the run ends or a packet for
+	// anything else comes), and a WRITE's packets under one pin of its region
+	// (responder.pinned). Owned by the receive path; see holdRx.
+	rxRun  bool
+	rxHeld *QP
 	// srRuns lists the QPs whose requester a SACK left to run at the end of the receive
 	// batch (srRunLater). Owned by the receive path.
 	srRuns []*QP

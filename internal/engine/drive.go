@@ -521,11 +521,14 @@ func (d *Device) inputBatch(n int) {
 				d.inputView(b, m.Buf, m.Addr, 0)
 			}
 		} else if m.SegSize > 0 {
+			d.rxRun = true
 			for seg := 0; len(b) > 0; seg++ {
 				k := min(m.SegSize, len(b))
 				d.input(b[:k], m.Addr, seg)
 				b = b[k:]
 			}
+			d.rxRun = false
+			d.releaseRx()
 		} else {
 			d.input(b, m.Addr, 0)
 		}

@@ -423,6 +423,7 @@ func (qp *QP) reset() {
 	qp.sq.head, qp.sq.req, qp.sq.tail = 0, 0, 0
 	qp.rq.head, qp.rq.tail = 0, 0
 	qp.req = requester{}
+	qp.resp.dropPin() // none is held outside a receive run; never lose one
 	qp.resp = responder{}
 	qp.acks = ackState{}
 	qp.comp.reset()

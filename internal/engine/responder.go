@@ -25,6 +25,9 @@ type responder struct {
 	recvOff  int
 	write    []byte  // the RDMA WRITE target, checked on FIRST/ONLY
 	writeReg *region // its region, pinned for each packet's copy (it may be invalidated mid-message)
+	// pinned is a region whose pin recvWrite kept for the next packet of a GRO run
+	// (Device.releaseRx, dropPin); nil when none is held.
+	pinned   *region
 	writeOff int
 	writeLen int
 	// placed: the WRITE packet being replayed was written already (selective.go's
@@ -228,6 +231,7 @@ func (qp *QP) recvWrite(p *wire.Packet, psn wire.PSN) bool {
 			qp.respError(wire.NAKInvalidRequest, driver.WCRemInvReqErr, psn, driver.EventQPReqErr)
 			return false
 		}
+		r.dropPin()
 		r.write, r.writeReg = nil, nil
 		if n > 0 { // a zero-length WRITE checks no key (IBTA 9.7.4.1.5, C9-88)
 			b, reg, ok := qp.remoteSpan(rkey, va, n, driver.AccessRemoteWrite)
@@ -254,15 +258,23 @@ func (qp *QP) recvWrite(p *wire.Packet, psn wire.PSN) bool {
 	if len(p.Payload) > 0 {
 		// The region may have been deregistered (or the window invalidated) since the
 		// FIRST packet: each packet pins it, and one that finds it gone is an access error.
-		if !r.writeReg.acquire() {
-			qp.dev.counters.AccessErrors.Add(1)
-			qp.respError(wire.NAKRemoteAccessError, driver.WCRemAccessErr, psn, driver.EventQPAccessErr)
-			return false
+		// Within a GRO run the pin is kept for the next packet (Device.releaseRx), so a
+		// packet that finds it kept finds the region valid: invalidation waits for it.
+		if r.pinned != r.writeReg {
+			r.dropPin()
+			if !r.writeReg.acquire() {
+				qp.dev.counters.AccessErrors.Add(1)
+				qp.respError(wire.NAKRemoteAccessError, driver.WCRemAccessErr, psn, driver.EventQPAccessErr)
+				return false
+			}
+			r.pinned = r.writeReg
 		}
 		if !r.placed {
 			copy(r.write[r.writeOff:], p.Payload)
 		}
-		r.writeReg.release()
+		if !qp.dev.rxRun || fl.Has(wire.Last) || fl.Has(wire.Only) {
+			r.dropPin()
+		}
 	}
 	r.writeOff += len(p.Payload)
 	if fl.Has(wire.Last) || fl.Has(wire.Only) {
@@ -276,6 +288,14 @@ func (qp *QP) recvWrite(p *wire.Packet, psn wire.PSN) bool {
 		r.write, r.writeReg = nil, nil
 	}
 	return true
+}
+
+// dropPin releases the pin recvWrite kept, if any.
+func (r *responder) dropPin() {
+	if r.pinned != nil {
+		r.pinned.release()
+		r.pinned = nil
+	}
 }
 
 // remoteSpan checks an rkey, range and right for a remote request (IBTA 9.7.4.1.5 and

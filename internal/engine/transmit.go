@@ -186,7 +186,7 @@ func (d *Device) commit(b *txBatch, hlen, payloadLen int, dst netip.AddrPort) {
 	pkt := m.Buf[b.used[i]:]
 	n := wire.Finish(pkt, hlen, payloadLen)
 	f := b.flowTo(d, dst)
-	binary.LittleEndian.PutUint32(pkt[n:], f.Sum(netio.GSOSegmentID(0, seg), pkt[:n], nil, 0))
+	binary.LittleEndian.PutUint32(pkt[n:], f.SumInPlace(netio.GSOSegmentID(0, seg), pkt, n))
 	size := n + wire.ICRCLen
 	if m.Iov != nil {
 		m.Iov = append(m.Iov, pkt[:size])

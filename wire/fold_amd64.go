@@ -1,0 +1,49 @@
+package wire
+
+import "golang.org/x/sys/cpu"
+
+// foldAVX512 is in fold_amd64.s.
+//
+//go:noescape
+func foldAVX512(crc uint32, p *byte, n int, k *foldKeys) uint32
+
+// foldKeys are the carry-less multiplication constants foldAVX512 moves 128-bit lanes
+// forward with: for a distance of D bits, x^(D+32) and x^(D-32) mod the polynomial,
+// bit-reflected and shifted left by one (the low and high halves of a lane), the pair
+// repeated for each lane of a 512-bit register.
+type foldKeys struct {
+	k2048  [8]uint64
+	k512   [8]uint64
+	k128   [2]uint64
+	k64    [2]uint64 // x^64 (the high half unused)
+	barret [2]uint64 // the polynomial (reflected, 33 bits) and x^64 / P, as hash/crc32 has them
+}
+
+var (
+	fold       foldKeys
+	foldWholes = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VPCLMULQDQ && cpu.X86.HasPCLMULQDQ && cpu.X86.HasAVX
+)
+
+func initFold() {
+	key := func(e int) uint64 { return uint64(xPowMod(e)) << 1 }
+	for i := 0; i < 8; i += 2 {
+		fold.k2048[i], fold.k2048[i+1] = key(2048+32), key(2048-32)
+		fold.k512[i], fold.k512[i+1] = key(512+32), key(512-32)
+	}
+	fold.k128[0], fold.k128[1] = key(128+32), key(128-32)
+	fold.k64[0] = key(64)
+	fold.barret = [2]uint64{0x1db710641, 0x1f7011641}
+}
+
+// crcLong advances the register over p, at least foldMin bytes: hash/crc32 (whose
+// AVX-512 loop folds one 512-bit accumulator, a multiplication's latency per 64 bytes)
+// or, where the CPU has VPCLMULQDQ, four accumulators in flight, 256 bytes a step.
+// Measured on the 2-core VM's Xeon (BenchmarkCRCLong, in cache): a 1 KiB packet's 1040
+// bytes in 21 ns with hash/crc32, 15 with foldAVX512; a 4 KiB packet's 4112 in 77 and 41.
+func crcLong(crc uint32, p []byte) uint32 {
+	if !foldWholes {
+		return crcHash(crc, p)
+	}
+	n := len(p) &^ 15
+	return crcRaw(foldAVX512(crc, &p[0], n, &fold), p[n:])
+}

@@ -181,8 +181,9 @@ request/response is bimodal on a VM, as the UDP ping-pong above is.
 var rspreloadNotes = `Debian's own ` + "`iperf3`" + ` and ` + "`sockperf`" + `, unmodified, with librdmacm1's
 ` + "`librspreload.so`" + ` preloaded: their TCP sockets become rsockets of goverbs' drop-in
 ` + "`librdmacm.so.1`" + ` (the C flavour, [guide/capi.md](guide/capi.md), "rsockets"), both devices in
-one ` + "`goverbs serve`" + `, so every byte goes through the daemon's RC WRITEs over UDP on
-loopback. The baseline is the same program on the kernel's TCP in the same round. Stream: the
+one ` + "`goverbs serve`" + `, so every byte goes through the daemon's RC WRITEs, between its two devices over
+the same-host rings, their default since 0aa5b26 (` + "`GOVERBS_SHM=0`" + ` for the daemon
+gives UDP on loopback). The baseline is the same program on the kernel's TCP in the same round. Stream: the
 receiver's rate of ` + "`iperf3`" + ` with its default 128 KiB writes, as a user runs it (the ratio
 depends on the write size: the kernel's TCP gains more from larger writes than rsockets does). Request/response: sockperf's average one-way latency of
 its 64-byte TCP ping-pong (half the round trip).

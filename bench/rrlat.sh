@@ -7,6 +7,11 @@
 #
 #   bench/rrlat.sh b1b9151 HEAD             # ROUNDS=5 ITERS=40000 by default
 #   PIN="taskset -c 0" bench/rrlat.sh HEAD  # both processes on one core
+#   VETH=1 bench/rrlat.sh c4f8d87 HEAD      # over a veth pair at MTU 1500 (root, iproute2)
+#
+# With VETH=1 the server runs in one network namespace and the client in another, joined
+# by a veth pair at MTU 1500 (bench/vethpair.sh, as bench/rstream.sh's veth mode): a
+# network path, which the same-host shortcut does not take.
 #
 # bench/rrlat/main.go is copied into each revision's tree: it uses rdmanet's public API
 # only. Run it alone on the machine.
@@ -15,12 +20,23 @@ cd "$(dirname "$0")/.."
 rounds=${ROUNDS:-5}
 iters=${ITERS:-40000}
 pin=${PIN:-}
+veth=${VETH:-0}
 work=$(mktemp -d)
+A=gvrr-a-$$ B=gvrr-b-$$ S=192.0.2.1 C=192.0.2.2 # TEST-NET-1: exists only in the namespaces
 cleanup() {
 	for d in "$work"/src-*; do [ -d "$d" ] && git worktree remove --force "$d" >/dev/null 2>&1; done
 	rm -rf "$work"
+	if [ "$veth" = 1 ]; then ip netns del "$A" 2>/dev/null || true; ip netns del "$B" 2>/dev/null || true; fi
 }
 trap cleanup EXIT
+insrv=() incli=()
+if [ "$veth" = 1 ]; then
+	. bench/vethpair.sh
+	veth_pair "$A" "$B" $S $C
+	ip -n "$A" link set va mtu 1500
+	ip -n "$B" link set vb mtu 1500
+	insrv=(ip netns exec "$A") incli=(ip netns exec "$B")
+fi
 variants=()
 if [ $# -eq 0 ]; then
 	go build -o "$work/tree" ./bench/rrlat
@@ -39,10 +55,11 @@ for r in $(seq "$rounds"); do
 	for v in "${variants[@]}"; do
 		net=127.$((RANDOM % 64 + 128)).$((RANDOM % 256)).$((RANDOM % 126 * 2 + 2))
 		srv=$net cli=${net%.*}.$((${net##*.} + 1)) port=$((RANDOM % 20000 + 20000))
-		$pin "$work/$v" -b "$srv" -p "$port" >"$work/srv.out" 2>&1 &
+		[ "$veth" = 1 ] && srv=$S cli=$C
+		"${insrv[@]}" $pin "$work/$v" -b "$srv" -p "$port" >"$work/srv.out" 2>&1 &
 		sp=$!
 		for _ in $(seq 100); do grep -q '^listening' "$work/srv.out" 2>/dev/null && break; sleep 0.05; done
-		if ! out=$(timeout 120 $pin "$work/$v" -b "$cli" -s "$srv" -p "$port" -n "$iters" 2>&1); then
+		if ! out=$(timeout 120 "${incli[@]}" $pin "$work/$v" -b "$cli" -s "$srv" -p "$port" -n "$iters" 2>&1); then
 			kill "$sp" 2>/dev/null || true
 			echo "rrlat $v failed: $out" >&2
 			exit 1

@@ -71,7 +71,7 @@ type Conn struct {
 	disconnect, release func()
 
 	rmu, wmu sync.Mutex // one Read and one Write at a time, as net.Conn's callers may race
-	rdl, wdl deadline
+	rdl, wdl *deadline
 
 	mu sync.Mutex
 	// Receiving: the ring holds rxAvail unread bytes from stream position rxHead on
@@ -323,6 +323,9 @@ func (c *Conn) Write(b []byte) (int, error) {
 			c.mu.Unlock()
 			if chunk >= overlapChunk {
 				c.pollOnce()
+			}
+			if n == len(b) {
+				return n, nil // all of it posted: no second look under c.mu
 			}
 			continue
 		}

@@ -52,7 +52,7 @@ type PacketConn struct {
 	room  chan struct{} // a token when a send slot frees
 
 	queue    chan datagram
-	rdl, wdl deadline
+	rdl, wdl *deadline
 	done     chan struct{}
 	cancel   context.CancelFunc
 	once     sync.Once

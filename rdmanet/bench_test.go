@@ -27,6 +27,12 @@ func BenchmarkRequestResponse64(b *testing.B) {
 
 func rdmaPair(b *testing.B) (net.Conn, net.Conn) {
 	da, db := testDevices(b)
+	return rdmaPairOn(b, da, db)
+}
+
+// rdmaPairOn connects two Conns on devices da and db, closed and torn down at the
+// benchmark's end.
+func rdmaPairOn(b *testing.B, da, db *verbs.Device) (*Conn, *Conn) {
 	x, y, err := testPair(b, da, db)
 	if err != nil {
 		b.Fatal(err)
@@ -120,15 +126,6 @@ func BenchmarkRequestResponse64UDP(b *testing.B) {
 		b.Cleanup(func() { dev.Close() })
 		return dev
 	}
-	x, y, err := testPair(b, open(), open())
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		x.Close()
-		y.Close()
-		<-x.tornDown
-		<-y.tornDown
-	})
+	x, y := rdmaPairOn(b, open(), open())
 	benchRR(b, x, y)
 }

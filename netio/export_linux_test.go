@@ -97,3 +97,10 @@ func SameHostGraves(c Conn) int {
 	defer s.mu.Unlock()
 	return len(s.graves)
 }
+
+// SameHostPaired reports whether c has a ring pair for a, closing or not (a dial to a
+// waits until it has none).
+func SameHostPaired(c Conn, a netip.AddrPort) bool {
+	e := (*c.(*sameHostConn).peers.Load())[a]
+	return e != nil && e.pair.Load() != nil
+}

@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/goverbs/goverbs/internal/shm"
 	"golang.org/x/sys/unix"
@@ -146,11 +147,31 @@ type shPair struct {
 	// rxMu; reapLocked).
 	closing atomic.Bool
 	dead    atomic.Bool
+	// gone is this side's word in the region's header, peerGone the far end's: a side
+	// stores 1 in its own as it drops the pair (teardown), before its device's UDP
+	// socket closes, and a writer that finds the far end's set sends by UDP instead.
+	// The lifeline's end says the same, but through a goroutine of the far end's that
+	// may run late: a device opened at once on the address of one just closed (rdmanet
+	// opens one per connection) sent a CM request whose reply went into the closed
+	// device's ring, and a lost REP costs the CM's retry timeout, seconds
+	// (TestCloseReleasesDevices, once in about 30 runs under load). A peer that sets
+	// ours only sends itself to UDP.
+	gone, peerGone *uint32
+	goneSeen       atomic.Bool // the writer has handed the pair to teardown for peerGone
+}
+
+// goneWords points p's gone flags into the region's header, mem: one word per side, on
+// cache lines of their own (the writer reads the far end's at every write), the side
+// that reads ring i (0 the acceptor, 1 the initiator) at goneOff+64*i.
+func (p *shPair) goneWords(mem []byte, rxRing int) {
+	word := func(i int) *uint32 { return (*uint32)(unsafe.Pointer(&mem[goneOff+64*i])) }
+	p.gone, p.peerGone = word(rxRing), word(1-rxRing)
 }
 
 // Region layout: a header page, then ring 0 (initiator to acceptor), then ring 1.
 const (
 	regionHdr   = 4096
+	goneOff     = 64 // shPair.goneWords: two words, 64 bytes apart, zero in a new region
 	regionMagic = "GVSHMR01"
 	// A hello or reply of version 01 carries no flags; version 02 has a flags word
 	// (helloFlagSteered), sent only by a Steered Conn, so that a build that knows only
@@ -479,6 +500,13 @@ const ringHdr = 8
 // pair is closing (nothing was written).
 func (c *sameHostConn) ringWrite(p *shPair, m *Message) bool {
 	if p.closing.Load() || p.dead.Load() {
+		return false
+	}
+	if p.peerGone != nil && atomic.LoadUint32(p.peerGone) != 0 {
+		// The far end dropped the pair (its device is closing): nobody reads this ring.
+		if !p.goneSeen.Swap(true) {
+			go c.teardown(p, true)
+		}
 		return false
 	}
 	chunk, seg := m.N, 0

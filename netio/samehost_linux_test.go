@@ -245,6 +245,46 @@ func TestSameHostPeerGone(t *testing.T) {
 	exchange(t, a, b2, 5)
 }
 
+// TestSameHostPeerReopened: a device closed and another opened at once on its address
+// (rdmanet opens one per connection) gets every datagram sent to that address after
+// the close, though the sender has not yet read the end of the old pair's lifeline: the
+// closed side marks the pair gone in shared memory before its socket closes
+// (shPair.gone), so the sender's next write goes by UDP, not into a ring nobody reads.
+// Before, a CM reply was lost that way about once in 30 runs of rdmanet's
+// TestCloseReleasesDevices under load, and the connection failed after 5 s.
+func TestSameHostPeerReopened(t *testing.T) {
+	dir := rendezvousDir(t)
+	a := sameHost(t, "127.0.0.2:0", dir, netio.UDPOptions{})
+	b := sameHost(t, "127.0.0.3:0", dir, netio.UDPOptions{})
+	baddr := b.LocalAddr()
+	for i := range 20 {
+		// The last round's pair was dropped (by its writer, finding it gone, or by
+		// its lifeline's end): a dials the new device.
+		for start := time.Now(); netio.SameHostPaired(a, baddr); time.Sleep(100 * time.Microsecond) {
+			if time.Since(start) > 5*time.Second {
+				t.Fatalf("round %d: the closed device's pair is still a's", i)
+			}
+		}
+		if err := netio.SameHostConnect(a, baddr); err != nil {
+			t.Fatalf("round %d: rendezvous: %v", i, err)
+		}
+		waitPeers(t, b, 1)
+		b.Close()
+		u, err := netio.ListenUDP(baddr, netio.UDPOptions{})
+		if err != nil {
+			t.Skipf("address taken meanwhile: %v", err)
+		}
+		b2, err := netio.ListenSameHost(u, netio.SameHostOptions{Dir: dir, RingSize: 256 << 10})
+		if err != nil {
+			u.Close()
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b2.Close() })
+		exchange(t, a, b2, 5)
+		b = b2
+	}
+}
+
 // TestSameHostRefused: a rendezvous socket that refuses (here a fake one) leaves the
 // traffic on UDP, silently.
 func TestSameHostRefused(t *testing.T) {

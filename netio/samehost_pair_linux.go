@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -220,6 +221,7 @@ func (c *sameHostConn) dial(e *shPeer) error {
 		c.fallbacks.Add(1)
 		return fail(errors.New("netio: same-host peer answers for another address"))
 	}
+	p.goneWords(mem, 1)
 	if p.tx, err = shm.NewRecordProducer(ringMem(mem, c.ring, 0), c.ring); err == nil {
 		p.rx, err = shm.NewRecordConsumer(ringMem(mem, c.ring, 1), c.ring)
 	}
@@ -323,6 +325,7 @@ func (c *sameHostConn) accept(uc *net.UnixConn) {
 		return
 	}
 	p := &shPair{peerLocal: peerLocal, peerSrc: peerSrc, initiator: peerLocal, region: region, uc: uc, peerEv: peerEv, lowOnly: steered}
+	p.goneWords(mem, 0)
 	if p.rx, err = shm.NewRecordConsumer(ringMem(mem, ring, 0), ring); err == nil {
 		p.tx, err = shm.NewRecordProducer(ringMem(mem, ring, 1), ring)
 	}
@@ -365,7 +368,10 @@ func (c *sameHostConn) install(p *shPair) {
 	}
 	var loser *shPair
 	if cur := e.pair.Load(); cur != nil && !cur.closing.Load() {
-		if p.initiator.Compare(cur.initiator) < 0 {
+		// Equal initiators: the peer's address dialled again, a new device there (the
+		// old one closed, its lifeline's end not yet read here) or the same one after
+		// its side dropped the pair. The newer pair is the one that side reads: it wins.
+		if p.initiator.Compare(cur.initiator) <= 0 {
 			loser = cur
 		} else {
 			loser = p
@@ -422,6 +428,10 @@ func (c *sameHostConn) teardown(p *shPair, drain bool) {
 			c.finalize(p)
 		}
 		return
+	}
+	if p.gone != nil {
+		// Mapped until finalize, below: the far end's writer goes by UDP from now on.
+		atomic.StoreUint32(p.gone, 1)
 	}
 	if p.uc != nil {
 		p.uc.Close()
@@ -519,10 +529,17 @@ func (c *sameHostConn) Close() error {
 	// lend more while rmu is held here), and the rings are unmapped after that.
 	c.viewMu.Lock()
 	c.viewMu.Unlock()
-	err := c.inner.Close()
 	c.mu.Lock()
 	rx := *c.rx.Load()
 	c.mu.Unlock()
+	// The far ends learn before the address is free for another device to bind
+	// (shPair.gone); no pair is unmapped while rmu is held here.
+	for _, p := range rx {
+		if p.gone != nil && !p.dead.Load() {
+			atomic.StoreUint32(p.gone, 1)
+		}
+	}
+	err := c.inner.Close()
 	for _, p := range rx {
 		c.teardown(p, false)
 	}

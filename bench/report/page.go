@@ -112,6 +112,10 @@ How to read it:
 }
 
 var loopbackNotes = strings.TrimLeft(`
+These runs take the kernel's UDP path, as between hosts: bench/compare.sh sets
+`+"`GOVERBS_SHM=0`"+`, since two goverbs processes on one host otherwise meet through the
+same-host shortcut, on by default, which has its own section below.
+
 How to read the latency rows:
 - Default mode: goverbs' perftest tools poll the CQ in a loop for up to 50 µs before they
   block on the completion channel, as perftest polls, and a default-mode poll of an empty CQ
@@ -140,7 +144,7 @@ and context switches.
 `
 
 var samehostNotes = `Two goverbs processes on one host whose devices have the same-host shortcut on
-(` + "`GOVERBS_SHM=1`" + `): their datagrams cross rings in shared memory instead of the kernel's UDP
+(their default; the script sets ` + "`GOVERBS_SHM=1`" + `): their datagrams cross rings in shared memory instead of the kernel's UDP
 path ([guide/same-host.md](guide/same-host.md)). Each shared-memory figure is beside the same
 tools with ` + "`GOVERBS_SHM=0`" + ` in the same round, except ` + "`-e`" + `, which is beside Go's
 unix-socket 8-byte ping-pong through the netpoller (` + "`bench/nettest unix_lat`" + `). The -e rows

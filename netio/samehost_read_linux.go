@@ -46,17 +46,17 @@ func (c *sameHostConn) ReadBatch(msgs []Message) (int, error) {
 	defer c.rmu.Unlock()
 	for {
 		rx := *c.rx.Load()
-		if c.graved.Load() {
-			// A torn-down peer's pair left to the reader (finalize), which took it off
-			// the list after it set graved: the read of the ring to itself alone
-			// (readSelf) does not pass through pollLocked, which unmaps them, and a
-			// pair's teardown is what leaves a read with that ring alone.
-			c.reapLocked()
-		}
 		selfOnly := !c.busy && len(rx) == 1 && rx[0] == c.self
 		var n int
 		var err error
 		if selfOnly && !c.udpFirst && !c.lending.Load() {
+			if c.graved.Load() {
+				// A torn-down peer's pair left to the reader (finalize), which took it
+				// off the list after it set graved: this read of the ring to itself
+				// alone does not pass through pollLocked, which unmaps them, and a
+				// pair's teardown is what leaves a read with that ring alone.
+				c.reapLocked()
+			}
 			// The socket is read by readDirect's read below, which tries it before it
 			// waits: a poll of it here first was a second recvmmsg per wait, a failed
 			// one (strace -c of write_bw's sender over a veth pair: 2881 failed

@@ -77,7 +77,13 @@ func runPyverbs(t *testing.T, env []string) string {
 	ran := regexp.MustCompile(`(?m)^Ran (\d+) tests`).FindStringSubmatch(out)
 	skipped := regexp.MustCompile(`(?m)^OK \(skipped=(\d+)\)$`).FindStringSubmatch(out)
 	if err != nil || ran == nil || skipped == nil {
-		t.Fatalf("pyverbs: %v\n%s", err, out)
+		// unittest prints its failures' tracebacks after the run, below "=====" lines;
+		// they go first, since a CI log keeps only the head of a long message.
+		failures := ""
+		if i := strings.Index(out, "\n======"); i >= 0 {
+			failures = out[i+1:]
+		}
+		t.Fatalf("pyverbs: %v\nfailures:\n%s\nthe whole output:\n%s", err, failures, out)
 	}
 	t.Logf("pyverbs: %s tests, %s skipped, none failed", ran[1], skipped[1])
 	return out

@@ -4,6 +4,7 @@
 package engine
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -133,14 +134,25 @@ func (cq *CQ) Take(out []driver.WC) (int, error) {
 }
 
 // Resize changes the ring size, keeping the completions in it (ibv_resize_cq). Deferred
-// posts are sent first: an RNIC has long completed a UD send posted before, and a
-// resize below the completions it holds must fail (pyverbs' test_resize_cq).
+// posts are sent first, those waiting for a poll (doorbell) and those left to the sender
+// goroutine: an RNIC has long completed a UD send posted before, and a resize below the
+// completions it holds must fail (pyverbs' test_resize_cq).
 func (cq *CQ) Resize(depth int) error {
+	return cq.ResizeHolding(depth, 0)
+}
+
+// ResizeHolding is Resize for a caller that holds held of the CQ's completions outside
+// it (the daemon, in a client's ring): the new depth must hold them too.
+func (cq *CQ) ResizeHolding(depth, held int) error {
 	cq.dev.doorbell.flush()
+	cq.dev.sender.flush()
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
-	if depth < 1 || depth > MaxCQE || depth < cq.n {
+	if depth < 1 || depth > MaxCQE {
 		return ErrCQSize
+	}
+	if n := cq.n + held; depth < n {
+		return driver.NewError(driver.ErrInvalidAttr, fmt.Sprintf("resize CQ to %d: it holds %d completions", depth, n))
 	}
 	ring := make([]driver.WC, depth)
 	for i := 0; i < cq.n; i++ {

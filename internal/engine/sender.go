@@ -16,8 +16,12 @@ import (
 // posts PostSend batched on a default-mode device, and, where a busy-poll device's
 // doorbell has no alarm, the posts that doorbell deferred (doorbell.go).
 type sender struct {
-	mu   sync.Mutex
-	qps  []*QP
+	mu  sync.Mutex
+	qps []*QP
+	// busy is held while the goroutine works through what it took from qps, so that
+	// flush, which holds it too, returns only when every post queued before it has
+	// been sent, by the one or the other.
+	busy sync.Mutex
 	wake chan struct{}
 	stop chan struct{}
 	done chan struct{}
@@ -53,6 +57,7 @@ func (s *sender) run(db *doorbell) {
 		case <-s.stop:
 			return
 		}
+		s.busy.Lock()
 		db.flush()
 		for {
 			s.mu.Lock()
@@ -84,5 +89,26 @@ func (s *sender) run(db *doorbell) {
 				work[i] = nil
 			}
 		}
+		s.busy.Unlock()
+	}
+}
+
+// flush sends the posts queued for the goroutine now, on the caller's thread, and waits
+// for those the goroutine is sending: a verb that must see every completion of what was
+// posted before it (CQ.Resize) calls it. The QPs stay queued, for the response bursts
+// only the goroutine sends; their posts are gone, so the goroutine finds nothing of
+// them to send.
+func (s *sender) flush() {
+	s.busy.Lock()
+	defer s.busy.Unlock()
+	s.mu.Lock()
+	qps := append([]*QP(nil), s.qps...)
+	s.mu.Unlock()
+	for _, qp := range qps {
+		qp.mu.Lock()
+		if !qp.closed && qp.state != driver.QPStateReset {
+			qp.sendQueued()
+		}
+		qp.mu.Unlock()
 	}
 }

@@ -4,7 +4,6 @@ package server
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"sync/atomic"
 
@@ -140,13 +139,10 @@ func (s *session) command(op attach.Op, r *attach.Reader, w *attach.Writer, fds 
 		depth := int(r.U32())
 		// A device's CQ holds every completion not yet polled: here the client's ring
 		// holds some, and the daemon others. The client's posts before this command are
-		// taken first, as a device has them once they are posted.
+		// taken first, as a device has them once they are posted; the engine sends
+		// those it deferred before it counts.
 		s.step()
-		if n := c.prod.Pending() + len(c.carry) + len(c.extra); depth < n {
-			return nil, driver.NewError(driver.ErrInvalidAttr,
-				fmt.Sprintf("resize CQ to %d: it holds %d completions", depth, n))
-		}
-		if err := c.cq.Resize(depth); err != nil {
+		if err := c.eng.ResizeHolding(depth, c.prod.Pending()+len(c.carry)+len(c.extra)); err != nil {
 			return nil, err
 		}
 		w.U32(uint32(c.cq.Depth()))

@@ -204,6 +204,11 @@ const dialRetry = time.Second
 // handshakeTimeout bounds a rendezvous.
 const handshakeTimeout = 2 * time.Second
 
+// resolveWait is how long Resolve waits for a rendezvous it started or found under way.
+// A live peer's answer takes microseconds (a goroutine's wake-up under load: tens of
+// milliseconds at worst); a peer that takes longer is reached by UDP until it answers.
+const resolveWait = 100 * time.Millisecond
+
 // ListenSameHost wraps inner, a UDP Conn (ListenUDP, either mode), with the same-host
 // shortcut: it serves a rendezvous socket for inner's LocalAddr, and from then on
 // datagrams to a peer address that another goverbs device of this user serves on this

@@ -797,6 +797,56 @@ func TestSameHostStaleRendezvous(t *testing.T) {
 	}
 }
 
+// TestSameHostResolveSilentPeer: a rendezvous socket that accepts and never answers (a
+// stopped process's device) holds Resolve, which a QP's move to RTR calls, for a moment
+// only, not the handshake's timeout; datagrams go by UDP meanwhile, and the dial given
+// up in the background counts as a failed one.
+func TestSameHostResolveSilentPeer(t *testing.T) {
+	dir := rendezvousDir(t)
+	a := sameHost(t, "127.0.0.2:0", dir, netio.UDPOptions{})
+	remote, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 4)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer remote.Close()
+	raddr := remote.LocalAddr().(*net.UDPAddr).AddrPort()
+	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: filepath.Join(dir, netio.SameHostSockName(raddr)), Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan *net.UnixConn, 1)
+	go func() {
+		if uc, err := l.AcceptUnix(); err == nil {
+			accepted <- uc // held open, never answered
+		}
+	}()
+	defer func() {
+		select {
+		case uc := <-accepted:
+			uc.Close()
+		default:
+		}
+	}()
+	r, _ := netio.AsResolver(a)
+	start := time.Now()
+	r.Resolve(raddr)
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("Resolve waited %v for a peer that never answers", took)
+	}
+	if _, err := a.WriteBatch([]netio.Message{{Buf: []byte("by UDP"), N: 6, Addr: raddr}}); err != nil {
+		t.Fatal(err)
+	}
+	remote.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 64)
+	if n, err := remote.Read(buf); err != nil || string(buf[:n]) != "by UDP" {
+		t.Fatalf("the remote socket read %q, %v", buf[:n], err)
+	}
+	if s, _ := netio.SameHostStatsOf(a); s.Peers != 0 || s.TxPackets != 0 {
+		t.Fatalf("with a silent peer: %v", s)
+	}
+}
+
 // TestSameHostSelfWakeAllocsNothing: a default-mode Conn with no peer's ring waits in its
 // socket's own wait (readDirect), and a write to its ring to itself interrupts that wait;
 // the round allocates nothing. The interrupted wait's error was made anew each time, a

@@ -52,31 +52,35 @@ func (c *sameHostConn) entry(a netip.AddrPort) *shPeer {
 }
 
 // Resolve makes the rendezvous with dest now, if dest may be a same-host device and
-// none is made or failed recently (Resolver).
+// none is made or failed recently (Resolver), so that a QP's first packets already take
+// the rings. It waits at most resolveWait: a peer that accepted and does not answer (a
+// stopped process, one too loaded to run its accept loop) must not hold the verb that
+// resolves (a QP's move to RTR, an AH's creation) for the handshake's whole timeout. The
+// rendezvous goes on in the background meanwhile, and datagrams go by UDP until it is
+// made.
 func (c *sameHostConn) Resolve(dest netip.AddrPort) {
 	if !c.wantsRing(dest) {
 		return
 	}
 	e := c.entry(dest)
-	deadline := time.Now().Add(handshakeTimeout)
-	for {
-		if e.pair.Load() != nil || e.holding.Load() {
-			return
-		}
-		if e.dialing.CompareAndSwap(false, true) {
-			break
-		}
-		if time.Now().After(deadline) {
-			return
-		}
-		time.Sleep(100 * time.Microsecond) // the dialer is at it: wait for its outcome
+	if e.pair.Load() != nil || e.holding.Load() {
+		return
 	}
-	if e.pair.Load() == nil {
-		if err := c.dial(e); err != nil {
-			holdOff(e)
-		}
+	if e.dialing.CompareAndSwap(false, true) {
+		go func() {
+			if e.pair.Load() == nil {
+				if err := c.dial(e); err != nil {
+					holdOff(e)
+				}
+			}
+			e.dialing.Store(false)
+		}()
 	}
-	e.dialing.Store(false)
+	// Whoever dials, wait for its outcome, briefly: a live peer answers in microseconds.
+	deadline := time.Now().Add(resolveWait)
+	for e.pair.Load() == nil && e.dialing.Load() && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Microsecond)
+	}
 }
 
 // maybeDial hands e to the dialer unless a rendezvous is under way or failed recently.

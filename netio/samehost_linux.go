@@ -266,8 +266,19 @@ func ListenSameHost(inner Conn, opts SameHostOptions) (Conn, error) {
 	}
 	go c.acceptLoop()
 	go c.dialLoop()
+	if _, swept := sweptDirs.LoadOrStore(c.dir, true); !swept {
+		go shm.SweepStale(c.dir, "shm-", staleAge)
+	}
 	return c, nil
 }
+
+// sweptDirs holds the rendezvous directories this process swept: once each, at its
+// first device's opening, in the background (a directory of a thousand files takes a
+// few milliseconds of connect(2) calls).
+var sweptDirs sync.Map
+
+// staleAge is how old a rendezvous file must be before a sweep may judge it stale.
+const staleAge = time.Minute
 
 func (c *sameHostConn) initEpoll() error {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)

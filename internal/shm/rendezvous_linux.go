@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -114,12 +115,57 @@ func Dial(path string, timeout time.Duration) (*net.UnixConn, error) {
 // file (Listen), keeps its own. Between that check and the removal a new listener
 // would have to remove the old file and bind its own, some microseconds; if it did, its
 // peers reach it by UDP until it restarts, nothing worse.
-func removeStale(path string, before *unix.Stat_t) {
+func removeStale(path string, before *unix.Stat_t) bool {
 	var now unix.Stat_t
 	if unix.Lstat(path, &now) != nil || now.Mode&unix.S_IFMT != unix.S_IFSOCK || now.Dev != before.Dev || now.Ino != before.Ino {
-		return
+		return false
 	}
-	os.Remove(path)
+	return os.Remove(path) == nil
+}
+
+// SweepStale removes the socket files in dir whose names begin with prefix and end in
+// ".sock", that are older than minAge and that nobody listens on: those of processes
+// killed before they could close their devices (a clean Close removes its own). Without
+// a sweep they pile up, one per killed process and address, since a file is otherwise
+// removed only when a peer happens to dial that very address. A file younger than minAge
+// is left alone: its listener may be between bind and listen. It reports how many it
+// removed.
+func SweepStale(dir, prefix string, minAge time.Duration) int {
+	if checkDir(dir) != nil {
+		return 0
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	removed := 0
+	for _, e := range ents {
+		name := e.Name()
+		if e.Type()&os.ModeSocket == 0 || !strings.HasPrefix(name, prefix) || !strings.HasSuffix(name, ".sock") {
+			continue
+		}
+		path := filepath.Join(dir, name)
+		var st unix.Stat_t
+		if unix.Lstat(path, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFSOCK ||
+			time.Since(time.Unix(st.Mtim.Unix())) < minAge {
+			continue
+		}
+		if refuses(path) && removeStale(path, &st) {
+			removed++
+		}
+	}
+	return removed
+}
+
+// refuses reports whether a connection to the unix socket at path is refused at once:
+// no process listens on it. A listener gets a connection that closes unused.
+func refuses(path string) bool {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	return errors.Is(unix.Connect(fd, &unix.SockaddrUnix{Name: path}), unix.ECONNREFUSED)
 }
 
 // PeerPID is the process at the other end of c (SO_PEERCRED), 0 if unknown.

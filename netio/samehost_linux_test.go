@@ -734,6 +734,31 @@ func staleSocket(t *testing.T, path string) {
 	}
 }
 
+// plainUDP is a UDP socket with no goverbs device behind it, closed when the test ends.
+func plainUDP(t *testing.T) (*net.UDPConn, netip.AddrPort) {
+	t.Helper()
+	remote, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 4)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { remote.Close() })
+	return remote, remote.LocalAddr().(*net.UDPAddr).AddrPort()
+}
+
+// sendByUDP sends a datagram from a to remote, which must read it.
+func sendByUDP(t *testing.T, a netio.Conn, remote *net.UDPConn) {
+	t.Helper()
+	raddr := remote.LocalAddr().(*net.UDPAddr).AddrPort()
+	if _, err := a.WriteBatch([]netio.Message{{Buf: []byte("by UDP"), N: 6, Addr: raddr}}); err != nil {
+		t.Fatal(err)
+	}
+	remote.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 64)
+	if n, err := remote.Read(buf); err != nil || string(buf[:n]) != "by UDP" {
+		t.Fatalf("the remote socket read %q, %v", buf[:n], err)
+	}
+}
+
 // TestSameHostStaleRendezvous: the rendezvous files of a process that died without
 // closing its devices (the shortcut is on by default, so every crashed goverbs program
 // leaves them) neither break nor slow anything. A device opened later on the same address
@@ -745,12 +770,7 @@ func TestSameHostStaleRendezvous(t *testing.T) {
 	a := sameHost(t, "127.0.0.2:0", dir, netio.UDPOptions{})
 
 	// A plain UDP socket where a crashed device's file still names the address.
-	remote, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 4)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer remote.Close()
-	raddr := remote.LocalAddr().(*net.UDPAddr).AddrPort()
+	remote, raddr := plainUDP(t)
 	stalePath := filepath.Join(dir, netio.SameHostSockName(raddr))
 	staleSocket(t, stalePath)
 	r, ok := netio.AsResolver(a)
@@ -765,14 +785,7 @@ func TestSameHostStaleRendezvous(t *testing.T) {
 	if _, err := os.Lstat(stalePath); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the stale rendezvous file is still there (%v)", err)
 	}
-	if _, err := a.WriteBatch([]netio.Message{{Buf: []byte("by UDP"), N: 6, Addr: raddr}}); err != nil {
-		t.Fatal(err)
-	}
-	remote.SetReadDeadline(time.Now().Add(5 * time.Second))
-	buf := make([]byte, 64)
-	if n, err := remote.Read(buf); err != nil || string(buf[:n]) != "by UDP" {
-		t.Fatalf("the remote socket read %q, %v", buf[:n], err)
-	}
+	sendByUDP(t, a, remote)
 	if s, _ := netio.SameHostStatsOf(a); s.Peers != 0 || s.TxPackets != 0 || s.Fallbacks != 0 {
 		t.Fatalf("after a stale rendezvous file: %v", s)
 	}
@@ -804,12 +817,7 @@ func TestSameHostStaleRendezvous(t *testing.T) {
 func TestSameHostResolveSilentPeer(t *testing.T) {
 	dir := rendezvousDir(t)
 	a := sameHost(t, "127.0.0.2:0", dir, netio.UDPOptions{})
-	remote, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 4)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer remote.Close()
-	raddr := remote.LocalAddr().(*net.UDPAddr).AddrPort()
+	remote, raddr := plainUDP(t)
 	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: filepath.Join(dir, netio.SameHostSockName(raddr)), Net: "unixpacket"})
 	if err != nil {
 		t.Fatal(err)
@@ -834,14 +842,7 @@ func TestSameHostResolveSilentPeer(t *testing.T) {
 	if took := time.Since(start); took > time.Second {
 		t.Fatalf("Resolve waited %v for a peer that never answers", took)
 	}
-	if _, err := a.WriteBatch([]netio.Message{{Buf: []byte("by UDP"), N: 6, Addr: raddr}}); err != nil {
-		t.Fatal(err)
-	}
-	remote.SetReadDeadline(time.Now().Add(5 * time.Second))
-	buf := make([]byte, 64)
-	if n, err := remote.Read(buf); err != nil || string(buf[:n]) != "by UDP" {
-		t.Fatalf("the remote socket read %q, %v", buf[:n], err)
-	}
+	sendByUDP(t, a, remote)
 	if s, _ := netio.SameHostStatsOf(a); s.Peers != 0 || s.TxPackets != 0 {
 		t.Fatalf("with a silent peer: %v", s)
 	}

@@ -205,9 +205,12 @@ const dialRetry = time.Second
 const handshakeTimeout = 2 * time.Second
 
 // resolveWait is how long Resolve waits for a rendezvous it started or found under way.
-// A live peer's answer takes microseconds (a goroutine's wake-up under load: tens of
-// milliseconds at worst); a peer that takes longer is reached by UDP until it answers.
-const resolveWait = 100 * time.Millisecond
+// A live peer's answer takes microseconds, tens of milliseconds on a machine loaded
+// with race-detector tests; a peer that takes longer is reached by UDP until it
+// answers. Generous, since a connection's first packets on UDP and the rest through
+// the rings can arrive out of order (recovered, at a retransmission's price), and tests
+// that a run took the rings throughout (capitest's TestSameHostByDefault) would flake.
+const resolveWait = 500 * time.Millisecond
 
 // ListenSameHost wraps inner, a UDP Conn (ListenUDP, either mode), with the same-host
 // shortcut: it serves a rendezvous socket for inner's LocalAddr, and from then on

@@ -76,7 +76,7 @@ func (c *sameHostConn) Resolve(dest netip.AddrPort) {
 			e.dialing.Store(false)
 		}()
 	}
-	// Whoever dials, wait for its outcome, briefly: a live peer answers in microseconds.
+	// Whoever dials, wait for its outcome, for a while: a live peer answers in microseconds.
 	deadline := time.Now().Add(resolveWait)
 	for e.pair.Load() == nil && e.dialing.Load() && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Microsecond)

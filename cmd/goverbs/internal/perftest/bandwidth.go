@@ -47,6 +47,8 @@ func (b *bandwidth) send(ctx context.Context, size int) (bwRow, int, error) {
 	deadline := start.Add(time.Duration(b.p.Duration) * time.Second)
 	marks := []mark{{0, start}}
 	period := 0 // --run_infinitely: the marks of the current period start here
+	// Every mark is kept only for the peak (addMark).
+	peak := !duration && !b.o.noPeak
 	totalDone, totalPosted := 0, 0
 	stopped := false
 	rate, perMsg := b.o.rateBytes()
@@ -123,7 +125,7 @@ func (b *bandwidth) send(ctx context.Context, size int) (bwRow, int, error) {
 			totalDone += done - completed[i]
 			completed[i] = done
 		}
-		marks = append(marks, mark{totalDone, time.Now()})
+		marks = addMark(marks, period+1, mark{totalDone, time.Now()}, peak)
 	}
 	sent := 0
 	for i := range posted {
@@ -202,7 +204,7 @@ func (b *bandwidth) recv(size int, target <-chan int, idleEnd bool) (bwRow, erro
 				return bwRow{}, err
 			}
 		}
-		marks = append(marks, mark{received, now})
+		marks = addMark(marks, 1, mark{received, now}, b.p.Duration == 0 && !b.o.noPeak)
 	}
 	if len(marks) == 0 {
 		return bwRow{Bytes: size}, nil

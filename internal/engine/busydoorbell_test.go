@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"errors"
+	"github.com/goverbs/goverbs/internal/engine"
 	"net/netip"
 	"runtime"
 	"slices"
@@ -143,6 +144,54 @@ func TestBusyPollAwaitedPostLeavesAtOnce(t *testing.T) {
 	}
 	if !judged {
 		t.Skipf("%d posts never came as one stream in less than 40 µs here", 2*posts)
+	}
+}
+
+// TestBusyPollStreamSetsTheAlarmOncePerDelay: a stream of bursts, each sent by the poll
+// that follows it, sets the doorbell's alarm about once per alarmDelay (50 µs), not once
+// per burst: a flush leaves it armed. Setting and stopping it reprograms the CPU's timer,
+// some 6 µs each on a VM, and write_bw's 8 B client paid both for every burst.
+func TestBusyPollStreamSetsTheAlarmOncePerDelay(t *testing.T) {
+	a, ca, c := busyPipePair(t, 16, 17)
+	p := newPair(t, a, c, verbs.QPTypeRC, defaultRC())
+	const burst, bursts = 8, 24
+	src, dst := a.MR(t, burst*bursts*8, allAccess), c.MR(t, burst*bursts*8, allAccess)
+	wrs := writeStream(burst*bursts, src, dst) // the last signaled
+	wcs := make([]verbs.WC, 1)
+	judged := false
+	for try := 0; try < 20 && !judged; try++ {
+		sets0, _ := engine.AlarmSets(a.GID)
+		streamed := true
+		start := time.Now()
+		for k := range bursts {
+			for i := range burst {
+				before := ca.writes.Load()
+				if err := p.QA.PostSend(wrs[k*burst+i]); err != nil {
+					t.Fatal(err)
+				}
+				if i >= 2 && i < burst-1 && ca.writes.Load() != before {
+					streamed = false // not deferred: the stream gap did not hold
+				}
+			}
+			if _, err := a.CQ.Poll(wcs[:0]); err != nil { // sends the burst
+				t.Fatal(err)
+			}
+		}
+		took := time.Since(start)
+		sets, ok := engine.AlarmSets(a.GID)
+		waitWC(t, a.CQ, 1, 5*time.Second)
+		if !ok || !streamed || took > 200*time.Microsecond {
+			continue
+		}
+		judged = true
+		// At most one set per started alarmDelay, and one more for a burst that deferred
+		// right before the alarm expired.
+		if n, most := sets-sets0, int64(took/(50*time.Microsecond))+2; n > most {
+			t.Errorf("%d bursts in %v set the alarm %d times; want at most %d", bursts, took, n, most)
+		}
+	}
+	if !judged {
+		t.Skipf("%d bursts never came as a stream in less than 200 µs here", bursts)
 	}
 }
 

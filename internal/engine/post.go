@@ -82,8 +82,8 @@ func (qp *QP) PostSend(wrs []driver.SendWR) error {
 //     still be recognized; a deferred post is short, so its start serves (one clock
 //     read per streamed post, not two).
 //   - Where the stream would wait for a poll, its second post still leaves at once: a
-//     deferral arms and disarms the doorbell's alarm (two timerfd syscalls), more than
-//     the send it saves in a burst of two (rdmanet's data and credit, whose
+//     deferral arms the doorbell's alarm (a timerfd syscall, and the alarm's wake-up),
+//     more than the send it saves in a burst of two (rdmanet's data and credit, whose
 //     request/response was slower when that pair waited for the poll).
 //
 // Waking the sender goroutine for every burst of a spinning program's stream, rather

@@ -14,13 +14,14 @@ import (
 // that fires a millisecond late. Nor can the netpoller: while every P has a goroutine to run (a
 // poller that yields, say) the runtime looks at it only every 10 ms (sysmon). A thread
 // blocked in read(2) is woken by the kernel at the timer's high-resolution expiry, and
-// its goroutine runs on an idle P, or next to a yielding one. set and stop are one
-// syscall each, made once per stream, not per post. The doorbell's mutex serializes
+// its goroutine runs on an idle P, or next to a yielding one. set is one syscall, made
+// about once per alarmDelay while a stream defers, not per post. The doorbell's mutex serializes
 // every method but wait; release comes after the waiter has gone.
 type alarm struct {
 	fd   int
 	spec unix.ItimerSpec
 	buf  [8]byte
+	sets int64 // calls of set, for tests (AlarmSets)
 }
 
 func newAlarm() *alarm {
@@ -33,14 +34,9 @@ func newAlarm() *alarm {
 
 // set makes the alarm expire after d (once).
 func (a *alarm) set(d time.Duration) error {
+	a.sets++
 	a.spec.Value = unix.NsecToTimespec(int64(max(d, 1)))
 	return unix.TimerfdSettime(a.fd, 0, &a.spec, nil)
-}
-
-// stop disarms the alarm; an expiry not yet read is forgotten.
-func (a *alarm) stop() {
-	a.spec.Value = unix.Timespec{}
-	_ = unix.TimerfdSettime(a.fd, 0, &a.spec, nil)
 }
 
 // wait blocks until the alarm expires.
@@ -55,3 +51,5 @@ func (a *alarm) wait() error {
 
 // release closes the timer; nobody waits or sets it any more.
 func (a *alarm) release() { unix.Close(a.fd) }
+
+func alarmSets(a *alarm) int64 { return a.sets }

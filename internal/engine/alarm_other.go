@@ -15,6 +15,7 @@ type alarm struct{}
 func newAlarm() *alarm { return nil }
 
 func (a *alarm) set(time.Duration) error { return errors.ErrUnsupported }
-func (a *alarm) stop()                   {}
 func (a *alarm) wait() error             { return errors.ErrUnsupported }
 func (a *alarm) release()                {}
+
+func alarmSets(*alarm) int64 { return 0 }

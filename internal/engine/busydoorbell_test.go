@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"errors"
+	"github.com/goverbs/goverbs/internal/engine"
 	"net/netip"
 	"runtime"
 	"slices"
@@ -76,8 +77,11 @@ func TestBusyPollStreamLeavesAtPoll(t *testing.T) {
 		took := time.Since(start)
 		waitWC(t, a.CQ, 1, 5*time.Second) // polling sends the rest
 		sent := ca.writes.Load() - before
-		if judged = took < 40*time.Microsecond; judged && (queued > 2 || sent > 4) {
-			t.Fatalf("%d posts in %v: %d send calls before the poll, %d in all; want the stream sent at the poll, in a few", posts, took, queued, sent)
+		// Two send calls for the stream's first two posts, and one for its last: the
+		// signaled request the program waits for leaves at once, with the posts before
+		// it (TestBusyPollAwaitedPostLeavesAtOnce).
+		if judged = took < 40*time.Microsecond; judged && (queued > 3 || sent > 4) {
+			t.Fatalf("%d posts in %v: %d send calls before the poll, %d in all; want the stream sent at its last post or the poll, in a few", posts, took, queued, sent)
 		}
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -89,6 +93,105 @@ func TestBusyPollStreamLeavesAtPoll(t *testing.T) {
 	}
 	if !judged { // the bytes arrived; the batching itself could not be judged here
 		t.Skipf("%d posts never took less than 40 µs here (the race detector slows them 10×)", posts)
+	}
+}
+
+// TestBusyPollAwaitedPostLeavesAtOnce: in a stream whose posts wait for the next poll
+// (doorbell batching), a signaled post with no other signaled request outstanding on the
+// QP, the completion the program will wait for, leaves before PostSend returns, with the
+// posts queued before it; a signaled post behind another outstanding one waits as the
+// rest of the stream does. write_bw's loop (128 in flight, every 100th signaled) waited a
+// whole round trip per completion when that request left only at the poll after its
+// window was full.
+func TestBusyPollAwaitedPostLeavesAtOnce(t *testing.T) {
+	a, ca, c := busyPipePair(t, 14, 15)
+	p := newPair(t, a, c, verbs.QPTypeRC, defaultRC())
+	const posts = 16
+	src, dst := a.MR(t, 2*posts*8, allAccess), c.MR(t, 2*posts*8, allAccess)
+	fill(src.Buf(), 3)
+	wrs := writeStream(2*posts, src, dst) // the last signaled
+	wrs[posts-1].Flags = verbs.SendSignaled
+	judged := false
+	for try := 0; try < 20 && !judged; try++ {
+		streamed := true // every post after the first two waited (the stream gap held)
+		var first, second bool
+		start := time.Now()
+		for i := range wrs {
+			before := ca.writes.Load()
+			if err := p.QA.PostSend(wrs[i]); err != nil {
+				t.Fatal(err)
+			}
+			left := ca.writes.Load() != before
+			switch {
+			case i == posts-1:
+				first = left
+			case i == 2*posts-1:
+				second = left
+			case i >= 2 && left:
+				streamed = false
+			}
+		}
+		took := time.Since(start)
+		waitWC(t, a.CQ, 2, 5*time.Second)
+		if judged = streamed && took < 40*time.Microsecond; judged {
+			if !first {
+				t.Errorf("%d posts in %v: the signaled post %d, the only one outstanding, waited for the poll", 2*posts, took, posts)
+			}
+			if second {
+				t.Errorf("%d posts in %v: the signaled post %d left at once with post %d's completion outstanding", 2*posts, took, 2*posts, posts)
+			}
+		}
+	}
+	if !judged {
+		t.Skipf("%d posts never came as one stream in less than 40 µs here", 2*posts)
+	}
+}
+
+// TestBusyPollStreamSetsTheAlarmOncePerDelay: a stream of bursts, each sent by the poll
+// that follows it, sets the doorbell's alarm about once per alarmDelay (50 µs), not once
+// per burst: a flush leaves it armed. Setting and stopping it reprograms the CPU's timer,
+// some 6 µs each on a VM, and write_bw's 8 B client paid both for every burst.
+func TestBusyPollStreamSetsTheAlarmOncePerDelay(t *testing.T) {
+	a, ca, c := busyPipePair(t, 16, 17)
+	p := newPair(t, a, c, verbs.QPTypeRC, defaultRC())
+	const burst, bursts = 8, 24
+	src, dst := a.MR(t, burst*bursts*8, allAccess), c.MR(t, burst*bursts*8, allAccess)
+	wrs := writeStream(burst*bursts, src, dst) // the last signaled
+	wcs := make([]verbs.WC, 1)
+	judged := false
+	for try := 0; try < 20 && !judged; try++ {
+		sets0, _ := engine.AlarmSets(a.GID)
+		streamed := true
+		start := time.Now()
+		for k := range bursts {
+			for i := range burst {
+				before := ca.writes.Load()
+				if err := p.QA.PostSend(wrs[k*burst+i]); err != nil {
+					t.Fatal(err)
+				}
+				if i >= 2 && i < burst-1 && ca.writes.Load() != before {
+					streamed = false // not deferred: the stream gap did not hold
+				}
+			}
+			if _, err := a.CQ.Poll(wcs[:0]); err != nil { // sends the burst
+				t.Fatal(err)
+			}
+		}
+		took := time.Since(start)
+		sets, ok := engine.AlarmSets(a.GID)
+		waitWC(t, a.CQ, 1, 5*time.Second)
+		if !ok || !streamed || took > 200*time.Microsecond {
+			continue
+		}
+		judged = true
+		// At most one set per started alarmDelay, and one more for a burst that deferred
+		// right before the alarm expired.
+		if n, most := sets-sets0, int64(took/(50*time.Microsecond))+2; n > most {
+			t.Errorf("%d bursts in %v set the alarm %d times; want at most %d", bursts, took, n, most)
+		}
+	}
+	if !judged {
+		t.Skipf("%d bursts never came as a stream in less than 200 µs here", bursts)
 	}
 }
 

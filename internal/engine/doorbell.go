@@ -22,8 +22,10 @@ import (
 //
 // A post must still leave within microseconds when nobody polls: an RNIC completes a UD
 // send that soon after the doorbell, and a program may wait for the peer by other means.
-// The first post deferred arms the device's alarm (alarmDelay); the flush that sends it
-// disarms it, so the alarm's goroutine wakes only when no poll came in time. The alarm
+// The first post deferred arms the device's alarm (alarmDelay), unless it is armed
+// already; a flush leaves it armed, and when it expires its goroutine sends whatever is
+// deferred then (nothing, when a poll came in time), so that a stream sets it about once
+// per alarmDelay, not twice per burst (flush has why). The alarm
 // and its goroutine start with the device's first deferral (startAlarm): the goroutine
 // holds a thread in read(2), which a device whose polls never drive it (most
 // default-mode ones) need not pay. Where there is no alarm (no timerfd), the sender
@@ -95,12 +97,19 @@ func (b *doorbell) flush() {
 	b.flushing.Store(true) // before n goes to 0: whoever sees 0 then sees this
 	b.work, b.qps = b.qps, b.work[:0]
 	b.n.Store(0)
-	if b.armed {
-		b.armed = false
-		if b.alarm != nil && !b.closed {
-			b.alarm.stop()
-		}
+	if b.armed && (b.alarm == nil || b.closed) {
+		b.armed = false // the sender was woken: the next deferral wakes it again
 	}
+	// An armed alarm is left to expire, and a deferral while it is armed does not set it
+	// again: it expires at most alarmDelay after the first deferral since it last
+	// expired, and sends what is deferred then, if anything. Setting and stopping a
+	// timer that is the CPU's next to expire reprograms the CPU's timer, which on the
+	// VM the figures come from is a trip through the hypervisor each: about 6 µs to set
+	// the alarm and 6 to stop it (one 5 ms out, behind the scheduler's tick, 0.3 µs),
+	// and a stream paid both for each burst (DESIGN.md, "Doorbell batching"). A stream
+	// that keeps deferring now sets it once per alarmDelay, and its goroutine wakes that
+	// often while the stream lasts. A post deferred shortly before the alarm expires
+	// leaves sooner than alarmDelay after it, with the rest: never later.
 	b.mu.Unlock()
 	for i, qp := range b.work {
 		qp.mu.Lock()
@@ -139,7 +148,7 @@ func (b *doorbell) close() {
 		return
 	}
 	if b.alarm != nil {
-		_ = b.alarm.set(0) // as stop does: a timerfd set to a valid time does not fail
+		_ = b.alarm.set(0) // expire now (1 ns): a timerfd set to a valid time does not fail
 	}
 	b.closed = true
 	a, end := b.alarm, b.alarmEnd

@@ -147,7 +147,7 @@ func (d *Device) spinRx(seen, polled uint32) {
 		// ReadBatch watches it again.
 		d.unwatch.Unwatch()
 	}
-	start := nanotime()
+	start, budget := nanotime(), d.spinBudget()
 	for {
 		if d.closed.Load() || d.leads.Load() != seen || d.polls.Load()-polled >= tightPolls {
 			return
@@ -158,19 +158,28 @@ func (d *Device) spinRx(seen, polled uint32) {
 			return
 		}
 		if n > 0 {
-			small := d.spinnable(n)
+			small, b := d.spinnable(n), d.spinBudget()
 			d.processRx(n)
 			if !small {
 				return // a bulk stream: its batches pay for the wake-up
 			}
-			start = nanotime()
+			start, budget = nanotime(), b
 			continue
 		}
-		if nanotime()-start > int64(rxSpin) {
+		if nanotime()-start > budget {
 			return
 		}
 		runtime.Gosched()
 	}
+}
+
+// spinBudget is how long spinRx polls on after the batch just read: rxSpinRings after
+// one from the same-host rings, rxSpin otherwise.
+func (d *Device) spinBudget() int64 {
+	if d.fromRings() {
+		return int64(rxSpinRings)
+	}
+	return int64(rxSpin)
 }
 
 // spinnable reports whether the first n messages of the receive batch are traffic that
@@ -198,8 +207,16 @@ func (d *Device) smallBatch(n int) bool {
 // rxSpin is how long rxLoop reads on after its last batch when traffic is dense, and
 // denseGap how short its last sleep must have been for that (spinRx); smallPacket is
 // what a batch's packets must stay under on average (smallBatch).
+//
+// rxSpinRings is spinRx's budget after a batch from the same-host rings. A receiver
+// whose spin ran out while its sender was held up slept, and was woken by the sender's
+// eventfd write some 40 µs later on the VM (a halted vCPU's wake-up), with the sender's
+// window waiting on its ACK meanwhile (DESIGN.md, "The per-message cost budget"); 200
+// µs covers most such gaps. Over UDP the spin takes the core the sender's kernel work
+// needs, and stays at rxSpin.
 const (
 	rxSpin      = 50 * time.Microsecond
+	rxSpinRings = 200 * time.Microsecond
 	denseGap    = 4 * rxSpin
 	smallPacket = 512
 )

@@ -48,3 +48,23 @@ func InjectCNP(gid [16]byte, qpn uint32) bool {
 	d.inputCNP(d.lookupQP(qpn))
 	return true
 }
+
+// AlarmSets reports how many times the doorbell's alarm of the device with GID gid was
+// set, and false if the device is gone or has no alarm.
+func AlarmSets(gid [16]byte) (int64, bool) {
+	w, ok := devices.Load(gid)
+	if !ok {
+		return 0, false
+	}
+	d := w.(weak.Pointer[Device]).Value()
+	if d == nil {
+		return 0, false
+	}
+	b := &d.doorbell
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.alarm == nil {
+		return 0, false
+	}
+	return alarmSets(b.alarm), true
+}

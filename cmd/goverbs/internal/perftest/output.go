@@ -169,13 +169,42 @@ type mark struct {
 // whose growing (the copies, the new pages' faults and clearing, the write barriers of
 // time.Time's pointer) was 8% of the sender's CPU (perf), the side that bounds that
 // stream.
+//
+// Where the peak is wanted, marks are kept at a spacing in messages that only grows: a
+// new mark replaces the newest one (the run's end so far) until it lies as far past the
+// one before as that one lies past its own predecessor, and when maxPeakMarks are kept
+// every other one goes, doubling the spacing. bwStats looks at every pair of marks,
+// quadratic in their number, and a mark per poll made a long -n run's report take
+// longer than the run (perftest's own peak is quadratic in the iterations, hence its
+// advice to use -N). The peak is over stretches of at least a tenth of the run, which
+// marks a 2/maxPeakMarks of the run apart bound within half a percent.
 func addMark(marks []mark, fixed int, m mark, all bool) []mark {
-	if all || len(marks) <= fixed {
-		return append(marks, m)
+	if !all && len(marks) > fixed {
+		marks[len(marks)-1] = m
+		return marks
 	}
-	marks[len(marks)-1] = m
-	return marks
+	if l := len(marks); all && l-fixed >= 3 {
+		if gap := marks[l-2].n - marks[l-3].n; marks[l-1].n-marks[l-2].n < gap {
+			marks[l-1] = m
+			return marks
+		}
+		if l-fixed >= maxPeakMarks {
+			// Every other one, counted back from the newest, which stays: the spacing
+			// doubles up to it, and the rule above keeps the new spacing from there.
+			odd := (l - 1 - fixed) % 2
+			k := fixed
+			for i := fixed + odd; i < l; i += 2 {
+				marks[k] = marks[i]
+				k++
+			}
+			marks = marks[:k]
+		}
+	}
+	return append(marks, m)
 }
+
+// maxPeakMarks bounds the marks kept for the peak (addMark).
+const maxPeakMarks = 4096
 
 func bwStats(size int, marks []mark, noPeak bool) bwRow {
 	last := marks[len(marks)-1]

@@ -1,6 +1,7 @@
 package perftest
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -16,8 +17,9 @@ func TestAddMark(t *testing.T) {
 		all = addMark(all, 1, at(i), true)
 		few = addMark(few, 1, at(i), false)
 	}
-	if len(all) != n+1 {
-		t.Fatalf("with the peak: %d marks kept of %d", len(all), n+1)
+	if len(all) > maxPeakMarks+1 || all[0] != at(0) || all[len(all)-1] != at(n) {
+		t.Fatalf("with the peak: %d marks kept of %d (%v ... %v), want at most %d, the first and the newest among them",
+			len(all), n+1, all[0], all[len(all)-1], maxPeakMarks+1)
 	}
 	if len(few) != 2 || few[0] != at(0) || few[1] != at(n) {
 		t.Fatalf("without the peak: %d marks kept (%v ... %v), want the first and the newest", len(few), few[0], few[len(few)-1])
@@ -33,5 +35,38 @@ func TestAddMark(t *testing.T) {
 	}
 	if len(p) != 4 || p[2] != at(9) || p[3] != at(19) {
 		t.Fatalf("period marks %v", p)
+	}
+}
+
+// TestPeakFromThinnedMarks: a long run with a mark per message keeps a bounded number of
+// marks, spread evenly enough that the peak from them is the run's fastest stretch
+// within a percent. The run goes at one message a microsecond, but at two for a fifth of
+// its messages, which is then the fastest stretch of at least a tenth of the run.
+func TestPeakFromThinnedMarks(t *testing.T) {
+	start := time.Unix(1000, 0)
+	const n = 1000000
+	marks := []mark{{0, start}}
+	now := time.Duration(0)
+	for i := 1; i <= n; i++ {
+		if i > 400000 && i <= 600000 {
+			now += 500 * time.Nanosecond // the fast fifth
+		} else {
+			now += time.Microsecond
+		}
+		marks = addMark(marks, 1, mark{i, start.Add(now)}, true)
+	}
+	if len(marks) > maxPeakMarks+1 {
+		t.Fatalf("%d marks kept", len(marks))
+	}
+	const size = 65536
+	r := bwStats(size, marks, false)
+	// The fast fifth: 200000 messages in 100 ms, longer than a tenth of the 900 ms run
+	// and more than a tenth of its messages.
+	want := float64(size) * 200000 / 0.1 / (1 << 20)
+	if r.PeakMiB < 0.99*want || r.PeakMiB > 1.001*want {
+		t.Fatalf("peak %.1f MiB/s from %d marks, want %.1f", r.PeakMiB, len(marks), want)
+	}
+	if avg := float64(size) * n / 0.9 / (1 << 20); math.Abs(r.AvgMiB-avg) > avg*1e-9 {
+		t.Fatalf("average %.1f MiB/s, want %.1f", r.AvgMiB, avg)
 	}
 }

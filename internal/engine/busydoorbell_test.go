@@ -2,7 +2,6 @@ package engine_test
 
 import (
 	"errors"
-	"github.com/goverbs/goverbs/internal/engine"
 	"net/netip"
 	"runtime"
 	"slices"
@@ -10,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goverbs/goverbs/internal/engine"
 	"github.com/goverbs/goverbs/netio"
 	"github.com/goverbs/goverbs/netio/netiotest"
 	"github.com/goverbs/goverbs/verbs"

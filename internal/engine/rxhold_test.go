@@ -20,17 +20,9 @@ import (
 func TestRunPinDroppedBeforeInvalidate(t *testing.T) {
 	conn := netiotest.NewConn(fuzzLocal)
 	conn.KeepWritten()
-	dev, err := New(Config{Name: "rxhold", Conn: conn, MTU: wire.MTU1024})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pd, _ := dev.allocPD()
-	cq, _ := dev.newCQ(64)
-	qp, err := dev.CreateQP(pd, QPInit{Type: driver.QPTypeRC, SendCQ: cq, RecvCQ: cq,
-		Cap: driver.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: 64}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev, pd, cq, qp := rcOnConn(t, "rxhold", conn, wire.MTU1024, 64,
+		driver.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: 64})
+	defer dev.Close()
 	rcUp(t, qp, fuzzPeer.Addr(), fuzzPeerQPN, 0, fuzzSQPSN)
 	mem := make([]byte, 4096)
 	mr, err := pd.regMR(mem, driver.AccessLocalWrite|driver.AccessRemoteWrite|driver.AccessMWBind)
@@ -103,5 +95,4 @@ func TestRunPinDroppedBeforeInvalidate(t *testing.T) {
 			t.Errorf("WR %d: %v", id, st)
 		}
 	}
-	dev.Close()
 }

@@ -67,14 +67,7 @@ func (c *sameHostConn) Resolve(dest netip.AddrPort) {
 		return
 	}
 	if e.dialing.CompareAndSwap(false, true) {
-		go func() {
-			if e.pair.Load() == nil {
-				if err := c.dial(e); err != nil {
-					holdOff(e)
-				}
-			}
-			e.dialing.Store(false)
-		}()
+		go c.dialTaken(e)
 	}
 	// Whoever dials, wait for its outcome, for a while: a live peer answers in microseconds.
 	deadline := time.Now().Add(resolveWait)
@@ -165,12 +158,20 @@ func (c *sameHostConn) dialLoop() {
 		case <-c.done:
 			return
 		case e := <-c.dialCh:
-			if err := c.dial(e); err != nil {
-				holdOff(e)
-			}
-			e.dialing.Store(false)
+			c.dialTaken(e)
 		}
 	}
+}
+
+// dialTaken makes the rendezvous with e, whose dialing flag the caller set, unless a
+// pair was made meanwhile; a failure holds e off (holdOff). It clears the flag.
+func (c *sameHostConn) dialTaken(e *shPeer) {
+	if e.pair.Load() == nil {
+		if err := c.dial(e); err != nil {
+			holdOff(e)
+		}
+	}
+	e.dialing.Store(false)
 }
 
 // dial makes a ring pair with the device at e.addr, if one of this user's serves it.

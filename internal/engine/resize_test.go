@@ -4,6 +4,7 @@ import (
 	"errors"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -16,29 +17,7 @@ import (
 func TestResizeCountsDeferredSends(t *testing.T) {
 	const qkey = 0x22222222
 	a, b := newHost(t), newHost(t)
-	cq, err := a.Dev.CreateCQ(8, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cq.Close() })
-	qa, err := a.PD.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeUD, SendCQ: cq, RecvCQ: cq,
-		Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { qa.Close() })
-	for _, m := range []struct {
-		attr verbs.QPAttr
-		mask verbs.QPAttrMask
-	}{
-		{verbs.QPAttr{State: verbs.QPStateInit, Port: 1, QKey: qkey}, verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrQKey},
-		{verbs.QPAttr{State: verbs.QPStateRTR}, verbs.QPAttrState},
-		{verbs.QPAttr{State: verbs.QPStateRTS}, verbs.QPAttrState | verbs.QPAttrSQPSN},
-	} {
-		if err := qa.Modify(&m.attr, m.mask); err != nil {
-			t.Fatal(err)
-		}
-	}
+	qa, cq := udQP(t, a, qkey), a.CQ
 	qb := udQP(t, b, qkey)
 	ah, err := a.PD.CreateAH(verbs.AHAttr{DGID: b.GID, Port: 1, HopLimit: 64})
 	if err != nil {
@@ -46,7 +25,7 @@ func TestResizeCountsDeferredSends(t *testing.T) {
 	}
 	src := a.MR(t, 64, allAccess)
 
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	procs := runtime.GOMAXPROCS(1)
 	const sends = 6
 	for i := 0; i < sends; i++ {
 		if err := qa.PostSend(verbs.SendWR{ID: uint64(i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
@@ -55,11 +34,11 @@ func TestResizeCountsDeferredSends(t *testing.T) {
 		}
 	}
 	err = cq.Resize(1)
-	runtime.GOMAXPROCS(2)
+	runtime.GOMAXPROCS(procs)
 	if !errors.Is(err, verbs.ErrInvalidAttr) {
 		t.Fatalf("resize to 1 below %d sent sends: %v, want invalid attribute", sends, err)
 	}
-	wcs := waitWC(t, cq, sends, 5e9)
+	wcs := waitWC(t, cq, sends, 5*time.Second)
 	for _, wc := range wcs {
 		if wc.Status != verbs.WCSuccess {
 			t.Fatalf("send %d: %v", wc.ID, wc.Status)

@@ -72,6 +72,14 @@ type Message struct {
 	// It is memory another process can write while it is read: copy what is checked
 	// before checking it. It stays valid until the reader's ReleaseViews or next read.
 	View []byte
+	// SameHost, on read only: the data crossed shared memory from a goverbs device of
+	// this host (the same-host shortcut's rings), not a wire. Nothing on that way flips
+	// a bit, so a receiver need not check the ICRC, as Linux's loopback device marks its
+	// packets' checksums unnecessary (CHECKSUM_UNNECESSARY) instead of computing them.
+	// It vouches for nothing else: a hostile peer computes a valid ICRC as easily as it
+	// skips one, so every other check stands. A Conn that has rings sets it, true or
+	// false, on every message it fills; the others leave it false.
+	SameHost bool
 	// Iov, on write only, gathers the data from several slices instead of
 	// Buf: when it is non-nil the message is their concatenation, N bytes in
 	// all, and Buf is not used. At most MaxIov slices. The kernel copies

@@ -332,6 +332,54 @@ func TestSameHostRefused(t *testing.T) {
 	}
 }
 
+// TestSameHostMarksRingDatagrams: what a read takes from a ring is marked SameHost (its
+// receiver skips the ICRC), and a datagram from the socket read into the same slots
+// afterwards is not: a stale mark would let a corrupted datagram off the wire through.
+func TestSameHostMarksRingDatagrams(t *testing.T) {
+	for _, busy := range []bool{false, true} {
+		dir := rendezvousDir(t)
+		a, b := sameHost(t, "127.0.0.2:0", dir, netio.UDPOptions{BusyPoll: busy}), sameHost(t, "127.0.0.3:0", dir, netio.UDPOptions{BusyPoll: busy})
+		if err := netio.SameHostConnect(a, b.LocalAddr()); err != nil {
+			t.Fatal(err)
+		}
+		waitPeers(t, b, 1)
+		rd := make([]netio.Message, 4)
+		for i := range rd {
+			rd[i].Buf = make([]byte, netio.MaxGROSize)
+		}
+		read := func(want string) netio.Message {
+			t.Helper()
+			deadline := time.Now().Add(5 * time.Second)
+			for time.Now().Before(deadline) {
+				k, err := b.ReadBatch(rd)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, m := range rd[:k] {
+					if string(m.Buf[:m.N]) == want {
+						return m
+					}
+				}
+			}
+			t.Fatalf("busy-poll %v: %q never arrived", busy, want)
+			return netio.Message{}
+		}
+		if _, err := a.WriteBatch([]netio.Message{{Buf: []byte("by ring"), N: 7, Addr: b.LocalAddr()}}); err != nil {
+			t.Fatal(err)
+		}
+		if m := read("by ring"); !m.SameHost {
+			t.Errorf("busy-poll %v: a datagram from a ring is not marked SameHost", busy)
+		}
+		remote, _ := plainUDP(t)
+		if _, err := remote.WriteToUDPAddrPort([]byte("by socket"), b.LocalAddr()); err != nil {
+			t.Fatal(err)
+		}
+		if m := read("by socket"); m.SameHost {
+			t.Errorf("busy-poll %v: a datagram from the socket is marked SameHost", busy)
+		}
+	}
+}
+
 // TestSameHostGarbage: a peer that scribbles over the ring it writes gets its datagrams
 // dropped and counted; the reader neither panics nor stops, and later traffic flows.
 func TestSameHostGarbage(t *testing.T) {

@@ -327,14 +327,14 @@ func (c *sameHostConn) readRing(p *shPair, msgs []Message) (n, pkts int) {
 			for off := 0; off < len(data) && n < len(msgs); off += seg {
 				m = &msgs[n]
 				m.N = copy(m.Buf, data[off:min(off+seg, len(data))])
-				m.Addr, m.SegSize, m.Iov, m.View, m.ECN, m.TrafficClass = p.peerSrc, 0, nil, nil, ecn, tc
+				m.Addr, m.SegSize, m.Iov, m.View, m.ECN, m.TrafficClass, m.SameHost = p.peerSrc, 0, nil, nil, ecn, tc, true
 				n++
 				pkts++
 			}
 			p.rx.Release()
 			continue
 		}
-		m.Addr, m.Iov, m.ECN, m.TrafficClass = p.peerSrc, nil, ecn, tc
+		m.Addr, m.Iov, m.ECN, m.TrafficClass, m.SameHost = p.peerSrc, nil, ecn, tc, true
 		p.rx.Release()
 		n++
 	}

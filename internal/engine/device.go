@@ -94,6 +94,9 @@ type Device struct {
 	cc       congestion.Config // DCQCN's parameters; off unless Enabled (congestion.go)
 	ect      bool              // requests and responses leave ECT(0)
 	rxECN    netio.ECN         // the ECN codepoint of the datagram being input
+	// rxIntact: the datagram being input crossed a same-host ring (netio.Message.SameHost),
+	// where nothing corrupts it: its ICRC is not checked (input, inputView).
+	rxIntact bool
 
 	// splitAcks: an ACK riding with requests leaves in a send of its own after
 	// theirs (busy poll on a Conn with Caps.SplitAcks; see runRequester).

@@ -524,6 +524,7 @@ func (d *Device) inputBatch(n int) {
 		m := &d.rxMsgs[i]
 		b := m.Buf[:m.N]
 		d.rxECN = m.ECN // a GRO run has one codepoint: the kernel coalesces only equal TOS
+		d.rxIntact = m.SameHost
 		if m.View != nil {
 			// Lent in place from a same-host peer's ring (netio.ViewReader), m.Buf free.
 			lent = true

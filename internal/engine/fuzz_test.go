@@ -119,11 +119,14 @@ var (
 	viewRigOnce sync.Once
 	viewRig     *fuzzRig
 	viewRigErr  error
+	shmRigOnce  sync.Once
+	shmRig      *fuzzRig
+	shmRigErr   error
 )
 
 // getRig returns the process's rig, building it on first use. Inputs run one at a time.
 func getRig(t testing.TB) *fuzzRig {
-	rigOnce.Do(func() { theRig, rigErr = newFuzzRig(false) })
+	rigOnce.Do(func() { theRig, rigErr = newFuzzRig(false, false) })
 	if rigErr != nil {
 		t.Fatal(rigErr)
 	}
@@ -134,17 +137,31 @@ func getRig(t testing.TB) *fuzzRig {
 // (netiotest.Conn.Lend), as a same-host ring does: the receive path's view path
 // (inputView) under the same inputs and the same oracle.
 func getViewRig(t testing.TB) *fuzzRig {
-	viewRigOnce.Do(func() { viewRig, viewRigErr = newFuzzRig(true) })
+	viewRigOnce.Do(func() { viewRig, viewRigErr = newFuzzRig(true, false) })
 	if viewRigErr != nil {
 		t.Fatal(viewRigErr)
 	}
 	return viewRig
 }
 
-func newFuzzRig(lend bool) (*fuzzRig, error) {
+// getSameHostRig returns a third rig whose Conn lends in place and marks every datagram
+// as one that crossed a same-host ring (netiotest.Conn.MarkSameHost): the ICRC is not
+// checked, so mutated datagrams meet every other check with nothing before it.
+func getSameHostRig(t testing.TB) *fuzzRig {
+	shmRigOnce.Do(func() { shmRig, shmRigErr = newFuzzRig(true, true) })
+	if shmRigErr != nil {
+		t.Fatal(shmRigErr)
+	}
+	return shmRig
+}
+
+func newFuzzRig(lend, sameHost bool) (*fuzzRig, error) {
 	conn := netiotest.NewConn(fuzzLocal)
 	if lend {
 		conn.Lend()
+	}
+	if sameHost {
+		conn.MarkSameHost()
 	}
 	// Congestion control and selective repeat on: hostile packets reach the CNP, CE and
 	// SACK paths too (congestion.go, selective.go).
@@ -892,6 +909,66 @@ func TestFuzzSeedsAsViews(t *testing.T) {
 		if after[name] == before[name] {
 			t.Errorf("no input moved %s through the view path", name)
 		}
+	}
+}
+
+// TestFuzzSeedsSameHost runs the seeds, and mutations of them, as datagrams that crossed
+// a same-host ring (netio.Message.SameHost): their ICRC is not checked, so every mutation
+// meets the checks after it, and the oracle holds them to the same rule: nothing changes
+// outside what a delivered request with its key aimed at. A WRITE whose ICRC is wrong, a
+// small one and one read in place, still lands; a bad P_Key and a malformed header are
+// still dropped and counted.
+func TestFuzzSeedsSameHost(t *testing.T) {
+	r := getSameHostRig(t)
+	rng := rand.New(rand.NewPCG(28, 30))
+	for _, s := range fuzzSeeds() {
+		r.run(t, s)
+		for range 8 {
+			m := bytes.Clone(s)
+			for range 1 + rng.IntN(4) {
+				m[rng.IntN(len(m))] ^= byte(1 + rng.IntN(255))
+			}
+			r.run(t, m)
+		}
+	}
+	rigMu.Lock()
+	defer rigMu.Unlock()
+	c := &r.dev.counters
+	for _, n := range []int{4, viewWhole + 100} {
+		r.reset(t)
+		payload := bytes.Repeat([]byte{byte(n)}, n)
+		data := encodeSeed(seedRec{ctl: aim(0, true), h: wire.Headers{BTH: bth(wire.RCWriteOnly, 0, 0),
+			RETH: wire.RETHFields{VA: 64, DMALen: uint32(n)}}, payload: payload})
+		dgs := r.decode(data)
+		b := dgs[0].b
+		b[len(b)-1] ^= 0xff // a wrong ICRC: a socket's datagram would be dropped
+		icrc := c.ICRCErrors.Load()
+		r.conn.Deliver([]netio.Message{{Buf: b, N: len(b), Addr: dgs[0].from}}, 1)
+		w := r.spans[0]
+		if !bytes.Equal(r.mem[w.off+64:w.off+64+n], payload) {
+			t.Fatalf("a %d-byte WRITE with a wrong ICRC through a ring did not land", n)
+		}
+		if c.ICRCErrors.Load() != icrc {
+			t.Fatalf("a %d-byte WRITE through a ring had its ICRC checked", n)
+		}
+		if v := r.violation(dgs); v != "" {
+			t.Fatal(v)
+		}
+		pkey, malformed := bytes.Clone(b), bytes.Clone(b)
+		pkey[2], pkey[3] = 0x12, 0x34
+		malformed[0] = 0xff // no such opcode
+		for _, v := range []struct {
+			name    string
+			b       []byte
+			counter *atomic.Uint64
+		}{{"a bad P_Key", pkey, &c.BadPKey}, {"a malformed header", malformed, &c.Malformed}} {
+			was := v.counter.Load()
+			r.conn.Deliver([]netio.Message{{Buf: v.b, N: len(v.b), Addr: dgs[0].from}}, 1)
+			if got := v.counter.Load(); got != was+1 {
+				t.Fatalf("a %d-byte datagram with %s through a ring: its counter moved by %d, want 1", n, v.name, got-was)
+			}
+		}
+		r.check(t, dgs)
 	}
 }
 

@@ -18,7 +18,9 @@ import (
 // seg is the packet's position in a GRO run (0 for a lone datagram): a run coalesced from a
 // goverbs GSO send carries IPv4 Identifications numbered from 0, which the ICRC covers.
 //
-// The datagram was counted (RxPackets, RxBytes) with its batch (inputBatch).
+// The datagram was counted (RxPackets, RxBytes) with its batch (inputBatch). One that
+// crossed a same-host ring (rxIntact) has no ICRC checked: nothing on that way corrupts
+// it (netio.Message.SameHost), and every other check stands.
 func (d *Device) input(b []byte, from netip.AddrPort, seg int) {
 	p := &d.rxPkt
 	if !d.parse(p, b, from) {
@@ -28,7 +30,11 @@ func (d *Device) input(b []byte, from netip.AddrPort, seg int) {
 		d.releaseRx() // the lookup below may take qpMu: never with a QP's lock held
 	}
 	qp := d.rxLookupQP(p.BTH.DestQP())
-	if !d.checkRx(p, b, from, d.local, qp, seg) {
+	if d.rxIntact {
+		if !d.checkPKey(p) {
+			return
+		}
+	} else if !d.checkRx(p, b, from, d.local, qp, seg) {
 		return
 	}
 	d.route(p, qp, from)
@@ -71,12 +77,11 @@ func (d *Device) inputView(b, priv []byte, from netip.AddrPort, seg int) {
 		return
 	}
 	qp := d.rxLookupQP(p.BTH.DestQP())
-	if !d.checkICRCView(p, from, qp, seg) {
+	if !d.rxIntact && !d.checkICRCView(p, from, qp, seg) {
 		d.counters.ICRCErrors.Add(1)
 		return
 	}
-	if pk := p.BTH.PKey(); pk&0x7fff != 0x7fff {
-		d.counters.BadPKey.Add(1)
+	if !d.checkPKey(p) {
 		return
 	}
 	d.route(p, qp, from)
@@ -199,7 +204,13 @@ func (d *Device) checkRx(p *wire.Packet, b []byte, from, to netip.AddrPort, qp *
 		d.counters.ICRCErrors.Add(1)
 		return false
 	}
-	// P_Key: the default partition, full (0xFFFF) or limited (0x7FFF) member (IBTA 10.9.3).
+	return d.checkPKey(p)
+}
+
+// checkPKey checks a parsed packet's P_Key: the default partition, full (0xFFFF) or
+// limited (0x7FFF) member (IBTA 10.9.3). A packet of another partition is counted and
+// dropped (false).
+func (d *Device) checkPKey(p *wire.Packet) bool {
 	if pk := p.BTH.PKey(); pk&0x7fff != 0x7fff {
 		d.counters.BadPKey.Add(1)
 		return false

@@ -58,6 +58,7 @@ type Conn struct {
 	// reader's ReleaseViews.
 	lend, lending bool
 	releases      int
+	sameHost      bool          // reads mark their messages Message.SameHost (MarkSameHost)
 	lent          [][]byte      // the buffers lent by the last read, reused by the next
 	ready         chan struct{} // a datagram was queued (capacity 1)
 	done          chan struct{} // closed by Close
@@ -309,7 +310,7 @@ func (c *Conn) PollBatch(msgs []netio.Message) (int, error) {
 		} else {
 			m.N, m.View = copy(m.Buf, c.slots[c.head][:c.lens[c.head]]), nil
 		}
-		m.Addr, m.SegSize, m.ECN = c.from[c.head], c.segs[c.head], c.ecns[c.head]
+		m.Addr, m.SegSize, m.ECN, m.SameHost = c.from[c.head], c.segs[c.head], c.ecns[c.head], c.sameHost
 		if m.SegSize > 0 && m.N < c.lens[c.head] {
 			m.N -= m.N % m.SegSize // a truncated run keeps its whole segments, as with GRO
 		}
@@ -333,6 +334,15 @@ func (c *Conn) PollBatch(msgs []netio.Message) (int, error) {
 func (c *Conn) Lend() {
 	c.mu.Lock()
 	c.lend = true
+	c.mu.Unlock()
+}
+
+// MarkSameHost makes the Conn mark every message it reads from then on as one that
+// crossed a same-host ring (Message.SameHost), whose ICRC the reader does not check, so
+// that a test runs the reader's trusting path with the datagrams it chooses.
+func (c *Conn) MarkSameHost() {
+	c.mu.Lock()
+	c.sameHost = true
 	c.mu.Unlock()
 }
 

@@ -104,3 +104,16 @@ func SameHostPaired(c Conn, a netip.AddrPort) bool {
 	e := (*c.(*sameHostConn).peers.Load())[a]
 	return e != nil && e.pair.Load() != nil
 }
+
+// SameHostPeerUnsealed sets whether c's pair with the device at a takes datagrams
+// unsealed, as its hello said (helloFlagUnsealed): false plays a peer of a build before
+// it. It reports whether c has a pair there.
+func SameHostPeerUnsealed(c Conn, a netip.AddrPort, yes bool) bool {
+	s := c.(*sameHostConn)
+	e := (*s.peers.Load())[a]
+	if e == nil || e.pair.Load() == nil {
+		return false
+	}
+	e.pair.Load().unsealed = yes
+	return true
+}

@@ -72,13 +72,22 @@ type Message struct {
 	// It is memory another process can write while it is read: copy what is checked
 	// before checking it. It stays valid until the reader's ReleaseViews or next read.
 	View []byte
-	// SameHost, on read only: the data crossed shared memory from a goverbs device of
-	// this host (the same-host shortcut's rings), not a wire. Nothing on that way flips
-	// a bit, so a receiver need not check the ICRC, as Linux's loopback device marks its
+	// SameHost, on read: the data crossed shared memory from a goverbs device of this
+	// host (the same-host shortcut's rings), not a wire. Nothing on that way flips a
+	// bit, so a receiver need not check the ICRC, as Linux's loopback device marks its
 	// packets' checksums unnecessary (CHECKSUM_UNNECESSARY) instead of computing them.
 	// It vouches for nothing else: a hostile peer computes a valid ICRC as easily as it
 	// skips one, so every other check stands. A Conn that has rings sets it, true or
 	// false, on every message it fills; the others leave it false.
+	//
+	// On write, to a Conn that said the destination takes datagrams unsealed
+	// (ICRCOffloader): the datagrams' ICRC fields hold nothing yet. The Conn carries
+	// them through a ring as they are, and computes their ICRCs itself before it sends
+	// them any other way (a pair torn down meanwhile), as a NIC completes a checksum
+	// the stack left to it (CHECKSUM_PARTIAL). Each ICRC is the last 4 bytes of its
+	// datagram, computed as RoCEv2 defines it for the UDP backend's IP header: the
+	// Conn's SourceAddr to Addr, DF set, Identification GSOSegmentID(0, i) for the
+	// run's datagram i; those 4 bytes never lie in memory the sender does not own.
 	SameHost bool
 	// Iov, on write only, gathers the data from several slices instead of
 	// Buf: when it is non-nil the message is their concatenation, N bytes in
@@ -451,6 +460,27 @@ type ViewReader interface {
 func AsViewReader(c Conn) (ViewReader, bool) {
 	v, ok := c.(ViewReader)
 	return v, ok
+}
+
+// ICRCOffloader is implemented by Conns that can carry datagrams to some destinations
+// without their ICRC (the same-host shortcut, to a peer device that reads its ring
+// without checking it): a sender that asks may leave the ICRC out of a datagram to such
+// a destination and mark the message SameHost, and the Conn completes the ICRC if the
+// datagram goes another way after all. Not through a Tee, which records the datagrams
+// it passes on as they are.
+type ICRCOffloader interface {
+	// OffloadsICRC reports whether datagrams to dst may now be written unsealed.
+	OffloadsICRC(dst netip.AddrPort) bool
+	// ICRCOffloadGen changes whenever OffloadsICRC's answer for some destination may
+	// have changed: a sender that keeps an answer asks again then. (A kept yes that no
+	// longer holds costs only the Conn's sealing, never a datagram.)
+	ICRCOffloadGen() uint64
+}
+
+// AsICRCOffloader returns c as an ICRCOffloader if it offloads. Not through a Tee.
+func AsICRCOffloader(c Conn) (ICRCOffloader, bool) {
+	o, ok := c.(ICRCOffloader)
+	return o, ok
 }
 
 // RingReader is implemented by Conns that read from shared-memory rings as well as a

@@ -113,6 +113,9 @@ type sameHostConn struct {
 	graves []*shPair
 	graved atomic.Bool
 
+	// offloadGen changes when a pair is installed or torn down (ICRCOffloadGen).
+	offloadGen atomic.Uint64
+
 	txPackets, rxPackets, corrupt, ringFull, fallbacks atomic.Uint64
 	corruptSeen                                        uint64 // under rmu: the rings' counts already added
 }
@@ -136,6 +139,9 @@ type shPair struct {
 	// lowOnly: the far end's socket is Steered, so only datagrams whose BTH destination
 	// QPN has top byte 0 go into tx; the others go by UDP for the kernel to steer.
 	lowOnly bool
+	// unsealed: the far end reads tx without checking ICRCs (helloFlagUnsealed), so
+	// datagrams may go into it unsealed (OffloadsICRC).
+	unsealed bool
 
 	txMu sync.Mutex
 	tx   *shm.RecordProducer
@@ -418,7 +424,13 @@ func (c *sameHostConn) WriteBatch(msgs []Message) (int, error) {
 			}
 		}
 		if p == nil || p.closing.Load() || p.lowOnly && qpnSteered(m) {
+			if m.SameHost {
+				sealICRC(m, c.inner.SourceAddr()) // offloaded, but its pair is gone
+			}
 			continue // part of a UDP run
+		}
+		if m.SameHost && !p.unsealed {
+			sealICRC(m, c.inner.SourceAddr()) // a pair older than the sender's question
 		}
 		if ok, err := flushUDP(i); !ok {
 			if last != nil {
@@ -438,6 +450,9 @@ func (c *sameHostConn) WriteBatch(msgs []Message) (int, error) {
 			// The pair died under us: this message goes by UDP.
 			c.publish(last)
 			last = nil
+			if m.SameHost {
+				sealICRC(m, c.inner.SourceAddr())
+			}
 			if _, err := c.inner.WriteBatch(msgs[i : i+1]); err != nil && !errors.As(err, new(*SendError)) {
 				return i, err
 			}
@@ -459,6 +474,24 @@ func (c *sameHostConn) WriteBatch(msgs []Message) (int, error) {
 	}
 	return len(msgs), nil
 }
+
+// OffloadsICRC reports whether datagrams to dst go through a ring whose reader takes
+// them unsealed (netio.ICRCOffloader). Nothing to a Steered peer: its datagrams for other
+// engines go by UDP, and the sender asks per destination, not per QP.
+func (c *sameHostConn) OffloadsICRC(dst netip.AddrPort) bool {
+	e := c.hint.Load()
+	if e == nil || e.addr != dst {
+		if e = (*c.peers.Load())[dst]; e == nil {
+			return false
+		}
+	}
+	p := e.pair.Load()
+	return p != nil && p.unsealed && !p.lowOnly && !p.closing.Load() &&
+		(p.peerGone == nil || atomic.LoadUint32(p.peerGone) == 0)
+}
+
+// ICRCOffloadGen changes when a pair is installed or torn down (netio.ICRCOffloader).
+func (c *sameHostConn) ICRCOffloadGen() uint64 { return c.offloadGen.Load() }
 
 // bthQPNHi is the offset of the BTH destination QPN's top byte in a RoCEv2 datagram
 // (the UDP payload): opcode, flags, P_Key (2), a reserved byte, then the 24-bit QPN.

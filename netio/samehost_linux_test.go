@@ -17,6 +17,7 @@ import (
 	"github.com/goverbs/goverbs/internal/shm"
 	"github.com/goverbs/goverbs/netio"
 	"github.com/goverbs/goverbs/netio/netiotest"
+	"github.com/goverbs/goverbs/wire"
 )
 
 // rendezvousDir is a private rendezvous directory for one test, short enough for a unix
@@ -377,6 +378,100 @@ func TestSameHostMarksRingDatagrams(t *testing.T) {
 		if m := read("by socket"); m.SameHost {
 			t.Errorf("busy-poll %v: a datagram from the socket is marked SameHost", busy)
 		}
+	}
+}
+
+// TestSameHostUnsealed: a device's datagrams to a peer whose ring takes them unsealed go
+// without ICRCs (netio.ICRCOffloader, Message.SameHost on write), and the Conn seals any
+// that must go another way: to an address with no ring (a pair torn down after the
+// sender asked), or into the ring of a peer that did not say it takes them (an older
+// build), which then reads a valid ICRC.
+func TestSameHostUnsealed(t *testing.T) {
+	dir := rendezvousDir(t)
+	a, b := sameHost(t, "127.0.0.2:0", dir, netio.UDPOptions{}), sameHost(t, "127.0.0.3:0", dir, netio.UDPOptions{})
+	o, ok := netio.AsICRCOffloader(a)
+	if !ok {
+		t.Fatal("a same-host Conn is not an ICRCOffloader")
+	}
+	remote, raddr := plainUDP(t)
+	gen := o.ICRCOffloadGen()
+	if o.OffloadsICRC(b.LocalAddr()) {
+		t.Fatal("OffloadsICRC says yes before any pair")
+	}
+	if err := netio.SameHostConnect(a, b.LocalAddr()); err != nil {
+		t.Fatal(err)
+	}
+	waitPeers(t, b, 1)
+	if o.ICRCOffloadGen() == gen {
+		t.Error("the generation did not change with a new pair")
+	}
+	if !o.OffloadsICRC(b.LocalAddr()) || o.OffloadsICRC(raddr) {
+		t.Fatalf("OffloadsICRC: ring peer %v, plain socket %v; want true, false", o.OffloadsICRC(b.LocalAddr()), o.OffloadsICRC(raddr))
+	}
+	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCSendOnly, PKey: 0xffff, DestQP: 0x11, PSN: 3}}
+	unsealed := func(tag byte) []byte {
+		p := make([]byte, h.Len()+8+wire.ICRCLen)
+		hl := h.Encode(p)
+		copy(p[hl:], []byte{tag, 1, 2, 3, 4, 5, 6, 7})
+		return p[:wire.Finish(p, hl, 8)+wire.ICRCLen]
+	}
+	sealedFor := func(dgram []byte, dst netip.AddrPort) bool {
+		ip := wire.IPHeader{Src: a.SourceAddr().Addr(), Dst: dst.Addr(), SrcPort: a.SourceAddr().Port(), DstPort: dst.Port(), DF: true}
+		return wire.CheckICRC(&ip, dgram)
+	}
+	rd := make([]netio.Message, 4)
+	for i := range rd {
+		rd[i].Buf = make([]byte, 2048)
+	}
+	readB := func(tag byte) []byte {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+			k, err := b.ReadBatch(rd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range rd[:k] {
+				if d := m.Buf[:m.N]; len(d) > wire.BTHLen && d[wire.BTHLen] == tag {
+					return bytes.Clone(d)
+				}
+			}
+		}
+		t.Fatalf("datagram %d never arrived", tag)
+		return nil
+	}
+	send := func(dst netip.AddrPort, p []byte) {
+		t.Helper()
+		if _, err := a.WriteBatch([]netio.Message{{Buf: p, N: len(p), Addr: dst, SameHost: true}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	p := unsealed(1)
+	send(b.LocalAddr(), bytes.Clone(p))
+	if got := readB(1); !bytes.Equal(got, p) {
+		t.Errorf("through the ring: got % x, want it as written, unsealed: % x", got, p)
+	}
+
+	send(raddr, unsealed(2))
+	remote.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 2048)
+	n, err := remote.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sealedFor(buf[:n], raddr) {
+		t.Errorf("by UDP: the datagram arrived without its ICRC: % x", buf[:n])
+	}
+
+	if !netio.SameHostPeerUnsealed(a, b.LocalAddr(), false) {
+		t.Fatal("no pair to b")
+	}
+	if o.OffloadsICRC(b.LocalAddr()) {
+		t.Error("OffloadsICRC says yes to a peer that did not say it takes datagrams unsealed")
+	}
+	send(b.LocalAddr(), unsealed(3))
+	if got := readB(3); !sealedFor(got, b.LocalAddr()) {
+		t.Errorf("to a peer that checks: the datagram arrived without its ICRC: % x", got)
 	}
 }
 

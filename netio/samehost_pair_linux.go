@@ -117,15 +117,19 @@ func getAddr(b []byte) netip.AddrPort {
 }
 
 // A Steered Conn sends version 02 (helloMagic2, replyMagic2) with helloFlagSteered in
-// the flags word at offset 12; any other sends version 01, byte for byte as before.
+// the flags word at offset 12; any other sends version 01. Both carry helloFlagUnsealed
+// there: the word is zero in a version 01 message of a build before it, which reads
+// none of it.
 func (c *sameHostConn) message(magic string, field uint32) []byte {
 	b := make([]byte, helloLen)
 	copy(b, magic)
 	binary.BigEndian.PutUint32(b[8:], field)
+	flags := uint32(helloFlagUnsealed)
 	if c.steered {
 		b[7] = '2' // GVSHMH02, GVSHMA02
-		binary.BigEndian.PutUint32(b[12:], helloFlagSteered)
+		flags |= helloFlagSteered
 	}
+	binary.BigEndian.PutUint32(b[12:], flags)
 	putAddr(b[16:], c.inner.LocalAddr())
 	putAddr(b[34:], c.inner.SourceAddr())
 	return b
@@ -136,20 +140,29 @@ const (
 	replyRefused = 1
 )
 
-// helloFlagSteered: the sender's socket is Steered: send it by ring only datagrams whose
-// BTH destination QPN has top byte 0, and the others to its UDP address.
-const helloFlagSteered = 1
+const (
+	// helloFlagSteered: the sender's socket is Steered: send it by ring only datagrams
+	// whose BTH destination QPN has top byte 0, and the others to its UDP address.
+	// Version 02 only: a build that does not know it must refuse the pair.
+	helloFlagSteered = 1
+	// helloFlagUnsealed: the sender reads its ring without checking ICRCs
+	// (Message.SameHost): datagrams into it may go unsealed. Either version: a build
+	// that does not know it seals every datagram, as before.
+	helloFlagUnsealed = 2
+)
 
-// peerSteered reads a hello's or reply's version (want01 or want02, its magic of either
-// version) and whether its sender is Steered; ok false for neither version.
-func peerSteered(b []byte, want01, want02 string) (steered, ok bool) {
+// peerFlags reads a hello's or reply's version (want01 or want02, its magic of either
+// version) and its sender's flags (helloFlagSteered only in version 02); ok false for
+// neither version.
+func peerFlags(b []byte, want01, want02 string) (flags uint32, ok bool) {
+	word := binary.BigEndian.Uint32(b[12:])
 	switch string(b[:8]) {
 	case want01:
-		return false, true
+		return word & helloFlagUnsealed, true
 	case want02:
-		return binary.BigEndian.Uint32(b[12:])&helloFlagSteered != 0, true
+		return word, true
 	}
-	return false, false
+	return 0, false
 }
 
 func (c *sameHostConn) dialLoop() {
@@ -208,7 +221,7 @@ func (c *sameHostConn) dial(e *shPeer) error {
 	if err != nil {
 		return fail(err)
 	}
-	steered, known := peerSteered(buf, replyMagic, replyMagic2)
+	flags, known := peerFlags(buf, replyMagic, replyMagic2)
 	if n != helloLen || !known || binary.BigEndian.Uint32(buf[8:]) != replyOK || len(fds) != 1 {
 		shm.CloseFDs(fds)
 		c.fallbacks.Add(1)
@@ -220,7 +233,7 @@ func (c *sameHostConn) dial(e *shPeer) error {
 	}
 	uc.SetDeadline(time.Time{})
 	p := &shPair{peerLocal: getAddr(buf[16:]), peerSrc: getAddr(buf[34:]), initiator: c.inner.LocalAddr(),
-		region: region, uc: uc, peerEv: peerEv, lowOnly: steered}
+		region: region, uc: uc, peerEv: peerEv, lowOnly: flags&helloFlagSteered != 0, unsealed: flags&helloFlagUnsealed != 0}
 	if p.peerLocal != e.addr {
 		peerEv.Close()
 		c.fallbacks.Add(1)
@@ -251,7 +264,7 @@ func (c *sameHostConn) installSelf() error {
 	}
 	ring := ringMem(region.Bytes(), c.ring, 0)
 	p := &shPair{peerLocal: c.inner.LocalAddr(), peerSrc: c.inner.SourceAddr(),
-		initiator: c.inner.LocalAddr(), region: region, lowOnly: c.steered}
+		initiator: c.inner.LocalAddr(), region: region, lowOnly: c.steered, unsealed: true}
 	if err = shm.InitRecordRing(ring, c.ring); err == nil {
 		if p.tx, err = shm.NewRecordProducer(ring, c.ring); err == nil {
 			p.rx, err = shm.NewRecordConsumer(ring, c.ring)
@@ -300,7 +313,7 @@ func (c *sameHostConn) accept(uc *net.UnixConn) {
 		return
 	}
 	ring := int(binary.BigEndian.Uint32(buf[8:]))
-	steered, known := peerSteered(buf, helloMagic, helloMagic2)
+	flags, known := peerFlags(buf, helloMagic, helloMagic2)
 	if n != helloLen || !known || len(fds) != 2 || ring < minRing || ring > maxRing || ring&(ring-1) != 0 || c.closed.Load() {
 		refuse()
 		return
@@ -329,7 +342,8 @@ func (c *sameHostConn) accept(uc *net.UnixConn) {
 		refuse()
 		return
 	}
-	p := &shPair{peerLocal: peerLocal, peerSrc: peerSrc, initiator: peerLocal, region: region, uc: uc, peerEv: peerEv, lowOnly: steered}
+	p := &shPair{peerLocal: peerLocal, peerSrc: peerSrc, initiator: peerLocal, region: region, uc: uc, peerEv: peerEv,
+		lowOnly: flags&helloFlagSteered != 0, unsealed: flags&helloFlagUnsealed != 0}
 	p.goneWords(mem, 0)
 	if p.rx, err = shm.NewRecordConsumer(ringMem(mem, ring, 0), ring); err == nil {
 		p.tx, err = shm.NewRecordProducer(ringMem(mem, ring, 1), ring)
@@ -384,6 +398,7 @@ func (c *sameHostConn) install(p *shPair) {
 	}
 	if loser != p {
 		e.pair.Store(p)
+		c.offloadGen.Add(1) // OffloadsICRC may say yes to p.peerLocal now
 	}
 	// Read even a pair that lost: the peer may have written into it before it learnt.
 	rx := append(append([]*shPair(nil), *c.rx.Load()...), p)
@@ -444,6 +459,7 @@ func (c *sameHostConn) teardown(p *shPair, drain bool) {
 	c.mu.Lock()
 	if e := (*c.peers.Load())[p.peerLocal]; e != nil && e.pair.CompareAndSwap(p, nil) {
 		holdOff(e)
+		c.offloadGen.Add(1) // a sender that kept OffloadsICRC's yes asks again
 	}
 	c.mu.Unlock()
 	if drain && !c.closed.Load() {

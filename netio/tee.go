@@ -177,6 +177,13 @@ func (t *teeConn) record(now time.Time, m *Message, src, dst netip.AddrPort, run
 		if v4 && run > 1 {
 			id = GSOSegmentID(0, i%run)
 		}
+		if m.SameHost {
+			// Through a ring, perhaps unsealed: the capture shows it sealed, as a wire
+			// carries it. Into the reader's buffer (a Tee's reader never takes views),
+			// a written message's own buffer after the ring took its copy, or the copy
+			// Segments makes of one that gathers: never registered memory.
+			sealCapture(seg, src, dst, id)
+		}
 		var err error
 		if withDS {
 			err = dr.RecordDS(now, src, dst, id, ds, seg)

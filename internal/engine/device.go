@@ -83,8 +83,9 @@ type Config struct {
 type Device struct {
 	name     string
 	conn     netio.Conn
-	local    netip.AddrPort // where packets arrive (port 4791)
-	src      netip.AddrPort // where they leave from: the ICRC covers its port
+	icrcOff  netio.ICRCOffloader // the Conn takes some datagrams unsealed (txBatch.unsealedTo)
+	local    netip.AddrPort      // where packets arrive (port 4791)
+	src      netip.AddrPort      // where they leave from: the ICRC covers its port
 	gid      [16]byte
 	peerPort uint16
 	mtu      wire.MTU
@@ -249,6 +250,7 @@ func New(cfg Config) (*Device, error) {
 	}
 	d.ect = d.cc.Enabled && d.conn.Caps().ECN
 	d.selectiveRepeat = cfg.SelectiveRepeat
+	d.icrcOff, _ = netio.AsICRCOffloader(d.conn)
 	if p, ok := netio.AsPoller(d.conn); ok && cfg.BusyPoll {
 		d.poller = p
 		d.splitAcks = d.conn.Caps().SplitAcks

@@ -50,6 +50,11 @@ type txBatch struct {
 	// The ICRC's share for the last destination (a batch mostly goes to one peer).
 	flowDst netip.AddrPort
 	flow    wire.ICRCFlow
+	// Whether datagrams to offDst may leave unsealed, as the Conn answered at its
+	// generation offGen (unsealedTo).
+	offDst netip.AddrPort
+	offGen uint64
+	offOK  bool
 }
 
 // gatherMin is the smallest payload sent from registered memory in place; smaller ones
@@ -180,13 +185,21 @@ func wireLen(hlen, n int) int { return hlen + n + wire.PadLen(n) + wire.ICRCLen 
 // commit seals the packet emit built at the batch's open position: hlen header bytes, payloadLen
 // payload bytes after them. It pads, and computes the ICRC for the IP header the packet
 // will travel in: DF set, Identification 0, or the segment's number within a GSO run.
+//
+// A message to a destination the Conn reaches through a same-host ring whose reader takes
+// datagrams unsealed (netio.ICRCOffloader) leaves without ICRCs (Message.SameHost): the
+// Conn seals it if it must send it by UDP after all.
 func (d *Device) commit(b *txBatch, hlen, payloadLen int, dst netip.AddrPort) {
-	i, seg := b.place(dst)
+	i, seg := b.place(d, dst)
 	m := &b.msgs[i]
 	pkt := m.Buf[b.used[i]:]
 	n := wire.Finish(pkt, hlen, payloadLen)
-	f := b.flowTo(d, dst)
-	binary.LittleEndian.PutUint32(pkt[n:], f.SumInPlace(netio.GSOSegmentID(0, seg), pkt, n))
+	if m.SameHost {
+		binary.LittleEndian.PutUint32(pkt[n:], 0)
+	} else {
+		f := b.flowTo(d, dst)
+		binary.LittleEndian.PutUint32(pkt[n:], f.SumInPlace(netio.GSOSegmentID(0, seg), pkt, n))
+	}
 	size := n + wire.ICRCLen
 	if m.Iov != nil {
 		m.Iov = append(m.Iov, pkt[:size])
@@ -199,7 +212,7 @@ func (d *Device) commit(b *txBatch, hlen, payloadLen int, dst netip.AddrPort) {
 // pad and ICRC go after the headers in the buffer, and the message gathers headers,
 // payload and trailer.
 func (d *Device) commitGather(b *txBatch, hlen int, pieces [][]byte, payloadLen int, dst netip.AddrPort) {
-	i, seg := b.place(dst)
+	i, seg := b.place(d, dst)
 	m := &b.msgs[i]
 	start := b.used[i]
 	hdr := m.Buf[start : start+hlen]
@@ -207,8 +220,12 @@ func (d *Device) commitGather(b *txBatch, hlen int, pieces [][]byte, payloadLen 
 	wire.BTH(hdr).SetPadCnt(pad)
 	tail := m.Buf[start+hlen : start+hlen+pad+wire.ICRCLen]
 	clear(tail[:pad])
-	f := b.flowTo(d, dst)
-	binary.LittleEndian.PutUint32(tail[pad:], f.Sum(netio.GSOSegmentID(0, seg), hdr, pieces, pad))
+	if m.SameHost {
+		binary.LittleEndian.PutUint32(tail[pad:], 0) // unsealed, as in commit
+	} else {
+		f := b.flowTo(d, dst)
+		binary.LittleEndian.PutUint32(tail[pad:], f.Sum(netio.GSOSegmentID(0, seg), hdr, pieces, pad))
+	}
 	if m.Iov == nil {
 		m.Iov = b.iovs[i][:0]
 		if start > 0 {
@@ -223,13 +240,14 @@ func (d *Device) commitGather(b *txBatch, hlen int, pieces [][]byte, payloadLen 
 
 // place returns the message the packet emit built belongs to, and its
 // segment number in that message's run; a packet that starts a message sets it up.
-func (b *txBatch) place(dst netip.AddrPort) (i, seg int) {
+func (b *txBatch) place(d *Device, dst netip.AddrPort) (i, seg int) {
 	if b.appendRun {
 		i = b.n - 1
 		return i, b.msgs[i].N / b.msgs[i].SegSize
 	}
 	i = b.n
 	b.msgs[i].N, b.msgs[i].SegSize, b.msgs[i].Addr, b.msgs[i].ECN, b.msgs[i].TrafficClass = 0, 0, dst, b.ecn, b.tc
+	b.msgs[i].SameHost = b.unsealedTo(d, dst)
 	b.used[i] = 0
 	b.n++
 	return i, 0
@@ -256,6 +274,21 @@ func (b *txBatch) flowTo(d *Device, dst netip.AddrPort) *wire.ICRCFlow {
 		})
 	}
 	return &b.flow
+}
+
+// unsealedTo reports whether a message to dst may leave without ICRCs: the Conn said its
+// datagrams reach dst through a ring whose reader does not check them
+// (netio.ICRCOffloader). The answer is kept until the destination or the Conn's
+// generation changes, so that a remote peer's messages cost a compare, not a lookup.
+func (b *txBatch) unsealedTo(d *Device, dst netip.AddrPort) bool {
+	o := d.icrcOff
+	if o == nil {
+		return false
+	}
+	if gen := o.ICRCOffloadGen(); dst != b.offDst || gen != b.offGen || !b.offDst.IsValid() {
+		b.offDst, b.offGen, b.offOK = dst, gen, o.OffloadsICRC(dst)
+	}
+	return b.offOK
 }
 
 func (d *Device) flushTx(b *txBatch) {

@@ -221,7 +221,12 @@ func (c *sameHostConn) pollLocked(msgs []Message, always bool) (int, error) {
 		// udpEvery polls, as when the rings are quiet, or at once while it has
 		// traffic (udpHot). A default-mode Conn keeps the socket's turn after every
 		// full batch: without it, send_lat -e through the rings went from 0.87 to
-		// 1.06 us one-way (4 rounds each, 2026-11-27; why was not found).
+		// 1.06 us one-way (4 rounds each, 2026-11-27; why was not found). It is a
+		// trade: measured again on 2026-11-28 (6 interleaved rounds each) without it,
+		// send_lat -e took 1.16x the time while rdmanet's 64 B request/response took
+		// 0.90x in one process and 0.92x on loopback, and the 8 B WRITE rate stayed
+		// (0.997x) with a tenth of the sender's recvmmsg calls. No datagram came by
+		// UDP in those runs: the socket's read acts only as a pause in the spin.
 		if ringed > 0 && (!c.busy || len(msgs) > 1 || c.udpHot || c.idlePolls >= udpEvery) {
 			c.udpFirst = true
 		}

@@ -742,14 +742,21 @@ func TestSameHostLendViews(t *testing.T) {
 	}
 }
 
-// TestSameHostOneSlotPolls: polls of one datagram at a time (a busy poller's) that the
-// rings keep filling read the UDP socket only every SameHostUDPEvery polls, not at
-// every other one (a recvmmsg each, a third of the time of an 8 B WRITE stream between
-// two busy-poll devices), and still do not starve it: a datagram from a remote peer
-// is read within that many polls while the rings stay busy.
+// TestSameHostOneSlotPolls: polls of one datagram at a time (a busy poller's, or a
+// default-mode device's CQ polls) that the rings keep filling read the UDP socket only
+// every SameHostUDPEvery polls, not at every other one (a recvmmsg each, a third of the
+// time of an 8 B WRITE stream between two busy-poll devices), and still do not starve
+// it: a datagram from a remote peer is read within that many polls while the rings stay
+// busy.
 func TestSameHostOneSlotPolls(t *testing.T) {
+	for _, busy := range []bool{true, false} {
+		t.Run(map[bool]string{true: "busy-poll", false: "default"}[busy], func(t *testing.T) { oneSlotPolls(t, busy) })
+	}
+}
+
+func oneSlotPolls(t *testing.T, busy bool) {
 	dir := rendezvousDir(t)
-	a, b := sameHost(t, "127.0.0.2:0", dir, netio.UDPOptions{BusyPoll: true}), sameHost(t, "127.0.0.3:0", dir, netio.UDPOptions{BusyPoll: true})
+	a, b := sameHost(t, "127.0.0.2:0", dir, netio.UDPOptions{BusyPoll: busy}), sameHost(t, "127.0.0.3:0", dir, netio.UDPOptions{BusyPoll: busy})
 	if err := netio.SameHostConnect(a, b.LocalAddr()); err != nil {
 		t.Fatal(err)
 	}

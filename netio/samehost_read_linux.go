@@ -214,20 +214,24 @@ func (c *sameHostConn) pollLocked(msgs []Message, always bool) (int, error) {
 	c.idlePolls++
 	if n == len(msgs) {
 		// The rings filled the batch. A batch of several says they hold more: the
-		// socket goes first at the next poll. A busy poller's batch of one says
-		// nothing of the kind, and a busy ping-pong or stream paid a recvmmsg at every
-		// other poll (a third of the time of an 8 B WRITE stream between two
-		// busy-poll devices through the rings): there the socket's turn comes every
-		// udpEvery polls, as when the rings are quiet, or at once while it has
-		// traffic (udpHot). A default-mode Conn keeps the socket's turn after every
-		// full batch: without it, send_lat -e through the rings went from 0.87 to
-		// 1.06 us one-way (4 rounds each, 2026-11-27; why was not found). It is a
-		// trade: measured again on 2026-11-28 (6 interleaved rounds each) without it,
-		// send_lat -e took 1.16x the time while rdmanet's 64 B request/response took
-		// 0.90x in one process and 0.92x on loopback, and the 8 B WRITE rate stayed
-		// (0.997x) with a tenth of the sender's recvmmsg calls. No datagram came by
-		// UDP in those runs: the socket's read acts only as a pause in the spin.
-		if ringed > 0 && (!c.busy || len(msgs) > 1 || c.udpHot || c.idlePolls >= udpEvery) {
+		// socket goes first at the next poll. A batch of one says nothing of the
+		// kind, and a busy ping-pong or stream paid a recvmmsg at every other poll
+		// (a third of the time of an 8 B WRITE stream between two busy-poll devices
+		// through the rings): there the socket's turn comes every udpEvery polls, as
+		// when the rings are quiet, or at once while it has traffic (udpHot).
+		//
+		// A default-mode Conn took the socket's turn after a batch of one too until
+		// 2026-11-28: its readers are CQ polls, which read one datagram first
+		// (engine drainLocked), and a spinning sender made 620 thousand recvmmsg
+		// calls in a 3 s 8 B WRITE stream, rdmanet's request/response one after
+		// every datagram it read. Without the turn (6 interleaved rounds each)
+		// rdmanet's 64 B request/response in one process went from 0.86x to 0.66x Go
+		// TCP's time and the 8 B rate stayed (0.997x), while send_lat -e went from
+		// 0.79 to 0.96 us one-way: that send_lat's CQ poll after arming the channel
+		// had caught the reply while in the recvmmsg, more than half the time,
+		// instead of leaving it to the channel's waiter (engine Waiter.Serve), whose
+		// wake costs more; a syscall's price is no wait to design on.
+		if ringed > 0 && (len(msgs) > 1 || c.udpHot || c.idlePolls >= udpEvery) {
 			c.udpFirst = true
 		}
 		if kick && !c.udpFirst {

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# bench/samehostab.sh OLD NEW: the same-host shortcut at two revisions, in interleaved
+# rounds (the order alternating), two goverbs processes on loopback addresses talking
+# through the shared-memory rings: what a change to the rings' path did, measured in one
+# run so that the machine's mood is the same for both. bench/samehost.sh measures one
+# tree against its baselines (the UDP path, Go's unix socket) for the performance page.
+#
+#   ROUNDS=6 bench/samehostab.sh fde4330 HEAD
+#
+# Per round and revision: RC WRITE 64 KiB and 8 B (`write_bw -D $DURATION`), 8 B SEND
+# one-way busy-poll and blocked on the completion channel (`send_lat -n $ITERS
+# --busy-poll`, `-e`). It prints every run, then per measurement each round's NEW ÷ OLD
+# and their median (bandwidth and rate: above 1 is better; latency: below 1 is better).
+# Environment: ROUNDS=6, DURATION=3, ITERS=20000. Run it alone on the machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ $# -eq 2 ] || { echo "usage: bench/samehostab.sh OLD NEW" >&2; exit 2; }
+R=${ROUNDS:-6} D=${DURATION:-3} N=${ITERS:-20000}
+S=127.51.0.2 C=127.51.0.3
+work=$(mktemp -d)
+srv=
+cleanup() {
+	[ -n "$srv" ] && { kill "$srv" 2>/dev/null || true; wait "$srv" 2>/dev/null || true; }
+	for d in "$work"/src-*; do [ -d "$d" ] && git worktree remove --force "$d" >/dev/null 2>&1; done
+	rm -rf "$work"
+}
+trap cleanup EXIT
+names=()
+for rev in "$@"; do
+	name=$(git rev-parse --short "$rev")
+	git worktree add -q --detach "$work/src-$name" "$rev"
+	(cd "$work/src-$name" && go build -o "$work/$name" ./cmd/goverbs)
+	names+=("$name")
+done
+export GOVERBS_SHM=1
+
+# run BIN NAME SERVER-ARGS -- CLIENT-ARGS: one server/client pair; prints the client's
+# figure (bw_avg_mib_s, msg_rate_mpps or t_typical_us, by NAME).
+run() {
+	local b=$1 what=$2
+	shift 2
+	local sargs=()
+	while [ "$1" != "--" ]; do sargs+=("$1"); shift; done
+	shift
+	"$b" "${sargs[@]}" --bind $S --json >/dev/null 2>&1 &
+	srv=$!
+	sleep 0.3
+	local row
+	row=$("$b" "$@" --bind $C --json $S 2>/dev/null | tail -1)
+	wait "$srv" || true
+	srv=
+	case $what in
+	bw) sed -n 's/.*"bw_avg_mib_s":\([0-9.e+]*\).*/\1/p' <<<"$row" ;;
+	rate) sed -n 's/.*"msg_rate_mpps":\([0-9.e+]*\).*/\1/p' <<<"$row" ;;
+	*) sed -n 's/.*"t_typical_us":\([0-9.e+]*\).*/\1/p' <<<"$row" ;;
+	esac
+}
+
+rows=$work/rows
+for r in $(seq "$R"); do
+	order=("${names[@]}")
+	[ $((r % 2)) = 0 ] && order=("${names[1]}" "${names[0]}")
+	for v in "${order[@]}"; do
+		b=$work/$v
+		echo "$r $v bw64k $(run "$b" bw write_bw -- write_bw -s 65536 -D "$D")" | tee -a "$rows"
+		echo "$r $v rate8 $(run "$b" rate write_bw -- write_bw -s 8 -D "$D")" | tee -a "$rows"
+		echo "$r $v lat_busy $(run "$b" lat send_lat -s 8 -n "$N" --busy-poll -- send_lat -s 8 -n "$N" --busy-poll)" | tee -a "$rows"
+		echo "$r $v lat_e $(run "$b" lat send_lat -s 8 -n "$N" -e -- send_lat -s 8 -n "$N" -e)" | tee -a "$rows"
+	done
+done
+
+echo
+echo "${names[1]} ÷ ${names[0]}, $R interleaved rounds. Reproduce: \`ROUNDS=$R DURATION=$D ITERS=$N bench/samehostab.sh $*\`"
+for m in bw64k rate8 lat_busy lat_e; do
+	awk -v m="$m" -v old="${names[0]}" -v new="${names[1]}" '
+		$3 == m && $4 != "" { v[$1, $2] = $4; rounds[$1] = 1 }
+		END {
+			n = 0
+			for (r in rounds) if (v[r, old] > 0 && v[r, new] != "") { q[n++] = v[r, new] / v[r, old] }
+			if (n == 0) { printf "%-9s no pairs\n", m; exit }
+			for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (q[j] < q[i]) { t = q[i]; q[i] = q[j]; q[j] = t }
+			med = (n % 2) ? q[int(n / 2)] : (q[n / 2 - 1] + q[n / 2]) / 2
+			s = ""; for (i = 0; i < n; i++) s = s sprintf(" %.3f", q[i])
+			printf "%-9s median %.3f  (sorted:%s)\n", m, med, s
+		}' "$rows"
+done

@@ -89,8 +89,8 @@ func (w *Waiter) Serve() bool {
 // serveRead is the serving waiter's read. When its last batch came from the same-host
 // rings, whose poll costs no system call (netio.RingReader), and traffic is dense (the
 // waiter's last wait for a batch was shorter than denseGap), it first polls for up to
-// rxSpin, yielding between polls, as rxLoop's spinRx does after a dense batch: a
-// ping-pong's reply then finds its waiter awake instead of going eventfd, netpoller,
+// rxSpin, yielding every serveYieldEvery polls, as rxLoop's spinRx polls after a dense
+// batch: a ping-pong's reply then finds its waiter awake instead of going eventfd, netpoller,
 // thread wake-up, which cost most of a blocked turn (issue 28). A Wake ends the spin
 // (parked is set: it interrupts the blocking read that follows). Sporadic traffic costs no
 // spin: a wait longer than denseGap ends it until the next dense spell.
@@ -101,17 +101,19 @@ func (d *Device) serveRead(w *Waiter) (int, error) {
 	if d.serveRings && d.serveGap < int64(denseGap) {
 		d.beginRead()
 		start := nanotime()
-		for !w.woken.Load() && !d.closed.Load() {
+		for polls := 1; !w.woken.Load() && !d.closed.Load(); polls++ {
 			n, err := d.idlePoller.PollBatch(d.rxMsgs)
 			raceAcquireWire()
 			if err != nil || n > 0 {
 				d.serveGap, d.serveRings = nanotime()-start, n > 0 && d.fromRings()
 				return n, err
 			}
-			if nanotime()-start > int64(rxSpin) {
-				break
+			if polls%serveYieldEvery == 0 {
+				if nanotime()-start > int64(rxSpin) {
+					break
+				}
+				runtime.Gosched()
 			}
-			runtime.Gosched()
 		}
 	}
 	start := nanotime()
@@ -119,6 +121,17 @@ func (d *Device) serveRead(w *Waiter) (int, error) {
 	d.serveGap, d.serveRings = nanotime()-start, n > 0 && d.fromRings()
 	return n, err
 }
+
+// serveYieldEvery is how many empty polls serveRead's spin makes between two looks at
+// the clock and two yields to the process's other goroutines. A yield at every poll made
+// the spin's period a clock read and a pass through the scheduler longer (perf of
+// send_lat -e through the rings: the clock 12% of the waiting side's samples, the
+// scheduler's locks 7%), and a reply was seen that much later; every 16th poll,
+// send_lat -e took 0.965x the time (6 interleaved rounds, /tmp/ab28e.sh, 2026-11-28).
+// rxLoop's spinRx keeps its yield at every poll: there the same change cost the
+// same-host 8 B and 64 KiB WRITE streams 0.96x and 0.98x (6 rounds), and rdmanet's
+// spinner (rdmanet/spin.go) has the story of yields that wake idle Ps.
+const serveYieldEvery = 16
 
 // Wake ends the Serve running now, or else the next one. A completion pushed from outside
 // the receive path (a timer, a flush, a post) interrupts the socket read the serving

@@ -79,6 +79,20 @@ func waitPeers(t testing.TB, c netio.Conn, want int) {
 	}
 }
 
+// pairedSameHost opens two same-host Conns (busy-poll or not) on 127.0.0.2 and 127.0.0.3
+// with a private rendezvous directory, and makes the first rendezvous with the second:
+// the rings carry their traffic from the first datagram on.
+func pairedSameHost(t *testing.T, busy bool) (a, b netio.Conn) {
+	t.Helper()
+	dir := rendezvousDir(t)
+	a, b = sameHost(t, "127.0.0.2:0", dir, netio.UDPOptions{BusyPoll: busy}), sameHost(t, "127.0.0.3:0", dir, netio.UDPOptions{BusyPoll: busy})
+	if err := netio.SameHostConnect(a, b.LocalAddr()); err != nil {
+		t.Fatal(err)
+	}
+	waitPeers(t, b, 1)
+	return a, b
+}
+
 func TestSameHostConformance(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -338,12 +352,7 @@ func TestSameHostRefused(t *testing.T) {
 // afterwards is not: a stale mark would let a corrupted datagram off the wire through.
 func TestSameHostMarksRingDatagrams(t *testing.T) {
 	for _, busy := range []bool{false, true} {
-		dir := rendezvousDir(t)
-		a, b := sameHost(t, "127.0.0.2:0", dir, netio.UDPOptions{BusyPoll: busy}), sameHost(t, "127.0.0.3:0", dir, netio.UDPOptions{BusyPoll: busy})
-		if err := netio.SameHostConnect(a, b.LocalAddr()); err != nil {
-			t.Fatal(err)
-		}
-		waitPeers(t, b, 1)
+		a, b := pairedSameHost(t, busy)
 		rd := make([]netio.Message, 4)
 		for i := range rd {
 			rd[i].Buf = make([]byte, netio.MaxGROSize)
@@ -515,12 +524,7 @@ func TestSameHostGarbage(t *testing.T) {
 // post to poll holds on the shm path.
 func TestSameHostAllocsNothing(t *testing.T) {
 	for _, busy := range []bool{false, true} {
-		dir := rendezvousDir(t)
-		a, b := sameHost(t, "127.0.0.2:0", dir, netio.UDPOptions{BusyPoll: busy}), sameHost(t, "127.0.0.3:0", dir, netio.UDPOptions{BusyPoll: busy})
-		if err := netio.SameHostConnect(a, b.LocalAddr()); err != nil {
-			t.Fatal(err)
-		}
-		waitPeers(t, b, 1)
+		a, b := pairedSameHost(t, busy)
 		out := []netio.Message{{Buf: make([]byte, 64), N: 64, Addr: b.LocalAddr()}, {Buf: make([]byte, 4096), N: 3000, Addr: b.LocalAddr(), SegSize: 1000}}
 		in := make([]netio.Message, 4)
 		for i := range in {

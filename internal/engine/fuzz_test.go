@@ -843,15 +843,9 @@ func TestFuzzSeedsReachTheResponder(t *testing.T) {
 	}
 }
 
-// TestFuzzSeedsAsViews runs the seeds, and mutations of them, through a Conn that lends
-// its datagrams in place (the same-host rings' way): the receive path reads their
-// headers from a private copy and only their payload where it lies, and the oracle holds
-// it to the same rule as the copying path: nothing changes outside what a delivered
-// request with its key aimed at.
-func TestFuzzSeedsAsViews(t *testing.T) {
-	r := getViewRig(t)
-	before := snapshotCounters(r.dev)
-	rng := rand.New(rand.NewPCG(28, 28))
+// runSeedsMutated runs every seed through r, each followed by 8 mutations of it (1 to 4
+// bytes changed), the oracle judging each (run).
+func (r *fuzzRig) runSeedsMutated(t *testing.T, rng *rand.Rand) {
 	for _, s := range fuzzSeeds() {
 		r.run(t, s)
 		for range 8 {
@@ -862,6 +856,17 @@ func TestFuzzSeedsAsViews(t *testing.T) {
 			r.run(t, m)
 		}
 	}
+}
+
+// TestFuzzSeedsAsViews runs the seeds, and mutations of them, through a Conn that lends
+// its datagrams in place (the same-host rings' way): the receive path reads their
+// headers from a private copy and only their payload where it lies, and the oracle holds
+// it to the same rule as the copying path: nothing changes outside what a delivered
+// request with its key aimed at.
+func TestFuzzSeedsAsViews(t *testing.T) {
+	r := getViewRig(t)
+	before := snapshotCounters(r.dev)
+	r.runSeedsMutated(t, rand.New(rand.NewPCG(28, 28)))
 	// Large datagrams (read in place past their headers) with a bad ICRC, a bad P_Key
 	// and a malformed header: dropped and counted as from a socket.
 	big := 0
@@ -920,17 +925,7 @@ func TestFuzzSeedsAsViews(t *testing.T) {
 // still dropped and counted.
 func TestFuzzSeedsSameHost(t *testing.T) {
 	r := getSameHostRig(t)
-	rng := rand.New(rand.NewPCG(28, 30))
-	for _, s := range fuzzSeeds() {
-		r.run(t, s)
-		for range 8 {
-			m := bytes.Clone(s)
-			for range 1 + rng.IntN(4) {
-				m[rng.IntN(len(m))] ^= byte(1 + rng.IntN(255))
-			}
-			r.run(t, m)
-		}
-	}
+	r.runSeedsMutated(t, rand.New(rand.NewPCG(28, 30)))
 	rigMu.Lock()
 	defer rigMu.Unlock()
 	c := &r.dev.counters

@@ -430,7 +430,7 @@ func (c *sameHostConn) WriteBatch(msgs []Message) (int, error) {
 			continue // part of a UDP run
 		}
 		if m.SameHost && !p.unsealed {
-			sealICRC(m, c.inner.SourceAddr()) // a pair older than the sender's question
+			sealICRC(m, c.inner.SourceAddr()) // the peer checks ICRCs (a build before helloFlagUnsealed)
 		}
 		if ok, err := flushUDP(i); !ok {
 			if last != nil {

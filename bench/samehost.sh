@@ -17,6 +17,10 @@
 #   send_lat_ev        (UDP, -e)          the same over UDP, for the ratio issue 28 quotes
 #   shm_write_bw       vs write_bw        RC WRITE 64 KiB bandwidth, shm vs UDP
 #   shm_write_bw_8     vs write_bw_8      RC WRITE 8 B message rate, shm vs UDP
+#   shm_send_lat_busy  vs tcp_lat_busy_8  the same busy-poll latency vs Go's TCP 8 B
+#                                         ping-pong, spinning (what a Go user would use)
+#   shm_write_bw       vs tcp_bw          the same bandwidth vs a Go TCP stream of
+#                                         64 KiB writes
 #
 # Uses only Go and this repository; 127.51.0.2 serves, 127.51.0.3 is the client.
 set -euo pipefail
@@ -47,6 +51,8 @@ for round in $(seq "$R"); do
   pair write_bw $round          $udp $g write_bw --bind $S --json -- $udp $g write_bw --bind $C -s 65536 -D $D --json $S
   pair shm_write_bw_8 $round    $shm $g write_bw --bind $S --json -- $shm $g write_bw --bind $C -s 8 -D $D --json $S
   pair write_bw_8 $round        $udp $g write_bw --bind $S --json -- $udp $g write_bw --bind $C -s 8 -D $D --json $S
+  pair tcp_lat_busy_8 $round    $n tcp_lat --bind $S -s 8 --busy-poll -- $n tcp_lat --bind $C -s 8 -n $N --busy-poll $S
+  pair tcp_bw $round            $n tcp_bw --bind $S -- $n tcp_bw --bind $C -s 65536 -D $D $S
 done
 
 echo "Two processes on one host, $R interleaved rounds. Reproduce: \`$repro\`"

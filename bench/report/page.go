@@ -147,7 +147,9 @@ var samehostNotes = `Two goverbs processes on one host whose devices have the sa
 (their default; the script sets ` + "`GOVERBS_SHM=1`" + `): their datagrams cross rings in shared memory instead of the kernel's UDP
 path ([guide/same-host.md](guide/same-host.md)). Each shared-memory figure is beside the same
 tools with ` + "`GOVERBS_SHM=0`" + ` in the same round, except ` + "`-e`" + `, which is beside Go's
-unix-socket 8-byte ping-pong through the netpoller (` + "`bench/nettest unix_lat`" + `). The -e rows
+unix-socket 8-byte ping-pong through the netpoller (` + "`bench/nettest unix_lat`" + `); the
+busy-poll latency and the bandwidth are also beside what a Go user would write instead on
+loopback, a spinning TCP 8-byte ping-pong and a TCP stream of 64 KiB writes (` + "`bench/nettest tcp_lat --busy-poll`, `tcp_bw`" + `). The -e rows
 block on the completion channel; on the shortcut the serving waiter polls the rings for up
 to 50 µs before it blocks while traffic is dense, which a ping-pong always is.
 `

@@ -30,11 +30,11 @@ func (d *Device) input(b []byte, from netip.AddrPort, seg int) {
 		d.releaseRx() // the lookup below may take qpMu: never with a QP's lock held
 	}
 	qp := d.rxLookupQP(p.BTH.DestQP())
-	if d.rxIntact {
-		if !d.checkPKey(p) {
-			return
-		}
-	} else if !d.checkRx(p, b, from, d.local, qp, seg) {
+	if !d.rxIntact && !d.checkICRC(b, from, d.local, qp, seg) {
+		d.counters.ICRCErrors.Add(1)
+		return
+	}
+	if !d.checkPKey(p) {
 		return
 	}
 	d.route(p, qp, from)

@@ -193,6 +193,27 @@ func (m *Message) CopyData(dst []byte, off int) {
 	}
 }
 
+// writeData copies b over bytes [off, off+len(b)) of m's data (Buf, or the Iov slices
+// one after another): CopyData's inverse, for a Conn that completes a datagram's ICRC
+// (sealICRC).
+func (m *Message) writeData(b []byte, off int) {
+	if m.Iov == nil {
+		copy(m.Buf[off:], b)
+		return
+	}
+	for _, v := range m.Iov {
+		if len(b) == 0 {
+			return
+		}
+		if off >= len(v) {
+			off -= len(v)
+			continue
+		}
+		k := copy(v[off:], b)
+		b, off = b[k:], 0
+	}
+}
+
 // Segments calls f for every datagram in m: Buf[:N] itself when SegSize is 0
 // (or N <= SegSize), otherwise each SegSize-long piece of it. It stops early
 // if f returns false. A message that gathers (Iov) is copied into one new

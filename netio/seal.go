@@ -12,9 +12,11 @@ import (
 
 // sealICRC computes the ICRC of each of m's datagrams, written from src to m.Addr by the
 // UDP backend, into its last 4 bytes, and clears m.SameHost (Message.SameHost on write).
-// It writes only those bytes: in a message that gathers, through the Iov slice that
-// holds them, which the sender owns (its trailer, never registered memory). A datagram
-// shorter than an ICRC is left as it is: it is nobody's packet.
+// Each datagram is summed from a copy (the path is the rare one: a pair torn down, or a
+// peer that checks), and only its 4 ICRC bytes are written back: in a message that
+// gathers, into the Iov slice that holds them, which the sender owns (its trailer, never
+// registered memory). A datagram shorter than an ICRC is left as it is: it is nobody's
+// packet.
 func sealICRC(m *Message, src netip.AddrPort) {
 	m.SameHost = false
 	f := wire.NewICRCFlow(&wire.IPHeader{Src: src.Addr(), Dst: m.Addr.Addr(),
@@ -23,66 +25,16 @@ func sealICRC(m *Message, src netip.AddrPort) {
 	if m.SegSize > 0 && m.N > m.SegSize {
 		seg = m.SegSize
 	}
-	var parts [][]byte // a gathered datagram's slices, reused from one to the next
+	pkt := make([]byte, seg)
+	var icrc [wire.ICRCLen]byte
 	for i, off := 0, 0; off < m.N; i, off = i+1, off+seg {
 		n := min(seg, m.N-off)
 		if n < wire.ICRCLen {
 			continue
 		}
-		id := GSOSegmentID(0, i)
-		if m.Iov == nil {
-			pkt := m.Buf[off : off+n]
-			binary.LittleEndian.PutUint32(pkt[n-wire.ICRCLen:], f.SumInPlace(id, pkt, n-wire.ICRCLen))
-			continue
-		}
-		parts = iovRange(parts[:0], m.Iov, off, n-wire.ICRCLen)
-		var sum uint32
-		if len(parts) > 0 && len(parts[0]) >= wire.BTHLen {
-			sum = f.Sum(id, parts[0], parts[1:], 0)
-		} else {
-			// A BTH split across slices: the engine never gathers one so. Summed from a copy.
-			b := make([]byte, 0, n)
-			for _, p := range parts {
-				b = append(b, p...)
-			}
-			sum = f.Sum(id, b, nil, 0)
-		}
-		var icrc [wire.ICRCLen]byte
-		binary.LittleEndian.PutUint32(icrc[:], sum)
-		iovWrite(m.Iov, off+n-wire.ICRCLen, icrc[:])
-	}
-}
-
-// iovRange appends to dst the pieces of iov that hold bytes [off, off+n) of their
-// concatenation.
-func iovRange(dst, iov [][]byte, off, n int) [][]byte {
-	for _, v := range iov {
-		if n == 0 {
-			break
-		}
-		if off >= len(v) {
-			off -= len(v)
-			continue
-		}
-		k := min(len(v)-off, n)
-		dst = append(dst, v[off:off+k])
-		off, n = 0, n-k
-	}
-	return dst
-}
-
-// iovWrite copies b into the bytes of iov's concatenation that start at off.
-func iovWrite(iov [][]byte, off int, b []byte) {
-	for _, v := range iov {
-		if len(b) == 0 {
-			return
-		}
-		if off >= len(v) {
-			off -= len(v)
-			continue
-		}
-		k := copy(v[off:], b)
-		b, off = b[k:], 0
+		m.CopyData(pkt[:n], off)
+		binary.LittleEndian.PutUint32(icrc[:], f.SumInPlace(GSOSegmentID(0, i), pkt, n-wire.ICRCLen))
+		m.writeData(icrc[:], off+n-wire.ICRCLen)
 	}
 }
 

@@ -121,8 +121,9 @@ func (qp *QP) deferPost(polls uint32, toPoll bool) bool {
 // for the program's next poll (the doorbell), such a post leaves at once, with the
 // stream's posts queued before it. (Where they go to the sender goroutine, it is woken
 // at once and sends them from another thread, in parallel with the posts that follow:
-// sending from the poster instead cost RC WRITE 64 KiB in process some 8%.) A program that keeps a window of requests in flight and asks for a
-// completion every so often (perftest's write_bw: 128 in flight, one completion per 100)
+// sending from the poster instead cost RC WRITE 64 KiB in process some 8%.) A program
+// that keeps a window of requests in flight and asks for a completion every so often
+// (perftest's write_bw: 128 in flight, one completion per 100)
 // waits for that completion when its window is full; deferred, the request went out
 // only when the program had posted the rest of its window and polled, and the program
 // then sat idle for the whole round trip, once per completion. Sent at once, its

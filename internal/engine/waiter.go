@@ -90,10 +90,10 @@ func (w *Waiter) Serve() bool {
 // rings, whose poll costs no system call (netio.RingReader), and traffic is dense (the
 // waiter's last wait for a batch was shorter than denseGap), it first polls for up to
 // rxSpin, yielding every serveYieldEvery polls, as rxLoop's spinRx polls after a dense
-// batch: a ping-pong's reply then finds its waiter awake instead of going eventfd, netpoller,
-// thread wake-up, which cost most of a blocked turn (issue 28). A Wake ends the spin
-// (parked is set: it interrupts the blocking read that follows). Sporadic traffic costs no
-// spin: a wait longer than denseGap ends it until the next dense spell.
+// batch: a ping-pong's reply then finds its waiter awake instead of going eventfd,
+// netpoller, thread wake-up, which cost most of a blocked turn (issue 28). A Wake ends
+// the spin (parked is set: it interrupts the blocking read that follows). Sporadic
+// traffic costs no spin: a wait longer than denseGap ends it until the next dense spell.
 func (d *Device) serveRead(w *Waiter) (int, error) {
 	if d.rings == nil {
 		return d.readBlocking() // no rings: nothing to spin on, no gap to keep

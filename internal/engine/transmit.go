@@ -280,11 +280,12 @@ func (b *txBatch) flowTo(d *Device, dst netip.AddrPort) *wire.ICRCFlow {
 // datagrams reach dst through a ring whose reader does not check them
 // (netio.ICRCOffloader). The answer is kept until the destination or the Conn's
 // generation changes, so that a remote peer's messages cost a compare, not a lookup.
+// Inlined where the Conn offloads nothing (every Conn but the same-host one): a compare.
 func (b *txBatch) unsealedTo(d *Device, dst netip.AddrPort) bool {
-	o := d.icrcOff
-	if o == nil {
-		return false
-	}
+	return d.icrcOff != nil && b.askUnsealed(d.icrcOff, dst)
+}
+
+func (b *txBatch) askUnsealed(o netio.ICRCOffloader, dst netip.AddrPort) bool {
 	if gen := o.ICRCOffloadGen(); dst != b.offDst || gen != b.offGen || !b.offDst.IsValid() {
 		b.offDst, b.offGen, b.offOK = dst, gen, o.OffloadsICRC(dst)
 	}

@@ -188,7 +188,8 @@ func introduce(p [2]*kid) {
 	fmt.Fprintln(p[1].in, p[0].line)
 }
 
-// waitOK waits for every child's "ok".
+// waitOK waits for every child's "ok", then lets them all go (a ping-pong child stays
+// until its stdin closes, so that no peer is left retransmitting into a closed QP).
 func waitOK(t *testing.T, ps [][2]*kid) {
 	t.Helper()
 	for _, p := range ps {
@@ -196,6 +197,11 @@ func waitOK(t *testing.T, ps [][2]*kid) {
 			if l := k.readLine(t, 30*time.Second); l != "ok" {
 				t.Fatalf("child %d: %q", k.cmd.Process.Pid, l)
 			}
+		}
+	}
+	for _, p := range ps {
+		for _, k := range p {
+			k.in.Close()
 		}
 	}
 }
@@ -222,9 +228,5 @@ func TestKilledProcess(t *testing.T) {
 	if l := stream[0].readLine(t, 20*time.Second); !strings.HasPrefix(l, "peer gone") {
 		t.Fatalf("writer: %q, want its QP to fail with retries exhausted", l)
 	}
-	for _, k := range pp {
-		if l := k.readLine(t, 30*time.Second); l != "ok" {
-			t.Fatalf("ping-pong child %d: %q", k.cmd.Process.Pid, l)
-		}
-	}
+	waitOK(t, [][2]*kid{pp})
 }

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"runtime"
@@ -18,7 +19,7 @@ import (
 // child is a process the tests start: it attaches to the daemon at ATTACH_ADDR, makes
 // an RC QP, prints "qpn N rkey R addr A", reads its peer's line from stdin, connects,
 // and runs its part (mode): ping or pong (ATTACH_ITERS round trips of 64-byte SENDs,
-// then "ok"), writer (64 KiB WRITEs to the peer until one fails: "peer gone STATUS")
+// then "ok", and stays until stdin closes), writer (64 KiB WRITEs to the peer until one fails: "peer gone STATUS")
 // or sink (waits to be killed).
 func child(mode string) int {
 	if err := runChild(mode); err != nil {
@@ -77,7 +78,17 @@ func runChild(mode string) error {
 	}
 	switch mode {
 	case "ping", "pong":
-		return pingPong(qp, cq, mr, buf, mode == "ping", iters)
+		if err := pingPong(qp, cq, mr, buf, mode == "ping", iters); err != nil {
+			return err
+		}
+		// Stay, QP and all, until the test has every child's "ok" (waitOK closes
+		// stdin). The side that finishes first has had its last word acknowledged but
+		// may not have got its peer's ACK of the peer's last request through: were that
+		// ACK lost, the peer's retransmission would meet a QP that no longer exists and
+		// its retries would run out (perftest ends with a barrier on its socket for
+		// the same reason).
+		io.Copy(io.Discard, in)
+		return nil
 	case "writer":
 		return writer(qp, cq, mr, buf, prkey, paddr)
 	case "sink":

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -34,11 +35,22 @@ import (
 // client's socket itself and keeps a descriptor of it, so a socket leaves only when
 // the daemon closes its copy, and only after no process of the session holds one
 // (leave): the daemon's list then mirrors the kernel's, and it attaches the program
-// again after every change.
+// again after every change that moves a socket.
+//
+// A socket leaves from the group's end only (remove): closing one in the middle moves
+// the last into its place, and until the program is attached again it names that
+// socket by an index past the group's end, which the kernel answers by hashing the
+// datagram to any socket of the group. Its QP loses it, and a client that did nothing
+// waits out a retransmission timeout because another one left. A departed member in
+// the middle is parked instead: its socket stays, steered nothing, until every socket
+// after it has gone, or until more than steerMaxParked are parked.
 
 const (
 	steerOwnFirst, steerOwnLast = 0x11, 0xffff // the daemon's engine's QPNs: top byte 0
 	steerMaxClients             = 0xfe         // top bytes 1..0xfe (0xff holds the multicast QPN)
+	// steerMaxParked bounds the departed clients' sockets kept behind a long-lived
+	// last member: past it they are closed in place, moving live ones (remove).
+	steerMaxParked = 16
 )
 
 // steer is a device's SO_REUSEPORT group.
@@ -59,6 +71,9 @@ type steerMember struct {
 	top byte   // its QPNs: top<<16 .. top<<16|0xffff
 	// gone: the session ended; no datagram is steered to it while it waits to leave.
 	gone bool
+	// parked: gone, and no process of its session holds it; its socket stays in the
+	// group while others follow it (remove).
+	parked bool
 }
 
 // QPNs is the member's range.
@@ -192,27 +207,47 @@ func (g *steer) leave(m *steerMember, pid int) {
 	}()
 }
 
-// remove closes the daemon's descriptor of m's socket, which takes it out of the
-// group, and mirrors the kernel's move of the last socket into its place.
+// remove takes m's socket out of the group: at once if it is the group's last, else
+// it is parked, and leaves with the parked ones behind it when the members after it
+// have left (see the top of the file). Past steerMaxParked parked sockets, they are
+// closed where they are, each close mirroring the kernel's move of the last socket
+// into the hole; such a move may misdirect the moved member's datagrams until the
+// program is attached again, which is then the price of a long-lived last member
+// outliving many others, not of every departure.
 func (g *steer) remove(m *steerMember) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	i := -1
-	for j, o := range g.members {
-		if o == m {
-			i = j
-		}
-	}
-	if i < 0 {
+	if !slices.Contains(g.members, m) || m.parked {
 		return
 	}
-	unix.Close(m.fd) // the last reference: the kernel moves the group's last socket here
-	last := len(g.members) - 1
-	g.members[i] = g.members[last]
-	g.members[last] = nil
-	g.members = g.members[:last]
-	g.used[m.top] = false
-	g.attach()
+	m.parked = true
+	g.used[m.top] = false // a new member may take the byte: the program skips m
+	for n := len(g.members); n > 0 && g.members[n-1].parked; n-- {
+		unix.Close(g.members[n-1].fd) // the last: nothing moves
+		g.members[n-1] = nil
+		g.members = g.members[:n-1]
+	}
+	parked := 0
+	for _, o := range g.members {
+		if o.parked {
+			parked++
+		}
+	}
+	if parked <= steerMaxParked {
+		return // the program is unchanged: it steered nothing to m since leave
+	}
+	for i := 0; i < len(g.members); {
+		if !g.members[i].parked {
+			i++
+			continue
+		}
+		unix.Close(g.members[i].fd) // the kernel moves the group's last socket here
+		last := len(g.members) - 1
+		g.members[i] = g.members[last]
+		g.members[last] = nil
+		g.members = g.members[:last]
+		g.attach()
+	}
 }
 
 // heldBy reports whether process pid has a descriptor of m's socket (other than the

@@ -93,9 +93,8 @@ func who(t *testing.T, to netip.AddrPort, qpn uint32, fds []int) int {
 func memberFD(m *steerMember) int { return m.fd }
 
 // TestSteerGroup: datagrams reach the socket whose member owns their destination
-// QPN's top byte, everything else the device's socket; when a member leaves, the
-// kernel moves the group's last socket into its place and the daemon's re-attached
-// program follows it, and the leaver's QPNs fall to the device's socket.
+// QPN's top byte, everything else the device's socket; when a member leaves, its
+// QPNs fall to the device's socket and the others' stay where they were.
 func TestSteerGroup(t *testing.T) {
 	t.Run("IPv4", func(t *testing.T) { testSteerGroup(t, false) })
 	t.Run("IPv6", func(t *testing.T) { testSteerGroup(t, true) })
@@ -142,7 +141,7 @@ func testSteerGroup(t *testing.T, v6 bool) {
 	check(uint32(b.top)<<16|0xffff, 2)
 	check(uint32(c.top)<<16, 3)
 
-	// a (index 1) leaves: the kernel moves c (the last) to index 1.
+	// a (index 1) leaves (parked: TestSteerDepartureMovesNothing).
 	g.leave(a, 0)
 	fds[1] = -1 // closed: its number may be the next socket's
 	check(uint32(a.top)<<16|0x11, 0)
@@ -161,7 +160,8 @@ func testSteerGroup(t *testing.T, v6 bool) {
 
 // TestSteerLeaveWaits: a member whose process still holds its socket keeps its place
 // in the group (its QPNs go to the device's socket meanwhile), and leaves once the
-// process lets go; the others are steered right all along.
+// process lets go (parked behind b, then gone with it); the others are steered right
+// all along.
 func TestSteerLeaveWaits(t *testing.T) {
 	dev, addr := steerSocket(t, false)
 	g, err := newSteer(dev, addr)
@@ -196,9 +196,9 @@ func TestSteerLeaveWaits(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		g.mu.Lock()
-		n = len(g.members)
+		parked := a.parked
 		g.mu.Unlock()
-		if n == 1 {
+		if parked {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -206,8 +206,131 @@ func TestSteerLeaveWaits(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	// b moved into a's place, index 1.
-	if got := who(t, addr, uint32(b.top)<<16|3, []int{dev, memberFD(b)}); got != 1 {
-		t.Fatalf("b's QPN reached socket %d after a left, want 1", got)
+	// b stays at index 2, a's socket parked before it.
+	if got := who(t, addr, uint32(b.top)<<16|3, []int{dev, memberFD(b), memberFD(a)}); got != 1 {
+		t.Fatalf("b's QPN reached socket %d after a left, want b's", got)
+	}
+	g.leave(b, 0)
+	g.mu.Lock()
+	n = len(g.members)
+	g.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d members after b, the last, left too, want 0", n)
+	}
+}
+
+// atIndex reports which of fds gets a datagram the group sends to index k (a program
+// that returns k for everything, attached for the purpose): the kernel's order of the
+// group, which the daemon's list must mirror. An index past the group's end is hashed
+// to any socket.
+func atIndex(t *testing.T, g *steer, k int, fds []int) int {
+	t.Helper()
+	p := []unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: uint32(k)}}
+	if err := unix.SetsockoptSockFprog(g.dev, unix.SOL_SOCKET, unix.SO_ATTACH_REUSEPORT_CBPF,
+		&unix.SockFprog{Len: 1, Filter: &p[0]}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if err := g.attach(); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	return who(t, g.addr, 0x123456, fds)
+}
+
+// TestSteerDepartureMovesNothing: a member that leaves from the middle of the group
+// is parked, so that no live member's socket moves (a moved socket's datagrams are
+// hashed to any socket until the program follows); the parked ones leave with the
+// last member, from the end.
+func TestSteerDepartureMovesNothing(t *testing.T) {
+	dev, addr := steerSocket(t, false)
+	g, err := newSteer(dev, addr)
+	if err != nil {
+		t.Skipf("SO_ATTACH_REUSEPORT_CBPF refused here: %v", err)
+	}
+	defer g.close()
+	var ms []*steerMember
+	for range 3 {
+		m, err := g.join()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms = append(ms, m)
+	}
+	a, b, c := ms[0], ms[1], ms[2]
+	fds := []int{dev, memberFD(a), memberFD(b), memberFD(c)}
+	g.leave(a, 0)
+	for k, want := range []int{0, 1, 2, 3} {
+		if got := atIndex(t, g, k, fds); got != want {
+			t.Fatalf("after a left, index %d is socket %d, want %d (nothing moved)", k, got, want)
+		}
+	}
+	if got := who(t, addr, uint32(a.top)<<16|1, fds); got != 0 {
+		t.Fatalf("a's QPN reached socket %d after a left, want 0 (the device)", got)
+	}
+	if got := who(t, addr, uint32(c.top)<<16|1, fds); got != 3 {
+		t.Fatalf("c's QPN reached socket %d, want 3", got)
+	}
+	// b leaves too, then c, the last: c goes, and the parked b and a with it.
+	g.leave(b, 0)
+	g.leave(c, 0)
+	g.mu.Lock()
+	n := len(g.members)
+	g.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d members after every one left, want 0", n)
+	}
+	if got := atIndex(t, g, 0, []int{dev}); got != 0 {
+		t.Fatalf("index 0 is socket %d, want the device's", got)
+	}
+	// A newcomer joins at index 1.
+	d, err := g.join()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := who(t, addr, uint32(d.top)<<16|1, []int{dev, memberFD(d)}); got != 1 {
+		t.Fatalf("d's QPN reached socket %d, want 1", got)
+	}
+}
+
+// TestSteerParkedBounded: behind a long-lived last member, departed members' sockets
+// are kept only up to steerMaxParked; past it they are closed, and the list still
+// mirrors the kernel's order.
+func TestSteerParkedBounded(t *testing.T) {
+	dev, addr := steerSocket(t, false)
+	g, err := newSteer(dev, addr)
+	if err != nil {
+		t.Skipf("SO_ATTACH_REUSEPORT_CBPF refused here: %v", err)
+	}
+	defer g.close()
+	var ms []*steerMember
+	for range steerMaxParked + 2 {
+		m, err := g.join()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms = append(ms, m)
+	}
+	last := ms[len(ms)-1]
+	for i, m := range ms[:len(ms)-1] {
+		g.leave(m, 0)
+		g.mu.Lock()
+		n := len(g.members)
+		g.mu.Unlock()
+		want := len(ms) // parked, behind the last
+		if i == steerMaxParked {
+			want = 1 // one too many: closed, the last moved to index 1
+		}
+		if n != want {
+			t.Fatalf("after %d left, %d members, want %d", i+1, n, want)
+		}
+	}
+	if got := atIndex(t, g, 1, []int{dev, memberFD(last)}); got != 1 {
+		t.Fatalf("index 1 is socket %d, want the last member's", got)
+	}
+	if got := who(t, addr, uint32(last.top)<<16|1, []int{dev, memberFD(last)}); got != 1 {
+		t.Fatalf("the last member's QPN reached socket %d, want 1", got)
 	}
 }

@@ -6,3 +6,6 @@ package engine
 
 func raceReleaseWire() {}
 func raceAcquireWire() {}
+
+// streamGap (post.go).
+const streamGap = streamGapNative

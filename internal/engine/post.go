@@ -170,8 +170,13 @@ func copyWR(wr *driver.SendWR, sgl []driver.SGE) driver.SendWR {
 	}
 }
 
-// streamGap is how soon after the previous post a post counts as part of a stream.
-const streamGap = 3 * time.Microsecond
+// streamGap is how soon after the previous post a post counts as part of a stream:
+// posted back to back, with no work of the program's in between. It is
+// streamGapNative, or ten times that under the race detector (race.go), whose
+// instrumented PostSend alone can take longer than the native gap on a slow machine,
+// so that no stream was ever recognized there (the doorbell tests failed on a 2-core
+// AMD EPYC VM, 2026-11-28).
+const streamGapNative = 3 * time.Microsecond
 
 // postAfterPoll is QP.lastPost for a post that followed a poll on a device whose polls
 // drive it, which reads no clock (PostSend). nanotime never returns it.

@@ -15,3 +15,6 @@ var wireOrder atomic.Uint64
 
 func raceReleaseWire() { wireOrder.Add(1) }
 func raceAcquireWire() { wireOrder.Load() }
+
+// streamGap under the race detector (post.go).
+const streamGap = 10 * streamGapNative

@@ -46,6 +46,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -490,12 +491,45 @@ func AsViewReader(c Conn) (ViewReader, bool) {
 // datagram goes another way after all. Not through a Tee, which records the datagrams
 // it passes on as they are.
 type ICRCOffloader interface {
-	// OffloadsICRC reports whether datagrams to dst may now be written unsealed.
-	OffloadsICRC(dst netip.AddrPort) bool
+	// OffloadsICRC reports which datagrams to dst may now be written unsealed.
+	OffloadsICRC(dst netip.AddrPort) ICRCOffload
 	// ICRCOffloadGen changes whenever OffloadsICRC's answer for some destination may
 	// have changed: a sender that keeps an answer asks again then. (A kept yes that no
 	// longer holds costs only the Conn's sealing, never a datagram.)
 	ICRCOffloadGen() uint64
+}
+
+// ICRCOffload is which datagrams to a destination may be written unsealed
+// (ICRCOffloader.OffloadsICRC).
+type ICRCOffload uint8
+
+const (
+	// OffloadNone: every datagram to the destination carries its ICRC.
+	OffloadNone ICRCOffload = iota
+	// OffloadAll: any datagram to the destination may leave it out.
+	OffloadAll
+	// OffloadLowQPNs: only datagrams whose BTH destination QPN has top byte 0. The
+	// destination's ring takes only those (its socket is steered:
+	// SameHostOptions.Steered); the rest go by UDP, sealed by their sender.
+	OffloadLowQPNs
+)
+
+func (o ICRCOffload) String() string {
+	switch o {
+	case OffloadNone:
+		return "none"
+	case OffloadAll:
+		return "all"
+	case OffloadLowQPNs:
+		return "QPNs of top byte 0"
+	}
+	return "ICRCOffload(" + strconv.Itoa(int(o)) + ")"
+}
+
+// Unsealed reports whether a datagram whose BTH destination QPN has top byte qpnHi may
+// be written unsealed.
+func (o ICRCOffload) Unsealed(qpnHi byte) bool {
+	return o == OffloadAll || o == OffloadLowQPNs && qpnHi == 0
 }
 
 // AsICRCOffloader returns c as an ICRCOffloader if it offloads. Not through a Tee.

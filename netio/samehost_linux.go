@@ -475,19 +475,25 @@ func (c *sameHostConn) WriteBatch(msgs []Message) (int, error) {
 	return len(msgs), nil
 }
 
-// OffloadsICRC reports whether datagrams to dst go through a ring whose reader takes
-// them unsealed (netio.ICRCOffloader). Nothing to a Steered peer: its datagrams for other
-// engines go by UDP, and the sender asks per destination, not per QP.
-func (c *sameHostConn) OffloadsICRC(dst netip.AddrPort) bool {
+// OffloadsICRC reports which datagrams to dst go through a ring whose reader takes them
+// unsealed (netio.ICRCOffloader): all of them, or, to a Steered peer, those for QPNs of
+// top byte 0, its engine's; the others go by UDP (WriteBatch), and their sender seals
+// them, so that no copy is summed here.
+func (c *sameHostConn) OffloadsICRC(dst netip.AddrPort) ICRCOffload {
 	e := c.hint.Load()
 	if e == nil || e.addr != dst {
 		if e = (*c.peers.Load())[dst]; e == nil {
-			return false
+			return OffloadNone
 		}
 	}
 	p := e.pair.Load()
-	return p != nil && p.unsealed && !p.lowOnly && !p.closing.Load() &&
-		(p.peerGone == nil || atomic.LoadUint32(p.peerGone) == 0)
+	switch {
+	case p == nil || !p.unsealed || p.closing.Load() || p.peerGone != nil && atomic.LoadUint32(p.peerGone) != 0:
+		return OffloadNone
+	case p.lowOnly:
+		return OffloadLowQPNs
+	}
+	return OffloadAll
 }
 
 // ICRCOffloadGen changes when a pair is installed or torn down (netio.ICRCOffloader).

@@ -404,7 +404,7 @@ func TestSameHostUnsealed(t *testing.T) {
 	}
 	remote, raddr := plainUDP(t)
 	gen := o.ICRCOffloadGen()
-	if o.OffloadsICRC(b.LocalAddr()) {
+	if o.OffloadsICRC(b.LocalAddr()) != netio.OffloadNone {
 		t.Fatal("OffloadsICRC says yes before any pair")
 	}
 	if err := netio.SameHostConnect(a, b.LocalAddr()); err != nil {
@@ -414,8 +414,8 @@ func TestSameHostUnsealed(t *testing.T) {
 	if o.ICRCOffloadGen() == gen {
 		t.Error("the generation did not change with a new pair")
 	}
-	if !o.OffloadsICRC(b.LocalAddr()) || o.OffloadsICRC(raddr) {
-		t.Fatalf("OffloadsICRC: ring peer %v, plain socket %v; want true, false", o.OffloadsICRC(b.LocalAddr()), o.OffloadsICRC(raddr))
+	if o.OffloadsICRC(b.LocalAddr()) != netio.OffloadAll || o.OffloadsICRC(raddr) != netio.OffloadNone {
+		t.Fatalf("OffloadsICRC: ring peer %v, plain socket %v; want all, none", o.OffloadsICRC(b.LocalAddr()), o.OffloadsICRC(raddr))
 	}
 	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCSendOnly, PKey: 0xffff, DestQP: 0x11, PSN: 3}}
 	unsealed := func(tag byte) []byte {
@@ -475,7 +475,7 @@ func TestSameHostUnsealed(t *testing.T) {
 	if !netio.SameHostPeerUnsealed(a, b.LocalAddr(), false) {
 		t.Fatal("no pair to b")
 	}
-	if o.OffloadsICRC(b.LocalAddr()) {
+	if o.OffloadsICRC(b.LocalAddr()) != netio.OffloadNone {
 		t.Error("OffloadsICRC says yes to a peer that did not say it takes datagrams unsealed")
 	}
 	send(b.LocalAddr(), unsealed(3))

@@ -3,6 +3,7 @@
 package netio_test
 
 import (
+	"bytes"
 	"net/netip"
 	"testing"
 	"time"
@@ -114,5 +115,64 @@ func TestSameHostSteered(t *testing.T) {
 	sendQPNs(t, s1, s1, tops)
 	if got, sent := rx(s1)-before, tx(s1)-beforeTx; got != low || sent != low {
 		t.Errorf("to itself: %d datagrams by ring (%d sent), want %d", got, sent, low)
+	}
+}
+
+// TestSameHostSteeredUnsealed: to a Steered peer (goverbs serve's device) a sender may
+// leave the ICRC out of the datagrams its ring takes, those for QPNs of top byte 0, and
+// only those: the rest go by UDP, where the kernel's steering hands them to another
+// engine that checks. Between a daemon's own devices, or from a program on the daemon's
+// engine, that is all the traffic, and it had been summed for nothing.
+func TestSameHostSteeredUnsealed(t *testing.T) {
+	dir := rendezvousDir(t)
+	s, p := steeredConn(t, "127.0.0.2:0", dir), sameHost(t, "127.0.0.3:0", dir, netio.UDPOptions{})
+	if err := netio.SameHostConnect(p, s.LocalAddr()); err != nil {
+		t.Fatal(err)
+	}
+	waitPeers(t, s, 1)
+	for _, c := range []struct {
+		name     string
+		from     netio.Conn
+		to       netip.AddrPort
+		want     netio.ICRCOffload
+		low, any bool // Unsealed(0), Unsealed(1)
+	}{
+		{"plain to Steered", p, s.LocalAddr(), netio.OffloadLowQPNs, true, false},
+		{"Steered to plain", s, p.LocalAddr(), netio.OffloadAll, true, true},
+	} {
+		o, ok := netio.AsICRCOffloader(c.from)
+		if !ok {
+			t.Fatal("a same-host Conn is not an ICRCOffloader")
+		}
+		got := o.OffloadsICRC(c.to)
+		if got != c.want || got.Unsealed(0) != c.low || got.Unsealed(1) != c.any {
+			t.Errorf("%s: OffloadsICRC = %v (top byte 0: %v, 1: %v), want %v (%v, %v)",
+				c.name, got, got.Unsealed(0), got.Unsealed(1), c.want, c.low, c.any)
+		}
+	}
+	if netio.OffloadNone.Unsealed(0) {
+		t.Error("OffloadNone lets a datagram go unsealed")
+	}
+	// What the sender leaves out arrives as it was written, through the ring.
+	dgram := make([]byte, 12+8+4)
+	dgram[0], dgram[2], dgram[3], dgram[7], dgram[12] = 0x04, 0xff, 0xff, 0x11, 0xab // SEND ONLY to QPN 0x11
+	if _, err := p.WriteBatch([]netio.Message{{Buf: bytes.Clone(dgram), N: len(dgram), Addr: s.LocalAddr(), SameHost: true}}); err != nil {
+		t.Fatal(err)
+	}
+	rd := []netio.Message{{Buf: make([]byte, 2048)}}
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		k, err := s.ReadBatch(rd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k == 1 && rd[0].N > 12 && rd[0].Buf[12] == 0xab {
+			if !rd[0].SameHost || !bytes.Equal(rd[0].Buf[:rd[0].N], dgram) {
+				t.Fatalf("got % x (from a ring: %v), want it as written, through the ring: % x", rd[0].Buf[:rd[0].N], rd[0].SameHost, dgram)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the datagram never arrived")
+		}
 	}
 }

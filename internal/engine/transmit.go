@@ -50,11 +50,11 @@ type txBatch struct {
 	// The ICRC's share for the last destination (a batch mostly goes to one peer).
 	flowDst netip.AddrPort
 	flow    wire.ICRCFlow
-	// Whether datagrams to offDst may leave unsealed, as the Conn answered at its
+	// Which datagrams to offDst may leave unsealed, as the Conn answered at its
 	// generation offGen (unsealedTo).
 	offDst netip.AddrPort
 	offGen uint64
-	offOK  bool
+	off    netio.ICRCOffload
 }
 
 // gatherMin is the smallest payload sent from registered memory in place; smaller ones
@@ -247,7 +247,8 @@ func (b *txBatch) place(d *Device, dst netip.AddrPort) (i, seg int) {
 	}
 	i = b.n
 	b.msgs[i].N, b.msgs[i].SegSize, b.msgs[i].Addr, b.msgs[i].ECN, b.msgs[i].TrafficClass = 0, 0, dst, b.ecn, b.tc
-	b.msgs[i].SameHost = b.unsealedTo(d, dst)
+	// The packet's BTH is at the start of Buf (emit), and a run keeps its QPN's top byte.
+	b.msgs[i].SameHost = b.unsealedTo(d, dst, b.msgs[i].Buf[bthQPNHi])
 	b.used[i] = 0
 	b.n++
 	return i, 0
@@ -276,20 +277,22 @@ func (b *txBatch) flowTo(d *Device, dst netip.AddrPort) *wire.ICRCFlow {
 	return &b.flow
 }
 
-// unsealedTo reports whether a message to dst may leave without ICRCs: the Conn said its
-// datagrams reach dst through a ring whose reader does not check them
-// (netio.ICRCOffloader). The answer is kept until the destination or the Conn's
-// generation changes, so that a remote peer's messages cost a compare, not a lookup.
-// Inlined where the Conn offloads nothing (every Conn but the same-host one): a compare.
-func (b *txBatch) unsealedTo(d *Device, dst netip.AddrPort) bool {
-	return d.icrcOff != nil && b.askUnsealed(d.icrcOff, dst)
+// unsealedTo reports whether a message to dst whose BTH destination QPN has top byte
+// qpnHi may leave without ICRCs: the Conn said such datagrams reach dst through a ring
+// whose reader does not check them (netio.ICRCOffloader; to a steered peer, goverbs
+// serve's device, only its own engine's QPNs, top byte 0, take the ring). The answer is
+// kept until the destination or the Conn's generation changes, so that a remote peer's
+// messages cost a compare, not a lookup. Inlined where the Conn offloads nothing (every
+// Conn but the same-host one): a compare.
+func (b *txBatch) unsealedTo(d *Device, dst netip.AddrPort, qpnHi byte) bool {
+	return d.icrcOff != nil && b.askUnsealed(d.icrcOff, dst, qpnHi)
 }
 
-func (b *txBatch) askUnsealed(o netio.ICRCOffloader, dst netip.AddrPort) bool {
+func (b *txBatch) askUnsealed(o netio.ICRCOffloader, dst netip.AddrPort, qpnHi byte) bool {
 	if gen := o.ICRCOffloadGen(); dst != b.offDst || gen != b.offGen || !b.offDst.IsValid() {
-		b.offDst, b.offGen, b.offOK = dst, gen, o.OffloadsICRC(dst)
+		b.offDst, b.offGen, b.off = dst, gen, o.OffloadsICRC(dst)
 	}
-	return b.offOK
+	return b.off.Unsealed(qpnHi)
 }
 
 func (d *Device) flushTx(b *txBatch) {

@@ -92,6 +92,33 @@ func who(t *testing.T, to netip.AddrPort, qpn uint32, fds []int) int {
 
 func memberFD(m *steerMember) int { return m.fd }
 
+// testSteer is a steering group on a fresh device socket (IPv6 if v6), closed when the
+// test ends; the test skips where the kernel refuses the program.
+func testSteer(t *testing.T, v6 bool) (*steer, int, netip.AddrPort) {
+	t.Helper()
+	dev, addr := steerSocket(t, v6)
+	g, err := newSteer(dev, addr)
+	if err != nil {
+		t.Skipf("SO_ATTACH_REUSEPORT_CBPF refused here: %v", err)
+	}
+	t.Cleanup(g.close)
+	return g, dev, addr
+}
+
+// joinN joins n members to g.
+func joinN(t *testing.T, g *steer, n int) []*steerMember {
+	t.Helper()
+	ms := make([]*steerMember, n)
+	for i := range ms {
+		m, err := g.join()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms[i] = m
+	}
+	return ms
+}
+
 // TestSteerGroup: datagrams reach the socket whose member owns their destination
 // QPN's top byte, everything else the device's socket; when a member leaves, its
 // QPNs fall to the device's socket and the others' stay where they were.
@@ -101,24 +128,9 @@ func TestSteerGroup(t *testing.T) {
 }
 
 func testSteerGroup(t *testing.T, v6 bool) {
-	dev, addr := steerSocket(t, v6)
-	g, err := newSteer(dev, addr)
-	if err != nil {
-		t.Skipf("SO_ATTACH_REUSEPORT_CBPF refused here: %v", err)
-	}
-	defer g.close()
-	a, err := g.join()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := g.join()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := g.join()
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, dev, addr := testSteer(t, v6)
+	ms := joinN(t, g, 3)
+	a, b, c := ms[0], ms[1], ms[2]
 	if a.top == b.top || b.top == c.top || a.top == c.top || a.top == 0 || a.top == 0xff {
 		t.Fatalf("top bytes %#x %#x %#x", a.top, b.top, c.top)
 	}
@@ -163,12 +175,7 @@ func testSteerGroup(t *testing.T, v6 bool) {
 // process lets go (parked behind b, then gone with it); the others are steered right
 // all along.
 func TestSteerLeaveWaits(t *testing.T) {
-	dev, addr := steerSocket(t, false)
-	g, err := newSteer(dev, addr)
-	if err != nil {
-		t.Skipf("SO_ATTACH_REUSEPORT_CBPF refused here: %v", err)
-	}
-	defer g.close()
+	g, dev, addr := testSteer(t, false)
 	a, _ := g.join()
 	b, err := g.join()
 	if err != nil {
@@ -245,20 +252,8 @@ func atIndex(t *testing.T, g *steer, k int, fds []int) int {
 // hashed to any socket until the program follows); the parked ones leave with the
 // last member, from the end.
 func TestSteerDepartureMovesNothing(t *testing.T) {
-	dev, addr := steerSocket(t, false)
-	g, err := newSteer(dev, addr)
-	if err != nil {
-		t.Skipf("SO_ATTACH_REUSEPORT_CBPF refused here: %v", err)
-	}
-	defer g.close()
-	var ms []*steerMember
-	for range 3 {
-		m, err := g.join()
-		if err != nil {
-			t.Fatal(err)
-		}
-		ms = append(ms, m)
-	}
+	g, dev, addr := testSteer(t, false)
+	ms := joinN(t, g, 3)
 	a, b, c := ms[0], ms[1], ms[2]
 	fds := []int{dev, memberFD(a), memberFD(b), memberFD(c)}
 	g.leave(a, 0)
@@ -299,20 +294,8 @@ func TestSteerDepartureMovesNothing(t *testing.T) {
 // are kept only up to steerMaxParked; past it they are closed, and the list still
 // mirrors the kernel's order.
 func TestSteerParkedBounded(t *testing.T) {
-	dev, addr := steerSocket(t, false)
-	g, err := newSteer(dev, addr)
-	if err != nil {
-		t.Skipf("SO_ATTACH_REUSEPORT_CBPF refused here: %v", err)
-	}
-	defer g.close()
-	var ms []*steerMember
-	for range steerMaxParked + 2 {
-		m, err := g.join()
-		if err != nil {
-			t.Fatal(err)
-		}
-		ms = append(ms, m)
-	}
+	g, dev, addr := testSteer(t, false)
+	ms := joinN(t, g, steerMaxParked+2)
 	last := ms[len(ms)-1]
 	for i, m := range ms[:len(ms)-1] {
 		g.leave(m, 0)

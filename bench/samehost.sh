@@ -8,7 +8,8 @@
 #
 # Rows go to OUTDIR as bench/compare.sh's do (JSON per test, meta.json, log.txt), and the
 # table comes from bench/report. Environment: ROUNDS=3 (interleaved rounds), DURATION=3
-# (seconds per bandwidth and message-rate run), ITERS=20000 (round trips per latency run).
+# (seconds per bandwidth and message-rate run), ITERS=20000 (round trips per latency run),
+# COUNT=1 (after the rounds, each pair once more under perf stat: syscalls.json; 0 skips).
 #
 # Pairs per round (shm run, then its baseline):
 #   shm_send_lat_busy  vs send_lat_busy   RC SEND 8 B one-way, busy-poll, shm vs UDP
@@ -41,19 +42,37 @@ build
 echo "$repro" >&2
 
 shm="env GOVERBS_SHM=1" udp="env GOVERBS_SHM=0"
+declare -A run
+run[shm_send_lat_busy]="$shm $g send_lat --bind $S -s 8 -n $N --json --busy-poll -- $shm $g send_lat --bind $C -s 8 -n $N --json --busy-poll $S"
+run[send_lat_busy]="$udp $g send_lat --bind $S -s 8 -n $N --json --busy-poll -- $udp $g send_lat --bind $C -s 8 -n $N --json --busy-poll $S"
+run[shm_send_lat_ev]="$shm $g send_lat --bind $S -s 8 -n $N --json -e -- $shm $g send_lat --bind $C -s 8 -n $N --json -e $S"
+run[unix_lat]="$n unix_lat --bind $S -- $n unix_lat --bind $C -s 8 -n $N $S"
+run[send_lat_ev]="$udp $g send_lat --bind $S -s 8 -n $N --json -e -- $udp $g send_lat --bind $C -s 8 -n $N --json -e $S"
+run[shm_write_bw]="$shm $g write_bw --bind $S --json -- $shm $g write_bw --bind $C -s 65536 -D $D --json $S"
+run[write_bw]="$udp $g write_bw --bind $S --json -- $udp $g write_bw --bind $C -s 65536 -D $D --json $S"
+run[shm_write_bw_8]="$shm $g write_bw --bind $S --json -- $shm $g write_bw --bind $C -s 8 -D $D --json $S"
+run[write_bw_8]="$udp $g write_bw --bind $S --json -- $udp $g write_bw --bind $C -s 8 -D $D --json $S"
+run[tcp_lat_busy_8]="$n tcp_lat --bind $S -s 8 --busy-poll -- $n tcp_lat --bind $C -s 8 -n $N --busy-poll $S"
+run[tcp_bw]="$n tcp_bw --bind $S -- $n tcp_bw --bind $C -s 65536 -D $D $S"
+order=(shm_send_lat_busy send_lat_busy shm_send_lat_ev unix_lat send_lat_ev shm_write_bw write_bw
+  shm_write_bw_8 write_bw_8 tcp_lat_busy_8 tcp_bw)
 for round in $(seq "$R"); do
-  pair shm_send_lat_busy $round $shm $g send_lat --bind $S -s 8 -n $N --json --busy-poll -- $shm $g send_lat --bind $C -s 8 -n $N --json --busy-poll $S
-  pair send_lat_busy $round     $udp $g send_lat --bind $S -s 8 -n $N --json --busy-poll -- $udp $g send_lat --bind $C -s 8 -n $N --json --busy-poll $S
-  pair shm_send_lat_ev $round   $shm $g send_lat --bind $S -s 8 -n $N --json -e -- $shm $g send_lat --bind $C -s 8 -n $N --json -e $S
-  pair unix_lat $round          $n unix_lat --bind $S -- $n unix_lat --bind $C -s 8 -n $N $S
-  pair send_lat_ev $round       $udp $g send_lat --bind $S -s 8 -n $N --json -e -- $udp $g send_lat --bind $C -s 8 -n $N --json -e $S
-  pair shm_write_bw $round      $shm $g write_bw --bind $S --json -- $shm $g write_bw --bind $C -s 65536 -D $D --json $S
-  pair write_bw $round          $udp $g write_bw --bind $S --json -- $udp $g write_bw --bind $C -s 65536 -D $D --json $S
-  pair shm_write_bw_8 $round    $shm $g write_bw --bind $S --json -- $shm $g write_bw --bind $C -s 8 -D $D --json $S
-  pair write_bw_8 $round        $udp $g write_bw --bind $S --json -- $udp $g write_bw --bind $C -s 8 -D $D --json $S
-  pair tcp_lat_busy_8 $round    $n tcp_lat --bind $S -s 8 --busy-poll -- $n tcp_lat --bind $C -s 8 -n $N --busy-poll $S
-  pair tcp_bw $round            $n tcp_bw --bind $S -- $n tcp_bw --bind $C -s 65536 -D $D $S
+  for t in "${order[@]}"; do
+    # shellcheck disable=SC2086 # the commands are words (paths and flags without spaces)
+    pair "$t" "$round" ${run[$t]}
+  done
 done
+
+# Each pair once more with its client under perf stat (bench/lib.sh's count_pair; COUNT=0
+# skips it), the latency runs with five times the round trips, so that start-up's system
+# calls, counted too, weigh less: the rings' figures beside the system calls per message
+# they save, which a machine prices (docs/guide/same-host.md, "Figures").
+if [ "${COUNT:-1}" != 0 ]; then
+  for t in "${order[@]}"; do
+    # shellcheck disable=SC2086 # as above
+    count_pair "$t" ${run[$t]//-n $N/-n $((5 * N))}
+  done
+fi
 
 echo "Two processes on one host, $R interleaved rounds. Reproduce: \`$repro\`"
 echo

@@ -3,7 +3,9 @@
 // its baseline measured in the same round, an SVG plot of bandwidth against message
 // size, and the performance page, docs/PERFORMANCE.md.
 //
-//	report -dir RESULTS [-svg FILE]     the loopback table on stdout (bench/compare.sh)
+//	report -dir RESULTS [-svg FILE]     the comparison table on stdout (bench/compare.sh,
+//	                                    bench/samehost.sh), and the counted runs' system
+//	                                    calls where RESULTS has them (syscalls.json)
 //	report -veth RESULTS                the veth table on stdout (bench/veth.sh)
 //	report -rstream RESULTS             the rdmanet table on stdout (bench/rstream.sh)
 //	report -afxdp RESULTS               the AF_XDP tables on stdout (bench/afxdp.sh)
@@ -49,7 +51,7 @@ func main() {
 			fail(err)
 		}
 	case *dir != "":
-		if !compareTable(os.Stdout, *dir) {
+		if !compareSyscallTable(os.Stdout, *dir) {
 			fail(fmt.Errorf("no result rows in %s", *dir))
 		}
 		if *svg != "" {
@@ -66,7 +68,7 @@ func main() {
 			fail(fmt.Errorf("no result rows in %s", *rstream))
 		}
 	case *afxdp != "":
-		if !afxdpTable(os.Stdout, *afxdp) {
+		if !compareSyscallTable(os.Stdout, *afxdp) {
 			fail(fmt.Errorf("no result rows in %s", *afxdp))
 		}
 	default:

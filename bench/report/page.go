@@ -57,9 +57,9 @@ var sections = []struct {
 		"loopback", "bench/compare.sh", compareTable, loopbackNotes},
 	{"RC WRITE against a Go TCP stream over a veth pair", "veth", "sudo bench/veth.sh", vethTable, vethNotes},
 	{"net.Conn over RDMA (rdmanet) against Go TCP", "rstream", "bench/rstream.sh", rstreamTable, rstreamNotes},
-	{"Two goverbs processes on one host: the same-host shortcut against the UDP path", "samehost", "bench/samehost.sh", compareTable, samehostNotes},
+	{"Two goverbs processes on one host: the same-host shortcut against the UDP path", "samehost", "bench/samehost.sh", compareSyscallTable, samehostNotes},
 	{"Socket programs on RDMA: iperf3 and sockperf under librspreload against the kernel's TCP", "rspreload", "bench/rspreload.sh", rstreamTable, rspreloadNotes},
-	{"goverbs on AF_XDP against its UDP backend and Go over a veth pair", "afxdp", "sudo bench/afxdp.sh", afxdpTable, afxdpNotes},
+	{"goverbs on AF_XDP against its UDP backend and Go over a veth pair", "afxdp", "sudo bench/afxdp.sh", compareSyscallTable, afxdpNotes},
 }
 
 // withMeta writes the run's description, then its table; nothing if the table is empty.

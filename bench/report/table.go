@@ -322,9 +322,10 @@ func syscallTable(w io.Writer, dir string) bool {
 	return true
 }
 
-// afxdpTable writes bench/afxdp.sh's tables: the comparisons found in dir, then the
-// system calls per iteration of its counted runs.
-func afxdpTable(w io.Writer, dir string) bool {
+// compareSyscallTable writes the comparisons found in dir, then the system calls per
+// iteration of its counted runs (syscalls.json, bench/lib.sh's count_pair), if it has
+// any: bench/afxdp.sh's and bench/samehost.sh's tables (bench/compare.sh's counts none).
+func compareSyscallTable(w io.Writer, dir string) bool {
 	if !compareTable(w, dir) {
 		return false
 	}

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# bench/daemonab.sh OLD NEW: two devices of one `goverbs serve` at two revisions, in
+# interleaved rounds (the order alternating), with unmodified C programs as its clients:
+# what a change did to the daemon's path between its devices (the same-host rings inside
+# one process, docs/guide/same-host.md), measured in one run so that the machine's mood
+# is the same for both. bench/samehostab.sh does the same for two Go processes.
+#
+#   ROUNDS=6 bench/daemonab.sh 688b194 HEAD
+#
+# Each revision is built as the C flavour of the drop-in (capi/build.sh -attach: the
+# daemon and libibverbs.so.1/librdmacm.so.1 that talk to it). Per round and revision,
+# the daemon serving s0 on 127.52.0.2 and c0 on 127.52.0.3:
+#   - wb64k: Debian's ib_write_bw -s 65536 -D $DURATION between a client on each device,
+#     MB/s;
+#   - wb8: the same at 8 bytes, its message rate in Mpps;
+#   - iperf3: iperf3 -t $DURATION under librspreload.so, the receiver's Gb/s.
+# It prints every run, then per measurement each round's NEW ÷ OLD and their median
+# (above 1 is better). Environment: ROUNDS=6, DURATION=3, RSPRELOAD (librspreload.so's
+# path). Needs gcc, rdma-core's headers, perftest, rdmacm-utils and iperf3 (.ci/run
+# installs them); a measurement whose program is missing is left out. Run it alone.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ $# -eq 2 ] || { echo "usage: bench/daemonab.sh OLD NEW" >&2; exit 2; }
+R=${ROUNDS:-6} D=${DURATION:-3}
+pre=${RSPRELOAD:-/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so}
+S=127.52.0.2 C=127.52.0.3
+work=$(mktemp -d)
+serve= srv=
+stop() {
+	[ -n "$srv" ] && { kill "$srv" 2>/dev/null || true; wait "$srv" 2>/dev/null || true; }
+	[ -n "$serve" ] && { kill "$serve" 2>/dev/null || true; wait "$serve" 2>/dev/null || true; }
+	srv= serve=
+}
+cleanup() {
+	stop
+	for d in "$work"/src-*; do [ -d "$d" ] && git worktree remove --force "$d" >/dev/null 2>&1; done
+	rm -rf "$work"
+}
+trap cleanup EXIT
+names=()
+for rev in "$@"; do
+	name=$(git rev-parse --short "$rev")
+	git worktree add -q --detach "$work/src-$name" "$rev"
+	(cd "$work/src-$name" && bash capi/build.sh -attach "$work/$name" >/dev/null)
+	names+=("$name")
+done
+ms=()
+command -v ib_write_bw >/dev/null && ms+=(wb64k wb8)
+command -v iperf3 >/dev/null && [ -e "$pre" ] && ms+=(iperf3)
+[ ${#ms[@]} -gt 0 ] || { echo "daemonab.sh: neither ib_write_bw nor iperf3 with librspreload here" >&2; exit 1; }
+
+# measure LIB WHAT: one run of WHAT between the daemon's two devices, with LIB's daemon
+# and libraries; prints its figure (nothing if it failed).
+measure() {
+	local lib=$1 what=$2
+	mkdir -m 700 -p "$work/run"
+	XDG_RUNTIME_DIR=$work/run "$lib/goverbs" serve "s0=$S,c0=$C" >>"$work/serve.log" 2>&1 &
+	serve=$!
+	sleep 1
+	local s=(env XDG_RUNTIME_DIR="$work/run" LD_LIBRARY_PATH="$lib" GOVERBS_DEVICES=s0=$S)
+	local c=(env XDG_RUNTIME_DIR="$work/run" LD_LIBRARY_PATH="$lib" GOVERBS_DEVICES=c0=$C)
+	case $what in
+	wb64k | wb8)
+		local size=65536 col=4
+		[ "$what" = wb8 ] && size=8 col=5
+		"${s[@]}" ib_write_bw -d s0 -x 0 -s $size -D "$D" -F >/dev/null 2>&1 &
+		srv=$!
+		sleep 0.5
+		"${c[@]}" ib_write_bw -d c0 -x 0 -s $size -D "$D" -F $S 2>/dev/null |
+			awk -v col=$col '$1 ~ /^[0-9]+$/ && NF >= 5 { print $col }' || true
+		;;
+	iperf3)
+		"${s[@]}" LD_PRELOAD="$pre" iperf3 -s -B $S -1 >/dev/null 2>&1 &
+		srv=$!
+		sleep 0.5
+		"${c[@]}" LD_PRELOAD="$pre" iperf3 -c $S -B $C -t "$D" 2>/dev/null |
+			awk '/receiver/ { for (i = 1; i <= NF; i++) if ($i ~ /bits\/sec$/) { v = $(i-1); u = $i } }
+			END { if (u ~ /^G/) print v; else if (u ~ /^M/) print v / 1000 }' || true
+		;;
+	esac
+	wait "$srv" 2>/dev/null || true
+	srv=
+	stop
+	rm -rf "$work/run"
+}
+
+rows=$work/rows
+for r in $(seq "$R"); do
+	order=("${names[@]}")
+	[ $((r % 2)) = 0 ] && order=("${names[1]}" "${names[0]}")
+	for v in "${order[@]}"; do
+		for m in "${ms[@]}"; do
+			echo "$r $v $m $(measure "$work/$v" "$m")" | tee -a "$rows"
+		done
+	done
+done
+
+echo
+echo "${names[1]} ÷ ${names[0]}, $R interleaved rounds. Reproduce: \`ROUNDS=$R DURATION=$D bench/daemonab.sh $*\`"
+for m in "${ms[@]}"; do
+	awk -v m="$m" -v old="${names[0]}" -v new="${names[1]}" '
+		$3 == m && $4 != "" { v[$1, $2] = $4; rounds[$1] = 1 }
+		END {
+			n = 0
+			for (r in rounds) if (v[r, old] > 0 && v[r, new] != "") { q[n++] = v[r, new] / v[r, old] }
+			if (n == 0) { printf "%-7s no pairs\n", m; exit }
+			for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (q[j] < q[i]) { t = q[i]; q[i] = q[j]; q[j] = t }
+			med = (n % 2) ? q[int(n / 2)] : (q[n / 2 - 1] + q[n / 2]) / 2
+			s = ""; for (i = 0; i < n; i++) s = s sprintf(" %.3f", q[i])
+			printf "%-7s median %.3f  (sorted:%s)\n", m, med, s
+		}' "$rows"
+done

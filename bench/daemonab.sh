@@ -20,6 +20,7 @@
 # installs them); a measurement whose program is missing is left out. Run it alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/abmedians.sh
 [ $# -eq 2 ] || { echo "usage: bench/daemonab.sh OLD NEW" >&2; exit 2; }
 R=${ROUNDS:-6} D=${DURATION:-3}
 pre=${RSPRELOAD:-/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so}
@@ -97,16 +98,4 @@ done
 
 echo
 echo "${names[1]} ÷ ${names[0]}, $R interleaved rounds. Reproduce: \`ROUNDS=$R DURATION=$D bench/daemonab.sh $*\`"
-for m in "${ms[@]}"; do
-	awk -v m="$m" -v old="${names[0]}" -v new="${names[1]}" '
-		$3 == m && $4 != "" { v[$1, $2] = $4; rounds[$1] = 1 }
-		END {
-			n = 0
-			for (r in rounds) if (v[r, old] > 0 && v[r, new] != "") { q[n++] = v[r, new] / v[r, old] }
-			if (n == 0) { printf "%-7s no pairs\n", m; exit }
-			for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (q[j] < q[i]) { t = q[i]; q[i] = q[j]; q[j] = t }
-			med = (n % 2) ? q[int(n / 2)] : (q[n / 2 - 1] + q[n / 2]) / 2
-			s = ""; for (i = 0; i < n; i++) s = s sprintf(" %.3f", q[i])
-			printf "%-7s median %.3f  (sorted:%s)\n", m, med, s
-		}' "$rows"
-done
+ab_medians "$rows" "${names[0]}" "${names[1]}" "${ms[@]}"

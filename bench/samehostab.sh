@@ -14,6 +14,7 @@
 # Environment: ROUNDS=6, DURATION=3, ITERS=20000. Run it alone on the machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/abmedians.sh
 [ $# -eq 2 ] || { echo "usage: bench/samehostab.sh OLD NEW" >&2; exit 2; }
 R=${ROUNDS:-6} D=${DURATION:-3} N=${ITERS:-20000}
 S=127.51.0.2 C=127.51.0.3
@@ -71,16 +72,4 @@ done
 
 echo
 echo "${names[1]} ÷ ${names[0]}, $R interleaved rounds. Reproduce: \`ROUNDS=$R DURATION=$D ITERS=$N bench/samehostab.sh $*\`"
-for m in bw64k rate8 lat_busy lat_e; do
-	awk -v m="$m" -v old="${names[0]}" -v new="${names[1]}" '
-		$3 == m && $4 != "" { v[$1, $2] = $4; rounds[$1] = 1 }
-		END {
-			n = 0
-			for (r in rounds) if (v[r, old] > 0 && v[r, new] != "") { q[n++] = v[r, new] / v[r, old] }
-			if (n == 0) { printf "%-9s no pairs\n", m; exit }
-			for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (q[j] < q[i]) { t = q[i]; q[i] = q[j]; q[j] = t }
-			med = (n % 2) ? q[int(n / 2)] : (q[n / 2 - 1] + q[n / 2]) / 2
-			s = ""; for (i = 0; i < n; i++) s = s sprintf(" %.3f", q[i])
-			printf "%-9s median %.3f  (sorted:%s)\n", m, med, s
-		}' "$rows"
-done
+ab_medians "$rows" "${names[0]}" "${names[1]}" bw64k rate8 lat_busy lat_e

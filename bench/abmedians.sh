@@ -1,0 +1,22 @@
+# Sourced by bench/samehostab.sh and bench/daemonab.sh: ab_medians ROWS OLD NEW M...
+# prints, for each measurement M, the median of the rounds' NEW ÷ OLD ratios and the
+# ratios sorted, from ROWS ("ROUND REVISION MEASUREMENT VALUE" a line; a round missing
+# either value is left out).
+ab_medians() {
+	local rows=$1 old=$2 new=$3
+	shift 3
+	local m
+	for m in "$@"; do
+		awk -v m="$m" -v old="$old" -v new="$new" '
+			$3 == m && $4 != "" { v[$1, $2] = $4; rounds[$1] = 1 }
+			END {
+				n = 0
+				for (r in rounds) if (v[r, old] > 0 && v[r, new] != "") { q[n++] = v[r, new] / v[r, old] }
+				if (n == 0) { printf "%-9s no pairs\n", m; exit }
+				for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (q[j] < q[i]) { t = q[i]; q[i] = q[j]; q[j] = t }
+				med = (n % 2) ? q[int(n / 2)] : (q[n / 2 - 1] + q[n / 2]) / 2
+				s = ""; for (i = 0; i < n; i++) s = s sprintf(" %.3f", q[i])
+				printf "%-9s median %.3f  (sorted:%s)\n", m, med, s
+			}' "$rows"
+	done
+}

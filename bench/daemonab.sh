@@ -20,7 +20,7 @@
 # installs them); a measurement whose program is missing is left out. Run it alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-. bench/abmedians.sh
+. bench/ab.sh
 [ $# -eq 2 ] || { echo "usage: bench/daemonab.sh OLD NEW" >&2; exit 2; }
 R=${ROUNDS:-6} D=${DURATION:-3}
 pre=${RSPRELOAD:-/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so}
@@ -38,13 +38,8 @@ cleanup() {
 	rm -rf "$work"
 }
 trap cleanup EXIT
-names=()
-for rev in "$@"; do
-	name=$(git rev-parse --short "$rev")
-	git worktree add -q --detach "$work/src-$name" "$rev"
-	(cd "$work/src-$name" && bash capi/build.sh -attach "$work/$name" >/dev/null)
-	names+=("$name")
-done
+capi_build() { bash capi/build.sh -attach "$1" >/dev/null; }
+ab_build "$work" capi_build "$@"
 ms=()
 command -v ib_write_bw >/dev/null && ms+=(wb64k wb8)
 command -v iperf3 >/dev/null && [ -e "$pre" ] && ms+=(iperf3)

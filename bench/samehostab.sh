@@ -14,7 +14,7 @@
 # Environment: ROUNDS=6, DURATION=3, ITERS=20000. Run it alone on the machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-. bench/abmedians.sh
+. bench/ab.sh
 [ $# -eq 2 ] || { echo "usage: bench/samehostab.sh OLD NEW" >&2; exit 2; }
 R=${ROUNDS:-6} D=${DURATION:-3} N=${ITERS:-20000}
 S=127.51.0.2 C=127.51.0.3
@@ -26,13 +26,8 @@ cleanup() {
 	rm -rf "$work"
 }
 trap cleanup EXIT
-names=()
-for rev in "$@"; do
-	name=$(git rev-parse --short "$rev")
-	git worktree add -q --detach "$work/src-$name" "$rev"
-	(cd "$work/src-$name" && go build -o "$work/$name" ./cmd/goverbs)
-	names+=("$name")
-done
+go_build() { go build -o "$1" ./cmd/goverbs; }
+ab_build "$work" go_build "$@"
 export GOVERBS_SHM=1
 
 # run BIN NAME SERVER-ARGS -- CLIENT-ARGS: one server/client pair; prints the client's

@@ -1,5 +1,21 @@
-# Sourced by bench/samehostab.sh and bench/daemonab.sh: ab_medians ROWS OLD NEW M...
-# prints, for each measurement M, the median of the rounds' NEW ÷ OLD ratios and the
+# Sourced by bench/samehostab.sh and bench/daemonab.sh, the A/B scripts.
+#
+# ab_build WORK BUILD REV...: each revision checked out in a worktree under WORK
+# (src-NAME; the caller removes them) and built there by the command BUILD, given
+# WORK/NAME as its output path; the revisions' short names go to names[].
+ab_build() {
+	local work=$1 build=$2 rev name
+	shift 2
+	names=()
+	for rev in "$@"; do
+		name=$(git rev-parse --short "$rev")
+		git worktree add -q --detach "$work/src-$name" "$rev"
+		(cd "$work/src-$name" && $build "$work/$name")
+		names+=("$name")
+	done
+}
+
+# ab_medians ROWS OLD NEW M... prints, for each measurement M, the median of the rounds' NEW ÷ OLD ratios and the
 # ratios sorted, from ROWS ("ROUND REVISION MEASUREMENT VALUE" a line; a round missing
 # either value is left out).
 ab_medians() {

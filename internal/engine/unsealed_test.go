@@ -86,13 +86,13 @@ func TestUnsealedFollowsTheQPN(t *testing.T) {
 		oc.mu.Lock()
 		sent := oc.sent
 		oc.mu.Unlock()
+		want := map[uint32]bool{low: c.lowU, high: c.highU}
 		seen := map[uint32]bool{}
 		for _, s := range sent {
 			if len(s.dgram) < wire.BTHLen+wire.ICRCLen {
 				continue
 			}
 			qpn := uint32(s.dgram[5])<<16 | uint32(s.dgram[6])<<8 | uint32(s.dgram[7])
-			want := map[uint32]bool{low: c.lowU, high: c.highU}
 			w, ours := want[qpn]
 			if !ours {
 				continue

@@ -97,6 +97,23 @@ type Message struct {
 	// of its own and point at payload where it lies, without copying it
 	// first.
 	Iov [][]byte
+	// Loans, on write only, with Iov, say where some of the datagrams' payloads lie in
+	// memory the sender can pin again later: entry i is the message's datagram i (a
+	// run's segment i), nil From when that datagram has none. A Conn whose reader is in
+	// this process (the same-host shortcut between two devices of one program, or a
+	// device to itself) may write such a datagram's headers and a reference to its
+	// payload instead of the payload, and its reader pins the memory and lends it
+	// (Lent) or copies it, so that the payload is copied once, by the receiver, from the
+	// sender's memory into the target's. Every other Conn ignores Loans.
+	Loans []Loan
+	// Lent, on read only, from a Conn that lends (ViewReader): when non-nil it is the
+	// datagram's payload, pinned where it lies in the sender's memory (Loans), and
+	// Buf[:N] holds the rest of the datagram, a private copy: its headers (HeaderLen
+	// bytes), then its pad and ICRC. SameHost is set. Lent stays valid, and the sender's
+	// memory pinned, until the reader's ReleaseViews or next read.
+	Lent []byte
+	// HeaderLen, on read with Lent: where in Buf the payload goes (see Lent).
+	HeaderLen int
 	// ECN is the Explicit Congestion Notification codepoint of the IP
 	// header (RFC 3168 §5). Write: the codepoint the datagrams leave with
 	// (ECNNotECT, the zero value, is what every sender got before this
@@ -153,6 +170,24 @@ func (e ECN) String() string {
 // ECT reports whether e is an ECN-capable codepoint (ECT(0), ECT(1) or CE):
 // one a switch may mark CE instead of dropping.
 func (e ECN) ECT() bool { return e&ECNMask != ECNNotECT }
+
+// Lender is memory a sender can pin again after WriteBatch returned (a registered
+// memory region): Lend pins it and returns its n bytes at off, or false when it is no
+// longer registered or off and n do not fit; Unlend undoes one successful Lend. Both
+// must be cheap and safe from any goroutine; a Lend must never wait for a reader.
+type Lender interface {
+	Lend(off, n int) ([]byte, bool)
+	Unlend()
+}
+
+// Loan is where one datagram's payload lies (Message.Loans): Iov[Iov] is the payload,
+// the Iov slice right before it the datagram's headers and the one right after it the
+// pad and ICRC, and the same bytes are From's off onwards.
+type Loan struct {
+	From Lender
+	Off  int
+	Iov  int
+}
 
 // MaxIov is the most slices one Message may gather (Linux's UIO_MAXIOV).
 const MaxIov = 1024
@@ -468,8 +503,8 @@ func AsUnwatcher(c Conn) (Unwatcher, bool) { return asThroughTee[Unwatcher](c) }
 // the engine then reads in place (Message.View), a copy fewer per datagram.
 //
 // LendViews turns lending on, before the first read. From then on a read may return
-// messages with View set; what it lent stays valid, and the ring room it holds stays
-// taken, until ReleaseViews or the next ReadBatch or PollBatch, which release it first.
+// messages with View or Lent set; what it lent stays valid, the ring room it holds
+// stays taken and the memory a Lent payload lies in stays pinned, until ReleaseViews or the next ReadBatch or PollBatch, which release it first.
 // ReleaseViews is the reader's: it must not run concurrently with a read. Close waits
 // for lent views to be released before it unmaps them.
 type ViewReader interface {

@@ -37,12 +37,16 @@ type SameHostStats struct {
 	Corrupt   uint64 // times a peer's ring was found inconsistent (its datagrams dropped)
 	RingFull  uint64 // datagrams dropped because a peer's ring stayed full
 	Fallbacks uint64 // peers that answered at the rendezvous and refused, or failed the handshake
+	// Datagrams whose payload crossed a ring as a reference to the sender's memory
+	// (between two devices of this process: Message.Loans), written and read, and those
+	// dropped because that memory was deregistered before the reader copied it.
+	LentTx, LentRx, Unlent uint64
 }
 
 // String is the one-line summary tools print.
 func (s SameHostStats) String() string {
-	return fmt.Sprintf("same-host peers %d, ring tx %d rx %d, corrupt %d, ring-full drops %d, refused %d",
-		s.Peers, s.TxPackets, s.RxPackets, s.Corrupt, s.RingFull, s.Fallbacks)
+	return fmt.Sprintf("same-host peers %d, ring tx %d rx %d (payloads lent tx %d rx %d, unlent %d), corrupt %d, ring-full drops %d, refused %d",
+		s.Peers, s.TxPackets, s.RxPackets, s.LentTx, s.LentRx, s.Unlent, s.Corrupt, s.RingFull, s.Fallbacks)
 }
 
 // ErrSameHostUnsupported is ListenSameHost's error for a Conn it cannot wrap (not the

@@ -117,7 +117,9 @@ type sameHostConn struct {
 	offloadGen atomic.Uint64
 
 	txPackets, rxPackets, corrupt, ringFull, fallbacks atomic.Uint64
-	corruptSeen                                        uint64 // under rmu: the rings' counts already added
+	lentTx, lentRx, unlent                             atomic.Uint64 // Message.Loans: samehost_lend_linux.go
+	loansOut                                           []Lender      // pins lent by the last read (readLent), under the lease
+	corruptSeen                                        uint64        // under rmu: the rings' counts already added
 }
 
 // shPeer is what WriteBatch knows of one destination address.
@@ -142,6 +144,12 @@ type shPair struct {
 	// unsealed: the far end reads tx without checking ICRCs (helloFlagUnsealed), so
 	// datagrams may go into it unsealed (OffloadsICRC).
 	unsealed bool
+	// txq, rxq: the loan queues of tx and rx when both ends of the pair are in this
+	// process (samePeerProcess; the device's ring to itself), nil otherwise: only then
+	// may a record name a payload in the sender's memory (Message.Loans). token names
+	// the queues in localRegions while this side, their creator, has the pair.
+	txq, rxq *loanQueue
+	token    uint64
 
 	txMu sync.Mutex
 	tx   *shm.RecordProducer
@@ -357,6 +365,9 @@ func (c *sameHostConn) SameHostStats() SameHostStats {
 		Corrupt:   c.corrupt.Load(),
 		RingFull:  c.ringFull.Load(),
 		Fallbacks: c.fallbacks.Load(),
+		LentTx:    c.lentTx.Load(),
+		LentRx:    c.lentRx.Load(),
+		Unlent:    c.unlent.Load(),
 	}
 }
 
@@ -567,6 +578,10 @@ func (c *sameHostConn) ringWrite(p *shPair, m *Message) bool {
 		}
 		return false
 	}
+	if lendable(p, m) {
+		c.ringWriteLent(p, m)
+		return true
+	}
 	chunk, seg := m.N, 0
 	if m.SegSize > 0 && m.N > m.SegSize {
 		// As many segments as one GSO send carries (each chunk numbered from 0, as the
@@ -575,34 +590,52 @@ func (c *sameHostConn) ringWrite(p *shPair, m *Message) bool {
 		k := min(gsoRunSegments(seg, MaxGSOSegments, maxGSOBytes), (shm.MaxRecord(c.ring)-ringHdr)/seg)
 		chunk = max(k, 1) * seg
 	}
-	for off := 0; ; {
+	for off := 0; ; off += chunk {
 		n := min(chunk, m.N-off)
 		s := seg
 		if n <= seg {
 			s = 0 // a run's last chunk of one segment is a single datagram
 		}
-		buf, ok, err := p.tx.Reserve(ringHdr + n)
-		if err != nil {
-			c.corrupt.Add(1)
-			go c.teardown(p, false) // the peer scribbled on its tail: no more of its ring
+		if !c.ringRecord(p, m, off, n, s) || off+n >= m.N {
 			return true
 		}
-		if !ok && c.waitRoom(p, ringHdr+n) {
-			buf, ok, _ = p.tx.Reserve(ringHdr + n)
-		}
-		if ok {
-			binary.LittleEndian.PutUint32(buf, uint32(s))
-			buf[4], buf[5], buf[6], buf[7] = byte(m.ECN&0b11), m.TrafficClass&^ECNMask, 0, 0
-			m.CopyData(buf[ringHdr:ringHdr+n], off)
-			p.tx.Commit()
-		} else {
-			c.ringFull.Add(1)
-		}
-		if off += n; off >= m.N {
-			break
-		}
 	}
-	return true
+}
+
+// ringRecord writes bytes [off, off+n) of m's data into p's ring as one record: a
+// datagram, or with seg a run of datagrams of seg bytes. It reports false when the ring
+// is found corrupt (the pair is being torn down; nothing more goes into it). p.txMu is
+// held.
+func (c *sameHostConn) ringRecord(p *shPair, m *Message, off, n, seg int) bool {
+	buf, ok := c.reserve(p, ringHdr+n)
+	if buf != nil {
+		binary.LittleEndian.PutUint32(buf, uint32(seg))
+		buf[4], buf[5], buf[6], buf[7] = byte(m.ECN&0b11), m.TrafficClass&^ECNMask, 0, 0
+		m.CopyData(buf[ringHdr:ringHdr+n], off)
+		p.tx.Commit()
+	}
+	return ok
+}
+
+// reserve returns room for a record of size bytes in p's ring, waiting for it up to
+// ringFullWait, or nil when the ring stayed full (the datagram is dropped and counted,
+// as a full socket buffer drops it). ok is false when the ring is corrupt: the peer
+// scribbled on its tail, and the pair is torn down. p.txMu is held.
+func (c *sameHostConn) reserve(p *shPair, size int) (buf []byte, ok bool) {
+	buf, ok, err := p.tx.Reserve(size)
+	if err != nil {
+		c.corrupt.Add(1)
+		go c.teardown(p, false)
+		return nil, false
+	}
+	if !ok && c.waitRoom(p, size) {
+		buf, ok, _ = p.tx.Reserve(size)
+	}
+	if !ok {
+		c.ringFull.Add(1)
+		return nil, true
+	}
+	return buf, true
 }
 
 // waitRoom publishes what is written (waking the peer) and yields until p's ring has

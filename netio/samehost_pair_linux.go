@@ -211,6 +211,12 @@ func (c *sameHostConn) dial(e *shPeer) error {
 			return fail(err)
 		}
 	}
+	token, ip := newLocalToken(mem) // an acceptor in this process finds the loan queues by it
+	fail0 := fail
+	fail = func(err error) error {
+		localRegions.Delete(token)
+		return fail0(err)
+	}
 	uc.SetDeadline(time.Now().Add(handshakeTimeout))
 	memfd := int(region.File().Fd()) // a memfd needs no netpoller: Fd's switch to blocking is harmless
 	if err := shm.Send(uc, c.message(helloMagic, uint32(c.ring)), memfd, c.rxEv.FD()); err != nil {
@@ -240,6 +246,10 @@ func (c *sameHostConn) dial(e *shPeer) error {
 		return fail(errors.New("netio: same-host peer answers for another address"))
 	}
 	p.goneWords(mem, 1)
+	p.token = token
+	if ip.accepted.Load() && samePeerProcess(uc) {
+		p.txq, p.rxq = &ip.q[0], &ip.q[1]
+	}
 	if p.tx, err = shm.NewRecordProducer(ringMem(mem, c.ring, 0), c.ring); err == nil {
 		p.rx, err = shm.NewRecordConsumer(ringMem(mem, c.ring, 1), c.ring)
 	}
@@ -265,6 +275,8 @@ func (c *sameHostConn) installSelf() error {
 	ring := ringMem(region.Bytes(), c.ring, 0)
 	p := &shPair{peerLocal: c.inner.LocalAddr(), peerSrc: c.inner.SourceAddr(),
 		initiator: c.inner.LocalAddr(), region: region, lowOnly: c.steered, unsealed: true}
+	q := new(loanQueue)
+	p.txq, p.rxq = q, q
 	if err = shm.InitRecordRing(ring, c.ring); err == nil {
 		if p.tx, err = shm.NewRecordProducer(ring, c.ring); err == nil {
 			p.rx, err = shm.NewRecordConsumer(ring, c.ring)
@@ -345,6 +357,13 @@ func (c *sameHostConn) accept(uc *net.UnixConn) {
 	p := &shPair{peerLocal: peerLocal, peerSrc: peerSrc, initiator: peerLocal, region: region, uc: uc, peerEv: peerEv,
 		lowOnly: flags&helloFlagSteered != 0, unsealed: flags&helloFlagUnsealed != 0}
 	p.goneWords(mem, 0)
+	if samePeerProcess(uc) {
+		if v, ok := localRegions.Load(binary.LittleEndian.Uint64(mem[tokenOff:])); ok {
+			ip := v.(*inproc)
+			p.rxq, p.txq = &ip.q[0], &ip.q[1]
+			ip.accepted.Store(true) // before the reply: the dialer lends only after it
+		}
+	}
 	if p.rx, err = shm.NewRecordConsumer(ringMem(mem, ring, 0), ring); err == nil {
 		p.tx, err = shm.NewRecordProducer(ringMem(mem, ring, 1), ring)
 	}
@@ -476,6 +495,9 @@ func (c *sameHostConn) teardown(p *shPair, drain bool) {
 func (c *sameHostConn) finalize(p *shPair) {
 	if p.dead.Load() {
 		return
+	}
+	if p.token != 0 {
+		localRegions.Delete(p.token)
 	}
 	c.mu.Lock()
 	// graved first: a reader that loads the new list sees it (ReadBatch).

@@ -309,7 +309,15 @@ func (c *sameHostConn) readRing(p *shPair, msgs []Message) (n, pkts int) {
 		ecn, tc := ECN(rec[4]&0b11), rec[5]&^ECNMask
 		data := rec[ringHdr:]
 		m := &msgs[n]
+		m.Lent = nil
 		switch {
+		case rec[6] == recLent:
+			if !c.readLent(p, rec[:ringHdr], data, m) {
+				p.rx.Release()
+				continue
+			}
+			m.SegSize = 0
+			pkts++
 		case seg <= 0 || seg >= len(data):
 			if len(data) <= len(m.Buf) && c.lend(p, data, &lent) {
 				m.N, m.View = len(data), data
@@ -336,7 +344,7 @@ func (c *sameHostConn) readRing(p *shPair, msgs []Message) (n, pkts int) {
 			for off := 0; off < len(data) && n < len(msgs); off += seg {
 				m = &msgs[n]
 				m.N = copy(m.Buf, data[off:min(off+seg, len(data))])
-				m.Addr, m.SegSize, m.Iov, m.View, m.ECN, m.TrafficClass, m.SameHost = p.peerSrc, 0, nil, nil, ecn, tc, true
+				m.Addr, m.SegSize, m.Iov, m.View, m.Lent, m.ECN, m.TrafficClass, m.SameHost = p.peerSrc, 0, nil, nil, nil, ecn, tc, true
 				n++
 				pkts++
 			}
@@ -385,7 +393,21 @@ const viewMin = 512
 // works through the batch. *lent records that p now has a record out; p's tail is then
 // published by ReleaseViews, not before. c.rmu is held.
 func (c *sameHostConn) lend(p *shPair, data []byte, lent *bool) bool {
-	if !c.views.Load() || len(data) < viewMin || c.lentBytes+len(data) > c.ring/8 {
+	if len(data) < viewMin || c.lentBytes+len(data) > c.ring/8 || !c.lease() {
+		return false
+	}
+	if !*lent {
+		*lent = true
+		c.lent = append(c.lent, p)
+	}
+	c.lentBytes += len(data)
+	return true
+}
+
+// lease takes the reader's lease on what this read lends (viewMu), unless it has it:
+// false when the reader takes no views or a teardown or Close holds it. c.rmu is held.
+func (c *sameHostConn) lease() bool {
+	if !c.views.Load() {
 		return false
 	}
 	if !c.lending.Load() {
@@ -394,11 +416,6 @@ func (c *sameHostConn) lend(p *shPair, data []byte, lent *bool) bool {
 		}
 		c.lending.Store(true)
 	}
-	if !*lent {
-		*lent = true
-		c.lent = append(c.lent, p)
-	}
-	c.lentBytes += len(data)
 	return true
 }
 
@@ -423,6 +440,7 @@ func (c *sameHostConn) ReleaseViews() {
 		c.lent[i] = nil
 	}
 	c.lent, c.lentBytes = c.lent[:0], 0
+	c.unlendAll()
 	c.lending.Store(false)
 	c.viewMu.Unlock()
 }

@@ -311,7 +311,7 @@ func (c *udpConn) finishRecv(n int) {
 		h := &r.hdrs[j]
 		m := &r.msgs[j]
 		m.N = int(h.Len)
-		m.SegSize, m.View, m.SameHost = 0, nil, false // a slot a same-host ring lent into now holds a datagram
+		m.SegSize, m.View, m.Lent, m.SameHost = 0, nil, nil, false // a slot a same-host ring lent into now holds a datagram
 		m.Addr = sockaddrToAddrPort(&r.names[j], !c.v6)
 		var ds uint8 // what a datagram without a TOS or traffic class message reports: Not-ECT, DSCP 0
 		if h.Hdr.Controllen > 0 {

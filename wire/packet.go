@@ -87,13 +87,55 @@ func (p *Packet) TryParseView(head, view []byte, maxPayload int) (ParseError, bo
 	return p.tryParse(head, view, maxPayload)
 }
 
+// TryParseLent is TryParseView for a packet whose payload lies apart from the rest of
+// it (a same-host peer's datagram whose payload was lent from the sender's memory,
+// netio.Message.Lent): rest is a private copy of its headers followed by its pad and
+// ICRC, payload is its payload. The header slices point into rest, Payload is payload;
+// Buf is nil.
+func (p *Packet) TryParseLent(rest, payload []byte, maxPayload int) (ParseError, bool) {
+	n := len(rest) + len(payload)
+	if perr, ok := p.parseHeaders(rest, n, maxPayload); !ok {
+		return perr, false
+	}
+	hl, pad := len(p.Head), p.BTH.PadCnt()
+	if len(rest) != hl+pad+ICRCLen {
+		// The bytes after the headers must be the pad and the ICRC, with no payload.
+		return ParseError{Reason: ReasonLength, Opcode: p.BTH.Opcode(), Len: n, Want: hl + pad + ICRCLen, Value: len(rest)}, false
+	}
+	p.Buf, p.Payload = nil, payload[:len(payload):len(payload)]
+	p.ICRC = binary.LittleEndian.Uint32(rest[len(rest)-ICRCLen:])
+	return ParseError{}, true
+}
+
+// WireLen is the packet's length on the wire (the UDP payload): len(Buf), or for a
+// packet parsed by TryParseLent its headers, payload, pad and ICRC.
+func (p *Packet) WireLen() int {
+	if p.Buf != nil {
+		return len(p.Buf)
+	}
+	return len(p.Head) + len(p.Payload) + p.BTH.PadCnt() + ICRCLen
+}
+
 // tryParse parses the packet buf whose headers are read from hdr: buf itself, or a
 // private copy of its first bytes (TryParseView).
 func (p *Packet) tryParse(hdr, buf []byte, maxPayload int) (ParseError, bool) {
+	if perr, ok := p.parseHeaders(hdr, len(buf), maxPayload); !ok {
+		return perr, false
+	}
 	n := len(buf)
-	if n < BTHLen+ICRCLen {
+	end := n - ICRCLen - p.BTH.PadCnt()
+	p.Buf, p.Payload = buf, buf[len(p.Head):end:end]
+	p.ICRC = binary.LittleEndian.Uint32(buf[n-ICRCLen:])
+	return ParseError{}, true
+}
+
+// parseHeaders checks a packet of n bytes whose headers are read from hdr, and points
+// p's header fields into hdr (Head, Op, BTH and the extended headers). The caller sets
+// Buf, Payload and ICRC.
+func (p *Packet) parseHeaders(hdr []byte, n, maxPayload int) (ParseError, bool) {
+	if n < BTHLen+ICRCLen || len(hdr) < BTHLen {
 		op := Opcode(0)
-		if n > 0 {
+		if n > 0 && len(hdr) > 0 {
 			op = Opcode(hdr[0])
 		}
 		return ParseError{Reason: ReasonTruncated, Opcode: op, Len: n, Want: BTHLen + ICRCLen}, false
@@ -108,7 +150,7 @@ func (p *Packet) tryParse(hdr, buf []byte, maxPayload int) (ParseError, bool) {
 		return ParseError{Reason: ReasonTVer, Opcode: op, Len: n, Value: int(v)}, false
 	}
 	hl := in.HeaderLen
-	if n < hl+ICRCLen {
+	if n < hl+ICRCLen || len(hdr) < hl {
 		return ParseError{Reason: ReasonTruncated, Opcode: op, Len: n, Want: hl + ICRCLen}, false
 	}
 	data := n - hl - ICRCLen // payload + pad
@@ -136,7 +178,7 @@ func (p *Packet) tryParse(hdr, buf []byte, maxPayload int) (ParseError, bool) {
 	}
 	// Field by field rather than one composite literal, which is built aside and copied
 	// in by the runtime's pointer-aware copy: about twice as slow (BenchmarkDecodeCheck).
-	p.Buf, p.Head, p.Op, p.BTH = buf, hdr[:hl:hl], in, bth
+	p.Head, p.Op, p.BTH = hdr[:hl:hl], in, bth
 	p.RETH = sub(hdr, in.RETHOff, RETHLen)
 	p.AETH = sub(hdr, in.AETHOff, AETHLen)
 	p.AtomicETH = sub(hdr, in.AtomicETHOff, AtomicETHLen)
@@ -145,8 +187,6 @@ func (p *Packet) tryParse(hdr, buf []byte, maxPayload int) (ParseError, bool) {
 	p.IETH = sub(hdr, in.IETHOff, IETHLen)
 	p.DETH = sub(hdr, in.DETHOff, DETHLen)
 	p.XRCETH = sub(hdr, in.XRCETHOff, XRCETHLen)
-	p.Payload = buf[hl : hl+data-pad : hl+data-pad]
-	p.ICRC = binary.LittleEndian.Uint32(buf[n-ICRCLen:])
 	return ParseError{}, true
 }
 

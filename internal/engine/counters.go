@@ -131,7 +131,10 @@ func (d *Device) Counters() driver.Counters {
 			driver.Counter{Name: "samehost_rx_pkts", Value: s.RxPackets},
 			driver.Counter{Name: "samehost_corrupt", Value: s.Corrupt},
 			driver.Counter{Name: "samehost_ring_full", Value: s.RingFull},
-			driver.Counter{Name: "samehost_refused", Value: s.Fallbacks})
+			driver.Counter{Name: "samehost_refused", Value: s.Fallbacks},
+			driver.Counter{Name: "samehost_lent_tx_pkts", Value: s.LentTx},
+			driver.Counter{Name: "samehost_lent_rx_pkts", Value: s.LentRx},
+			driver.Counter{Name: "samehost_unlent", Value: s.Unlent})
 	}
 	return out
 }

@@ -487,7 +487,7 @@ func (d *Device) countRx(msgs []netio.Message) {
 	var pkts, bytes uint64
 	for i := range msgs {
 		pkts += uint64(msgs[i].NumSegments())
-		bytes += uint64(msgs[i].N)
+		bytes += uint64(msgs[i].N + len(msgs[i].Lent))
 	}
 	d.counters.RxPackets.Add(pkts)
 	d.counters.RxBytes.Add(bytes)
@@ -525,7 +525,11 @@ func (d *Device) inputBatch(n int) {
 		b := m.Buf[:m.N]
 		d.rxECN = m.ECN // a GRO run has one codepoint: the kernel coalesces only equal TOS
 		d.rxIntact = m.SameHost
-		if m.View != nil {
+		if m.Lent != nil {
+			// Its payload lent from a sender's memory in this process (netio.Message.Lent).
+			lent = true
+			d.inputLent(m.Buf[:m.N], m.Lent, m.Addr)
+		} else if m.View != nil {
 			// Lent in place from a same-host peer's ring (netio.ViewReader), m.Buf free.
 			lent = true
 			b = m.View[:m.N]

@@ -87,6 +87,29 @@ func (d *Device) inputView(b, priv []byte, from netip.AddrPort, seg int) {
 	d.route(p, qp, from)
 }
 
+// inputLent is input for a datagram whose payload was lent from the memory of a device
+// of this process that sent it (netio.Message.Lent): rest, a private copy, holds its
+// headers, pad and ICRC, and payload lies in the sender's registered memory, pinned
+// until the batch's ReleaseViews. Only the same-host rings between devices of one
+// process lend (rxIntact), so there is no ICRC to check; every other check stands, and
+// the payload is copied once, to where the checked headers say.
+func (d *Device) inputLent(rest, payload []byte, from netip.AddrPort) {
+	p := &d.rxPkt
+	perr, ok := p.TryParseLent(rest, payload, wire.MTU4096.Bytes())
+	if !ok || !d.rxIntact {
+		d.counters.Malformed.Add(1)
+		if d.debug {
+			d.logMalformed(from, perr)
+		}
+		return
+	}
+	qp := d.rxLookupQP(p.BTH.DestQP())
+	if !d.checkPKey(p) {
+		return
+	}
+	d.route(p, qp, from)
+}
+
 // checkICRCView is checkICRC for a packet parsed by TryParseView: the ICRC as read once,
 // over the private copy of the headers and the payload where it lies. A same-host peer
 // is a goverbs device, whose Identifications are 0 or a GSO run's numbers: no other is

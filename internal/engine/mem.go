@@ -79,6 +79,25 @@ func (r *region) invalidate() {
 	}
 }
 
+// Lend pins the region and returns its n bytes at off (netio.Lender): a same-host
+// reader in this process copying a payload this device sent from the region
+// (commitGather's loans). False when the region was invalidated meanwhile: the datagram
+// is lost, and RC's retry finds the key gone.
+func (r *region) Lend(off, n int) ([]byte, bool) {
+	if off < 0 || n < 0 || off > len(r.buf) || n > len(r.buf)-off || !r.acquire() {
+		return nil, false
+	}
+	return r.buf[off : off+n : off+n], true
+}
+
+// Unlend releases one successful Lend's pin.
+func (r *region) Unlend() { r.release() }
+
+// offsetOf is where piece, a slice of r's memory, starts in it.
+func (r *region) offsetOf(piece []byte) int {
+	return int(uintptr(unsafe.Pointer(unsafe.SliceData(piece))) - uintptr(unsafe.Pointer(unsafe.SliceData(r.buf))))
+}
+
 // MR is a registered memory region.
 type MR struct {
 	region

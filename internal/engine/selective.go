@@ -18,6 +18,7 @@
 package engine
 
 import (
+	"encoding/binary"
 	"time"
 
 	"github.com/goverbs/goverbs/internal/congestion"
@@ -100,7 +101,7 @@ func (d *Device) getSRBuf() *[]byte {
 func (qp *QP) respondSR(p *wire.Packet) {
 	r := &qp.resp
 	psn := p.BTH.PSN()
-	if d := psn.Diff(r.psn); d > 0 && d < srSpan*qp.window() && len(p.Buf) <= srBufSize {
+	if d := psn.Diff(r.psn); d > 0 && d < srSpan*qp.window() && p.WireLen() <= srBufSize {
 		qp.keep(p, psn)
 		return
 	}
@@ -136,12 +137,19 @@ func (qp *QP) keep(p *wire.Packet, psn wire.PSN) {
 		// the veth pair (TestVethLoss), and a pooled buffer for each (its Get and Put,
 		// and a 4 KiB buffer's line touched cold for 12 bytes of headers) was a cost
 		// the in-order packet does not have.
-		s.n, s.placed, s.hlen = len(p.Buf), true, uint8(p.Op.HeaderLen)
+		s.n, s.placed, s.hlen = p.WireLen(), true, uint8(p.Op.HeaderLen)
 		copy(s.hdr[:], p.Head)
 	} else {
+		// Headers as checked, payload, pad, ICRC: the packet as it came, wherever its
+		// payload lay (a lent one's is in the sender's memory: wire.Packet.TryParseLent).
 		s.buf = qp.dev.getSRBuf()
-		hl := copy(*s.buf, p.Head)
-		s.n = hl + copy((*s.buf)[hl:], p.Buf[hl:])
+		b := *s.buf
+		k := copy(b, p.Head)
+		k += copy(b[k:], p.Payload)
+		pad := p.BTH.PadCnt()
+		clear(b[k : k+pad])
+		binary.LittleEndian.PutUint32(b[k+pad:], p.ICRC)
+		s.n = k + pad + wire.ICRCLen
 	}
 	s.psn, s.used = psn, true
 	sr.nkept++

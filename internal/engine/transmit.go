@@ -30,10 +30,11 @@ const txBufSize = 128 + 4096 + 4
 // is the only one. The regions stay pinned until the batch is sent (held).
 type txBatch struct {
 	msgs   []netio.Message
-	used   []int      // bytes of msgs[i].Buf in use; below N once the message gathers
-	iovs   [][][]byte // msgs[i].Iov's backing array, kept across sends
-	held   []*region  // regions a gathered payload lies in, released after the send
-	pieces [][]byte   // one packet's payload slices (scratch)
+	used   []int          // bytes of msgs[i].Buf in use; below N once the message gathers
+	iovs   [][][]byte     // msgs[i].Iov's backing array, kept across sends
+	loans  [][]netio.Loan // msgs[i].Loans's backing array, kept across sends
+	held   []*region      // regions a gathered payload lies in, released after the send
+	pieces [][]byte       // one packet's payload slices (scratch)
 	n      int
 	// GSO runs, and the Conn's limits on one GSO send (netio.Caps). A run never exceeds
 	// them, so each run is exactly one GSO send and its segments carry IPv4
@@ -75,6 +76,7 @@ func newTxBatch(c netio.Caps) *txBatch {
 	b.msgs = make([]netio.Message, size)
 	b.used = make([]int, size)
 	b.iovs = make([][][]byte, size)
+	b.loans = make([][]netio.Loan, size)
 	for i := range b.msgs {
 		b.msgs[i].Buf = make([]byte, bufSize)
 	}
@@ -167,7 +169,13 @@ func (d *Device) emit(tx *txBatch, dst netip.AddrPort, tc uint8, h *wire.Headers
 		}
 		tx.held = append(tx.held, pl.sgl.regs...)
 		tx.pieces = pl.sgl.slices(pl.off, n, tx.pieces[:0])
-		d.commitGather(tx, hlen, tx.pieces, n, dst)
+		var from *region
+		if len(tx.pieces) == 1 {
+			if i, _ := pl.sgl.at(pl.off); i < len(pl.sgl.regs) && !pl.sgl.regs[i].window {
+				from = pl.sgl.regs[i]
+			}
+		}
+		d.commitGather(tx, hlen, tx.pieces, n, dst, from)
 		return true
 	}
 	if pl.sgl != nil {
@@ -211,7 +219,12 @@ func (d *Device) commit(b *txBatch, hlen, payloadLen int, dst netip.AddrPort) {
 // whose payload is pieces (in registered memory, pinned until the batch is sent): the
 // pad and ICRC go after the headers in the buffer, and the message gathers headers,
 // payload and trailer.
-func (d *Device) commitGather(b *txBatch, hlen int, pieces [][]byte, payloadLen int, dst netip.AddrPort) {
+//
+// When the payload is one piece of from's memory and the message leaves unsealed, the
+// message also says where that piece lies (netio.Message.Loans): a same-host ring to a
+// device of this process then carries a reference, and the receiver copies the payload
+// once, straight from from's memory into the target's, pinning it again as it reads.
+func (d *Device) commitGather(b *txBatch, hlen int, pieces [][]byte, payloadLen int, dst netip.AddrPort, from *region) {
 	i, seg := b.place(d, dst)
 	m := &b.msgs[i]
 	start := b.used[i]
@@ -233,6 +246,15 @@ func (d *Device) commitGather(b *txBatch, hlen int, pieces [][]byte, payloadLen 
 		}
 	}
 	m.Iov = append(m.Iov, hdr)
+	if from != nil && m.SameHost {
+		if m.Loans == nil {
+			m.Loans = b.loans[i][:0]
+		}
+		for len(m.Loans) < seg {
+			m.Loans = append(m.Loans, netio.Loan{}) // copied datagrams of the run: none
+		}
+		m.Loans = append(m.Loans, netio.Loan{From: from, Off: from.offsetOf(pieces[0]), Iov: len(m.Iov)})
+	}
 	m.Iov = append(m.Iov, pieces...)
 	m.Iov = append(m.Iov, tail)
 	b.grow(i, hlen+payloadLen+pad+wire.ICRCLen, hlen+len(tail))
@@ -342,6 +364,11 @@ func (d *Device) flushTx(b *txBatch) {
 			clear(m.Iov)
 			b.iovs[i] = m.Iov[:0]
 			m.Iov = nil
+			if m.Loans != nil {
+				clear(m.Loans)
+				b.loans[i] = m.Loans[:0]
+				m.Loans = nil
+			}
 		}
 	}
 	b.n = 0

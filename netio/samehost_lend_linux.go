@@ -20,10 +20,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// recLent, in a ring record's header byte 6, marks a lent datagram: the record holds its
-// headers (the header's byte 7 says how many bytes), then its pad and ICRC, then the
-// loan's sequence number (uint32); the payload is the next loan of the pair's queue.
-const recLent = 1
+// recLent, in a ring record's header byte 6, marks a record of lent datagrams: byte 7
+// says how many (up to maxLentRecord), and each is an entry of lentEntryHdr bytes (its
+// headers' length, its pad and ICRC's length, 2 reserved, its loan's sequence number)
+// followed by its headers and then its pad and ICRC; its payload is the next loan of the
+// pair's queue. A GSO run's lent datagrams share a record, as its bytes would: a read
+// takes the whole run, so that a stream's reads and their ACKs stay as few as over bytes.
+const (
+	recLent       = 1
+	lentEntryHdr  = 8
+	maxLentRecord = MaxGSOSegments
+)
 
 // tokenOff is where a region's header holds the token that names its loan queues in
 // this process (localRegions), written by the side that creates the region.
@@ -45,9 +52,9 @@ type queuedLoan struct {
 	seq  uint32
 }
 
-// push queues a loan and returns its sequence number, which its record carries.
-func (q *loanQueue) push(from Lender, off, n int) uint32 {
-	q.mu.Lock()
+// pushLocked queues a loan and returns its sequence number, which its record carries.
+// q.mu is held: once per record of lent datagrams, not per datagram.
+func (q *loanQueue) pushLocked(from Lender, off, n int) uint32 {
 	if int(q.tail-q.head) == len(q.q) {
 		old := q.q
 		q.q = make([]queuedLoan, max(2*len(old), 64))
@@ -58,14 +65,11 @@ func (q *loanQueue) push(from Lender, off, n int) uint32 {
 	s := q.tail
 	q.q[s&uint32(len(q.q)-1)] = queuedLoan{from, off, n, s}
 	q.tail++
-	q.mu.Unlock()
 	return s
 }
 
-// pop takes the oldest loan; false when there is none.
-func (q *loanQueue) pop() (queuedLoan, bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
+// popLocked takes the oldest loan; false when there is none. q.mu is held.
+func (q *loanQueue) popLocked() (queuedLoan, bool) {
 	if q.head == q.tail {
 		return queuedLoan{}, false
 	}
@@ -134,87 +138,150 @@ func lendable(p *shPair, m *Message) bool {
 	return m.Iov[0][0]>>5 == 0
 }
 
-// ringWriteLent is ringWrite for a message with loans (lendable): each datagram with a
-// loan goes as a lent record, the others as records of their own bytes. p.txMu is held.
+// ringWriteLent is ringWrite for a message with loans (lendable): runs of datagrams
+// with a loan go as records of lent datagrams, the others as records of their own
+// bytes. p.txMu is held.
 func (c *sameHostConn) ringWriteLent(p *shPair, m *Message) {
 	seg := m.SegSize
 	if seg <= 0 || seg > m.N {
 		seg = m.N
 	}
-	for i, off := 0, 0; off < m.N; i, off = i+1, off+seg {
-		n := min(seg, m.N-off)
-		var l Loan
-		if i < len(m.Loans) {
-			l = m.Loans[i]
+	nseg := (m.N + seg - 1) / seg
+	for i := 0; i < nseg; {
+		// The run of lent datagrams from i, and its record's size.
+		j, size := i, ringHdr
+		for ; j < nseg && j-i < maxLentRecord; j++ {
+			l, ok := loanOf(m, j, min(seg, m.N-j*seg))
+			if !ok {
+				break
+			}
+			size += lentEntryHdr + len(m.Iov[l.Iov-1]) + len(m.Iov[l.Iov+1])
 		}
-		if l.From == nil || l.Iov < 1 || l.Iov+1 >= len(m.Iov) ||
-			len(m.Iov[l.Iov-1]) > 255 || len(m.Iov[l.Iov-1])+len(m.Iov[l.Iov])+len(m.Iov[l.Iov+1]) != n {
+		if j == i {
 			// No loan, or not the layout a Loan names: the datagram's bytes.
-			if !c.ringRecord(p, m, off, n, 0) {
+			if !c.ringRecord(p, m, i*seg, min(seg, m.N-i*seg), 0) {
 				return
 			}
+			i++
 			continue
 		}
-		hdr, tail := m.Iov[l.Iov-1], m.Iov[l.Iov+1]
-		buf, ok := c.reserve(p, ringHdr+len(hdr)+len(tail)+4)
+		buf, ok := c.reserve(p, size)
 		if !ok {
 			return
 		}
 		if buf == nil {
-			continue // dropped: the ring stayed full
+			i = j // dropped: the ring stayed full
+			continue
 		}
 		binary.LittleEndian.PutUint32(buf, 0)
-		buf[4], buf[5], buf[6], buf[7] = byte(m.ECN&0b11), m.TrafficClass&^ECNMask, recLent, byte(len(hdr))
+		buf[4], buf[5], buf[6], buf[7] = byte(m.ECN&0b11), m.TrafficClass&^ECNMask, recLent, byte(j-i)
 		d := buf[ringHdr:]
-		k := copy(d, hdr)
-		k += copy(d[k:], tail)
-		binary.LittleEndian.PutUint32(d[k:], p.txq.push(l.From, l.Off, len(m.Iov[l.Iov])))
+		p.txq.mu.Lock()
+		for ; i < j; i++ {
+			l := m.Loans[i]
+			hdr, tail := m.Iov[l.Iov-1], m.Iov[l.Iov+1]
+			d[0], d[1], d[2], d[3] = byte(len(hdr)), byte(len(tail)), 0, 0
+			binary.LittleEndian.PutUint32(d[4:], p.txq.pushLocked(l.From, l.Off, len(m.Iov[l.Iov])))
+			k := lentEntryHdr + copy(d[lentEntryHdr:], hdr)
+			d = d[k+copy(d[k:], tail):]
+		}
+		p.txq.mu.Unlock()
 		p.tx.Commit()
-		c.lentTx.Add(1)
+		c.lentTx.Add(uint64(buf[7]))
 	}
 }
 
-// readLent turns a lent record of p's ring (hdr its ring header, data the rest) into m:
-// the datagram's headers, pad and ICRC copied into m.Buf and its payload pinned and lent
-// (Message.Lent) when the reader takes views and the lease is free, otherwise the whole
-// datagram copied into m.Buf. It reports false when the record is to be dropped: a lent
-// record on a pair that cannot carry one or a loan out of order (both counted corrupt),
-// or memory no longer registered (counted unlent). c.rmu is held.
-func (c *sameHostConn) readLent(p *shPair, hdr, data []byte, m *Message) bool {
-	hl := int(hdr[7])
-	if p.rxq == nil || len(data) < hl+4+4 || len(data)-4 > len(m.Buf) {
-		c.corrupt.Add(1)
-		return false
+// loanOf returns datagram i's loan (n bytes long) when it has one laid out as a Loan
+// says: its headers, payload, and pad and ICRC are three slices of m.Iov in a row.
+func loanOf(m *Message, i, n int) (Loan, bool) {
+	if i >= len(m.Loans) {
+		return Loan{}, false
 	}
-	seq := binary.LittleEndian.Uint32(data[len(data)-4:])
-	l, ok := p.rxq.pop()
-	if !ok || l.seq != seq {
-		c.corrupt.Add(1)
-		return false
+	l := m.Loans[i]
+	if l.From == nil || l.Iov < 1 || l.Iov+1 >= len(m.Iov) {
+		return Loan{}, false
 	}
-	b, ok := l.from.Lend(l.off, l.n)
-	if !ok {
-		c.unlent.Add(1) // deregistered under the datagram: lost, as to a NIC that read it too late
-		return false
+	h, t := len(m.Iov[l.Iov-1]), len(m.Iov[l.Iov+1])
+	return l, h <= 255 && t <= 255 && h+len(m.Iov[l.Iov])+t == n
+}
+
+// readLent fills msgs from a record of lent datagrams of p's ring (hdr its ring header,
+// data the rest), from its entry p.lentNext on: each datagram's headers, pad and ICRC
+// copied into its message's Buf and its payload pinned and lent (Message.Lent) when the
+// reader takes views and the lease is free, otherwise the whole datagram copied into
+// Buf. It returns the messages filled and whether the record is done with (the caller
+// releases it): when msgs has no room for all its entries, the next read goes on from
+// p.lentNext. Entries that are malformed, name a loan out of order (both counted
+// corrupt) or memory no longer registered (counted unlent) are dropped. c.rmu is held.
+func (c *sameHostConn) readLent(p *shPair, hdr, data []byte, msgs []Message) (n int, done bool) {
+	count := int(hdr[7])
+	if p.rxq == nil {
+		c.corrupt.Add(1) // a pair with another process: no loan of its can be ours
+		return 0, true
 	}
-	c.lentRx.Add(1)
-	rest := data[:len(data)-4] // headers, then pad and ICRC
-	if c.lease() {
-		c.loansOut = append(c.loansOut, l.from)
-		m.N, m.View, m.Lent, m.HeaderLen = copy(m.Buf, rest), nil, b, hl
-		return true
+	ecn, tc := ECN(hdr[4]&0b11), hdr[5]&^ECNMask
+	p.rxq.mu.Lock()
+	defer p.rxq.mu.Unlock()
+	// Skip the entries an earlier read took.
+	for e := 0; e < p.lentNext; e++ {
+		if len(data) < lentEntryHdr {
+			break
+		}
+		data = data[min(len(data), lentEntryHdr+int(data[0])+int(data[1])):]
 	}
-	if len(rest)+len(b) > len(m.Buf) {
-		l.from.Unlend()
-		c.corrupt.Add(1) // longer than any datagram the reader takes
-		return false
+	for e := p.lentNext; e < count; e++ {
+		if n == len(msgs) {
+			p.lentNext = e
+			return n, false
+		}
+		if len(data) < lentEntryHdr {
+			c.corrupt.Add(1)
+			break
+		}
+		hl, tl := int(data[0]), int(data[1])
+		seq := binary.LittleEndian.Uint32(data[4:])
+		if len(data) < lentEntryHdr+hl+tl {
+			c.corrupt.Add(1)
+			break
+		}
+		rest := data[lentEntryHdr : lentEntryHdr+hl+tl] // headers, then pad and ICRC
+		data = data[lentEntryHdr+hl+tl:]
+		l, ok := p.rxq.popLocked()
+		if !ok || l.seq != seq {
+			c.corrupt.Add(1)
+			break
+		}
+		m := &msgs[n]
+		if len(rest) > len(m.Buf) {
+			c.corrupt.Add(1)
+			continue
+		}
+		b, ok := l.from.Lend(l.off, l.n)
+		if !ok {
+			c.unlent.Add(1) // deregistered under the datagram: lost, as to a NIC that read it too late
+			continue
+		}
+		if c.lease() {
+			c.loansOut = append(c.loansOut, l.from)
+			m.N, m.View, m.Lent, m.HeaderLen = copy(m.Buf, rest), nil, b, hl
+		} else {
+			if len(rest)+len(b) > len(m.Buf) {
+				l.from.Unlend()
+				c.corrupt.Add(1) // longer than any datagram the reader takes
+				continue
+			}
+			k := copy(m.Buf, rest[:hl])
+			k += copy(m.Buf[k:], b)
+			k += copy(m.Buf[k:], rest[hl:])
+			l.from.Unlend()
+			m.N, m.View, m.Lent = k, nil, nil
+		}
+		m.Addr, m.SegSize, m.Iov, m.ECN, m.TrafficClass, m.SameHost = p.peerSrc, 0, nil, ecn, tc, true
+		c.lentRx.Add(1)
+		n++
 	}
-	k := copy(m.Buf, rest[:hl])
-	k += copy(m.Buf[k:], b)
-	k += copy(m.Buf[k:], rest[hl:])
-	l.from.Unlend()
-	m.N, m.View, m.Lent = k, nil, nil
-	return true
+	p.lentNext = 0
+	return n, true
 }
 
 // unlendAll gives back the pins of what the last read lent (ReleaseViews).

@@ -70,6 +70,7 @@ type sameHostConn struct {
 	ringIdle  int   // polls since a ring last gave a datagram, up to udpEvery (ringQuiet)
 	udpPolls  int   // reads of the UDP socket by polls (tests count them)
 	udpHot    bool  // the last UDP poll found something
+	lentRead  bool  // the last poll read a record of lent datagrams (readLent)
 	intrErr   error // a wait's ErrInterrupted, made at the first (waitNetpoller)
 	// selfPub counts publications to the device's ring to itself (publish); selfRead is
 	// its value when a read last found that ring empty (readSelf).
@@ -150,6 +151,7 @@ type shPair struct {
 	// the queues in localRegions while this side, their creator, has the pair.
 	txq, rxq *loanQueue
 	token    uint64
+	lentNext int // the entry of rx's next record of lent datagrams a read goes on from (readLent)
 
 	txMu sync.Mutex
 	tx   *shm.RecordProducer

@@ -191,6 +191,7 @@ func (c *sameHostConn) pollLocked(msgs []Message, always bool) (int, error) {
 		c.udpFirst = false
 	}
 	ringed := 0
+	c.lentRead = false
 	for _, p := range rx {
 		if n == len(msgs) {
 			break
@@ -231,7 +232,13 @@ func (c *sameHostConn) pollLocked(msgs []Message, always bool) (int, error) {
 		// had caught the reply while in the recvmmsg, more than half the time,
 		// instead of leaving it to the channel's waiter (engine Waiter.Serve), whose
 		// wake costs more; a syscall's price is no wait to design on.
-		if ringed > 0 && (len(msgs) > 1 || c.udpHot || c.idlePolls >= udpEvery) {
+		//
+		// Datagrams lent from a device of this process come a message each, up to a
+		// GSO run's in a record (readLent), where their bytes came as one message: a
+		// batch they filled says no more than a few runs would, and taking it for a
+		// sign put a recvmmsg before every other read of a stream between two devices
+		// of goverbs serve.
+		if ringed > 0 && (len(msgs) > 1 && !c.lentRead || c.udpHot || c.idlePolls >= udpEvery) {
 			c.udpFirst = true
 		}
 		if kick && !c.udpFirst {
@@ -308,16 +315,19 @@ func (c *sameHostConn) readRing(p *shPair, msgs []Message) (n, pkts int) {
 		seg := int(binary.LittleEndian.Uint32(rec)) // read once: the peer may change it
 		ecn, tc := ECN(rec[4]&0b11), rec[5]&^ECNMask
 		data := rec[ringHdr:]
+		if rec[6] == recLent {
+			k, done := c.readLent(p, rec[:ringHdr], data, msgs[n:])
+			n, pkts = n+k, pkts+k
+			c.lentRead = true
+			if !done {
+				break // msgs is full: the next read goes on with this record
+			}
+			p.rx.Release()
+			continue
+		}
 		m := &msgs[n]
 		m.Lent = nil
 		switch {
-		case rec[6] == recLent:
-			if !c.readLent(p, rec[:ringHdr], data, m) {
-				p.rx.Release()
-				continue
-			}
-			m.SegSize = 0
-			pkts++
 		case seg <= 0 || seg >= len(data):
 			if len(data) <= len(m.Buf) && c.lend(p, data, &lent) {
 				m.N, m.View = len(data), data

@@ -117,3 +117,18 @@ func SameHostPeerUnsealed(c Conn, a netip.AddrPort, yes bool) bool {
 	e.pair.Load().unsealed = yes
 	return true
 }
+
+// SameHostForeignPeer makes c's pair with the device at a one with another process, as
+// far as c's reads go: no loan of its names memory of this process (samePeerProcess).
+// It reports whether c has a pair there.
+func SameHostForeignPeer(c Conn, a netip.AddrPort) bool {
+	s := c.(*sameHostConn)
+	e := (*s.peers.Load())[a]
+	if e == nil || e.pair.Load() == nil {
+		return false
+	}
+	s.rmu.Lock()
+	e.pair.Load().rxq = nil
+	s.rmu.Unlock()
+	return true
+}

@@ -172,12 +172,15 @@ func (e ECN) String() string {
 func (e ECN) ECT() bool { return e&ECNMask != ECNNotECT }
 
 // Lender is memory a sender can pin again after WriteBatch returned (a registered
-// memory region): Lend pins it and returns its n bytes at off, or false when it is no
-// longer registered or off and n do not fit; Unlend undoes one successful Lend. Both
-// must be cheap and safe from any goroutine; a Lend must never wait for a reader.
+// memory region): Pin pins it, or reports false when it is no longer registered; Slice
+// returns its n bytes at off while pinned (false when they do not fit); Unpin undoes one
+// successful Pin. All three must be cheap and safe from any goroutine, and Pin must
+// never wait for a reader. A reader pins a Lender once for all the datagrams of one
+// read whose payloads lie in it.
 type Lender interface {
-	Lend(off, n int) ([]byte, bool)
-	Unlend()
+	Pin() bool
+	Slice(off, n int) ([]byte, bool)
+	Unpin()
 }
 
 // Loan is where one datagram's payload lies (Message.Loans): Iov[Iov] is the payload,

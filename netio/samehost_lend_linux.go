@@ -256,24 +256,42 @@ func (c *sameHostConn) readLent(p *shPair, hdr, data []byte, msgs []Message) (n 
 			c.corrupt.Add(1)
 			continue
 		}
-		b, ok := l.from.Lend(l.off, l.n)
-		if !ok {
-			c.unlent.Add(1) // deregistered under the datagram: lost, as to a NIC that read it too late
+		lease := c.lease()
+		if !lease && len(rest)+l.n > len(m.Buf) {
+			c.corrupt.Add(1) // longer than any datagram the reader takes
 			continue
 		}
-		if c.lease() {
-			c.loansOut = append(c.loansOut, l.from)
-			m.N, m.View, m.Lent, m.HeaderLen = copy(m.Buf, rest), nil, b, hl
-		} else {
-			if len(rest)+len(b) > len(m.Buf) {
-				l.from.Unlend()
-				c.corrupt.Add(1) // longer than any datagram the reader takes
+		// One pin per Lender a read lends from (a stream's datagrams mostly come from
+		// one region): the pin is a locked instruction on a line the sender's thread
+		// writes for every datagram it gathers.
+		if k := len(c.loansOut); !lease || k == 0 || c.loansOut[k-1] != l.from {
+			if !l.from.Pin() {
+				c.unlent.Add(1) // deregistered under the datagram: lost, as to a NIC that read it too late
 				continue
 			}
-			k := copy(m.Buf, rest[:hl])
-			k += copy(m.Buf[k:], b)
-			k += copy(m.Buf[k:], rest[hl:])
-			l.from.Unlend()
+			if lease {
+				c.loansOut = append(c.loansOut, l.from)
+			}
+		}
+		b, ok := l.from.Slice(l.off, l.n)
+		if lease {
+			if !ok {
+				c.corrupt.Add(1)
+				continue // unpinned with the rest of the read's (ReleaseViews)
+			}
+			m.N, m.View, m.Lent, m.HeaderLen = copy(m.Buf, rest), nil, b, hl
+		} else {
+			k := 0
+			if ok {
+				k = copy(m.Buf, rest[:hl])
+				k += copy(m.Buf[k:], b)
+				k += copy(m.Buf[k:], rest[hl:])
+			}
+			l.from.Unpin()
+			if !ok {
+				c.corrupt.Add(1)
+				continue
+			}
 			m.N, m.View, m.Lent = k, nil, nil
 		}
 		m.Addr, m.SegSize, m.Iov, m.ECN, m.TrafficClass, m.SameHost = p.peerSrc, 0, nil, ecn, tc, true
@@ -287,7 +305,7 @@ func (c *sameHostConn) readLent(p *shPair, hdr, data []byte, msgs []Message) (n 
 // unlendAll gives back the pins of what the last read lent (ReleaseViews).
 func (c *sameHostConn) unlendAll() {
 	for i, f := range c.loansOut {
-		f.Unlend()
+		f.Unpin()
 		c.loansOut[i] = nil
 	}
 	c.loansOut = c.loansOut[:0]

@@ -79,19 +79,20 @@ func (r *region) invalidate() {
 	}
 }
 
-// Lend pins the region and returns its n bytes at off (netio.Lender): a same-host
-// reader in this process copying a payload this device sent from the region
-// (commitGather's loans). False when the region was invalidated meanwhile: the datagram
-// is lost, and RC's retry finds the key gone.
-func (r *region) Lend(off, n int) ([]byte, bool) {
-	if off < 0 || n < 0 || off > len(r.buf) || n > len(r.buf)-off || !r.acquire() {
+// Pin, Slice and Unpin make the region a netio.Lender: a same-host reader in this
+// process copying a payload this device sent from the region (commitGather's loans)
+// pins it as it reads. Pin is false when the region was invalidated meanwhile: the
+// datagram is lost, and RC's retry finds the key gone.
+func (r *region) Pin() bool { return r.acquire() }
+func (r *region) Unpin()    { r.release() }
+
+// Slice returns the region's n bytes at off, which the caller has pinned.
+func (r *region) Slice(off, n int) ([]byte, bool) {
+	if off < 0 || n < 0 || off > len(r.buf) || n > len(r.buf)-off {
 		return nil, false
 	}
 	return r.buf[off : off+n : off+n], true
 }
-
-// Unlend releases one successful Lend's pin.
-func (r *region) Unlend() { r.release() }
 
 // offsetOf is where piece, a slice of r's memory, starts in it.
 func (r *region) offsetOf(piece []byte) int {

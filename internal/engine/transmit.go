@@ -163,11 +163,16 @@ func (d *Device) emit(tx *txBatch, dst netip.AddrPort, tc uint8, h *wire.Headers
 	}
 	hlen := h.Encode(buf)
 	if gather {
-		// Sent from registered memory in place (see txBatch), pinned until the send.
-		if !pl.sgl.acquire() {
-			return false
+		// Sent from registered memory in place (see txBatch), pinned until the send:
+		// once per batch for a run of packets from one region (a WRITE's), whose pin
+		// is a locked instruction on a line a same-host reader of this process pins
+		// too when it copies the payload from there (netio.Message.Loans).
+		if k := len(tx.held); len(pl.sgl.regs) != 1 || k == 0 || tx.held[k-1] != pl.sgl.regs[0] || !pl.sgl.regs[0].valid.Load() {
+			if !pl.sgl.acquire() {
+				return false
+			}
+			tx.held = append(tx.held, pl.sgl.regs...)
 		}
-		tx.held = append(tx.held, pl.sgl.regs...)
 		tx.pieces = pl.sgl.slices(pl.off, n, tx.pieces[:0])
 		var from *region
 		if len(tx.pieces) == 1 {

@@ -515,6 +515,22 @@ type ViewReader interface {
 	ReleaseViews()
 }
 
+// LoanTaker is implemented by Conns whose reads take payloads a sender of this process
+// lent (Message.Lent): the receiver then copies each payload once, from the sender's
+// memory, and the sender copies nothing. PreferCopies(true) asks this process's senders
+// to copy payloads into the rings again from now on, PreferCopies(false) to lend them:
+// a reader with a thread of its own (goverbs serve's helper for a streaming device)
+// gains from the sender's copy being done on the sender's thread, beside its own.
+type LoanTaker interface {
+	PreferCopies(bool)
+}
+
+// AsLoanTaker returns c as a LoanTaker if its reads take loans.
+func AsLoanTaker(c Conn) (LoanTaker, bool) {
+	l, ok := c.(LoanTaker)
+	return l, ok
+}
+
 // AsViewReader returns c as a ViewReader if it lends. Not through a Tee, which records
 // the datagrams it passes on from Buf.
 func AsViewReader(c Conn) (ViewReader, bool) {

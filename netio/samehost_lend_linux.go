@@ -40,6 +40,8 @@ const tokenOff = 16
 // writer pushes under the pair's txMu, the reader pops under its Conn's rmu. A circular
 // buffer that doubles when full (never beyond what the ring holds in lent records).
 type loanQueue struct {
+	// copies: the reader asks for bytes, not loans (PreferCopies); the writer's look.
+	copies     atomic.Bool
 	mu         sync.Mutex
 	q          []queuedLoan // len a power of two
 	head, tail uint32       // pop at head, push at tail; tail-head loans queued
@@ -132,7 +134,7 @@ func samePeerProcess(uc *net.UnixConn) bool {
 // UC or UD WR completes as it is sent, and its memory may be reused before the reader
 // looks.
 func lendable(p *shPair, m *Message) bool {
-	if p.txq == nil || !m.SameHost || len(m.Loans) == 0 || m.Iov == nil {
+	if p.txq == nil || !m.SameHost || len(m.Loans) == 0 || m.Iov == nil || p.txq.copies.Load() {
 		return false
 	}
 	return m.Iov[0][0]>>5 == 0
@@ -309,4 +311,18 @@ func (c *sameHostConn) unlendAll() {
 		c.loansOut[i] = nil
 	}
 	c.loansOut = c.loansOut[:0]
+}
+
+// PreferCopies asks the writers of this Conn's rings in this process for bytes rather
+// than loans (yes), or for loans again (netio.LoanTaker). A pair installed later learns
+// it at install.
+func (c *sameHostConn) PreferCopies(yes bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.copies = yes
+	for _, p := range *c.rx.Load() {
+		if p.rxq != nil {
+			p.rxq.copies.Store(yes)
+		}
+	}
 }

@@ -250,3 +250,49 @@ func TestSameHostLentForeign(t *testing.T) {
 		t.Errorf("a foreign record pinned our memory: %d pins", p)
 	}
 }
+
+// TestSameHostPreferCopies: a reader that asks for copies (a device goverbs serve reads
+// on a thread of its own) gets bytes the sender copied into the ring, from pairs made
+// before and after it asked; asking for loans again brings them back.
+func TestSameHostPreferCopies(t *testing.T) {
+	dir := rendezvousDir(t)
+	a, b := sameHost(t, "127.0.0.2:0", dir, netio.UDPOptions{}), sameHost(t, "127.0.0.3:0", dir, netio.UDPOptions{})
+	if err := netio.SameHostConnect(a, b.LocalAddr()); err != nil {
+		t.Fatal(err)
+	}
+	waitPeers(t, b, 1)
+	v, _ := netio.AsViewReader(b)
+	v.LendViews()
+	lt, ok := netio.AsLoanTaker(b)
+	if !ok {
+		t.Fatal("a same-host Conn takes no loans")
+	}
+	l := newLender(4 * 4096)
+	rd := rxMsgs(8)
+	send := func(c netio.Conn, lent bool) {
+		t.Helper()
+		m, want := lentRun(l, b.LocalAddr(), wire.RCWriteMiddle, 2, 4096)
+		if _, err := c.WriteBatch([]netio.Message{m}); err != nil {
+			t.Fatal(err)
+		}
+		readAll(t, b, rd, 2, 8)
+		for i, m := range rd[:2] {
+			if (m.Lent != nil) != lent || !bytes.Equal(lentData(&m), want[i]) {
+				t.Fatalf("datagram %d: lent %v, want %v, and as sent", i, m.Lent != nil, lent)
+			}
+		}
+		v.ReleaseViews()
+	}
+	send(a, true)
+	lt.PreferCopies(true)
+	send(a, false)
+	c := sameHost(t, "127.0.0.4:0", dir, netio.UDPOptions{}) // a pair made after the request
+	if err := netio.SameHostConnect(c, b.LocalAddr()); err != nil {
+		t.Fatal(err)
+	}
+	waitPeers(t, b, 2)
+	send(c, false)
+	lt.PreferCopies(false)
+	send(a, true)
+	send(c, true)
+}

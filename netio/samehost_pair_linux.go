@@ -419,6 +419,9 @@ func (c *sameHostConn) install(p *shPair) {
 		e.pair.Store(p)
 		c.offloadGen.Add(1) // OffloadsICRC may say yes to p.peerLocal now
 	}
+	if p.rxq != nil && c.copies {
+		p.rxq.copies.Store(true) // PreferCopies, said before this pair came
+	}
 	// Read even a pair that lost: the peer may have written into it before it learnt.
 	rx := append(append([]*shPair(nil), *c.rx.Load()...), p)
 	c.rx.Store(&rx)

@@ -125,3 +125,14 @@ func (d *Device) PollDriven() bool {
 // counter): an event loop that drives several devices compares it across an interval to
 // see which one carries a stream (goverbs serve hands such a device to a second thread).
 func (d *Device) RxBytes() uint64 { return d.counters.RxBytes.Load() }
+
+// PreferCopies asks the devices of this process that send to d through same-host rings
+// to copy payloads into the rings (yes), rather than lend them for d's reader to copy
+// from their memory (netio.LoanTaker; a no-op without rings): for a device read by a
+// thread of its own (goverbs serve's helper), where the sender's copy is done beside the
+// reader's work instead of adding to it.
+func (d *Device) PreferCopies(yes bool) {
+	if l, ok := netio.AsLoanTaker(d.conn); ok {
+		l.PreferCopies(yes)
+	}
+}

@@ -69,12 +69,13 @@ func newLender(n int) *testLender {
 	return l
 }
 
-// readAll reads from c into msgs until it has want messages or 5 s pass.
+// readAll reads from c into msgs[:want], at most batch messages a read, until it has
+// them all or 5 s pass.
 func readAll(t *testing.T, c netio.Conn, msgs []netio.Message, want, batch int) int {
 	t.Helper()
 	got := 0
 	for start := time.Now(); got < want; {
-		n, err := c.ReadBatch(msgs[got:min(got+batch, len(msgs))])
+		n, err := c.ReadBatch(msgs[got:min(got+batch, want)])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -256,11 +257,7 @@ func TestSameHostLentForeign(t *testing.T) {
 // before and after it asked; asking for loans again brings them back.
 func TestSameHostPreferCopies(t *testing.T) {
 	dir := rendezvousDir(t)
-	a, b := sameHost(t, "127.0.0.2:0", dir, netio.UDPOptions{}), sameHost(t, "127.0.0.3:0", dir, netio.UDPOptions{})
-	if err := netio.SameHostConnect(a, b.LocalAddr()); err != nil {
-		t.Fatal(err)
-	}
-	waitPeers(t, b, 1)
+	a, b := pairedSameHostIn(t, dir, false)
 	v, _ := netio.AsViewReader(b)
 	v.LendViews()
 	lt, ok := netio.AsLoanTaker(b)

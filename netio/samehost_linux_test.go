@@ -84,7 +84,13 @@ func waitPeers(t testing.TB, c netio.Conn, want int) {
 // the rings carry their traffic from the first datagram on.
 func pairedSameHost(t *testing.T, busy bool) (a, b netio.Conn) {
 	t.Helper()
-	dir := rendezvousDir(t)
+	return pairedSameHostIn(t, rendezvousDir(t), busy)
+}
+
+// pairedSameHostIn is pairedSameHost with the rendezvous in dir, where a test opens
+// more devices later.
+func pairedSameHostIn(t *testing.T, dir string, busy bool) (a, b netio.Conn) {
+	t.Helper()
 	a, b = sameHost(t, "127.0.0.2:0", dir, netio.UDPOptions{BusyPoll: busy}), sameHost(t, "127.0.0.3:0", dir, netio.UDPOptions{BusyPoll: busy})
 	if err := netio.SameHostConnect(a, b.LocalAddr()); err != nil {
 		t.Fatal(err)
@@ -236,11 +242,7 @@ func TestSameHostOneWatch(t *testing.T) {
 // alike), the other side drops the pair and sends by UDP again.
 func TestSameHostPeerGone(t *testing.T) {
 	dir := rendezvousDir(t)
-	a, b := sameHost(t, "127.0.0.2:0", dir, netio.UDPOptions{}), sameHost(t, "127.0.0.3:0", dir, netio.UDPOptions{})
-	if err := netio.SameHostConnect(a, b.LocalAddr()); err != nil {
-		t.Fatal(err)
-	}
-	waitPeers(t, b, 1)
+	a, b := pairedSameHostIn(t, dir, false)
 	baddr := b.LocalAddr()
 	b.Close()
 	waitPeers(t, a, 0)
@@ -487,12 +489,7 @@ func TestSameHostUnsealed(t *testing.T) {
 // TestSameHostGarbage: a peer that scribbles over the ring it writes gets its datagrams
 // dropped and counted; the reader neither panics nor stops, and later traffic flows.
 func TestSameHostGarbage(t *testing.T) {
-	dir := rendezvousDir(t)
-	a, b := sameHost(t, "127.0.0.2:0", dir, netio.UDPOptions{}), sameHost(t, "127.0.0.3:0", dir, netio.UDPOptions{})
-	if err := netio.SameHostConnect(a, b.LocalAddr()); err != nil {
-		t.Fatal(err)
-	}
-	waitPeers(t, b, 1)
+	a, b := pairedSameHost(t, false)
 	exchange(t, a, b, 10)
 	rd := make([]netio.Message, 8)
 	for i := range rd {
@@ -633,12 +630,7 @@ func TestSameHostToItself(t *testing.T) {
 // lent at once; what is lent stays mapped, through a peer scribbling on it and through
 // Close, until it is released; and the lent room goes back to the peer only then.
 func TestSameHostLendViews(t *testing.T) {
-	dir := rendezvousDir(t)
-	a, b := sameHost(t, "127.0.0.2:0", dir, netio.UDPOptions{}), sameHost(t, "127.0.0.3:0", dir, netio.UDPOptions{})
-	if err := netio.SameHostConnect(a, b.LocalAddr()); err != nil {
-		t.Fatal(err)
-	}
-	waitPeers(t, b, 1)
+	a, b := pairedSameHost(t, false)
 	v, ok := netio.AsViewReader(b)
 	if !ok {
 		t.Fatal("a same-host Conn does not lend")
@@ -661,18 +653,7 @@ func TestSameHostLendViews(t *testing.T) {
 	}
 	read := func(want int) int {
 		t.Helper()
-		got := 0
-		for start := time.Now(); got < want; {
-			n, err := b.ReadBatch(rd[got:want])
-			if err != nil {
-				t.Fatal(err)
-			}
-			got += n
-			if time.Since(start) > 5*time.Second {
-				t.Fatalf("read %d of %d", got, want)
-			}
-		}
-		return got
+		return readAll(t, b, rd, want, want)
 	}
 
 	send(64, big)

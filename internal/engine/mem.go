@@ -324,7 +324,9 @@ func (d *Device) resolveSGL(pd *PD, in []driver.SGE, write bool, out *sgl) bool 
 			continue
 		}
 		r := d.keys.lookup(s.LKey)
-		if r == nil {
+		if r == nil || r.window {
+			// A window's key is an R_Key only: an L_Key names a memory region (IBTA
+			// 10.6.3), as in rxe, whose windows are not in its MR pool.
 			return false
 		}
 		b, ok := r.span(pd, s.Addr, s.Length, need)

@@ -136,3 +136,29 @@ func TestMemoryWindowBindErrors(t *testing.T) {
 		t.Fatal("BindMW accepted a type 2 window")
 	}
 }
+
+// TestWindowKeyIsNoLKey: a memory window's key names remote access only (IBTA 10.6.3:
+// an L_Key names a memory region); given as a scatter/gather entry's lkey it is a local
+// protection error, and nothing is sent from the window's memory.
+func TestWindowKeyIsNoLKey(t *testing.T) {
+	a, b := newHost(t), newHost(t)
+	p := newPair(t, a, b, verbs.QPTypeRC, defaultRC())
+	target := b.MR(t, 4096, allAccess|verbs.AccessMWBind)
+	copy(target.Buf()[1024:], "behind the window")
+	mw, err := b.PD.AllocMW(verbs.MWType1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rkey, err := p.QB.BindMW(mw, 1, verbs.SendSignaled, verbs.MWBind{MR: target, Addr: target.AddrOf(1024), Length: 2048, Access: verbs.AccessRemoteRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectStatus(t, b.CQ, 1, verbs.WCSuccess)
+	dst := a.MR(t, 4096, allAccess)
+	p.QB.PostSend(verbs.SendWR{ID: 2, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{{Addr: target.AddrOf(1024), Length: 17, LKey: rkey}}, RemoteAddr: dst.Addr(), RKey: dst.RKey()})
+	expectStatus(t, b.CQ, 2, verbs.WCLocProtErr)
+	if !bytes.Equal(dst.Buf(), make([]byte, 4096)) {
+		t.Fatal("bytes sent from a window named as an lkey")
+	}
+}

@@ -17,7 +17,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"golang.org/x/sys/unix"
+	"github.com/goverbs/goverbs/internal/shm"
 )
 
 // recLent, in a ring record's header byte 6, marks a record of lent datagrams: byte 7
@@ -113,18 +113,7 @@ func newLocalToken(mem []byte) (uint64, *inproc) {
 // process (SO_PEERCRED: the kernel's word, which a peer cannot forge). Only then may the
 // pair's records name loans: a reference from another process would name memory of
 // ours it has no right to.
-func samePeerProcess(uc *net.UnixConn) bool {
-	rc, err := uc.SyscallConn()
-	if err != nil {
-		return false
-	}
-	same := false
-	rc.Control(func(fd uintptr) {
-		cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-		same = err == nil && int(cred.Pid) == os.Getpid()
-	})
-	return same
-}
+func samePeerProcess(uc *net.UnixConn) bool { return shm.PeerPID(uc) == os.Getpid() }
 
 // lendable reports whether m's datagrams may cross p's ring as loans: the pair's both
 // ends are in this process, m is unsealed (its ICRCs are nobody's to compute, so no
@@ -231,6 +220,7 @@ func (c *sameHostConn) readLent(p *shPair, hdr, data []byte, msgs []Message) (n 
 		}
 		data = data[min(len(data), lentEntryHdr+int(data[0])+int(data[1])):]
 	}
+	defer func() { c.lentRx.Add(uint64(n)) }() // one locked instruction a read, not a datagram
 	for e := p.lentNext; e < count; e++ {
 		if n == len(msgs) {
 			p.lentNext = e
@@ -297,7 +287,6 @@ func (c *sameHostConn) readLent(p *shPair, hdr, data []byte, msgs []Message) (n 
 			m.N, m.View, m.Lent = k, nil, nil
 		}
 		m.Addr, m.SegSize, m.Iov, m.ECN, m.TrafficClass, m.SameHost = p.peerSrc, 0, nil, ecn, tc, true
-		c.lentRx.Add(1)
 		n++
 	}
 	p.lentNext = 0

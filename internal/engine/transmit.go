@@ -174,10 +174,10 @@ func (d *Device) emit(tx *txBatch, dst netip.AddrPort, tc uint8, h *wire.Headers
 			tx.held = append(tx.held, pl.sgl.regs...)
 		}
 		tx.pieces = pl.sgl.slices(pl.off, n, tx.pieces[:0])
-		var from *region
+		var from *region // the one region the payload lies in, which a loan names
 		if len(tx.pieces) == 1 {
-			if i, _ := pl.sgl.at(pl.off); i < len(pl.sgl.regs) && !pl.sgl.regs[i].window {
-				from = pl.sgl.regs[i]
+			if i, _ := pl.sgl.at(pl.off); i < len(pl.sgl.regs) {
+				from = pl.sgl.regs[i] // an MR: resolveSGL takes no window's key
 			}
 		}
 		d.commitGather(tx, hlen, tx.pieces, n, dst, from)

@@ -116,26 +116,10 @@ seg() {
   ip -n "$B" link set vb gso_max_segs "$n"
 }
 
-for round in $(seq "$R"); do
-  for t in "${order[@]}"; do
-    if [[ $t == *_seg ]]; then seg on; fi
-    # shellcheck disable=SC2086 # the commands are words (paths and flags without spaces)
-    pair "$t" "$round" ${run[$t]}
-    if [[ $t == *_seg ]]; then seg off; fi
-  done
-done
-
-# Each pair once more with its client under perf stat (bench/lib.sh's count_pair), the
-# latency runs with five times the round trips, so that start-up's system calls, counted
-# too, weigh less.
-if [ "$COUNT" != 0 ]; then
-  for t in "${order[@]}"; do
-    if [[ $t == *_seg ]]; then seg on; fi
-    # shellcheck disable=SC2086 # as above
-    count_pair "$t" ${run[$t]//-n $N/-n $((5 * N))}
-    if [[ $t == *_seg ]]; then seg off; fi
-  done
-fi
+# The GSO runs' pairs with the veth pair's segmentation on (seg), the rounds, then each
+# pair once more under perf stat (bench/lib.sh's run_pairs).
+pair_setup() { if [[ $1 == *_seg ]]; then seg "$2"; fi; }
+run_pairs
 
 echo "veth pair between two namespaces, MTU $MTU, AF_XDP in copy mode (veth), $R interleaved rounds. Reproduce: \`$repro\`"
 echo

@@ -52,6 +52,33 @@ pair() {
   stop_server
 }
 
+# run_pairs: every pair named in the array order (its commands in the associative array
+# run: server command, "--", client command) in $R interleaved rounds, then, unless
+# COUNT=0, each once more with its client under perf stat (count_pair), the latency
+# runs with five times the round trips ($N), so that start-up's system calls, counted
+# too, weigh less. A script may define pair_setup NAME on|off, called around each run
+# of the pair NAME (afxdp.sh sets the veth pair's GSO for some).
+run_pairs() {
+  local round t
+  for round in $(seq "$R"); do
+    for t in "${order[@]}"; do
+      setup_pair "$t" on
+      # shellcheck disable=SC2086 # the commands are words (paths and flags without spaces)
+      pair "$t" "$round" ${run[$t]}
+      setup_pair "$t" off
+    done
+  done
+  [ "${COUNT:-1}" != 0 ] || return 0
+  for t in "${order[@]}"; do
+    setup_pair "$t" on
+    # shellcheck disable=SC2086 # as above
+    count_pair "$t" ${run[$t]//-n $N/-n $((5 * N))}
+    setup_pair "$t" off
+  done
+}
+
+setup_pair() { if declare -F pair_setup >/dev/null; then pair_setup "$@"; fi; }
+
 # count_pair NAME SERVER-CMD... -- CLIENT-CMD...: the pair once more, not timed, its
 # client under perf stat: one row in $out/syscalls.json with the client's system calls,
 # context switches and the iterations its own last row reports (a row without them, as

@@ -56,23 +56,10 @@ run[tcp_lat_busy_8]="$n tcp_lat --bind $S -s 8 --busy-poll -- $n tcp_lat --bind 
 run[tcp_bw]="$n tcp_bw --bind $S -- $n tcp_bw --bind $C -s 65536 -D $D $S"
 order=(shm_send_lat_busy send_lat_busy shm_send_lat_ev unix_lat send_lat_ev shm_write_bw write_bw
   shm_write_bw_8 write_bw_8 tcp_lat_busy_8 tcp_bw)
-for round in $(seq "$R"); do
-  for t in "${order[@]}"; do
-    # shellcheck disable=SC2086 # the commands are words (paths and flags without spaces)
-    pair "$t" "$round" ${run[$t]}
-  done
-done
-
-# Each pair once more with its client under perf stat (bench/lib.sh's count_pair; COUNT=0
-# skips it), the latency runs with five times the round trips, so that start-up's system
-# calls, counted too, weigh less: the rings' figures beside the system calls per message
-# they save, which a machine prices (docs/guide/same-host.md, "Figures").
-if [ "${COUNT:-1}" != 0 ]; then
-  for t in "${order[@]}"; do
-    # shellcheck disable=SC2086 # as above
-    count_pair "$t" ${run[$t]//-n $N/-n $((5 * N))}
-  done
-fi
+# The rounds, then each pair once more under perf stat (bench/lib.sh's run_pairs; COUNT=0
+# skips that): the rings' figures beside the system calls per message they save, which a
+# machine prices (docs/guide/same-host.md, "Figures").
+run_pairs
 
 echo "Two processes on one host, $R interleaved rounds. Reproduce: \`$repro\`"
 echo

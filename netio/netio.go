@@ -515,12 +515,15 @@ type ViewReader interface {
 	ReleaseViews()
 }
 
-// LoanTaker is implemented by Conns whose reads take payloads a sender of this process
-// lent (Message.Lent): the receiver then copies each payload once, from the sender's
-// memory, and the sender copies nothing. PreferCopies(true) asks this process's senders
-// to copy payloads into the rings again from now on, PreferCopies(false) to lend them:
-// a reader with a thread of its own (goverbs serve's helper for a streaming device)
-// gains from the sender's copy being done on the sender's thread, beside its own.
+// LoanTaker is implemented by Conns whose reads can take payloads a sender of this
+// process lent (Message.Lent): the receiver then copies each payload once, from the
+// sender's memory, and the sender copies nothing. That pays where one thread does both
+// ends' work (goverbs serve's event loop, which asks for loans with
+// PreferCopies(false)), and loses where the two ends run on two threads, whose copies
+// then run side by side: rdmanet's stream with both ends in one process went from 37 to
+// 10 Gb/s with loans (`bench/rstream.sh a1bfe2a ef1d348`, 2026-11-28). So a Conn takes
+// copies until its reader asks for loans, and PreferCopies(true) asks for copies again
+// (the daemon's helper thread, reading a device apart from the loop).
 type LoanTaker interface {
 	PreferCopies(bool)
 }

@@ -302,13 +302,13 @@ func (c *sameHostConn) unlendAll() {
 	c.loansOut = c.loansOut[:0]
 }
 
-// PreferCopies asks the writers of this Conn's rings in this process for bytes rather
-// than loans (yes), or for loans again (netio.LoanTaker). A pair installed later learns
-// it at install.
+// PreferCopies asks the writers of this Conn's rings in this process for bytes (yes,
+// what a Conn starts with) or for loans (no) (netio.LoanTaker). A pair installed later
+// learns it at install.
 func (c *sameHostConn) PreferCopies(yes bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.copies = yes
+	c.loans = !yes
 	for _, p := range *c.rx.Load() {
 		if p.rxq != nil {
 			p.rxq.copies.Store(yes)

@@ -95,6 +95,17 @@ func rxMsgs(n int) []netio.Message {
 	return rd
 }
 
+// askLoans makes c's reader ask this process's senders for loans (a Conn starts with
+// copies: netio.LoanTaker).
+func askLoans(t *testing.T, c netio.Conn) {
+	t.Helper()
+	lt, ok := netio.AsLoanTaker(c)
+	if !ok {
+		t.Fatal("a same-host Conn takes no loans")
+	}
+	lt.PreferCopies(false)
+}
+
 // lentData is the datagram a message read holds: Buf's headers, the lent payload, Buf's
 // pad and ICRC; or Buf alone when nothing was lent.
 func lentData(m *netio.Message) []byte {
@@ -111,6 +122,7 @@ func lentData(m *netio.Message) []byte {
 // the run gets the rest at its next reads, in order.
 func TestSameHostLendsInProcess(t *testing.T) {
 	a, b := pairedSameHost(t, false)
+	askLoans(t, b)
 	v, _ := netio.AsViewReader(b)
 	v.LendViews()
 	l := newLender(8 * 4096)
@@ -169,6 +181,7 @@ func TestSameHostLendsInProcess(t *testing.T) {
 // completes as it is sent, and the sender may reuse the memory before the reader looks).
 func TestSameHostLentCopied(t *testing.T) {
 	a, b := pairedSameHost(t, false)
+	askLoans(t, b)
 	l := newLender(8 * 4096)
 	m, want := lentRun(l, b.LocalAddr(), wire.RCWriteMiddle, 2, 4096)
 	u, uwant := lentRun(l, b.LocalAddr(), wire.UCWriteMiddle, 2, 4096)
@@ -196,6 +209,7 @@ func TestSameHostLentCopied(t *testing.T) {
 // dropped and counted, and the pair carries what follows.
 func TestSameHostLentGone(t *testing.T) {
 	a, b := pairedSameHost(t, false)
+	askLoans(t, b)
 	v, _ := netio.AsViewReader(b)
 	v.LendViews()
 	gone, l := newLender(4*4096), newLender(4*4096)
@@ -227,6 +241,7 @@ func TestSameHostLentGone(t *testing.T) {
 // copied, and the pair's later datagrams arrive.
 func TestSameHostLentForeign(t *testing.T) {
 	a, b := pairedSameHost(t, false)
+	askLoans(t, b) // before the pair turns foreign: a still lends into it
 	if !netio.SameHostForeignPeer(b, a.LocalAddr()) {
 		t.Fatal("no pair")
 	}
@@ -252,18 +267,16 @@ func TestSameHostLentForeign(t *testing.T) {
 	}
 }
 
-// TestSameHostPreferCopies: a reader that asks for copies (a device goverbs serve reads
-// on a thread of its own) gets bytes the sender copied into the ring, from pairs made
-// before and after it asked; asking for loans again brings them back.
+// TestSameHostPreferCopies: a reader gets bytes its senders copied into the ring until it
+// asks for loans (goverbs serve's loop, which does both ends' work on one thread), from
+// pairs made before and after it asked, and bytes again when it asks for copies (the
+// daemon's helper thread).
 func TestSameHostPreferCopies(t *testing.T) {
 	dir := rendezvousDir(t)
 	a, b := pairedSameHostIn(t, dir, false)
 	v, _ := netio.AsViewReader(b)
 	v.LendViews()
-	lt, ok := netio.AsLoanTaker(b)
-	if !ok {
-		t.Fatal("a same-host Conn takes no loans")
-	}
+	lt, _ := netio.AsLoanTaker(b)
 	l := newLender(4 * 4096)
 	rd := rxMsgs(8)
 	send := func(c netio.Conn, lent bool) {
@@ -280,16 +293,16 @@ func TestSameHostPreferCopies(t *testing.T) {
 		}
 		v.ReleaseViews()
 	}
+	send(a, false) // a Conn starts with copies
+	askLoans(t, b)
 	send(a, true)
-	lt.PreferCopies(true)
-	send(a, false)
 	c := sameHost(t, "127.0.0.4:0", dir, netio.UDPOptions{}) // a pair made after the request
 	if err := netio.SameHostConnect(c, b.LocalAddr()); err != nil {
 		t.Fatal(err)
 	}
 	waitPeers(t, b, 2)
-	send(c, false)
-	lt.PreferCopies(false)
-	send(a, true)
 	send(c, true)
+	lt.PreferCopies(true)
+	send(a, false)
+	send(c, false)
 }

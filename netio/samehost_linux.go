@@ -71,7 +71,7 @@ type sameHostConn struct {
 	udpPolls  int   // reads of the UDP socket by polls (tests count them)
 	udpHot    bool  // the last UDP poll found something
 	lentRead  bool  // the last poll read a record of lent datagrams (readLent)
-	copies    bool  // under mu: the reader asks for bytes, not loans (PreferCopies)
+	loans     bool  // under mu: the reader asks for loans, not bytes (PreferCopies(false))
 	intrErr   error // a wait's ErrInterrupted, made at the first (waitNetpoller)
 	// selfPub counts publications to the device's ring to itself (publish); selfRead is
 	// its value when a read last found that ring empty (readSelf).

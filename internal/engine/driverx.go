@@ -127,10 +127,9 @@ func (d *Device) PollDriven() bool {
 func (d *Device) RxBytes() uint64 { return d.counters.RxBytes.Load() }
 
 // PreferCopies asks the devices of this process that send to d through same-host rings
-// to copy payloads into the rings (yes), rather than lend them for d's reader to copy
-// from their memory (netio.LoanTaker; a no-op without rings): for a device read by a
-// thread of its own (goverbs serve's helper), where the sender's copy is done beside the
-// reader's work instead of adding to it.
+// to copy payloads into the rings (yes, the default), or to lend them for d's reader to
+// copy once from their memory (no: where one thread does both ends' work, goverbs
+// serve's loop; netio.LoanTaker; a no-op without rings).
 func (d *Device) PreferCopies(yes bool) {
 	if l, ok := netio.AsLoanTaker(d.conn); ok {
 		l.PreferCopies(yes)

@@ -30,6 +30,21 @@ func DebugQP(gid [16]byte, qpn uint32) string {
 	return qp.DebugString()
 }
 
+// PreferLoans makes the device with GID gid ask its same-host senders in this process
+// for loans (Device.PreferCopies(false)), as goverbs serve's loop does.
+func PreferLoans(gid [16]byte) bool {
+	w, ok := devices.Load(gid)
+	if !ok {
+		return false
+	}
+	d := w.(weak.Pointer[Device]).Value()
+	if d == nil {
+		return false
+	}
+	d.PreferCopies(false)
+	return true
+}
+
 // RaceEnabled tells the external tests that allocation counts mean nothing (see
 // raceEnabled).
 const RaceEnabled = raceEnabled

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goverbs/goverbs/internal/engine"
 	"github.com/goverbs/goverbs/verbs"
 )
 
@@ -110,14 +111,22 @@ func TestSameHostPath(t *testing.T) {
 	}
 }
 
-// TestSameHostLentWrite: between two devices of one process, a WRITE's full 4 KiB packets
-// cross the ring as loans of the sender's memory, copied once, by the receiver
+// TestSameHostLentWrite: between two devices of one process, once the receiver asked for
+// loans (as goverbs serve's loop does; not before), a WRITE's full 4 KiB packets cross
+// the ring as loans of the sender's memory, copied once, by the receiver
 // (netio.Message.Loans), and arrive as sent; smaller packets (a 1 KiB path MTU's) are
 // copied into the ring as before.
 func TestSameHostLentWrite(t *testing.T) {
 	a, b := newHost(t), newHost(t)
 	rc := defaultRC()
 	rc.MTU = verbs.MTU4096
+	writeCheckedRC(t, a, b, 256<<10, rc)
+	if tx := a.Dev.Counters().Get("samehost_lent_tx_pkts"); tx != 0 {
+		t.Fatalf("%d packets lent to a device that did not ask for loans", tx)
+	}
+	if !engine.PreferLoans(b.GID) { // as goverbs serve's loop does
+		t.Fatal("no such device")
+	}
 	writeCheckedRC(t, a, b, 256<<10, rc)
 	tx, rx := a.Dev.Counters().Get("samehost_lent_tx_pkts"), b.Dev.Counters().Get("samehost_lent_rx_pkts")
 	if sameHostOn() && (tx < 60 || rx != tx) || !sameHostOn() && tx+rx != 0 {
@@ -140,6 +149,9 @@ func TestSourceMRCloseUnderLentStream(t *testing.T) {
 	a, b := newHost(t), newHost(t)
 	rc := defaultRC()
 	rc.MTU = verbs.MTU4096 // full 4 KiB packets: gathered, and lent in the shm run
+	if !engine.PreferLoans(b.GID) {
+		t.Fatal("no such device")
+	}
 	p := newPair(t, a, b, verbs.QPTypeRC, rc)
 	const size, total = 1 << 20, 300
 	src, err := a.PD.RegMR(make([]byte, size), allAccess)

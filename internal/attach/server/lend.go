@@ -164,7 +164,7 @@ func (l *loop) help() {
 			}
 		}
 		ld.away.Store(false)
-		ld.d.PreferCopies(false)
+		ld.d.PreferCopies(false) // the loop's again: loans
 		if ld.rfd >= 0 {
 			// The loop may be waiting with this device's rings left out of its word to
 			// their producers (run): it must look at them, and say it again.

@@ -140,6 +140,10 @@ func (l *loop) addDevice(d *engine.Device) bool {
 	if !ok {
 		return false
 	}
+	// The loop does both ends' work of a stream between two of its devices on one
+	// thread: the sender's copy into a ring is then work added, not done beside
+	// (netio.LoanTaker).
+	d.PreferCopies(false)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	tok := int32(1 + len(l.devs))

@@ -22,6 +22,13 @@ func SameHostConnect(c Conn, a netip.AddrPort) error {
 	return s.dial(e)
 }
 
+// SetSameHostReplyHook makes every rendezvous this process accepts call f after it said
+// yes to the dialer, until restore.
+func SetSameHostReplyHook(f func()) (restore func()) {
+	testHookReplied.Store(&f)
+	return func() { testHookReplied.Store(nil) }
+}
+
 // SameHostScribble overwrites the ring that c's peer at a writes and c reads with
 // garbage (the peer turned hostile).
 func SameHostScribble(c Conn, a netip.AddrPort, garbage func(mem []byte)) bool {

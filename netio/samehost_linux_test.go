@@ -172,6 +172,38 @@ func TestSameHostRendezvousOnFirstSend(t *testing.T) {
 	}
 }
 
+// TestSameHostPairReadyAtReply: once a device's rendezvous with a peer returns, the peer
+// has the pair too, so that a QP brought up there just after (NewPair's second Connect,
+// the passive side of a CM handshake) resolves nothing and dials nothing back, and the
+// first datagrams each way take the ring. The acceptor used to install its pair after
+// saying yes: in that window the peer dialled back, the two pairs' tie-break tore one
+// down, and a stream began on UDP and went on through a ring, every packet retransmitted
+// after the sequence NAK (TestAckReqPlacement, 2 runs in 800 under -race). The hook holds
+// the acceptor after its yes, to open the window wide.
+func TestSameHostPairReadyAtReply(t *testing.T) {
+	defer netio.SetSameHostReplyHook(func() { time.Sleep(100 * time.Millisecond) })()
+	dir := rendezvousDir(t)
+	a, b := sameHost(t, "127.0.0.2:0", dir, netio.UDPOptions{}), sameHost(t, "127.0.0.3:0", dir, netio.UDPOptions{})
+	ra, _ := netio.AsResolver(a)
+	rb, _ := netio.AsResolver(b)
+	ra.Resolve(b.LocalAddr())
+	if s, _ := netio.SameHostStatsOf(b); s.Peers != 1 {
+		t.Fatalf("when a's rendezvous returned, b had %d pairs, want 1", s.Peers)
+	}
+	rb.Resolve(a.LocalAddr())
+	for _, c := range []netio.Conn{a, b} {
+		if s, _ := netio.SameHostStatsOf(c); s.Peers != 1 {
+			t.Fatalf("after both resolved: %d pairs (a second rendezvous), want 1", s.Peers)
+		}
+	}
+	if s := exchange(t, a, b, 10); s.RxPackets != 10 {
+		t.Fatalf("b read %d of a's first 10 datagrams from the ring", s.RxPackets)
+	}
+	if s := exchange(t, b, a, 10); s.RxPackets != 10 {
+		t.Fatalf("a read %d of b's first 10 datagrams from the ring", s.RxPackets)
+	}
+}
+
 // TestSameHostOneWatch: a blocking read with no peer's ring waits in the socket's own
 // watch (the UDP backend's); once a peer's ring is attached, a blocking read waits in
 // the Conn's epoll set, and the socket's own watch must be off by then, or every

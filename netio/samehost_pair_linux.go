@@ -373,14 +373,35 @@ func (c *sameHostConn) accept(uc *net.UnixConn) {
 		refuse()
 		return
 	}
+	// The pair is in place before the dialer hears yes, so that once its rendezvous
+	// returns, the traffic it starts finds the ring both ways. Installed after the
+	// reply, it left a window in which this side had no pair: a QP brought up here
+	// just after the peer's (softtest's NewPair, any CM handshake) dialled back,
+	// and the two pairs' tie-break, tearing one down, could leave the peer on UDP for
+	// its first packets and on a ring for the rest (a sequence NAK, every packet sent
+	// twice: TestAckReqPlacement under -race, 2 runs in 800).
+	uc.SetReadDeadline(time.Time{}) // watch reads the lifeline from now on
+	c.install(p)
+	if !c.pairInstalled(p) {
+		return // lost to a pair made meanwhile, or the Conn closed: install tore it down
+	}
 	if err := shm.Send(uc, c.message(replyMagic, replyOK), c.rxEv.FD()); err != nil {
-		peerEv.Close()
-		region.Close()
-		uc.Close()
+		c.teardown(p, false)
 		return
 	}
-	uc.SetDeadline(time.Time{})
-	c.install(p)
+	uc.SetWriteDeadline(time.Time{})
+	if f := testHookReplied.Load(); f != nil {
+		(*f)()
+	}
+}
+
+// testHookReplied, when set by a test, runs after accept has said yes.
+var testHookReplied atomic.Pointer[func()]
+
+// pairInstalled reports whether p is its peer's pair in c.
+func (c *sameHostConn) pairInstalled(p *shPair) bool {
+	e := (*c.peers.Load())[p.peerLocal]
+	return e != nil && e.pair.Load() == p
 }
 
 // install makes p the ring pair of its peer, unless the peer already has one: when both

@@ -108,8 +108,8 @@ func perftestRelistenRace(argv []string, err error) bool {
 //     that outlives it: each later message first reads one stale echo per duplicate,
 //     sending itself again for each, which makes as many new duplicates. Only drops at
 //     a full receive queue end them. An echo through the daemon takes four wake-ups
-//     (220-320 µs on the 2-core AMD VM, unloaded; the kernel's UDP path, two, 26-60
-//     µs), so under load many are late: beside one busy loop, a 100-echo run sent 27381
+//     (about 100 µs on the 2-core AMD VM, quiet; the kernel's UDP path, two, 22-31 µs),
+//     so under load many are late: on a loaded machine a 100-echo run sent 27381
 //     datagrams in 15 s, the client's device dropping 4690 for want of a posted
 //     receive, and CI's 90 s ran out once (2026-11-28).
 func runUDCM(t *testing.T, ready string, settle time.Duration, forever bool, server, client cmSide) (string, string) {

@@ -23,7 +23,10 @@
  *  - datagrams of at most 2048 bytes with the header (rsockets' receive buffers), less
  *    the larger UDP header: longer sends fail with EMSGSIZE;
  *  - a queue of 512 received datagrams beside 256 posted receives: what arrives when
- *    both are full is dropped, as a UDP socket drops.
+ *    both are full is dropped, as a UDP socket drops;
+ *  - sends complete on a CQ of their own, armed only while a call waits for a send
+ *    buffer, so that a send wakes nobody: on one CQ, a program waiting for an answer
+ *    was woken first for its own send's completion.
  */
 #include <endian.h>
 #include <errno.h>
@@ -80,11 +83,11 @@ struct dsk {
 	struct rdma_cm_id *id;
 	struct ibv_pd *pd;
 	struct ibv_comp_channel *cc;
-	struct ibv_cq *cq;
+	struct ibv_cq *cq, *scq; /* receives' (armed whenever a call waits), sends' */
 	struct ibv_qp *qp;
 	struct ibv_mr *rmr, *smr;
 	uint8_t *rbuf, *sbuf;
-	int armed, gid_index, port;
+	int armed, sarmed, gid_index, port;
 	int sfree[SQ_N], nfree;
 	uint8_t hdr[UD_HDR6];
 	int hdrlen;
@@ -232,7 +235,9 @@ static void free_qp(struct dsk *d)
 	d->rmr = d->smr = NULL;
 	if (d->cq)
 		ibv_destroy_cq(d->cq);
-	d->cq = NULL;
+	if (d->scq)
+		ibv_destroy_cq(d->scq);
+	d->cq = d->scq = NULL;
 	if (d->cc)
 		ibv_destroy_comp_channel(d->cc);
 	d->cc = NULL;
@@ -331,7 +336,8 @@ static int ensure_qp(struct dsk *d)
 	if (!(d->pd = ibv_alloc_pd(d->id->verbs)) || !(d->cc = ibv_create_comp_channel(d->id->verbs)))
 		goto bad;
 	fcntl(d->cc->fd, F_SETFL, fcntl(d->cc->fd, F_GETFL) | O_NONBLOCK);
-	if (!(d->cq = ibv_create_cq(d->id->verbs, RQ_N + SQ_N, d, d->cc, 0)))
+	if (!(d->cq = ibv_create_cq(d->id->verbs, RQ_N, d, d->cc, 0)) ||
+	    !(d->scq = ibv_create_cq(d->id->verbs, SQ_N, d, d->cc, 0)))
 		goto bad;
 	d->rbuf = malloc((size_t)RQ_N * (GRH_LEN + SLOT));
 	d->sbuf = malloc((size_t)SQ_N * SLOT);
@@ -345,7 +351,8 @@ static int ensure_qp(struct dsk *d)
 		goto bad;
 	memset(&qa, 0, sizeof(qa));
 	qa.qp_context = d;
-	qa.send_cq = qa.recv_cq = d->cq;
+	qa.send_cq = d->scq;
+	qa.recv_cq = d->cq;
 	qa.qp_type = IBV_QPT_UD;
 	qa.sq_sig_all = 1;
 	qa.cap.max_send_wr = SQ_N;
@@ -533,21 +540,22 @@ static int progress(struct dsk *d)
 	while ((n = ibv_poll_cq(d->cq, 16, wc)) > 0) {
 		got = 1;
 		for (int i = 0; i < n; i++) {
-			if (!(wc[i].wr_id & WR_SEND)) { /* the opcode of a failed completion is undefined */
-				int k = (int)wc[i].wr_id;
+			int k = (int)wc[i].wr_id; /* the opcode of a failed completion is undefined */
 
-				if (k < 0 || k >= RQ_N)
-					continue;
-				if (wc[i].status == IBV_WC_SUCCESS && wc[i].byte_len >= GRH_LEN &&
-				    wc[i].byte_len <= GRH_LEN + SLOT)
-					ud_in(d, d->rbuf + (size_t)k * (GRH_LEN + SLOT) + GRH_LEN,
-					      wc[i].byte_len - GRH_LEN);
-				if (wc[i].status != IBV_WC_WR_FLUSH_ERR)
-					post_recv(d, k);
-			} else if ((wc[i].wr_id & ~WR_SEND) < SQ_N && d->nfree < SQ_N) {
-				d->sfree[d->nfree++] = (int)(wc[i].wr_id & ~WR_SEND);
-			}
+			if (k < 0 || k >= RQ_N)
+				continue;
+			if (wc[i].status == IBV_WC_SUCCESS && wc[i].byte_len >= GRH_LEN &&
+			    wc[i].byte_len <= GRH_LEN + SLOT)
+				ud_in(d, d->rbuf + (size_t)k * (GRH_LEN + SLOT) + GRH_LEN, wc[i].byte_len - GRH_LEN);
+			if (wc[i].status != IBV_WC_WR_FLUSH_ERR)
+				post_recv(d, k);
 		}
+	}
+	while ((n = ibv_poll_cq(d->scq, 16, wc)) > 0) {
+		got = 1;
+		for (int i = 0; i < n; i++)
+			if ((wc[i].wr_id & WR_SEND) && (wc[i].wr_id & ~WR_SEND) < SQ_N && d->nfree < SQ_N)
+				d->sfree[d->nfree++] = (int)(wc[i].wr_id & ~WR_SEND);
 	}
 	return got;
 }
@@ -559,16 +567,23 @@ static void drain_events(struct dsk *d)
 
 	while (d->cc && ibv_get_cq_event(d->cc, &c, &ctx) == 0) {
 		ibv_ack_cq_events(c, 1);
-		d->armed = 0;
+		if (c == d->scq)
+			d->sarmed = 0;
+		else
+			d->armed = 0;
 	}
 }
 
-static int wait_fds(struct dsk *d, struct pollfd *w)
+/* wait_fds arms the CQs for a wait (the sends' too when sends says that the caller waits
+ * for them) and gives the fds to wait on, or -1 if something came meanwhile. */
+static int wait_fds(struct dsk *d, struct pollfd *w, int sends)
 {
 	int n = 0;
 
 	if (d->cq && !d->armed && ibv_req_notify_cq(d->cq, 0) == 0)
 		d->armed = 1;
+	if (d->scq && sends && !d->sarmed && ibv_req_notify_cq(d->scq, 0) == 0)
+		d->sarmed = 1;
 	if (progress(d))
 		return -1;
 	w[n++] = (struct pollfd){.fd = d->fd, .events = POLLIN};
@@ -582,7 +597,7 @@ int dg_wait_fds(struct dsk *d, struct pollfd *w)
 	int n;
 
 	pthread_mutex_lock(&d->mu);
-	n = wait_fds(d, w);
+	n = wait_fds(d, w, !d->nfree); /* POLLOUT waits for a free send buffer */
 	pthread_mutex_unlock(&d->mu);
 	return n;
 }
@@ -594,11 +609,12 @@ void dg_after_wait(struct dsk *d)
 	pthread_mutex_unlock(&d->mu);
 }
 
-/* wait blocks (d->mu released) until the UDP socket or the CQ has something, 100 ms at most. */
-static void wait_dg(struct dsk *d)
+/* wait_dg blocks (d->mu released) until the UDP socket or a CQ has something (the
+ * sends' CQ only if sends), 100 ms at most. */
+static void wait_dg(struct dsk *d, int sends)
 {
 	struct pollfd w[2];
-	int n = wait_fds(d, w);
+	int n = wait_fds(d, w, sends);
 
 	if (n < 0)
 		return;
@@ -695,7 +711,7 @@ ssize_t dg_send(struct dsk *d, const struct iovec *iov, int iovcnt, int flags, i
 			pthread_mutex_unlock(&d->mu);
 			return fail(EAGAIN);
 		}
-		wait_dg(d);
+		wait_dg(d, 1);
 		progress(d);
 	}
 	int k = d->sfree[--d->nfree];
@@ -740,7 +756,7 @@ ssize_t dg_recv(struct dsk *d, const struct iovec *iov, int iovcnt, int flags, i
 			pthread_mutex_unlock(&d->mu);
 			return fail(EAGAIN);
 		}
-		wait_dg(d);
+		wait_dg(d, 0);
 	}
 	m = &d->q[d->qhead];
 	for (int i = 0; i < iovcnt && got < m->len; i++) {
@@ -837,7 +853,7 @@ void dg_close(struct dsk *d)
 		if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 > 1000)
 			break;
 		if (!progress(d))
-			wait_dg(d);
+			wait_dg(d, 1);
 	}
 	free_qp(d);
 	close(d->fd);

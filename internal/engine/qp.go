@@ -504,6 +504,14 @@ func (qp *QP) Close() error {
 		return nil
 	}
 	qp.sendOwedAck() // for a request executed before the close (see sendOwedAck)
+	if qp.typ == driver.QPTypeUD || qp.typ == driver.QPTypeUC {
+		// A datagram posted before the close leaves, as on rxe, whose post runs the
+		// requester: a stream's posts may wait for the sender goroutine or the next poll
+		// (deferPost), and a program that posts unsignaled sends and destroys its QP
+		// at once (mckey's sender) lost all but the first. RC's requests would go
+		// unanswered: they are dropped, as the spec allows.
+		qp.sendQueued()
+	}
 	qp.closed = true
 	qp.state = driver.QPStateErr
 	qp.comp.stopTimers()

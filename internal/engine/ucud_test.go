@@ -342,3 +342,38 @@ func TestAHAttrFromWCIPv6SourceLooksLikeIPv4(t *testing.T) {
 		t.Fatalf("IPv4 GRH from %v after 0x66 bytes: %v, %v", v4, a.DGID, err)
 	}
 }
+
+// TestUDPostedThenClosedLeaves: unsignaled UD sends posted in a stream and the QP
+// destroyed at once (mckey's sender does so: it posts its messages, leaves the group
+// and destroys everything) all reach the peer. A stream's posts may wait for the
+// device's sender goroutine (deferPost); Close dropped them, and mckey's receiver,
+// attached to the group and waiting for its messages, waited for ever.
+func TestUDPostedThenClosedLeaves(t *testing.T) {
+	const qkey, n = 0x11111111, 10
+	a, b := newHost(t), newHost(t)
+	qa, qb := udQP(t, a, qkey), udQP(t, b, qkey)
+	src, dst := a.MR(t, 64, allAccess), b.MR(t, n*(64+verbs.GRHLen), allAccess)
+	ah, err := a.PD.CreateAH(verbs.AHAttr{DGID: b.GID, Port: 1, HopLimit: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if err := qb.PostRecv(verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{dst.SGE(i*(64+verbs.GRHLen), 64+verbs.GRHLen)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		if err := qa.PostSend(verbs.SendWR{ID: uint64(i), Opcode: verbs.WRSend, SGL: []verbs.SGE{src.SGE(0, 64)},
+			AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: qkey}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := qa.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, wc := range waitWC(t, b.RCQ, n, 5*time.Second) {
+		if wc.Status != verbs.WCSuccess {
+			t.Fatalf("receive %+v", wc)
+		}
+	}
+}

@@ -70,6 +70,12 @@ func (s *session) command(op attach.Op, r *attach.Reader, w *attach.Writer, fds 
 		shm.CloseFDs(fds)
 		return nil, driver.NewError(driver.ErrClosed, "device is closing")
 	}
+	// And it comes after the client's posts before it, as a device has them once they
+	// are posted: a datagram posted, then its AH or QP destroyed, leaves first
+	// (engine.QP.Close sends what the engine deferred). mckey's sender posts its
+	// messages unsignaled and at once destroys its AH and QP: its receiver, waiting for
+	// them, waited for ever about one run in ten beside a busy loop.
+	s.step()
 	dev := s.d.dev
 	switch op {
 	case attach.OpEngine:
@@ -138,10 +144,8 @@ func (s *session) command(op attach.Op, r *attach.Reader, w *attach.Writer, fds 
 		}
 		depth := int(r.U32())
 		// A device's CQ holds every completion not yet polled: here the client's ring
-		// holds some, and the daemon others. The client's posts before this command are
-		// taken first, as a device has them once they are posted; the engine sends
-		// those it deferred before it counts.
-		s.step()
+		// holds some, and the daemon others. The engine sends the posts it deferred
+		// before it counts (the client's were taken above).
 		if err := c.eng.ResizeHolding(depth, c.prod.Pending()+len(c.carry)+len(c.extra)); err != nil {
 			return nil, err
 		}

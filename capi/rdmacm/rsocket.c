@@ -1568,12 +1568,12 @@ int rfcntl(int fd, int cmd, ...)
 
 /* ---- readiness ---- */
 
-static short revents(struct rsk *s, short want)
+static short revents(struct rsk *s, short want, int polling)
 {
 	short r = 0;
 
 	if (s->dg)
-		return dg_revents(s->dg, want);
+		return dg_revents(s->dg, want, polling);
 	if (s->state == S_LISTEN) {
 		struct pollfd p = {.fd = s->ch->fd, .events = POLLIN};
 
@@ -1635,8 +1635,9 @@ static void rpoll_record(struct pollfd *fds, nfds_t nfds, int answered)
 	}
 }
 
-/* scan sets the revents of rpoll's fds and returns how many are ready. */
-static int scan(struct pollfd *fds, nfds_t nfds)
+/* scan sets the revents of rpoll's fds and returns how many are ready; polling: one of
+ * rpoll's polls before it blocks. */
+static int scan(struct pollfd *fds, nfds_t nfds, int polling)
 {
 	nfds_t i;
 	int ready = 0;
@@ -1647,7 +1648,7 @@ static int scan(struct pollfd *fds, nfds_t nfds)
 		fds[i].revents = 0;
 		if (s) {
 			pthread_mutex_lock(&s->mu);
-			fds[i].revents = revents(s, fds[i].events);
+			fds[i].revents = revents(s, fds[i].events, polling);
 			pthread_mutex_unlock(&s->mu);
 		} else if (fds[i].fd >= 0) {
 			struct pollfd p = fds[i];
@@ -1674,7 +1675,7 @@ int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 	if (!w && nfds)
 		return fail(ENOMEM);
 	for (;;) {
-		int ready = scan(fds, nfds), nw = 0, again = 0, ms;
+		int ready = scan(fds, nfds, 0), nw = 0, again = 0, ms;
 
 		if (!ready && !polled && timeout != 0 && rpoll_wanted(fds, nfds)) {
 			/* rsockets' polling_time: poll before arming and blocking (poll_first) */
@@ -1683,7 +1684,7 @@ int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 			polled = 1;
 			while (!ready && now_us() < pend && (timeout < 0 || now_us() < end)) {
 				sched_yield();
-				ready = scan(fds, nfds);
+				ready = scan(fds, nfds, 1);
 			}
 			rpoll_record(fds, nfds, ready > 0);
 		}

@@ -22,8 +22,9 @@ ssize_t dg_recv(struct dsk *d, const struct iovec *iov, int iovcnt, int flags, i
 int dg_getpeername(struct dsk *d, struct sockaddr *a, socklen_t *l);
 int dg_setsockopt(struct dsk *d, int lv, int o, const void *v, socklen_t l);
 int dg_getsockopt(struct dsk *d, int lv, int o, void *v, socklen_t *l);
-/* dg_revents is what poll(2) would say of the socket now (progress made first). */
-short dg_revents(struct dsk *d, short want);
+/* dg_revents is what poll(2) would say of the socket now (progress made first; while
+ * polling, the UDP socket only now and then). */
+short dg_revents(struct dsk *d, short want, int polling);
 /* dg_wait_fds arms the socket for a wait and puts in w (room for 2) the descriptors
  * to poll; it returns their number, or -1 when something came meanwhile (no wait). */
 int dg_wait_fds(struct dsk *d, struct pollfd *w);

@@ -138,6 +138,13 @@ func TestDeviceCloseWhileInUse(t *testing.T) {
 		wcs := make([]verbs.WC, 16)
 		for {
 			if _, err := cq.Poll(wcs); err != nil {
+				if errors.Is(err, verbs.ErrCQOverflow) {
+					// The poster's send slots free as its WRs complete, not as they are
+					// polled, so a poller starved of a core (-race, CI) can fall more than
+					// the CQ's depth behind, and the CQ overruns, as it may (IBTA
+					// 11.4.2.1). It stays overrun until the close (seen once in CI).
+					continue
+				}
 				if !errors.Is(err, verbs.ErrClosed) {
 					done <- err
 					return

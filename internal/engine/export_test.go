@@ -12,14 +12,19 @@ var devices sync.Map // [16]byte → weak.Pointer[Device]
 
 func init() { testHookNew = func(d *Device) { devices.Store(d.gid, weak.Make(d)) } }
 
+// deviceOf returns the live device with GID gid, or nil.
+func deviceOf(gid [16]byte) *Device {
+	w, ok := devices.Load(gid)
+	if !ok {
+		return nil
+	}
+	return w.(weak.Pointer[Device]).Value()
+}
+
 // DebugQP describes the transport state of QP qpn of the device with GID gid (the
 // engine's DebugString), for tests that drive the engine through package verbs.
 func DebugQP(gid [16]byte, qpn uint32) string {
-	w, ok := devices.Load(gid)
-	if !ok {
-		return ""
-	}
-	d := w.(weak.Pointer[Device]).Value()
+	d := deviceOf(gid)
 	if d == nil {
 		return ""
 	}
@@ -33,11 +38,7 @@ func DebugQP(gid [16]byte, qpn uint32) string {
 // PreferLoans makes the device with GID gid ask its same-host senders in this process
 // for loans (Device.PreferCopies(false)), as goverbs serve's loop does.
 func PreferLoans(gid [16]byte) bool {
-	w, ok := devices.Load(gid)
-	if !ok {
-		return false
-	}
-	d := w.(weak.Pointer[Device]).Value()
+	d := deviceOf(gid)
 	if d == nil {
 		return false
 	}
@@ -52,11 +53,7 @@ const RaceEnabled = raceEnabled
 // InjectCNP hands QP qpn of the device with GID gid a CNP, as if one had arrived
 // (inputCNP), for tests that need a throttled QP without a marking network.
 func InjectCNP(gid [16]byte, qpn uint32) bool {
-	w, ok := devices.Load(gid)
-	if !ok {
-		return false
-	}
-	d := w.(weak.Pointer[Device]).Value()
+	d := deviceOf(gid)
 	if d == nil {
 		return false
 	}
@@ -67,11 +64,7 @@ func InjectCNP(gid [16]byte, qpn uint32) bool {
 // AlarmSets reports how many times the doorbell's alarm of the device with GID gid was
 // set, and false if the device is gone or has no alarm.
 func AlarmSets(gid [16]byte) (int64, bool) {
-	w, ok := devices.Load(gid)
-	if !ok {
-		return 0, false
-	}
-	d := w.(weak.Pointer[Device]).Value()
+	d := deviceOf(gid)
 	if d == nil {
 		return 0, false
 	}

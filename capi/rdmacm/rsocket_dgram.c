@@ -59,7 +59,6 @@
 #define SQ_N 64
 #define QUEUE_N 512
 #define DEST_MAX 256
-#define WR_SEND (1ull << 32) /* a send's work request ID: WR_SEND | its buffer */
 
 struct dest {
 	struct sockaddr_storage sa;
@@ -542,7 +541,7 @@ static int progress_from(struct dsk *d, int udp)
 	while ((n = ibv_poll_cq(d->cq, 16, wc)) > 0) {
 		got = 1;
 		for (int i = 0; i < n; i++) {
-			int k = (int)wc[i].wr_id; /* the opcode of a failed completion is undefined */
+			int k = (int)wc[i].wr_id; /* a receive's work request ID is its buffer */
 
 			if (k < 0 || k >= RQ_N)
 				continue;
@@ -553,11 +552,11 @@ static int progress_from(struct dsk *d, int udp)
 				post_recv(d, k);
 		}
 	}
-	while ((n = ibv_poll_cq(d->scq, 16, wc)) > 0) {
+	while ((n = ibv_poll_cq(d->scq, 16, wc)) > 0) { /* a send's work request ID is its buffer */
 		got = 1;
 		for (int i = 0; i < n; i++)
-			if ((wc[i].wr_id & WR_SEND) && (wc[i].wr_id & ~WR_SEND) < SQ_N && d->nfree < SQ_N)
-				d->sfree[d->nfree++] = (int)(wc[i].wr_id & ~WR_SEND);
+			if (wc[i].wr_id < SQ_N && d->nfree < SQ_N)
+				d->sfree[d->nfree++] = (int)wc[i].wr_id;
 	}
 	return got;
 }
@@ -732,7 +731,7 @@ ssize_t dg_send(struct dsk *d, const struct iovec *iov, int iovcnt, int flags, i
 		off += iov[i].iov_len;
 	}
 	struct ibv_sge sge = {.addr = (uintptr_t)p, .length = (uint32_t)off, .lkey = d->smr->lkey};
-	struct ibv_send_wr wr = {.wr_id = WR_SEND | (uint64_t)k, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND}, *bad;
+	struct ibv_send_wr wr = {.wr_id = (uint64_t)k, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND}, *bad;
 
 	wr.wr.ud.ah = t->ah;
 	wr.wr.ud.remote_qpn = t->qpn;

@@ -381,9 +381,8 @@ func (c *sameHostConn) accept(uc *net.UnixConn) {
 	// its first packets and on a ring for the rest (a sequence NAK, every packet sent
 	// twice: TestAckReqPlacement under -race, 2 runs in 800).
 	uc.SetReadDeadline(time.Time{}) // watch reads the lifeline from now on
-	c.install(p)
-	if !c.pairInstalled(p) {
-		return // lost to a pair made meanwhile, or the Conn closed: install tore it down
+	if !c.install(p) {
+		return // lost to a pair made meanwhile, or the Conn closed: torn down
 	}
 	if err := shm.Send(uc, c.message(replyMagic, replyOK), c.rxEv.FD()); err != nil {
 		c.teardown(p, false)
@@ -398,21 +397,16 @@ func (c *sameHostConn) accept(uc *net.UnixConn) {
 // testHookReplied, when set by a test, runs after accept has said yes.
 var testHookReplied atomic.Pointer[func()]
 
-// pairInstalled reports whether p is its peer's pair in c.
-func (c *sameHostConn) pairInstalled(p *shPair) bool {
-	e := (*c.peers.Load())[p.peerLocal]
-	return e != nil && e.pair.Load() == p
-}
-
 // install makes p the ring pair of its peer, unless the peer already has one: when both
 // devices dialled at once, both keep the pair the lower LocalAddr created and close the
-// other, so that they agree without another message.
-func (c *sameHostConn) install(p *shPair) {
+// other, so that they agree without another message. It reports whether p is the pair
+// now (false: it lost, or the Conn closed, and it is torn down).
+func (c *sameHostConn) install(p *shPair) bool {
 	c.mu.Lock()
 	if c.closed.Load() {
 		c.mu.Unlock()
 		c.teardown(p, false)
-		return
+		return false
 	}
 	old := *c.peers.Load()
 	e := old[p.peerLocal]
@@ -462,6 +456,7 @@ func (c *sameHostConn) install(p *shPair) {
 	if loser != p && p.uc != nil {
 		go c.watch(p)
 	}
+	return loser != p
 }
 
 // watch waits for the pair's lifeline to end (the peer closed its device or died),

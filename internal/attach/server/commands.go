@@ -74,7 +74,7 @@ func (s *session) command(op attach.Op, r *attach.Reader, w *attach.Writer, fds 
 	// are posted: a datagram posted, then its AH or QP destroyed, leaves first
 	// (engine.QP.Close sends what the engine deferred). mckey's sender posts its
 	// messages unsignaled and at once destroys its AH and QP: its receiver, waiting for
-	// them, waited for ever about one run in ten beside a busy loop.
+	// them, waited for ever in about one run of five beside a busy loop.
 	s.step()
 	dev := s.d.dev
 	switch op {

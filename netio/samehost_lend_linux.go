@@ -40,8 +40,9 @@ const tokenOff = 16
 // writer pushes under the pair's txMu, the reader pops under its Conn's rmu. A circular
 // buffer that doubles when full (never beyond what the ring holds in lent records).
 type loanQueue struct {
-	// copies: the reader asks for bytes, not loans (PreferCopies); the writer's look.
-	copies     atomic.Bool
+	// loans: the reader asks for loans, not bytes (PreferCopies(false)); the writer's
+	// look. Its zero value, bytes, is every Conn's start.
+	loans      atomic.Bool
 	mu         sync.Mutex
 	q          []queuedLoan // len a power of two
 	head, tail uint32       // pop at head, push at tail; tail-head loans queued
@@ -123,7 +124,7 @@ func samePeerProcess(uc *net.UnixConn) bool { return shm.PeerPID(uc) == os.Getpi
 // UC or UD WR completes as it is sent, and its memory may be reused before the reader
 // looks.
 func lendable(p *shPair, m *Message) bool {
-	if p.txq == nil || !m.SameHost || len(m.Loans) == 0 || m.Iov == nil || p.txq.copies.Load() {
+	if p.txq == nil || !m.SameHost || len(m.Loans) == 0 || m.Iov == nil || !p.txq.loans.Load() {
 		return false
 	}
 	return m.Iov[0][0]>>5 == 0
@@ -311,7 +312,7 @@ func (c *sameHostConn) PreferCopies(yes bool) {
 	c.loans = !yes
 	for _, p := range *c.rx.Load() {
 		if p.rxq != nil {
-			p.rxq.copies.Store(yes)
+			p.rxq.loans.Store(!yes)
 		}
 	}
 }

@@ -434,8 +434,8 @@ func (c *sameHostConn) install(p *shPair) bool {
 		e.pair.Store(p)
 		c.offloadGen.Add(1) // OffloadsICRC may say yes to p.peerLocal now
 	}
-	if p.rxq != nil && !c.loans {
-		p.rxq.copies.Store(true) // bytes, unless the reader asked for loans (PreferCopies)
+	if p.rxq != nil && c.loans {
+		p.rxq.loans.Store(true) // the reader asked for loans (PreferCopies)
 	}
 	// Read even a pair that lost: the peer may have written into it before it learnt.
 	rx := append(append([]*shPair(nil), *c.rx.Load()...), p)

@@ -11,7 +11,12 @@
 # The rows (rstream.json, as bench/rstream.sh writes them, mode "preload") and meta.json
 # go to OUT (default docs/perf/rspreload); with the default OUT the run regenerates
 # docs/PERFORMANCE.md. bench/report prints the table: each round's ratio to the kernel's
-# TCP and their median.
+# TCP and their median. Around each iperf3 run bench/xcore measures how fast the machine
+# moves data between its cores just then (xcore_gbps, before and after): on a VM that
+# rate has phases 4-5x apart lasting seconds, and a round whose two runs met different
+# phases compares the machine with itself, not rsockets with TCP. The report gives the
+# median over the rounds whose four probes all saw the same phase beside the median
+# over all.
 #
 #   bench/rspreload.sh                      # ROUNDS=3 DURATION=3
 #
@@ -39,6 +44,7 @@ cleanup_hooks+=(stop_serve)
 S=127.52.0.2 C=127.52.0.3
 bash capi/build.sh -attach "$bin/lib" >/dev/null
 go build -o "$bin/report" ./bench/report
+go build -o "$bin/xcore" ./bench/xcore
 mkdir -m 700 "$bin/run"
 export XDG_RUNTIME_DIR=$bin/run
 "$bin/lib/goverbs" serve "s0=$S,c0=$C" >"$bin/serve.log" 2>&1 &
@@ -53,8 +59,8 @@ write_meta "$out" "$repro"
 rm -f "$out/rstream.json" "$out/log.txt"
 echo "$repro" >&2
 
-# row ROUND VARIANT GBPS US: one rstream.json row (bench/report's rstreamRow).
-row() { echo "{\"round\":$1,\"mode\":\"preload\",\"variant\":\"$2\",\"bw_gbps\":$3,\"rr_us\":$4}" >>"$out/rstream.json"; }
+# row ROUND VARIANT GBPS US XCORE_BEFORE XCORE_AFTER: one rstream.json row (bench/report's rstreamRow).
+row() { echo "{\"round\":$1,\"mode\":\"preload\",\"variant\":\"$2\",\"bw_gbps\":$3,\"rr_us\":$4,\"xcore_gbps\":[$5,$6]}" >>"$out/rstream.json"; }
 
 # iperf ENVPREFIX: the receiver's Gb/s of one iperf3 run (server and client under the prefix).
 iperf() {
@@ -86,13 +92,16 @@ pingpong() {
 
 for r in $(seq "$rounds"); do
 	echo "== round $r" >&2
+	x0=$("$bin/xcore")
 	tb=$(iperf env env)
+	x1=$("$bin/xcore")
 	rb=$(iperf "$rs_s" "$rs_c")
+	x2=$("$bin/xcore")
 	tl=$(pingpong env env)
 	rl=$(pingpong "$rs_s" "$rs_c")
-	echo "   iperf3 Gb/s: tcp $tb rsockets $rb | sockperf µs: tcp $tl rsockets $rl" >&2
-	row "$r" tcp "$tb" "$tl"
-	row "$r" rsockets "$rb" "$rl"
+	echo "   iperf3 Gb/s: tcp $tb rsockets $rb (xcore GB/s $x0 $x1 $x2) | sockperf µs: tcp $tl rsockets $rl" >&2
+	row "$r" tcp "$tb" "$tl" "$x0" "$x1"
+	row "$r" rsockets "$rb" "$rl" "$x1" "$x2"
 done
 
 echo "Reproduce: \`$repro\`"

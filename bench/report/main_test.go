@@ -76,4 +76,42 @@ func TestRstreamTableModes(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, b.String())
 		}
 	}
+	if strings.Contains(b.String(), "bench/xcore") {
+		t.Errorf("rows without probes got a phase note:\n%s", b.String())
+	}
+}
+
+// A stream table whose runs bench/xcore framed says each round's machine phase and gives
+// the ratio's median within each phase: round 1 fast throughout (2×), round 2 slow
+// throughout (0.5×), round 3 changed between its runs, round 4 fast (1×); the fastest
+// probe (20) sets the line at 10.
+func TestRstreamTablePhases(t *testing.T) {
+	dir := t.TempDir()
+	rows := `{"round":1,"mode":"preload","variant":"tcp","bw_gbps":10,"rr_us":5,"xcore_gbps":[20,18]}
+{"round":1,"mode":"preload","variant":"rsockets","bw_gbps":20,"rr_us":4,"xcore_gbps":[18,19]}
+{"round":2,"mode":"preload","variant":"tcp","bw_gbps":10,"rr_us":5,"xcore_gbps":[4,4.5]}
+{"round":2,"mode":"preload","variant":"rsockets","bw_gbps":5,"rr_us":4,"xcore_gbps":[4.5,3.9]}
+{"round":3,"mode":"preload","variant":"tcp","bw_gbps":10,"rr_us":5,"xcore_gbps":[19,4]}
+{"round":3,"mode":"preload","variant":"rsockets","bw_gbps":7,"rr_us":4,"xcore_gbps":[4,4]}
+{"round":4,"mode":"preload","variant":"tcp","bw_gbps":10,"rr_us":5,"xcore_gbps":[17,16]}
+{"round":4,"mode":"preload","variant":"rsockets","bw_gbps":10,"rr_us":4,"xcore_gbps":[16,17]}
+`
+	if err := os.WriteFile(filepath.Join(dir, "rstream.json"), []byte(rows), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if !rstreamTable(&b, dir) {
+		t.Fatal("no table")
+	}
+	for _, want := range []string{
+		"| rsockets | 8.50 | 2.00× 0.50× 0.70× 1.00× | 0.85× |",
+		"1: 2.00× fast (TCP 20.0→18.0, rsockets 18.0→19.0)",
+		"2: 0.50× slow (TCP 4.0→4.5, rsockets 4.5→3.9)",
+		"3: 0.70× mixed",
+		"all saw the fast phase: 2, median ratio 1.50×; all the slow phase: 1, 0.50×; the phase changed within the round: 1, 0.70×.",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
 }

@@ -173,6 +173,9 @@ type rstreamRow struct {
 	Variant string  `json:"variant"`
 	BW      float64 `json:"bw_gbps"`
 	RR      float64 `json:"rr_us"`
+	// XCore is the machine's cross-core copy rate (bench/xcore, GB/s) just before and
+	// just after the row's stream ran, where the script measured it (bench/rspreload.sh).
+	XCore []float64 `json:"xcore_gbps"`
 }
 
 // rstreamModes names bench/rstream.sh's placements.
@@ -200,7 +203,10 @@ func rstreamTable(w io.Writer, dir string) bool {
 	if err := loadInto(filepath.Join(dir, "rstream.json"), &rows); err != nil || len(rows) == 0 {
 		return false
 	}
-	type series struct{ bw, rr map[int]float64 }
+	type series struct {
+		bw, rr map[int]float64
+		xcore  map[int][]float64
+	}
 	var modes []string
 	order := map[string][]string{}
 	data := map[string]map[string]*series{}
@@ -214,11 +220,14 @@ func rstreamTable(w io.Writer, dir string) bool {
 		}
 		sr := data[r.Mode][r.Variant]
 		if sr == nil {
-			sr = &series{map[int]float64{}, map[int]float64{}}
+			sr = &series{map[int]float64{}, map[int]float64{}, map[int][]float64{}}
 			data[r.Mode][r.Variant] = sr
 			order[r.Mode] = append(order[r.Mode], r.Variant)
 		}
 		sr.bw[r.Round], sr.rr[r.Round] = r.BW, r.RR
+		if len(r.XCore) > 0 {
+			sr.xcore[r.Round] = r.XCore
+		}
 	}
 	printed := false
 	for _, m := range modes {
@@ -255,6 +264,11 @@ func rstreamTable(w io.Writer, dir string) bool {
 			xb, xr := perRound(sr.bw, tcp.bw), perRound(sr.rr, tcp.rr)
 			fmt.Fprintf(w, "| %s | %.2f | %s | %s | %.2f | %s | %s |\n", v, mb, ratios(xb), medianRatio(xb), mr, ratios(xr), medianRatio(xr))
 		}
+		for _, v := range order[m] {
+			if sr := data[m][v]; v != "tcp" && v != "write_bw" && len(sr.xcore) > 0 && len(tcp.xcore) > 0 {
+				phaseNote(w, v, sr.bw, tcp.bw, sr.xcore, tcp.xcore)
+			}
+		}
 		printed = true
 	}
 	if wb := data["loopback"]["write_bw"]; wb != nil && printed {
@@ -274,6 +288,65 @@ func rstreamTable(w io.Writer, dir string) bool {
 		}
 	}
 	return printed
+}
+
+// phaseNote writes, under a stream table whose runs were framed by bench/xcore's
+// probes, each round's probes and the stream's ratio to TCP's again, over the rounds
+// whose probes all saw the machine's fast phase and over those that all saw its slow
+// one. A probe is fast when it reached half the fastest probe of the whole run: the
+// phases this separates are 4-5× apart (bench/xcore), noise within one is not.
+func phaseNote(w io.Writer, v string, bw, tcpBW map[int]float64, xc, tcpXC map[int][]float64) {
+	top := 0.0
+	for _, m := range []map[int][]float64{xc, tcpXC} {
+		for _, ps := range m {
+			for _, p := range ps {
+				top = max(top, p)
+			}
+		}
+	}
+	if top <= 0 {
+		return
+	}
+	rounds := slices.Sorted(maps.Keys(bw))
+	var each []string
+	var fast, slow, mixed []float64
+	for _, r := range rounds {
+		t, ok := tcpBW[r]
+		probes := append(append([]float64(nil), tcpXC[r]...), xc[r]...)
+		if !ok || t <= 0 || len(probes) == 0 {
+			continue
+		}
+		nFast := 0
+		for _, p := range probes {
+			if p >= top/2 {
+				nFast++
+			}
+		}
+		x := bw[r] / t
+		tag := "mixed"
+		switch nFast {
+		case len(probes):
+			fast, tag = append(fast, x), "fast"
+		case 0:
+			slow, tag = append(slow, x), "slow"
+		default:
+			mixed = append(mixed, x)
+		}
+		each = append(each, fmt.Sprintf("%d: %.2f× %s (TCP %s, %s %s)", r, x, tag, probeList(tcpXC[r]), v, probeList(xc[r])))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "The machine's phase around each stream run, `bench/xcore`'s cross-core copy rate in GB/s before and after it, and the round's ratio: %s. ", strings.Join(each, "; "))
+	fmt.Fprintf(w, "Rounds whose probes all saw the fast phase: %d, median ratio %s; all the slow phase: %d, %s; the phase changed within the round: %d, %s.\n",
+		len(fast), medianRatio(fast), len(slow), medianRatio(slow), len(mixed), medianRatio(mixed))
+}
+
+// probeList prints a run's xcore probes, before→after.
+func probeList(ps []float64) string {
+	each := make([]string, len(ps))
+	for i, p := range ps {
+		each[i] = fmt.Sprintf("%.1f", p)
+	}
+	return strings.Join(each, "→")
 }
 
 // ratios prints each round's ratio, in round order.

@@ -192,7 +192,11 @@ the same-host rings, their default since 0aa5b26 (` + "`GOVERBS_SHM=0`" + ` for 
 gives UDP on loopback). The baseline is the same program on the kernel's TCP in the same round. Stream: the
 receiver's rate of ` + "`iperf3`" + ` with its default 128 KiB writes, as a user runs it (the ratio
 depends on the write size: the kernel's TCP gains more from larger writes than rsockets does). Request/response: sockperf's average one-way latency of
-its 64-byte TCP ping-pong (half the round trip).
+its 64-byte TCP ping-pong (half the round trip). The machine's phase line: on a VM, how fast
+data moves between the two cores changes 4-5× for seconds at a time, and both streams follow
+it; rsockets through the daemon copies each byte three times and TCP twice, so it loses more
+in the slow phase. A round compares like with like when all its probes saw one phase
+([DESIGN.md](DESIGN.md), "What still depends on the machine: the phase of its cross-core copies").
 `
 
 var pageTail = `## Other measurements

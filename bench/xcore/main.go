@@ -18,6 +18,9 @@
 //	go run ./bench/xcore -watch 20    # one figure a second for 20 s
 //
 // Linux only (sched_setaffinity).
+
+//go:build linux
+
 package main
 
 import (

@@ -22,6 +22,38 @@ func SameHostConnect(c Conn, a netip.AddrPort) error {
 	return s.dial(e)
 }
 
+// SameHostDialAgain makes c rendezvous with the device at a now even if they have a pair:
+// the second of two devices that dialled each other at once.
+func SameHostDialAgain(c Conn, a netip.AddrPort) error {
+	s := c.(*sameHostConn)
+	e := s.entry(a)
+	for !e.dialing.CompareAndSwap(false, true) {
+	}
+	defer e.dialing.Store(false)
+	return s.dial(e)
+}
+
+// SetSameHostDialHook makes every rendezvous this process dials call f after the peer
+// said yes and before the pair is installed here, until restore.
+func SetSameHostDialHook(f func()) (restore func()) {
+	testHookDialed.Store(&f)
+	return func() { testHookDialed.Store(nil) }
+}
+
+// SameHostPairInitiator reports the initiator of c's pair with the device at a: which of
+// the two dialled it.
+func SameHostPairInitiator(c Conn, a netip.AddrPort) (netip.AddrPort, bool) {
+	e := (*c.(*sameHostConn).peers.Load())[a]
+	if e == nil {
+		return netip.AddrPort{}, false
+	}
+	p := e.pair.Load()
+	if p == nil {
+		return netip.AddrPort{}, false
+	}
+	return p.initiator, true
+}
+
 // SetSameHostReplyHook makes every rendezvous this process accepts call f after it said
 // yes to the dialer, until restore.
 func SetSameHostReplyHook(f func()) (restore func()) {

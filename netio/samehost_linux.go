@@ -175,6 +175,14 @@ type shPair struct {
 	// ours only sends itself to UDP.
 	gone, peerGone *uint32
 	goneSeen       atomic.Bool // the writer has handed the pair to teardown for peerGone
+	// live: both ends have the pair (the dialer heard yes, the acceptor said it), so a
+	// lifeline message reaches a side that reads it (watch).
+	live atomic.Bool
+	// replaced: the far end dropped the pair for another one between the same two
+	// devices, which this side is about to install (simultaneous dials: install),
+	// and said so on the lifeline (lifelineReplaced) before closing it. This side keeps
+	// writing into the pair until then: the far end still reads it (teardown's drain).
+	replaced atomic.Bool
 }
 
 // goneWords points p's gone flags into the region's header, mem: one word per side, on

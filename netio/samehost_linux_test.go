@@ -1182,3 +1182,58 @@ func TestSameHostUnmapUnderReaders(t *testing.T) {
 		})
 	}
 }
+
+// TestSameHostCrossDialKeepsRing: two devices that dialled each other at once end with
+// the pair the lower address made, and the side whose pair lost must not fall back to
+// UDP between learning it and installing the winner. Here b's pair with a comes first;
+// then a dials too, and b takes a's pair (a's address is the lower) and drops its own
+// while a still waits for the answer (held by the dial hook). What a sends meanwhile must
+// still reach b through a ring: by UDP it would overtake or trail the ring's datagrams
+// (an RC sequence NAK and the packets sent again).
+func TestSameHostCrossDialKeepsRing(t *testing.T) {
+	dir := rendezvousDir(t)
+	a, b := sameHost(t, "127.0.0.2:0", dir, netio.UDPOptions{}), sameHost(t, "127.0.0.3:0", dir, netio.UDPOptions{})
+	if err := netio.SameHostConnect(b, a.LocalAddr()); err != nil {
+		t.Fatal(err)
+	}
+	waitPeers(t, a, 1)
+	release := make(chan struct{})
+	defer netio.SetSameHostDialHook(func() { <-release })()
+	dialed := make(chan error, 1)
+	go func() { dialed <- netio.SameHostDialAgain(a, b.LocalAddr()) }()
+	// b has a's pair once it answered; give a's side time to hear that b's old pair
+	// ended (its lifeline closes at once).
+	for start := time.Now(); ; time.Sleep(time.Millisecond) {
+		if init, ok := netio.SameHostPairInitiator(b, a.LocalAddr()); ok && init == a.LocalAddr() {
+			break
+		}
+		if time.Since(start) > 5*time.Second {
+			close(release)
+			t.Fatal("b never took a's pair")
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	before, _ := netio.SameHostStatsOf(b)
+	s := exchange(t, a, b, 10)
+	close(release)
+	if got := s.RxPackets - before.RxPackets; got != 10 {
+		t.Errorf("between the two pairs b read %d of a's 10 datagrams from a ring, the rest by UDP", got)
+	}
+	if err := <-dialed; err != nil {
+		t.Fatalf("a's rendezvous: %v", err)
+	}
+	for _, c := range []netio.Conn{a, b} {
+		waitPeers(t, c, 1)
+	}
+	if init, _ := netio.SameHostPairInitiator(a, b.LocalAddr()); init != a.LocalAddr() {
+		t.Fatalf("a kept the pair %v made, want its own", init)
+	}
+	before, _ = netio.SameHostStatsOf(b)
+	if s := exchange(t, a, b, 10); s.RxPackets-before.RxPackets != 10 {
+		t.Fatalf("on the winning pair b read %d of a's 10 datagrams from a ring", s.RxPackets-before.RxPackets)
+	}
+	before, _ = netio.SameHostStatsOf(a)
+	if s := exchange(t, b, a, 10); s.RxPackets-before.RxPackets != 10 {
+		t.Fatalf("on the winning pair a read %d of b's 10 datagrams from a ring", s.RxPackets-before.RxPackets)
+	}
+}

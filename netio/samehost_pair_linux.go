@@ -245,6 +245,10 @@ func (c *sameHostConn) dial(e *shPeer) error {
 		c.fallbacks.Add(1)
 		return fail(errors.New("netio: same-host peer answers for another address"))
 	}
+	if f := testHookDialed.Load(); f != nil {
+		(*f)()
+	}
+	p.live.Store(true)
 	p.goneWords(mem, 1)
 	p.token = token
 	if ip.accepted.Load() && samePeerProcess(uc) {
@@ -389,13 +393,15 @@ func (c *sameHostConn) accept(uc *net.UnixConn) {
 		return
 	}
 	uc.SetWriteDeadline(time.Time{})
+	p.live.Store(true)
 	if f := testHookReplied.Load(); f != nil {
 		(*f)()
 	}
 }
 
-// testHookReplied, when set by a test, runs after accept has said yes.
-var testHookReplied atomic.Pointer[func()]
+// testHookReplied, when set by a test, runs after accept has said yes; testHookDialed
+// after dial heard yes, before it installs the pair.
+var testHookReplied, testHookDialed atomic.Pointer[func()]
 
 // install makes p the ring pair of its peer, unless the peer already has one: when both
 // devices dialled at once, both keep the pair the lower LocalAddr created and close the
@@ -451,7 +457,7 @@ func (c *sameHostConn) install(p *shPair) bool {
 	}
 	c.mu.Unlock()
 	if loser != nil {
-		c.teardown(loser, true)
+		c.replace(loser)
 	}
 	if loser != p && p.uc != nil {
 		go c.watch(p)
@@ -459,13 +465,55 @@ func (c *sameHostConn) install(p *shPair) bool {
 	return loser != p
 }
 
-// watch waits for the pair's lifeline to end (the peer closed its device or died),
-// then drops the pair.
+// lifelineReplaced is the one message a lifeline carries after the handshake: the side
+// that sends it dropped the pair for another between the same two devices. A build
+// before it reads and ignores it, and drops the pair at the lifeline's end as before.
+const lifelineReplaced = 'R'
+
+// replacedWait is how long a side told lifelineReplaced keeps writing into the old pair
+// while its own rendezvous, the one that made the winner, completes (a handshake:
+// microseconds, unless a thread is descheduled). It must stay well under drainTime,
+// for which the far end still reads the old pair.
+const replacedWait = drainTime / 4
+
+// replace drops loser, a pair that lost to another between the same two devices. When
+// the far end has it (live), it is told first, so that it keeps writing into loser
+// until it installs the winner itself (it dialled too, or answered the winner's dial
+// and hears this before its reply): at the lifeline's bare end it would send by UDP
+// meanwhile, and those datagrams overtake or trail the rings'. Unlike a device's end,
+// the far end's writer is not sent away by the gone word.
+func (c *sameHostConn) replace(loser *shPair) {
+	if !loser.live.Load() || loser.uc == nil {
+		c.teardown(loser, true)
+		return
+	}
+	loser.uc.SetWriteDeadline(time.Now().Add(handshakeTimeout))
+	if _, err := loser.uc.Write([]byte{lifelineReplaced}); err == nil {
+		loser.replaced.Store(true) // here: only so that teardown leaves the gone word
+	}
+	c.teardown(loser, true)
+}
+
+// watch waits for the pair's lifeline to end (the peer closed its device or died, or
+// replaced the pair), then drops the pair; a replaced one after the winner came, or
+// replacedWait.
 func (c *sameHostConn) watch(p *shPair) {
 	var b [64]byte
 	for {
-		if _, err := p.uc.Read(b[:]); err != nil {
+		n, err := p.uc.Read(b[:])
+		for _, x := range b[:n] {
+			if x == lifelineReplaced {
+				p.replaced.Store(true)
+			}
+		}
+		if err != nil {
 			break
+		}
+	}
+	if p.replaced.Load() && !p.closing.Load() {
+		e := (*c.peers.Load())[p.peerLocal]
+		for deadline := time.Now().Add(replacedWait); e != nil && e.pair.Load() == p && !c.closed.Load() && time.Now().Before(deadline); {
+			time.Sleep(100 * time.Microsecond)
 		}
 	}
 	c.teardown(p, true)
@@ -487,8 +535,10 @@ func (c *sameHostConn) teardown(p *shPair, drain bool) {
 		}
 		return
 	}
-	if p.gone != nil {
-		// Mapped until finalize, below: the far end's writer goes by UDP from now on.
+	if p.gone != nil && !p.replaced.Load() {
+		// Mapped until finalize, below: the far end's writer goes by UDP from now on
+		// (unless it was told the pair was replaced: it writes here until it installs
+		// the winner, and what it writes is read while the pair drains).
 		atomic.StoreUint32(p.gone, 1)
 	}
 	if p.uc != nil {

@@ -1202,7 +1202,8 @@ func TestSameHostCrossDialKeepsRing(t *testing.T) {
 	dialed := make(chan error, 1)
 	go func() { dialed <- netio.SameHostDialAgain(a, b.LocalAddr()) }()
 	// b has a's pair once it answered; give a's side time to hear that b's old pair
-	// ended (its lifeline closes at once).
+	// ended (its lifeline closes at once; before the fix b's gone word sent a's writer
+	// to UDP at once). Not longer: a keeps the old pair for replacedWait at most.
 	for start := time.Now(); ; time.Sleep(time.Millisecond) {
 		if init, ok := netio.SameHostPairInitiator(b, a.LocalAddr()); ok && init == a.LocalAddr() {
 			break
@@ -1212,7 +1213,7 @@ func TestSameHostCrossDialKeepsRing(t *testing.T) {
 			t.Fatal("b never took a's pair")
 		}
 	}
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(20 * time.Millisecond)
 	before, _ := netio.SameHostStatsOf(b)
 	s := exchange(t, a, b, 10)
 	close(release)

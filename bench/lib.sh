@@ -26,13 +26,24 @@ build() {
   go build -o "$bin/goverbs" ./cmd/goverbs
   go build -o "$bin/nettest" ./bench/nettest
   go build -o "$bin/report" ./bench/report
+  go build -o "$bin/xcore" ./bench/xcore
   g="$bin/goverbs" n="$bin/nettest"
+}
+
+# probe prints bench/xcore's figure (the machine's cross-core copy rate now, GB/s), or
+# nothing with XCORE=0 or where it cannot run.
+probe() {
+  [ "${XCORE:-1}" != 0 ] && [ -x "$bin/xcore" ] || return 0
+  "$bin/xcore" 2>/dev/null || true
 }
 
 # pair NAME ROUND SERVER-CMD... -- CLIENT-CMD...: start the server in the background,
 # run the client, append the client's JSON rows (tagged with the round, so that report
 # pairs a run with its baseline's same round) to $out/NAME.json, stop the server. A
-# failed client is recorded in failures and the run goes on.
+# failed client is recorded in failures and the run goes on. Each row also carries
+# bench/xcore's figure from just before and just after the run (xcore_before,
+# xcore_after): on a VM the machine's cross-core copy rate has phases 4-5x apart, and
+# the report gives each measurement's ratio over the rounds that stayed in the fast one.
 pair() {
   local name=$1 round=$2
   shift 2
@@ -41,10 +52,15 @@ pair() {
   shift
   echo "== round $round: $name" >&2
   echo "== round $round: $name: ${srv[*]} -- $*" >>"$out/log.txt"
+  local before after tags
+  before=$(probe)
   start_server "${srv[@]}"
   local rows
   if rows=$(timeout "${TIMEOUT:-300}" "$@" 2>>"$out/log.txt") && [ -n "$rows" ]; then
-    printf '%s\n' "$rows" | sed "s/^{/{\"round\":$round,/" | tee -a "$out/$name.json" >&2
+    after=$(probe)
+    tags="\"round\":$round,"
+    [ -z "$before" ] || [ -z "$after" ] || tags="$tags\"xcore_before\":$before,\"xcore_after\":$after,"
+    printf '%s\n' "$rows" | sed "s/^{/{$tags/" | tee -a "$out/$name.json" >&2
   else
     echo "FAILED: round $round $name (see $out/log.txt)" >&2
     failures+=("round $round $name")

@@ -115,3 +115,39 @@ func TestRstreamTablePhases(t *testing.T) {
 		}
 	}
 }
+
+// A compare table whose runs bench/lib.sh's pair framed with bench/xcore gives, per
+// measurement, the median ratio over the rounds whose four probes all saw the fast
+// phase: rounds 1 and 3 here (3× and 5×), not round 2, where the baseline's run ended
+// in the slow phase (its 1× is left out).
+func TestCompareTablePhases(t *testing.T) {
+	dir := t.TempDir()
+	files := map[string]string{
+		"shm_write_bw.json": `{"round":1,"bw_avg_mib_s":300,"xcore_before":20,"xcore_after":19}
+{"round":2,"bw_avg_mib_s":100,"xcore_before":18,"xcore_after":21}
+{"round":3,"bw_avg_mib_s":500,"xcore_before":22,"xcore_after":20}
+`,
+		"write_bw.json": `{"round":1,"bw_avg_mib_s":100,"xcore_before":19,"xcore_after":20}
+{"round":2,"bw_avg_mib_s":100,"xcore_before":21,"xcore_after":4}
+{"round":3,"bw_avg_mib_s":100,"xcore_before":20,"xcore_after":22}
+`,
+	}
+	for name, rows := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(rows), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var b strings.Builder
+	if !compareTable(&b, dir) {
+		t.Fatal("no table")
+	}
+	for _, want := range []string{
+		"| 3.00× 1.00× 5.00× | 3.00× | 3 |",
+		"fastest probe, 22.0 GB/s",
+		"shared memory vs goverbs over UDP 4.00× (2 of 3 rounds)",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+}

@@ -84,7 +84,8 @@ func values(dir, name, key string) map[int]float64 {
 // the ratio of the medians, each round's ratio and their median. It reports whether the
 // directory held any row of the table.
 func compareTable(w io.Writer, dir string) bool {
-	var lines []string
+	var lines, phased []string
+	top := topProbe(dir)
 	for _, c := range comparisons {
 		g := values(dir, c.run, c.key)
 		if len(g) == 0 {
@@ -103,6 +104,12 @@ func compareTable(w io.Writer, dir string) bool {
 		rs := perRound(g, b)
 		lines = append(lines, fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %d |", c.what,
 			format(gm, c.unit), format(bm, c.unit), ratio(gm, bm), ratios(rs), medianRatio(rs), len(rs)))
+		if top > 0 {
+			if fast := fastRounds(probes(dir, c.run), probes(dir, c.base), top); len(fast) > 0 {
+				fr := perRound(only(g, fast), only(b, fast))
+				phased = append(phased, fmt.Sprintf("%s %s (%d of %d rounds)", c.what, medianRatio(fr), len(fr), len(rs)))
+			}
+		}
 	}
 	if len(lines) == 0 {
 		return false
@@ -114,7 +121,83 @@ func compareTable(w io.Writer, dir string) bool {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Ratios are goverbs ÷ baseline: above 1 is better for bandwidth and message rate, below 1 for latency.")
+	if len(phased) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintf(w, "The median of per-round ratios over the rounds in which `bench/xcore`, run before and after each of the two runs, saw the machine move data between its cores at its fast rate every time (at least half the run's fastest probe, %.1f GB/s; on a VM the rate has phases 4-5× apart, lasting seconds): %s.\n",
+			top, strings.Join(phased, "; "))
+	}
 	return true
+}
+
+// probes returns the bench/xcore figures bench/lib.sh's pair recorded before and after
+// each round's run of DIR/NAME.json (xcore_before, xcore_after), by round: nil when
+// the rows have none.
+func probes(dir, name string) map[int][]float64 {
+	rows, err := load(filepath.Join(dir, name+".json"))
+	if err != nil {
+		return nil
+	}
+	var p map[int][]float64
+	for i, r := range rows {
+		round := i + 1
+		if n, ok := r["round"]; ok {
+			round = int(n)
+		}
+		for _, k := range []string{"xcore_before", "xcore_after"} {
+			if v, ok := r[k]; ok {
+				if p == nil {
+					p = map[int][]float64{}
+				}
+				p[round] = append(p[round], v)
+			}
+		}
+	}
+	return p
+}
+
+// topProbe is the fastest bench/xcore figure any row under dir recorded, 0 without.
+func topProbe(dir string) float64 {
+	files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+	top := 0.0
+	for _, f := range files {
+		for _, ps := range probes(dir, strings.TrimSuffix(filepath.Base(f), ".json")) {
+			for _, v := range ps {
+				top = max(top, v)
+			}
+		}
+	}
+	return top
+}
+
+// fastRounds returns the rounds in which both runs were probed and every probe saw
+// the fast phase: at least half of top.
+func fastRounds(run, base map[int][]float64, top float64) map[int]bool {
+	fast := map[int]bool{}
+	for round, ps := range run {
+		bs, ok := base[round]
+		if !ok {
+			continue
+		}
+		all := true
+		for _, v := range append(append([]float64(nil), ps...), bs...) {
+			all = all && v >= top/2
+		}
+		if all {
+			fast[round] = true
+		}
+	}
+	return fast
+}
+
+// only keeps the rounds of v that keep names.
+func only(v map[int]float64, keep map[int]bool) map[int]float64 {
+	o := map[int]float64{}
+	for r, x := range v {
+		if keep[r] {
+			o[r] = x
+		}
+	}
+	return o
 }
 
 // vethTable writes bench/veth.sh's table, one row per MTU directory (mtu1500, mtu9000)

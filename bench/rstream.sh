@@ -76,6 +76,7 @@ fi
 cp "$work/rdma-tree" "$work/tcp"
 variants+=(tcp)
 go build -o "$work/report" ./bench/report
+go build -o "$work/xcore" ./bench/xcore
 mkdir -p "$out"
 rm -f "$out/rstream.json"
 write_meta "$out" "$repro"
@@ -149,10 +150,14 @@ for r in $(seq "$rounds"); do
 		for v in $(order "$r"); do
 			extra=()
 			[ "$v" = tcp ] && extra=(--tcp)
+			# bench/xcore frames the stream: the machine's cross-core copy rate has
+			# phases 4-5x apart on a VM, and the report tells the rounds apart by it.
+			x0=$("$work/xcore")
 			bw=$(pair "$mode" "$work/$v" "${extra[@]}" -S 65536 -C "$bwcount" -I 1 | awk '{print $7}')
+			x1=$("$work/xcore")
 			rr=$(pair "$mode" "$work/$v" "${extra[@]}" -S 64 -C 1 -I "$rriters" | awk '{print $NF}')
-			echo "round $r $mode $v bw_gbps $bw rr_usec $rr" >&2
-			printf '{"round":%d,"mode":"%s","variant":"%s","bw_gbps":%s,"rr_us":%s}\n' "$r" "$mode" "$v" "$bw" "$rr" >>"$out/rstream.json"
+			echo "round $r $mode $v bw_gbps $bw rr_usec $rr (xcore GB/s $x0 $x1)" >&2
+			printf '{"round":%d,"mode":"%s","variant":"%s","bw_gbps":%s,"rr_us":%s,"xcore_gbps":[%s,%s]}\n' "$r" "$mode" "$v" "$bw" "$rr" "$x0" "$x1" >>"$out/rstream.json"
 		done
 	done
 	wb=$(writebw)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -86,8 +87,7 @@ func TestRstreamTableModes(t *testing.T) {
 // throughout (0.5×), round 3 changed between its runs, round 4 fast (1×); the fastest
 // probe (20) sets the line at 10.
 func TestRstreamTablePhases(t *testing.T) {
-	dir := t.TempDir()
-	rows := `{"round":1,"mode":"preload","variant":"tcp","bw_gbps":10,"rr_us":5,"xcore_gbps":[20,18]}
+	got := tableOf(t, rstreamTable, map[string]string{"rstream.json": `{"round":1,"mode":"preload","variant":"tcp","bw_gbps":10,"rr_us":5,"xcore_gbps":[20,18]}
 {"round":1,"mode":"preload","variant":"rsockets","bw_gbps":20,"rr_us":4,"xcore_gbps":[18,19]}
 {"round":2,"mode":"preload","variant":"tcp","bw_gbps":10,"rr_us":5,"xcore_gbps":[4,4.5]}
 {"round":2,"mode":"preload","variant":"rsockets","bw_gbps":5,"rr_us":4,"xcore_gbps":[4.5,3.9]}
@@ -95,25 +95,13 @@ func TestRstreamTablePhases(t *testing.T) {
 {"round":3,"mode":"preload","variant":"rsockets","bw_gbps":7,"rr_us":4,"xcore_gbps":[4,4]}
 {"round":4,"mode":"preload","variant":"tcp","bw_gbps":10,"rr_us":5,"xcore_gbps":[17,16]}
 {"round":4,"mode":"preload","variant":"rsockets","bw_gbps":10,"rr_us":4,"xcore_gbps":[16,17]}
-`
-	if err := os.WriteFile(filepath.Join(dir, "rstream.json"), []byte(rows), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	if !rstreamTable(&b, dir) {
-		t.Fatal("no table")
-	}
-	for _, want := range []string{
+`})
+	wantAll(t, got,
 		"| rsockets | 8.50 | 2.00× 0.50× 0.70× 1.00× | 0.85× |",
 		"1: 2.00× fast (TCP 20.0→18.0, rsockets 18.0→19.0)",
 		"2: 0.50× slow (TCP 4.0→4.5, rsockets 4.5→3.9)",
 		"3: 0.70× mixed",
-		"all saw the fast phase: 2, median ratio 1.50×; all the slow phase: 1, 0.50×; the phase changed within the round: 1, 0.70×.",
-	} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("table lacks %q:\n%s", want, b.String())
-		}
-	}
+		"all saw the fast phase: 2, median ratio 1.50×; all the slow phase: 1, 0.50×; the phase changed within the round: 1, 0.70×.")
 }
 
 // A compare table whose runs bench/lib.sh's pair framed with bench/xcore gives, per
@@ -121,8 +109,7 @@ func TestRstreamTablePhases(t *testing.T) {
 // phase: rounds 1 and 3 here (3× and 5×), not round 2, where the baseline's run ended
 // in the slow phase (its 1× is left out).
 func TestCompareTablePhases(t *testing.T) {
-	dir := t.TempDir()
-	files := map[string]string{
+	got := tableOf(t, compareTable, map[string]string{
 		"shm_write_bw.json": `{"round":1,"bw_avg_mib_s":300,"xcore_before":20,"xcore_after":19}
 {"round":2,"bw_avg_mib_s":100,"xcore_before":18,"xcore_after":21}
 {"round":3,"bw_avg_mib_s":500,"xcore_before":22,"xcore_after":20}
@@ -131,23 +118,36 @@ func TestCompareTablePhases(t *testing.T) {
 {"round":2,"bw_avg_mib_s":100,"xcore_before":21,"xcore_after":4}
 {"round":3,"bw_avg_mib_s":100,"xcore_before":20,"xcore_after":22}
 `,
-	}
+	})
+	wantAll(t, got,
+		"| 3.00× 1.00× 5.00× | 3.00× | 3 |",
+		"fastest probe, 22.0 GB/s",
+		"shared memory vs goverbs over UDP 4.00× (2 of 3 rounds)")
+}
+
+// tableOf writes files (name to rows) into a directory of their own and returns what
+// table prints for it, failing t if it prints nothing.
+func tableOf(t *testing.T, table func(io.Writer, string) bool, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
 	for name, rows := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(rows), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var b strings.Builder
-	if !compareTable(&b, dir) {
+	if !table(&b, dir) {
 		t.Fatal("no table")
 	}
-	for _, want := range []string{
-		"| 3.00× 1.00× 5.00× | 3.00× | 3 |",
-		"fastest probe, 22.0 GB/s",
-		"shared memory vs goverbs over UDP 4.00× (2 of 3 rounds)",
-	} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("table lacks %q:\n%s", want, b.String())
+	return b.String()
+}
+
+// wantAll fails t for each of wants that got lacks.
+func wantAll(t *testing.T, got string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(got, want) {
+			t.Errorf("table lacks %q:\n%s", want, got)
 		}
 	}
 }

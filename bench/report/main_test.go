@@ -104,25 +104,37 @@ func TestRstreamTablePhases(t *testing.T) {
 		"all saw the fast phase: 2, median ratio 1.50×; all the slow phase: 1, 0.50×; the phase changed within the round: 1, 0.70×.")
 }
 
-// A compare table whose runs bench/lib.sh's pair framed with bench/xcore gives, per
-// measurement, the median ratio over the rounds whose four probes all saw the fast
-// phase: rounds 1 and 3 here (3× and 5×), not round 2, where the baseline's run ended
-// in the slow phase (its 1× is left out).
-func TestCompareTablePhases(t *testing.T) {
-	got := tableOf(t, compareTable, map[string]string{
-		"shm_write_bw.json": `{"round":1,"bw_avg_mib_s":300,"xcore_before":20,"xcore_after":19}
+// phaseRun and phaseBase are three rounds of a goverbs run and its baseline, each run
+// framed by bench/xcore's probes: ratios 3×, 1× and 5×, and in round 2 the baseline's
+// run ended in the slow phase (4 against a fastest probe of 22), so the fast phase's
+// median is over rounds 1 and 3: 4×.
+const (
+	phaseRun = `{"round":1,"bw_avg_mib_s":300,"xcore_before":20,"xcore_after":19}
 {"round":2,"bw_avg_mib_s":100,"xcore_before":18,"xcore_after":21}
 {"round":3,"bw_avg_mib_s":500,"xcore_before":22,"xcore_after":20}
-`,
-		"write_bw.json": `{"round":1,"bw_avg_mib_s":100,"xcore_before":19,"xcore_after":20}
+`
+	phaseBase = `{"round":1,"bw_avg_mib_s":100,"xcore_before":19,"xcore_after":20}
 {"round":2,"bw_avg_mib_s":100,"xcore_before":21,"xcore_after":4}
 {"round":3,"bw_avg_mib_s":100,"xcore_before":20,"xcore_after":22}
-`,
-	})
+`
+)
+
+// A compare table whose runs bench/lib.sh's pair framed with bench/xcore gives, per
+// measurement, the median ratio over the rounds whose four probes all saw the fast
+// phase.
+func TestCompareTablePhases(t *testing.T) {
+	got := tableOf(t, compareTable, map[string]string{"shm_write_bw.json": phaseRun, "write_bw.json": phaseBase})
 	wantAll(t, got,
 		"| 3.00× 1.00× 5.00× | 3.00× | 3 |",
 		"fastest probe, 22.0 GB/s",
 		"shared memory vs goverbs over UDP 4.00× (2 of 3 rounds)")
+}
+
+// The veth table gives it per MTU.
+func TestVethTablePhases(t *testing.T) {
+	got := tableOf(t, vethTable, map[string]string{"mtu1500/write_bw.json": phaseRun, "mtu1500/tcp_bw.json": phaseBase})
+	wantAll(t, got, "| 1500 (1024) | 300.0 MiB/s | 100.0 MiB/s | 3.00× | 3.00× 1.00× 5.00× | 3.00× | 3 |",
+		"MTU 1500 4.00× (2 of 3 rounds)")
 }
 
 // tableOf writes files (name to rows) into a directory of their own and returns what
@@ -131,7 +143,11 @@ func tableOf(t *testing.T, table func(io.Writer, string) bool, files map[string]
 	t.Helper()
 	dir := t.TempDir()
 	for name, rows := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(rows), 0o644); err != nil {
+		path := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(rows), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}

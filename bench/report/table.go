@@ -104,11 +104,8 @@ func compareTable(w io.Writer, dir string) bool {
 		rs := perRound(g, b)
 		lines = append(lines, fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %d |", c.what,
 			format(gm, c.unit), format(bm, c.unit), ratio(gm, bm), ratios(rs), medianRatio(rs), len(rs)))
-		if top > 0 {
-			if fast := fastRounds(probes(dir, c.run), probes(dir, c.base), top); len(fast) > 0 {
-				fr := perRound(only(g, fast), only(b, fast))
-				phased = append(phased, fmt.Sprintf("%s %s (%d of %d rounds)", c.what, medianRatio(fr), len(fr), len(rs)))
-			}
+		if f, ok := fastMedian(dir, c.run, c.base, g, b, top); ok {
+			phased = append(phased, c.what+" "+f)
 		}
 	}
 	if len(lines) == 0 {
@@ -121,12 +118,33 @@ func compareTable(w io.Writer, dir string) bool {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Ratios are goverbs ÷ baseline: above 1 is better for bandwidth and message rate, below 1 for latency.")
-	if len(phased) > 0 {
-		fmt.Fprintln(w)
-		fmt.Fprintf(w, "The median of per-round ratios over the rounds in which `bench/xcore`, run before and after each of the two runs, saw the machine move data between its cores at its fast rate every time (at least half the run's fastest probe, %.1f GB/s; on a VM the rate has phases 4-5× apart, lasting seconds): %s.\n",
-			top, strings.Join(phased, "; "))
-	}
+	phaseLine(w, top, phased)
 	return true
+}
+
+// fastMedian is the median ratio of run's figures g to base's b over the rounds whose
+// bench/xcore probes, in dir's rows of both, all saw the machine's fast phase (half of
+// top or more), with how many rounds those were; false when none were.
+func fastMedian(dir, run, base string, g, b map[int]float64, top float64) (string, bool) {
+	if top <= 0 {
+		return "", false
+	}
+	fast := fastRounds(probes(dir, run), probes(dir, base), top)
+	if len(fast) == 0 {
+		return "", false
+	}
+	fr := perRound(only(g, fast), only(b, fast))
+	return fmt.Sprintf("%s (%d of %d rounds)", medianRatio(fr), len(fr), len(perRound(g, b))), true
+}
+
+// phaseLine writes, under a table, its measurements' fastMedian figures, if any.
+func phaseLine(w io.Writer, top float64, phased []string) {
+	if len(phased) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "The median of per-round ratios over the rounds in which `bench/xcore`, run before and after each of the two runs, saw the machine move data between its cores at its fast rate every time (at least half the run's fastest probe, %.1f GB/s; on a VM the rate has phases 4-5× apart, lasting seconds): %s.\n",
+		top, strings.Join(phased, "; "))
 }
 
 // probes returns the bench/xcore figures bench/lib.sh's pair recorded before and after
@@ -205,7 +223,11 @@ func only(v map[int]float64, keep map[int]bool) map[int]float64 {
 func vethTable(w io.Writer, dir string) bool {
 	mtus, _ := filepath.Glob(filepath.Join(dir, "mtu*"))
 	slices.SortFunc(mtus, func(a, b string) int { return mtuOf(a) - mtuOf(b) })
-	var lines []string
+	var lines, phased []string
+	top := 0.0
+	for _, m := range mtus {
+		top = max(top, topProbe(m))
+	}
 	for _, m := range mtus {
 		g := values(m, "write_bw", "bw_avg_mib_s")
 		b := values(m, "tcp_bw", "bw_avg_mib_s")
@@ -217,6 +239,9 @@ func vethTable(w io.Writer, dir string) bool {
 		mtu := mtuOf(m)
 		lines = append(lines, fmt.Sprintf("| %d (%d) | %s | %s | %s | %s | %s | %d |", mtu, ibMTU(mtu),
 			format(gm, "MiB/s"), format(bm, "MiB/s"), ratio(gm, bm), ratios(rs), medianRatio(rs), len(rs)))
+		if f, ok := fastMedian(m, "write_bw", "tcp_bw", g, b, top); ok {
+			phased = append(phased, fmt.Sprintf("MTU %d %s", mtu, f))
+		}
 	}
 	if len(lines) == 0 {
 		return false
@@ -226,6 +251,7 @@ func vethTable(w io.Writer, dir string) bool {
 	for _, l := range lines {
 		fmt.Fprintln(w, l)
 	}
+	phaseLine(w, top, phased)
 	return true
 }
 

@@ -130,6 +130,14 @@ func TestCompareTablePhases(t *testing.T) {
 		"shared memory vs goverbs over UDP 4.00× (2 of 3 rounds)")
 }
 
+// With probes and no round all in the fast phase, the table says so.
+func TestCompareTableNoFastRound(t *testing.T) {
+	slow := strings.ReplaceAll(phaseBase, `"xcore_before":19`, `"xcore_before":3`)
+	slow = strings.ReplaceAll(slow, `"xcore_after":22`, `"xcore_after":2`)
+	got := tableOf(t, compareTable, map[string]string{"shm_write_bw.json": phaseRun, "write_bw.json": slow})
+	wantAll(t, got, "No round stayed in the machine's fast phase", "fastest probe, 22.0 GB/s")
+}
+
 // The veth table gives it per MTU.
 func TestVethTablePhases(t *testing.T) {
 	got := tableOf(t, vethTable, map[string]string{"mtu1500/write_bw.json": phaseRun, "mtu1500/tcp_bw.json": phaseBase})

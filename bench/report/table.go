@@ -137,12 +137,17 @@ func fastMedian(dir, run, base string, g, b map[int]float64, top float64) (strin
 	return fmt.Sprintf("%s (%d of %d rounds)", medianRatio(fr), len(fr), len(perRound(g, b))), true
 }
 
-// phaseLine writes, under a table, its measurements' fastMedian figures, if any.
+// phaseLine writes, under a table whose rows carry bench/xcore's probes (top > 0), its
+// measurements' fastMedian figures, or that no round stayed in the fast phase.
 func phaseLine(w io.Writer, top float64, phased []string) {
-	if len(phased) == 0 {
+	if top <= 0 {
 		return
 	}
 	fmt.Fprintln(w)
+	if len(phased) == 0 {
+		fmt.Fprintf(w, "No round stayed in the machine's fast phase from the first run's start to the second's end (`bench/xcore`, run before and after each run, reached half its fastest probe, %.1f GB/s, every time in none of them; on a VM the rate at which data crosses between the cores has phases 4-5× apart, lasting seconds).\n", top)
+		return
+	}
 	fmt.Fprintf(w, "The median of per-round ratios over the rounds in which `bench/xcore`, run before and after each of the two runs, saw the machine move data between its cores at its fast rate every time (at least half the run's fastest probe, %.1f GB/s; on a VM the rate has phases 4-5× apart, lasting seconds): %s.\n",
 		top, strings.Join(phased, "; "))
 }

@@ -10,26 +10,23 @@ import (
 
 // SameHostConnect makes c (a same-host Conn) rendezvous with the device at a now,
 // instead of at its first datagram, so that a test's traffic starts on the rings.
-func SameHostConnect(c Conn, a netip.AddrPort) error {
-	s := c.(*sameHostConn)
-	e := s.entry(a)
-	for !e.dialing.CompareAndSwap(false, true) {
-	}
-	defer e.dialing.Store(false)
-	if e.pair.Load() != nil {
-		return nil
-	}
-	return s.dial(e)
-}
+func SameHostConnect(c Conn, a netip.AddrPort) error { return sameHostDial(c, a, false) }
 
 // SameHostDialAgain makes c rendezvous with the device at a now even if they have a pair:
 // the second of two devices that dialled each other at once.
-func SameHostDialAgain(c Conn, a netip.AddrPort) error {
+func SameHostDialAgain(c Conn, a netip.AddrPort) error { return sameHostDial(c, a, true) }
+
+// sameHostDial dials a as the dialer goroutine would, unless they have a pair and not
+// again.
+func sameHostDial(c Conn, a netip.AddrPort, again bool) error {
 	s := c.(*sameHostConn)
 	e := s.entry(a)
 	for !e.dialing.CompareAndSwap(false, true) {
 	}
 	defer e.dialing.Store(false)
+	if !again && e.pair.Load() != nil {
+		return nil
+	}
 	return s.dial(e)
 }
 

@@ -178,10 +178,11 @@ type shPair struct {
 	// live: both ends have the pair (the dialer heard yes, the acceptor said it), so a
 	// lifeline message reaches a side that reads it (watch).
 	live atomic.Bool
-	// replaced: the far end dropped the pair for another one between the same two
-	// devices, which this side is about to install (simultaneous dials: install),
-	// and said so on the lifeline (lifelineReplaced) before closing it. This side keeps
-	// writing into the pair until then: the far end still reads it (teardown's drain).
+	// replaced: the pair lost to another between the same two devices (simultaneous
+	// dials: install), and both ends know it: the end that dropped it said so on the
+	// lifeline (lifelineReplaced, replace), the other read it (watch). Its teardown
+	// then leaves the gone word alone: the end that was told keeps writing into the
+	// pair until it installs the winner, and the other still reads it while it drains.
 	replaced atomic.Bool
 }
 

@@ -489,14 +489,14 @@ func (c *sameHostConn) replace(loser *shPair) {
 	}
 	loser.uc.SetWriteDeadline(time.Now().Add(handshakeTimeout))
 	if _, err := loser.uc.Write([]byte{lifelineReplaced}); err == nil {
-		loser.replaced.Store(true) // here: only so that teardown leaves the gone word
+		loser.replaced.Store(true) // the far end knows: teardown leaves the gone word
 	}
 	c.teardown(loser, true)
 }
 
 // watch waits for the pair's lifeline to end (the peer closed its device or died, or
-// replaced the pair), then drops the pair; a replaced one after the winner came, or
-// replacedWait.
+// replaced the pair), then drops the pair: a replaced one when the winner is installed
+// here (install drops it then) or after replacedWait, whichever comes first.
 func (c *sameHostConn) watch(p *shPair) {
 	var b [64]byte
 	for {
@@ -511,10 +511,10 @@ func (c *sameHostConn) watch(p *shPair) {
 		}
 	}
 	if p.replaced.Load() && !p.closing.Load() {
-		e := (*c.peers.Load())[p.peerLocal]
-		for deadline := time.Now().Add(replacedWait); e != nil && e.pair.Load() == p && !c.closed.Load() && time.Now().Before(deadline); {
-			time.Sleep(100 * time.Microsecond)
-		}
+		// teardown is idempotent: whichever of install and the timer comes second
+		// finds the pair closing already. Close tears down every pair itself.
+		time.AfterFunc(replacedWait, func() { c.teardown(p, true) })
+		return
 	}
 	c.teardown(p, true)
 }

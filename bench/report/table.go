@@ -183,7 +183,16 @@ func topProbe(dir string) float64 {
 	files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
 	top := 0.0
 	for _, f := range files {
-		for _, ps := range probes(dir, strings.TrimSuffix(filepath.Base(f), ".json")) {
+		top = max(top, maxProbe(probes(dir, strings.TrimSuffix(filepath.Base(f), ".json"))))
+	}
+	return top
+}
+
+// maxProbe is the fastest figure of some runs' probes, 0 without.
+func maxProbe(runs ...map[int][]float64) float64 {
+	top := 0.0
+	for _, m := range runs {
+		for _, ps := range m {
 			for _, v := range ps {
 				top = max(top, v)
 			}
@@ -192,20 +201,38 @@ func topProbe(dir string) float64 {
 	return top
 }
 
+// Phases of a round, by its probes (phaseOf).
+const (
+	phaseFast  = "fast"
+	phaseSlow  = "slow"
+	phaseMixed = "mixed"
+)
+
+// phaseOf says which phase a round's probes saw, against the run's fastest probe, top:
+// fast when every probe reached half of it, slow when none did, mixed otherwise. The
+// phases this separates are 4-5× apart (bench/xcore); noise within one is not.
+func phaseOf(probes []float64, top float64) string {
+	fast := 0
+	for _, v := range probes {
+		if v >= top/2 {
+			fast++
+		}
+	}
+	switch fast {
+	case len(probes):
+		return phaseFast
+	case 0:
+		return phaseSlow
+	}
+	return phaseMixed
+}
+
 // fastRounds returns the rounds in which both runs were probed and every probe saw
-// the fast phase: at least half of top.
+// the fast phase.
 func fastRounds(run, base map[int][]float64, top float64) map[int]bool {
 	fast := map[int]bool{}
 	for round, ps := range run {
-		bs, ok := base[round]
-		if !ok {
-			continue
-		}
-		all := true
-		for _, v := range append(append([]float64(nil), ps...), bs...) {
-			all = all && v >= top/2
-		}
-		if all {
+		if bs, ok := base[round]; ok && phaseOf(append(append([]float64(nil), ps...), bs...), top) == phaseFast {
 			fast[round] = true
 		}
 	}
@@ -407,47 +434,25 @@ func rstreamTable(w io.Writer, dir string) bool {
 // phaseNote writes, under a stream table whose runs were framed by bench/xcore's
 // probes, each round's probes and the stream's ratio to TCP's again, over the rounds
 // whose probes all saw the machine's fast phase and over those that all saw its slow
-// one. A probe is fast when it reached half the fastest probe of the whole run: the
-// phases this separates are 4-5× apart (bench/xcore), noise within one is not.
+// one (phaseOf).
 func phaseNote(w io.Writer, v string, bw, tcpBW map[int]float64, xc, tcpXC map[int][]float64) {
-	top := 0.0
-	for _, m := range []map[int][]float64{xc, tcpXC} {
-		for _, ps := range m {
-			for _, p := range ps {
-				top = max(top, p)
-			}
-		}
-	}
+	top := maxProbe(xc, tcpXC)
 	if top <= 0 {
 		return
 	}
-	rounds := slices.Sorted(maps.Keys(bw))
 	var each []string
-	var fast, slow, mixed []float64
-	for _, r := range rounds {
+	by := map[string][]float64{}
+	for _, r := range slices.Sorted(maps.Keys(bw)) {
 		t, ok := tcpBW[r]
-		probes := append(append([]float64(nil), tcpXC[r]...), xc[r]...)
-		if !ok || t <= 0 || len(probes) == 0 {
+		ps := append(append([]float64(nil), tcpXC[r]...), xc[r]...)
+		if !ok || t <= 0 || len(ps) == 0 {
 			continue
 		}
-		nFast := 0
-		for _, p := range probes {
-			if p >= top/2 {
-				nFast++
-			}
-		}
-		x := bw[r] / t
-		tag := "mixed"
-		switch nFast {
-		case len(probes):
-			fast, tag = append(fast, x), "fast"
-		case 0:
-			slow, tag = append(slow, x), "slow"
-		default:
-			mixed = append(mixed, x)
-		}
-		each = append(each, fmt.Sprintf("%d: %.2f× %s (TCP %s, %s %s)", r, x, tag, probeList(tcpXC[r]), v, probeList(xc[r])))
+		x, phase := bw[r]/t, phaseOf(ps, top)
+		by[phase] = append(by[phase], x)
+		each = append(each, fmt.Sprintf("%d: %.2f× %s (TCP %s, %s %s)", r, x, phase, probeList(tcpXC[r]), v, probeList(xc[r])))
 	}
+	fast, slow, mixed := by[phaseFast], by[phaseSlow], by[phaseMixed]
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "The machine's phase around each stream run, `bench/xcore`'s cross-core copy rate in GB/s before and after it, and the round's ratio: %s. ", strings.Join(each, "; "))
 	fmt.Fprintf(w, "Rounds whose probes all saw the fast phase: %d, median ratio %s; all the slow phase: %d, %s; the phase changed within the round: %d, %s.\n",

@@ -30,12 +30,7 @@ build() {
   g="$bin/goverbs" n="$bin/nettest"
 }
 
-# probe prints bench/xcore's figure (the machine's cross-core copy rate now, GB/s), or
-# nothing with XCORE=0 or where it cannot run.
-probe() {
-  [ "${XCORE:-1}" != 0 ] && [ -x "$bin/xcore" ] || return 0
-  "$bin/xcore" 2>/dev/null || true
-}
+. bench/probe.sh
 
 # pair NAME ROUND SERVER-CMD... -- CLIENT-CMD...: start the server in the background,
 # run the client, append the client's JSON rows (tagged with the round, so that report
@@ -53,11 +48,11 @@ pair() {
   echo "== round $round: $name" >&2
   echo "== round $round: $name: ${srv[*]} -- $*" >>"$out/log.txt"
   local before after tags
-  before=$(probe)
+  before=$(probe "$bin/xcore")
   start_server "${srv[@]}"
   local rows
   if rows=$(timeout "${TIMEOUT:-300}" "$@" 2>>"$out/log.txt") && [ -n "$rows" ]; then
-    after=$(probe)
+    after=$(probe "$bin/xcore")
     tags="\"round\":$round,"
     [ -z "$before" ] || [ -z "$after" ] || tags="$tags\"xcore_before\":$before,\"xcore_after\":$after,"
     printf '%s\n' "$rows" | sed "s/^{/{$tags/" | tee -a "$out/$name.json" >&2

@@ -60,7 +60,7 @@ rm -f "$out/rstream.json" "$out/log.txt"
 echo "$repro" >&2
 
 # row ROUND VARIANT GBPS US XCORE_BEFORE XCORE_AFTER: one rstream.json row (bench/report's rstreamRow).
-row() { echo "{\"round\":$1,\"mode\":\"preload\",\"variant\":\"$2\",\"bw_gbps\":$3,\"rr_us\":$4,\"xcore_gbps\":[$5,$6]}" >>"$out/rstream.json"; }
+row() { echo "{$(probe_json xcore_gbps "$5" "$6")\"round\":$1,\"mode\":\"preload\",\"variant\":\"$2\",\"bw_gbps\":$3,\"rr_us\":$4}" >>"$out/rstream.json"; }
 
 # iperf ENVPREFIX: the receiver's Gb/s of one iperf3 run (server and client under the prefix).
 iperf() {
@@ -92,11 +92,11 @@ pingpong() {
 
 for r in $(seq "$rounds"); do
 	echo "== round $r" >&2
-	x0=$("$bin/xcore")
+	x0=$(probe "$bin/xcore")
 	tb=$(iperf env env)
-	x1=$("$bin/xcore")
+	x1=$(probe "$bin/xcore")
 	rb=$(iperf "$rs_s" "$rs_c")
-	x2=$("$bin/xcore")
+	x2=$(probe "$bin/xcore")
 	tl=$(pingpong env env)
 	rl=$(pingpong "$rs_s" "$rs_c")
 	echo "   iperf3 Gb/s: tcp $tb rsockets $rb (xcore GB/s $x0 $x1 $x2) | sockperf µs: tcp $tl rsockets $rl" >&2

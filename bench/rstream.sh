@@ -43,6 +43,7 @@ if [ "$veth" = 1 ] && { [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null; }; t
 fi
 repro="ROUNDS=$rounds BW_COUNT=$bwcount RR_ITERS=$rriters WB_ITERS=$wbiters${PIN:+ PIN=\"$PIN\"}${VETH:+ VETH=$VETH}${OUT:+ OUT=$OUT} bench/rstream.sh $*"
 . bench/meta.sh
+. bench/probe.sh
 
 work=$(mktemp -d)
 A=gvrs-a-$$ B=gvrs-b-$$ S=192.0.2.1 C=192.0.2.2 # TEST-NET-1: exists only in the namespaces
@@ -152,12 +153,12 @@ for r in $(seq "$rounds"); do
 			[ "$v" = tcp ] && extra=(--tcp)
 			# bench/xcore frames the stream: the machine's cross-core copy rate has
 			# phases 4-5x apart on a VM, and the report tells the rounds apart by it.
-			x0=$("$work/xcore")
+			x0=$(probe "$work/xcore")
 			bw=$(pair "$mode" "$work/$v" "${extra[@]}" -S 65536 -C "$bwcount" -I 1 | awk '{print $7}')
-			x1=$("$work/xcore")
+			x1=$(probe "$work/xcore")
 			rr=$(pair "$mode" "$work/$v" "${extra[@]}" -S 64 -C 1 -I "$rriters" | awk '{print $NF}')
 			echo "round $r $mode $v bw_gbps $bw rr_usec $rr (xcore GB/s $x0 $x1)" >&2
-			printf '{"round":%d,"mode":"%s","variant":"%s","bw_gbps":%s,"rr_us":%s,"xcore_gbps":[%s,%s]}\n' "$r" "$mode" "$v" "$bw" "$rr" "$x0" "$x1" >>"$out/rstream.json"
+			printf '{%s"round":%d,"mode":"%s","variant":"%s","bw_gbps":%s,"rr_us":%s}\n' "$(probe_json xcore_gbps "$x0" "$x1")" "$r" "$mode" "$v" "$bw" "$rr" >>"$out/rstream.json"
 		done
 	done
 	wb=$(writebw)

@@ -8,7 +8,7 @@
 // (the host moving a virtual CPU away from the other's cache, or another guest's
 // load), while a copy within one core holds at 38-41 GB/s throughout. Every stream
 // between two processes pays it: iperf3 over the kernel's TCP and over rsockets alike
-// ran 12-15 Gb/s in slow seconds and 30-37 in fast ones, their copies taking 3.7-4.5×
+// ran 12-16 Gb/s in slow seconds and 30-41 in fast ones, their copies taking 3.7-4.5×
 // the CPU per byte (perf, 2026-11-28). bench/rspreload.sh runs xcore around each
 // timed run, so that a round whose two runs met different phases can be told apart
 // from a round that compares like with like (docs/DESIGN.md, "What made the figure

@@ -13,6 +13,10 @@
 #
 # Pairs per round (shm run, then its baseline):
 #   shm_send_lat_busy  vs send_lat_busy   RC SEND 8 B one-way, busy-poll, shm vs UDP
+#   shm_send_lat_busy  vs shm_lat         the same vs the machine's floor: 8 bytes handed
+#                                         to the other process and back through a mapped
+#                                         file, both spinning (nettest shm_lat), which
+#                                         differs several times between machines
 #   shm_send_lat_ev    vs unix_lat        RC SEND 8 B blocked on the completion channel (-e)
 #                                         vs Go's unix-socket 8 B ping-pong (netpoller)
 #   send_lat_ev        (UDP, -e)          the same over UDP, for the ratio issue 28 quotes
@@ -44,6 +48,7 @@ echo "$repro" >&2
 shm="env GOVERBS_SHM=1" udp="env GOVERBS_SHM=0"
 declare -A run
 run[shm_send_lat_busy]="$shm $g send_lat --bind $S -s 8 -n $N --json --busy-poll -- $shm $g send_lat --bind $C -s 8 -n $N --json --busy-poll $S"
+run[shm_lat]="$n shm_lat --bind $S -- $n shm_lat --bind $C -s 8 -n $N $S"
 run[send_lat_busy]="$udp $g send_lat --bind $S -s 8 -n $N --json --busy-poll -- $udp $g send_lat --bind $C -s 8 -n $N --json --busy-poll $S"
 run[shm_send_lat_ev]="$shm $g send_lat --bind $S -s 8 -n $N --json -e -- $shm $g send_lat --bind $C -s 8 -n $N --json -e $S"
 run[unix_lat]="$n unix_lat --bind $S -- $n unix_lat --bind $C -s 8 -n $N $S"
@@ -54,7 +59,7 @@ run[shm_write_bw_8]="$shm $g write_bw --bind $S --json -- $shm $g write_bw --bin
 run[write_bw_8]="$udp $g write_bw --bind $S --json -- $udp $g write_bw --bind $C -s 8 -D $D --json $S"
 run[tcp_lat_busy_8]="$n tcp_lat --bind $S -s 8 --busy-poll -- $n tcp_lat --bind $C -s 8 -n $N --busy-poll $S"
 run[tcp_bw]="$n tcp_bw --bind $S -- $n tcp_bw --bind $C -s 65536 -D $D $S"
-order=(shm_send_lat_busy send_lat_busy shm_send_lat_ev unix_lat send_lat_ev shm_write_bw write_bw
+order=(shm_send_lat_busy shm_lat send_lat_busy shm_send_lat_ev unix_lat send_lat_ev shm_write_bw write_bw
   shm_write_bw_8 write_bw_8 tcp_lat_busy_8 tcp_bw)
 # The rounds, then each pair once more under perf stat (bench/lib.sh's run_pairs; COUNT=0
 # skips that): the rings' figures beside the system calls per message they save, which a

@@ -8,6 +8,7 @@
 //	nettest tcp_bw   [-s SIZE] [-D SECONDS] --bind ADDR [SERVER]
 //	nettest tcp_lat  [-s SIZE] [-n ITERS] [--busy-poll] --bind ADDR [SERVER]
 //	nettest unix_lat [-s SIZE] [-n ITERS] --bind ADDR [SERVER]
+//	nettest shm_lat  [-s SIZE] [-n ITERS] --bind ADDR [SERVER]
 //	nettest udp_gso_bw [-s SIZE] [-D SECONDS] [--zerocopy] --bind ADDR [SERVER]
 //
 // Without SERVER the process serves on --bind (udp_lat echoes until it is killed, the
@@ -45,6 +46,12 @@
 //   - unix_lat: SIZE-byte request/response on one unix stream socket in $TMPDIR (named
 //     after --bind and the port), netpoller on both sides: bench/samehost.sh's baseline
 //     for two processes of one host.
+//   - shm_lat: not a transport a program would use but the machine's floor under every
+//     shared-memory one: SIZE bytes handed to the other process and back through a file
+//     both map, each side spinning on a sequence word (shm_unix.go). bench/samehost.sh's
+//     yardstick for goverbs' same-host rings, whose latency is this floor plus an RDMA
+//     engine's work; the floor differs several times between machines (160 ns a round
+//     trip where the same-host issue was written, 600 ns on another 2-core VM).
 //   - udp_gso_bw: not a baseline in bench/compare.sh but the socket layer's ceiling for
 //     datagrams the size of RoCEv2 packets (SIZE, default 4112: a 4096-byte payload with
 //     its BTH and ICRC): runs of up to 64 KiB sent with UDP GSO (a UDP_SEGMENT control
@@ -101,13 +108,14 @@ var tests = map[string]func(options) error{
 	"tcp_bw":   tcpBW,
 	"tcp_lat":  tcpLat,
 	"unix_lat": unixLat,
+	"shm_lat":  shmLat,
 	// The socket layer's ceiling, not a baseline of compare.sh's.
 	"udp_gso_bw": udpGSOBW,
 }
 
 func main() {
 	if len(os.Args) < 2 || tests[os.Args[1]] == nil {
-		fmt.Fprintln(os.Stderr, "usage: nettest udp_lat|udp_rate|tcp_bw|tcp_lat|unix_lat|udp_gso_bw [flags] [server]")
+		fmt.Fprintln(os.Stderr, "usage: nettest udp_lat|udp_rate|tcp_bw|tcp_lat|unix_lat|shm_lat|udp_gso_bw [flags] [server]")
 		os.Exit(2)
 	}
 	o, err := parse(os.Args[1], os.Args[2:])
@@ -123,7 +131,7 @@ func main() {
 func parse(name string, args []string) (options, error) {
 	fs := flag.NewFlagSet(name, flag.ExitOnError)
 	size := fs.Int("s", 0, "message size in bytes (0: 8 for udp_*, 64 for tcp_lat, 65536 for tcp_bw)")
-	iters := fs.Int("n", 10000, "round trips (udp_lat, tcp_lat)")
+	iters := fs.Int("n", 10000, "round trips (udp_lat, tcp_lat, unix_lat, shm_lat)")
 	dur := fs.Float64("D", 3, "seconds to send (udp_rate, tcp_bw, udp_gso_bw)")
 	busy := fs.Bool("busy-poll", false, "spin on non-blocking reads instead of sleeping in the netpoller (udp_lat, tcp_lat)")
 	rcWire := fs.Bool("rc-wire", false, "udp_lat --busy-poll: send as an RC ping-pong does (unconnected, DF, an ACK-sized datagram behind each message)")
@@ -133,7 +141,7 @@ func parse(name string, args []string) (options, error) {
 	fs.Parse(args)
 	o := options{size: *size, iters: *iters, dur: time.Duration(*dur * float64(time.Second)), busy: *busy, rcWire: *rcWire, zerocopy: *zerocopy, port: *port}
 	if o.size == 0 {
-		o.size = map[string]int{"udp_lat": 8, "udp_rate": 8, "tcp_bw": 65536, "tcp_lat": 64, "unix_lat": 8, "udp_gso_bw": 4112}[name]
+		o.size = map[string]int{"udp_lat": 8, "udp_rate": 8, "tcp_bw": 65536, "tcp_lat": 64, "unix_lat": 8, "shm_lat": 8, "udp_gso_bw": 4112}[name]
 	}
 	var err error
 	if o.bind, err = netip.ParseAddr(*bind); err != nil {

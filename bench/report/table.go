@@ -52,6 +52,7 @@ var comparisons = []struct{ run, base, key, unit, what string }{
 	{"attach_own_write_bw", "attach_write_bw", "bw_avg_mib_s", "MiB/s", "Attached: RC WRITE 64 KiB bandwidth, own engine vs the daemon's engine"},
 	// bench/samehost.sh: the same-host shortcut against the UDP path and a unix socket.
 	{"shm_send_lat_busy", "send_lat_busy", "t_typical_us", "µs", "Same host: RC SEND 8 B latency, busy-poll, shared memory vs goverbs over UDP"},
+	{"shm_send_lat_busy", "shm_lat", "t_typical_us", "µs", "Same host: RC SEND 8 B latency, busy-poll, shared memory vs the machine's floor: 8 B to another process and back through shared memory, both spinning (nettest shm_lat)"},
 	{"shm_send_lat_ev", "unix_lat", "t_typical_us", "µs", "Same host: RC SEND 8 B latency, -e, shared memory vs Go unix-socket ping-pong"},
 	{"send_lat_ev", "unix_lat", "t_typical_us", "µs", "Same host: RC SEND 8 B latency, -e, over UDP vs Go unix-socket ping-pong"},
 	{"shm_write_bw", "write_bw", "bw_avg_mib_s", "MiB/s", "Same host: RC WRITE 64 KiB bandwidth, shared memory vs goverbs over UDP"},

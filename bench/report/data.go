@@ -41,10 +41,16 @@ func ratio(run, base float64) string {
 	return fmt.Sprintf("%.2f×", run/base)
 }
 
-// format prints a figure with its unit, message rates to three decimals.
+// format prints a figure with its unit, message rates to three decimals and latencies
+// under a microsecond to two.
 func format(v float64, unit string) string {
-	if unit == "M/s" {
+	switch {
+	case unit == "M/s":
 		return fmt.Sprintf("%.3f %s", v, unit)
+	case unit == "µs" && v < 1:
+		// A sub-microsecond latency (a same-host busy ping-pong, the shared-memory
+		// floor beside it) would round to a tenth, a third of what it is.
+		return fmt.Sprintf("%.2f %s", v, unit)
 	}
 	return fmt.Sprintf("%.1f %s", v, unit)
 }

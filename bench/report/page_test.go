@@ -133,3 +133,22 @@ func TestIBMTU(t *testing.T) {
 		}
 	}
 }
+
+// TestFormatSubMicrosecond: a latency under a microsecond keeps two decimals, so that
+// the shared-memory floor (about 0.12 µs) does not print as 0.1; others keep one.
+func TestFormatSubMicrosecond(t *testing.T) {
+	for _, c := range []struct {
+		v    float64
+		unit string
+		want string
+	}{
+		{0.1205, "µs", "0.12 µs"},
+		{1.63, "µs", "1.6 µs"},
+		{2.2222, "M/s", "2.222 M/s"},
+		{8033.24, "MiB/s", "8033.2 MiB/s"},
+	} {
+		if got := format(c.v, c.unit); got != c.want {
+			t.Errorf("format(%v, %q) = %q, want %q", c.v, c.unit, got, c.want)
+		}
+	}
+}

@@ -2,7 +2,7 @@
 
 package wire
 
-const foldWholes = false
+const foldWholes, foldHalves = false, false
 
 func initFold() {}
 

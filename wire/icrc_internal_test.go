@@ -29,7 +29,7 @@ func TestCRCConstants(t *testing.T) {
 // the register as hash/crc32 does, for every length from foldMin to a few KiB, at every
 // alignment of the first byte, from any register.
 func TestCRCLong(t *testing.T) {
-	t.Logf("four-accumulator folding in use: %v", foldWholes)
+	t.Logf("four-accumulator folding in use: 512-bit %v, 256-bit %v", foldWholes, foldHalves)
 	buf := make([]byte, 5000+64)
 	x := uint32(0x12345678)
 	for i := range buf {

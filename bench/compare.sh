@@ -50,29 +50,51 @@ echo "$repro" >&2
 # skip_lat runs a pair that is not a latency pair, unless ONLY=lat.
 skip_lat() { [ "$ONLY" != lat ] || return 0; "$@"; }
 
-for round in $(seq "$R"); do
-  skip_lat pair tcp_bw $round  $n tcp_bw --bind $S -- $n tcp_bw --bind $C -s 65536 -D $D $S
+# queue NAME ARGS...: one pair of the round, run by run_round; round_pairs queues them
+# all. A round runs them in this order when odd and backwards when even: whatever runs
+# second of two gains from it on these VMs (a write_bw A/B's second binary was the faster
+# in six rounds of six, whichever it was), and here each baseline comes before the
+# goverbs runs it is compared with.
+queue() { q+=("$*"); }
+round_pairs() {
+  skip_lat queue tcp_bw   $n tcp_bw --bind $S -- $n tcp_bw --bind $C -s 65536 -D $D $S
   for t in write_bw send_bw read_bw; do
-    skip_lat pair $t $round    $g $t --bind $S --json -- $g $t --bind $C -s 65536 -D $D --json $S
+    skip_lat queue $t     $g $t --bind $S --json -- $g $t --bind $C -s 65536 -D $D --json $S
   done
-  skip_lat pair udp_rate $round        $n udp_rate --bind $S -- $n udp_rate --bind $C -s 8 -D $D $S
-  skip_lat pair write_bw_8 $round      $g write_bw --bind $S --json -- $g write_bw --bind $C -s 8 -D $D --json $S
-  skip_lat pair write_bw_8_busy $round $g write_bw --bind $S --json --busy-poll -- $g write_bw --bind $C -s 8 -D $D --json --busy-poll $S
-  pair udp_lat $round         $n udp_lat --bind $S -- $n udp_lat --bind $C -s 8 -n $N $S
+  skip_lat queue udp_rate         $n udp_rate --bind $S -- $n udp_rate --bind $C -s 8 -D $D $S
+  skip_lat queue write_bw_8       $g write_bw --bind $S --json -- $g write_bw --bind $C -s 8 -D $D --json $S
+  skip_lat queue write_bw_8_busy  $g write_bw --bind $S --json --busy-poll -- $g write_bw --bind $C -s 8 -D $D --json --busy-poll $S
+  queue udp_lat          $n udp_lat --bind $S -- $n udp_lat --bind $C -s 8 -n $N $S
   for t in send_lat write_lat; do
-    pair $t $round    $g $t --bind $S -s 8 -n $N --json -- $g $t --bind $C -s 8 -n $N --json $S
+    queue $t     $g $t --bind $S -s 8 -n $N --json -- $g $t --bind $C -s 8 -n $N --json $S
   done
   # Blocked on the completion channel, as the UDP baseline's reader is blocked in Read.
-  pair send_lat_ev $round $g send_lat --bind $S -s 8 -n $N --json -e -- $g send_lat --bind $C -s 8 -n $N --json -e $S
-  pair udp_lat_busy $round    $n udp_lat --bind $S --busy-poll -- $n udp_lat --bind $C -s 8 -n $N --busy-poll $S
+  queue send_lat_ev  $g send_lat --bind $S -s 8 -n $N --json -e -- $g send_lat --bind $C -s 8 -n $N --json -e $S
+  queue udp_lat_busy     $n udp_lat --bind $S --busy-poll -- $n udp_lat --bind $C -s 8 -n $N --busy-poll $S
   # The same spinning ping-pong with an RC ping-pong's datagrams (unconnected, DF, an
   # ACK-sized datagram behind each message): the kernel's share of the row above it.
-  pair udp_lat_rcwire $round  $n udp_lat --bind $S --busy-poll --rc-wire -- $n udp_lat --bind $C -s 8 -n $N --busy-poll --rc-wire $S
+  queue udp_lat_rcwire   $n udp_lat --bind $S --busy-poll --rc-wire -- $n udp_lat --bind $C -s 8 -n $N --busy-poll --rc-wire $S
   for t in send_lat write_lat; do
-    pair ${t}_busy $round $g $t --bind $S -s 8 -n $N --json --busy-poll -- $g $t --bind $C -s 8 -n $N --json --busy-poll $S
+    queue ${t}_busy  $g $t --bind $S -s 8 -n $N --json --busy-poll -- $g $t --bind $C -s 8 -n $N --json --busy-poll $S
   done
-  skip_lat pair tcp_lat $round         $n tcp_lat --bind $S -- $n tcp_lat --bind $C -s 64 -n $N $S
-  skip_lat pair tcp_lat_busy $round    $n tcp_lat --bind $S --busy-poll -- $n tcp_lat --bind $C -s 64 -n $N --busy-poll $S
+  skip_lat queue tcp_lat          $n tcp_lat --bind $S -- $n tcp_lat --bind $C -s 64 -n $N $S
+  skip_lat queue tcp_lat_busy     $n tcp_lat --bind $S --busy-poll -- $n tcp_lat --bind $C -s 64 -n $N --busy-poll $S
+}
+run_round() {
+  local round=$1 i
+  q=()
+  round_pairs
+  if [ $((round % 2)) = 1 ]; then
+    for ((i = 0; i < ${#q[@]}; i++)); do eval "pair_in_round $round ${q[i]}"; done
+  else
+    for ((i = ${#q[@]} - 1; i >= 0; i--)); do eval "pair_in_round $round ${q[i]}"; done
+  fi
+}
+# pair_in_round ROUND NAME ARGS...: lib.sh's pair NAME ROUND ARGS...
+pair_in_round() { local round=$1 name=$2; shift 2; pair "$name" "$round" "$@"; }
+
+for round in $(seq "$R"); do
+  run_round "$round"
 done
 
 svg=()

@@ -68,11 +68,19 @@ pair() {
 # COUNT=0, each once more with its client under perf stat (count_pair), the latency
 # runs with five times the round trips ($N), so that start-up's system calls, counted
 # too, weigh less. A script may define pair_setup NAME on|off, called around each run
-# of the pair NAME (afxdp.sh sets the veth pair's GSO for some).
+# of the pair NAME (afxdp.sh sets the veth pair's GSO for some). Even rounds run the
+# array backwards: whatever runs second of two gains from it on these VMs (a write_bw
+# A/B's second binary was the faster in six rounds of six, whichever it was), and in
+# the array each goverbs run comes before its baseline.
 run_pairs() {
-  local round t
+  local round t i
   for round in $(seq "$R"); do
-    for t in "${order[@]}"; do
+    local this=("${order[@]}")
+    if [ $((round % 2)) = 0 ]; then
+      this=()
+      for ((i = ${#order[@]} - 1; i >= 0; i--)); do this+=("${order[i]}"); done
+    fi
+    for t in "${this[@]}"; do
       setup_pair "$t" on
       # shellcheck disable=SC2086 # the commands are words (paths and flags without spaces)
       pair "$t" "$round" ${run[$t]}

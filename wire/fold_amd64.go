@@ -12,6 +12,12 @@ func foldAVX512(crc uint32, p *byte, n int, k *foldKeys) uint32
 //go:noescape
 func foldAVX2(crc uint32, p *byte, n int, k *foldKeys) uint32
 
+// foldTail is the end both folds jump to, in fold_amd64.s: declared for its frame's
+// layout (go vet's asmdecl), never called.
+//
+//go:noescape
+func foldTail(crc uint32, p *byte, n int, k *foldKeys) uint32
+
 // cpuid7ecx is in fold_amd64.s.
 func cpuid7ecx() uint32
 

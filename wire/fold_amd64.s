@@ -90,45 +90,7 @@ fold1:
 	VPCLMULQDQ    $0x11, X8, X2, X5
 	VPXOR         X4, X6, X6
 	VPXOR         X5, X6, X6
-	CMPQ          CX, $16
-	JL            done
-
-loop16:
-	VMOVDQU    (SI), X9
-	VPCLMULQDQ $0x00, X8, X6, X4
-	VPCLMULQDQ $0x11, X8, X6, X5
-	VPXOR      X4, X9, X9
-	VPXOR      X5, X9, X6
-	ADDQ       $16, SI
-	SUBQ       $16, CX
-	CMPQ       CX, $16
-	JGE        loop16
-
-done:
-	VZEROUPPER
-	MOVOU     X6, X1
-	MOVOU     128(DX), X0 // k128
-	PCMPEQB   X3, X3
-	PCLMULQDQ $1, X1, X0  // 128 bits to 96
-	PSRLDQ    $8, X1
-	PXOR      X0, X1
-	MOVOU     X1, X2
-	MOVQ      144(DX), X0 // k64: 96 bits to 64
-	PSRLQ     $32, X3     // the low 32 bits of each half
-	PSRLDQ    $4, X2
-	PAND      X3, X1
-	PCLMULQDQ $0, X0, X1
-	PXOR      X2, X1
-	MOVOU     160(DX), X0 // Barrett: the polynomial, its quotient
-	MOVOU     X1, X2
-	PAND      X3, X1
-	PCLMULQDQ $0x10, X0, X1
-	PAND      X3, X1
-	PCLMULQDQ $0, X0, X1
-	PXOR      X2, X1
-	PEXTRD    $1, X1, AX
-	MOVL      AX, ret+32(FP)
-	RET
+	JMP           ·foldTail(SB)
 
 // func foldAVX2(crc uint32, p *byte, n int, k *foldKeys) uint32
 //
@@ -218,10 +180,28 @@ yfold1:
 	VPCLMULQDQ   $0x11, X8, X3, X5
 	VPXOR        X4, X6, X6
 	VPXOR        X5, X6, X6
-	CMPQ         CX, $16
-	JL           ydone
+	JMP          ·foldTail(SB)
 
-yloop16:
+// func cpuid7ecx() uint32: CPUID leaf 7, subleaf 0's ECX (bit 10: VPCLMULQDQ), which
+// golang.org/x/sys/cpu reports only on CPUs with AVX-512.
+TEXT ·cpuid7ecx(SB), NOSPLIT, $0-4
+	MOVL $7, AX
+	MOVL $0, CX
+	CPUID
+	MOVL CX, ret+0(FP)
+	RET
+
+// func foldTail(crc uint32, p *byte, n int, k *foldKeys) uint32
+//
+// The end both folds jump to, never called: the 128-bit lane in X6 folded on over the
+// last bytes (SI, CX: fewer than 64 or 32 left, a multiple of 16) with k128 (DX), and
+// reduced to the register, which it returns in their frame.
+TEXT ·foldTail(SB), NOSPLIT, $0-36
+	VMOVDQU 128(DX), X8 // fold by 128 bits
+	CMPQ    CX, $16
+	JL      done
+
+loop16:
 	VMOVDQU    (SI), X9
 	VPCLMULQDQ $0x00, X8, X6, X4
 	VPCLMULQDQ $0x11, X8, X6, X5
@@ -230,9 +210,9 @@ yloop16:
 	ADDQ       $16, SI
 	SUBQ       $16, CX
 	CMPQ       CX, $16
-	JGE        yloop16
+	JGE        loop16
 
-ydone:
+done:
 	VZEROUPPER
 	MOVOU     X6, X1
 	MOVOU     128(DX), X0 // k128
@@ -256,13 +236,4 @@ ydone:
 	PXOR      X2, X1
 	PEXTRD    $1, X1, AX
 	MOVL      AX, ret+32(FP)
-	RET
-
-// func cpuid7ecx() uint32: CPUID leaf 7, subleaf 0's ECX (bit 10: VPCLMULQDQ), which
-// golang.org/x/sys/cpu reports only on CPUs with AVX-512.
-TEXT ·cpuid7ecx(SB), NOSPLIT, $0-4
-	MOVL $7, AX
-	MOVL $0, CX
-	CPUID
-	MOVL CX, ret+0(FP)
 	RET

@@ -50,23 +50,25 @@ a=(env GOVERBS_ATTACH=1 GOVERBS_ATTACH_ENGINE=0)
 o=(env GOVERBS_ATTACH=1 GOVERBS_ATTACH_ENGINE=1)
 own() { [ "$OWN" = 1 ]; }
 
+# Odd rounds run the in-process device first, even rounds backwards (lib.sh run_queued).
 for round in $(seq "$R"); do
-  pair send_lat_busy $round $g send_lat --bind $S -s 8 -n $N --json --busy-poll -- \
+  queue send_lat_busy $g send_lat --bind $S -s 8 -n $N --json --busy-poll -- \
     $g send_lat --bind $C -s 8 -n $N --json --busy-poll $S
-  pair attach_send_lat_busy $round "${a[@]}" $g send_lat --bind $AS -s 8 -n $N --json --busy-poll -- \
+  queue attach_send_lat_busy "${a[@]}" $g send_lat --bind $AS -s 8 -n $N --json --busy-poll -- \
     "${a[@]}" $g send_lat --bind $AC -s 8 -n $N --json --busy-poll $AS
-  own && pair attach_own_send_lat_busy $round "${o[@]}" $g send_lat --bind $AS -s 8 -n $N --json --busy-poll -- \
+  own && queue attach_own_send_lat_busy "${o[@]}" $g send_lat --bind $AS -s 8 -n $N --json --busy-poll -- \
     "${o[@]}" $g send_lat --bind $AC -s 8 -n $N --json --busy-poll $AS
-  pair send_lat $round $g send_lat --bind $S -s 8 -n $N --json -- $g send_lat --bind $C -s 8 -n $N --json $S
-  pair attach_send_lat $round "${a[@]}" $g send_lat --bind $AS -s 8 -n $N --json -- \
+  queue send_lat $g send_lat --bind $S -s 8 -n $N --json -- $g send_lat --bind $C -s 8 -n $N --json $S
+  queue attach_send_lat "${a[@]}" $g send_lat --bind $AS -s 8 -n $N --json -- \
     "${a[@]}" $g send_lat --bind $AC -s 8 -n $N --json $AS
-  own && pair attach_own_send_lat $round "${o[@]}" $g send_lat --bind $AS -s 8 -n $N --json -- \
+  own && queue attach_own_send_lat "${o[@]}" $g send_lat --bind $AS -s 8 -n $N --json -- \
     "${o[@]}" $g send_lat --bind $AC -s 8 -n $N --json $AS
-  pair write_bw $round $g write_bw --bind $S --json -- $g write_bw --bind $C -s 65536 -D $D --json $S
-  pair attach_write_bw $round "${a[@]}" $g write_bw --bind $AS --json -- \
+  queue write_bw $g write_bw --bind $S --json -- $g write_bw --bind $C -s 65536 -D $D --json $S
+  queue attach_write_bw "${a[@]}" $g write_bw --bind $AS --json -- \
     "${a[@]}" $g write_bw --bind $AC -s 65536 -D $D --json $AS
-  own && pair attach_own_write_bw $round "${o[@]}" $g write_bw --bind $AS --json -- \
+  own && queue attach_own_write_bw "${o[@]}" $g write_bw --bind $AS --json -- \
     "${o[@]}" $g write_bw --bind $AC -s 65536 -D $D --json $AS
+  run_queued "$round"
 done
 
 echo "Two processes on loopback, attached to goverbs serve against the in-process device, $R interleaved rounds. Reproduce: \`$repro\`"

@@ -50,12 +50,9 @@ echo "$repro" >&2
 # skip_lat runs a pair that is not a latency pair, unless ONLY=lat.
 skip_lat() { [ "$ONLY" != lat ] || return 0; "$@"; }
 
-# queue NAME ARGS...: one pair of the round, run by run_round; round_pairs queues them
-# all. A round runs them in this order when odd and backwards when even: whatever runs
-# second of two gains from it on these VMs (a write_bw A/B's second binary was the faster
-# in six rounds of six, whichever it was), and here each baseline comes before the
-# goverbs runs it is compared with.
-queue() { q+=("$*"); }
+# round_pairs queues one round's pairs (lib.sh's queue; run_queued runs them forwards in
+# odd rounds and backwards in even ones): here each baseline comes before the goverbs
+# runs it is compared with.
 round_pairs() {
   skip_lat queue tcp_bw   $n tcp_bw --bind $S -- $n tcp_bw --bind $C -s 65536 -D $D $S
   for t in write_bw send_bw read_bw; do
@@ -80,21 +77,9 @@ round_pairs() {
   skip_lat queue tcp_lat          $n tcp_lat --bind $S -- $n tcp_lat --bind $C -s 64 -n $N $S
   skip_lat queue tcp_lat_busy     $n tcp_lat --bind $S --busy-poll -- $n tcp_lat --bind $C -s 64 -n $N --busy-poll $S
 }
-run_round() {
-  local round=$1 i
-  q=()
-  round_pairs
-  if [ $((round % 2)) = 1 ]; then
-    for ((i = 0; i < ${#q[@]}; i++)); do eval "pair_in_round $round ${q[i]}"; done
-  else
-    for ((i = ${#q[@]} - 1; i >= 0; i--)); do eval "pair_in_round $round ${q[i]}"; done
-  fi
-}
-# pair_in_round ROUND NAME ARGS...: lib.sh's pair NAME ROUND ARGS...
-pair_in_round() { local round=$1 name=$2; shift 2; pair "$name" "$round" "$@"; }
-
 for round in $(seq "$R"); do
-  run_round "$round"
+  round_pairs
+  run_queued "$round"
 done
 
 svg=()

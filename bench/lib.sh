@@ -98,6 +98,25 @@ run_pairs() {
 
 setup_pair() { if declare -F pair_setup >/dev/null; then pair_setup "$@"; fi; }
 
+# queue NAME ARGS...: a pair for run_queued, which runs a round's queued pairs in the
+# order queued when ROUND is odd and backwards when it is even (as run_pairs does, and
+# why), and empties the queue. For scripts whose rounds are written out as calls
+# (compare.sh, attach.sh); the words are kept as one string, so none may hold a space.
+queued=()
+queue() { queued+=("$*"); }
+run_queued() {
+  local round=$1 i
+  local n=${#queued[@]}
+  for ((i = 0; i < n; i++)); do
+    local c=${queued[i]}
+    [ $((round % 2)) = 1 ] || c=${queued[n - 1 - i]}
+    local name=${c%% *}
+    # shellcheck disable=SC2086 # the words, split again
+    pair "$name" "$round" ${c#* }
+  done
+  queued=()
+}
+
 # count_pair NAME SERVER-CMD... -- CLIENT-CMD...: the pair once more, not timed, its
 # client under perf stat: one row in $out/syscalls.json with the client's system calls,
 # context switches and the iterations its own last row reports (a row without them, as

@@ -13,7 +13,8 @@
 # per latency run), OWN=0 (leave out the attach_own_ rows), SPIN (the daemon's --spin,
 # default 0), DAEMON_SHM=1 (the daemon alone
 # runs with GOVERBS_SHM=1: its two devices pass datagrams through the same-host rings
-# instead of the kernel's UDP; the in-process pairs stay on UDP).
+# instead of the kernel's UDP; the in-process pairs stay on UDP: GOVERBS_SHM=0 is set
+# for them, since in-process devices of two processes meet through the rings by default).
 #
 # The in-process pairs bind 127.51.0.2 (server) and 127.51.0.3 (client); the daemon serves
 # 127.51.0.4 and 127.51.0.5, and the attached pairs bind those with GOVERBS_ATTACH=1. The
@@ -46,24 +47,25 @@ stop_daemon() {
 cleanup_hooks+=(stop_daemon)
 sleep 0.5
 kill -0 "$daemon_pid" || { echo "attach.sh: goverbs serve did not start (see $out/log.txt)" >&2; exit 1; }
+u=(env GOVERBS_SHM=0) # the in-process baseline on the kernel's UDP, as the attached rows
 a=(env GOVERBS_ATTACH=1 GOVERBS_ATTACH_ENGINE=0)
 o=(env GOVERBS_ATTACH=1 GOVERBS_ATTACH_ENGINE=1)
 own() { [ "$OWN" = 1 ]; }
 
 # Odd rounds run the in-process device first, even rounds backwards (lib.sh run_queued).
 for round in $(seq "$R"); do
-  queue send_lat_busy $g send_lat --bind $S -s 8 -n $N --json --busy-poll -- \
-    $g send_lat --bind $C -s 8 -n $N --json --busy-poll $S
+  queue send_lat_busy "${u[@]}" $g send_lat --bind $S -s 8 -n $N --json --busy-poll -- \
+    "${u[@]}" $g send_lat --bind $C -s 8 -n $N --json --busy-poll $S
   queue attach_send_lat_busy "${a[@]}" $g send_lat --bind $AS -s 8 -n $N --json --busy-poll -- \
     "${a[@]}" $g send_lat --bind $AC -s 8 -n $N --json --busy-poll $AS
   own && queue attach_own_send_lat_busy "${o[@]}" $g send_lat --bind $AS -s 8 -n $N --json --busy-poll -- \
     "${o[@]}" $g send_lat --bind $AC -s 8 -n $N --json --busy-poll $AS
-  queue send_lat $g send_lat --bind $S -s 8 -n $N --json -- $g send_lat --bind $C -s 8 -n $N --json $S
+  queue send_lat "${u[@]}" $g send_lat --bind $S -s 8 -n $N --json -- "${u[@]}" $g send_lat --bind $C -s 8 -n $N --json $S
   queue attach_send_lat "${a[@]}" $g send_lat --bind $AS -s 8 -n $N --json -- \
     "${a[@]}" $g send_lat --bind $AC -s 8 -n $N --json $AS
   own && queue attach_own_send_lat "${o[@]}" $g send_lat --bind $AS -s 8 -n $N --json -- \
     "${o[@]}" $g send_lat --bind $AC -s 8 -n $N --json $AS
-  queue write_bw $g write_bw --bind $S --json -- $g write_bw --bind $C -s 65536 -D $D --json $S
+  queue write_bw "${u[@]}" $g write_bw --bind $S --json -- "${u[@]}" $g write_bw --bind $C -s 65536 -D $D --json $S
   queue attach_write_bw "${a[@]}" $g write_bw --bind $AS --json -- \
     "${a[@]}" $g write_bw --bind $AC -s 65536 -D $D --json $AS
   own && queue attach_own_write_bw "${o[@]}" $g write_bw --bind $AS --json -- \

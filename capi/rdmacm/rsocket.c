@@ -1490,6 +1490,19 @@ static int give_int(void *v, socklen_t *l, int x)
 	return 0;
 }
 
+/* path_mss: the path MTU's payload, 2048 before a route is known (rsockets' answer to
+ * TCP_MAXSEG). */
+static int path_mss(struct rsk *s)
+{
+	int mss = 2048;
+
+	pthread_mutex_lock(&s->mu); /* rclose may be destroying the id */
+	if (s->id && s->id->route.num_paths && s->id->route.path_rec)
+		mss = 1 << (7 + s->id->route.path_rec->mtu);
+	pthread_mutex_unlock(&s->mu);
+	return mss;
+}
+
 int rgetsockopt(int fd, int lv, int o, void *v, socklen_t *l)
 {
 	struct rsk *s = get(fd);
@@ -1528,16 +1541,30 @@ int rgetsockopt(int fd, int lv, int o, void *v, socklen_t *l)
 		/*
 		 * The path MTU's payload, as rsockets answers it (2048 before a route is
 		 * known): iperf3 asks for it on every connection, and prints an error
-		 * when the call fails. TCP_INFO and TCP_CONGESTION stay ENOPROTOOPT, as
-		 * in rsockets: there is no TCP state to report.
+		 * when the call fails. TCP_CONGESTION stays ENOPROTOOPT, as in rsockets.
 		 */
-		int mss = 2048;
+		return give_int(v, l, path_mss(s));
+	} else if (lv == IPPROTO_TCP && o == TCP_INFO) {
+		/*
+		 * rsockets fails this, and iperf3, which asks at every interval and at
+		 * the end, then reports whatever its tcp_info held: 32 thousand
+		 * "retransmits" a run. There is no TCP state behind an rsocket, so the
+		 * answer says only what is true of it: established or closed, the
+		 * segment size, and no retransmission the socket ever saw (the RC
+		 * transport's own are below it). The rest is zero: no RTT or window is
+		 * made up. Like the kernel, it fills at most *l bytes.
+		 */
+		struct tcp_info ti;
 
-		pthread_mutex_lock(&s->mu); /* rclose may be destroying the id */
-		if (s->id && s->id->route.num_paths && s->id->route.path_rec)
-			mss = 1 << (7 + s->id->route.path_rec->mtu);
-		pthread_mutex_unlock(&s->mu);
-		return give_int(v, l, mss);
+		if (!v || !l)
+			return fail(EINVAL);
+		memset(&ti, 0, sizeof(ti));
+		ti.tcpi_state = s->state == S_CONN && !s->err && !s->peer_closed ? TCP_ESTABLISHED : TCP_CLOSE;
+		ti.tcpi_snd_mss = ti.tcpi_rcv_mss = ti.tcpi_advmss = path_mss(s);
+		if (*l > sizeof(ti))
+			*l = sizeof(ti);
+		memcpy(v, &ti, *l);
+		return 0;
 	}
 	return fail(ENOPROTOOPT);
 }

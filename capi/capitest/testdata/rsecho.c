@@ -171,6 +171,18 @@ int main(int argc, char **argv)
 		fprintf(stderr, "rsecho: TCP_MAXSEG %d is not an IB MTU\n", mss);
 		return 1;
 	}
+	/* TCP_INFO: established, the same segment size, no retransmission (iperf3 reads it) */
+	struct tcp_info ti;
+	socklen_t tlen = sizeof(ti);
+	memset(&ti, 0xa5, sizeof(ti));
+	if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tlen))
+		die("getsockopt TCP_INFO");
+	if (tlen != sizeof(ti) || ti.tcpi_state != TCP_ESTABLISHED || ti.tcpi_total_retrans != 0 ||
+	    ti.tcpi_retransmits != 0 || ti.tcpi_snd_mss != (unsigned)mss || ti.tcpi_rtt != 0) {
+		fprintf(stderr, "rsecho: TCP_INFO len %u state %u retrans %u/%u mss %u rtt %u\n", tlen,
+			ti.tcpi_state, ti.tcpi_total_retrans, ti.tcpi_retransmits, ti.tcpi_snd_mss, ti.tcpi_rtt);
+		return 1;
+	}
 	write_all(fd, buf, TOTAL / 2);
 	struct iovec v[2] = {{buf + TOTAL / 2, 1000}, {buf + TOTAL / 2 + 1000, TOTAL / 2 - 1000}};
 	ssize_t w = writev(fd, v, 2);

@@ -97,8 +97,8 @@ fold1:
 // foldAVX512's folding for a CPU with VPCLMULQDQ but no AVX-512 (AMD Zen 3, Intel
 // Alder Lake's cores): four 256-bit accumulators, two 128-bit lanes each, 128 bytes a
 // step (foldKeys.k1024), then one (k256), 32 bytes a step, then one 128-bit lane (k128),
-// 16 bytes a step, and the same reduction to the register. n is a multiple of 16, at
-// least 128.
+// 16 bytes a step (foldTail, as foldAVX512 ends), and the same reduction to the
+// register. n is a multiple of 16, at least 128.
 TEXT ·foldAVX2(SB), NOSPLIT, $0-36
 	MOVQ p+8(FP), SI
 	MOVQ n+16(FP), CX

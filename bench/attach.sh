@@ -25,12 +25,15 @@ cd "$(dirname "$0")/.."
 out=${1:-bench/results-attach}
 R=${ROUNDS:-3} D=${DURATION:-3} N=${ITERS:-20000} SPIN=${SPIN:-0} DSHM=${DAEMON_SHM:-0} OWN=${OWN:-1}
 repro="ROUNDS=$R DURATION=$D ITERS=$N OWN=$OWN SPIN=$SPIN DAEMON_SHM=$DSHM bench/attach.sh $out"
-mkdir -p "$out"
-rm -f "$out"/*.json "$out/log.txt"
 . bench/lib.sh
 . bench/meta.sh
+# The run's description first: git describe must see the tree before the last run's
+# committed rows are removed, or every run would call its commit dirty.
+write_meta "$bin" "$repro"
+mkdir -p "$out"
+rm -f "$out"/*.json "$out/log.txt"
+mv "$bin/meta.json" "$out/meta.json"
 build
-write_meta "$out" "$repro"
 echo "$repro" >&2
 
 S=127.51.0.2 C=127.51.0.3 AS=127.51.0.4 AC=127.51.0.5

@@ -39,12 +39,15 @@ R=${ROUNDS:-3} D=${DURATION:-3} N=${ITERS:-20000} SWEEP=${SWEEP:-1} ONLY=${ONLY:
 [ "$ONLY" = lat ] && SWEEP=0
 S=127.50.0.2 C=127.50.0.3
 repro="ROUNDS=$R DURATION=$D ITERS=$N SWEEP=$SWEEP${ONLY:+ ONLY=$ONLY} bench/compare.sh $out"
-mkdir -p "$out"
-rm -f "$out"/*.json "$out/log.txt" "$out/bandwidth.svg"
 . bench/lib.sh
 . bench/meta.sh
+# The run's description first: git describe must see the tree before the last run's
+# committed rows are removed, or every run would call its commit dirty.
+write_meta "$bin" "$repro"
+mkdir -p "$out"
+rm -f "$out"/*.json "$out/log.txt" "$out/bandwidth.svg"
+mv "$bin/meta.json" "$out/meta.json"
 build
-write_meta "$out" "$repro"
 echo "$repro" >&2
 
 # skip_lat runs a pair that is not a latency pair, unless ONLY=lat.

@@ -78,9 +78,10 @@ cp "$work/rdma-tree" "$work/tcp"
 variants+=(tcp)
 go build -o "$work/report" ./bench/report
 go build -o "$work/xcore" ./bench/xcore
-mkdir -p "$out"
-rm -f "$out/rstream.json"
+# The run's description before the last run's rows go: git describe must see the tree
+# as committed, or every run would call its commit dirty.
 write_meta "$out" "$repro"
+rm -f "$out/rstream.json"
 
 # One rstream run in MODE: the server, then the client, as two processes (loopback:
 # fresh loopback addresses; veth: the namespaces' addresses), or one (inproc); prints

@@ -6,7 +6,8 @@
 // 256): the register XORed into their first four, the bytes folded with four 512-bit
 // accumulators, 256 bytes a step (foldKeys.k2048), then one (k512), then one 128-bit
 // lane (k128), 16 bytes a step, and the last 128 bits reduced to the register (k64, then
-// Barrett with the polynomial and its quotient, as hash/crc32's ieeeCLMUL finishes).
+// Barrett with the polynomial and its quotient, as hash/crc32's ieeeCLMUL finishes): the
+// last two in foldTail, which foldAVX2 ends in too.
 TEXT ·foldAVX512(SB), NOSPLIT, $0-36
 	MOVQ p+8(FP), SI
 	MOVQ n+16(FP), CX

@@ -69,23 +69,15 @@ pair() {
 # runs with five times the round trips ($N), so that start-up's system calls, counted
 # too, weigh less. A script may define pair_setup NAME on|off, called around each run
 # of the pair NAME (afxdp.sh sets the veth pair's GSO for some). Even rounds run the
-# array backwards: whatever runs second of two gains from it on these VMs (a write_bw
-# A/B's second binary was the faster in six rounds of six, whichever it was), and in
-# the array each goverbs run comes before its baseline.
+# array backwards (run_queued): in the array each goverbs run comes before its baseline.
 run_pairs() {
-  local round t i
+  local round t
   for round in $(seq "$R"); do
-    local this=("${order[@]}")
-    if [ $((round % 2)) = 0 ]; then
-      this=()
-      for ((i = ${#order[@]} - 1; i >= 0; i--)); do this+=("${order[i]}"); done
-    fi
-    for t in "${this[@]}"; do
-      setup_pair "$t" on
+    for t in "${order[@]}"; do
       # shellcheck disable=SC2086 # the commands are words (paths and flags without spaces)
-      pair "$t" "$round" ${run[$t]}
-      setup_pair "$t" off
+      queue "$t" ${run[$t]}
     done
+    run_queued "$round"
   done
   [ "${COUNT:-1}" != 0 ] || return 0
   for t in "${order[@]}"; do
@@ -99,20 +91,24 @@ run_pairs() {
 setup_pair() { if declare -F pair_setup >/dev/null; then pair_setup "$@"; fi; }
 
 # queue NAME ARGS...: a pair for run_queued, which runs a round's queued pairs in the
-# order queued when ROUND is odd and backwards when it is even (as run_pairs does, and
-# why), and empties the queue. For scripts whose rounds are written out as calls
-# (compare.sh, attach.sh); the words are kept as one string, so none may hold a space.
+# order queued when ROUND is odd and backwards when it is even, each between
+# setup_pair NAME on and off, and empties the queue. Whatever runs second of two gains
+# from it on these VMs (a write_bw A/B's second binary was the faster in six rounds of
+# six, whichever it was), so no side may always go second. The words are kept as one
+# string, so none may hold a space.
 queued=()
 queue() { queued+=("$*"); }
 run_queued() {
-  local round=$1 i
-  local n=${#queued[@]}
-  for ((i = 0; i < n; i++)); do
-    local c=${queued[i]}
-    [ $((round % 2)) = 1 ] || c=${queued[n - 1 - i]}
-    local name=${c%% *}
+  local round=$1 i c name
+  local count=${#queued[@]}
+  for ((i = 0; i < count; i++)); do
+    c=${queued[i]}
+    [ $((round % 2)) = 1 ] || c=${queued[count - 1 - i]}
+    name=${c%% *}
+    setup_pair "$name" on
     # shellcheck disable=SC2086 # the words, split again
     pair "$name" "$round" ${c#* }
+    setup_pair "$name" off
   done
   queued=()
 }

@@ -91,34 +91,29 @@ pingpong() {
 	echo "$o" | awk '/Summary: Latency is/ { for (i = 1; i <= NF; i++) if ($i == "is") print $(i+1); found = 1 } END { if (!found) exit 1 }'
 }
 
+# The two variants' environment prefixes, server and client: the kernel's TCP runs the
+# programs as they are.
+declare -A pre_s=([tcp]=env [rsockets]="$rs_s") pre_c=([tcp]=env [rsockets]="$rs_c")
 # Odd rounds run the kernel's TCP first, even rounds rsockets first: whatever runs second
 # in a round gains from it (bench/rstream.sh's order says how much), and a script that
 # always ran TCP first (until 2026-11-28) handed that to rsockets in every round.
+declare -A bw lat probes
 for r in $(seq "$rounds"); do
 	echo "== round $r" >&2
+	vs=(tcp rsockets)
+	[ $((r % 2)) = 1 ] || vs=(rsockets tcp)
 	x0=$(probe "$bin/xcore")
-	if [ $((r % 2)) = 1 ]; then
-		tb=$(iperf env env)
-		x1=$(probe "$bin/xcore")
-		rb=$(iperf "$rs_s" "$rs_c")
-		x2=$(probe "$bin/xcore")
-		tl=$(pingpong env env)
-		rl=$(pingpong "$rs_s" "$rs_c")
-		tx="$x0 $x1" rx="$x1 $x2"
-	else
-		rb=$(iperf "$rs_s" "$rs_c")
-		x1=$(probe "$bin/xcore")
-		tb=$(iperf env env)
-		x2=$(probe "$bin/xcore")
-		rl=$(pingpong "$rs_s" "$rs_c")
-		tl=$(pingpong env env)
-		tx="$x1 $x2" rx="$x0 $x1"
-	fi
-	echo "   iperf3 Gb/s: tcp $tb rsockets $rb (xcore GB/s $x0 $x1 $x2) | sockperf µs: tcp $tl rsockets $rl" >&2
-	# shellcheck disable=SC2086 # two probes, as two words
-	row "$r" tcp "$tb" "$tl" $tx
-	# shellcheck disable=SC2086
-	row "$r" rsockets "$rb" "$rl" $rx
+	bw[${vs[0]}]=$(iperf "${pre_s[${vs[0]}]}" "${pre_c[${vs[0]}]}")
+	x1=$(probe "$bin/xcore")
+	bw[${vs[1]}]=$(iperf "${pre_s[${vs[1]}]}" "${pre_c[${vs[1]}]}")
+	x2=$(probe "$bin/xcore")
+	probes[${vs[0]}]="$x0 $x1" probes[${vs[1]}]="$x1 $x2"
+	for v in "${vs[@]}"; do lat[$v]=$(pingpong "${pre_s[$v]}" "${pre_c[$v]}"); done
+	echo "   iperf3 Gb/s: tcp ${bw[tcp]} rsockets ${bw[rsockets]} (xcore GB/s $x0 $x1 $x2) | sockperf µs: tcp ${lat[tcp]} rsockets ${lat[rsockets]}" >&2
+	for v in tcp rsockets; do
+		# shellcheck disable=SC2086 # two probes, as two words
+		row "$r" "$v" "${bw[$v]}" "${lat[$v]}" ${probes[$v]}
+	done
 done
 
 echo "Reproduce: \`$repro\`"

@@ -56,12 +56,11 @@ for mtu in $MTUS; do
   out_all=$out out=$out/mtu$mtu
   mkdir -p "$out"
   rm -f "$out"/*.json "$out/log.txt"
-  # Odd rounds run TCP first, even rounds goverbs first: the second run of a pair gains
-  # from it on these VMs.
+  # Odd rounds run TCP first, even rounds goverbs first (lib.sh run_queued).
   for round in $(seq "$R"); do
-    [ $((round % 2)) = 1 ] || pair write_bw $round "${inA[@]}" $g write_bw --bind $S --json -- "${inB[@]}" $g write_bw --bind $C -s 65536 -D $D --json $S
-    pair tcp_bw $round   "${inA[@]}" $n tcp_bw --bind $S -- "${inB[@]}" $n tcp_bw --bind $C -s 65536 -D $D $S
-    [ $((round % 2)) = 0 ] || pair write_bw $round "${inA[@]}" $g write_bw --bind $S --json -- "${inB[@]}" $g write_bw --bind $C -s 65536 -D $D --json $S
+    queue tcp_bw   "${inA[@]}" $n tcp_bw --bind $S -- "${inB[@]}" $n tcp_bw --bind $C -s 65536 -D $D $S
+    queue write_bw "${inA[@]}" $g write_bw --bind $S --json -- "${inB[@]}" $g write_bw --bind $C -s 65536 -D $D --json $S
+    run_queued "$round"
   done
   out=$out_all
 done

@@ -91,6 +91,16 @@ type options struct {
 
 func (o options) serving() bool { return !o.server.IsValid() }
 
+// serverAddr is the server's address on either side: its --bind, or the client's
+// SERVER. Tests that meet by a path rather than a socket name it after this (unix_lat,
+// shm_lat).
+func (o options) serverAddr() netip.Addr {
+	if o.serving() {
+		return o.bind
+	}
+	return o.server
+}
+
 // local is the address the process binds: the server's well-known port, or any port for
 // a client.
 func (o options) local() netip.AddrPort {

@@ -33,15 +33,11 @@ const shmSlot = 256
 // port as unix_lat's socket is: in /dev/shm where there is one (memory, never written
 // back to a disk), else the temporary directory.
 func shmPath(o options) string {
-	a := o.bind
-	if !o.serving() {
-		a = o.server
-	}
 	dir := "/dev/shm"
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		dir = os.TempDir()
 	}
-	return filepath.Join(dir, fmt.Sprintf("nettest-%s-%d.shm", a, o.port))
+	return filepath.Join(dir, fmt.Sprintf("nettest-%s-%d.shm", o.serverAddr(), o.port))
 }
 
 // shmBye is the request sequence number with which the client says it is done.

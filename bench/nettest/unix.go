@@ -11,11 +11,7 @@ import (
 // unixPath is where unix_lat's server listens: a socket named after --bind and the port,
 // so that a client finds it by the same arguments as the other tests' servers.
 func unixPath(o options) string {
-	a := o.bind
-	if !o.serving() {
-		a = o.server
-	}
-	return filepath.Join(os.TempDir(), fmt.Sprintf("nettest-%s-%d.sock", a, o.port))
+	return filepath.Join(os.TempDir(), fmt.Sprintf("nettest-%s-%d.sock", o.serverAddr(), o.port))
 }
 
 // unixLat is the same-host baseline of bench/samehost.sh: a SIZE-byte request/response

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -279,4 +280,63 @@ func TestBusyLoopStaysAsideWhileAPollerReads(t *testing.T) {
 			t.Fatal("no receive completion")
 		}
 	}
+}
+
+// TestBusyLoopSpinsThroughAStream: traffic nobody polls for (a passive target of a WRITE
+// stream) keeps a busy-poll device's background goroutine reading while it comes, as the
+// default mode's receive goroutine spins (spinRx), instead of going back to its wait after
+// every batch of busyBatch: each wait armed the same-host rings' sleep flag and cost the
+// sender an eventfd write, and an 8 B WRITE stream to a busy-poll target ran at less than
+// half the rate of one to a default-mode target.
+func TestBusyLoopSpinsThroughAStream(t *testing.T) { retryStalled(t, busyStream) }
+
+// busyStream injects a burst of small WRITEs, many batches' worth, into a busy-poll device
+// nobody polls, and counts the background goroutine's waits until it has read them all;
+// it returns what went wrong, and whether the injection took long enough for the
+// goroutine to find the socket empty meanwhile (the injecting goroutine descheduled).
+func busyStream(t *testing.T) (string, bool) {
+	conn := netiotest.NewConn(fuzzLocal)
+	conn.KeepWritten()
+	dev, qp, _, _, _ := busyRC(t, conn)
+	defer dev.Close()
+	mr, err := qp.pd.regMR(make([]byte, 4096), driver.AccessLocalWrite|driver.AccessRemoteWrite)
+	must(t, err)
+	time.Sleep(3 * busyIdle) // no polls: the goroutine now waits for traffic
+
+	const n = 8 * busyBatch
+	msgs := make([]netio.Message, n)
+	for i := range msgs {
+		h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCWriteOnly, PKey: 0xffff, DestQP: qp.QPN(),
+			PSN: wire.PSN(i), AckReq: i == n-1},
+			RETH: wire.RETHFields{VA: mr.Addr() + uint64(i)*8, RKey: mr.RKey(), DMALen: 8}}
+		msgs[i] = peerPacket(&h, 8)
+	}
+	before := dev.busyWaits.Load()
+	start := time.Now()
+	conn.Inject(msgs...)
+	slow := time.Since(start) > rxSpin/2
+	// The last WRITE asked for an ACK: when it leaves, the goroutine has read them all.
+	deadline := time.Now().Add(5 * time.Second)
+	for acked := false; !acked; {
+		for _, d := range conn.TakeWritten() {
+			var p wire.Packet
+			must(t, p.Parse(d, 0))
+			acked = acked || p.BTH.Opcode() == wire.RCAck && p.BTH.PSN() == n-1
+		}
+		if time.Now().After(deadline) {
+			return "no ACK of the last WRITE", false
+		}
+		runtime.Gosched()
+	}
+	// Once the burst is read the goroutine's wait times out every busyIdle: those
+	// until this goroutine saw the ACK count too. The one wait that the burst woke,
+	// and at most one more, are the spin's; a wait per batch (busyBatch datagrams)
+	// was the loop's before it spun.
+	waits := dev.busyWaits.Load() - before
+	idle := uint64(time.Since(start) / busyIdle)
+	if most := 2 + idle; waits > most {
+		return fmt.Sprintf("the background goroutine waited %d times for a burst of %d WRITEs (%d batches), want at most %d",
+			waits, n, n/busyBatch, most), slow || idle > 0
+	}
+	return "", false
 }

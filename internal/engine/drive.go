@@ -335,9 +335,50 @@ func (d *Device) busyLoop() {
 			seen = d.polls.Load()
 			continue
 		}
-		d.pollLocked(d.poller, min(len(d.rxMsgs), busyBatch))
-		d.flushAcks() // no application thread to spare here: answer at once
+		n := d.busyRead()
 		d.rxMu.Unlock()
+		if n > 0 && d.spinnable(n) {
+			d.busySpin(seen)
+		}
+	}
+}
+
+// busyRead is the background goroutine's read: a batch of up to busyBatch, its ACKs sent
+// at once, since there is no application thread here to take them along. d.rxMu is held.
+func (d *Device) busyRead() int {
+	if len(d.acks.owing) > 0 {
+		d.sendDueAcks()
+	}
+	n := d.readNow(d.poller, min(len(d.rxMsgs), busyBatch))
+	d.flushAcks()
+	return n
+}
+
+// busySpin keeps reading after a batch the background goroutine took, for as long as
+// traffic keeps coming and no poller comes back (spinBudget after the last batch, as the
+// default mode's spinRx, and like it only for spinnable traffic): traffic nobody polls for, a passive target's WRITE stream,
+// would otherwise cost a sleep and a wake-up per batch of busyBatch, and the sender an
+// eventfd write for each (an 8 B WRITE stream to a busy-poll target through the rings
+// ran at 0.9 M/s, to a default-mode one at 2.3).
+func (d *Device) busySpin(seen uint32) {
+	start, budget := nanotime(), d.spinBudget()
+	for !d.closed.Load() && d.polls.Load() == seen {
+		if !d.rxMu.TryLock() {
+			return
+		}
+		n := d.busyRead()
+		d.rxMu.Unlock()
+		if n > 0 {
+			if !d.spinnable(n) {
+				return // a bulk stream from a socket: its batches pay for the wake-up
+			}
+			start, budget = nanotime(), d.spinBudget()
+			continue
+		}
+		if nanotime()-start > budget {
+			return
+		}
+		runtime.Gosched()
 	}
 }
 

@@ -204,7 +204,7 @@ func (qp *QP) kickSend() {
 }
 
 func (qp *QP) enqueueSend(wr *driver.SendWR) error {
-	if qp.sq.tail-qp.sq.head >= uint64(len(qp.sq.wqes)) {
+	if qp.sq.full() {
 		return ErrSendQueueFull
 	}
 	if !opAllowed(qp.typ, wr.Opcode) {
@@ -329,7 +329,7 @@ func (qp *QP) PostRecv(wrs []driver.RecvWR) error {
 	}
 	for i := range wrs {
 		wr := &wrs[i]
-		if qp.rq.tail-qp.rq.head >= uint64(len(qp.rq.wqes)) {
+		if qp.rq.full() {
 			return &driver.PostError{Index: i, Err: ErrRecvQueueFull}
 		}
 		if len(wr.SGL) > int(qp.cap.MaxRecvSGE) {

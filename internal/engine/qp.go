@@ -186,13 +186,14 @@ func (d *Device) CreateQP(pd *PD, init QPInit) (*QP, error) {
 	if init.Type.XRC() {
 		qp.opBase = xrcOpBase
 	}
-	qp.sq.wqes = make([]sendWQE, c.MaxSendWR)
-	sges := make([]driver.SGE, int(c.MaxSendWR*c.MaxSendSGE))
-	segs := make([][]byte, int(c.MaxSendWR*c.MaxSendSGE))
-	regs := make([]*region, int(c.MaxSendWR*c.MaxSendSGE))
+	qp.sq.init(c.MaxSendWR)
+	nsq := len(qp.sq.wqes)
+	sges := make([]driver.SGE, nsq*int(c.MaxSendSGE))
+	segs := make([][]byte, nsq*int(c.MaxSendSGE))
+	regs := make([]*region, nsq*int(c.MaxSendSGE))
 	var inl []byte
 	if c.MaxInline > 0 {
-		inl = make([]byte, int(c.MaxSendWR*c.MaxInline))
+		inl = make([]byte, nsq*int(c.MaxInline))
 	}
 	for i := range qp.sq.wqes {
 		w := &qp.sq.wqes[i]
@@ -216,10 +217,11 @@ func (d *Device) CreateQP(pd *PD, init QPInit) (*QP, error) {
 	case init.Type == driver.QPTypeXRCSend:
 		qp.cap.MaxRecvWR, qp.cap.MaxRecvSGE = 0, 0
 	case init.SRQ == nil:
-		qp.rq.wqes = make([]recvWQE, c.MaxRecvWR)
-		rsges := make([]driver.SGE, int(c.MaxRecvWR*c.MaxRecvSGE))
-		rsegs := make([][]byte, int(c.MaxRecvWR*c.MaxRecvSGE))
-		rregs := make([]*region, int(c.MaxRecvWR*c.MaxRecvSGE))
+		qp.rq.init(c.MaxRecvWR)
+		nrq := len(qp.rq.wqes)
+		rsges := make([]driver.SGE, nrq*int(c.MaxRecvSGE))
+		rsegs := make([][]byte, nrq*int(c.MaxRecvSGE))
+		rregs := make([]*region, nrq*int(c.MaxRecvSGE))
 		for i := range qp.rq.wqes {
 			k, n := i*int(c.MaxRecvSGE), int(c.MaxRecvSGE)
 			qp.rq.wqes[i].sgeStore = rsges[k : k : k+n]

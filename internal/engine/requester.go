@@ -5,6 +5,7 @@
 package engine
 
 import (
+	"math/bits"
 	"net/netip"
 
 	"github.com/goverbs/goverbs/verbs/driver"
@@ -83,7 +84,15 @@ func (qp *QP) window() int32 {
 	if qp.mtu <= 0 {
 		return MaxUnackedPSNs
 	}
-	return int32(max(MaxUnackedPSNs, MaxUnackedPSNs*wire.MTU4096.Bytes()/qp.mtu))
+	// A path MTU is a power of two: a shift, where a division by qp.mtu was a 64-bit
+	// DIV on every post's path.
+	return int32(max(MaxUnackedPSNs, MaxUnackedPSNs*wire.MTU4096.Bytes()>>bits.TrailingZeros(uint(qp.mtu))))
+}
+
+// packetsFor is how many packets a message of n bytes takes at the path MTU: at least
+// one (a zero-length message is one packet). A shift, as in window.
+func (qp *QP) packetsFor(n int) uint32 {
+	return uint32(max(1, (n+qp.mtu-1)>>bits.TrailingZeros(uint(qp.mtu))))
 }
 
 // runRequester sends what the send queue and the window allow. qp.mu is held.
@@ -215,10 +224,7 @@ func (qp *QP) startWQE(w *sendWQE) bool {
 	case qp.typ == driver.QPTypeUD:
 		w.npkts = 1
 	default:
-		w.npkts = uint32((w.length + qp.mtu - 1) / qp.mtu)
-		if w.npkts == 0 {
-			w.npkts = 1
-		}
+		w.npkts = qp.packetsFor(w.length)
 	}
 	// A new message takes the PSNs after everything sent so far (req.high), not
 	// req.psn: after a rewind, an ACK can acknowledge what was about to be resent, and

@@ -336,10 +336,7 @@ func (qp *QP) recvRead(p *wire.Packet, psn wire.PSN, dup bool) {
 		}
 		src, reg = b, rg
 	}
-	npkts := uint32((int(n) + qp.mtu - 1) / qp.mtu)
-	if npkts == 0 {
-		npkts = 1
-	}
+	npkts := qp.packetsFor(int(n))
 	if !dup {
 		res := &r.res[r.resNext]
 		r.resNext = (r.resNext + 1) % len(r.res)

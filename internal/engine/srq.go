@@ -24,12 +24,11 @@ type SRQ struct {
 	xrcd *XRCD
 	cq   *CQ
 
-	mu         sync.Mutex
-	wqes       []recvWQE
-	head, tail uint64
-	limit      uint32 // srq_limit; 0 = not armed
-	refs       int
-	closed     bool
+	mu     sync.Mutex
+	ring   recvQueue
+	limit  uint32 // srq_limit; 0 = not armed
+	refs   int
+	closed bool
 }
 
 // CreateSRQ creates a shared receive queue (driver.PD), armed when attr has a limit.
@@ -58,10 +57,11 @@ func (d *Device) CreateSRQ(pd *PD, maxWR, maxSGE int) (*SRQ, error) {
 	if maxSGE < 1 {
 		maxSGE = 1
 	}
-	s := &SRQ{dev: d, pd: pd, maxSGE: maxSGE, wqes: make([]recvWQE, maxWR)}
-	sges := make([]driver.SGE, maxWR*maxSGE)
-	for i := range s.wqes {
-		s.wqes[i].sgeStore = sges[i*maxSGE : i*maxSGE : (i+1)*maxSGE]
+	s := &SRQ{dev: d, pd: pd, maxSGE: maxSGE}
+	s.ring.init(uint32(maxWR))
+	sges := make([]driver.SGE, len(s.ring.wqes)*maxSGE)
+	for i := range s.ring.wqes {
+		s.ring.wqes[i].sgeStore = sges[i*maxSGE : i*maxSGE : (i+1)*maxSGE]
 	}
 	if err := d.numberSRQ(s); err != nil {
 		return nil, err
@@ -78,16 +78,16 @@ func (s *SRQ) PostRecv(wrs []driver.RecvWR) error {
 		return ErrQPClosed
 	}
 	for i := range wrs {
-		if s.tail-s.head >= uint64(len(s.wqes)) {
+		if s.ring.full() {
 			return &driver.PostError{Index: i, Err: ErrRecvQueueFull}
 		}
 		if len(wrs[i].SGL) > s.maxSGE {
 			return &driver.PostError{Index: i, Err: ErrTooManySGE}
 		}
-		w := &s.wqes[s.tail%uint64(len(s.wqes))]
+		w := s.ring.at(s.ring.tail)
 		w.id = wrs[i].ID
 		w.sgeStore = append(w.sgeStore[:0], wrs[i].SGL...)
-		s.tail++
+		s.ring.tail++
 	}
 	return nil
 }
@@ -97,7 +97,7 @@ func (s *SRQ) PostRecv(wrs []driver.RecvWR) error {
 func (s *SRQ) Arm(limit uint32) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if limit >= uint32(len(s.wqes)) {
+	if uint64(limit) >= s.ring.depth {
 		return ErrSRQLimit
 	}
 	s.limit = limit
@@ -108,14 +108,14 @@ func (s *SRQ) Arm(limit uint32) error {
 func (s *SRQ) Query() driver.SRQAttr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return driver.SRQAttr{MaxWR: uint32(len(s.wqes)), MaxSGE: uint32(s.maxSGE), SRQLimit: s.limit}
+	return driver.SRQAttr{MaxWR: uint32(s.ring.depth), MaxSGE: uint32(s.maxSGE), SRQLimit: s.limit}
 }
 
 // Len returns the number of posted WQEs not yet consumed.
 func (s *SRQ) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return int(s.tail - s.head)
+	return int(s.ring.tail - s.ring.head)
 }
 
 // take moves the oldest WQE into dst (owned by the consuming QP).
@@ -123,15 +123,15 @@ func (s *SRQ) take(dst *recvWQE) bool {
 	s.mu.Lock()
 	// An XRC SRQ may close while an XRC_RECV QP is between naming it and taking from it
 	// (no QP holds it, as a basic SRQ's QPs do): then it has nothing to give.
-	if s.head == s.tail || s.closed {
+	if s.ring.head == s.ring.tail || s.closed {
 		s.mu.Unlock()
 		return false
 	}
-	w := &s.wqes[s.head%uint64(len(s.wqes))]
+	w := s.ring.at(s.ring.head)
 	dst.id = w.id
 	dst.sgeStore = append(dst.sgeStore[:0], w.sgeStore...)
-	s.head++
-	fire := s.limit > 0 && s.tail-s.head < uint64(s.limit)
+	s.ring.head++
+	fire := s.limit > 0 && s.ring.tail-s.ring.head < uint64(s.limit)
 	if fire {
 		s.limit = 0
 	}

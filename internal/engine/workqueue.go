@@ -4,6 +4,7 @@
 package engine
 
 import (
+	"math/bits"
 	"net/netip"
 
 	"github.com/goverbs/goverbs/verbs/driver"
@@ -52,13 +53,35 @@ func (w *sendWQE) isReadOrAtomic() bool {
 }
 
 // sendQueue is a ring of WQEs with three cursors, all counting up without wrapping:
-// head (oldest not retired), req (next the requester works on), tail (next free).
+// head (oldest not retired), req (next the requester works on), tail (next free). It
+// holds depth WQEs in a ring whose length is the power of two at or above it (ringLen),
+// so that a cursor finds its slot with a mask: at is on every WQE's path several times
+// (the post, the requester, each ACK's walk, the retirement), and a remainder by a
+// length the compiler cannot see is a 64-bit division, tens of cycles each.
 type sendQueue struct {
 	wqes            []sendWQE
+	mask, depth     uint64
 	head, req, tail uint64
 }
 
-func (q *sendQueue) at(i uint64) *sendWQE { return &q.wqes[i%uint64(len(q.wqes))] }
+func (q *sendQueue) init(depth uint32) {
+	q.wqes = make([]sendWQE, ringLen(depth))
+	q.mask, q.depth = uint64(len(q.wqes)-1), uint64(depth)
+}
+
+func (q *sendQueue) at(i uint64) *sendWQE { return &q.wqes[i&q.mask] }
+
+// full reports whether the queue holds depth WQEs.
+func (q *sendQueue) full() bool { return q.tail-q.head >= q.depth }
+
+// ringLen is the length of a ring for depth entries: the power of two at or above it
+// (0 for none). A ring longer than its depth only has slots never used at once.
+func ringLen(depth uint32) int {
+	if depth == 0 {
+		return 0
+	}
+	return 1 << bits.Len32(depth-1)
+}
 
 type recvWQE struct {
 	id       uint64
@@ -66,10 +89,19 @@ type recvWQE struct {
 	local    sgl
 }
 
-// recvQueue is a ring of receive WQEs.
+// recvQueue is a ring of receive WQEs, laid out as sendQueue's.
 type recvQueue struct {
-	wqes       []recvWQE
-	head, tail uint64
+	wqes        []recvWQE
+	mask, depth uint64
+	head, tail  uint64
 }
 
-func (q *recvQueue) at(i uint64) *recvWQE { return &q.wqes[i%uint64(len(q.wqes))] }
+func (q *recvQueue) init(depth uint32) {
+	q.wqes = make([]recvWQE, ringLen(depth))
+	q.mask, q.depth = uint64(len(q.wqes)-1), uint64(depth)
+}
+
+func (q *recvQueue) at(i uint64) *recvWQE { return &q.wqes[i&q.mask] }
+
+// full reports whether the queue holds depth WQEs.
+func (q *recvQueue) full() bool { return q.tail-q.head >= q.depth }

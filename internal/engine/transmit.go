@@ -46,6 +46,11 @@ type txBatch struct {
 	// traffic class (a GSO run has one of each: the kernel writes one TOS for all its
 	// segments).
 	appendRun bool // it extends the run in msgs[n-1]
+	// The run in msgs[n-1]: its segments, and whether a shorter last one closed it.
+	// Kept, not derived from N and SegSize: that is a division for every packet emit
+	// places.
+	lastSegs  int
+	lastShort bool
 	ecn       netio.ECN
 	tc        uint8
 	// The ICRC's share for the last destination (a batch mostly goes to one peer).
@@ -143,10 +148,10 @@ func (d *Device) emit(tx *txBatch, dst netip.AddrPort, tc uint8, h *wire.Headers
 	tx.ecn, tx.tc = d.ecnFor(h.BTH.Opcode), tc&^netio.ECNMask
 	if tx.gso && tx.n > 0 {
 		last := &tx.msgs[tx.n-1]
-		if last.Addr == dst && last.N%last.SegSize == 0 && last.ECN == tx.ecn && last.TrafficClass == tx.tc &&
+		if last.Addr == dst && !tx.lastShort && last.ECN == tx.ecn && last.TrafficClass == tx.tc &&
 			last.Buf[bthQPNHi] == uint8(h.BTH.DestQP>>16) &&
 			(last.SegSize == size || endRun && size < last.SegSize) &&
-			last.N+size <= tx.maxBytes && last.N/last.SegSize < tx.maxSeg &&
+			last.N+size <= tx.maxBytes && tx.lastSegs < tx.maxSeg &&
 			len(last.Iov)+pieces+3 <= netio.MaxIov && !dst.Addr().IsMulticast() {
 			// (A multicast group's members read its socket without GRO, so a segment's
 			// number, its IPv4 Identification, would be lost to them: every multicast
@@ -269,14 +274,14 @@ func (d *Device) commitGather(b *txBatch, hlen int, pieces [][]byte, payloadLen 
 // segment number in that message's run; a packet that starts a message sets it up.
 func (b *txBatch) place(d *Device, dst netip.AddrPort) (i, seg int) {
 	if b.appendRun {
-		i = b.n - 1
-		return i, b.msgs[i].N / b.msgs[i].SegSize
+		return b.n - 1, b.lastSegs
 	}
 	i = b.n
 	b.msgs[i].N, b.msgs[i].SegSize, b.msgs[i].Addr, b.msgs[i].ECN, b.msgs[i].TrafficClass = 0, 0, dst, b.ecn, b.tc
 	// The packet's BTH is at the start of Buf (emit), and a run keeps its QPN's top byte.
 	b.msgs[i].SameHost = b.unsealedTo(d, dst, b.msgs[i].Buf[bthQPNHi])
 	b.used[i] = 0
+	b.lastSegs, b.lastShort = 0, false
 	b.n++
 	return i, 0
 }
@@ -286,7 +291,10 @@ func (b *txBatch) grow(i, size, bufBytes int) {
 	m := &b.msgs[i]
 	if !b.appendRun {
 		m.SegSize = size // a run of one; it may grow
+	} else if size != m.SegSize {
+		b.lastShort = true // a shorter last segment (emit's endRun) closes the run
 	}
+	b.lastSegs++
 	m.N += size
 	b.used[i] += bufBytes
 	b.appendRun = false

@@ -33,6 +33,9 @@ func (b *bandwidth) send(ctx context.Context, size int) (bwRow, int, error) {
 	cqMod := min(b.o.cqMod, txDepth)
 	iters := b.p.Iters
 	posted, completed, lastSig := make([]int, n), make([]int, n), make([]int, n)
+	// toSig counts down to a QP's next signaled request, every cqMod-th as perftest
+	// signals them: (id+1)%cqMod == 0, a division per request in this loop otherwise.
+	toSig := make([]int, n)
 	lists := make([][]verbs.SendWR, n)
 	for i := range lists {
 		lists[i] = make([]verbs.SendWR, list)
@@ -40,6 +43,7 @@ func (b *bandwidth) send(ctx context.Context, size int) (bwRow, int, error) {
 			lists[i][k] = b.res.wr(i, size)
 		}
 		lastSig[i] = -1
+		toSig[i] = cqMod
 	}
 	duration := b.p.Duration > 0
 	start := time.Now()
@@ -75,9 +79,13 @@ func (b *bandwidth) send(ctx context.Context, size int) (bwRow, int, error) {
 					id := posted[i] + k
 					l[k].ID = uint64(id)
 					l[k].Flags &^= verbs.SendSignaled
-					if (id+1)%cqMod == 0 || !duration && id == iters-1 {
+					toSig[i]--
+					if toSig[i] == 0 || !duration && id == iters-1 {
 						l[k].Flags |= verbs.SendSignaled
 						lastSig[i] = id
+					}
+					if toSig[i] == 0 {
+						toSig[i] = cqMod
 					}
 				}
 				if err := b.res.qps[i].PostSend(l...); err != nil {

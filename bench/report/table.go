@@ -57,6 +57,7 @@ var comparisons = []struct{ run, base, key, unit, what string }{
 	{"send_lat_ev", "unix_lat", "t_typical_us", "µs", "Same host: RC SEND 8 B latency, -e, over UDP vs Go unix-socket ping-pong"},
 	{"shm_write_bw", "write_bw", "bw_avg_mib_s", "MiB/s", "Same host: RC WRITE 64 KiB bandwidth, shared memory vs goverbs over UDP"},
 	{"shm_write_bw_8", "write_bw_8", "msg_rate_mpps", "M/s", "Same host: RC WRITE 8 B message rate, shared memory vs goverbs over UDP"},
+	{"shm_write_bw_8_busy", "write_bw_8_busy", "msg_rate_mpps", "M/s", "Same host: RC WRITE 8 B message rate, busy-poll, shared memory vs goverbs over UDP"},
 	{"shm_send_lat_busy", "tcp_lat_busy_8", "t_typical_us", "µs", "Same host: RC SEND 8 B latency, busy-poll, shared memory vs Go TCP 8 B ping-pong, spinning"},
 	{"shm_write_bw", "tcp_bw", "bw_avg_mib_s", "MiB/s", "Same host: RC WRITE 64 KiB bandwidth, shared memory vs Go TCP stream"},
 	{"tcp_lat", "", "t_typical_us", "µs", "Go TCP 64 B request/response (one-way, median), baseline only"},

@@ -335,23 +335,25 @@ func (d *Device) busyLoop() {
 			seen = d.polls.Load()
 			continue
 		}
-		n := d.busyRead()
+		n, spin := d.busyRead()
 		d.rxMu.Unlock()
-		if n > 0 && d.spinnable(n) {
+		if n > 0 && spin {
 			d.busySpin(seen)
 		}
 	}
 }
 
 // busyRead is the background goroutine's read: a batch of up to busyBatch, its ACKs sent
-// at once, since there is no application thread here to take them along. d.rxMu is held.
-func (d *Device) busyRead() int {
+// at once, since there is no application thread here to take them along. It reports
+// how many datagrams it read and whether they are traffic to spin for (spinnable: the
+// batch is d.rxMsgs, d.rxMu's like the rest). d.rxMu is held.
+func (d *Device) busyRead() (n int, spin bool) {
 	if len(d.acks.owing) > 0 {
 		d.sendDueAcks()
 	}
-	n := d.readNow(d.poller, min(len(d.rxMsgs), busyBatch))
+	n = d.readNow(d.poller, min(len(d.rxMsgs), busyBatch))
 	d.flushAcks()
-	return n
+	return n, n > 0 && d.spinnable(n)
 }
 
 // busySpin keeps reading after a batch the background goroutine took, for as long as
@@ -366,10 +368,10 @@ func (d *Device) busySpin(seen uint32) {
 		if !d.rxMu.TryLock() {
 			return
 		}
-		n := d.busyRead()
+		n, spin := d.busyRead()
 		d.rxMu.Unlock()
 		if n > 0 {
-			if !d.spinnable(n) {
+			if !spin {
 				return // a bulk stream from a socket: its batches pay for the wake-up
 			}
 			start, budget = nanotime(), d.spinBudget()

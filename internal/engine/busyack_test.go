@@ -288,17 +288,28 @@ func TestBusyLoopStaysAsideWhileAPollerReads(t *testing.T) {
 // every batch of busyBatch: each wait armed the same-host rings' sleep flag and cost the
 // sender an eventfd write, and an 8 B WRITE stream to a busy-poll target ran at less than
 // half the rate of one to a default-mode target.
-func TestBusyLoopSpinsThroughAStream(t *testing.T) { retryStalled(t, busyStream) }
+func TestBusyLoopSpinsThroughAStream(t *testing.T) {
+	retryStalled(t, func(t *testing.T) (string, bool) { return busyStream(t, false) })
+}
+
+// TestBusyLoopNoReceiveSpin: on a device whose completions other processes consume
+// (NoReceiveSpin: goverbs serve's), the background goroutine does not spin after a batch
+// but goes back to its wait, a wait per batch: there it would be a third spinner beside
+// the daemon's clients.
+func TestBusyLoopNoReceiveSpin(t *testing.T) { busyStream(t, true) }
 
 // busyStream injects a burst of small WRITEs, many batches' worth, into a busy-poll device
 // nobody polls, and counts the background goroutine's waits until it has read them all;
 // it returns what went wrong, and whether the injection took long enough for the
 // goroutine to find the socket empty meanwhile (the injecting goroutine descheduled).
-func busyStream(t *testing.T) (string, bool) {
+func busyStream(t *testing.T, noSpin bool) (string, bool) {
 	conn := netiotest.NewConn(fuzzLocal)
 	conn.KeepWritten()
 	dev, qp, _, _, _ := busyRC(t, conn)
 	defer dev.Close()
+	if noSpin {
+		dev.NoReceiveSpin()
+	}
 	mr, err := qp.pd.regMR(make([]byte, 4096), driver.AccessLocalWrite|driver.AccessRemoteWrite)
 	must(t, err)
 	time.Sleep(3 * busyIdle) // no polls: the goroutine now waits for traffic
@@ -333,6 +344,12 @@ func busyStream(t *testing.T) (string, bool) {
 	// and at most one more, are the spin's; a wait per batch (busyBatch datagrams)
 	// was the loop's before it spun.
 	waits := dev.busyWaits.Load() - before
+	if noSpin {
+		if waits < n/busyBatch/2 {
+			t.Fatalf("the background goroutine of a NoReceiveSpin device waited %d times for %d batches: it spun", waits, n/busyBatch)
+		}
+		return "", false
+	}
 	idle := uint64(time.Since(start) / busyIdle)
 	if most := 2 + idle; waits > most {
 		return fmt.Sprintf("the background goroutine waited %d times for a burst of %d WRITEs (%d batches), want at most %d",

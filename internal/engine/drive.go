@@ -258,7 +258,8 @@ func (d *Device) takeRx(seen, polled *uint32) bool {
 }
 
 // NoReceiveSpin keeps the default mode's receive goroutine from spinning after a batch
-// (spinRx), for a device whose completions other processes consume: goverbs serve's,
+// (spinRx), and a busy-poll device's background goroutine too (busySpin), for a device
+// whose completions other processes consume: goverbs serve's,
 // whose clients spin on their CQs in shared memory. The spin pays when the program that
 // wants the next packet is in this process and can be told at once; for the daemon it
 // is a third spinner beside two clients, and on a small machine the daemon's own
@@ -346,14 +347,15 @@ func (d *Device) busyLoop() {
 // busyRead is the background goroutine's read: a batch of up to busyBatch, its ACKs sent
 // at once, since there is no application thread here to take them along. It reports
 // how many datagrams it read and whether they are traffic to spin for (spinnable: the
-// batch is d.rxMsgs, d.rxMu's like the rest). d.rxMu is held.
+// batch is d.rxMsgs, d.rxMu's like the rest; never on a device whose completions
+// other processes consume, NoReceiveSpin: goverbs serve's). d.rxMu is held.
 func (d *Device) busyRead() (n int, spin bool) {
 	if len(d.acks.owing) > 0 {
 		d.sendDueAcks()
 	}
 	n = d.readNow(d.poller, min(len(d.rxMsgs), busyBatch))
 	d.flushAcks()
-	return n, n > 0 && d.spinnable(n)
+	return n, n > 0 && !d.noRxSpin.Load() && d.spinnable(n)
 }
 
 // busySpin keeps reading after a batch the background goroutine took, for as long as

@@ -52,27 +52,27 @@ func (w *sendWQE) isReadOrAtomic() bool {
 	return false
 }
 
-// sendQueue is a ring of WQEs with three cursors, all counting up without wrapping:
-// head (oldest not retired), req (next the requester works on), tail (next free). It
-// holds depth WQEs in a ring whose length is the power of two at or above it (ringLen),
-// so that a cursor finds its slot with a mask: at is on every WQE's path several times
-// (the post, the requester, each ACK's walk, the retirement), and a remainder by a
-// length the compiler cannot see is a 64-bit division, tens of cycles each.
-type sendQueue struct {
-	wqes            []sendWQE
-	mask, depth     uint64
-	head, req, tail uint64
+// wqRing is a work queue's ring: depth entries in a ring whose length is the power of
+// two at or above it (ringLen), and cursors that count up without wrapping, head (oldest
+// not retired) and tail (next free). A cursor finds its slot with a mask: at is on every
+// WQE's path several times (the post, the requester, each ACK's walk, the retirement),
+// and a remainder by a length the compiler cannot see is a 64-bit division, tens of
+// cycles each.
+type wqRing[T any] struct {
+	wqes        []T
+	mask, depth uint64
+	head, tail  uint64
 }
 
-func (q *sendQueue) init(depth uint32) {
-	q.wqes = make([]sendWQE, ringLen(depth))
+func (q *wqRing[T]) init(depth uint32) {
+	q.wqes = make([]T, ringLen(depth))
 	q.mask, q.depth = uint64(len(q.wqes)-1), uint64(depth)
 }
 
-func (q *sendQueue) at(i uint64) *sendWQE { return &q.wqes[i&q.mask] }
+func (q *wqRing[T]) at(i uint64) *T { return &q.wqes[i&q.mask] }
 
-// full reports whether the queue holds depth WQEs.
-func (q *sendQueue) full() bool { return q.tail-q.head >= q.depth }
+// full reports whether the queue holds depth entries.
+func (q *wqRing[T]) full() bool { return q.tail-q.head >= q.depth }
 
 // ringLen is the length of a ring for depth entries: the power of two at or above it
 // (0 for none). A ring longer than its depth only has slots never used at once.
@@ -83,25 +83,18 @@ func ringLen(depth uint32) int {
 	return 1 << bits.Len32(depth-1)
 }
 
+// sendQueue is the send queue's ring, with a third cursor between head and tail: req,
+// the next WQE the requester works on.
+type sendQueue struct {
+	wqRing[sendWQE]
+	req uint64
+}
+
 type recvWQE struct {
 	id       uint64
 	sgeStore []driver.SGE
 	local    sgl
 }
 
-// recvQueue is a ring of receive WQEs, laid out as sendQueue's.
-type recvQueue struct {
-	wqes        []recvWQE
-	mask, depth uint64
-	head, tail  uint64
-}
-
-func (q *recvQueue) init(depth uint32) {
-	q.wqes = make([]recvWQE, ringLen(depth))
-	q.mask, q.depth = uint64(len(q.wqes)-1), uint64(depth)
-}
-
-func (q *recvQueue) at(i uint64) *recvWQE { return &q.wqes[i&q.mask] }
-
-// full reports whether the queue holds depth WQEs.
-func (q *recvQueue) full() bool { return q.tail-q.head >= q.depth }
+// recvQueue is a receive queue's ring (a QP's or an SRQ's).
+type recvQueue = wqRing[recvWQE]

@@ -258,7 +258,7 @@ func (d *Device) takeRx(seen, polled *uint32) bool {
 }
 
 // NoReceiveSpin keeps the default mode's receive goroutine from spinning after a batch
-// (spinRx), and a busy-poll device's background goroutine too (busySpin), for a device
+// (spinRx), and a busy-poll device's background goroutine too (busyDrain), for a device
 // whose completions other processes consume: goverbs serve's,
 // whose clients spin on their CQs in shared memory. The spin pays when the program that
 // wants the next packet is in this process and can be told at once; for the daemon it
@@ -336,11 +336,7 @@ func (d *Device) busyLoop() {
 			seen = d.polls.Load()
 			continue
 		}
-		n, spin := d.busyRead()
-		d.rxMu.Unlock()
-		if n > 0 && spin {
-			d.busySpin(seen)
-		}
+		d.busyDrain(seen)
 	}
 }
 
@@ -358,31 +354,32 @@ func (d *Device) busyRead() (n int, spin bool) {
 	return n, n > 0 && !d.noRxSpin.Load() && d.spinnable(n)
 }
 
-// busySpin keeps reading after a batch the background goroutine took, for as long as
-// traffic keeps coming and no poller comes back (spinBudget after the last batch, as the
-// default mode's spinRx, and like it only for spinnable traffic): traffic nobody polls for, a passive target's WRITE stream,
-// would otherwise cost a sleep and a wake-up per batch of busyBatch, and the sender an
-// eventfd write for each (an 8 B WRITE stream to a busy-poll target through the rings
-// ran at 0.9 M/s, to a default-mode one at 2.3).
-func (d *Device) busySpin(seen uint32) {
+// busyDrain reads a batch, and keeps reading while traffic keeps coming and no poller
+// comes back: for spinBudget after the last batch, and only for spinnable traffic, as the
+// default mode's spinRx. Traffic nobody polls for (a passive target's WRITE stream) would
+// otherwise cost a sleep and a wake-up per batch of busyBatch, and the sender an eventfd
+// write for each (an 8 B WRITE stream to a busy-poll target through the rings ran at 0.9
+// M/s, to a default-mode one at 2.3). d.rxMu is held on entry and released on return.
+func (d *Device) busyDrain(seen uint32) {
+	n, spin := d.busyRead()
+	d.rxMu.Unlock()
+	if n == 0 || !spin {
+		return
+	}
 	start, budget := nanotime(), d.spinBudget()
-	for !d.closed.Load() && d.polls.Load() == seen {
-		if !d.rxMu.TryLock() {
-			return
-		}
-		n, spin := d.busyRead()
+	for !d.closed.Load() && d.polls.Load() == seen && d.rxMu.TryLock() {
+		n, spin = d.busyRead()
 		d.rxMu.Unlock()
-		if n > 0 {
-			if !spin {
-				return // a bulk stream from a socket: its batches pay for the wake-up
-			}
+		switch {
+		case n > 0 && !spin:
+			return // a bulk stream from a socket: its batches pay for the wake-up
+		case n > 0:
 			start, budget = nanotime(), d.spinBudget()
-			continue
-		}
-		if nanotime()-start > budget {
+		case nanotime()-start > budget:
 			return
+		default:
+			runtime.Gosched()
 		}
-		runtime.Gosched()
 	}
 }
 

@@ -81,12 +81,13 @@ func (b *bandwidth) send(ctx context.Context, size int) (bwRow, int, error) {
 					l[k].ID = uint64(id)
 					l[k].Flags &^= verbs.SendSignaled
 					toSig[i]--
-					if toSig[i] == 0 || !duration && id == iters-1 {
+					sig := toSig[i] == 0
+					if sig {
+						toSig[i] = cqMod
+					}
+					if sig || !duration && id == iters-1 {
 						l[k].Flags |= verbs.SendSignaled
 						lastSig[i] = id
-					}
-					if toSig[i] == 0 {
-						toSig[i] = cqMod
 					}
 				}
 				if err := b.res.qps[i].PostSend(l...); err != nil {

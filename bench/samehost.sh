@@ -23,6 +23,8 @@
 #   shm_write_bw       vs write_bw        RC WRITE 64 KiB bandwidth, shm vs UDP
 #   shm_write_bw_8     vs write_bw_8      RC WRITE 8 B message rate, shm vs UDP
 #   shm_write_bw_8_busy vs write_bw_8_busy the same with --busy-poll on both sides
+#   shm_write_bw_8(_busy) vs udp_rate     the same rates vs Go's 8 B UDP datagrams, one
+#                                         write each, delivered (what a Go user would send)
 #   shm_send_lat_busy  vs tcp_lat_busy_8  the same busy-poll latency vs Go's TCP 8 B
 #                                         ping-pong, spinning (what a Go user would use)
 #   shm_write_bw       vs tcp_bw          the same bandwidth vs a Go TCP stream of
@@ -62,8 +64,9 @@ run[shm_write_bw_8_busy]="$shm $g write_bw --bind $S --json --busy-poll -- $shm 
 run[write_bw_8_busy]="$udp $g write_bw --bind $S --json --busy-poll -- $udp $g write_bw --bind $C -s 8 -D $D --json --busy-poll $S"
 run[tcp_lat_busy_8]="$n tcp_lat --bind $S -s 8 --busy-poll -- $n tcp_lat --bind $C -s 8 -n $N --busy-poll $S"
 run[tcp_bw]="$n tcp_bw --bind $S -- $n tcp_bw --bind $C -s 65536 -D $D $S"
+run[udp_rate]="$n udp_rate --bind $S -- $n udp_rate --bind $C -s 8 -D $D $S"
 order=(shm_send_lat_busy shm_lat send_lat_busy shm_send_lat_ev unix_lat send_lat_ev shm_write_bw write_bw
-  shm_write_bw_8 write_bw_8 shm_write_bw_8_busy write_bw_8_busy tcp_lat_busy_8 tcp_bw)
+  shm_write_bw_8 write_bw_8 shm_write_bw_8_busy write_bw_8_busy udp_rate tcp_lat_busy_8 tcp_bw)
 # The rounds, then each pair once more under perf stat (bench/lib.sh's run_pairs; COUNT=0
 # skips that): the rings' figures beside the system calls per message they save, which a
 # machine prices (docs/guide/same-host.md, "Figures").

@@ -58,6 +58,8 @@ var comparisons = []struct{ run, base, key, unit, what string }{
 	{"shm_write_bw", "write_bw", "bw_avg_mib_s", "MiB/s", "Same host: RC WRITE 64 KiB bandwidth, shared memory vs goverbs over UDP"},
 	{"shm_write_bw_8", "write_bw_8", "msg_rate_mpps", "M/s", "Same host: RC WRITE 8 B message rate, shared memory vs goverbs over UDP"},
 	{"shm_write_bw_8_busy", "write_bw_8_busy", "msg_rate_mpps", "M/s", "Same host: RC WRITE 8 B message rate, busy-poll, shared memory vs goverbs over UDP"},
+	{"shm_write_bw_8", "udp_rate", "msg_rate_mpps", "M/s", "Same host: RC WRITE 8 B message rate, shared memory, vs Go UDP 8 B datagrams (one write each, delivered)"},
+	{"shm_write_bw_8_busy", "udp_rate", "msg_rate_mpps", "M/s", "Same host: RC WRITE 8 B message rate, busy-poll, shared memory, vs Go UDP 8 B datagrams"},
 	{"shm_send_lat_busy", "tcp_lat_busy_8", "t_typical_us", "µs", "Same host: RC SEND 8 B latency, busy-poll, shared memory vs Go TCP 8 B ping-pong, spinning"},
 	{"shm_write_bw", "tcp_bw", "bw_avg_mib_s", "MiB/s", "Same host: RC WRITE 64 KiB bandwidth, shared memory vs Go TCP stream"},
 	{"tcp_lat", "", "t_typical_us", "µs", "Go TCP 64 B request/response (one-way, median), baseline only"},

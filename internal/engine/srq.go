@@ -97,7 +97,7 @@ func (s *SRQ) PostRecv(wrs []driver.RecvWR) error {
 func (s *SRQ) Arm(limit uint32) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if uint64(limit) >= s.ring.depth {
+	if limit >= uint32(len(s.ring.wqes)) {
 		return ErrSRQLimit
 	}
 	s.limit = limit
@@ -108,7 +108,7 @@ func (s *SRQ) Arm(limit uint32) error {
 func (s *SRQ) Query() driver.SRQAttr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return driver.SRQAttr{MaxWR: uint32(s.ring.depth), MaxSGE: uint32(s.maxSGE), SRQLimit: s.limit}
+	return driver.SRQAttr{MaxWR: uint32(len(s.ring.wqes)), MaxSGE: uint32(s.maxSGE), SRQLimit: s.limit}
 }
 
 // Len returns the number of posted WQEs not yet consumed.

@@ -6,36 +6,35 @@ import (
 	"github.com/goverbs/goverbs/wire"
 )
 
-// TestRingLen: a queue's ring is the power of two at or above its depth, so that its
-// cursors find their slots with a mask (sendQueue), and a full queue is full at its depth,
-// not at the ring's length.
-func TestRingLen(t *testing.T) {
-	for _, c := range []struct{ depth, want uint32 }{{0, 0}, {1, 1}, {2, 2}, {3, 4}, {100, 128}, {128, 128}, {129, 256}, {MaxQPWR - 1, MaxQPWR}, {MaxQPWR, MaxQPWR}} {
-		if got := ringLen(c.depth); got != int(c.want) {
-			t.Errorf("ringLen(%d) = %d, want %d", c.depth, got, c.want)
+// TestWQRing: a queue of any depth holds that many WQEs in distinct slots and is full
+// then; its cursors count on without wrapping, and the slots cycle with the depth, found
+// by a mask for a power of two and by a remainder otherwise.
+func TestWQRing(t *testing.T) {
+	for _, depth := range []uint32{1, 3, 100, 128, MaxQPWR} {
+		var q sendQueue
+		q.init(depth)
+		if pow2 := depth&(depth-1) == 0; q.pow2 != pow2 {
+			t.Errorf("depth %d: pow2 %v", depth, q.pow2)
 		}
-	}
-	var q sendQueue
-	q.init(100)
-	seen := map[*sendWQE]bool{}
-	for i := uint64(0); i < 100; i++ {
-		if q.full() {
-			t.Fatalf("full with %d of 100 WQEs", i)
+		seen := map[*sendWQE]bool{}
+		for i := uint32(0); i < depth; i++ {
+			if q.full() {
+				t.Fatalf("depth %d: full with %d WQEs", depth, i)
+			}
+			w := q.at(q.tail)
+			if seen[w] {
+				t.Fatalf("depth %d: slot of WQE %d reused while the queue holds it", depth, i)
+			}
+			seen[w] = true
+			q.tail++
 		}
-		w := q.at(q.tail)
-		if seen[w] {
-			t.Fatalf("slot of WQE %d reused while the queue holds it", i)
+		if !q.full() {
+			t.Fatalf("depth %d: not full", depth)
 		}
-		seen[w] = true
-		q.tail++
-	}
-	if !q.full() {
-		t.Fatal("not full at its depth")
-	}
-	// The cursors count on without wrapping; the slots cycle through the ring.
-	q.head, q.tail = 1<<40+5, 1<<40+5+100
-	if !q.full() || q.at(q.head) != q.at(q.head+128) {
-		t.Fatal("cursors far along: wrong fullness or slot")
+		q.head, q.tail = 1<<40+5, 1<<40+5+uint64(depth)
+		if !q.full() || q.at(q.head) != q.at(q.head+uint64(depth)) || depth > 1 && q.at(q.head) == q.at(q.head+1) {
+			t.Fatalf("depth %d: cursors far along: wrong fullness or slot", depth)
+		}
 	}
 }
 

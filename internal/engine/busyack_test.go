@@ -160,7 +160,7 @@ func ackOf(qpn uint32, psn wire.PSN, msn uint32) netio.Message {
 }
 
 func peerPacket(h *wire.Headers, payload int) netio.Message {
-	b := make([]byte, 128)
+	b := make([]byte, 128+payload)
 	hl := h.Encode(b)
 	n := wire.Finish(b, hl, payload)
 	ip := wire.IPHeader{Src: fuzzPeer.Addr(), Dst: fuzzLocal.Addr(), SrcPort: fuzzPeer.Port(), DstPort: fuzzLocal.Port(), DF: true}
@@ -289,20 +289,25 @@ func TestBusyLoopStaysAsideWhileAPollerReads(t *testing.T) {
 // sender an eventfd write, and an 8 B WRITE stream to a busy-poll target ran at less than
 // half the rate of one to a default-mode target.
 func TestBusyLoopSpinsThroughAStream(t *testing.T) {
-	retryStalled(t, func(t *testing.T) (string, bool) { return busyStream(t, false) })
+	retryStalled(t, func(t *testing.T) (string, bool) { return busyStream(t, false, 8) })
 }
 
 // TestBusyLoopNoReceiveSpin: on a device whose completions other processes consume
 // (NoReceiveSpin: goverbs serve's), the background goroutine does not spin after a batch
 // but goes back to its wait, a wait per batch: there it would be a third spinner beside
 // the daemon's clients.
-func TestBusyLoopNoReceiveSpin(t *testing.T) { busyStream(t, true) }
+func TestBusyLoopNoReceiveSpin(t *testing.T) { busyStream(t, true, 8) }
+
+// TestBusyLoopBulkDoesNotSpin: full-MTU packets are not spun for either, even from the
+// same-host rings (which the default mode's spinRx spins for): a batch of them pays for
+// its wake-up, and the spin made a bulk stream slower (busyRead).
+func TestBusyLoopBulkDoesNotSpin(t *testing.T) { busyStream(t, false, 1024) }
 
 // busyStream injects a burst of small WRITEs, many batches' worth, into a busy-poll device
 // nobody polls, and counts the background goroutine's waits until it has read them all;
 // it returns what went wrong, and whether the injection took long enough for the
 // goroutine to find the socket empty meanwhile (the injecting goroutine descheduled).
-func busyStream(t *testing.T, noSpin bool) (string, bool) {
+func busyStream(t *testing.T, noSpin bool, size int) (string, bool) {
 	conn := netiotest.NewConn(fuzzLocal)
 	conn.KeepWritten()
 	dev, qp, _, _, _ := busyRC(t, conn)
@@ -310,17 +315,18 @@ func busyStream(t *testing.T, noSpin bool) (string, bool) {
 	if noSpin {
 		dev.NoReceiveSpin()
 	}
-	mr, err := qp.pd.regMR(make([]byte, 4096), driver.AccessLocalWrite|driver.AccessRemoteWrite)
+	dev.rings = fakeRings(true) // every batch counts as read from the same-host rings
+	const n = 8 * busyBatch
+	mr, err := qp.pd.regMR(make([]byte, n*size), driver.AccessLocalWrite|driver.AccessRemoteWrite)
 	must(t, err)
 	time.Sleep(3 * busyIdle) // no polls: the goroutine now waits for traffic
 
-	const n = 8 * busyBatch
 	msgs := make([]netio.Message, n)
 	for i := range msgs {
 		h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCWriteOnly, PKey: 0xffff, DestQP: qp.QPN(),
 			PSN: wire.PSN(i), AckReq: i == n-1},
-			RETH: wire.RETHFields{VA: mr.Addr() + uint64(i)*8, RKey: mr.RKey(), DMALen: 8}}
-		msgs[i] = peerPacket(&h, 8)
+			RETH: wire.RETHFields{VA: mr.Addr() + uint64(i*size), RKey: mr.RKey(), DMALen: uint32(size)}}
+		msgs[i] = peerPacket(&h, size)
 	}
 	before := dev.busyWaits.Load()
 	start := time.Now()
@@ -344,9 +350,10 @@ func busyStream(t *testing.T, noSpin bool) (string, bool) {
 	// and at most one more, are the spin's; a wait per batch (busyBatch datagrams)
 	// was the loop's before it spun.
 	waits := dev.busyWaits.Load() - before
-	if noSpin {
+	if noSpin || size > smallPacket {
 		if waits < n/busyBatch/2 {
-			t.Fatalf("the background goroutine of a NoReceiveSpin device waited %d times for %d batches: it spun", waits, n/busyBatch)
+			t.Fatalf("the background goroutine waited %d times for %d batches of %d-byte WRITEs (NoReceiveSpin %v): it spun",
+				waits, n/busyBatch, size, noSpin)
 		}
 		return "", false
 	}

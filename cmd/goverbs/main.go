@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 
@@ -102,9 +103,38 @@ func usage(w io.Writer) {
 }
 
 func main() {
+	stop := startProfile(os.Getenv("GOVERBS_CPUPROFILE"))
 	status := run(os.Args[1:])
+	stop()
 	netio.TraceReport(os.Stderr) // a goverbs_trace build only: where the latency went
 	os.Exit(status)
+}
+
+// startProfile writes a CPU profile of the command to path (GOVERBS_CPUPROFILE), as
+// go test's -cpuprofile does, for `go tool pprof` and for the profile-guided build
+// (default.pgo, made by bench/pgo.sh from such profiles). It returns the function that
+// ends it; with no path it does nothing. A profile that cannot start is one line on
+// stderr, and the command runs without it.
+func startProfile(path string) (stop func()) {
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		if err = pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "goverbs: GOVERBS_CPUPROFILE: %v\n", err)
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			fmt.Fprintf(os.Stderr, "goverbs: GOVERBS_CPUPROFILE: %v\n", err)
+		}
+	}
 }
 
 // run executes one command line and returns the process exit status. Every failure is

@@ -25,7 +25,10 @@
 #
 # Environment: BENCH (default BenchmarkRCSendPingPong8InMemory), PKG (./verbs), ITERS
 # (10000), TOP (20), GOVERBS_SHM (0: the UDP path's engine work through netiotest's pipe,
-# as bench/inproc.sh). Needs valgrind (apt-get install valgrind).
+# as bench/inproc.sh), CACHE (1: simulate a 32 KiB 8-way L1i and L1d, Zen 3's, and print
+# the L1i and L1d misses per iteration beside the instructions; bench/icache.sh does the
+# same for one process of a two-process busy-poll round trip). Needs valgrind
+# (apt-get install valgrind).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -gt 0 ] || { echo "usage: bench/instr.sh REV..." >&2; exit 2; }
@@ -44,11 +47,16 @@ git worktree add -q --detach "$work/src" "${revs[0]}"
 
 # count N: the instructions of one run of the test binary with N iterations; its
 # cachegrind file stays as $work/cg-N.out.
+sim=(--cache-sim=no)
+[ "${CACHE:-0}" = 1 ] && sim=(--cache-sim=yes --I1=32768,8,64 --D1=32768,8,64 --LL=524288,8,64)
 count() {
-	valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file="$work/cg-$1.out" \
+	valgrind --tool=cachegrind "${sim[@]}" --cachegrind-out-file="$work/cg-$1.out" \
 		"$work/b.test" -test.run '^$' -test.bench "^$bench\$" -test.benchtime "$1x" -test.cpu 1 \
-		2>&1 >/dev/null | awk '/I *refs:/ {gsub(",", "", $NF); print $NF}'
+		2>"$work/cg-$1.err" >/dev/null
+	awk '/I *refs:/ {gsub(",", "", $NF); print $NF}' "$work/cg-$1.err"
 }
+# misses N WHAT: the run's total WHAT ("I1  misses", "D1  misses"), with CACHE=1.
+misses() { awk -v k="$2" 'index($0, k) { v = $4; gsub(",", "", v); print v; exit }' "$work/cg-$1.err"; }
 
 printf '%-12s %s\n' revision "instructions per iteration of $bench"
 for rev in "${revs[@]}"; do
@@ -60,7 +68,14 @@ for rev in "${revs[@]}"; do
 	b=$(count $((3 * iters)))
 	cd - >/dev/null
 	short=$(git rev-parse --short "$rev")
-	awk -v a="$a" -v b="$b" -v n=$((2 * iters)) -v r="$short" 'BEGIN { printf "%-12s %.0f\n", r, (b - a) / n }'
+	if [ "${CACHE:-0}" = 1 ]; then
+		awk -v a="$a" -v b="$b" -v n=$((2 * iters)) -v r="$short" \
+			-v i0="$(misses "$iters" "I1  misses")" -v i1="$(misses $((3 * iters)) "I1  misses")" \
+			-v d0="$(misses "$iters" "D1  misses")" -v d1="$(misses $((3 * iters)) "D1  misses")" \
+			'BEGIN { printf "%-12s %.0f  (L1i misses %.0f, L1d misses %.0f)\n", r, (b - a) / n, (i1 - i0) / n, (d1 - d0) / n }'
+	else
+		awk -v a="$a" -v b="$b" -v n=$((2 * iters)) -v r="$short" 'BEGIN { printf "%-12s %.0f\n", r, (b - a) / n }'
+	fi
 	cg_diff "$work/cg-$iters.out" "$work/cg-$((3 * iters)).out" >"$work/diff-$short.out" 2>/dev/null
 	cg_annotate --show-percs=no "$work/diff-$short.out" 2>/dev/null |
 		awk -v n=$((2 * iters)) -v top="$top" '

@@ -1,4 +1,4 @@
-# Sourced by bench/samehostab.sh and bench/daemonab.sh, the A/B scripts.
+# Sourced by bench/samehostab.sh, bench/daemonab.sh and bench/pgoab.sh, the A/B scripts.
 #
 # ab_build WORK BUILD REV...: each revision checked out in a worktree under WORK
 # (src-NAME; the caller removes them) and built there by the command BUILD, given
@@ -35,4 +35,29 @@ ab_medians() {
 				printf "%-9s median %.3f  (sorted:%s)\n", m, med, s
 			}' "$rows"
 	done
+}
+
+# ab_perf BIN WHAT SERVER-ARGS -- CLIENT-ARGS: one goverbs perftest server/client pair,
+# the server on $S and the client on $C (the caller's addresses, with GOVERBS_SHM as the
+# caller's environment has it); prints the client's figure: bw_avg_mib_s (WHAT bw),
+# msg_rate_mpps (rate) or t_typical_us (anything else). The server's pid is in srv while
+# it runs, for the caller's cleanup.
+ab_perf() {
+	local b=$1 what=$2
+	shift 2
+	local sargs=()
+	while [ "$1" != "--" ]; do sargs+=("$1"); shift; done
+	shift
+	"$b" "${sargs[@]}" --bind $S --json >/dev/null 2>&1 &
+	srv=$!
+	sleep 0.3
+	local row
+	row=$("$b" "$@" --bind $C --json $S 2>/dev/null | tail -1)
+	wait "$srv" || true
+	srv=
+	case $what in
+	bw) sed -n 's/.*"bw_avg_mib_s":\([0-9.e+]*\).*/\1/p' <<<"$row" ;;
+	rate) sed -n 's/.*"msg_rate_mpps":\([0-9.e+]*\).*/\1/p' <<<"$row" ;;
+	*) sed -n 's/.*"t_typical_us":\([0-9.e+]*\).*/\1/p' <<<"$row" ;;
+	esac
 }

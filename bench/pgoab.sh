@@ -34,28 +34,6 @@ names=(nopgo pgo)
 mkdir -m 700 "$work/run"
 export XDG_RUNTIME_DIR=$work/run
 
-# run BIN SHM NAME SERVER-ARGS -- CLIENT-ARGS: one perftest server/client pair; prints
-# the client's figure (bw_avg_mib_s, msg_rate_mpps or t_typical_us, by NAME).
-run() {
-	local b=$1 shm=$2 what=$3
-	shift 3
-	local sargs=()
-	while [ "$1" != "--" ]; do sargs+=("$1"); shift; done
-	shift
-	GOVERBS_SHM=$shm "$b" "${sargs[@]}" --bind $S --json >/dev/null 2>&1 &
-	srv=$!
-	sleep 0.3
-	local row
-	row=$(GOVERBS_SHM=$shm "$b" "$@" --bind $C --json $S 2>/dev/null | tail -1)
-	wait "$srv" || true
-	srv=
-	case $what in
-	bw) sed -n 's/.*"bw_avg_mib_s":\([0-9.e+]*\).*/\1/p' <<<"$row" ;;
-	rate) sed -n 's/.*"msg_rate_mpps":\([0-9.e+]*\).*/\1/p' <<<"$row" ;;
-	*) sed -n 's/.*"t_typical_us":\([0-9.e+]*\).*/\1/p' <<<"$row" ;;
-	esac
-}
-
 # rs BIN FIELD ARGS...: one rstream pair through the rings; prints the client's FIELD-th
 # column (7: Gb/s, NF: the average request/response µs).
 rs() {
@@ -75,13 +53,13 @@ for r in $(seq "$R"); do
 	[ $((r % 2)) = 0 ] && order=("${names[1]}" "${names[0]}")
 	for v in "${order[@]}"; do
 		b=$work/$v
-		echo "$r $v bw64k $(run "$b" 1 bw write_bw -- write_bw -s 65536 -D "$D")" | tee -a "$rows"
-		echo "$r $v rate8 $(run "$b" 1 rate write_bw -- write_bw -s 8 -D "$D")" | tee -a "$rows"
-		echo "$r $v rate8_busy $(run "$b" 1 rate write_bw --busy-poll -- write_bw -s 8 -D "$D" --busy-poll)" | tee -a "$rows"
-		echo "$r $v lat_busy $(run "$b" 1 lat send_lat -s 8 -n "$N" --busy-poll -- send_lat -s 8 -n "$N" --busy-poll)" | tee -a "$rows"
-		echo "$r $v lat_e $(run "$b" 1 lat send_lat -s 8 -n "$N" -e -- send_lat -s 8 -n "$N" -e)" | tee -a "$rows"
-		echo "$r $v udp_bw64k $(run "$b" 0 bw write_bw -- write_bw -s 65536 -D "$D")" | tee -a "$rows"
-		echo "$r $v udp_lat_busy $(run "$b" 0 lat send_lat -s 8 -n "$N" --busy-poll -- send_lat -s 8 -n "$N" --busy-poll)" | tee -a "$rows"
+		echo "$r $v bw64k $(GOVERBS_SHM=1 ab_perf "$b" bw write_bw -- write_bw -s 65536 -D "$D")" | tee -a "$rows"
+		echo "$r $v rate8 $(GOVERBS_SHM=1 ab_perf "$b" rate write_bw -- write_bw -s 8 -D "$D")" | tee -a "$rows"
+		echo "$r $v rate8_busy $(GOVERBS_SHM=1 ab_perf "$b" rate write_bw --busy-poll -- write_bw -s 8 -D "$D" --busy-poll)" | tee -a "$rows"
+		echo "$r $v lat_busy $(GOVERBS_SHM=1 ab_perf "$b" lat send_lat -s 8 -n "$N" --busy-poll -- send_lat -s 8 -n "$N" --busy-poll)" | tee -a "$rows"
+		echo "$r $v lat_e $(GOVERBS_SHM=1 ab_perf "$b" lat send_lat -s 8 -n "$N" -e -- send_lat -s 8 -n "$N" -e)" | tee -a "$rows"
+		echo "$r $v udp_bw64k $(GOVERBS_SHM=0 ab_perf "$b" bw write_bw -- write_bw -s 65536 -D "$D")" | tee -a "$rows"
+		echo "$r $v udp_lat_busy $(GOVERBS_SHM=0 ab_perf "$b" lat send_lat -s 8 -n "$N" --busy-poll -- send_lat -s 8 -n "$N" --busy-poll)" | tee -a "$rows"
 		echo "$r $v rs_stream $(rs "$b" 7 -S 65536 -C 4000 -I 1)" | tee -a "$rows"
 		echo "$r $v rs_rr $(rs "$b" NF -S 64 -C 1 -I 20000)" | tee -a "$rows"
 	done

@@ -30,38 +30,16 @@ go_build() { go build -o "$1" ./cmd/goverbs; }
 ab_build "$work" go_build "$@"
 export GOVERBS_SHM=1
 
-# run BIN NAME SERVER-ARGS -- CLIENT-ARGS: one server/client pair; prints the client's
-# figure (bw_avg_mib_s, msg_rate_mpps or t_typical_us, by NAME).
-run() {
-	local b=$1 what=$2
-	shift 2
-	local sargs=()
-	while [ "$1" != "--" ]; do sargs+=("$1"); shift; done
-	shift
-	"$b" "${sargs[@]}" --bind $S --json >/dev/null 2>&1 &
-	srv=$!
-	sleep 0.3
-	local row
-	row=$("$b" "$@" --bind $C --json $S 2>/dev/null | tail -1)
-	wait "$srv" || true
-	srv=
-	case $what in
-	bw) sed -n 's/.*"bw_avg_mib_s":\([0-9.e+]*\).*/\1/p' <<<"$row" ;;
-	rate) sed -n 's/.*"msg_rate_mpps":\([0-9.e+]*\).*/\1/p' <<<"$row" ;;
-	*) sed -n 's/.*"t_typical_us":\([0-9.e+]*\).*/\1/p' <<<"$row" ;;
-	esac
-}
-
 rows=$work/rows
 for r in $(seq "$R"); do
 	order=("${names[@]}")
 	[ $((r % 2)) = 0 ] && order=("${names[1]}" "${names[0]}")
 	for v in "${order[@]}"; do
 		b=$work/$v
-		echo "$r $v bw64k $(run "$b" bw write_bw -- write_bw -s 65536 -D "$D")" | tee -a "$rows"
-		echo "$r $v rate8 $(run "$b" rate write_bw -- write_bw -s 8 -D "$D")" | tee -a "$rows"
-		echo "$r $v lat_busy $(run "$b" lat send_lat -s 8 -n "$N" --busy-poll -- send_lat -s 8 -n "$N" --busy-poll)" | tee -a "$rows"
-		echo "$r $v lat_e $(run "$b" lat send_lat -s 8 -n "$N" -e -- send_lat -s 8 -n "$N" -e)" | tee -a "$rows"
+		echo "$r $v bw64k $(ab_perf "$b" bw write_bw -- write_bw -s 65536 -D "$D")" | tee -a "$rows"
+		echo "$r $v rate8 $(ab_perf "$b" rate write_bw -- write_bw -s 8 -D "$D")" | tee -a "$rows"
+		echo "$r $v lat_busy $(ab_perf "$b" lat send_lat -s 8 -n "$N" --busy-poll -- send_lat -s 8 -n "$N" --busy-poll)" | tee -a "$rows"
+		echo "$r $v lat_e $(ab_perf "$b" lat send_lat -s 8 -n "$N" -e -- send_lat -s 8 -n "$N" -e)" | tee -a "$rows"
 	done
 done
 

@@ -61,3 +61,9 @@ ab_perf() {
 	*) sed -n 's/.*"t_typical_us":\([0-9.e+]*\).*/\1/p' <<<"$row" ;;
 	esac
 }
+
+# ab_order ROUND: the revisions' names (names[]) in ROUND's order, as given in odd rounds
+# and reversed in even ones (whatever runs second gains from it).
+ab_order() {
+	if [ $(($1 % 2)) = 1 ]; then echo "${names[0]} ${names[1]}"; else echo "${names[1]} ${names[0]}"; fi
+}

@@ -32,9 +32,7 @@ export GOVERBS_SHM=1
 
 rows=$work/rows
 for r in $(seq "$R"); do
-	order=("${names[@]}")
-	[ $((r % 2)) = 0 ] && order=("${names[1]}" "${names[0]}")
-	for v in "${order[@]}"; do
+	for v in $(ab_order "$r"); do
 		b=$work/$v
 		echo "$r $v bw64k $(ab_perf "$b" bw write_bw -- write_bw -s 65536 -D "$D")" | tee -a "$rows"
 		echo "$r $v rate8 $(ab_perf "$b" rate write_bw -- write_bw -s 8 -D "$D")" | tee -a "$rows"

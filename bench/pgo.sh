@@ -48,11 +48,15 @@ pair() {
 	shift
 	cargs=("$@")
 	i=$((i + 1))
-	env "${env[@]}" GOVERBS_CPUPROFILE="$work/$i-s.prof" "$g" "${sargs[@]}" >/dev/null 2>&1 &
+	env "${env[@]}" GOVERBS_CPUPROFILE="$work/$i-s.prof" "$g" "${sargs[@]}" >"$work/srv.out" 2>&1 &
 	local spid=$!
 	sleep 0.3
-	env "${env[@]}" GOVERBS_CPUPROFILE="$work/$i-c.prof" "$g" "${cargs[@]}" >/dev/null
-	wait "$spid"
+	if ! env "${env[@]}" GOVERBS_CPUPROFILE="$work/$i-c.prof" "$g" "${cargs[@]}" >"$work/cli.out" 2>&1 || ! wait "$spid"; then
+		kill "$spid" 2>/dev/null || true
+		echo "bench/pgo.sh: ${env[*]} ${cargs[*]} failed:" >&2
+		cat "$work/cli.out" "$work/srv.out" >&2
+		exit 1
+	fi
 }
 
 for shm in 1 0; do

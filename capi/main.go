@@ -7,7 +7,8 @@
 // The C entry points (the ibv_* functions, with rdma-core's prototypes and symbol
 // versions) are in the .c files beside this one; they own the C objects a program
 // holds and call the Go functions exported here, which drive package verbs. Every Go
-// object a C object stands for is kept in a cgo.Handle stored in the C object.
+// object a C object stands for is kept in a table of handles (internal/handles), its
+// number stored in the C object.
 //
 // The build tag keeps this package out of `go build ./...`: it needs libibverbs-dev's
 // headers, which a machine building the Go module does not have to have.
@@ -24,9 +25,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime/cgo"
 	"syscall"
+	"unsafe"
 
+	"github.com/goverbs/goverbs/internal/handles"
 	"github.com/goverbs/goverbs/verbs"
 	_ "github.com/goverbs/goverbs/verbs/soft/xdp" // GOVERBS_DEVICES entries "NAME=ADDR@xdp:IFACE/Q"
 )
@@ -71,18 +73,23 @@ func logErr(verb string, err error) C.int {
 	return errno(err)
 }
 
-// handle returns the Go object behind h, or nil when h is zero or holds another type.
+// objects holds the Go objects the C objects stand for. A handle is 64 bits (a slot and
+// its generation); the C objects keep it in a uintptr_t, which this library's platforms
+// (64-bit Linux) make as wide.
+var objects handles.Table
+
+// The build fails where a uintptr_t cannot hold a handle.
+const _ = uint(unsafe.Sizeof(uintptr(0)) - 8)
+
+// handle returns the Go object behind h, or the zero T when h is zero, names no live
+// object (one the program destroyed) or one of another type.
 func handle[T any](h C.uintptr_t) T {
-	var zero T
-	if h == 0 {
-		return zero
-	}
-	v, _ := cgo.Handle(h).Value().(T)
+	v, _ := objects.Get(uint64(h)).(T)
 	return v
 }
 
 // newHandle stores v for the C side.
-func newHandle(v any) C.uintptr_t { return C.uintptr_t(cgo.NewHandle(v)) }
+func newHandle(v any) C.uintptr_t { return C.uintptr_t(objects.New(v)) }
 
 // closeHandle closes the object behind h (ibv_dereg_mr, ibv_dealloc_mw, ibv_destroy_ah)
 // and only then forgets the handle, as the C side frees its struct only on success. An
@@ -92,7 +99,7 @@ func closeHandle[T interface{ Close() error }](h C.uintptr_t, verb string) C.int
 	if h == 0 {
 		return C.EINVAL
 	}
-	v, ok := cgo.Handle(h).Value().(T)
+	v, ok := objects.Get(uint64(h)).(T)
 	if !ok {
 		return C.EINVAL
 	}
@@ -105,7 +112,5 @@ func closeHandle[T interface{ Close() error }](h C.uintptr_t, verb string) C.int
 
 // dropHandle forgets a handle the C side is about to free.
 func dropHandle(h C.uintptr_t) {
-	if h != 0 {
-		cgo.Handle(h).Delete()
-	}
+	objects.Delete(uint64(h))
 }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# bench/daemonab.sh OLD NEW: two devices of one `goverbs serve` at two revisions, in
+# bench/daemonab.sh OLD NEW: the C drop-in at two revisions (by default two devices of one
+# `goverbs serve`, FLAVOUR=attach; FLAVOUR=inprocess below), in
 # interleaved rounds (the order alternating), with unmodified C programs as its clients:
 # what a change did to the daemon's path between its devices (the same-host rings inside
 # one process, docs/guide/same-host.md), measured in one run so that the machine's mood
@@ -14,15 +15,21 @@
 #     MB/s;
 #   - wb8: the same at 8 bytes, its message rate in Mpps;
 #   - iperf3: iperf3 -t $DURATION under librspreload.so, the receiver's Gb/s.
+# FLAVOUR=inprocess builds the in-process drop-in instead (capi/build.sh: the engine in
+# each C program, no daemon), for a change to the Go side of the C ABI (capi/*.go), with
+# two devices s0 and c0 in two programs, through the same-host rings; it adds
+#   - lat: Debian's ib_send_lat -s 8 -n $ITERS, its typical one-way µs (below 1 is
+#     better).
 # It prints every run, then per measurement each round's NEW ÷ OLD and their median
-# (above 1 is better). Environment: ROUNDS=6, DURATION=3, RSPRELOAD (librspreload.so's
+# (above 1 is better, but for lat). Environment: ROUNDS=6, DURATION=3, ITERS=20000,
+# FLAVOUR (attach; inprocess), RSPRELOAD (librspreload.so's
 # path). Needs gcc, rdma-core's headers, perftest, rdmacm-utils and iperf3 (.ci/run
 # installs them); a measurement whose program is missing is left out. Run it alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/ab.sh
 [ $# -eq 2 ] || { echo "usage: bench/daemonab.sh OLD NEW" >&2; exit 2; }
-R=${ROUNDS:-6} D=${DURATION:-3}
+R=${ROUNDS:-6} D=${DURATION:-3} N=${ITERS:-20000} FLAVOUR=${FLAVOUR:-attach}
 pre=${RSPRELOAD:-/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so}
 S=127.52.0.2 C=127.52.0.3
 work=$(mktemp -d)
@@ -38,24 +45,39 @@ cleanup() {
 	rm -rf "$work"
 }
 trap cleanup EXIT
-capi_build() { bash capi/build.sh -attach "$1" >/dev/null; }
+case $FLAVOUR in
+attach) capi_build() { bash capi/build.sh -attach "$1" >/dev/null; } ;;
+inprocess) capi_build() { bash capi/build.sh "$1" >/dev/null; } ;;
+*) echo "daemonab.sh: FLAVOUR is attach or inprocess" >&2; exit 2 ;;
+esac
 ab_build "$work" capi_build "$@"
 ms=()
+[ "$FLAVOUR" = inprocess ] && command -v ib_send_lat >/dev/null && ms+=(lat)
 command -v ib_write_bw >/dev/null && ms+=(wb64k wb8)
-command -v iperf3 >/dev/null && [ -e "$pre" ] && ms+=(iperf3)
+[ "$FLAVOUR" = attach ] && command -v iperf3 >/dev/null && [ -e "$pre" ] && ms+=(iperf3)
 [ ${#ms[@]} -gt 0 ] || { echo "daemonab.sh: neither ib_write_bw nor iperf3 with librspreload here" >&2; exit 1; }
 
-# measure LIB WHAT: one run of WHAT between the daemon's two devices, with LIB's daemon
-# and libraries; prints its figure (nothing if it failed).
+# measure LIB WHAT: one run of WHAT between the two devices (the daemon's, with LIB's
+# daemon; or each program's own), with LIB's libraries; prints its figure (nothing if it
+# failed).
 measure() {
 	local lib=$1 what=$2
 	mkdir -m 700 -p "$work/run"
-	XDG_RUNTIME_DIR=$work/run "$lib/goverbs" serve "s0=$S,c0=$C" >>"$work/serve.log" 2>&1 &
-	serve=$!
-	sleep 1
+	if [ "$FLAVOUR" = attach ]; then
+		XDG_RUNTIME_DIR=$work/run "$lib/goverbs" serve "s0=$S,c0=$C" >>"$work/serve.log" 2>&1 &
+		serve=$!
+		sleep 1
+	fi
 	local s=(env XDG_RUNTIME_DIR="$work/run" LD_LIBRARY_PATH="$lib" GOVERBS_DEVICES=s0=$S)
 	local c=(env XDG_RUNTIME_DIR="$work/run" LD_LIBRARY_PATH="$lib" GOVERBS_DEVICES=c0=$C)
 	case $what in
+	lat)
+		"${s[@]}" ib_send_lat -d s0 -x 0 -s 8 -n "$N" >/dev/null 2>&1 &
+		srv=$!
+		sleep 0.5
+		"${c[@]}" ib_send_lat -d c0 -x 0 -s 8 -n "$N" $S 2>/dev/null |
+			awk '$1 == 8 && NF >= 5 { print $5 }' || true
+		;;
 	wb64k | wb8)
 		local size=65536 col=4
 		[ "$what" = wb8 ] && size=8 col=5
@@ -82,9 +104,7 @@ measure() {
 
 rows=$work/rows
 for r in $(seq "$R"); do
-	order=("${names[@]}")
-	[ $((r % 2)) = 0 ] && order=("${names[1]}" "${names[0]}")
-	for v in "${order[@]}"; do
+	for v in $(ab_order "$r"); do
 		for m in "${ms[@]}"; do
 			echo "$r $v $m $(measure "$work/$v" "$m")" | tee -a "$rows"
 		done
@@ -92,5 +112,5 @@ for r in $(seq "$R"); do
 done
 
 echo
-echo "${names[1]} ÷ ${names[0]}, $R interleaved rounds. Reproduce: \`ROUNDS=$R DURATION=$D bench/daemonab.sh $*\`"
+echo "${names[1]} ÷ ${names[0]}, $R interleaved rounds. Reproduce: \`FLAVOUR=$FLAVOUR ROUNDS=$R DURATION=$D ITERS=$N bench/daemonab.sh $*\`"
 ab_medians "$rows" "${names[0]}" "${names[1]}" "${ms[@]}"

@@ -19,6 +19,7 @@
 # (3000), TOP (25). Needs valgrind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/cachegrind.sh
 command -v valgrind >/dev/null || { echo "bench/icache.sh: needs valgrind (apt-get install valgrind)" >&2; exit 1; }
 iters=${ITERS:-3000}
 top=${TOP:-25}
@@ -40,13 +41,13 @@ count() {
 	"$1" send_lat --bind $S -s 8 -n "$2" --busy-poll >/dev/null 2>&1 &
 	srv=$!
 	sleep 0.3
-	valgrind --tool=cachegrind --cache-sim=yes --I1=32768,8,64 --D1=32768,8,64 --LL=524288,8,64 \
+	valgrind --tool=cachegrind "${cg_sim[@]}" \
 		--cachegrind-out-file="$work/$2.out" "$1" send_lat --bind $C -s 8 -n "$2" --busy-poll $S >/dev/null 2>"$work/$2.err"
 	wait "$srv"
 	srv=
 }
 # field N NAME: cachegrind's total NAME ("I   refs", "I1  misses", "D1  misses") of run N.
-field() { awk -v k="$2" 'index($0, k) { v = $4; gsub(",", "", v); print v; exit }' "$work/$1.err"; }
+field() { cg_total "$work/$1.err" "$2"; }
 
 measure() { # measure BIN LABEL
 	local a=$iters b=$((3 * iters)) d=$((2 * iters))

@@ -47,16 +47,17 @@ git worktree add -q --detach "$work/src" "${revs[0]}"
 
 # count N: the instructions of one run of the test binary with N iterations; its
 # cachegrind file stays as $work/cg-N.out.
+. bench/cachegrind.sh
 sim=(--cache-sim=no)
-[ "${CACHE:-0}" = 1 ] && sim=(--cache-sim=yes --I1=32768,8,64 --D1=32768,8,64 --LL=524288,8,64)
+[ "${CACHE:-0}" = 1 ] && sim=("${cg_sim[@]}")
 count() {
 	valgrind --tool=cachegrind "${sim[@]}" --cachegrind-out-file="$work/cg-$1.out" \
 		"$work/b.test" -test.run '^$' -test.bench "^$bench\$" -test.benchtime "$1x" -test.cpu 1 \
 		2>"$work/cg-$1.err" >/dev/null
-	awk '/I *refs:/ {gsub(",", "", $NF); print $NF}' "$work/cg-$1.err"
+	cg_total "$work/cg-$1.err" "I   refs"
 }
 # misses N WHAT: the run's total WHAT ("I1  misses", "D1  misses"), with CACHE=1.
-misses() { awk -v k="$2" 'index($0, k) { v = $4; gsub(",", "", v); print v; exit }' "$work/cg-$1.err"; }
+misses() { cg_total "$work/cg-$1.err" "$2"; }
 
 printf '%-12s %s\n' revision "instructions per iteration of $bench"
 for rev in "${revs[@]}"; do
